@@ -1,0 +1,182 @@
+"""`OsDisk`: the real file system, with fsync of files and directories.
+
+When shadow mode is on (constructor argument, or `JSRAFT_TEST_SHADOW_DISK=1` in the environment), every
+namespace change, write and fsync is also reported to a `ShadowTracker`, which records what is durable so
+that `power_cut()` can later roll the directory back to it. Shadow mode is for tests only; it costs a
+copy of each synced byte range.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from jsraft.disk.base import check_relative
+from jsraft.disk.shadow import ShadowTracker, tracker_for
+
+
+def _shadow_from_env() -> bool:
+    return os.environ.get("JSRAFT_TEST_SHADOW_DISK", "") not in ("", "0")
+
+
+class OsFile:
+    """An open file: positional reads and writes on a raw descriptor, size tracked in memory."""
+
+    __slots__ = ("path", "_fd", "_size", "_shadow", "_disk_path")
+
+    def __init__(self, full_path: str, disk_path: str, fd: int, shadow: ShadowTracker | None) -> None:
+        self.path = full_path
+        self._disk_path = disk_path
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+        self._shadow = shadow
+
+    def size(self) -> int:
+        return self._size
+
+    def pread(self, offset: int, length: int) -> bytes:
+        return os.pread(self._fd, length, offset)
+
+    def pwrite(self, offset: int, data: bytes) -> None:
+        written = os.pwrite(self._fd, data, offset)
+        while written < len(data):  # a short write is legal; finish it rather than lose the tail
+            written += os.pwrite(self._fd, memoryview(data)[written:], offset + written)
+        self._size = max(self._size, offset + len(data))
+        if self._shadow is not None:
+            self._shadow.on_write(self._disk_path, offset, offset + len(data))
+
+    def append(self, data: bytes) -> int:
+        offset = self._size
+        self.pwrite(offset, data)
+        return offset
+
+    def truncate(self, length: int) -> None:
+        os.ftruncate(self._fd, length)
+        self._size = length
+        if self._shadow is not None:
+            self._shadow.on_write(self._disk_path, length, length)
+
+    def sync(self) -> None:
+        os.fsync(self._fd)
+        if self._shadow is not None:
+            self._shadow.on_sync(self._disk_path, self._fd, self._size)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class OsDisk:
+    """The real disk under `root`. `sub()` views a subdirectory and shares the shadow tracker."""
+
+    def __init__(self, root: str, *, shadow: bool | None = None) -> None:
+        self.root = os.path.abspath(root)
+        self._top = self.root
+        self._prefix = ""
+        os.makedirs(self.root, exist_ok=True)
+        enabled = _shadow_from_env() if shadow is None else shadow
+        self._shadow: ShadowTracker | None = tracker_for(self.root) if enabled else None
+
+    @property
+    def shadow(self) -> ShadowTracker | None:
+        return self._shadow
+
+    def _rel(self, path: str) -> str:
+        """`path` relative to the top-level root (what the shadow tracker keys on)."""
+        rel = check_relative(path)
+        if not self._prefix:
+            return rel
+        return f"{self._prefix}/{rel}" if rel else self._prefix
+
+    def _full(self, path: str) -> str:
+        rel = self._rel(path)
+        return os.path.join(self._top, rel) if rel else self._top
+
+    def sub(self, path: str) -> "OsDisk":
+        self.makedirs(path)
+        view = object.__new__(OsDisk)
+        view._top = self._top
+        view._prefix = self._rel(path)
+        view.root = self._full(path)
+        view._shadow = self._shadow
+        return view
+
+    def open(self, path: str, *, create: bool = False) -> OsFile:
+        full = self._full(path)
+        existed = os.path.exists(full)
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        fd = os.open(full, flags, 0o644)
+        if self._shadow is not None and not existed:
+            self._shadow.on_create(self._rel(path))
+        return OsFile(full, self._rel(path), fd, self._shadow)
+
+    def read_file(self, path: str) -> bytes:
+        with open(self._full(path), "rb") as handle:
+            return handle.read()
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        rel = check_relative(path)
+        parent = os.path.dirname(rel)
+        temp = f"{rel}.tmp"
+        handle = self.open(temp, create=True)
+        try:
+            handle.truncate(0)
+            handle.pwrite(0, data)
+            handle.sync()
+        finally:
+            handle.close()
+        self.rename(temp, rel)
+        self.sync_dir(parent)
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(self._full(path))
+
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(self._full(path))
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(self._full(path)))
+
+    def makedirs(self, path: str) -> None:
+        rel = check_relative(path)
+        if not rel or self.is_dir(rel):
+            return
+        parent = os.path.dirname(rel)
+        self.makedirs(parent)
+        os.mkdir(self._full(rel))
+        if self._shadow is not None:
+            self._shadow.on_mkdir(self._rel(rel))
+        # The new directory's name lives in its parent: it is durable only once the parent is synced.
+        self.sync_dir(parent)
+
+    def remove(self, path: str) -> None:
+        os.remove(self._full(path))
+        if self._shadow is not None:
+            self._shadow.on_remove(self._rel(path))
+
+    def remove_tree(self, path: str) -> None:
+        full = self._full(path)
+        if os.path.isdir(full):
+            shutil.rmtree(full)
+        elif os.path.exists(full):
+            os.remove(full)
+        if self._shadow is not None:
+            self._shadow.on_remove(self._rel(path))
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(self._full(src), self._full(dst))
+        if self._shadow is not None:
+            self._shadow.on_rename(self._rel(src), self._rel(dst))
+
+    def sync_dir(self, path: str) -> None:
+        fd = os.open(self._full(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if self._shadow is not None:
+            self._shadow.on_sync_dir(self._rel(path))
+
+    def file_size(self, path: str) -> int:
+        return os.path.getsize(self._full(path))

@@ -1,0 +1,215 @@
+"""The `StreamStore` protocol and the values it speaks in (layer L2).
+
+Owns: what a message store must do, independent of where the bytes live. `MemStore` and `FileStore`
+implement it and are tested by one parametrized suite (`tests/store/`).
+
+Invariants (every implementation):
+  1. Sequences are assigned by the caller and are contiguous: an append or skip must be exactly
+     `last_seq + 1`, else `SequenceOutOfOrder` and nothing changes.
+  2. `state().digest` is the sum mod 2^64 of `message_digest(seq, crc)` over the live messages, where
+     `crc` is the CRC of the message's canonical `MSG` record (`codec.encode_message`). So two stores
+     holding the same messages have the same digest, whatever their layout.
+  3. `msgs` counts live messages; `num_deleted` counts sequences in `[first_seq, last_seq]` that hold no
+     live message; `msgs + num_deleted == last_seq - first_seq + 1` when `msgs > 0`.
+  4. A store never reads a clock: time-based expiry is `expire(cutoff_ns)` with the cut-off decided by
+     the caller (the stream leader, through the log).
+  5. Bad input (size, subject, sequence, config) raises before anything changes.
+  6. A damaged or missing sequence is never served: `load` raises `DamagedSequence`, and `faults()`
+     lists it until the caller replaces it (`repair`) or removes it.
+
+Imports: L0, L1, attrs.
+Reference: DESIGN.md §6; nats-server `server/store.go` (the StreamStore interface).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+from jsraft import limits
+from jsraft.codec import structure
+from jsraft.errors import InvalidConfig
+
+# Per-range digests use fixed sequence ranges, not physical blocks, so that replicas whose files are
+# laid out differently can still compare range by range and fetch only the ranges that differ.
+DIGEST_RANGE_SEQS = 4096
+
+UNLIMITED = -1
+
+
+def msg_size(subject_len: int, headers_len: int, payload_len: int) -> int:
+    """Bytes a message counts for, exactly as nats-server's file store counts them.
+
+    (record length 4 + seq 8 + timestamp 8 + subject length 2 + subject + [headers length 4 + headers]
+    + payload + hash 8). Clients and tests that assert a stream's `bytes` then agree with nats-server.
+    """
+    if headers_len == 0:
+        return 30 + subject_len + payload_len
+    return 34 + subject_len + headers_len + payload_len
+
+
+class Discard(enum.StrEnum):
+    old = "old"
+    new = "new"
+
+
+class Compression(enum.StrEnum):
+    none = "none"
+    zstd = "zstd"
+
+
+@attrs.frozen(kw_only=True)
+class StoreConfig:
+    """The part of a stream's config the store enforces. Names follow the JetStream JSON API."""
+
+    name: str = "store"
+    max_msgs: int = UNLIMITED
+    max_bytes: int = UNLIMITED
+    max_msgs_per_subject: int = UNLIMITED
+    max_msg_size: int = UNLIMITED
+    discard: Discard = Discard.old
+    discard_new_per_subject: bool = False
+    compression: Compression = Compression.none
+    block_size: int = limits.block_bytes_default
+
+    def validate(self) -> "StoreConfig":
+        for field in ("max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size"):
+            value = getattr(self, field)
+            if value < UNLIMITED or value == 0:
+                raise InvalidConfig(f"{field} must be -1 (unlimited) or positive, not {value}")
+        if not limits.block_bytes_min <= self.block_size <= limits.block_bytes_max:
+            raise InvalidConfig(
+                f"block_size must be between {limits.block_bytes_min} and {limits.block_bytes_max}"
+            )
+        if self.discard_new_per_subject and (
+            self.discard is not Discard.new or self.max_msgs_per_subject == UNLIMITED
+        ):
+            raise InvalidConfig("discard_new_per_subject needs discard 'new' and max_msgs_per_subject")
+        if self.max_msg_size != UNLIMITED and self.max_msg_size > limits.payload_bytes_max:
+            raise InvalidConfig(f"max_msg_size above the server limit of {limits.payload_bytes_max}")
+        return self
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StoreConfig":
+        """Structure strictly from JSON-shaped data: unknown fields are an error naming them."""
+        return structure(data, cls, where="store config").validate()
+
+
+@attrs.frozen(kw_only=True)
+class StoredMsg:
+    subject: str
+    seq: int
+    headers: bytes
+    payload: bytes
+    timestamp_ns: int
+
+
+@attrs.frozen(kw_only=True)
+class StoreState:
+    first_seq: int
+    last_seq: int
+    msgs: int
+    bytes: int
+    num_deleted: int
+    num_subjects: int
+    digest: int
+    first_timestamp_ns: int = 0
+    last_timestamp_ns: int = 0
+
+    def agreement_key(self) -> tuple[int, int, int, int, int]:
+        """What two replicas must share to agree (DESIGN §6)."""
+        return (self.first_seq, self.last_seq, self.msgs, self.bytes, self.digest)
+
+
+class FaultKind(enum.StrEnum):
+    corrupt = "corrupt"  # a record exists for the sequence but does not verify
+    missing = "missing"  # no record covers the sequence (lost block, lost head, hole)
+    tombstone = "tombstone"  # a delete record was damaged: these sequences' delete state is unknown
+
+
+@attrs.frozen(kw_only=True)
+class Fault:
+    first: int
+    last: int
+    kind: FaultKind
+
+
+class StreamStore(Protocol):
+    """A stream's messages. See the module docstring for the invariants every store keeps."""
+
+    config: StoreConfig
+
+    def append(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None: ...
+
+    def append_batch(self, msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> None:
+        """Append `(seq, subject, headers, payload, timestamp_ns)` tuples; all or nothing on bad input."""
+        ...
+
+    def skip(self, seq: int, count: int = 1) -> None:
+        """Consume sequences `seq .. seq+count-1` with no message."""
+        ...
+
+    def load(self, seq: int) -> StoredMsg: ...
+
+    def load_last(self, subject_filter: str = ">") -> StoredMsg: ...
+
+    def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
+        """The first live message at or after `start_seq` matching any filter (None or ">" = all)."""
+        ...
+
+    def delete(self, seq: int) -> bool: ...
+
+    def erase(self, seq: int) -> bool:
+        """Delete and overwrite the message's bytes wherever they are stored."""
+        ...
+
+    def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
+        """JetStream purge: by subject filter, below `seq` (exclusive), keeping the newest `keep`."""
+        ...
+
+    def compact(self, seq: int) -> int:
+        """Remove every message below `seq`; `first_seq` becomes `seq`."""
+        ...
+
+    def truncate(self, seq: int) -> None:
+        """Remove every message above `seq`; `last_seq` becomes `seq`."""
+        ...
+
+    def expire(self, cutoff_ns: int) -> int:
+        """Remove messages with a timestamp below `cutoff_ns`, from the head."""
+        ...
+
+    def subject_counts(self, subject_filter: str = ">") -> dict[str, int]: ...
+
+    def state(self) -> StoreState: ...
+
+    def digest_ranges(self) -> dict[int, int]:
+        """Range number `(seq - 1) // DIGEST_RANGE_SEQS` -> digest of the live messages in it."""
+        ...
+
+    def faults(self) -> list[Fault]: ...
+
+    def scan(self) -> list[Fault]:
+        """Verify every stored record now; return (and remember) what is damaged or missing."""
+        ...
+
+    def repair(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
+        """Put back a damaged or missing message fetched from a peer; clears its fault.
+
+        Only a sequence listed in `faults()` may be repaired: a store never overwrites a message it
+        holds intact.
+        """
+        ...
+
+    def repair_deleted(self, first: int, last: int) -> None:
+        """A peer says `first..last` hold no live message: record them deleted and clear their faults."""
+        ...
+
+    def update_config(self, config: StoreConfig) -> None: ...
+
+    def sync(self) -> None: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Test kit (never imported by production code): simulated disk, network and clock, harnesses, checkers."""

@@ -62,6 +62,8 @@ class InvalidConfig(BadRequest):
     """A config (stream, consumer, node) failed strict decoding or cross-field validation."""
 
     err_code = 10052
+    # nats-server's JSStreamInvalidConfigF answers with code 500, not its parent's 400 (invariant 2).
+    http_code = 500
     default_description = "invalid stream configuration"
 
 

@@ -57,6 +57,7 @@ class Kind(enum.IntEnum):
     SKIP = 6  # a=first seq, b=count; sequences consumed with no message
     FIRST_SEQ = 7  # a=new first seq, b=0; everything below was removed on purpose
     STORE_INDEX = 8  # a=index version, b=0; the fast-recovery index
+    STORE_SYNC = 9  # a=last seq, b=0; written just before a store fsync: the records before it are durable
     # Raft log (`wal`).
     WAL_ENTRY = 16  # a=index, b=term; body = entry type + data
     WAL_SEGMENT_HEADER = 17  # a=first index of the segment, b=0
@@ -198,11 +199,10 @@ def scan_records(
                 records.append(RecordView(offset, length, crc, kind, ident_a, ident_b))
                 offset += length
                 continue
-            # Fast path for a damaged body under an intact length: the next record is right after.
-            if HEADER_BYTES <= length <= end - offset and _valid_at(buffer, offset + length, end, kinds):
-                damaged.append((offset, offset + length))
-                offset += length
-                continue
+        # The record failed its CRC, so its length field is as suspect as the rest of it: a flipped
+        # length bit can point exactly at a later record boundary, and jumping there would hide the
+        # good records in between. Search byte by byte from the next offset instead; for a damaged
+        # body under an intact length the search ends at `offset + length` anyway.
         resume = _next_valid(buffer, offset + 1, end, kinds)
         if resume is None:
             return ScanResult(records, damaged, offset)

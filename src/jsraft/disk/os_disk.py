@@ -22,11 +22,13 @@ def _shadow_from_env() -> bool:
 class OsFile:
     """An open file: positional reads and writes on a raw descriptor, size tracked in memory."""
 
-    __slots__ = ("path", "_fd", "_size", "_shadow", "_disk_path")
+    __slots__ = ("path", "_fd", "_size", "_shadow", "_number")
 
-    def __init__(self, full_path: str, disk_path: str, fd: int, shadow: ShadowTracker | None) -> None:
+    def __init__(self, full_path: str, number: int | None, fd: int, shadow: ShadowTracker | None) -> None:
         self.path = full_path
-        self._disk_path = disk_path
+        # The shadow tracker's number for this file, fixed at open: like a descriptor, the handle
+        # keeps writing to the same file when its name is renamed or removed.
+        self._number = number
         self._fd = fd
         self._size = os.fstat(fd).st_size
         self._shadow = shadow
@@ -43,7 +45,7 @@ class OsFile:
             written += os.pwrite(self._fd, memoryview(data)[written:], offset + written)
         self._size = max(self._size, offset + len(data))
         if self._shadow is not None:
-            self._shadow.on_write(self._disk_path, offset, offset + len(data))
+            self._shadow.on_write(self._number, offset, offset + len(data))
 
     def append(self, data: bytes) -> int:
         offset = self._size
@@ -54,12 +56,12 @@ class OsFile:
         os.ftruncate(self._fd, length)
         self._size = length
         if self._shadow is not None:
-            self._shadow.on_write(self._disk_path, length, length)
+            self._shadow.on_write(self._number, length, length)
 
     def sync(self) -> None:
         os.fsync(self._fd)
         if self._shadow is not None:
-            self._shadow.on_sync(self._disk_path, self._fd, self._size)
+            self._shadow.on_sync(self._number, self._fd, self._size)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -70,10 +72,16 @@ class OsFile:
 class OsDisk:
     """The real disk under `root`. `sub()` views a subdirectory and shares the shadow tracker."""
 
-    def __init__(self, root: str, *, shadow: bool | None = None) -> None:
+    def __init__(self, root: str, *, shadow: bool | None = None, read_only: bool = False) -> None:
         self.root = os.path.abspath(root)
         self._top = self.root
         self._prefix = ""
+        self.read_only = read_only
+        if read_only:
+            if not os.path.isdir(self.root):
+                raise FileNotFoundError(f"no such directory: {self.root}")
+            self._shadow: ShadowTracker | None = None
+            return
         os.makedirs(self.root, exist_ok=True)
         enabled = _shadow_from_env() if shadow is None else shadow
         self._shadow: ShadowTracker | None = tracker_for(self.root) if enabled else None
@@ -94,22 +102,30 @@ class OsDisk:
         return os.path.join(self._top, rel) if rel else self._top
 
     def sub(self, path: str) -> "OsDisk":
-        self.makedirs(path)
+        if not self.read_only:
+            self.makedirs(path)
         view = object.__new__(OsDisk)
         view._top = self._top
         view._prefix = self._rel(path)
         view.root = self._full(path)
         view._shadow = self._shadow
+        view.read_only = self.read_only
         return view
 
     def open(self, path: str, *, create: bool = False) -> OsFile:
         full = self._full(path)
         existed = os.path.exists(full)
+        if self.read_only:
+            if create:
+                raise PermissionError(f"read-only disk: cannot create {path}")
+            return OsFile(full, None, os.open(full, os.O_RDONLY), None)
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
         fd = os.open(full, flags, 0o644)
-        if self._shadow is not None and not existed:
-            self._shadow.on_create(self._rel(path))
-        return OsFile(full, self._rel(path), fd, self._shadow)
+        number = None
+        if self._shadow is not None:
+            rel = self._rel(path)
+            number = self._shadow.number_of(rel) if existed else self._shadow.on_create(rel)
+        return OsFile(full, number, fd, self._shadow)
 
     def read_file(self, path: str) -> bytes:
         with open(self._full(path), "rb") as handle:

@@ -6,8 +6,8 @@ a power failure does. In shadow mode `OsDisk` reports every write, fsync and nam
 
   - `ino/<n>`: the content of file *n* as of its last fsync (only the byte ranges written since the
     previous fsync are copied, so an append-only file costs what was appended);
-  - `state.json`: the live name → file map, and for each directory the names that were in it at its
-    last directory fsync.
+  - `state.json`: the live name → number map (files and directories are numbered like inodes), and
+    for each directory number the entries it held at its last directory fsync.
 
 `power_cut(root, mode, seed)`, called by a harness after the process is dead, rewrites the directory to
 what a machine that lost power would show:
@@ -34,7 +34,7 @@ import threading
 
 POWER_CUT_MODES = ("drop", "torn", "pages")
 _PAGE_BYTES = 4096
-_DIRECTORY = 0  # the "file number" of a directory entry
+_ROOT = 0  # the number of the root directory
 
 _trackers: dict[str, "ShadowTracker"] = {}
 _trackers_lock = threading.Lock()
@@ -65,19 +65,30 @@ def _parent(rel: str) -> str:
 
 
 class ShadowTracker:
-    """Records the durable state of every file and directory entry under `root`."""
+    """Records the durable state of every file and directory entry under `root`.
+
+    Files and directories are numbered like inodes, and durability is recorded per number, because
+    that is how a file system keeps it: a directory's entries travel with the directory when it is
+    renamed, a directory created again at an old path starts empty, and an open file keeps writing to
+    the same file after its name changes.
+    """
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root)
         self.dir = shadow_dir(self.root)
         self._lock = threading.Lock()
         self._dirty: dict[int, list[int]] = {}  # file number -> [lo, hi) written since last sync
+        # Files whose every write since their last copy this tracker has seen. A file written by an
+        # earlier process (killed, its page cache intact) is copied whole at its first sync here:
+        # that fsync makes the earlier, unseen writes durable too.
+        self._seen: set[int] = set()
         state_path = os.path.join(self.dir, "state.json")
         if os.path.exists(state_path):
             with open(state_path) as handle:
                 state = json.load(handle)
             self.names: dict[str, int] = state["names"]
-            self.durable: dict[str, dict[str, int]] = state["durable"]
+            self.dirs: set[int] = set(state["dirs"])
+            self.durable: dict[int, dict[str, int]] = {int(k): v for k, v in state["durable"].items()}
             self.next_number: int = state["next_number"]
         else:
             self._adopt_existing()
@@ -88,20 +99,25 @@ class ShadowTracker:
         """Take everything already under `root` as durable: it is what the last power cut left."""
         shutil.rmtree(self.dir, ignore_errors=True)
         os.makedirs(os.path.join(self.dir, "ino"))
-        self.names, self.durable, self.next_number = {}, {"": {}}, 1
+        self.names, self.dirs, self.next_number = {}, {_ROOT}, _ROOT + 1
+        self.durable = {_ROOT: {}}
         for directory, subdirs, files in os.walk(self.root):
             rel_dir = os.path.relpath(directory, self.root)
             rel_dir = "" if rel_dir == "." else rel_dir
-            entries = self.durable.setdefault(rel_dir, {})
+            entries = self.durable[self._number_of_dir(rel_dir)]
             for name in subdirs:
-                entries[name] = _DIRECTORY
-                self.durable.setdefault(os.path.join(rel_dir, name), {})
+                number = self._new_number()
+                self.names[os.path.join(rel_dir, name)] = number
+                self.dirs.add(number)
+                self.durable[number] = {}
+                entries[name] = number
             for name in files:
                 rel = os.path.join(rel_dir, name)
                 number = self._new_number()
                 self.names[rel] = number
                 entries[name] = number
                 shutil.copyfile(os.path.join(self.root, rel), self._content_path(number))
+                self._seen.add(number)
         self._save()
 
     def _new_number(self) -> int:
@@ -109,35 +125,58 @@ class ShadowTracker:
         self.next_number += 1
         return number
 
+    def _number_of_dir(self, rel: str) -> int:
+        return _ROOT if not rel else self.names[rel]
+
     def _content_path(self, number: int) -> str:
         return os.path.join(self.dir, "ino", str(number))
 
     def _save(self) -> None:
         # Written with rename but not fsynced: the tracker only has to survive SIGKILL of this process,
         # and the page cache survives that. The harness, not the kernel, simulates the power loss.
-        state = {"names": self.names, "durable": self.durable, "next_number": self.next_number}
+        state = {
+            "names": self.names,
+            "dirs": sorted(self.dirs),
+            "durable": {str(k): v for k, v in self.durable.items()},
+            "next_number": self.next_number,
+        }
         temp = os.path.join(self.dir, "state.json.tmp")
         with open(temp, "w") as handle:
             json.dump(state, handle)
         os.replace(temp, os.path.join(self.dir, "state.json"))
 
+    def _forget(self, rel: str) -> None:
+        """Drop the live names at and below `rel` (the durable entries are untouched)."""
+        for name in [k for k in self.names if k == rel or k.startswith(rel + "/")]:
+            del self.names[name]
+
     # --- Hooks called by OsDisk --------------------------------------------------------------------
 
-    def on_create(self, rel: str) -> None:
+    def number_of(self, rel: str) -> int | None:
+        """The file number behind a live name, or None if the name is not tracked."""
         with self._lock:
-            self.names[rel] = self._new_number()
+            return self.names.get(rel)
+
+    def on_create(self, rel: str) -> int:
+        with self._lock:
+            number = self._new_number()
+            self.names[rel] = number
+            self._seen.add(number)
             self._save()
+            return number
 
     def on_mkdir(self, rel: str) -> None:
         with self._lock:
-            self.durable.setdefault(rel, {})
+            number = self._new_number()
+            self.names[rel] = number
+            self.dirs.add(number)
+            self.durable[number] = {}  # a new directory is empty, whatever once lived at this path
             self._save()
 
-    def on_write(self, rel: str, lo: int, hi: int) -> None:
+    def on_write(self, number: int | None, lo: int, hi: int) -> None:
+        if number is None:
+            return
         with self._lock:
-            number = self.names.get(rel)
-            if number is None:
-                return
             span = self._dirty.get(number)
             if span is None:
                 self._dirty[number] = [lo, hi]
@@ -145,12 +184,14 @@ class ShadowTracker:
                 span[0] = min(span[0], lo)
                 span[1] = max(span[1], hi)
 
-    def on_sync(self, rel: str, fd: int, size: int) -> None:
+    def on_sync(self, number: int | None, fd: int, size: int) -> None:
+        if number is None:
+            return
         with self._lock:
-            number = self.names.get(rel)
-            if number is None:
-                return
             span = self._dirty.pop(number, None)
+            if number not in self._seen:
+                span = [0, size]
+                self._seen.add(number)
             path = self._content_path(number)
             mode = "r+b" if os.path.exists(path) else "w+b"
             with open(path, mode) as copy:
@@ -162,47 +203,55 @@ class ShadowTracker:
 
     def on_sync_dir(self, rel: str) -> None:
         with self._lock:
+            number = _ROOT if not rel else self.names.get(rel)
+            if number is None:
+                return  # a directory this tracker never saw created: nothing in it is tracked
             full = os.path.join(self.root, rel) if rel else self.root
             entries: dict[str, int] = {}
             for name in os.listdir(full):
-                child = os.path.join(rel, name) if rel else name
-                if os.path.isdir(os.path.join(full, name)):
-                    entries[name] = _DIRECTORY
-                elif child in self.names:
-                    entries[name] = self.names[child]
-            self.durable[rel] = entries
+                child = self.names.get(os.path.join(rel, name) if rel else name)
+                if child is not None:
+                    entries[name] = child
+            self.durable[number] = entries
             self._save()
 
     def on_rename(self, src: str, dst: str) -> None:
+        if src == dst:
+            return
         with self._lock:
             moved = {k: v for k, v in self.names.items() if k == src or k.startswith(src + "/")}
+            self._forget(dst)  # whatever the rename replaced is no longer reachable by name
             for old, number in moved.items():
                 del self.names[old]
-                self.names[dst + old[len(src):]] = number
+                self.names[dst + old[len(src) :]] = number
             self._save()
 
     def on_remove(self, rel: str) -> None:
         with self._lock:
-            for name in [k for k in self.names if k == rel or k.startswith(rel + "/")]:
-                del self.names[name]
+            self._forget(rel)
             self._save()
 
 
 # --- The power cut ------------------------------------------------------------------------------
 
 
-def _durable_tree(durable: dict[str, dict[str, int]]) -> tuple[set[str], dict[str, int]]:
+def _durable_tree(
+    durable: dict[str, dict[str, int]], dir_numbers: set[int]
+) -> tuple[set[str], dict[str, int]]:
     """Walk durable directory entries from the root: the directories and files that survive."""
     dirs: set[str] = {""}
     files: dict[str, int] = {}
-    pending = [""]
+    visited = {_ROOT}  # stale entries of directories moved since their last sync could form a loop
+    pending = [("", _ROOT)]
     while pending:
-        directory = pending.pop()
-        for name, number in durable.get(directory, {}).items():
+        directory, directory_number = pending.pop()
+        for name, number in durable.get(str(directory_number), {}).items():
             rel = os.path.join(directory, name) if directory else name
-            if number == _DIRECTORY:
-                dirs.add(rel)
-                pending.append(rel)
+            if number in dir_numbers:
+                if number not in visited:
+                    visited.add(number)
+                    dirs.add(rel)
+                    pending.append((rel, number))
             else:
                 files[rel] = number
     return dirs, files
@@ -246,8 +295,9 @@ def power_cut(root: str, mode: str, seed: int) -> dict[str, int]:
     with open(state_path) as handle:
         state = json.load(handle)
     rng = random.Random(seed)
-    keep_dirs, keep_files = _durable_tree(state["durable"])
-    live_by_number = {number: rel for rel, number in state["names"].items()}
+    dir_numbers = set(state["dirs"])
+    keep_dirs, keep_files = _durable_tree(state["durable"], dir_numbers)
+    live_by_number = {number: rel for rel, number in state["names"].items() if number not in dir_numbers}
     contents: dict[str, bytes] = {}
     for rel, number in sorted(keep_files.items()):
         content_path = os.path.join(shadow_dir(root), "ino", str(number))

@@ -1,0 +1,234 @@
+"""Byte formats of the WAL's three kinds of file: segments, the hard-state file, snapshots (layer L2).
+
+Owns: file names, file-type numbers, and the bodies of the `WAL_ENTRY`, `WAL_SEGMENT_HEADER`,
+`HARD_STATE` and `SNAPSHOT` records (the record frame itself is `codec.records`).
+
+Formats::
+
+    segment    wal/<first index, 20 digits>.log
+               FILE_HEADER(type 16) | WAL_SEGMENT_HEADER(a=first index, b=0) | WAL_ENTRY ...
+    WAL_ENTRY  a=index, b=term; body = type u8 | prev_term u64 | data
+    hardstate  FILE_HEADER(type 18) at 0; slot 0 at 4096; slot 1 at 8192; each slot one HARD_STATE record
+               (a=write sequence, b=0; body = term u64 | commit u64 | watermark u64 | watermark term u64 |
+               repairing u8 | vote length u16 | vote utf-8), a vote length of 0 meaning "no vote"
+    snapshot   snapshots/<term, 20 digits>-<index, 20 digits>.snap
+               FILE_HEADER(type 19) | SNAPSHOT(a=index, b=term; body = meta length u32 | meta | data),
+               meta = voter count u16 | (length u16 | utf-8)* | learner count u16 | (length u16 | utf-8)*
+
+File types are numbered after the record kind each file exists to hold (16, 18, 19), so they cannot collide
+with the store's (1, 2). `prev_term` chains each entry to the term of the one before it (0 = unknown): a
+record that is internally valid but stale (a rolled-back or misdirected write) then breaks the chain with
+its neighbour and is detected, which a CRC alone cannot do. The *watermark term* in the hard state (the term
+of the entry at the acked watermark, 0 if unknown) does the same for a stale stretch that reaches the end of
+the log: by Raft's log matching, if the entry at the watermark has that term, every entry up to it is the
+one that was acknowledged.
+
+Invariants:
+  1. `encode_entries` produces exactly the bytes `codec.encode_record(Kind.WAL_ENTRY, ...)` would.
+  2. Hard-state slots sit in different 4 KiB pages, so one torn or rolled-back page damages one slot.
+  3. Decoders raise `CorruptRecord` on malformed bodies; they never return a partial value.
+
+Imports: L0, L1 (`codec`, `raft.types`), crc32c. Reference: DESIGN.md §3.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from crc32c import crc32c
+
+from jsraft import limits
+from jsraft.codec.records import FILE_HEADER, FILE_HEADER_BYTES, FILE_MAGIC, HEADER_BYTES, Kind, encode_record
+from jsraft.errors import BadFileFormat, CorruptRecord, invariant
+from jsraft.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
+
+FORMAT_VERSION = 1
+SEGMENT_FILE_TYPE = 16
+HARD_STATE_FILE_TYPE = 18
+SNAPSHOT_FILE_TYPE = 19
+
+WAL_DIR = "wal"
+SNAPSHOT_DIR = "snapshots"
+HARD_STATE_FILE = "hardstate"
+TEMP_SUFFIX = ".tmp"  # what an interrupted `write_atomic` leaves behind
+
+SEGMENT_KINDS = frozenset((int(Kind.WAL_ENTRY), int(Kind.WAL_SEGMENT_HEADER)))
+SEGMENT_HEADER_BYTES = HEADER_BYTES  # an empty-bodied WAL_SEGMENT_HEADER record
+SEGMENT_DATA_START = FILE_HEADER_BYTES + SEGMENT_HEADER_BYTES
+ENTRY_OVERHEAD_BYTES = HEADER_BYTES + 9
+# An entry record longer than this could not be found again by the scanner's resync after damage
+# before it (codec.records `_valid_at`), so a damaged neighbour would also hide it.
+ENTRY_DATA_BYTES_MAX = limits.resync_candidate_bytes_max - ENTRY_OVERHEAD_BYTES
+
+HARD_STATE_SLOT_OFFSETS = (4096, 8192)
+HARD_STATE_SLOT_BYTES = 4096
+HARD_STATE_FILE_BYTES = 12288
+VOTE_BYTES_MAX = 255  # node ids are short names; bounded so a slot always fits its page
+
+_U32 = struct.Struct("<I")
+_ENTRY_TAIL = struct.Struct("<BQQBQ")  # kind, index, term, entry type, prev_term
+_ENTRY_BODY = struct.Struct("<BQ")  # entry type, prev_term
+_HARD_STATE = struct.Struct("<QQQQBH")
+_COUNT = struct.Struct("<H")
+_KIND_WAL_ENTRY = int(Kind.WAL_ENTRY)
+_ENTRY_TYPES = frozenset(int(t) for t in EntryType)
+
+
+# --- Names -----------------------------------------------------------------------------------------
+
+
+def segment_name(first_index: int) -> str:
+    return f"{first_index:020d}.log"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """First index of a segment file name, or None if `name` is not one."""
+    if len(name) != 24 or not name.endswith(".log") or not name[:20].isdigit():
+        return None
+    return int(name[:20])
+
+
+def snapshot_name(term: int, index: int) -> str:
+    return f"{term:020d}-{index:020d}.snap"
+
+
+def parse_snapshot_name(name: str) -> tuple[int, int] | None:
+    """`(term, index)` of a snapshot file name, or None if `name` is not one."""
+    if len(name) != 46 or not name.endswith(".snap") or name[20] != "-":
+        return None
+    term, index = name[:20], name[21:41]
+    if not (term.isdigit() and index.isdigit()):
+        return None
+    return int(term), int(index)
+
+
+# --- File headers ----------------------------------------------------------------------------------
+
+
+def file_header(file_type: int) -> bytes:
+    return FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, file_type)
+
+
+def file_header_ok(buffer: bytes, file_type: int) -> bool:
+    """True if `buffer` starts with our header. A header of a newer format version is refused outright:
+    reading it as this version could misinterpret durable data, so it is not treated as mere damage."""
+    if len(buffer) < FILE_HEADER_BYTES:
+        return False
+    magic, version, kind = FILE_HEADER.unpack_from(buffer, 0)
+    if magic == FILE_MAGIC and kind == file_type and version > FORMAT_VERSION:
+        raise BadFileFormat(f"file format version {version} is newer than this build ({FORMAT_VERSION})")
+    return magic == FILE_MAGIC and kind == file_type and version == FORMAT_VERSION
+
+
+def segment_preamble(first_index: int) -> bytes:
+    """Everything a new segment starts with: file header and segment header record."""
+    return file_header(SEGMENT_FILE_TYPE) + encode_record(Kind.WAL_SEGMENT_HEADER, first_index, 0)
+
+
+# --- Entries ---------------------------------------------------------------------------------------
+
+
+def encode_entry(entry: Entry, prev_term: int) -> bytes:
+    """One `WAL_ENTRY` record. Hand-inlined `encode_record`: this is the append hot path."""
+    data = entry.data
+    invariant(len(data) <= ENTRY_DATA_BYTES_MAX, "a WAL entry must be small enough to resync after damage")
+    length = _U32.pack(ENTRY_OVERHEAD_BYTES + len(data))
+    tail = _ENTRY_TAIL.pack(_KIND_WAL_ENTRY, entry.index, entry.term, entry.type, prev_term) + data
+    return length + _U32.pack(crc32c(tail, crc32c(length))) + tail
+
+
+def decode_entry_body(index: int, term: int, body: bytes) -> tuple[Entry, int]:
+    """`(entry, prev_term)` from a verified record's identity and body."""
+    if len(body) < _ENTRY_BODY.size:
+        raise CorruptRecord(f"WAL entry {index} body shorter than its prefix")
+    entry_type, prev_term = _ENTRY_BODY.unpack_from(body, 0)
+    if entry_type not in _ENTRY_TYPES:
+        raise CorruptRecord(f"WAL entry {index} has unknown type {entry_type}")
+    return Entry(index, term, EntryType(entry_type), bytes(body[_ENTRY_BODY.size :])), prev_term
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return bytes(raw).decode()
+    except UnicodeDecodeError:
+        raise CorruptRecord("a stored name is not valid UTF-8") from None
+
+
+# --- Hard state ------------------------------------------------------------------------------------
+
+
+def encode_hard_state(hs: HardState, sequence: int, watermark_term: int) -> bytes:
+    vote = b"" if hs.voted_for is None else hs.voted_for.encode()
+    invariant(hs.voted_for != "", "a vote is a non-empty node id or None")
+    invariant(len(vote) <= VOTE_BYTES_MAX, "voted_for is longer than a hard-state slot allows")
+    prefix = _HARD_STATE.pack(
+        hs.current_term, hs.commit_index, hs.acked_watermark, watermark_term, int(hs.repairing), len(vote)
+    )
+    return encode_record(Kind.HARD_STATE, sequence, 0, prefix + vote)
+
+
+def decode_hard_state(body: bytes) -> tuple[HardState, int]:
+    """The hard state and its watermark term."""
+    if len(body) < _HARD_STATE.size:
+        raise CorruptRecord("hard-state body shorter than its prefix")
+    term, commit, watermark, watermark_term, repairing, vote_len = _HARD_STATE.unpack_from(body, 0)
+    vote = body[_HARD_STATE.size :]
+    if len(vote) != vote_len or repairing > 1:
+        raise CorruptRecord("hard-state body is malformed")
+    hs = HardState(
+        current_term=term,
+        voted_for=_text(vote) if vote else None,
+        commit_index=commit,
+        acked_watermark=watermark,
+        repairing=bool(repairing),
+    )
+    return hs, watermark_term
+
+
+# --- Snapshots -------------------------------------------------------------------------------------
+
+
+def _encode_names(names: tuple[str, ...]) -> bytes:
+    parts = [_COUNT.pack(len(names))]
+    for name in names:
+        raw = name.encode()
+        parts.append(_COUNT.pack(len(raw)) + raw)
+    return b"".join(parts)
+
+
+def _decode_names(buffer: bytes, offset: int) -> tuple[tuple[str, ...], int]:
+    if offset + 2 > len(buffer):
+        raise CorruptRecord("snapshot membership truncated")
+    (count,) = _COUNT.unpack_from(buffer, offset)
+    offset += 2
+    names = []
+    for _ in range(count):
+        if offset + 2 > len(buffer):
+            raise CorruptRecord("snapshot membership truncated")
+        (size,) = _COUNT.unpack_from(buffer, offset)
+        names.append(_text(buffer[offset + 2 : offset + 2 + size]))
+        offset += 2 + size
+    if offset > len(buffer):
+        raise CorruptRecord("snapshot membership truncated")
+    return tuple(names), offset
+
+
+def encode_snapshot(meta: SnapshotMeta, data: bytes) -> bytes:
+    conf = _encode_names(meta.conf.voters) + _encode_names(meta.conf.learners)
+    body = _U32.pack(len(conf)) + conf + data
+    return file_header(SNAPSHOT_FILE_TYPE) + encode_record(Kind.SNAPSHOT, meta.index, meta.term, body)
+
+
+def decode_snapshot_body(index: int, term: int, body: bytes) -> tuple[SnapshotMeta, bytes]:
+    if len(body) < 4:
+        raise CorruptRecord("snapshot body shorter than its prefix")
+    (conf_len,) = _U32.unpack_from(body, 0)
+    conf = body[4 : 4 + conf_len]
+    if len(conf) != conf_len:
+        raise CorruptRecord("snapshot membership truncated")
+    voters, offset = _decode_names(conf, 0)
+    learners, offset = _decode_names(conf, offset)
+    if offset != conf_len:
+        raise CorruptRecord("snapshot membership has trailing bytes")
+    meta = SnapshotMeta(index=index, term=term, conf=ConfState(voters=voters, learners=learners))
+    return meta, bytes(body[4 + conf_len :])

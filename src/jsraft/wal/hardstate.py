@@ -1,0 +1,124 @@
+"""The hard-state file: two CRC'd slots, written alternately, each write fsynced (layer L2).
+
+Owns: `hardstate` under a WAL's disk. Raft's term and vote must be durable before they are used
+(persist-before-use); writing them in place would leave nothing valid if the write tore, so each write goes
+to the *older* slot and carries a write sequence one above the newest; recovery takes the valid slot with
+the highest sequence.
+
+Invariants:
+  1. Slot `i` only ever holds sequences `s` with `s % 2 == i`: writes alternate, and a write after a bad
+     slot goes to the bad slot, so the last good state is never overwritten by the next write.
+  2. `save()` returns only after the slot is fsynced.
+  3. A slot is used only if its record verifies (CRC, kind, slot parity, body); a damaged slot is never
+     "repaired" from guesses, only overwritten by the next save.
+
+Imports: L0, L1, attrs. Reference: DESIGN.md §4 (term and vote durable before use; two slots).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from jsraft.codec.records import HEADER_BYTES, Kind, read_record
+from jsraft.disk.base import Disk, DiskFile
+from jsraft.errors import CorruptRecord, invariant
+from jsraft.raft.types import HardState
+from jsraft.wal.format import (
+    HARD_STATE_FILE,
+    HARD_STATE_FILE_BYTES,
+    HARD_STATE_FILE_TYPE,
+    HARD_STATE_SLOT_BYTES,
+    HARD_STATE_SLOT_OFFSETS,
+    decode_hard_state,
+    encode_hard_state,
+    file_header,
+    file_header_ok,
+)
+
+
+@attrs.frozen(kw_only=True)
+class SlotRead:
+    """What one slot held: its state and sequence, or why it is unusable."""
+
+    hard_state: HardState | None
+    sequence: int = -1
+    watermark_term: int = 0  # term of the entry at `acked_watermark` when it was saved; 0 if unknown
+    problem: str = ""
+
+
+def _read_slot(buffer: bytes, slot: int) -> SlotRead:
+    start = HARD_STATE_SLOT_OFFSETS[slot]
+    region = buffer[start : start + HARD_STATE_SLOT_BYTES]
+    if len(region) < HEADER_BYTES:
+        return SlotRead(hard_state=None, problem="missing (file too short)")
+    try:
+        record = read_record(region, 0)
+        if record.kind != Kind.HARD_STATE or record.ident_a % 2 != slot:
+            return SlotRead(hard_state=None, problem="holds a record that does not belong there")
+        hs, watermark_term = decode_hard_state(region[HEADER_BYTES : record.length])
+        return SlotRead(hard_state=hs, sequence=record.ident_a, watermark_term=watermark_term)
+    except CorruptRecord as error:
+        return SlotRead(hard_state=None, problem=f"unreadable ({error.description})")
+
+
+def read_slots(disk: Disk) -> tuple[SlotRead, SlotRead, bool]:
+    """Both slots of an existing hard-state file, and whether its file header is intact."""
+    buffer = disk.read_file(HARD_STATE_FILE)
+    return _read_slot(buffer, 0), _read_slot(buffer, 1), file_header_ok(buffer, HARD_STATE_FILE_TYPE)
+
+
+class HardStateFile:
+    """The open hard-state file and which slot holds the newest state."""
+
+    def __init__(self, disk: Disk, slots: tuple[SlotRead, SlotRead], header_ok: bool = True) -> None:
+        self._disk = disk
+        self._file: DiskFile | None = None
+        self._valid = [slot.hard_state is not None for slot in slots]
+        self._header_ok = header_ok  # a damaged header is rewritten with the next save
+        # With no valid slot, pretend slot 1 holds sequence 1: the next write then goes to slot 0 with
+        # sequence 2, above anything a damaged slot could have claimed to be before.
+        best = max(
+            (slot.sequence, index) for index, slot in enumerate(slots) if slot.hard_state is not None
+        ) if any(self._valid) else (1, 1)
+        self.sequence, self.newest_slot = best
+
+    @staticmethod
+    def create(disk: Disk, hs: HardState) -> "HardStateFile":
+        """Write a new file atomically, both slots valid (sequences 0 and 1), so a fresh WAL never reports
+        a damaged slot."""
+        content = bytearray(HARD_STATE_FILE_BYTES)
+        content[: len(file_header(HARD_STATE_FILE_TYPE))] = file_header(HARD_STATE_FILE_TYPE)
+        for slot, offset in enumerate(HARD_STATE_SLOT_OFFSETS):
+            record = encode_hard_state(hs, slot, 0)
+            content[offset : offset + len(record)] = record
+        disk.write_atomic(HARD_STATE_FILE, bytes(content))
+        return HardStateFile(disk, (SlotRead(hard_state=hs, sequence=0), SlotRead(hard_state=hs, sequence=1)))
+
+    @property
+    def intact(self) -> bool:
+        """Both slots and the file header verify."""
+        return all(self._valid) and self._header_ok
+
+    def save(self, hs: HardState, watermark_term: int) -> None:
+        """Write `hs` to the older (or damaged) slot and fsync it."""
+        slot = 1 - self.newest_slot
+        sequence = self.sequence + 1
+        invariant(sequence % 2 == slot, "hard-state slot parity: slot i holds sequences s with s % 2 == i")
+        record = encode_hard_state(hs, sequence, watermark_term)
+        invariant(len(record) <= HARD_STATE_SLOT_BYTES, "a hard-state record must fit its slot")
+        if self._file is None:
+            self._file = self._disk.open(HARD_STATE_FILE)
+            if self._file.size() < HARD_STATE_FILE_BYTES:
+                self._file.truncate(HARD_STATE_FILE_BYTES)
+        if not self._header_ok:
+            self._file.pwrite(0, file_header(HARD_STATE_FILE_TYPE))  # synced with the slot below
+            self._header_ok = True
+        self._file.pwrite(HARD_STATE_SLOT_OFFSETS[slot], record)
+        self._file.sync()
+        self.sequence, self.newest_slot = sequence, slot
+        self._valid[slot] = True
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

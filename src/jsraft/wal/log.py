@@ -1,0 +1,388 @@
+"""`Wal`: one Raft group's log, hard state and snapshots on a `Disk` (layer L2).
+
+Owns: every write to a WAL directory after it is opened (opening is `recovery`). The Raft core never sees
+files; its driver calls `append`, `sync`, `save_hard_state`, `truncate_from`, `replace`, `save_snapshot`,
+`compact`, and reads with `entries`/`term`.
+
+How each change is made durable, and why:
+  - `append` writes one buffer per call (per segment touched) and no fsync; `sync` then fsyncs each touched
+    segment, oldest first, then the `wal/` directory if a segment was created: group commit.
+  - `truncate_from` *physically* truncates: newer segments are removed newest first, each removal made
+    durable (directory fsync) before the next, and the containing segment is truncated and fsynced before
+    it returns. No truncation marker exists, because then an index could repeat in the files, and a
+    repeated index is exactly what a stale or misdirected write looks like (R4 in `scan`). Since the cut
+    is durable before any new append, new records never overwrite durable ones in place, so a crash can
+    only leave a torn tail of new records (R1), never old and new bytes interleaved. If the acked watermark
+    is at or above the cut, it is lowered to `index - 1` and persisted: the removed entries were never
+    committed, and a watermark above the log would make the next restart report a loss. The Raft core
+    must take the new value from `hard_state` rather than save its old one again.
+  - `save_hard_state` also records the term of the entry at the watermark (see `recovery`, decision 6).
+  - `replace` rewrites each affected segment atomically (`segment.rebuild` + `Disk.write_atomic`) and then
+    re-reads the log with the same rules recovery uses, so what it believes is exactly what a restart will
+    find.
+  - Every operation that fsyncs `wal/` first fsyncs all dirty segments (`sync`), so a segment's name is
+    never durable before its content; otherwise a crash could leave a durable but empty segment after a
+    torn one, and R1 would have to call the torn tail corruption.
+
+Invariants:
+  1. `first_index() == snapshot index + 1`; every index in `[first_index(), last_index()]` is in exactly one
+     segment and is either good or in `faulty()`.
+  2. Appended indexes are `last_index() + 1, ...`, contiguous, with non-decreasing terms.
+  3. Never truncate a committed entry: `truncate_from(i)` requires `i > hard_state.commit_index`.
+  4. `compact(i)` only removes segments whose every index is `<= i <=` the durable snapshot's index.
+
+Imports: L0, L1 (`codec`, `raft.types`, `disk` protocol), attrs. Reference: DESIGN.md §2 (group commit),
+§4 (storage faults); etcd-io/raft `Storage`.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+import attrs
+
+from jsraft.disk.base import Disk, DiskFile
+from jsraft.errors import CorruptRecord, invariant
+from jsraft.raft.types import Entry, HardState, SnapshotMeta
+from jsraft.wal import snapshots
+from jsraft.wal.format import SEGMENT_DATA_START, WAL_DIR, encode_entry, segment_name, segment_preamble
+from jsraft.wal.recovery import Opened, Recovered, list_segments, recover
+from jsraft.wal.scan import scan_log
+from jsraft.wal.segment import Segment, decode_span, new_segment_content, rebuild
+
+SEGMENT_BYTES_DEFAULT = 4 << 20  # a few MiB: cheap to rewrite on repair, few files per group
+SEGMENT_BYTES_MIN = 64
+
+
+class Wal:
+    """A Raft group's durable log. Create with `Wal.open(disk)`; single-threaded, like the Raft core."""
+
+    def __init__(self, disk: Disk, segment_bytes: int, opened: Opened) -> None:
+        invariant(segment_bytes >= SEGMENT_BYTES_MIN, "segment_bytes is below SEGMENT_BYTES_MIN")
+        self._disk = disk
+        self._segment_bytes = segment_bytes
+        self._hs_file = opened.hs_file
+        self._hs = opened.hard_state
+        self._snapshot = opened.snapshot
+        self._snap_index = opened.snapshot.index if opened.snapshot else 0
+        self._snap_term = opened.snapshot.term if opened.snapshot else 0
+        self._handles: dict[str, DiskFile] = {}  # open segment files: the active one and unsynced ones
+        self._dirty: set[str] = set()
+        self._dir_dirty = False
+        self._active: str | None = None  # name of the segment appends go to; None: next append rolls
+        self._adopt(opened.scan.segments, opened.scan.faulty, opened.scan.last_index)
+
+    @classmethod
+    def open(cls, disk: Disk, *, segment_bytes: int = SEGMENT_BYTES_DEFAULT) -> tuple["Wal", Recovered]:
+        opened, recovered = recover(disk)
+        return cls(disk, segment_bytes, opened), recovered
+
+    def _adopt(self, segments: list[Segment], faulty: set[int], last_index: int) -> None:
+        self._segments = segments
+        self._faulty = faulty
+        self._last_index = last_index
+        last = segments[-1] if segments else None
+        # Appends continue in the last segment only if it is a real file with a valid header that ends
+        # at the log's end; otherwise the next append starts a new segment.
+        if last is not None and last.name is not None and last.header_ok and last.last == last_index:
+            self._active = last.name
+            if last.name not in self._handles:
+                self._handles[last.name] = self._disk.open(f"{WAL_DIR}/{last.name}")
+        else:
+            self._active = None
+        self._close_idle()
+
+    def _close_idle(self) -> None:
+        """Close every segment file that is neither the active one nor waiting for its fsync."""
+        for name in [name for name in self._handles if name != self._active and name not in self._dirty]:
+            self._handles.pop(name).close()
+
+    # --- Reads -----------------------------------------------------------------------------------
+
+    @property
+    def hard_state(self) -> HardState:
+        return self._hs
+
+    @property
+    def snapshot_meta(self) -> SnapshotMeta | None:
+        return self._snapshot
+
+    def first_index(self) -> int:
+        return self._snap_index + 1
+
+    def last_index(self) -> int:
+        return self._last_index
+
+    def faulty(self) -> frozenset[int]:
+        return frozenset(self._faulty)
+
+    def _segment_of(self, index: int) -> Segment:
+        position = bisect.bisect_right(self._segments, index, key=lambda segment: segment.first) - 1
+        invariant(position >= 0 and index <= self._segments[position].last, f"index {index} is in no segment")
+        return self._segments[position]
+
+    def term(self, index: int) -> int | None:
+        """Term of `index`; None if unknown (before the snapshot, after the end, or faulty with no clue)."""
+        if index == self._snap_index:
+            return self._snap_term
+        if index < self._snap_index or index > self._last_index:
+            return None
+        segment = self._segment_of(index)
+        return segment.terms[index - segment.first] or None
+
+    def _trusted_term(self, index: int) -> int:
+        """Term of a good index (or the snapshot's), else 0: what a new record may chain to."""
+        if index == self._snap_index:
+            return self._snap_term
+        if index in self._faulty or index < self._snap_index or index > self._last_index:
+            return 0
+        return self.term(index) or 0
+
+    def entries(self, lo: int, hi: int) -> list[Entry]:
+        """Entries `[lo, hi)`. Raises `CorruptRecord` if any is faulty, or fails its CRC now (it is then
+        added to `faulty()`)."""
+        invariant(self._snap_index < lo <= hi <= self._last_index + 1, f"entries [{lo}, {hi}) out of range")
+        bad = next((index for index in range(lo, hi) if index in self._faulty), None)
+        if bad is not None:
+            raise CorruptRecord(f"WAL index {bad} is faulty and awaits repair")
+        out: list[Entry] = []
+        index = lo
+        while index < hi:
+            segment = self._segment_of(index)
+            stop = min(hi, segment.last + 1)
+            out.extend(self._read(segment, index, stop))
+            index = stop
+        return out
+
+    def _read(self, segment: Segment, lo: int, hi: int) -> list[Entry]:
+        start, end = segment.span(lo, hi)
+        decoded = decode_span(segment, self._pread(segment, start, end - start), start, lo, hi)
+        if isinstance(decoded, int):
+            self._faulty.add(decoded)
+            raise CorruptRecord(f"WAL index {decoded} failed its CRC on read; it is now faulty")
+        return decoded
+
+    def _pread(self, segment: Segment, offset: int, length: int) -> bytes:
+        name = segment.name
+        invariant(name is not None, "only good entries are read, and the head holds none")
+        handle = self._handles.get(name or "")
+        if handle is not None:
+            return handle.pread(offset, length)
+        handle = self._disk.open(f"{WAL_DIR}/{name}")
+        try:
+            return handle.pread(offset, length)
+        finally:
+            handle.close()
+
+    # --- Appending and group commit -----------------------------------------------------------------
+
+    def append(self, entries: list[Entry]) -> None:
+        """Write `entries` after `last_index()`; durable only after `sync()`."""
+        if not entries:
+            return
+        prev_term = self._trusted_term(self._last_index)
+        known_last_term = self.term(self._last_index) or 0
+        invariant(entries[0].term >= known_last_term, "terms in the log never decrease")
+        position = 0
+        while position < len(entries):
+            segment = self._writable_segment(entries[position].index)
+            room = self._segment_bytes - segment.size
+            records, base_index = [], entries[position].index
+            while position < len(entries) and (not records or room > 0):
+                entry = entries[position]
+                invariant(entry.index == base_index + len(records), "appended indexes must be contiguous")
+                invariant(entry.term >= prev_term, "terms in the log never decrease")
+                record = encode_entry(entry, prev_term)
+                records.append(record)
+                room -= len(record)
+                prev_term = entry.term
+                position += 1
+            self._write(segment, records, entries[position - len(records) : position])
+
+    def _write(self, segment: Segment, records: list[bytes], entries: list[Entry]) -> None:
+        name = segment.name or ""
+        offset = self._handles[name].append(b"".join(records))
+        for record, entry in zip(records, entries):
+            segment.add(offset, len(record), entry.term)
+            offset += len(record)
+        segment.size = segment.junk_at = offset
+        self._dirty.add(name)
+        self._last_index = entries[-1].index
+
+    def _writable_segment(self, first_index: int) -> Segment:
+        invariant(first_index == self._last_index + 1, "appends continue at last_index() + 1")
+        if self._active is not None:
+            segment = self._segments[-1]
+            if segment.size < self._segment_bytes or segment.last < segment.first:
+                return segment
+        return self._roll(first_index)
+
+    def _roll(self, first_index: int) -> Segment:
+        """Start a new segment; the previous one stays open until `sync()` has made it durable."""
+        name = segment_name(first_index)
+        path = f"{WAL_DIR}/{name}"
+        invariant(not self._disk.exists(path), f"segment {name} already exists")
+        if self._active is not None and self._active not in self._dirty:
+            self._handles.pop(self._active).close()
+        handle = self._disk.open(path, create=True)
+        handle.append(segment_preamble(first_index))
+        segment = Segment(first_index, name)
+        segment.size = segment.junk_at = SEGMENT_DATA_START
+        segment.header_ok = True
+        self._segments.append(segment)
+        self._handles[name] = handle
+        self._dirty.add(name)
+        self._dir_dirty = True
+        self._active = name
+        return segment
+
+    def sync(self) -> None:
+        """One fsync per touched segment (oldest first), then the directory if a segment was created."""
+        for name in sorted(self._dirty):
+            self._handles[name].sync()
+        self._dirty.clear()
+        self._close_idle()
+        if self._dir_dirty:
+            self._disk.sync_dir(WAL_DIR)
+            self._dir_dirty = False
+
+    def save_hard_state(self, hs: HardState) -> None:
+        """Write `hs` to the older slot and fsync it (persist before use). The slot also records the term
+        of the entry at `hs.acked_watermark`, so recovery can tell a stale version of the log (`recovery`)."""
+        self._hs_file.save(hs, self._trusted_term(hs.acked_watermark))
+        self._hs = hs
+
+    # --- Conflicts and repair --------------------------------------------------------------------
+
+    def truncate_from(self, index: int) -> None:
+        """Remove entries `>= index` (a Raft conflict), durably, before returning."""
+        invariant(self._snap_index < index <= self._last_index + 1, f"truncate_from({index}) out of range")
+        invariant(index > self._hs.commit_index, f"never truncate a committed entry (truncate_from({index}))")
+        if index == self._last_index + 1:
+            return
+        self.sync()
+        while self._segments and self._segments[-1].first >= index:
+            self._remove_segment(self._segments.pop())
+        segment = self._segments[-1] if self._segments else None
+        if segment is not None and segment.last >= index:
+            offset = segment.cut_from(index)
+            if segment.name is not None:
+                handle = self._handles.get(segment.name) or self._disk.open(f"{WAL_DIR}/{segment.name}")
+                self._handles[segment.name] = handle
+                handle.truncate(offset)
+                handle.sync()
+                segment.size = segment.junk_at = offset
+        self._faulty = {bad for bad in self._faulty if bad < index}
+        self._adopt(self._segments, self._faulty, index - 1)
+        if self._hs.acked_watermark >= index:
+            # The removed entries were never committed (invariant 3), so this replica no longer vouches for
+            # them; left in place, the watermark would call the shorter log a loss at the next restart.
+            self.save_hard_state(attrs.evolve(self._hs, acked_watermark=index - 1))
+
+    def _remove_segment(self, segment: Segment) -> None:
+        if segment.name is None:
+            return
+        handle = self._handles.pop(segment.name, None)
+        if handle is not None:
+            handle.close()
+        self._disk.remove(f"{WAL_DIR}/{segment.name}")
+        # Each removal is durable before the next, newest first: a crash leaves a prefix, never a gap.
+        self._disk.sync_dir(WAL_DIR)
+
+    def replace(self, entries: list[Entry]) -> None:
+        """Put the leader's copies of faulty entries in place (see `segment` for why by rewrite)."""
+        if not entries:
+            return
+        by_index = {entry.index: entry for entry in entries}
+        for entry in entries:
+            index = entry.index
+            invariant(index in self._faulty, f"replace({index}): only faulty entries are replaced")
+            known = self.term(index)
+            invariant(known in (None, entry.term), f"replace({index}): term conflict, use truncate_from")
+        self.sync()
+        groups: dict[int, dict[int, Entry]] = {}
+        for index in sorted(by_index):
+            groups.setdefault(id(self._segment_of(index)), {})[index] = by_index[index]
+        for segment in list(self._segments):
+            group = groups.get(id(segment))
+            if group:
+                self._rewrite(segment, group)
+        self._reload()
+
+    def _rewrite(self, segment: Segment, group: dict[int, Entry]) -> None:
+        if segment.name is None:
+            name, content = new_segment_content([group[i] for i in sorted(group)], self._trusted_term)
+        else:
+            name = segment.name
+            buffer = self._disk.read_file(f"{WAL_DIR}/{name}")
+            is_last = segment is self._segments[-1]
+            content = rebuild(segment, buffer, group, self._trusted_term, keep_tail_junk=is_last)
+            handle = self._handles.pop(name, None)
+            if handle is not None:
+                handle.close()
+        self._disk.write_atomic(f"{WAL_DIR}/{name}", content)
+
+    def _reload(self) -> None:
+        """Re-read every segment with recovery's rules (no cuts: nothing found while running is torn)."""
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+        read = self._disk.read_file
+        files = [(name, first, read(f"{WAL_DIR}/{name}")) for first, name in list_segments(self._disk)]
+        scan = scan_log(
+            files,
+            snap_index=self._snap_index,
+            snap_term=self._snap_term,
+            watermark=self._hs.acked_watermark,
+            allow_torn=False,
+        )
+        if scan.last_index != self._last_index:
+            raise CorruptRecord(
+                f"log changed while open: re-read ends at {scan.last_index}, not {self._last_index}"
+            )
+        self._adopt(scan.segments, scan.faulty, scan.last_index)
+
+    # --- Snapshots and compaction ----------------------------------------------------------------
+
+    def save_snapshot(self, meta: SnapshotMeta, data: bytes) -> None:
+        """Write a snapshot durably. If it reaches past the log, the log restarts after it."""
+        invariant(meta.index >= self._snap_index, "snapshots never go backwards")
+        if self._snap_index < meta.index <= self._last_index:
+            invariant(
+                self.term(meta.index) in (None, meta.term),
+                "a snapshot that conflicts with the log needs truncate_from first",
+            )
+        snapshots.save_snapshot(self._disk, meta, data)
+        self._snapshot, self._snap_index, self._snap_term = meta, meta.index, meta.term
+        self._faulty = {index for index in self._faulty if index > meta.index}
+        if meta.index >= self._last_index:
+            # The log now ends at the snapshot. Appends go on in the active segment only if it ends exactly
+            # there; past it, the next append starts a segment at meta.index + 1.
+            self._adopt(self._segments, self._faulty, meta.index)
+
+    def compact(self, index: int) -> None:
+        """Remove segments whose every index is `<= index`; a durable snapshot must cover `index`."""
+        invariant(index <= self._snap_index, "compact only what a durable snapshot covers")
+        self.sync()
+        # The active segment stays even when the snapshot covers all of it: appends continue in it.
+        active = self._active
+        covered = [s for s in self._segments if s.last <= index and (s.name is None or s.name != active)]
+        if not covered:
+            return
+        for segment in covered:
+            if segment.name is not None:
+                handle = self._handles.pop(segment.name, None)
+                if handle is not None:
+                    handle.close()
+                self._disk.remove(f"{WAL_DIR}/{segment.name}")
+        # One directory fsync: every removed index is covered by the snapshot, so a crash that keeps some
+        # of these files and loses others leaves nothing a restart would read (R5).
+        self._disk.sync_dir(WAL_DIR)
+        self._segments = [s for s in self._segments if s not in covered]
+
+    def close(self) -> None:
+        """Close files. Unsynced appends are not made durable (call `sync()` first if they must be)."""
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+        self._hs_file.close()

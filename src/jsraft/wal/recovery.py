@@ -1,0 +1,248 @@
+"""Opening a WAL: read hard state, snapshot and log back, and act on what the recovery rules decide (L2).
+
+Owns: `Recovered` (what a Raft group restarts from) and the fallbacks for lost hard state. Its writes:
+cutting a provably torn tail (rule R1 in `scan`), removing segments a snapshot covers, rewriting damaged
+hard-state slots, and persisting `repairing`.
+
+Decisions, in order:
+  1. No hard-state file, no segment, no snapshot: a new WAL; create it.
+  2. Hard state: the valid slot with the highest sequence. One bad slot: the other is used (a torn slot
+     write never returned, so its state was never used) and the bad slot is rewritten. Both bad, or the
+     file missing while data exists: term and vote are unknown, and the safe fallback is
+     `current_term` = the highest term in any log record or the snapshot, `voted_for` = `VOTE_UNKNOWN`
+     (the core then refuses to vote again in that term), repairing (a lost slot may have held a vote in a
+     higher term, and a repairing replica's vote does not count toward a majority), `acked_watermark` =
+     the recovered last index, and no torn-tail cut (every index may have been acknowledged).
+  3. Snapshot: the newest that verifies; any newer unreadable one → repairing (never a silent fallback).
+  4. Log: `scan.scan_log` with rules R1–R5; R1 cuts are applied here (truncate + fsync, or remove +
+     directory fsync when nothing valid is left in the segment).
+  5. Term floor: a log record in a term above the stored `current_term` raises it (vote unknown).
+  6. Watermark: the log must reach the acked watermark, and the entry there must have the term the hard
+     state recorded with it (`format`: the watermark term). A mismatch means the log is an older version
+     of itself (a rolled-back write), even if every record in it verifies.
+  7. Repairing if: stored so, hard state lost, any corruption, a missing segment, an unreadable snapshot,
+     or a watermark problem (6). It is persisted before `open` returns.
+
+Imports: L0, L1, attrs. Reference: DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from jsraft.disk.base import Disk
+from jsraft.errors import invariant
+from jsraft.raft.types import Entry, HardState, SnapshotMeta
+from jsraft.wal.format import HARD_STATE_FILE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, parse_segment_name
+from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
+from jsraft.wal.scan import WATERMARK_UNKNOWN, LogScan, scan_log
+from jsraft.wal.snapshots import list_snapshots, load_newest
+
+# Stored as `voted_for` when the vote is unknown. It is not a node id (ids never contain '<'), so a core
+# that compares it with a candidate's id refuses to vote again in `current_term`.
+VOTE_UNKNOWN = "<unknown>"
+
+
+@attrs.frozen(kw_only=True)
+class Recovered:
+    """What a Raft group restarts from.
+
+    `entries`: every good entry after the snapshot, in index order; faulty ones are left out.
+    `faulty`: indexes whose record is damaged or missing but whose place in the log is known from its
+    neighbours; they must be fetched from a peer (`Wal.replace`). `reasons`: one line per finding.
+    When `repairing`, `entries` may also hold records that verify but are stale (a rolled-back write
+    restores an older, self-consistent stretch of the log; it is detected where it meets newer records or
+    the watermark, not record by record), so a repairing replica must check its whole log against the
+    leader's terms before trusting it. When not repairing, every entry up to the watermark is the one
+    that was acknowledged.
+    """
+
+    hard_state: HardState
+    snapshot: tuple[SnapshotMeta, bytes] | None
+    entries: list[Entry]
+    faulty: frozenset[int]
+    repairing: bool
+    reasons: list[str]
+    torn_tail_bytes_cut: int
+
+
+@attrs.define(kw_only=True)
+class Opened:
+    """Everything `Wal` is built from (internal)."""
+
+    hs_file: HardStateFile
+    hard_state: HardState
+    snapshot: SnapshotMeta | None
+    scan: LogScan
+
+
+def list_segments(disk: Disk) -> list[tuple[int, str]]:
+    """`(first index, name)` of each segment, in order; removes temp files of an interrupted rewrite."""
+    if not disk.is_dir(WAL_DIR):
+        return []
+    found = []
+    for name in disk.listdir(WAL_DIR):
+        if name.endswith(TEMP_SUFFIX):
+            disk.remove(f"{WAL_DIR}/{name}")  # the rename never happened: the old segment is intact
+            continue
+        first = parse_segment_name(name)
+        if first is not None:
+            found.append((first, name))
+    return sorted(found)
+
+
+def _read_segments(disk: Disk, snap_index: int) -> list[tuple[str, int, bytes]]:
+    """Contents of the segments not wholly covered by the snapshot; the covered ones are removed (R5)."""
+    segments = list_segments(disk)
+    keep, covered = [], []
+    for position, (first, name) in enumerate(segments):
+        following = segments[position + 1][0] if position + 1 < len(segments) else None
+        (covered if following is not None and following <= snap_index + 1 else keep).append(name)
+    for name in covered:
+        disk.remove(f"{WAL_DIR}/{name}")
+    if covered:
+        disk.sync_dir(WAL_DIR)
+    return [(name, parse_segment_name(name) or 0, disk.read_file(f"{WAL_DIR}/{name}")) for name in keep]
+
+
+def _load_hard_state(disk: Disk, reasons: list[str]) -> tuple[SlotRead | None, HardStateFile | None]:
+    """The newest valid slot (None if there is none) and the open file (None if it is missing)."""
+    if not disk.exists(HARD_STATE_FILE):
+        reasons.append("hard-state file missing while log or snapshot data exists")
+        return None, None
+    slot0, slot1, header_ok = read_slots(disk)
+    if not header_ok:
+        reasons.append("hard-state file header damaged (slots are checked on their own; header rewritten)")
+    for number, slot in enumerate((slot0, slot1)):
+        if slot.hard_state is None:
+            reasons.append(f"hard-state slot {number} {slot.problem}")
+    hs_file = HardStateFile(disk, (slot0, slot1), header_ok)
+    valid = [slot for slot in (slot0, slot1) if slot.hard_state is not None]
+    return (max(valid, key=lambda slot: slot.sequence) if valid else None), hs_file
+
+
+def _term_at(scan: LogScan, meta: SnapshotMeta | None, index: int) -> int:
+    """Term of a good `index` (the snapshot's own index included); 0 if unknown."""
+    if meta is not None and index <= meta.index:
+        return meta.term if index == meta.index else 0
+    return scan.term_at(index)
+
+
+def _watermark_problem(stored: SlotRead | None, scan: LogScan, meta: SnapshotMeta | None) -> str | None:
+    """Checks that need the hard state and the log together: the log must reach the acked watermark, and the
+    entry there must have the term recorded when it was acknowledged (else the log is a stale version)."""
+    if stored is None or stored.hard_state is None:
+        return None
+    watermark = stored.hard_state.acked_watermark
+    if scan.last_index < watermark:
+        return f"log recovered to {scan.last_index} below acked watermark {watermark}"
+    actual = _term_at(scan, meta, watermark)
+    if stored.watermark_term and actual and actual != stored.watermark_term:
+        return (
+            f"entry at acked watermark {watermark} has term {actual}, but term {stored.watermark_term} was "
+            "acknowledged: the log is a stale (rolled-back) version"
+        )
+    return None
+
+
+def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int) -> HardStateFile:
+    """Persist repairing (and any fallback) before anything acts on it; rewrite damaged slots too."""
+    if hs_file is None:
+        hs_file = HardStateFile.create(disk, hs)
+    hs_file.save(hs, watermark_term)
+    if not hs_file.intact:
+        hs_file.save(hs, watermark_term)
+    return hs_file
+
+
+def _apply_cut(disk: Disk, scan: LogScan, reasons: list[str]) -> int:
+    """R1: cut the provably torn tail the scan found, durably, before anything is appended after it."""
+    torn = scan.torn
+    if torn is None:
+        return 0
+    path = f"{WAL_DIR}/{torn.name}"
+    if torn.remove_file:
+        disk.remove(path)
+        disk.sync_dir(WAL_DIR)
+        removed = scan.segments.pop()
+        invariant(removed.name == torn.name, "R1 only ever cuts the last segment")
+    else:
+        handle = disk.open(path)
+        handle.truncate(torn.offset)
+        handle.sync()
+        handle.close()
+    reasons.append(f"torn tail cut: {torn.bytes_cut} bytes at offset {torn.offset} of segment {torn.name}")
+    return torn.bytes_cut
+
+
+def _drop_covered(disk: Disk, scan: LogScan, snap_index: int) -> None:
+    """Forget (and remove) segments whose every index the snapshot covers, e.g. after a snapshot install."""
+    covered = [s for s in scan.segments if s.last <= snap_index]
+    scan.segments = [s for s in scan.segments if s.last > snap_index]
+    named = [s.name for s in covered if s.name is not None]
+    for name in named:
+        disk.remove(f"{WAL_DIR}/{name}")
+    if named:
+        disk.sync_dir(WAL_DIR)
+
+
+def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[str]) -> HardState:
+    if stored is None:
+        reasons.append(
+            f"hard state lost: term set to {scan.max_term} (highest seen in log and snapshot), vote unknown"
+        )
+        return HardState(
+            current_term=scan.max_term,
+            voted_for=VOTE_UNKNOWN,
+            acked_watermark=scan.last_index,
+            repairing=True,
+        )
+    if scan.max_term > stored.current_term:
+        # Entries of a later term reached the log but the hard state saying so did not: the term is at
+        # least that, and whether this replica voted in it is unknown.
+        reasons.append(f"term raised from {stored.current_term} to {scan.max_term} (seen in the log)")
+        return attrs.evolve(stored, current_term=scan.max_term, voted_for=VOTE_UNKNOWN)
+    return stored
+
+
+def recover(disk: Disk) -> tuple[Opened, Recovered]:
+    """Open (or create) the WAL under `disk`; see the module docstring for the order of decisions."""
+    reasons: list[str] = []
+    fresh = not disk.exists(HARD_STATE_FILE) and not list_segments(disk) and not list_snapshots(disk)
+    disk.makedirs(WAL_DIR)
+    disk.makedirs(SNAPSHOT_DIR)
+    if fresh:
+        HardStateFile.create(disk, HardState())
+    slot, hs_file = _load_hard_state(disk, reasons)
+    stored = slot.hard_state if slot is not None else None
+    snap = load_newest(disk)
+    reasons.extend(snap.problems)
+    meta = snap.snapshot[0] if snap.snapshot is not None else None
+    snap_index, snap_term = (meta.index, meta.term) if meta is not None else (0, 0)
+    watermark = WATERMARK_UNKNOWN if stored is None else stored.acked_watermark
+    scan = scan_log(
+        _read_segments(disk, snap_index),
+        snap_index=snap_index,
+        snap_term=snap_term,
+        watermark=watermark,
+        allow_torn=True,
+    )
+    cut = _apply_cut(disk, scan, reasons)
+    _drop_covered(disk, scan, snap_index)
+    reasons.extend(scan.reasons)
+    hs = _settle_hard_state(stored, scan, reasons)
+    problem = _watermark_problem(slot, scan, meta)
+    reasons.extend([problem] if problem else [])
+    hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
+    if hs_file is None or hs != stored or not hs_file.intact:
+        hs_file = _persist(disk, hs_file, hs, _term_at(scan, meta, hs.acked_watermark))
+    recovered = Recovered(
+        hard_state=hs,
+        snapshot=snap.snapshot,
+        entries=scan.entries,
+        faulty=frozenset(scan.faulty),
+        repairing=hs.repairing,
+        reasons=reasons,
+        torn_tail_bytes_cut=cut,
+    )
+    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan), recovered

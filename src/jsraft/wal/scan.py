@@ -1,0 +1,263 @@
+"""Reading a WAL's segments back: which entries are good, which are faulty, what may be cut (layer L2).
+
+Owns: the recovery rules of DESIGN.md §4 as they apply to the log, as a pure function of the segment
+bytes, the snapshot's `(index, term)` and the acked watermark. It decides; `log.Wal` acts (cuts a torn
+tail, persists repairing).
+
+The walk visits segments in first-index order and records in file order, with a cursor at the end of the
+last accepted record. Bytes between the cursor and the next accepted record are *junk*: damaged records,
+or valid records that do not belong there (stale, repeated, misplaced). Rules, each named where it is
+applied below:
+
+  R1 torn tail: junk may be cut as a torn write only when it is at the physical end of the last segment,
+     no valid record of any kind lies in it, and the index it would hold is above the acked watermark.
+  R2 corruption keeps identity: any other junk is corruption. The indexes it hides are known from its
+     neighbours (previous accepted index + 1 up to the next accepted index - 1, or just the previous + 1
+     at the end of the log); they are reported faulty, and nothing after the junk is dropped.
+  R3 missing segment: a gap between one segment's last index and the next one's first index, or before
+     the first segment, is missing data: those indexes are faulty.
+  R4 log matching: indexes are contiguous (a record below the expected index is junk) and terms
+     non-decreasing; each entry's `prev_term` must equal the term of the entry before it. A break marks
+     both entries faulty, because a locally valid but stale record (a rolled-back write) can sit on either
+     side of it.
+  R5 the snapshot covers everything at or below its index: damage there is irrelevant, and the first
+     entry after it chains to the snapshot's term.
+
+Invariants:
+  1. Every index from the first live index to `last_index` is in exactly one segment's arrays and is
+     either in `entries` or in `faulty`, never both.
+  2. Nothing is cut except under R1; at most one cut, in the last segment.
+  3. `reasons` is bounded (`REASONS_MAX`); `corrupt` is set for every R2/R3/R4 finding above the snapshot.
+
+Imports: L0, L1, attrs. Reference: DESIGN.md §4 (torn tail vs corruption), Raft paper §5.3 (log matching).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, Kind, RecordView, scan_records
+from jsraft.errors import CorruptRecord
+from jsraft.raft.types import Entry
+from jsraft.wal.format import (
+    SEGMENT_DATA_START,
+    SEGMENT_FILE_TYPE,
+    SEGMENT_KINDS,
+    decode_entry_body,
+    file_header_ok,
+)
+from jsraft.wal.segment import Segment
+
+REASONS_MAX = 64
+WATERMARK_UNKNOWN = 1 << 64  # hard state lost: every index may have been acknowledged, so nothing is cut
+
+
+@attrs.frozen(kw_only=True)
+class TornCut:
+    """R1 applies: cut segment `name` at `offset` (remove the file if nothing valid precedes it)."""
+
+    name: str
+    offset: int
+    bytes_cut: int
+    remove_file: bool
+
+
+@attrs.define(kw_only=True)
+class LogScan:
+    segments: list[Segment]
+    faulty: set[int]
+    entries: list[Entry]
+    reasons: list[str]
+    corrupt: bool
+    torn: TornCut | None
+    max_term: int
+    last_index: int
+
+    def term_at(self, index: int) -> int:
+        """Term of a good `index` in the scanned log; 0 if faulty or not in any segment."""
+        if index in self.faulty:
+            return 0
+        for segment in self.segments:
+            if segment.first <= index <= segment.last:
+                return segment.terms[index - segment.first]
+        return 0
+
+
+class _Walk:
+    def __init__(self, snap_index: int, snap_term: int, watermark: int, allow_torn: bool) -> None:
+        self.snap_index, self.snap_term = snap_index, snap_term
+        self.watermark, self.allow_torn = watermark, allow_torn
+        self.segments: list[Segment] = []
+        self.faulty: set[int] = set()
+        self.entries: dict[int, Entry] = {}
+        self.reasons: list[str] = []
+        self.corrupt = False
+        self.torn: TornCut | None = None
+        self.expected: int | None = None
+        self.prev_term = 0  # term of index `expected - 1` when known and trusted, else 0
+        self.max_term = snap_term
+
+    def problem(self, index: int, text: str) -> None:
+        """Record corruption at `index` unless the snapshot covers it (R5)."""
+        if index <= self.snap_index:
+            return
+        self.corrupt = True
+        if len(self.reasons) < REASONS_MAX:
+            self.reasons.append(text)
+        elif len(self.reasons) == REASONS_MAX:
+            self.reasons.append("(further problems not listed)")
+
+    def fault(self, segment: Segment, index: int, offset: int) -> None:
+        segment.add(offset, 0, 0)
+        if index > self.snap_index:
+            self.faulty.add(index)
+
+    def start_segment(self, name: str, first: int) -> Segment:
+        expected = self.expected
+        if expected is None:
+            expected = self.snap_index + 1 if first > self.snap_index + 1 else first
+            if first > expected:
+                self.segments.append(Segment(expected, None))
+        if first > expected:
+            # R3: the indexes between are missing; they belong to the segment before (or the head).
+            before = self.segments[-1]
+            for index in range(expected, first):
+                self.fault(before, index, before.junk_at)
+            which = f"index {expected}" if first - 1 == expected else f"indexes {expected}..{first - 1}"
+            if before.junk_at < before.size:
+                where = f"segment {before.name} bytes {before.junk_at}..{before.size}"
+                self.problem(first - 1, f"corrupt record at {which} (end of {where})")
+            else:
+                self.problem(first - 1, f"{which} missing before segment {name} (a segment is missing)")
+            self.prev_term, expected = 0, first
+        elif first < expected:
+            self.problem(expected, f"segment {name} starts at {first}, inside the segment before it")
+        elif self.segments and self.segments[-1].junk_at < self.segments[-1].size:
+            self.problem(first, f"corrupt bytes at the end of segment {self.segments[-1].name}")
+        self.expected = expected
+        segment = Segment(expected, name)
+        self.segments.append(segment)
+        return segment
+
+    def accept(self, segment: Segment, record: RecordView, buffer: bytes, cursor: int) -> bool:
+        """Take `record` as the next entry (R2, R4); False if it is junk after all."""
+        index, term = record.ident_a, record.ident_b
+        try:
+            body = buffer[record.offset + HEADER_BYTES : record.offset + record.length]
+            entry, prev_claim = decode_entry_body(index, term, body)
+        except CorruptRecord:
+            return False
+        expected = self.expected
+        if index > expected:
+            # R2: junk (or nothing, if bytes were lost) hid these indexes; identity from the neighbours.
+            for missing in range(expected, index):
+                self.fault(segment, missing, cursor)
+            where = f"segment {segment.name} bytes {cursor}..{record.offset}"
+            if record.offset == cursor:
+                where = f"no bytes for them in segment {segment.name}"
+            which = f"index {expected}" if index - 1 == expected else f"indexes {expected}..{index - 1}"
+            self.problem(index - 1, f"corrupt record at {which} ({where})")
+            self.prev_term = 0
+        elif record.offset > cursor:
+            self.problem(index, f"corrupt bytes before index {index} (segment {segment.name} bytes "
+                                f"{cursor}..{record.offset}; no index missing)")
+        if index - 1 == self.snap_index:
+            self.prev_term = self.snap_term  # R5
+        segment.add(record.offset, record.length, term)
+        if index - 1 in self.faulty and prev_claim:
+            self.set_term(index - 1, prev_claim)  # the successor names its predecessor's term
+        prev = self.prev_term
+        if prev and (term < prev or (prev_claim and prev_claim != prev)) and index > self.snap_index:
+            # R4: one side of this break is stale; without a way to tell which, both are faulty.
+            self.faulty.add(index)
+            segment.terms[-1] = 0
+            if index - 1 > self.snap_index:
+                self.faulty.add(index - 1)
+                self.entries.pop(index - 1, None)
+                self.set_term(index - 1, 0)
+            self.problem(
+                index,
+                f"log matching broken between {index - 1} and {index} "
+                f"(term {term}, prev_term {prev_claim}, previous term {prev})",
+            )
+            self.prev_term = 0
+        else:
+            if index > self.snap_index:
+                self.entries[index] = entry
+            self.prev_term = term
+        self.expected = index + 1
+        return True
+
+    def set_term(self, index: int, term: int) -> None:
+        for segment in reversed(self.segments):
+            if segment.first <= index <= segment.last:
+                segment.terms[index - segment.first] = term
+                return
+
+    def walk_segment(self, name: str, first: int, buffer: bytes, is_last: bool) -> None:
+        segment = self.start_segment(name, first)
+        segment.size = len(buffer)
+        cursor = FILE_HEADER_BYTES if file_header_ok(buffer, SEGMENT_FILE_TYPE) else 0
+        records = scan_records(buffer, 0, SEGMENT_KINDS).records
+        header_seen = False
+        for record in records:
+            # Any term seen, even in junk, bounds the term this replica may already have voted in.
+            self.max_term = max(self.max_term, record.ident_b if record.kind == Kind.WAL_ENTRY else 0)
+            if record.kind == Kind.WAL_SEGMENT_HEADER:
+                in_place = record.offset == cursor == FILE_HEADER_BYTES and record.ident_a == first
+                if in_place and not header_seen:
+                    cursor, header_seen = record.offset + record.length, True
+                continue  # a misplaced header is junk
+            if record.ident_a < self.expected:
+                continue  # R4: below the expected index (stale or repeated): junk
+            if self.accept(segment, record, buffer, cursor):
+                cursor = record.offset + record.length
+        segment.header_ok = header_seen
+        segment.junk_at = cursor
+        if is_last and (cursor < len(buffer) or cursor < SEGMENT_DATA_START):
+            self.end_of_log(segment, records, cursor, len(buffer))
+
+    def end_of_log(self, segment: Segment, records: list[RecordView], cursor: int, size: int) -> None:
+        """Junk at the end of the last segment: R1 (torn, cut) or R2 (corruption, one faulty index)."""
+        expected = self.expected
+        valid_in_tail = any(record.offset >= cursor for record in records)
+        if self.allow_torn and not valid_in_tail and expected > self.watermark:
+            remove = cursor < SEGMENT_DATA_START and len(segment.offsets) == 0
+            self.torn = TornCut(name=segment.name, offset=cursor, bytes_cut=size - cursor, remove_file=remove)
+            segment.size = segment.junk_at = cursor
+            return
+        why = "valid records lie in it" if valid_in_tail else f"index {expected} is not above the watermark"
+        if not self.allow_torn:
+            why = "damage found while running"
+        self.fault(segment, expected, cursor)
+        self.problem(
+            expected,
+            f"corrupt record at index {expected}: segment {segment.name} bytes {cursor}..{size} at the end "
+            f"of the log (not a torn write: {why})",
+        )
+        self.expected, self.prev_term = expected + 1, 0
+
+
+def scan_log(
+    files: list[tuple[str, int, bytes]],
+    *,
+    snap_index: int,
+    snap_term: int,
+    watermark: int,
+    allow_torn: bool,
+) -> LogScan:
+    """Apply R1-R5 to `files` (`(name, first index, content)`, in first-index order)."""
+    walk = _Walk(snap_index, snap_term, watermark, allow_torn)
+    for position, (name, first, buffer) in enumerate(files):
+        walk.walk_segment(name, first, buffer, position == len(files) - 1)
+    last = max(snap_index, walk.expected - 1) if walk.expected is not None else snap_index
+    return LogScan(
+        segments=walk.segments,
+        faulty=walk.faulty,
+        entries=list(walk.entries.values()),
+        reasons=walk.reasons,
+        corrupt=walk.corrupt,
+        torn=walk.torn,
+        max_term=walk.max_term,
+        last_index=last,
+    )

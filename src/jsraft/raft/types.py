@@ -7,7 +7,12 @@ Invariants:
   1. `Entry.index >= 1` and `Entry.term >= 1`; entries in a log have strictly increasing indexes and
      non-decreasing terms.
   2. `HardState.acked_watermark` never decreases across persists: it is the highest log index this
-     replica has told anyone it holds durably.
+     replica has told anyone it holds durably. Two exceptions, both decided by the Raft core and
+     persisted in the same `Ready` as the change they describe: on a replica that is not repairing, a
+     conflict truncation or snapshot install lowers it to the new last index (the entries above were
+     acknowledged to a leader of an older term and never committed, so nobody counts them any more);
+     and the operator command
+     `RaftNode.accept_data_loss()` lowers it explicitly.
   3. Node ids are non-empty strings (`"n1"`), stable for the life of a data directory.
 
 Imports: L0, attrs. Reference: Raft paper §5 (Ongaro & Ousterhout, 2014), etcd-io/raft `raftpb`.

@@ -1,0 +1,296 @@
+"""`RaftNode`: the sans-IO Raft state machine of one replica of one group (layer L1).
+
+Owns: a replica's volatile and persistent Raft state, the public API (inputs `tick`, `step`, `propose`,
+`propose_conf_change`, `transfer_leadership`, `read_index`, `campaign`, `compact`, `accept_data_loss`;
+outputs `ready`/`advance`, `status`), the message gateway, the term rules every message goes through,
+and the dispatch table to the per-message handlers in `append`, `replication`, `election`, `snapshot`
+and `repair`. The storage-fault rules are the `rule_*` methods inherited from `rules.SafetyRules`.
+
+Invariants:
+  1. Time enters only through `tick()`, randomness only through the injected `random.Random`, so a run is
+     a function of its inputs (the simulator replays it from a seed).
+  2. Every message passes `validate_message()` before any handler sees it.
+  3. A message with a higher term makes us a follower of that term before it is handled — except pre-vote
+     requests, granted pre-vote responses and status probes, and (pre-)vote requests that arrive while we
+     are in a live leader's lease. A message with a lower term is answered at most with our term.
+  4. `current_term`, `voted_for`, `acked_watermark` and `repairing` reach storage through `Ready.hard_state`
+     with `must_sync` before any message that depends on them is sent (rule 1, see `Ready`).
+
+Imports: L0, attrs (through siblings), stdlib. Never trio, socket, time, threading or module-level random.
+Reference: Raft paper Fig. 2; etcd-io/raft `raft.go`, `rawnode.go`.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Callable
+from typing import Any
+
+from jsraft.errors import invariant
+from jsraft.raft import append, election, membership, readindex, ready, repair, replication, snapshot
+from jsraft.raft.config import RaftConfig, RestoredState
+from jsraft.raft.errors import NotLeader, ProposalDropped
+from jsraft.raft.log import RaftLog
+from jsraft.raft.messages import (
+    AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse, Message, RequestVote,
+    RequestVoteResponse, StatusProbe, StatusProbeResponse, TimeoutNow, validate_message,
+)
+from jsraft.raft.progress import Progress
+from jsraft.raft.rules import SafetyRules
+from jsraft.raft.status import Role, Status
+from jsraft.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
+
+_HANDLERS: dict[type, Callable[[Any, Any], None]] = {
+    AppendEntries: append.handle_append_entries,
+    AppendEntriesResponse: replication.handle_append_entries_response,
+    RequestVote: election.handle_request_vote,
+    RequestVoteResponse: election.handle_request_vote_response,
+    InstallSnapshot: snapshot.handle_install_snapshot,
+    InstallSnapshotResponse: snapshot.handle_install_snapshot_response,
+    TimeoutNow: election.handle_timeout_now,
+    StatusProbe: repair.handle_status_probe,
+    StatusProbeResponse: repair.handle_status_probe_response,
+}
+# Messages only a leader sends; only a leader's receipt of their responses matters.
+_FROM_LEADER = (AppendEntries, InstallSnapshot, TimeoutNow)
+_TO_LEADER = (AppendEntriesResponse, InstallSnapshotResponse)
+
+
+class RaftNode(SafetyRules):
+    """One replica. Not thread-safe: the driver calls it from one task."""
+
+    def __init__(self, config: RaftConfig, rng: random.Random, restored: RestoredState) -> None:
+        config.validate()
+        restored.validate()
+        self.config = config
+        self.id = config.node_id
+        self.rng = rng
+        self._restore(restored)
+        self.role = Role.FOLLOWER
+        self.leader_id: str | None = None
+        self.votes: dict[str, bool] = {}
+        self.progress: dict[str, Progress] = {}
+        self.lead_transferee: str | None = None
+        self.pending_conf_index = 0
+        self.election_elapsed = 0
+        self.heartbeat_elapsed = 0
+        self.randomized_election_ticks = config.election_ticks + rng.randrange(config.election_ticks)
+        self.read_round = 0
+        self.pending_reads: collections.deque[readindex.PendingRead] = collections.deque()
+        self.reads_waiting_commit: list[bytes] = []
+        self.read_states: list[ready.ReadState] = []
+        # The current leader's commit index, and how far our log is known to match the leader's, in this
+        # term: what rule 3 needs to decide that a repairing replica is whole again.
+        self.leader_commit_seen: int | None = None
+        self.leader_match_index = 0
+        self.peer_repairing: dict[str, bool] = {}
+        self.snapshot_receive: snapshot.ReceiveBuffer | None = None
+        self.pending_snapshot: ready.Snapshot | None = None
+        self.outbox: list[Message] = []
+        self.ready_outstanding = False
+        membership.apply_committed(self)  # the membership changes among the restored committed entries
+
+    def _restore(self, restored: RestoredState) -> None:
+        hard_state = self.rule_restore_hard_state(restored.hard_state)
+        verdict = self.rule_classify_restored_log(restored)
+        snap = restored.snapshot
+        snapshot_index = snap.index if snap is not None else 0
+        last_index = verdict.entries[-1].index if verdict.entries else snapshot_index
+        applied = restored.applied_index if restored.applied_index is not None else snapshot_index
+        self.log = RaftLog(
+            snapshot_index=snapshot_index, snapshot_term=snap.term if snap is not None else 0,
+            entries=list(verdict.entries), faulty=set(verdict.faulty),
+            commit_index=min(max(hard_state.commit_index, applied), last_index), applied_index=applied,
+            persisted=restored.entries_persisted, storage_last_index=restored.last_index)
+        self.current_term = hard_state.current_term
+        self.voted_for = hard_state.voted_for
+        self.acked_watermark = hard_state.acked_watermark
+        self.repairing = verdict.repair_reason is not None
+        self.repair_reason = verdict.repair_reason
+        # While repairing, nothing after the snapshot is trusted until a leader's log confirms it entry by
+        # entry: besides faulty records, storage may have restored stale copies (a rolled-back write).
+        self.repair_verified_index = snapshot_index if self.repairing else last_index
+        self.vote_unknown = verdict.vote_unknown
+        # What storage holds; if we now know we are repairing, the first Ready persists that (rule 2).
+        self.persisted_hard_state = restored.hard_state if restored.entries_persisted else HardState()
+        self.snapshot_meta: SnapshotMeta | None = snap
+        self.snapshot_data: bytes | None = restored.snapshot_data
+        self.conf: ConfState = restored.conf_state
+        self.conf_history: list[tuple[int, ConfState]] = [(snapshot_index, restored.conf_state)]
+        self.conf_applied_index = snapshot_index
+
+    # --- Inputs ----------------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One unit of time passed."""
+        if self.role is Role.LEADER:
+            self._tick_leader()
+            return
+        self.election_elapsed += 1
+        if self.election_elapsed < self.randomized_election_ticks:
+            return
+        self.election_elapsed = 0
+        if self.is_promotable():
+            election.campaign(self)
+            return
+        # We may not campaign (repairing, or not a voter): stop trusting a leader we no longer hear, and
+        # if repairing, find out whether the group can still elect anyone (rule 4).
+        self.leader_id = None
+        self.randomized_election_ticks = self.config.election_ticks + self.rng.randrange(self.config.election_ticks)
+        if self.repairing:
+            repair.send_status_probes(self)
+
+    def _tick_leader(self) -> None:
+        self.heartbeat_elapsed += 1
+        self.election_elapsed += 1
+        if self.election_elapsed >= self.config.election_ticks:
+            self.election_elapsed = 0
+            if self.config.check_quorum and not election.check_quorum_active(self):
+                # Check-quorum: a leader that has not heard from a majority for an election timeout may
+                # be on the minority side of a partition; step down so clients go elsewhere.
+                election.become_follower(self, self.current_term, None)
+                return
+            self.lead_transferee = None  # a transfer not done within an election timeout is aborted
+        snapshot.tick_transfers(self)
+        if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self.heartbeat_elapsed = 0
+            replication.broadcast_heartbeat(self)
+
+    def step(self, message: Message) -> None:
+        """Handle one message from a peer. Raises `PeerProtocolError` for a malformed one (drop the link)."""
+        validate_message(message, self.id, self.config.snapshot_bytes_max)
+        if isinstance(message, (StatusProbe, StatusProbeResponse)):
+            _HANDLERS[type(message)](self, message)
+            return
+        if message.term > self.current_term:
+            if not self._accept_higher_term(message):
+                return
+        elif message.term < self.current_term:
+            self._answer_lower_term(message)
+            return
+        if isinstance(message, _TO_LEADER) and self.role is not Role.LEADER:
+            return
+        _HANDLERS[type(message)](self, message)
+
+    def _accept_higher_term(self, message: Message) -> bool:
+        """Invariant 3; returns False if the message is to be ignored."""
+        if isinstance(message, RequestVote):
+            if election.in_leader_lease(self) and not message.leadership_transfer:
+                return False  # leader stickiness: a live leader is not disrupted by a partitioned node
+            if message.pre_vote:
+                return True  # pre-vote never changes our term
+        if isinstance(message, RequestVoteResponse) and message.pre_vote and message.vote_granted:
+            return True
+        leader = message.from_id if isinstance(message, _FROM_LEADER) else None
+        election.become_follower(self, message.term, leader)
+        return True
+
+    def _answer_lower_term(self, message: Message) -> None:
+        if isinstance(message, (AppendEntries, InstallSnapshot)):
+            # A deposed leader: our term in the response makes it step down.
+            self.send(AppendEntriesResponse(from_id=self.id, to_id=message.from_id, term=self.current_term,
+                                            success=False, repairing=self.repairing))
+        elif isinstance(message, RequestVote) and message.pre_vote:
+            # Answer so a pre-candidate with a stale term learns ours instead of waiting forever.
+            self.send(RequestVoteResponse(from_id=self.id, to_id=message.from_id, term=self.current_term,
+                                          vote_granted=False, pre_vote=True, repairing=self.repairing))
+
+    def campaign(self) -> None:
+        """Start an election now, as if the election timeout had elapsed (no-op if we may not)."""
+        election.campaign(self)
+
+    def propose(self, data: bytes) -> int:
+        """Append `data` as a new entry; returns its index. Raises `NotLeader` or `ProposalDropped`."""
+        self._check_proposal()
+        return self._append_proposal(EntryType.NORMAL, data)
+
+    def propose_conf_change(self, change: membership.ConfChange) -> int:
+        """Propose a single-server membership change; it takes effect when committed."""
+        self._check_proposal()
+        membership.check_proposal(self, change)
+        index = self._append_proposal(EntryType.CONF_CHANGE, membership.encode_conf_change(change))
+        self.pending_conf_index = index
+        return index
+
+    def _check_proposal(self) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader_id)
+        if self.lead_transferee is not None:
+            raise ProposalDropped(f"leadership is being transferred to {self.lead_transferee}")
+        if self.log.last_index - self.log.commit_index >= self.config.uncommitted_entries_max:
+            raise ProposalDropped("too many uncommitted entries")
+
+    def _append_proposal(self, entry_type: EntryType, data: bytes) -> int:
+        index = self.log.last_index + 1
+        self.append_as_leader([Entry(index=index, term=self.current_term, type=entry_type, data=bytes(data))])
+        replication.broadcast_append(self)
+        return index
+
+    def transfer_leadership(self, to: str) -> None:
+        """Hand leadership to voter `to` once it has caught up (TimeoutNow); proposals wait meanwhile."""
+        election.transfer_leadership(self, to)
+
+    def read_index(self, ctx: bytes) -> None:
+        """Ask for a read barrier; a `ReadState` with `ctx` comes out of a later `Ready`."""
+        readindex.read_index(self, ctx)
+
+    def compact(self, index: int, snapshot_data: bytes) -> None:
+        """The application durably snapshotted its state at applied `index`: drop the log up to it."""
+        snapshot.compact(self, index, snapshot_data)
+
+    def accept_data_loss(self) -> bool:
+        """Operator command (rule 4): stop repairing, keeping only the verified prefix of the log."""
+        return repair.accept_data_loss(self)
+
+    # --- Outputs ---------------------------------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        return ready.has_ready(self)
+
+    def ready(self) -> ready.Ready:
+        """Collect what the driver must do next; see `Ready` for the order. Call `advance()` after."""
+        return ready.build_ready(self)
+
+    def advance(self, rd: ready.Ready) -> None:
+        """The driver did everything `rd` asked (persisted, sent, applied)."""
+        ready.apply_advance(self, rd)
+        if self.role is Role.LEADER:
+            own = self.progress.get(self.id)
+            if own is not None and own.maybe_update(self.log.stable_index) and replication.maybe_commit(self):
+                replication.broadcast_append(self)
+        repair.maybe_finish_repair(self)
+
+    def status(self) -> Status:
+        return repair.build_status(self)
+
+    # --- Used by the role modules ----------------------------------------------------------------
+
+    def send(self, message: Message) -> None:
+        invariant(message.to_id != self.id, "a node never sends a message to itself")
+        self.outbox.append(message)
+
+    def hard_state(self) -> HardState:
+        return HardState(current_term=self.current_term, voted_for=self.voted_for,
+                         commit_index=self.log.commit_index, acked_watermark=self.acked_watermark,
+                         repairing=self.repairing)
+
+    def is_promotable(self) -> bool:
+        """May this replica campaign: a voter, not repairing (rule 3)."""
+        return self.id in self.conf.voters and self.rule_may_campaign()
+
+    def append_as_leader(self, entries: list[Entry]) -> None:
+        invariant(self.role is Role.LEADER, "only the leader appends its own entries")
+        self.log.append(entries)
+
+    def on_commit_advanced(self) -> None:
+        """The commit index advanced, or a faulty entry at or below it was repaired."""
+        membership.apply_committed(self)
+        if self.role is Role.LEADER and self.id not in self.conf.voters:
+            # Our removal committed: tell the others (so they apply it too), then stop leading; the
+            # remaining voters elect a leader among themselves.
+            self.progress.pop(self.id, None)
+            replication.broadcast_append(self)
+            election.become_follower(self, self.current_term, None)
+            return
+        readindex.on_commit(self)

@@ -1,0 +1,140 @@
+"""`Ready`: everything the core wants done next, and the contract for doing it (layer L1).
+
+Owns: `Ready`, `Snapshot`, `ReadState`, and the two functions that move work between a `RaftNode` and
+its driver: `build_ready()` (collect pending work) and `apply_advance()` (record that it was done).
+
+Invariants:
+  1. At most one `Ready` is outstanding: `ready()` must be followed by `advance()` before the next one.
+  2. A message in `Ready.messages` depends at most on the state persisted by the same `Ready` (or earlier
+     ones): term and vote changes, entries, the acked watermark. Hence the ordering contract on `Ready`.
+  3. `committed_entries` never include a faulty entry, nor one above `commit_index`, nor (while repairing)
+     one not yet verified against a leader (`repair.trusted_index`).
+
+Imports: L0, attrs. Reference: etcd-io/raft `node.go` (`Ready`, `Advance`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from jsraft.errors import invariant
+from jsraft.raft import repair
+from jsraft.raft.messages import Message
+from jsraft.raft.status import Role
+from jsraft.raft.types import Entry, HardState, SnapshotMeta
+
+if TYPE_CHECKING:
+    from jsraft.raft.core import RaftNode
+
+
+@attrs.frozen(kw_only=True)
+class Snapshot:
+    """An application snapshot: what it covers (`meta`) and the application's opaque bytes."""
+
+    meta: SnapshotMeta
+    data: bytes
+
+
+@attrs.frozen(kw_only=True)
+class ReadState:
+    """A read barrier passed: reads of state applied through `index` are linearizable for `ctx`."""
+
+    index: int
+    ctx: bytes
+
+
+@attrs.frozen(kw_only=True)
+class Ready:
+    """What the driver must do, in this order, then call `RaftNode.advance(ready)`.
+
+    1. Persist. If `snapshot` is set, save it and discard every log entry at or below its index. If
+       `truncate_from` is set, discard every log entry at or above it. Append `entries` (when both are set,
+       `entries[0].index == truncate_from`). Rewrite `repaired_entries` in place: each replaces a record
+       found corrupt at the same index, and nothing else is removed. Save `hard_state` if set.
+       If `must_sync`, fsync all of it before step 2.
+    2. Only then send `messages`. They may grant a vote, acknowledge entries or report the acked
+       watermark; sent before step 1 is durable, a crash could make them lies (rules 1 and 2). Messages to
+       this node itself are never emitted.
+    3. Install `snapshot` in the application, then apply `committed_entries` in order, and answer
+       `read_states` once the application has applied through each one's index.
+    """
+
+    # The hard state to save, or None if it did not change since the last Ready.
+    hard_state: HardState | None = None
+    # Discard persisted entries at and above this index (a conflict with the leader, or a snapshot).
+    truncate_from: int | None = None
+    # Entries to append after the truncation, contiguous.
+    entries: tuple[Entry, ...] = ()
+    # Replacements for records found corrupt (same index), written without removing anything else.
+    repaired_entries: tuple[Entry, ...] = ()
+    # A leader's snapshot to save and install.
+    snapshot: Snapshot | None = None
+    # Entries to apply, in order, after persisting. Never a faulty one; never above the commit index.
+    committed_entries: tuple[Entry, ...] = ()
+    # Messages to send after persisting. Never addressed to this node.
+    messages: tuple[Message, ...] = ()
+    # Read barriers passed (read_index).
+    read_states: tuple[ReadState, ...] = ()
+    # Fsync step 1 before step 2: term, vote, watermark, repairing flag or the log changed (rule 1).
+    must_sync: bool = False
+
+
+def _durable_fields(hard_state: HardState) -> tuple[object, ...]:
+    """Fields whose change must be fsynced; `commit_index` is only a restart hint."""
+    return (hard_state.current_term, hard_state.voted_for, hard_state.acked_watermark, hard_state.repairing)
+
+
+def has_ready(node: RaftNode) -> bool:
+    log = node.log
+    return bool(
+        node.outbox or node.read_states or node.pending_snapshot is not None or log.has_writes()
+        or node.hard_state() != node.persisted_hard_state
+        or log.committed_to_apply(1, repair.trusted_index(node)))
+
+
+def build_ready(node: RaftNode) -> Ready:
+    invariant(not node.ready_outstanding, "ready() called again before advance()")
+    log = node.log
+    truncate_from, entries, repaired = log.take_writes()
+    snapshot, node.pending_snapshot = node.pending_snapshot, None
+    committed = log.committed_to_apply(node.config.committed_entries_per_ready_max, repair.trusted_index(node))
+    if entries and node.role is Role.LEADER:
+        # Rule 2 for the leader: it counts its own copy toward commit once this Ready is durable, which is
+        # an acknowledgement too; the watermark covering it is persisted with the entries.
+        node.acked_watermark = node.rule_acked_watermark(node.acked_watermark, entries[-1].index)
+    hard_state = node.hard_state()
+    changed = hard_state != node.persisted_hard_state
+    durable_changed = changed and _durable_fields(hard_state) != _durable_fields(node.persisted_hard_state)
+    log_written = bool(entries or repaired or truncate_from is not None or snapshot is not None)
+    messages, node.outbox = tuple(node.outbox), []
+    read_states, node.read_states = tuple(node.read_states), []
+    node.ready_outstanding = True
+    return Ready(
+        hard_state=hard_state if changed else None,
+        truncate_from=truncate_from,
+        entries=tuple(entries),
+        repaired_entries=tuple(repaired),
+        snapshot=snapshot,
+        committed_entries=tuple(committed),
+        messages=messages,
+        read_states=read_states,
+        must_sync=node.rule_must_sync(durable_changed, log_written),
+    )
+
+
+def apply_advance(node: RaftNode, ready: Ready) -> None:
+    invariant(node.ready_outstanding, "advance() without an outstanding ready()")
+    node.ready_outstanding = False
+    log = node.log
+    if ready.hard_state is not None:
+        node.persisted_hard_state = ready.hard_state
+    if ready.entries:
+        log.mark_stable(ready.entries[-1])
+    if ready.snapshot is not None:
+        log.applied_index = max(log.applied_index, ready.snapshot.meta.index)
+    if ready.committed_entries:
+        last_applied = ready.committed_entries[-1].index
+        invariant(last_applied <= log.commit_index, "applied entries were committed")
+        log.applied_index = max(log.applied_index, last_applied)

@@ -1,0 +1,193 @@
+"""Repairing replicas: entering, leaving, halting, and the operator's override (layer L1).
+
+Owns: the storage-fault rules that are about a replica's own damage.
+  Rule 2  `classify_restored_log`: a log shorter than the acked watermark (or the commit hint, or the
+          application's applied index), a faulty record, a persisted `repairing` flag — each makes the
+          replica repairing, and the next `Ready` persists `repairing=True`.
+  Rule 3  `trusted_index`, `maybe_finish_repair`: a repairing replica trusts only the prefix a leader has
+          confirmed entry by entry; it leaves repairing when no faulty index remains, the whole log is
+          confirmed and durable, reaches the watermark, and covers the current leader's commit index.
+  Rule 4  `halted_reason` + `StatusProbe`: if the voters that are not repairing cannot form a quorum, the
+          group halts and says so; `accept_data_loss` is the operator's explicit way out.
+  Rule 7  `classify_restored_log`: a data directory whose storage UUID changed is a new member that may
+          have voted under its old identity: it is repairing, and when repaired it fences its vote for the
+          current term.
+
+Invariants:
+  1. A repairing replica is never leader.
+  2. `repairing` changes only here (and at construction), and every change reaches the hard state.
+
+Imports: L0, attrs. Reference: DESIGN.md §4 (storage-fault rules).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import attrs
+
+from jsraft.errors import invariant
+from jsraft.raft.errors import ProposalDropped
+from jsraft.raft.messages import StatusProbe, StatusProbeResponse
+from jsraft.raft.status import Role, Status
+from jsraft.raft.types import Entry
+
+if TYPE_CHECKING:
+    from jsraft.raft.config import RestoredState
+    from jsraft.raft.core import RaftNode
+
+
+@attrs.frozen(kw_only=True)
+class RestoreVerdict:
+    """How the core takes the restored log: the entries and faulty indexes it keeps, and why (if at all)
+    it is repairing. `vote_unknown`: the vote this member cast under its old identity may be lost."""
+
+    entries: tuple[Entry, ...]
+    faulty: frozenset[int]
+    repair_reason: str | None
+    vote_unknown: bool = False
+
+
+def classify_restored_log(restored: RestoredState) -> RestoreVerdict:
+    """Rules 2 and 7: the reasons, if any, that this replica must repair before it votes or leads."""
+    hard_state = restored.hard_state
+    last = restored.last_index
+    reasons: list[str] = []
+    if restored.storage_uuid_changed:
+        reasons.append("storage UUID changed (new member)")
+    if hard_state.repairing:
+        reasons.append("hard state says repairing")
+    reasons.extend(restored.repair_reasons)
+    if restored.faulty:
+        reasons.append(f"{len(restored.faulty)} faulty entr{'y' if len(restored.faulty) == 1 else 'ies'} "
+                       f"from index {min(restored.faulty)}")
+    if last < hard_state.acked_watermark:
+        reasons.append(f"log ends at {last}, below acked watermark {hard_state.acked_watermark}")
+    if last < hard_state.commit_index:
+        reasons.append(f"log ends at {last}, below commit index {hard_state.commit_index}")
+    if restored.applied_index is not None and last < restored.applied_index:
+        reasons.append(f"log ends at {last}, below applied index {restored.applied_index}")
+    return RestoreVerdict(
+        entries=restored.contiguous_entries(),
+        faulty=restored.faulty,
+        repair_reason="; ".join(reasons) or None,
+        vote_unknown=restored.storage_uuid_changed,
+    )
+
+
+def trusted_index(node: RaftNode) -> int:
+    """The end of the prefix this replica can vouch for: when healthy, up to its first faulty entry; when
+    repairing, only what a leader's log has confirmed entry by entry (rule 3) — storage may have restored
+    stale copies that pass their CRC (a rolled-back write), so neither applying nor a consistency check
+    may rely on the rest."""
+    return node.repair_verified_index if node.repairing else node.log.verified_last_index()
+
+
+def maybe_finish_repair(node: RaftNode) -> None:
+    """Rule 3: leave repairing once the log is whole again, as far as the current leader can tell."""
+    if not node.repairing:
+        return
+    invariant(node.role is not Role.LEADER, "a repairing replica is never leader")
+    log = node.log
+    if log.faulty or log.has_writes() or node.pending_snapshot is not None:
+        # Not before the repaired log is durable: the flag and the data it vouches for go to disk in order.
+        return
+    if log.last_index < node.acked_watermark or node.repair_verified_index < log.last_index:
+        return
+    if node.leader_id is None or node.leader_commit_seen is None:
+        return
+    if node.leader_match_index < node.leader_commit_seen:
+        return
+    node.repairing = False
+    node.repair_reason = None
+    if node.vote_unknown and node.voted_for is None:
+        # Rule 7: under its old storage this member may already have voted in the current term. Voting for
+        # itself (a vote nobody receives) makes sure it grants no second vote in this term.
+        node.voted_for = node.id
+    node.vote_unknown = False
+
+
+def accept_data_loss(node: RaftNode) -> bool:
+    """Rule 4, operator override: stop repairing by keeping only the verified prefix of the log.
+
+    Entries from the first faulty index on are truncated (even committed ones: that is the loss the
+    operator accepts), the commit index and acked watermark are lowered to the new last index, and
+    `repairing=False` is persisted. Returns False if this replica was not repairing.
+    """
+    if not node.repairing:
+        return False
+    log = node.log
+    keep_through = log.verified_last_index()
+    if log.applied_index > keep_through:
+        raise ProposalDropped(
+            f"the application applied through {log.applied_index}, past the verified log ({keep_through})")
+    log.lower_commit(keep_through)
+    if keep_through < log.last_index:
+        log.truncate_from(keep_through + 1)
+    node.acked_watermark = min(node.acked_watermark, log.last_index)
+    node.repairing = False
+    node.repair_reason = None
+    node.vote_unknown = False
+    return True
+
+
+def note_peer_repairing(node: RaftNode, peer: str, repairing: bool) -> None:
+    """Remember what a voter said about itself (only voters: the map stays bounded by the membership)."""
+    if peer in node.conf.voters:
+        node.peer_repairing[peer] = repairing
+
+
+def send_status_probes(node: RaftNode) -> None:
+    """A repairing voter that knows no leader asks the other voters whether they are repairing too."""
+    if node.id not in node.conf.voters:
+        return
+    for peer in node.conf.voters:
+        if peer != node.id:
+            node.send(StatusProbe(from_id=node.id, to_id=peer, term=node.current_term, repairing=node.repairing))
+
+
+def handle_status_probe(node: RaftNode, message: StatusProbe) -> None:
+    note_peer_repairing(node, message.from_id, message.repairing)
+    node.send(StatusProbeResponse(from_id=node.id, to_id=message.from_id, term=node.current_term,
+                                  repairing=node.repairing, leader_id=node.leader_id))
+
+
+def handle_status_probe_response(node: RaftNode, message: StatusProbeResponse) -> None:
+    note_peer_repairing(node, message.from_id, message.repairing)
+
+
+def halted_reason(node: RaftNode) -> str | None:
+    """Rule 4: why the group cannot elect a leader, if this replica knows it cannot."""
+    if node.leader_id is not None:
+        return None
+    voters = node.conf.voters
+    repairing = sorted(v for v in voters
+                       if (node.repairing if v == node.id else node.peer_repairing.get(v, False)))
+    healthy = len(voters) - len(repairing)
+    needed = len(voters) // 2 + 1
+    if not voters or healthy >= needed:
+        return None
+    return (f"halted: {len(repairing)} of {len(voters)} voters repairing ({', '.join(repairing)}); "
+            f"{healthy} healthy < quorum {needed}; accept_data_loss() on repairing voters to resume")
+
+
+def build_status(node: RaftNode) -> Status:
+    log = node.log
+    return Status(
+        node_id=node.id,
+        role=node.role,
+        current_term=node.current_term,
+        voted_for=node.voted_for,
+        leader_id=node.leader_id,
+        commit_index=log.commit_index,
+        applied_index=log.applied_index,
+        last_index=log.last_index,
+        snapshot_index=log.snapshot_index,
+        acked_watermark=node.acked_watermark,
+        repairing=node.repairing,
+        repair_reason=node.repair_reason,
+        faulty_count=len(log.faulty),
+        halted_reason=halted_reason(node),
+        voters=node.conf.voters,
+        learners=node.conf.learners,
+    )

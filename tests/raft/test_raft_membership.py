@@ -1,0 +1,131 @@
+"""Single-server membership changes with learners.
+
+Method: encode/decode and `apply_to_conf` as pure functions; proposals and their effects through a real
+`Cluster` (a new node starts empty and learns the whole membership history from the log).
+"""
+
+from __future__ import annotations
+
+import pytest
+from raft_network import Cluster
+
+from jsraft.raft import BadConfChange, ConfChange, ConfChangeType, ConfState, ProposalDropped
+from jsraft.raft.membership import apply_to_conf, decode_conf_change, encode_conf_change
+
+A = ConfChangeType
+
+
+def change(kind: ConfChangeType, node_id: str) -> ConfChange:
+    return ConfChange(type=kind, node_id=node_id)
+
+
+@pytest.mark.parametrize("kind", list(ConfChangeType))
+def test_conf_change_round_trips(kind):
+    assert decode_conf_change(encode_conf_change(change(kind, "node-7"))) == change(kind, "node-7")
+
+
+def test_apply_to_conf():
+    conf = ConfState(voters=("n1", "n2"))
+    conf = apply_to_conf(conf, change(A.ADD_LEARNER, "n3"))
+    assert conf == ConfState(voters=("n1", "n2"), learners=("n3",))
+    conf = apply_to_conf(conf, change(A.PROMOTE_LEARNER, "n3"))
+    assert conf == ConfState(voters=("n1", "n2", "n3"))
+    conf = apply_to_conf(conf, change(A.REMOVE_NODE, "n1"))
+    assert conf == ConfState(voters=("n2", "n3"))
+
+
+@pytest.mark.parametrize("conf, bad, words", [
+    (ConfState(voters=("n1",)), change(A.ADD_VOTER, "n1"), "already"),
+    (ConfState(voters=("n1",), learners=("n2",)), change(A.ADD_VOTER, "n2"), "promote"),
+    (ConfState(voters=("n1",)), change(A.PROMOTE_LEARNER, "n2"), "not a learner"),
+    (ConfState(voters=("n1",)), change(A.REMOVE_NODE, "n1"), "last voter"),
+    (ConfState(voters=("n1",)), change(A.REMOVE_NODE, "n9"), "not a member"),
+])
+def test_changes_that_do_not_apply_are_refused(conf, bad, words):
+    with pytest.raises(BadConfChange, match=words):
+        apply_to_conf(conf, bad)
+
+
+def grown_cluster() -> Cluster:
+    cluster = Cluster(["n1", "n2", "n3"], config={"learner_catchup_entries_max": 2})
+    cluster.elect("n1")
+    cluster.add_node("n4")
+    return cluster
+
+
+def test_a_new_node_learns_the_membership_from_the_log_and_never_votes_as_a_learner():
+    cluster = grown_cluster()
+    cluster.nodes["n1"].propose_conf_change(change(A.ADD_LEARNER, "n4"))
+    cluster.stabilize()
+    assert all(n.conf == ConfState(voters=("n1", "n2", "n3"), learners=("n4",)) for n in cluster.nodes.values())
+    cluster.partition = [{"n1"}, {"n2", "n3", "n4"}]
+    cluster.run(60)
+    assert cluster.nodes["n4"].role == "follower" and cluster.leader() in ("n2", "n3")
+
+
+def test_promotion_waits_until_the_learner_caught_up():
+    cluster = grown_cluster()
+    leader = cluster.nodes["n1"]
+    leader.propose_conf_change(change(A.ADD_LEARNER, "n4"))
+    cluster.stabilize()
+    cluster.partition = [{"n1", "n2", "n3"}, {"n4"}]
+    for i in range(5):
+        leader.propose(f"v{i}".encode())
+    cluster.stabilize()
+    with pytest.raises(ProposalDropped, match="not caught up"):
+        leader.propose_conf_change(change(A.PROMOTE_LEARNER, "n4"))
+    cluster.partition = None
+    cluster.run(3)
+    leader.propose_conf_change(change(A.PROMOTE_LEARNER, "n4"))
+    cluster.stabilize()
+    assert cluster.nodes["n4"].conf.voters == ("n1", "n2", "n3", "n4")
+
+
+def test_one_membership_change_at_a_time():
+    cluster = grown_cluster()
+    leader = cluster.nodes["n1"]
+    leader.propose_conf_change(change(A.ADD_LEARNER, "n4"))
+    with pytest.raises(ProposalDropped, match="already in progress"):
+        leader.propose_conf_change(change(A.REMOVE_NODE, "n3"))
+    cluster.stabilize()
+    leader.propose_conf_change(change(A.REMOVE_NODE, "n4"))
+
+
+def test_a_new_leader_changes_membership_only_after_committing_in_its_term():
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.nodes["n1"].campaign()
+    cluster.deliver_until(lambda: cluster.nodes["n1"].role == "leader")
+    assert cluster.nodes["n1"].role == "leader"
+    with pytest.raises(ProposalDropped, match="not committed an entry of its term"):
+        cluster.nodes["n1"].propose_conf_change(change(A.ADD_LEARNER, "n4"))
+
+
+def test_an_invalid_change_is_refused_before_it_reaches_the_log():
+    cluster = grown_cluster()
+    last = cluster.nodes["n1"].log.last_index
+    with pytest.raises(BadConfChange):
+        cluster.nodes["n1"].propose_conf_change(change(A.PROMOTE_LEARNER, "n4"))
+    assert cluster.nodes["n1"].log.last_index == last
+
+
+def test_removing_the_leader_makes_it_step_down_after_the_commit_is_spread():
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.elect("n1")
+    cluster.nodes["n1"].propose_conf_change(change(A.REMOVE_NODE, "n1"))
+    cluster.stabilize()
+    assert cluster.nodes["n1"].role == "follower"
+    assert all(cluster.nodes[n].conf.voters == ("n2", "n3") for n in ("n2", "n3"))
+    cluster.run(60)
+    assert cluster.leader() in ("n2", "n3")
+    assert not cluster.nodes["n1"].is_promotable()
+
+
+def test_quorum_follows_the_membership():
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.elect("n1")
+    cluster.nodes["n1"].propose_conf_change(change(A.REMOVE_NODE, "n3"))
+    cluster.stabilize()
+    cluster.crash("n3")
+    cluster.nodes["n1"].propose(b"needs n1 and n2")
+    cluster.stabilize()
+    assert cluster.apps["n2"].values == ["needs n1 and n2"]

@@ -70,9 +70,9 @@ class StoreConfig:
     max_bytes: int = UNLIMITED
     max_msgs_per_subject: int = UNLIMITED
     max_msg_size: int = UNLIMITED
-    discard: Discard = Discard.old
+    discard: Discard = attrs.field(default=Discard.old, converter=Discard)
     discard_new_per_subject: bool = False
-    compression: Compression = Compression.none
+    compression: Compression = attrs.field(default=Compression.none, converter=Compression)
     block_size: int = limits.block_bytes_default
 
     def validate(self) -> "StoreConfig":

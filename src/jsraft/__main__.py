@@ -1,0 +1,7 @@
+"""`python -m jsraft` runs the `jsraft` command."""
+
+import sys
+
+from jsraft.cli import main
+
+sys.exit(main())

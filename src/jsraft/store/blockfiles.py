@@ -1,0 +1,133 @@
+"""The set of block files of one FileStore: naming, open handles, the read cache, lookups by sequence.
+
+Owns: which block files exist and how they are reached. It knows nothing of messages beyond the
+`Block` summaries it holds; the store decides what is written.
+
+Invariants:
+  1. `blocks` is sorted by block number, and natural sequence ranges increase with the number.
+  2. At most `_HANDLES_MAX` files are open; the newest block's handle is never evicted.
+  3. The cache holds at most `limits.block_cache_blocks_max` whole blocks, so bodies never pile up in
+     memory; a cached buffer is dropped whenever its file changes.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from jsraft import limits
+from jsraft.disk.base import Disk, DiskFile
+from jsraft.store.blocks import Block, block_name, block_preamble
+
+_HANDLES_MAX = 16
+
+
+class BlockFiles:
+    def __init__(self, disk: Disk) -> None:
+        self.disk = disk
+        self.blocks: list[Block] = []
+        self.by_number: dict[int, Block] = {}
+        self._handles: OrderedDict[int, DiskFile] = OrderedDict()
+        self._cache: OrderedDict[int, bytes] = OrderedDict()
+
+    def add(self, block: Block) -> None:
+        self.blocks.append(block)
+        self.by_number[block.number] = block
+
+    def newest(self) -> Block:
+        return self.blocks[-1]
+
+    def handle(self, number: int) -> DiskFile:
+        handle = self._handles.get(number)
+        if handle is not None:
+            self._handles.move_to_end(number)
+            return handle
+        handle = self.disk.open(block_name(number))
+        self._handles[number] = handle
+        if len(self._handles) > _HANDLES_MAX:
+            old_number = next(iter(self._handles))
+            if not self.blocks or old_number != self.newest().number:
+                self._handles.pop(old_number).close()
+        return handle
+
+    def forget(self, number: int) -> None:
+        """Close the file's handle and drop its cached buffer (it was rewritten or removed)."""
+        handle = self._handles.pop(number, None)
+        if handle is not None:
+            handle.close()
+        self._cache.pop(number, None)
+
+    def drop_cache(self) -> None:
+        self._cache.clear()
+
+    def abandon(self) -> None:
+        """Drop every handle without closing cleanly: what a crash leaves (tests use it)."""
+        self._handles.clear()
+        self._cache.clear()
+
+    def close(self) -> None:
+        for handle in self._handles.values():
+            handle.close()
+        self._handles.clear()
+        self._cache.clear()
+
+    def create(self, number: int, first_seq: int) -> Block:
+        """Create block file `number`, durable (file and directory entry), and make it the newest."""
+        block = Block(number, first_seq)
+        handle = self.disk.open(block_name(number), create=True)
+        handle.truncate(0)
+        handle.append(block_preamble(number, first_seq))
+        handle.sync()
+        self.disk.sync_dir("")
+        block.size = handle.size()
+        self._handles[number] = handle
+        self.add(block)
+        return block
+
+    def remove(self, block: Block) -> None:
+        """Remove a block file (the caller syncs the directory once for a group of removals)."""
+        self.forget(block.number)
+        self.disk.remove(block_name(block.number))
+        self.blocks.remove(block)
+        del self.by_number[block.number]
+
+    def append(self, data: bytes) -> int:
+        """Append bytes to the newest block; return the offset they start at."""
+        block = self.newest()
+        offset = self.handle(block.number).append(data)
+        block.size = offset + len(data)
+        self._cache.pop(block.number, None)
+        return offset
+
+    def buffer(self, block: Block) -> bytes:
+        """The whole block file, through the bounded cache."""
+        buffer = self._cache.get(block.number)
+        if buffer is None or len(buffer) != block.size:
+            handle = self.handle(block.number)
+            buffer = handle.pread(0, handle.size())
+            self._cache[block.number] = buffer
+            while len(self._cache) > limits.block_cache_blocks_max:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(block.number)
+        return buffer
+
+    def read(self, block: Block, offset: int, length: int) -> bytes:
+        buffer = self._cache.get(block.number)
+        if buffer is not None and offset + length <= len(buffer):
+            return buffer[offset : offset + length]
+        return self.handle(block.number).pread(offset, length)
+
+    def block_for(self, seq: int) -> Block | None:
+        """The block whose natural range covers `seq` (binary search)."""
+        blocks = self.blocks
+        lo, hi = 0, len(blocks) - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            block = blocks[mid]
+            if seq < block.first_seq:
+                hi = mid - 1
+            elif seq > block.last_seq:
+                lo = mid + 1
+            else:
+                return block
+        return None

@@ -1,0 +1,390 @@
+"""`FileStore`: a stream's messages in block files, every record CRC-checked (layer L2).
+
+Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest
+is split by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops`
+(filtered reads, purge, truncate, repair, compression), `recovery` and `fs_index` (opening a store),
+`blockfiles` (the files), `blocks` (the block format).
+
+Invariants (beyond the `StreamStore` ones):
+  1. Only the newest block is appended to. Deletes go there as `TOMBSTONE` records; a head that is cut
+     away (limits, compact, purge, expiry) is recorded as a `FIRST_SEQ` marker before any block file is
+     removed, so a lost first block can be told from a purged one.
+  2. `sync()` writes a `STORE_SYNC` record and then fsyncs: a damaged record *before* a valid
+     `STORE_SYNC` is corruption (reported), never a torn tail (cut).
+  3. Message bodies are not kept in memory: per sequence only offset, length and CRC (12 bytes), plus
+     a bounded cache of whole blocks for scans.
+  4. A read verifies the record's CRC; a record that fails is recorded as a fault and never served.
+  5. All I/O goes through the `Disk` given to `open()`.
+
+Imports: L0, L1 (codec, subjects, disk protocol). Reference: DESIGN.md §3, §6; nats-server
+`server/filestore.go` (ideas only).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+
+from crc32c import crc32c
+
+from jsraft import subjects as subjectlib
+from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record, message_digest
+from jsraft.disk.base import Disk
+from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageFound, StoreClosed, invariant
+from jsraft.store import fs_append, fs_index, fs_ops, fs_remove, recovery
+from jsraft.store.base import (
+    DIGEST_RANGE_SEQS,
+    Fault,
+    StoreConfig,
+    StoredMsg,
+    StoreState,
+    msg_size,
+)
+from jsraft.store.blockfiles import BlockFiles
+from jsraft.store.blocks import Block, message_body, message_subject
+from jsraft.store.faultmap import FaultMap
+from jsraft.store.limits_check import check_batch
+
+_U64 = (1 << 64) - 1
+_LEN = struct.Struct("<I")
+_RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
+
+
+class FileStore:
+    """Use `FileStore.open(disk, config)`; the constructor alone does not recover."""
+
+    def __init__(self, disk: Disk, config: StoreConfig) -> None:
+        self.config = config.validate()
+        self.disk = disk
+        self._closed = False
+        self.read_only = False
+        self.files = BlockFiles(disk)
+        self.head = 1  # every sequence below `head` was removed on purpose
+        self.touched = False  # anything happened (append, skip, compact, purge): state leaves 0/0
+        self.lowest_block = 1  # the lowest block number that should exist
+        self.last_seq = 0
+        self.msgs = 0
+        self.bytes = 0
+        self.digest = 0
+        self.ranges: dict[int, int] = {}
+        self.range_counts: dict[int, int] = {}
+        self.psim: dict[str, list[int]] = {}  # subject -> [count, first seq or 0, last seq or 0]
+        self.moved: dict[int, tuple[int, int, int, int]] = {}  # seq -> (block, offset, length, crc)
+        self.fault_map = FaultMap()
+        self._first_live_hint = 0
+        self._dirty = False
+        self._sealed_since_index = 0
+        self.recovery_report: dict[str, object] = {}
+
+    # --- Opening and closing ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, disk: Disk, config: StoreConfig | None = None, *, read_only: bool = False,
+             use_index: bool = True) -> "FileStore":
+        """Recover the store in `disk`.
+
+        `read_only` changes nothing on disk (no torn tail is cut, no file removed or created): for
+        offline verification. `use_index=False` scans and verifies every record of every block.
+        """
+        store = cls(disk, config or StoreConfig())
+        store.read_only = read_only
+        recovery.recover(store, use_index=use_index)
+        return store
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        if not self.read_only:
+            self.sync()
+            fs_index.write_index(self)
+        self._closed = True
+        self.files.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed()
+
+    @property
+    def blocks(self) -> list[Block]:
+        return self.files.blocks
+
+    def newest(self) -> Block:
+        return self.files.newest()
+
+    def new_block(self) -> Block:
+        """Start the next block file; the previous newest must already be sealed."""
+        number = self.files.newest().number + 1 if self.files.blocks else self.lowest_block
+        return self.files.create(number, self.last_seq + 1)
+
+    def write_records(self, data: bytes) -> int:
+        """Append framed records to the newest block; return the offset they start at."""
+        invariant(not self.read_only, "a read-only store never writes")
+        self._dirty = True
+        return self.files.append(data)
+
+    def read_record(self, block: Block, offset: int, length: int) -> bytes:
+        return self.files.read(block, offset, length)
+
+    # --- Accounting (used by recovery too) ------------------------------------------------------
+
+    def account_add(self, seq: int, subject: str, size: int, crc: int) -> None:
+        self.msgs += 1
+        self.bytes += size
+        term = message_digest(seq, crc)
+        self.digest = (self.digest + term) & _U64
+        key = (seq - 1) >> _RANGE_SHIFT
+        self.ranges[key] = (self.ranges.get(key, 0) + term) & _U64
+        self.range_counts[key] = self.range_counts.get(key, 0) + 1
+        entry = self.psim.get(subject)
+        if entry is None:
+            self.psim[subject] = [1, seq, seq]
+        else:
+            entry[0] += 1
+            if entry[1] and seq < entry[1]:
+                entry[1] = seq
+            if entry[2] and seq > entry[2]:
+                entry[2] = seq
+
+    def account_remove(self, seq: int, subject: str, size: int, crc: int) -> None:
+        self.msgs -= 1
+        self.bytes -= size
+        term = message_digest(seq, crc)
+        self.digest = (self.digest - term) & _U64
+        key = (seq - 1) >> _RANGE_SHIFT
+        left = self.range_counts.get(key, 0) - 1
+        if left > 0:
+            self.range_counts[key] = left
+            self.ranges[key] = (self.ranges[key] - term) & _U64
+        else:
+            self.range_counts.pop(key, None)
+            self.ranges.pop(key, None)
+        entry = self.psim.get(subject)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] <= 0:
+            del self.psim[subject]
+            return
+        if entry[1] == seq:
+            entry[1] = 0  # recomputed lazily by `subject_first`
+        if entry[2] == seq:
+            entry[2] = 0
+
+    def locate(self, seq: int) -> tuple[Block, int, int, int] | None:
+        """`(block, offset, length, crc)` of the live record for `seq`, or None."""
+        if seq < self.head or seq > self.last_seq:
+            return None
+        block = self.files.block_for(seq)
+        if block is not None:
+            index = seq - block.first_seq
+            offset = block.offsets[index]
+            if offset:
+                return block, offset, block.lengths[index], block.crcs[index]
+        moved = self.moved.get(seq)
+        if moved is not None:
+            number, offset, length, crc = moved
+            return self.files.by_number[number], offset, length, crc
+        return None
+
+    # --- Reads ----------------------------------------------------------------------------------
+
+    def _verified(self, seq: int, where: tuple[Block, int, int, int]) -> tuple[bytes, int]:
+        block, offset, length, _ = where
+        record = self.read_record(block, offset, length)
+        header_ok = len(record) == length and _LEN.unpack_from(record, 0)[0] == length
+        if not header_ok or crc32c(record[8:], crc32c(record[:4])) != _LEN.unpack_from(record, 4)[0]:
+            self._damaged_on_read(seq, where)
+        if struct.unpack_from("<Q", record, 9)[0] != seq:
+            self._damaged_on_read(seq, where)
+        return record, record[8]
+
+    def _damaged_on_read(self, seq: int, where: tuple[Block, int, int, int]) -> None:
+        """A record that verified at recovery no longer does: stop serving it, report it."""
+        from jsraft.store.base import FaultKind
+
+        self.detach(seq, where, readable=False)
+        self.fault_map.add(seq, seq, FaultKind.corrupt)
+        raise DamagedSequence(seq, "corrupt")
+
+    def detach(self, seq: int, where: tuple[Block, int, int, int], *, readable: bool = True) -> None:
+        """Drop `seq` from the in-memory maps (not from disk), reading its record for the accounting."""
+        block, offset, length, crc = where
+        if readable:
+            record = self.read_record(block, offset, length)
+            name, headers_len, payload_len = message_subject(record, record[8])
+            self.account_remove(seq, name, msg_size(len(name.encode()), headers_len, payload_len), crc)
+            block.msgs -= 1
+            block.drop_subject(name)
+        else:
+            # The record no longer reads back, so its subject and size are unknown. Remove its digest
+            # term and count; `bytes` stays off until repair, and the state mismatch flags the replica.
+            self.msgs -= 1
+            block.msgs -= 1
+            self.digest = (self.digest - message_digest(seq, crc)) & _U64
+        if block.covers(seq) and block.offsets[seq - block.first_seq] == offset:
+            block.offsets[seq - block.first_seq] = 0
+        else:
+            self.moved.pop(seq, None)
+        if seq == self._first_live_hint:
+            self._first_live_hint = 0
+
+    def load(self, seq: int) -> StoredMsg:
+        self._check_open()
+        kind = self.fault_map.kind_of(seq)
+        if kind is not None:
+            raise DamagedSequence(seq, str(kind))
+        where = self.locate(seq)
+        if where is None:
+            raise NoMessageFound(f"no message found at sequence {seq}")
+        record, kind_byte = self._verified(seq, where)
+        body, _ = message_body(record, kind_byte)
+        subject, headers, payload = decode_message_body(body)
+        timestamp_ns = struct.unpack_from("<Q", record, 17)[0]
+        return StoredMsg(subject=subject.decode(), seq=seq, headers=headers, payload=payload,
+                         timestamp_ns=timestamp_ns)
+
+    def subject_sizes(self, subject: str) -> Iterator[int]:
+        """Sizes of `subject`'s live messages, oldest first (for the `discard: new` dry run)."""
+        return fs_ops.subject_sizes(self, subject)
+
+    def subject_count(self, subject: str) -> int:
+        entry = self.psim.get(subject)
+        return entry[0] if entry else 0
+
+    def append(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
+        self.append_batch(((seq, subject, headers, payload, timestamp_ns),))
+
+    def append_batch(self, msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> None:
+        self._check_open()
+        if not msgs:
+            return
+        check_batch(self, msgs)
+        self.touched = True
+        start = 0
+        while start < len(msgs):
+            start = fs_append.append_run(self, msgs, start)
+        fs_remove.enforce_limits(self, {m[1] for m in msgs})
+
+    def skip(self, seq: int, count: int = 1) -> None:
+        self._check_open()
+        fs_append.skip(self, seq, count)
+
+    def roll(self) -> Block:
+        """Seal the newest block (sync it, compress it if configured) and start a new one."""
+        return fs_append.roll(self)
+
+    def delete(self, seq: int) -> bool:
+        self._check_open()
+        return fs_remove.delete_many(self, [seq]) == 1
+
+    def erase(self, seq: int) -> bool:
+        """Delete, then overwrite the record in place with an `ERASED` record of the same length."""
+        self._check_open()
+        where = self.locate(seq)
+        if where is None:
+            return False
+        block, offset, length, _ = where
+        fs_remove.delete_many(self, [seq])
+        filler = encode_record(Kind.ERASED, seq, 0, bytes(length - HEADER_BYTES))
+        handle = self.files.handle(block.number)
+        handle.pwrite(offset, filler)
+        handle.sync()
+        self.files.forget(block.number)
+        return True
+
+    def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
+        self._check_open()
+        return fs_ops.purge(self, subject, seq, keep)
+
+    def compact(self, seq: int) -> int:
+        """Remove every message below `seq`. Past `last_seq + 1`, `last_seq` moves to `seq - 1`."""
+        self._check_open()
+        if not isinstance(seq, int) or seq < 1:
+            raise BadRequest(f"compact needs a sequence of at least 1, not {seq!r}")
+        return fs_remove.compact(self, seq)
+
+    def truncate(self, seq: int) -> None:
+        self._check_open()
+        fs_ops.truncate(self, seq)
+
+    def expire(self, cutoff_ns: int) -> int:
+        self._check_open()
+        stop = fs_ops.first_not_expired(self, cutoff_ns)
+        return fs_remove.cut_head(self, stop) if stop else 0
+
+    # --- Queries --------------------------------------------------------------------------------
+
+    def load_last(self, subject_filter: str = ">") -> StoredMsg:
+        self._check_open()
+        seq = fs_ops.last_matching(self, subject_filter)
+        if not seq:
+            raise NoMessageFound(f"no message found for subject {subject_filter!r}")
+        return self.load(seq)
+
+    def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
+        self._check_open()
+        seq = fs_ops.next_matching(self, filters, start_seq)
+        if not seq:
+            raise NoMessageFound(f"no message found at or after sequence {start_seq}")
+        return self.load(seq)
+
+    def subject_counts(self, subject_filter: str = ">") -> dict[str, int]:
+        self._check_open()
+        subjectlib.validate(subject_filter, wildcards=True)
+        return {s: e[0] for s, e in self.psim.items() if subjectlib.matches(subject_filter, s)}
+
+    def state(self) -> StoreState:
+        self._check_open()
+        first = fs_remove.first_live(self)
+        if not first:
+            first = self.last_seq + 1 if (self.touched or self.last_seq or self.head > 1) else 0
+        span = self.last_seq - first + 1 if self.msgs else 0
+        first_ts = last_ts = 0
+        if self.msgs:
+            first_ts = fs_ops.timestamp_of(self, first)
+            last_ts = fs_ops.timestamp_of(self, fs_ops.last_matching(self, ">"))
+        return StoreState(
+            first_seq=first, last_seq=self.last_seq, msgs=self.msgs, bytes=self.bytes,
+            num_deleted=span - self.msgs if self.msgs else 0, num_subjects=len(self.psim),
+            digest=self.digest, first_timestamp_ns=first_ts, last_timestamp_ns=last_ts,
+        )
+
+    def digest_ranges(self) -> dict[int, int]:
+        self._check_open()
+        return dict(self.ranges)
+
+    def faults(self) -> list[Fault]:
+        self._check_open()
+        return self.fault_map.faults()
+
+    def scan(self) -> list[Fault]:
+        self._check_open()
+        recovery.scan_live(self)
+        return self.faults()
+
+    def repair(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
+        self._check_open()
+        fs_ops.repair(self, seq, subject, headers, payload, timestamp_ns)
+
+    def repair_deleted(self, first: int, last: int) -> None:
+        self._check_open()
+        fs_ops.repair_deleted(self, first, last)
+
+    def update_config(self, config: StoreConfig) -> None:
+        self._check_open()
+        config.validate()
+        if config.name != self.config.name:
+            raise InvalidConfig(f"a store's name cannot change ({self.config.name!r} -> {config.name!r})")
+        self.config = config
+        fs_remove.enforce_limits(self, set(self.psim))
+
+    def sync(self) -> None:
+        self._check_open()
+        if not self.files.blocks or not self._dirty:
+            return
+        self.write_records(encode_record(Kind.STORE_SYNC, self.last_seq, self.head))
+        self.files.handle(self.newest().number).sync()
+        self._dirty = False
+        if self._sealed_since_index >= 8:
+            fs_index.write_index(self)
+            self._sealed_since_index = 0

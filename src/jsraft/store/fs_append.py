@@ -1,0 +1,131 @@
+"""The FileStore append hot path (DESIGN §12: work per batch, not per message).
+
+Owns: turning a validated batch into records in the newest block. Per message only: encode, one CRC,
+the digest term and the counters. Arrays are extended and the file written once per run; a run ends
+where the block is full, and the block is then sealed and a new one started.
+
+Invariant: the records written, the block arrays and the totals change together, after validation
+(`limits_check.check_batch`) has accepted the whole batch.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+
+from jsraft.codec.records import HEADER_BYTES, message_digest
+from jsraft.store.base import DIGEST_RANGE_SEQS
+from jsraft.codec.records import Kind, encode_record
+from jsraft.errors import BadRequest
+from jsraft.store import fs_ops
+from jsraft.store.base import Compression
+from jsraft.store.blocks import Block
+from jsraft.store.limits_check import check_append_seq
+
+if TYPE_CHECKING:
+    from jsraft.store.filestore import FileStore
+
+_U64 = (1 << 64) - 1
+_LEN = struct.Struct("<I")
+_KSEQ = struct.Struct("<BQQ")
+_PREFIX = struct.Struct("<HI")
+_RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
+
+
+def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]], start: int) -> int:
+    """Append `msgs[start:]` to the newest block until it is full; return where it stopped.
+
+    The hot path: per message only encoding, one CRC, the digest term and counters; arrays are
+    extended and the file written once per run (DESIGN §12: batch, not per message).
+    """
+    block = store.newest()
+    position = block.size
+    limit = store.config.block_size
+    parts: list[bytes] = []
+    offsets: list[int] = []
+    lengths: list[int] = []
+    crcs: list[int] = []
+    psim, subjects, ranges, counts = store.psim, block.subjects, store.ranges, store.range_counts
+    digest, total_bytes = store.digest, 0
+    index = start
+    for index in range(start, len(msgs)):
+        seq, subject, headers, payload, timestamp_ns = msgs[index]
+        subject_bytes = subject.encode()
+        body = b"".join((_PREFIX.pack(len(subject_bytes), len(headers)), subject_bytes, headers, payload))
+        length = HEADER_BYTES + len(body)
+        if position + length > limit and (offsets or block.last_seq >= block.first_seq):
+            break
+        length_bytes = _LEN.pack(length)
+        rest = _KSEQ.pack(2, seq, timestamp_ns) + body  # 2 = Kind.MSG
+        crc = crc32c(rest, crc32c(length_bytes))
+        parts.append(b"".join((length_bytes, _LEN.pack(crc), rest)))
+        offsets.append(position)
+        lengths.append(length)
+        crcs.append(crc)
+        position += length
+        size = (30 + len(subject_bytes) + len(payload)) if not headers else (
+            34 + len(subject_bytes) + len(headers) + len(payload))
+        total_bytes += size
+        term = message_digest(seq, crc)
+        digest += term
+        key = (seq - 1) >> _RANGE_SHIFT
+        ranges[key] = (ranges.get(key, 0) + term) & _U64
+        counts[key] = counts.get(key, 0) + 1
+        subjects[subject] = subjects.get(subject, 0) + 1
+        entry = psim.get(subject)
+        if entry is None:
+            psim[subject] = [1, seq, seq]
+        else:
+            entry[0] += 1
+            if entry[2]:
+                entry[2] = seq
+    else:
+        index = len(msgs)
+    if offsets:
+        _commit_run(store, block, msgs[index - 1][0], parts, (offsets, lengths, crcs), total_bytes, digest)
+    if index < len(msgs):
+        store.roll()
+    return index
+
+
+def _commit_run(store: "FileStore", block: Block, last_seq: int, parts: list[bytes],
+                columns: tuple[list[int], list[int], list[int]], total_bytes: int, digest: int) -> None:
+    """Publish one run: extend the block's arrays once, update totals, write the records once."""
+    offsets, lengths, crcs = columns
+    block.offsets.extend(offsets)
+    block.lengths.extend(lengths)
+    block.crcs.extend(crcs)
+    block.last_seq = last_seq
+    block.msgs += len(offsets)
+    block.bytes += total_bytes
+    store.msgs += len(offsets)
+    store.bytes += total_bytes
+    store.digest = digest & _U64
+    store.last_seq = last_seq
+    store.write_records(b"".join(parts))
+
+
+def skip(store: "FileStore", seq: int, count: int = 1) -> None:
+    check_append_seq(store, seq)
+    if count < 1:
+        raise BadRequest("skip count must be at least 1")
+    block = store.newest()
+    store.write_records(encode_record(Kind.SKIP, seq, count))
+    block.extend_to(seq + count - 1)
+    store.last_seq = seq + count - 1
+    if store.msgs == 0:
+        store.head = max(store.head, store.last_seq + 1)
+
+
+def roll(store: "FileStore") -> Block:
+    """Seal the newest block (sync it, compress it if configured) and start a new one."""
+    old = store.newest()
+    store.sync()
+    old.sealed = True
+    if store.config.compression is Compression.zstd:
+        fs_ops.compress_block(store, old)
+    store._sealed_since_index += 1
+    return store.new_block()

@@ -1,0 +1,142 @@
+"""The FileStore fast-recovery index: a CRC'd summary of every block, checked against the blocks.
+
+Owns: writing the index (atomically) and deciding whether a found index may be trusted. It is trusted
+only when every block it lists exists with the same size and the same last 64 bytes (the newest block
+may have grown: recovery then scans just what was written after the index). Anything else, including an
+index that fails its CRC, is ignored and the blocks are scanned in full.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from array import array
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+
+from jsraft.codec.records import FILE_HEADER, FILE_HEADER_BYTES, FILE_MAGIC, HEADER_BYTES, Kind, encode_record, scan_records
+from jsraft.errors import BadFileFormat, CorruptRecord
+from jsraft.store.blocks import FORMAT_VERSION, INDEX_FILE_TYPE, Block, check_file_header
+from jsraft.store.faultmap import FaultMap
+
+if TYPE_CHECKING:
+    from jsraft.store.filestore import FileStore
+    from jsraft.store.recovery import _Rebuild
+
+INDEX_NAME = "index"
+_INDEX_VERSION = 1
+_TAIL_BYTES = 64
+_U32 = struct.Struct("<I")
+
+
+def _tail_crc(buffer_tail: bytes) -> int:
+    return crc32c(buffer_tail)
+
+
+def write_index(store: "FileStore") -> None:
+    """Write the fast-recovery summary (atomically). Recovery re-checks it against the block tails."""
+    blocks_meta = []
+    arrays: list[bytes] = []
+    for block in store.blocks:
+        handle = store.files.handle(block.number)
+        tail = handle.pread(max(block.size - _TAIL_BYTES, 0), min(_TAIL_BYTES, block.size))
+        blocks_meta.append({
+            "number": block.number, "first_seq": block.first_seq, "last_seq": block.last_seq,
+            "size": block.size, "tail_crc": _tail_crc(tail), "msgs": block.msgs, "bytes": block.bytes,
+            "subjects": block.subjects, "sealed": block.sealed, "count": len(block.offsets),
+        })
+        arrays += [block.offsets.tobytes(), block.lengths.tobytes(), block.crcs.tobytes()]
+    meta = {
+        "version": _INDEX_VERSION, "head": store.head, "touched": store.touched, "lowest_block": store.lowest_block,
+        "last_seq": store.last_seq, "msgs": store.msgs, "bytes": store.bytes, "digest": store.digest,
+        "ranges": {str(k): v for k, v in store.ranges.items()},
+        "range_counts": {str(k): v for k, v in store.range_counts.items()}, "psim": store.psim,
+        "moved": {str(k): list(v) for k, v in store.moved.items()}, "faults": store.fault_map.to_json(),
+        "blocks": blocks_meta,
+    }
+    meta_bytes = json.dumps(meta, separators=(",", ":")).encode()
+    body = _U32.pack(len(meta_bytes)) + meta_bytes + b"".join(arrays)
+    data = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, INDEX_FILE_TYPE) + encode_record(
+        Kind.STORE_INDEX, _INDEX_VERSION, 0, body
+    )
+    store.disk.write_atomic(INDEX_NAME, data)
+
+
+def load_index(store: "FileStore", numbers: list[int], rebuild: _Rebuild) -> tuple[int, int] | None:
+    """Apply a valid index; return `(block number, offset)` to resume scanning from, or None."""
+    if not store.disk.exists(INDEX_NAME) or not numbers:
+        return None
+    try:
+        meta, arrays = _read_index(store.disk.read_file(INDEX_NAME))
+        indexed = meta["blocks"]
+        if not indexed or not _index_matches(store, indexed, numbers):
+            return None
+    except (CorruptRecord, BadFileFormat, ValueError, KeyError, TypeError):
+        store.recovery_report["index"] = "damaged: rebuilt by a full scan"
+        return None
+    _apply_index(store, meta, arrays, rebuild)
+    store.recovery_report["index"] = "used"
+    newest = indexed[-1]
+    return newest["number"], newest["size"]
+
+
+def _read_index(data: bytes) -> tuple[dict, memoryview]:
+    check_file_header(data, INDEX_FILE_TYPE)
+    result = scan_records(data, FILE_HEADER_BYTES)
+    if len(result.records) != 1 or result.damaged or result.torn_tail is not None:
+        raise CorruptRecord("index record does not verify")
+    view = result.records[0]
+    body = memoryview(data)[view.offset + HEADER_BYTES : view.offset + view.length]
+    meta_len = _U32.unpack_from(body, 0)[0]
+    meta = json.loads(bytes(body[4 : 4 + meta_len]))
+    if meta.get("version") != _INDEX_VERSION:
+        raise ValueError("index version")
+    return meta, body[4 + meta_len :]
+
+
+def _index_matches(store: "FileStore", indexed: list[dict], numbers: list[int]) -> bool:
+    listed = [entry["number"] for entry in indexed]
+    on_disk = [n for n in numbers if n <= listed[-1]]
+    if listed != on_disk:
+        return False
+    for entry in indexed:
+        handle = store.files.handle(entry["number"])
+        size = handle.size()
+        is_last = entry is indexed[-1]
+        if size < entry["size"] or (size != entry["size"] and not is_last):
+            return False
+        length = min(_TAIL_BYTES, entry["size"])
+        if _tail_crc(handle.pread(entry["size"] - length, length)) != entry["tail_crc"]:
+            return False
+    return True
+
+
+def _apply_index(store: "FileStore", meta: dict, arrays: memoryview, rebuild: _Rebuild) -> None:
+    position = 0
+    for entry in meta["blocks"]:
+        block = Block(entry["number"], entry["first_seq"])
+        count = entry["count"]
+        for name in ("offsets", "lengths", "crcs"):
+            values = array("I")
+            values.frombytes(bytes(arrays[position : position + 4 * count]))
+            setattr(block, name, values)
+            position += 4 * count
+        block.last_seq = entry["last_seq"]
+        block.size = entry["size"]
+        block.msgs, block.bytes = entry["msgs"], entry["bytes"]
+        block.subjects, block.sealed = entry["subjects"], entry["sealed"]
+        store.files.add(block)
+    store.head, store.lowest_block = meta["head"], meta["lowest_block"]
+    store.touched = bool(meta["touched"])
+    store.last_seq, store.msgs, store.bytes = meta["last_seq"], meta["msgs"], meta["bytes"]
+    store.digest = meta["digest"]
+    store.ranges = {int(k): v for k, v in meta["ranges"].items()}
+    store.range_counts = {int(k): v for k, v in meta["range_counts"].items()}
+    store.psim = {k: list(v) for k, v in meta["psim"].items()}
+    store.moved = {int(k): tuple(v) for k, v in meta["moved"].items()}
+    store.fault_map = FaultMap.from_json(meta["faults"])
+    rebuild.covered = max((b.last_seq for b in store.blocks), default=0)
+    rebuild.max_sync = store.last_seq
+
+

@@ -1,0 +1,396 @@
+"""FileStore operations that walk many records: filtered reads, purge, truncate, repair, compression.
+
+Owns: the multi-record algorithms, kept apart from `filestore` (the per-message write path) so each
+module stays one concept. Functions take the store as their first argument and use its maps.
+
+Invariants:
+  1. `truncate` keeps every TOMBSTONE and repair record for sequences at or below the cut: they are
+     re-written after the cut, so no deleted message comes back and no repaired one is lost.
+  2. `compress_block` preserves damaged bytes verbatim: compression never hides or "fixes" damage.
+  3. `repair` only fills sequences listed as faults.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from jsraft import subjects as subjectlib
+from jsraft.codec.records import (
+    FILE_HEADER_BYTES,
+    HEADER_BYTES,
+    Kind,
+    RecordView,
+    encode_message,
+    encode_record,
+    scan_records,
+)
+from jsraft.errors import BadRequest
+from jsraft.store.base import FaultKind, msg_size
+from jsraft.store.blocks import Block, block_name, compress_record, content_crc, message_subject
+from jsraft.store.limits_check import check_message, check_purge_args
+from jsraft.store import fs_remove
+from jsraft.store.fs_remove import live_seqs_between
+from jsraft.store.fs_index import INDEX_NAME
+
+if TYPE_CHECKING:
+    from jsraft.store.filestore import FileStore
+
+_RANGE = struct.Struct("<QQ")
+_NATURAL = (Kind.MSG, Kind.MSG_ZSTD, Kind.ERASED, Kind.SKIP)
+
+
+# --- Subject queries ------------------------------------------------------------------------------
+
+
+def _subject_at(store: "FileStore", seq: int) -> str:
+    block, offset, length, _ = store.locate(seq)
+    if block.covers(seq) and block.offsets[seq - block.first_seq] == offset:
+        buffer = store.files.buffer(block)
+        record = buffer[offset : offset + length]
+    else:
+        record = store.read_record(block, offset, length)
+    return message_subject(record, record[8])[0]
+
+
+def _live_in_block(store: "FileStore", block: Block, start: int, reverse: bool = False) -> list[int]:
+    lo = max(start, block.first_seq) if not reverse else block.first_seq
+    hi = block.last_seq if not reverse else min(start, block.last_seq)
+    seqs = live_seqs_between_block(block, lo, hi)
+    return seqs[::-1] if reverse else seqs
+
+
+def live_seqs_between_block(block: Block, lo: int, hi: int) -> list[int]:
+    if hi < lo:
+        return []
+    offsets = block.offsets
+    base = block.first_seq
+    return [base + i for i in range(lo - base, hi - base + 1) if offsets[i]]
+
+
+def _moved_matching(store: "FileStore", match, lo: int, hi: int) -> list[int]:
+    return sorted(s for s in store.moved if lo <= s <= hi and match(_subject_at(store, s)))
+
+
+def subject_first(store: "FileStore", subject: str) -> int:
+    entry = store.psim.get(subject)
+    if entry is None:
+        return 0
+    if not entry[1]:
+        entry[1] = _find(store, lambda s: s == subject, store.head, subject_hint=subject)
+    return entry[1]
+
+
+def subject_last(store: "FileStore", subject: str) -> int:
+    entry = store.psim.get(subject)
+    if entry is None:
+        return 0
+    if not entry[2]:
+        entry[2] = _find_last(store, lambda s: s == subject, subject_hint=subject)
+    return entry[2]
+
+
+def _block_may_match(block: Block, match, subject_hint: str | None) -> bool:
+    if subject_hint is not None:
+        return subject_hint in block.subjects
+    return any(match(s) for s in block.subjects)
+
+
+def _find(store: "FileStore", match, start: int, subject_hint: str | None = None) -> int:
+    """The first live sequence at or after `start` whose subject satisfies `match`, or 0."""
+    found = 0
+    for block in store.blocks:
+        if block.last_seq < start or not _block_may_match(block, match, subject_hint):
+            continue
+        for seq in _live_in_block(store, block, start):
+            if match(_subject_at(store, seq)):
+                found = seq
+                break
+        if found:
+            break
+    moved = _moved_matching(store, match, start, found - 1 if found else store.last_seq)
+    return moved[0] if moved else found
+
+
+def _find_last(store: "FileStore", match, subject_hint: str | None = None) -> int:
+    found = 0
+    for block in reversed(store.blocks):
+        if not _block_may_match(block, match, subject_hint):
+            continue
+        for seq in _live_in_block(store, block, store.last_seq, reverse=True):
+            if match(_subject_at(store, seq)):
+                found = seq
+                break
+        if found:
+            break
+    moved = _moved_matching(store, match, found + 1, store.last_seq)
+    return moved[-1] if moved else found
+
+
+def last_matching(store: "FileStore", subject_filter: str) -> int:
+    subjectlib.validate(subject_filter, wildcards=True)
+    if subjectlib.is_literal(subject_filter):
+        return subject_last(store, subject_filter)
+    lasts = [subject_last(store, s) for s in list(store.psim) if subjectlib.matches(subject_filter, s)]
+    return max(lasts, default=0)
+
+
+def _filter_set(filters: str | Sequence[str] | None) -> subjectlib.FilterSet | None:
+    if filters is None:
+        return None
+    items = [filters] if isinstance(filters, str) else list(filters)
+    if not items or ">" in items:
+        return None
+    return subjectlib.FilterSet(items)
+
+
+def next_matching(store: "FileStore", filters: str | Sequence[str] | None, start_seq: int) -> int:
+    start = max(start_seq, store.head, 1)
+    filter_set = _filter_set(filters)
+    if filter_set is None:
+        seqs = live_seqs_between_first(store, start)
+        return seqs
+    return _find(store, filter_set.matches, start)
+
+
+def live_seqs_between_first(store: "FileStore", start: int) -> int:
+    """The first live sequence at or after `start`, or 0."""
+    natural = 0
+    for block in store.blocks:
+        if block.last_seq < start:
+            continue
+        seqs = live_seqs_between_block(block, max(start, block.first_seq), block.last_seq)
+        if seqs:
+            natural = seqs[0]
+            break
+    moved = [s for s in store.moved if s >= start and (not natural or s < natural)]
+    return min(moved) if moved else natural
+
+
+def timestamp_of(store: "FileStore", seq: int) -> int:
+    where = store.locate(seq)
+    if where is None:
+        return 0
+    header = store.read_record(where[0], where[1], HEADER_BYTES)
+    return struct.unpack_from("<Q", header, 17)[0]
+
+
+def first_not_expired(store: "FileStore", cutoff_ns: int) -> int:
+    """The sequence expiry stops at (the first live message not older than the cut-off), or 0."""
+    first = fs_remove.first_live(store)
+    if not first:
+        return 0
+    for seq in live_seqs_between(store, first, store.last_seq):
+        if timestamp_of(store, seq) >= cutoff_ns:
+            return seq if seq > first else 0
+    return store.last_seq + 1
+
+
+# --- Purge ------------------------------------------------------------------------------------------
+
+
+def purge(store: "FileStore", subject: str | None, seq: int | None, keep: int | None) -> int:
+    """JetStream purge (see `limits_check.check_purge_args` for the argument rules)."""
+    subject, seq, keep = check_purge_args(subject, seq, keep)
+    fs_remove.mark_touched(store)
+    if subject is None and seq is not None:
+        return store.compact(seq)
+    if subject is None:
+        live = live_seqs_between(store, store.head, store.last_seq)
+        if keep is not None:
+            return fs_remove.cut_head(store, live[len(live) - keep]) if keep < len(live) else 0
+        return fs_remove.cut_head(store, store.last_seq + 1)
+    matching = [s for s in live_seqs_between(store, store.head, store.last_seq)
+                if (seq is None or s < seq) and subjectlib.matches(subject, _subject_at(store, s))]
+    if keep is not None:
+        matching = matching[: max(len(matching) - keep, 0)]
+    return fs_remove.delete_many(store, matching)
+
+
+def subject_sizes(store: "FileStore", subject: str):
+    """Sizes of `subject`'s live messages, oldest first, read lazily from the records."""
+    for block in store.blocks:
+        if subject not in block.subjects:
+            continue
+        for seq in live_seqs_between_block(block, block.first_seq, block.last_seq):
+            where = store.locate(seq)
+            record = store.files.read(where[0], where[1], where[2])
+            name, headers_len, payload_len = message_subject(record, record[8])
+            if name == subject:
+                yield msg_size(len(name.encode()), headers_len, payload_len)
+
+
+# --- Truncate ------------------------------------------------------------------------------------
+
+
+def truncate(store: "FileStore", seq: int) -> None:
+    """Remove everything above `seq`, physically, keeping deletes and repairs at or below it."""
+    first = fs_remove.first_live(store) or store.last_seq + 1
+    low = max(0, first - 1)
+    if not isinstance(seq, int) or not low <= seq <= store.last_seq:
+        raise BadRequest(f"truncate to {seq!r} outside [{low}, {store.last_seq}]")
+    if seq == store.last_seq:
+        return
+    for victim in live_seqs_between(store, seq + 1, store.last_seq):
+        fs_remove.remove(store, victim)
+    store.fault_map.remove(seq + 1, store.last_seq)
+    cut_block = next((b for b in store.blocks if b.last_seq > seq and b.first_seq <= b.last_seq), None)
+    keep_records: list[bytes] = []
+    if cut_block is not None:
+        later = [b for b in store.blocks if b.number > cut_block.number]
+        cut_offset, carried = _cut_point(store, cut_block, seq)
+        keep_records += carried
+        for block in later:
+            keep_records += _carry(store, store.files.buffer(block), FILE_HEADER_BYTES, seq)
+        for block in later:
+            store.files.forget(block.number)
+            store.disk.remove(block_name(block.number))
+            store.blocks.remove(block)
+            del store.files.by_number[block.number]
+        store.disk.sync_dir("")
+        store.files.handle(cut_block.number).truncate(cut_offset)
+        store.files.forget(cut_block.number)
+        cut_block.size = cut_offset
+        cut_block.sealed = False
+        keep_count = max(seq - cut_block.first_seq + 1, 0)
+        for name in ("offsets", "lengths", "crcs"):
+            del getattr(cut_block, name)[keep_count:]
+        cut_block.last_seq = cut_block.first_seq + keep_count - 1
+    store.last_seq = seq
+    for moved_seq in [s for s in store.moved if s > seq]:
+        del store.moved[moved_seq]
+    _rewrite_carried(store, keep_records)
+    store._dirty = True
+    store.sync()
+    if store.disk.exists(INDEX_NAME):
+        store.disk.remove(INDEX_NAME)  # it describes blocks that no longer exist as they were
+
+
+def _cut_point(store: "FileStore", block: Block, seq: int) -> tuple[int, list[bytes]]:
+    """Offset of the first natural record above `seq` in `block`, and the records to carry over."""
+    buffer = store.files.buffer(block)
+    natural_max = block.first_seq - 1
+    for view in scan_records(buffer, FILE_HEADER_BYTES).records:
+        if view.kind not in _NATURAL or view.ident_a <= natural_max:
+            continue
+        last = view.ident_a + view.ident_b - 1 if view.kind == Kind.SKIP else view.ident_a
+        if view.ident_a > seq:
+            return view.offset, _carry(store, buffer, view.offset, seq)
+        if last > seq:  # a SKIP that straddles the cut: keep its lower part
+            carried = [encode_record(Kind.SKIP, view.ident_a, seq - view.ident_a + 1)]
+            return view.offset, carried + _carry(store, buffer, view.offset + view.length, seq)
+        natural_max = last
+    return len(buffer), []
+
+
+def _carry(store: "FileStore", buffer: bytes, start: int, seq: int) -> list[bytes]:
+    """TOMBSTONE, FIRST_SEQ and repair records from `start` on that still matter at or below `seq`."""
+    carried: list[bytes] = []
+    for view in scan_records(buffer, start).records:
+        record = bytes(buffer[view.offset : view.offset + view.length])
+        if view.kind == Kind.TOMBSTONE:
+            body = record[HEADER_BYTES:]
+            ranges = [_RANGE.unpack_from(body, p) for p in range(0, len(body), _RANGE.size)]
+            kept = [(lo, min(hi, seq)) for lo, hi in ranges if lo <= seq]
+            if kept:
+                data = b"".join(_RANGE.pack(lo, hi) for lo, hi in kept)
+                carried.append(encode_record(Kind.TOMBSTONE, kept[0][0], len(kept), data))
+        elif view.kind == Kind.FIRST_SEQ:
+            carried.append(record)
+        elif view.kind in (Kind.MSG, Kind.MSG_ZSTD) and store.moved.get(view.ident_a, (None,))[1:2] == (view.offset,):
+            carried.append(record)
+    return carried
+
+
+def _rewrite_carried(store: "FileStore", records: list[bytes]) -> None:
+    block = store.newest()
+    for record in records:
+        offset = store.write_records(record)
+        if record[8] in (Kind.MSG, Kind.MSG_ZSTD):
+            seq = struct.unpack_from("<Q", record, 9)[0]
+            _, _, length, crc = store.moved[seq]
+            store.moved[seq] = (block.number, offset, length, crc)
+
+
+# --- Repair ------------------------------------------------------------------------------------
+
+
+def repair(store: "FileStore", seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
+    kind = store.fault_map.kind_of(seq)
+    if kind is None:
+        raise BadRequest(f"sequence {seq} is not damaged; a store never overwrites an intact message")
+    check_message(store.config, subject, headers, payload, timestamp_ns)
+    if kind is FaultKind.tombstone and store.locate(seq) is not None:
+        store.fault_map.remove(seq, seq)  # we hold it live and the peer does too: nothing to fetch
+        return
+    record, crc = encode_message(seq, timestamp_ns, subject.encode(), headers, payload)
+    offset = store.write_records(record)
+    block = store.newest()
+    store.moved[seq] = (block.number, offset, len(record), crc)
+    store.account_add(seq, subject, msg_size(len(subject.encode()), len(headers), len(payload)), crc)
+    store.fault_map.remove(seq, seq)
+
+
+def repair_deleted(store: "FileStore", first: int, last: int) -> None:
+    if first > last:
+        raise BadRequest("repair_deleted needs first <= last")
+    seqs = list(range(first, last + 1))
+    if any(store.fault_map.kind_of(s) is None for s in seqs):
+        raise BadRequest(f"sequences {first}..{last} are not all damaged: intact messages stay")
+    live = [s for s in seqs if store.locate(s) is not None]
+    for seq in live:
+        fs_remove.remove(store, seq)
+    store.fault_map.remove(first, last)
+    fs_remove.write_tombstones(store, seqs)
+
+
+# --- Compression of a sealed block ---------------------------------------------------------------
+
+
+def compress_block(store: "FileStore", block: Block) -> None:
+    """Rewrite a sealed block with per-record zstd, keeping damaged bytes exactly as they were."""
+    buffer = store.files.buffer(block)
+    result = scan_records(buffer, FILE_HEADER_BYTES)
+    pieces = [bytes(buffer[:FILE_HEADER_BYTES])]
+    position = FILE_HEADER_BYTES
+    relocated: dict[int, tuple[int, int]] = {}  # old offset -> (new offset, new length)
+    events = sorted([(v.offset, v) for v in result.records] + [(lo, (lo, hi)) for lo, hi in result.damaged],
+                    key=lambda e: e[0])
+    for old_offset, event in events:
+        if not isinstance(event, RecordView):  # a damaged region: copied exactly as it is
+            chunk = bytes(buffer[event[0] : event[1]])
+        else:
+            chunk = compress_record(bytes(buffer[event.offset : event.offset + event.length]))
+            relocated[old_offset] = (position, len(chunk))
+        pieces.append(chunk)
+        position += len(chunk)
+    if result.torn_tail is not None:
+        pieces.append(bytes(buffer[result.torn_tail :]))
+    data = b"".join(pieces)
+    temp = block_name(block.number) + ".tmp"
+    handle = store.disk.open(temp, create=True)
+    handle.truncate(0)
+    handle.pwrite(0, data)
+    handle.sync()
+    handle.close()
+    store.files.forget(block.number)
+    store.disk.rename(temp, block_name(block.number))
+    store.disk.sync_dir("")
+    _relocate(store, block, relocated)
+    block.size = len(data)
+
+
+def _relocate(store: "FileStore", block: Block, relocated: dict[int, tuple[int, int]]) -> None:
+    offsets, lengths = block.offsets, block.lengths
+    for index, offset in enumerate(offsets):
+        if offset:
+            offsets[index], lengths[index] = relocated[offset]
+    for seq, (number, offset, _, crc) in list(store.moved.items()):
+        if number == block.number:
+            new_offset, new_length = relocated[offset]
+            store.moved[seq] = (number, new_offset, new_length, crc)
+
+
+__all__ = ["compress_block", "content_crc", "first_not_expired", "last_matching", "next_matching",
+           "purge", "repair", "repair_deleted", "subject_first", "timestamp_of", "truncate"]

@@ -1,0 +1,328 @@
+"""FileStore recovery: rebuild the in-memory state from block files, classify every problem.
+
+Owns: opening a store directory (`recover`), the fast-recovery index (`write_index`), and the
+verification of a running store (`scan_live`).
+
+Recovery walks every block in number order (or loads the index and walks only what was written after
+it). Each block is scanned with `codec.scan_records`:
+  - a bad tail of the *newest* block with nothing valid after it is a torn write and is cut; because
+    `sync()` writes a `STORE_SYNC` record before each fsync, such a tail is never synced data;
+  - anything else that does not verify is damage: scanning resumes at the next valid record, and the
+    sequences the damage hid are found as a gap in the natural sequence order (`corrupt`);
+  - a gap with no damage beside it (a lost block, a lost head) is `missing`;
+  - a damaged region that hides no sequence may have been a `TOMBSTONE`: the delete state of
+    everything before it is then unknown, and is reported as a `tombstone` fault.
+
+Invariants:
+  1. Recovery never cuts a record that is followed by a valid record.
+  2. Every sequence in `[head, last_seq]` is live, deleted by a record, or listed as a fault.
+  3. The index is trusted only when every block it lists exists with the same size and tail bytes;
+     otherwise it is ignored and every block is scanned.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+
+from jsraft.codec.records import (
+    FILE_HEADER_BYTES,
+    HEADER_BYTES,
+    Kind,
+    RecordView,
+    scan_records,
+)
+from jsraft.errors import BadFileFormat
+from jsraft.store.base import FaultKind, msg_size
+from jsraft.store.blocks import (
+    Block,
+    check_file_header,
+    content_crc,
+    message_subject,
+    parse_block_name,
+)
+from jsraft.store import fs_index, fs_remove
+
+if TYPE_CHECKING:
+    from jsraft.store.filestore import FileStore
+
+_RANGE = struct.Struct("<QQ")
+_U32 = struct.Struct("<I")
+_MESSAGE_KINDS = (Kind.MSG, Kind.MSG_ZSTD, Kind.ERASED)
+
+
+class _Rebuild:
+    """What the walk over the records has established so far."""
+
+    def __init__(self, store: "FileStore") -> None:
+        self.store = store
+        self.covered = 0  # highest sequence covered by a natural record
+        self.damage_pending = 0  # bytes of damage seen since the last natural record
+        self.gaps: list[tuple[int, int, FaultKind]] = []
+        self.early_deletes: set[int] = set()  # tombstoned before their (damaged) record was placed
+        self.max_sync = 0
+        self.torn_bytes_cut = 0
+        self.damaged_bytes = 0
+        self.tombstone_damage_before = 0
+
+    # Natural records (messages and skips in increasing order) --------------------------------
+
+    def place(self, block: Block, seq: int) -> None:
+        """Make `block` cover up to `seq - 1`, recording any gap before `seq` as a fault."""
+        if seq > self.covered + 1:
+            kind = FaultKind.corrupt if self.damage_pending else FaultKind.missing
+            self.gaps.append((self.covered + 1, seq - 1, kind))
+        elif self.damage_pending and self.damage_pending != HEADER_BYTES:
+            # Damage that hid no sequence was some other record, possibly a TOMBSTONE: the delete
+            # state of everything before it is unknown. A damaged record of exactly a header's size
+            # has no body, so it was a SYNC, FIRST_SEQ or BLOCK_HEADER record, all of which later
+            # records repeat (every STORE_SYNC carries the head), and it is harmless.
+            self.tombstone_damage_before = max(self.tombstone_damage_before, self.covered)
+        if block.last_seq < block.first_seq:
+            block.first_seq = seq
+            block.last_seq = seq - 1
+        else:
+            block.extend_to(seq - 1)
+        self.damage_pending = 0
+
+    def message(self, block: Block, view: RecordView, buffer: bytes) -> None:
+        seq = view.ident_a
+        if seq <= self.covered:
+            self.repair_record(block, view, buffer)
+            return
+        self.place(block, seq)
+        block.extend_to(seq)
+        self.covered = seq
+        self.store.last_seq = max(self.store.last_seq, seq)  # lets later tombstones find it
+        if view.kind == Kind.ERASED:
+            return
+        index = seq - block.first_seq
+        record = buffer[view.offset : view.offset + view.length]
+        subject, headers_len, payload_len = message_subject(record, view.kind)
+        crc = content_crc(record, view.kind)
+        block.offsets[index] = view.offset
+        block.lengths[index] = view.length
+        block.crcs[index] = crc
+        block.msgs += 1
+        block.subjects[subject] = block.subjects.get(subject, 0) + 1
+        self.store.account_add(seq, subject, msg_size(len(subject.encode()), headers_len, payload_len), crc)
+
+    def repair_record(self, block: Block, view: RecordView, buffer: bytes) -> None:
+        """A message record for a sequence already passed: written by `repair()`."""
+        store, seq = self.store, view.ident_a
+        if view.kind == Kind.ERASED:
+            where = store.locate(seq)
+            if where is not None and where[0] is block and where[1] == view.offset:
+                store.detach(seq, where)
+            return
+        if store.fault_map.kind_of(seq) is None and not self._in_gap(seq):
+            return  # the sequence is intact elsewhere or deleted: the older state stands
+        record = buffer[view.offset : view.offset + view.length]
+        subject, headers_len, payload_len = message_subject(record, view.kind)
+        crc = content_crc(record, view.kind)
+        store.fault_map.remove(seq, seq)
+        self.gaps = _remove_from_gaps(self.gaps, seq)
+        store.moved[seq] = (block.number, view.offset, view.length, crc)
+        store.account_add(seq, subject, msg_size(len(subject.encode()), headers_len, payload_len), crc)
+
+    def _in_gap(self, seq: int) -> bool:
+        return any(lo <= seq <= hi for lo, hi, _ in self.gaps)
+
+    def skip(self, block: Block, view: RecordView) -> None:
+        first, count = view.ident_a, view.ident_b
+        if first <= self.covered:
+            return
+        self.place(block, first)
+        block.extend_to(first + count - 1)
+        self.covered = first + count - 1
+        self.store.last_seq = max(self.store.last_seq, self.covered)
+
+    # Other records ------------------------------------------------------------------------------
+
+    def tombstone(self, view: RecordView, buffer: bytes) -> None:
+        body = buffer[view.offset + HEADER_BYTES : view.offset + view.length]
+        for position in range(0, len(body) - len(body) % _RANGE.size, _RANGE.size):
+            lo, hi = _RANGE.unpack_from(body, position)
+            for seq in range(lo, hi + 1):
+                if seq > self.covered:
+                    self.early_deletes.add(seq)
+                    continue
+                fs_remove.remove(self.store, seq)
+                self.store.fault_map.remove(seq, seq)
+                self.gaps = _remove_from_gaps(self.gaps, seq)
+
+    def first_seq_marker(self, view: RecordView) -> None:
+        store = self.store
+        store.touched = True
+        new_head, lowest_block = view.ident_a, view.ident_b
+        for seq in fs_remove.live_seqs_between(store, store.head, min(new_head - 1, self.covered)):
+            fs_remove.remove(store, seq)
+        store.head = max(store.head, new_head)
+        store.lowest_block = max(store.lowest_block, lowest_block)
+        for seq in [s for s in store.moved if s < new_head]:
+            del store.moved[seq]
+
+    def finish(self) -> None:
+        store = self.store
+        last = max(self.covered, self.max_sync, store.last_seq)
+        if last > self.covered:
+            kind = FaultKind.corrupt if self.damage_pending else FaultKind.missing
+            self.gaps.append((self.covered + 1, last, kind))
+        store.last_seq = last
+        for lo, hi, kind in self.gaps:
+            lo = max(lo, store.head)
+            for seq in range(lo, hi + 1):
+                if seq not in self.early_deletes:
+                    store.fault_map.add(seq, seq, kind)
+        if self.tombstone_damage_before >= store.head:
+            store.fault_map.add(store.head, self.tombstone_damage_before, FaultKind.tombstone)
+        store.recovery_report.update(
+            torn_bytes_cut=self.torn_bytes_cut, damaged_bytes=self.damaged_bytes,
+            faults=[(f.first, f.last, str(f.kind)) for f in store.fault_map.faults()],
+        )
+
+
+def _remove_from_gaps(gaps: list[tuple[int, int, FaultKind]], seq: int) -> list[tuple[int, int, FaultKind]]:
+    out: list[tuple[int, int, FaultKind]] = []
+    for lo, hi, kind in gaps:
+        if not lo <= seq <= hi:
+            out.append((lo, hi, kind))
+            continue
+        if lo < seq:
+            out.append((lo, seq - 1, kind))
+        if seq < hi:
+            out.append((seq + 1, hi, kind))
+    return out
+
+
+# --- Walking one block ------------------------------------------------------------------------
+
+
+def _walk_block(rebuild: _Rebuild, block: Block, buffer: bytes, start: int, newest: bool) -> None:
+    store = rebuild.store
+    result = scan_records(buffer, start)
+    events: list[tuple[int, object]] = [(view.offset, view) for view in result.records]
+    events += [(lo, (lo, hi)) for lo, hi in result.damaged]
+    events.sort(key=lambda event: event[0])
+    for _, event in events:
+        if isinstance(event, RecordView):
+            _apply(rebuild, block, event, buffer)
+        else:
+            rebuild.damage_pending += event[1] - event[0]
+            rebuild.damaged_bytes += event[1] - event[0]
+    block.size = len(buffer)
+    if result.torn_tail is not None:
+        if newest and store.read_only:
+            rebuild.torn_bytes_cut += len(buffer) - result.torn_tail  # reported, not cut
+        elif newest:
+            # Torn write: at the physical end of the newest block, nothing valid after it, and after
+            # the last STORE_SYNC (a synced record is always followed by one). The only cut allowed.
+            handle = store.files.handle(block.number)
+            handle.truncate(result.torn_tail)
+            handle.sync()
+            rebuild.torn_bytes_cut += len(buffer) - result.torn_tail
+            block.size = result.torn_tail
+        else:
+            rebuild.damage_pending += len(buffer) - result.torn_tail
+            rebuild.damaged_bytes += len(buffer) - result.torn_tail
+
+
+def _apply(rebuild: _Rebuild, block: Block, view: RecordView, buffer: bytes) -> None:
+    kind = view.kind
+    if kind in _MESSAGE_KINDS:
+        rebuild.message(block, view, buffer)
+    elif kind == Kind.SKIP:
+        rebuild.skip(block, view)
+    elif kind == Kind.TOMBSTONE:
+        rebuild.tombstone(view, buffer)
+    elif kind == Kind.FIRST_SEQ:
+        rebuild.first_seq_marker(view)
+    elif kind == Kind.STORE_SYNC:
+        rebuild.max_sync = max(rebuild.max_sync, view.ident_a)
+        if view.ident_b > rebuild.store.head:
+            rebuild.first_seq_marker(RecordView(view.offset, view.length, view.crc, Kind.FIRST_SEQ,
+                                                view.ident_b, 0))
+    elif kind != Kind.BLOCK_HEADER:
+        rebuild.damage_pending += view.length  # a record kind that has no business in a block
+
+
+def _read_block(store: "FileStore", number: int) -> bytes:
+    handle = store.files.handle(number)
+    return handle.pread(0, handle.size())
+
+
+def recover(store: "FileStore", *, use_index: bool = True) -> None:
+    disk = store.disk
+    names = disk.listdir("")
+    for name in names:
+        if name.endswith(".tmp") and not store.read_only:
+            disk.remove(name)  # an interrupted atomic write or block rewrite: the original stands
+    numbers = sorted(n for n in (parse_block_name(name) for name in names) if n is not None)
+    rebuild = _Rebuild(store)
+    resume = fs_index.load_index(store, numbers, rebuild) if use_index else None
+    for number in numbers:
+        if resume is not None and number < resume[0]:
+            continue
+        buffer = _read_block(store, number)
+        block = store.files.by_number.get(number)
+        if block is None:
+            block = Block(number, rebuild.covered + 1)
+            store.files.add(block)
+        start = resume[1] if resume is not None and number == resume[0] else FILE_HEADER_BYTES
+        if start == FILE_HEADER_BYTES:
+            try:
+                check_file_header(buffer, 1)
+            except BadFileFormat:
+                rebuild.damage_pending += len(buffer)
+                rebuild.damaged_bytes += len(buffer)
+                block.size = len(buffer)
+                continue
+        _walk_block(rebuild, block, buffer, start, newest=number == numbers[-1])
+    rebuild.finish()
+    if store.read_only:
+        return
+    if not store.blocks:
+        store.new_block()
+    fs_remove.drop_dead_head(store)
+
+
+# --- Queries over the in-memory maps ---------------------------------------------------------
+
+
+
+# --- Verifying a running store ------------------------------------------------------------------
+
+
+def scan_live(store: "FileStore") -> None:
+    """Re-read every block and check each live record's CRC; damaged ones become faults."""
+    for block in list(store.blocks):
+        try:
+            buffer = _read_block(store, block.number)
+        except OSError:
+            buffer = b""
+        valid = {view.offset: view for view in scan_records(buffer, FILE_HEADER_BYTES).records} if buffer else {}
+        for seq in fs_remove.live_seqs_between(store, block.first_seq, block.last_seq):
+            where = store.locate(seq)
+            if where is None or where[0] is not block:
+                continue
+            view = valid.get(where[1])
+            if view is None or view.ident_a != seq or view.length != where[2]:
+                store.detach(seq, where, readable=False)
+                store.fault_map.add(seq, seq, FaultKind.corrupt)
+    for seq, (number, offset, length, crc) in list(store.moved.items()):
+        block = store.files.by_number.get(number)
+        try:
+            record = store.read_record(block, offset, length) if block else b""
+            ok = bool(record) and record[8] in (Kind.MSG, Kind.MSG_ZSTD) and _verifies(record)
+        except OSError:
+            ok = False
+        if not ok:
+            store.detach(seq, (block, offset, length, crc), readable=False)
+            store.fault_map.add(seq, seq, FaultKind.corrupt)
+
+
+def _verifies(record: bytes) -> bool:
+    length, crc = struct.unpack_from("<II", record, 0)
+    return length == len(record) and crc32c(record[8:], crc32c(record[:4])) == crc

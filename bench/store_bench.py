@@ -116,6 +116,9 @@ def bench_recover(root: str, use_index: bool) -> float:
     started = time.perf_counter()
     store = FileStore.open(OsDisk(root), use_index=use_index)
     elapsed = time.perf_counter() - started
+    # Measure what the name says: the index path must really have used the index, the scan path not.
+    assert (store.recovery_report.get("index") == "used") == use_index, store.recovery_report
+    assert store.faults() == [], store.faults()
     store.read_only = True  # keep the index on disk as it was for the next round
     store.close()
     return elapsed

@@ -38,19 +38,18 @@ _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
 def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]], start: int) -> int:
     """Append `msgs[start:]` to the newest block until it is full; return where it stopped.
 
-    The hot path: per message only encoding, one CRC, the digest term and counters; arrays are
-    extended and the file written once per run (DESIGN §12: batch, not per message).
+    The hot path: per message only encoding, one CRC, the digest term and two small updates; digest
+    ranges, subject counts, arrays and the file are updated once per run (DESIGN §12).
     """
     block = store.newest()
-    position = block.size
-    limit = store.config.block_size
+    position, limit = block.size, store.config.block_size
     parts: list[bytes] = []
     offsets: list[int] = []
     lengths: list[int] = []
     crcs: list[int] = []
-    psim, subjects, ranges, counts = store.psim, block.subjects, store.ranges, store.range_counts
-    digest, total_bytes = store.digest, 0
-    index = start
+    by_subject: dict[str, list[int]] = {}  # subject -> [count, first seq, last seq] in this run
+    range_sums: list[list[int]] = []  # [range key, count, digest sum]: sequences are contiguous
+    digest, total_bytes, index = store.digest, 0, start
     for index in range(start, len(msgs)):
         seq, subject, headers, payload, timestamp_ns = msgs[index]
         subject_bytes = subject.encode()
@@ -66,26 +65,26 @@ def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, 
         lengths.append(length)
         crcs.append(crc)
         position += length
-        size = (30 + len(subject_bytes) + len(payload)) if not headers else (
+        total_bytes += (30 + len(subject_bytes) + len(payload)) if not headers else (
             34 + len(subject_bytes) + len(headers) + len(payload))
-        total_bytes += size
         term = message_digest(seq, crc)
         digest += term
         key = (seq - 1) >> _RANGE_SHIFT
-        ranges[key] = (ranges.get(key, 0) + term) & _U64
-        counts[key] = counts.get(key, 0) + 1
-        subjects[subject] = subjects.get(subject, 0) + 1
-        entry = psim.get(subject)
-        if entry is None:
-            psim[subject] = [1, seq, seq]
+        if not range_sums or range_sums[-1][0] != key:
+            range_sums.append([key, 0, 0])
+        range_sums[-1][1] += 1
+        range_sums[-1][2] += term
+        run = by_subject.get(subject)
+        if run is None:
+            by_subject[subject] = [1, seq, seq]
         else:
-            entry[0] += 1
-            if entry[2]:
-                entry[2] = seq
+            run[0] += 1
+            run[2] = seq
     else:
         index = len(msgs)
     if offsets:
         _commit_run(store, block, msgs[index - 1][0], parts, (offsets, lengths, crcs), total_bytes, digest)
+        _commit_indexes(store, block, by_subject, range_sums)
     if index < len(msgs):
         store.roll()
     return index
@@ -106,6 +105,24 @@ def _commit_run(store: "FileStore", block: Block, last_seq: int, parts: list[byt
     store.digest = digest & _U64
     store.last_seq = last_seq
     store.write_records(b"".join(parts))
+
+
+def _commit_indexes(store: "FileStore", block: Block, by_subject: dict[str, list[int]],
+                    range_sums: list[list[int]]) -> None:
+    """Merge one run's subject counts and digest-range sums into the block's and the store's."""
+    for key, count, total in range_sums:
+        store.ranges[key] = (store.ranges.get(key, 0) + total) & _U64
+        store.range_counts[key] = store.range_counts.get(key, 0) + count
+    subjects, psim = block.subjects, store.psim
+    for subject, (count, first, last) in by_subject.items():
+        subjects[subject] = subjects.get(subject, 0) + count
+        entry = psim.get(subject)
+        if entry is None:
+            psim[subject] = [count, first, last]
+        else:
+            entry[0] += count
+            if entry[2]:  # 0 means "recompute lazily"; a known last moves to this run's last
+                entry[2] = last
 
 
 def skip(store: "FileStore", seq: int, count: int = 1) -> None:

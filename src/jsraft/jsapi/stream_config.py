@@ -1,0 +1,229 @@
+"""`StreamConfig`: a stream's configuration as the JetStream JSON API spells it.
+
+Owns: strict decoding of client JSON (unknown fields are errors naming the field), the defaults
+nats-server fills in (`checkStreamCfg`: 0 limits become -1, `duplicate_window` 2 min capped at `max_age`,
+`subjects` defaulting to the stream name, `num_replicas` 0 -> 1), cross-field validation, and the JSON
+form served back (`to_json`). The raw bytes a client sent are kept by the caller (`parse_stream_config`
+returns them), because a stored config is re-emitted exactly as received (DESIGN §5, §9).
+
+Invariants:
+  1. `parse_stream_config(raw)` either returns a config whose `validate()` passed, or raises a
+     `JsraftError` with a stable code; it never returns a half-checked config.
+  2. `StreamConfig.from_dict(c.to_json()) == c` for every valid config (the JSON form round-trips).
+  3. Durations are nanoseconds (ints), as on the JetStream wire.
+
+Imports: L0, L1 (`codec`, `subjects`), attrs. Reference: nats-server `server/stream.go` (StreamConfig,
+checkStreamCfg), ADR-8 (JetStream API), docs.nats.io "Streams".
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+import attrs
+
+from jsraft import limits
+from jsraft import subjects as subjectlib
+from jsraft.codec import structure, unstructure
+from jsraft.errors import InvalidConfig, InvalidJSON
+
+DUPLICATE_WINDOW_DEFAULT_NS = 120 * 1_000_000_000  # nats-server: StreamDefaultDuplicatesWindow, 2 min
+REPLICAS_MAX = 5  # nats-server: StreamMaxReplicas
+_LIMIT_FIELDS = ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size")
+_NAME_FORBIDDEN = frozenset(" \t\r\n\f\v.*>/\\")
+
+
+class Retention(enum.StrEnum):
+    limits = "limits"
+    interest = "interest"
+    workqueue = "workqueue"
+
+
+class StorageType(enum.StrEnum):
+    file = "file"
+    memory = "memory"
+
+
+class Discard(enum.StrEnum):
+    old = "old"
+    new = "new"
+
+
+class StreamCompression(enum.StrEnum):
+    """`s2` is accepted for compatibility with nats clients; jsraft compresses with zstd either way."""
+
+    none = "none"
+    s2 = "s2"
+    zstd = "zstd"
+
+
+@attrs.frozen(kw_only=True)
+class Placement:
+    cluster: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
+class RePublish:
+    src: str | None = None
+    dest: str = ""
+    headers_only: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class SubjectTransform:
+    src: str | None = None
+    dest: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerLimits:
+    inactive_threshold: int = 0
+    max_ack_pending: int = 0
+
+
+def _frozen_metadata(value: Any) -> tuple[tuple[str, str], ...]:
+    """JSON object (or its frozen form) -> sorted pairs; keys and values must be strings."""
+    pairs = value.items() if isinstance(value, dict) else (value or ())
+    frozen = tuple(sorted((k, v) for k, v in pairs))
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in frozen):
+        raise ValueError("metadata keys and values must be strings")
+    return frozen
+
+
+@attrs.frozen(kw_only=True)
+class StreamConfig:
+    """One stream's configuration. Construct from client JSON with `parse_stream_config`."""
+
+    name: str
+    description: str | None = None
+    subjects: tuple[str, ...] = ()
+    retention: Retention = Retention.limits
+    max_consumers: int = -1
+    max_msgs: int = -1
+    max_bytes: int = -1
+    max_age: int = 0
+    max_msgs_per_subject: int = -1
+    max_msg_size: int = -1
+    discard: Discard = Discard.old
+    storage: StorageType = StorageType.file
+    num_replicas: int = 1
+    no_ack: bool = False
+    duplicate_window: int = 0
+    placement: Placement | None = None
+    mirror: dict[str, Any] | None = None
+    sources: tuple[dict[str, Any], ...] | None = None
+    sealed: bool = False
+    deny_delete: bool = False
+    deny_purge: bool = False
+    allow_rollup_hdrs: bool = False
+    allow_direct: bool = False
+    mirror_direct: bool = False
+    republish: RePublish | None = None
+    discard_new_per_subject: bool = False
+    first_seq: int = 0
+    compression: StreamCompression = StreamCompression.none
+    subject_transform: SubjectTransform | None = None
+    consumer_limits: ConsumerLimits | None = None
+    metadata: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_frozen_metadata)
+    template_owner: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "StreamConfig":
+        """Strictly structure JSON-shaped data (no defaults filled, nothing validated)."""
+        return structure(data, cls, where="stream config")
+
+    def with_defaults(self) -> "StreamConfig":
+        """The config with the defaults nats-server fills in (`checkStreamCfg`)."""
+        changes: dict[str, Any] = {f: -1 for f in _LIMIT_FIELDS if getattr(self, f) == 0}
+        if self.num_replicas == 0:
+            changes["num_replicas"] = 1
+        if not self.subjects and self.mirror is None and not self.sources:
+            changes["subjects"] = (self.name,)
+        if self.duplicate_window == 0 and self.mirror is None:
+            window = DUPLICATE_WINDOW_DEFAULT_NS
+            changes["duplicate_window"] = min(window, self.max_age) if self.max_age > 0 else window
+        return attrs.evolve(self, **changes) if changes else self
+
+    def validate(self) -> "StreamConfig":
+        """Cross-field rules; raise `InvalidConfig` naming the problem. Returns self."""
+        validate_stream_name(self.name)
+        _validate_limits(self)
+        _validate_subjects(self)
+        if self.discard_new_per_subject and (self.discard is not Discard.new or self.max_msgs_per_subject <= 0):
+            raise InvalidConfig("discard new per subject requires discard new policy to be set "
+                                "and max messages per subject to be set")
+        if self.mirror is not None or self.sources:
+            raise InvalidConfig("mirrors and sources are not supported by this server")
+        if self.republish is not None or self.subject_transform is not None:
+            raise InvalidConfig("republish and subject transforms are not supported by this server")
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        """The JetStream JSON form: unset optionals omitted, metadata as an object."""
+        data = unstructure(self)
+        data["metadata"] = dict(self.metadata)
+        for key in ("description", "placement", "mirror", "sources", "republish", "subject_transform",
+                    "consumer_limits", "template_owner"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        if not data["metadata"]:
+            del data["metadata"]
+        return data
+
+
+def validate_stream_name(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise InvalidConfig("stream name is required")
+    if len(name.encode()) > limits.stream_name_bytes_max:
+        raise InvalidConfig(f"stream name is longer than {limits.stream_name_bytes_max} bytes")
+    if _NAME_FORBIDDEN.intersection(name):
+        raise InvalidConfig("stream name can not contain whitespace, '.', '*', '>' or path separators")
+    return name
+
+
+def _validate_limits(config: StreamConfig) -> None:
+    for field in _LIMIT_FIELDS:
+        if getattr(config, field) < -1:
+            raise InvalidConfig(f"{field} must be -1 (unlimited) or positive")
+    if config.max_msg_size > limits.payload_bytes_max:
+        raise InvalidConfig(f"max_msg_size can not be larger than the server limit {limits.payload_bytes_max}")
+    if config.max_age < 0 or config.duplicate_window < 0 or config.first_seq < 0:
+        raise InvalidConfig("max_age, duplicate_window and first_seq can not be negative")
+    if config.max_age and config.duplicate_window > config.max_age:
+        raise InvalidConfig("duplicates window can not be larger then max age")
+    if not 1 <= config.num_replicas <= REPLICAS_MAX:
+        raise InvalidConfig(f"replicas must be between 1 and {REPLICAS_MAX}")
+
+
+def _validate_subjects(config: StreamConfig) -> None:
+    seen: list[str] = []
+    for subject in config.subjects:
+        subjectlib.validate(subject, wildcards=True)
+        if subject in seen:
+            raise InvalidConfig(f"duplicate subjects detected: {subject}")
+        if any(subjectlib.overlaps(subject, other) for other in seen):
+            raise InvalidConfig(f"subjects overlap: {subject}")
+        if subjectlib.overlaps(subject, "$JS.API.>"):
+            raise InvalidConfig("subjects that overlap with jetstream api require no-ack to be true")
+        seen.append(subject)
+
+
+def parse_stream_config(raw: bytes, *, expected_name: str | None = None) -> tuple[StreamConfig, bytes]:
+    """Decode a client's JSON request body: `(config with defaults, validated; the raw bytes)`.
+
+    `expected_name` is the name in the request subject (`$JS.API.STREAM.CREATE.<name>`); a body naming
+    another stream is refused, as nats-server does.
+    """
+    try:
+        data = json.loads(raw) if raw else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InvalidJSON(f"invalid JSON: {error}") from None
+    if expected_name is not None and isinstance(data, dict):
+        data.setdefault("name", expected_name)
+        if data["name"] != expected_name:
+            raise InvalidConfig("stream name in subject does not match request")
+    config = StreamConfig.from_dict(data).with_defaults().validate()
+    return config, bytes(raw)

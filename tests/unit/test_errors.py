@@ -218,3 +218,41 @@ def test_invariant_survives_python_dash_o() -> None:
     )
     assert completed.returncode == 0, completed.stderr
     assert "raised: still checked" in completed.stdout
+
+
+def _package_error_classes():
+    """Every JsraftError subclass defined anywhere in the package (modules imported by walking it)."""
+    import importlib
+    import pkgutil
+
+    import jsraft
+    from jsraft.errors import JsraftError
+
+    for module in pkgutil.walk_packages(jsraft.__path__, "jsraft."):
+        if ".testing" in module.name or module.name.endswith("__main__"):
+            continue
+        importlib.import_module(module.name)
+    seen, pending = [], [JsraftError]
+    while pending:
+        cls = pending.pop()
+        seen.append(cls)
+        pending.extend(cls.__subclasses__())
+    return seen
+
+
+def test_jsraft_codes_are_unique_across_the_whole_package():
+    """Codes from 20000 up are jsraft's own: two unrelated classes must never share one.
+
+    (A subclass may keep its parent's code — e.g. MaxMsgsExceeded is a StoreFailed, 10077 — and
+    JetStream codes below 20000 follow nats-server, which reuses some on purpose.)
+    """
+    owners: dict[int, type] = {}
+    for cls in _package_error_classes():
+        code = cls.err_code
+        if code < 20000:
+            continue
+        owner = owners.get(code)
+        if owner is None or issubclass(owner, cls):
+            owners[code] = cls
+            continue
+        assert issubclass(cls, owner), f"err_code {code} used by {owner.__module__}.{owner.__name__} and {cls.__module__}.{cls.__name__}"

@@ -3,6 +3,13 @@
 Field names are exactly the JetStream JSON API's, so code, JSON, CLI and docs line up (STYLE.md).
 """
 
+from jsraft.jsapi.api_level import (
+    API_LEVEL,
+    REQUIRED_LEVEL_KEY,
+    served_metadata,
+    stream_required_level,
+    without_dynamic_metadata,
+)
 from jsraft.jsapi.stream_config import (
     DUPLICATE_WINDOW_DEFAULT_NS,
     Discard,
@@ -16,6 +23,8 @@ from jsraft.jsapi.stream_config import (
 )
 
 __all__ = [
+    "API_LEVEL",
+    "REQUIRED_LEVEL_KEY",
     "DUPLICATE_WINDOW_DEFAULT_NS",
     "Discard",
     "Placement",
@@ -24,5 +33,8 @@ __all__ = [
     "StreamCompression",
     "StreamConfig",
     "parse_stream_config",
+    "served_metadata",
+    "stream_required_level",
     "validate_stream_name",
+    "without_dynamic_metadata",
 ]

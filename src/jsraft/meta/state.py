@@ -1,0 +1,98 @@
+"""`MetaState`: the committed meta state every replica holds, and the read-only questions asked of it.
+
+Owns: the peers placement may use, the stream assignments, each stream's consumer assignments, and the
+index of the last applied entry. Only `apply` (module `apply`) and `snapshot.decode_state` change it.
+
+Invariants:
+  1. `consumers` has a key for exactly the streams in `streams`.
+  2. Stream names are unique, and no two streams' guarded subjects overlap (offline ones included):
+     apply refuses an entry that would break this, whatever the leader checked.
+  3. Queries return values sorted by name, so callers (API listings, the digest) are deterministic.
+
+Imports: L0, L1, `meta.assignment`, `meta.placement`. Reference: DESIGN.md §5, §9.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+
+from jsraft.errors import StreamNotFound, invariant
+from jsraft.jsapi import API_LEVEL
+from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment
+from jsraft.meta.errors import ConsumerNotFound
+from jsraft.meta.placement import PeerInfo, count_assets
+
+
+class MetaState:
+    def __init__(self, api_level: int = API_LEVEL) -> None:
+        self.api_level = api_level  # this node's level: decides which loaded assets are offline
+        self.applied_index = 0
+        self.peers: dict[str, PeerInfo] = {}
+        self.streams: dict[str, StreamAssignment] = {}
+        self.consumers: dict[str, dict[str, ConsumerAssignment]] = {}
+
+    def check(self) -> None:
+        """Invariant 1 (cheap; run after restore and in tests)."""
+        invariant(set(self.consumers) == set(self.streams), "every stream has a consumer map, and only they")
+
+    # --- Streams -------------------------------------------------------------------------------
+
+    def stream(self, name: str) -> StreamAssignment:
+        """The assignment, offline ones included; `StreamNotFound` (10059) if there is none."""
+        assignment = self.streams.get(name)
+        if assignment is None:
+            raise StreamNotFound()
+        return assignment
+
+    def all_streams(self) -> list[StreamAssignment]:
+        return [self.streams[name] for name in sorted(self.streams)]
+
+    def names(self) -> list[str]:
+        """Every assigned stream name, offline ones included (they are visible in `NAMES`)."""
+        return sorted(self.streams)
+
+    def subject_claims(self) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """`(stream, guarded subjects)` for every stream, offline ones included (invariant 2)."""
+        for name in sorted(self.streams):
+            yield name, self.streams[name].subjects
+
+    def offline(self) -> dict[str, str]:
+        """Stream name -> why it is offline. An offline consumer stops its whole stream (DESIGN §9)."""
+        reasons: dict[str, str] = {}
+        for name in sorted(self.streams):
+            assignment = self.streams[name]
+            if assignment.offline_reason is not None:
+                reasons[name] = assignment.offline_reason
+                continue
+            for consumer in sorted(self.consumers[name]):
+                reason = self.consumers[name][consumer].offline_reason
+                if reason is not None:
+                    reasons[name] = f"consumer {consumer!r} is offline: {reason}"
+                    break
+        return reasons
+
+    def missing(self) -> list[str]:
+        """The names `STREAM.LIST` reports under `missing`: assigned but not started here."""
+        return sorted(self.offline())
+
+    def assignments_for(self, node_id: str) -> list[StreamAssignment]:
+        """The streams whose group `node_id` is a member of (the groups that node must run)."""
+        return [a for a in self.all_streams() if node_id in a.peers]
+
+    def assets(self) -> Counter[str]:
+        return count_assets(a.peers for a in self.streams.values())
+
+    # --- Consumers -----------------------------------------------------------------------------
+
+    def consumer(self, stream: str, name: str) -> ConsumerAssignment:
+        consumer = self.consumers.get(stream, {}).get(name)
+        if consumer is None:
+            if stream not in self.streams:
+                raise StreamNotFound()
+            raise ConsumerNotFound()
+        return consumer
+
+    def stream_consumers(self, stream: str) -> list[ConsumerAssignment]:
+        self.stream(stream)
+        return [self.consumers[stream][name] for name in sorted(self.consumers[stream])]

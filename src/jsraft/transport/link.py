@@ -1,0 +1,202 @@
+"""One TCP connection to one peer: its handshake steps and its read and write loops (layer L4, trio).
+
+Owns: a connected stream and its `FrameDecoder`. The handshake helpers read and write HELLO / REFUSE;
+`serve()` then runs a reader (frames in, DATA handed to a callback) and a writer (the peer's
+`SendQueue` out, batched, with a PING when idle) until the link ends, and records why it ended.
+
+Invariants:
+  1. Nothing a peer sends can raise out of `serve()`: every way a link can end — EOF, a socket error, an
+     idle or stalled connection, a protocol error, a `JsraftError` from the DATA callback saying the
+     payload was bad — ends only this link and is recorded in `close_error` for the caller to log.
+     Other exceptions are bugs and propagate.
+  2. A link is closed when nothing has been received for `idle_timeout_s`, or when one write has been
+     blocked that long: a paused or partitioned peer cannot keep a dead link (and its full queue) looking
+     connected. Each side sends a PING after `keepalive_s` without traffic, so a healthy idle link stays
+     up.
+  4. Every frame taken from the queue is either written (`frames_sent`) or, if the link ends mid-write,
+     counted in `dropped`.
+  3. Frames are written in queue order, at most `WRITE_BATCH_BYTES_MAX` per write (plus one frame).
+
+Imports: stdlib, L0, trio, transport siblings. Reference: trio docs, "Handling cancellation";
+TigerBeetle's bounded message bus.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import trio
+
+from jsraft.errors import JsraftError
+from jsraft.transport.errors import HandshakeRefused, LinkClosed, TransportProtocolError
+from jsraft.transport.send_queue import SendQueue
+from jsraft.transport.wire import (
+    PING_FRAME, READ_CHUNK_BYTES, Frame, FrameDecoder, FrameKind, Hello, decode_data, decode_hello,
+    decode_refuse, encode_hello, encode_refuse,
+)
+
+# One write per batch of frames amortises the syscall without holding a huge join buffer.
+WRITE_BATCH_BYTES_MAX = 256 << 10
+# A REFUSE is a courtesy before closing; a peer that will not read it does not get to hold us up.
+REFUSE_SEND_TIMEOUT_S = 1.0
+# What ends a link without being a bug (invariant 1). JsraftError covers TransportError and whatever the
+# DATA callback raises to say "this peer sent a bad message".
+LINK_ENDING_ERRORS = (JsraftError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
+
+Address = tuple[str, int]
+OnData = Callable[[str, bytes], None]
+
+
+class Direction(enum.Enum):
+    OUTBOUND = "outbound"  # this node dialed
+    INBOUND = "inbound"  # the peer dialed
+
+
+class Counters:
+    """Traffic counters of one peer, updated by its links; read through `Transport.peer_status()`."""
+
+    __slots__ = ("frames_sent", "frames_received", "bytes_sent", "bytes_received", "dropped")
+
+    def __init__(self) -> None:
+        self.dropped = 0
+        self.frames_sent = 0
+        self.frames_received = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+
+def _address(get: Callable[[], object]) -> Address | None:
+    try:
+        host, port = get()[:2]  # type: ignore[index]
+    except (OSError, TypeError, ValueError):
+        return None
+    return (str(host), int(port))
+
+
+class Link:
+    """A connected stream to a peer. `remote` is set once the peer's HELLO has been accepted."""
+
+    def __init__(self, stream: trio.SocketStream, direction: Direction) -> None:
+        self.stream = stream
+        self.direction = direction
+        self.decoder = FrameDecoder()
+        self.remote: Hello | None = None
+        self.cancel_scope = trio.CancelScope()
+        self.close_error: BaseException | None = None
+        self.local_address = _address(stream.socket.getsockname)
+        self.remote_address = _address(stream.socket.getpeername)
+
+    def describe(self) -> str:
+        name = self.remote.node_name if self.remote else "?"
+        return f"{self.direction.value} link to {name} ({_show(self.remote_address)})"
+
+    # --- Handshake steps (the caller bounds them with the handshake timeout) -------------------------
+
+    async def receive_frame(self) -> Frame:
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not None:
+                return frame
+            data = await self.stream.receive_some(READ_CHUNK_BYTES)
+            if not data:
+                raise LinkClosed("peer closed the connection")
+            self.decoder.feed(data)
+
+    async def receive_hello(self) -> Hello:
+        """The peer's HELLO; a REFUSE becomes `HandshakeRefused`, anything else a protocol error."""
+        frame = await self.receive_frame()
+        if frame.kind is FrameKind.REFUSE:
+            raise HandshakeRefused(f"peer refused: {decode_refuse(frame.body)}")
+        if frame.kind is not FrameKind.HELLO:
+            raise TransportProtocolError(f"expected HELLO, got {frame.kind.name}")
+        return decode_hello(frame.body)
+
+    def accept_remote(self, remote: Hello, frame_bytes_max: int) -> None:
+        """The peer is known now: allow full-size frames (wire invariant 3)."""
+        self.remote = remote
+        self.decoder.allow_frames_up_to(frame_bytes_max)
+
+    async def send_hello(self, hello: Hello) -> None:
+        await self.stream.send_all(encode_hello(hello))
+
+    async def refuse(self, reason: str) -> None:
+        """Tell the peer why before closing, best effort: it logs the reason instead of guessing."""
+        with trio.move_on_after(REFUSE_SEND_TIMEOUT_S):
+            try:
+                await self.stream.send_all(encode_refuse(reason))
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+
+    async def close(self) -> None:
+        await trio.aclose_forcefully(self.stream)
+
+    # --- Serving -------------------------------------------------------------------------------------
+
+    async def serve(self, queue: SendQueue, on_data: OnData, counters: Counters, *, keepalive_s: float,
+                    idle_timeout_s: float) -> None:
+        """Run until the link ends (invariant 1); the reason is left in `close_error`."""
+        with self.cancel_scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._guard, self._write_loop, queue, counters, keepalive_s, idle_timeout_s)
+                nursery.start_soon(self._guard, self._read_loop, on_data, counters, idle_timeout_s)
+
+    async def _guard(self, loop: Callable[..., object], *args: object) -> None:
+        try:
+            await loop(*args)  # type: ignore[misc]
+        except LINK_ENDING_ERRORS as exc:
+            if self.close_error is None:
+                self.close_error = exc
+        # Either loop ending ends the link: the other must not run on alone.
+        self.cancel_scope.cancel()
+
+    async def _read_loop(self, on_data: OnData, counters: Counters, idle_timeout_s: float) -> None:
+        # Frames that arrived with the HELLO are already in the decoder.
+        self._dispatch(on_data, counters)
+        while True:
+            data = b""
+            with trio.move_on_after(idle_timeout_s) as idle:
+                data = await self.stream.receive_some(READ_CHUNK_BYTES)
+            if idle.cancelled_caught:
+                raise LinkClosed(f"nothing received for {idle_timeout_s} s")
+            if not data:
+                raise LinkClosed("peer closed the connection")
+            counters.bytes_received += len(data)
+            self.decoder.feed(data)
+            self._dispatch(on_data, counters)
+
+    def _dispatch(self, on_data: OnData, counters: Counters) -> None:
+        while (frame := self.decoder.next_frame()) is not None:
+            counters.frames_received += 1
+            if frame.kind is FrameKind.DATA:
+                group, payload = decode_data(frame.body)
+                on_data(group, payload)
+            elif frame.kind is FrameKind.REFUSE:
+                raise LinkClosed(f"peer dropped the link: {decode_refuse(frame.body)}")
+            elif frame.kind is not FrameKind.PING:
+                raise TransportProtocolError(f"unexpected {frame.kind.name} after the handshake")
+
+    async def _write_loop(self, queue: SendQueue, counters: Counters, keepalive_s: float,
+                          idle_timeout_s: float) -> None:
+        while True:
+            batch: list[bytes] = []
+            with trio.move_on_after(keepalive_s):
+                batch = await queue.take(WRITE_BATCH_BYTES_MAX)
+            data = PING_FRAME if not batch else batch[0] if len(batch) == 1 else b"".join(batch)
+            # A peer that stops reading fills its TCP window; give up on it rather than hold the link.
+            try:
+                with trio.move_on_after(idle_timeout_s) as stalled:
+                    await self.stream.send_all(data)
+                if stalled.cancelled_caught:
+                    raise LinkClosed(f"peer has not read for {idle_timeout_s} s")
+            except BaseException:
+                # Whatever ends the link mid-write (cancellation included), these frames were accepted by
+                # send() and will never arrive: count them, so every accepted frame is sent or dropped.
+                counters.dropped += len(batch)
+                raise
+            counters.frames_sent += len(batch) or 1
+            counters.bytes_sent += len(data)
+
+
+def _show(address: Address | None) -> str:
+    return "unknown address" if address is None else f"{address[0]}:{address[1]}"

@@ -1,0 +1,332 @@
+"""`Group`: one Raft group on this node — its core, WAL, state machine, inbox and proposals (layer L4).
+
+Owns: everything the runtime does for one group on the trio thread: feeding inputs (ticks, messages,
+proposals, leadership transfers) to the `RaftNode`, taking a cycle's `Work` out of it, and after the
+worker thread made that work durable, sending its messages, applying its committed entries, settling
+proposals and calling `advance()`. The disk half of a cycle is `persist`; the cycle itself is
+`node_runtime`.
+
+Invariants:
+  1. The `RaftNode` is never stepped, ticked or proposed to while one of its `Ready`s is being persisted
+     (`busy`). Inputs that arrive meanwhile wait, bounded — messages in an inbox of at most
+     `inbox_messages_max`, proposals there too (bounded by their permits), ticks as a capped count, one
+     leadership transfer — and are fed right after `advance()`. Why: the core's log bookkeeping
+     (`stable_index`, pending truncations) assumes storage has either done a `Ready` or not, never "is
+     doing it"; a conflicting AppendEntries stepped mid-write could otherwise ask storage to truncate
+     below a commit the same in-flight write is recording.
+  2. `send_messages` runs only after the work's persistence returned (the Ready contract), and
+     `finish` (apply, then `advance`) only after `send_messages`.
+  3. The state machine's `applied_index` equals the core's after every `advance()` (checked).
+  4. A failed or closed group never touches its core or WAL again; its proposals all settle.
+
+Imports: L0, L1 (`raft`), L2 (`wal`), siblings, trio. Reference: etcd-io/raft `rawnode.go` usage.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable
+
+import attrs
+import trio
+
+from jsraft.disk.base import Disk
+from jsraft.errors import invariant
+from jsraft.raft import membership
+from jsraft.raft.core import RaftNode
+from jsraft.raft.errors import BadConfChange, NotLeader, PeerProtocolError, ProposalDropped, RaftError
+from jsraft.raft.membership import ConfChange
+from jsraft.raft.messages import Message, validate_message
+from jsraft.raft.ready import Ready, Snapshot
+from jsraft.raft.status import Role, Status
+from jsraft.raft.types import HardState, SnapshotMeta
+from jsraft.runtime.errors import GroupClosed
+from jsraft.runtime.persist import Work
+from jsraft.runtime.proposals import Proposal, ProposalBook, ProposalState
+from jsraft.runtime.state_machine import StateMachine
+from jsraft.wal import Wal
+
+log = logging.getLogger(__name__)
+
+SendFn = Callable[[str, str, Message], bool]
+
+
+@attrs.frozen(kw_only=True)
+class GroupStatus:
+    """What `NodeRuntime.status()` reports: the core's status plus the runtime's own counters."""
+
+    name: str
+    raft: Status
+    proposals_in_flight: int  # admitted and not settled (queued, in the log, or abandoned by a caller)
+    proposals_in_flight_max: int
+    proposals_waiting: int  # in the log, waiting to be applied
+    inbox_messages: int
+    busy: bool
+    closed_reason: str | None
+
+
+class Group:
+    """One group on this node. Built by `NodeRuntime.open_group`; used only from the trio thread."""
+
+    def __init__(self, *, name: str, node: RaftNode, wal: Wal, disk: Disk, state_machine: StateMachine,
+                 book: ProposalBook, marker: bytes | None, snapshot_every_entries: int | None,
+                 inbox_messages_max: int) -> None:
+        invariant(snapshot_every_entries is None or snapshot_every_entries >= 1, "snapshot interval >= 1")
+        self.name = name
+        self.node = node
+        self.wal = wal
+        self.disk = disk
+        self.state_machine = state_machine
+        self.book = book
+        self.snapshot_every_entries = snapshot_every_entries
+        self.inbox_messages_max = inbox_messages_max
+        self.busy = False
+        self.idle = trio.Event()  # set whenever the group is not busy (close waits on it)
+        self.idle.set()
+        self.closing = False  # close_group is waiting for the cycle that holds this group
+        self.closed_reason: str | None = None
+        self._marker = marker  # written with the first durable cycle, then None
+        self._inbox: collections.deque[Message | Proposal] = collections.deque()
+        self._transfer_to: str | None = None  # a leadership transfer asked for while busy (latest wins)
+        self._inbox_messages = 0
+        self._ticks_pending = 0
+        # Ticks kept while busy: enough for an election timeout to pass, bounded all the same.
+        self._ticks_pending_max = 2 * node.config.election_ticks
+        self._unsaved_hard_state: HardState | None = None
+        self._snapshot_requested = False
+        invariant(state_machine.applied_index == node.log.applied_index,
+                  "the state machine starts where the core thinks it is (invariant 3)")
+
+    # --- Inputs ---------------------------------------------------------------------------------
+
+    def stopped(self) -> bool:
+        return self.closing or self.closed_reason is not None
+
+    def tick(self) -> None:
+        if self.stopped():
+            return
+        if self.busy:
+            self._ticks_pending = min(self._ticks_pending + 1, self._ticks_pending_max)
+            return
+        self.node.tick()
+
+    def deliver(self, message: Message) -> bool:
+        """Step `message` now, or queue it while busy. False: dropped (closed, or the inbox is full —
+        Raft retransmits). Raises `PeerProtocolError` for a malformed message (the link should drop)."""
+        if self.stopped():
+            return False
+        if not self.busy:
+            self.node.step(message)
+            return True
+        # Checked now so the transport learns about a misbehaving peer from this call, not never.
+        validate_message(message, self.node.id, self.node.config.snapshot_bytes_max)
+        if self._inbox_messages >= self.inbox_messages_max:
+            return False
+        self._inbox.append(message)
+        self._inbox_messages += 1
+        return True
+
+    def transfer_leadership(self, to: str) -> None:
+        self.check_open()
+        if self.node.role is not Role.LEADER:
+            raise NotLeader(self.node.leader_id)
+        if self.busy:
+            self._transfer_to = to
+        else:
+            self.node.transfer_leadership(to)
+
+    def request_snapshot(self) -> None:
+        self._snapshot_requested = True
+
+    async def propose(self, data: bytes, wake: Callable[[], None],
+                      change: ConfChange | None = None) -> object:
+        """See `NodeRuntime.propose` (and `propose_conf_change`, when `change` is given)."""
+        self.check_open()
+        if self.node.role is not Role.LEADER:
+            raise NotLeader(self.node.leader_id)  # before taking a permit: the common refusal is cheap
+        proposal = await self.book.admit(data, change)
+        try:
+            self.check_open()
+            if self.busy:
+                self._inbox.append(proposal)
+            else:
+                self._propose_now(proposal)
+            wake()
+            await proposal.event.wait()
+        finally:
+            if proposal.state is ProposalState.QUEUED:
+                # Cancelled (or refused) before the core saw it: it never will.
+                if proposal in self._inbox:
+                    self._inbox.remove(proposal)
+                self.book.withdraw(proposal)
+        return proposal.outcome()
+
+    def check_open(self) -> None:
+        if self.stopped():
+            raise GroupClosed(f"raft group {self.name!r} is closed: {self.closed_reason or 'closing'}")
+
+    def _propose_now(self, proposal: Proposal) -> None:
+        try:
+            if proposal.change is not None:
+                index = self.node.propose_conf_change(proposal.change)
+            else:
+                index = self.node.propose(proposal.data)
+        except (NotLeader, ProposalDropped, BadConfChange) as error:
+            self.book.settle(proposal, error=error)
+            return
+        self.book.proposed(proposal, index, self.node.current_term, self._lost)
+
+    def _lost(self) -> BaseException:
+        """The error for a proposal whose index now holds another entry: it was never committed."""
+        if self.node.role is not Role.LEADER:
+            return NotLeader(self.node.leader_id)
+        return ProposalDropped("the entry was replaced after a change of leader")
+
+    # --- One cycle ------------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        if self.busy or self.stopped():
+            return False
+        return self.node.has_ready() or self._compaction_index() is not None
+
+    def take_work(self) -> Work:
+        """Take this cycle's work out of the core; the group is busy until `finish`."""
+        invariant(not self.busy and not self.stopped(), "work is taken from an idle, open group")
+        compaction = self._compaction()
+        rd = self.node.ready() if self.node.has_ready() else None
+        hard_state = None
+        if rd is not None and rd.must_sync:
+            hard_state = rd.hard_state if rd.hard_state is not None else self._unsaved_hard_state
+            self._unsaved_hard_state = None
+        elif rd is not None and rd.hard_state is not None:
+            # Only the commit hint changed (must_sync covers every durable field). It is safe to lose, so
+            # it rides along with the next fsync instead of costing one of its own.
+            self._unsaved_hard_state = rd.hard_state
+        marker = None
+        if self._marker is not None and rd is not None and rd.must_sync:
+            marker, self._marker = self._marker, None
+        self.busy = True
+        self.idle = trio.Event()
+        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker)
+
+    def send_messages(self, work: Work, send: SendFn) -> None:
+        """Step 2 of the Ready contract; call only once the work is durable (invariant 2)."""
+        if work.ready is None:
+            return
+        name = self.name
+        for message in work.ready.messages:
+            # A full link drops the message; Raft's retransmission and heartbeats cover the loss.
+            send(message.to_id, name, message)
+
+    def finish(self, work: Work) -> None:
+        """Step 3 and `advance()`; then the inputs that waited. Exceptions from the state machine
+        propagate: the caller fails the group (its core is left mid-Ready and is never used again)."""
+        rd = work.ready
+        if rd is not None:
+            self._apply(rd)
+            self.node.advance(rd)
+            invariant(self.state_machine.applied_index == self.node.log.applied_index,
+                      "state machine and core agree on the applied index (invariant 3)")
+        if work.compaction is not None:
+            self.node.compact(work.compaction.meta.index, work.compaction.data)
+        self.busy = False
+        self.idle.set()
+        if not self.closing:  # a closing group's waiting proposals are settled by close(), not proposed
+            self._drain()
+
+    def _apply(self, rd: Ready) -> None:
+        sm = self.state_machine
+        if rd.snapshot is not None:
+            meta = rd.snapshot.meta
+            if meta.index > sm.applied_index:  # a machine with durable state may already hold it
+                sm.restore(rd.snapshot.data)
+                invariant(sm.applied_index == meta.index, f"restore() reached snapshot index {meta.index}")
+            self.book.on_snapshot(meta.index)
+        entries = rd.committed_entries
+        start = 0
+        while start < len(entries) and entries[start].index <= sm.applied_index:
+            start += 1  # covered by the snapshot installed just above
+        if start == len(entries):
+            return
+        if start:
+            entries = entries[start:]
+        invariant(entries[0].index == sm.applied_index + 1, f"apply continues at {sm.applied_index + 1}, "
+                  f"not {entries[0].index}")
+        results = sm.apply(entries)
+        invariant(len(results) == len(entries), "apply() returns one result per entry")
+        invariant(sm.applied_index == entries[-1].index, f"apply() reached index {entries[-1].index}")
+        self.book.on_applied(entries, results, self._lost)
+
+    def _drain(self) -> None:
+        """Feed what arrived while busy: ticks (time passed first), messages and proposals in arrival
+        order, then a leadership transfer."""
+        ticks, self._ticks_pending = self._ticks_pending, 0
+        for _ in range(ticks):
+            self.node.tick()
+        items, self._inbox = self._inbox, collections.deque()
+        self._inbox_messages = 0
+        for item in items:
+            if isinstance(item, Proposal):
+                self._propose_now(item)
+                continue
+            try:
+                self.node.step(item)
+            except PeerProtocolError as error:  # validated on arrival; kept as a second line
+                log.warning("group %s: dropped a malformed message: %s", self.name, error)
+        to, self._transfer_to = self._transfer_to, None
+        if to is not None:
+            try:
+                self.node.transfer_leadership(to)
+            except RaftError as error:
+                log.info("group %s: leadership transfer to %s not started: %s", self.name, to, error)
+
+    # --- Snapshots ------------------------------------------------------------------------------
+
+    def _compaction_index(self) -> int | None:
+        """The applied index to snapshot and compact through now, or None (not due, or not possible)."""
+        node, log_ = self.node, self.node.log
+        index = self.state_machine.applied_index
+        if index <= log_.snapshot_index:
+            return None
+        every = self.snapshot_every_entries
+        if not self._snapshot_requested and (every is None or index - log_.snapshot_index < every):
+            return None
+        # The core compacts only applied, durable entries whose membership changes it has applied.
+        if index != log_.applied_index or index > log_.stable_index or index > node.conf_applied_index:
+            return None
+        return index if log_.term_at(index) is not None else None
+
+    def _compaction(self) -> Snapshot | None:
+        index = self._compaction_index()
+        if index is None:
+            return None
+        self._snapshot_requested = False
+        term = self.node.log.term_at(index)
+        invariant(term is not None, "a compaction point has a known term")
+        meta = SnapshotMeta(index=index, term=term or 0, conf=membership.conf_at(self.node, index))
+        return Snapshot(meta=meta, data=self.state_machine.snapshot())
+
+    # --- Closing --------------------------------------------------------------------------------
+
+    def close(self, reason: str) -> None:
+        """Stop for good: settle every proposal with `GroupClosed`, close the WAL (invariant 4)."""
+        if self.closed_reason is not None:
+            return
+        self.closed_reason = reason
+        message = f"raft group {self.name!r} closed ({reason}); the proposal may or may not commit"
+        queued = [item for item in self._inbox if isinstance(item, Proposal)]
+        self._inbox.clear()
+        self._inbox_messages = 0
+        for proposal in queued:
+            self.book.settle(proposal, error=GroupClosed(message))
+        self.book.fail_all(lambda: GroupClosed(message))
+        self.wal.close()
+        self.busy = False
+        self.idle.set()
+
+    def status(self) -> GroupStatus:
+        return GroupStatus(
+            name=self.name, raft=self.node.status(), proposals_in_flight=self.book.in_flight,
+            proposals_in_flight_max=self.book.in_flight_max, proposals_waiting=self.book.waiting,
+            inbox_messages=self._inbox_messages, busy=self.busy, closed_reason=self.closed_reason)

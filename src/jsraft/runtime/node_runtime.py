@@ -1,0 +1,354 @@
+"""`NodeRuntime`: the trio driver for every Raft group on one node (layer L4).
+
+Owns: the group table, the one ticker for all groups, the ready loop with its group commit, and the
+public API the server and the transport use (`open_group`, `deliver`, `propose`,
+`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `close_group`, `run`).
+Per-group work is in `group`, the disk half of a cycle in `persist`.
+
+The ready loop, one cycle at a time:
+  1. Collect: from every group that got an input since it was last looked at and has pending work, take
+     its `Ready` (and an own snapshot when one is due). Those groups are now busy: inputs for them wait
+     (see `group`, invariant 1).
+  2. Persist: all of the cycle's writes, then one fsync per touched file, in worker threads
+     (`run_in_worker`, by default `trio.to_thread.run_sync`; at most `fsync_threads_max` at once, each
+     taking a share of the groups). While they run, proposals and messages keep arriving; they
+     accumulate and go into the NEXT cycle — that is group commit: one fsync covers everything that
+     arrived during the previous one. Groups with nothing to write (heartbeats, a commit-hint change,
+     applying entries already durable here) skip this step and are finished before the others' fsync.
+  3. Only after the fsyncs returned: send each group's messages, apply its committed entries (settling
+     proposals with the state machine's results), `advance()`, and feed it what waited.
+
+Backpressure: each group admits at most `proposals_in_flight_max` proposals that have not settled;
+`propose` waits for a free slot (cancellable). Inboxes of messages that arrive while a group is busy are
+bounded too (a full one drops: Raft retransmits). No queue in the runtime grows without bound.
+
+Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (trio does not
+abandon it, and the cycle it belongs to may complete, giving its proposals their real outcome); then
+every group is closed: the proposals still waiting settle with `GroupClosed`, later calls get
+`GroupClosed`, and the WALs are closed. Nothing a restart needs is lost: what was fsynced is recovered,
+and nothing that depends on unfsynced state was ever sent.
+
+Invariants:
+  1. No message of a `Ready` is handed to `send` before the fsync covering that `Ready` returned.
+  2. A proposal returns a result only after its entry was applied here, which requires it to be
+     committed, which requires a majority (this node included, for a leader) to have fsynced it.
+  3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores.
+     Missed ticks are dropped, not replayed: a stalled event loop delays elections instead of firing
+     them all at once.
+
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
+the transport calls `deliver`, and the runtime calls the `send` function it was given.
+Reference: DESIGN.md §2 (write path), §11 tier 3, §12 (group commit); etcd-io/raft `node.go`.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import trio
+
+from jsraft.disk.base import Disk
+from jsraft.errors import BadRequest, InvariantViolation, invariant
+from jsraft.raft.config import RaftConfig
+from jsraft.raft.core import RaftNode
+from jsraft.raft.membership import ConfChange
+from jsraft.raft.messages import Message
+from jsraft.runtime.clock import Clock
+from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
+from jsraft.runtime.group import Group, GroupStatus, SendFn
+from jsraft.runtime.persist import GROUP_MARKER, Job, Work, marker_contents, persist_jobs
+from jsraft.runtime.proposals import ProposalBook
+from jsraft.runtime.restore import prepare
+from jsraft.runtime.state_machine import StateMachine
+from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
+
+log = logging.getLogger(__name__)
+
+# Runs a blocking function off the trio thread: `await run_in_worker(fn, *args)`. trio's own by default; a
+# server may bind a `CapacityLimiter`, a deterministic test may model the fsync's latency in virtual time.
+WorkerFn = Callable[..., Awaitable[Any]]
+
+_GROUP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
+
+
+class NodeRuntime:
+    """Drives the Raft groups of node `node_id`. Use from one trio run; call `run()` to make it go."""
+
+    def __init__(self, node_id: str, disk: Disk, clock: Clock, rng: random.Random, send: SendFn, *,
+                 tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
+                 fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
+                 run_in_worker: WorkerFn = trio.to_thread.run_sync) -> None:
+        invariant(tick_ms >= 1, "tick_ms is at least 1")
+        invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
+        invariant(fsync_threads_max >= 1, "at least one fsync thread")
+        self.node_id = node_id
+        self.disk = disk
+        self.clock = clock
+        self.tick_ms = tick_ms
+        self.proposals_in_flight_max = proposals_in_flight_max
+        self.inbox_messages_max = inbox_messages_max
+        self.fsync_threads_max = fsync_threads_max
+        self.wal_segment_bytes = wal_segment_bytes
+        self._run_in_worker = run_in_worker
+        self._rng = rng
+        self._send = send
+        self._groups: dict[str, Group] = {}
+        # Groups that got an input (or finished a cycle) since the ready loop last looked at them: only
+        # these can have new work, so a cycle costs O(active groups), not O(groups). Ordered, so runs
+        # repeat in the same order.
+        self._dirty: dict[str, Group] = {}
+        self._opening: set[str] = set()
+        self._closed = False
+        self._running = False
+        self._wakeup = trio.Event()
+
+    # --- Groups ---------------------------------------------------------------------------------
+
+    async def open_group(self, name: str, *, voters: Sequence[str] | None, state_machine: StateMachine,
+                         raft_config: RaftConfig | None = None, disk: Disk | None = None,
+                         snapshot_every_entries: int | None = None,
+                         proposals_in_flight_max: int | None = None) -> None:
+        """Open (recover, or create) group `name` on this node.
+
+        Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members, used only
+        when the group has never been durably started here (see `restore`); None for a member that
+        waits to be added. `snapshot_every_entries`: snapshot the state machine and compact the log
+        after that many applied entries (None: only on `request_snapshot`).
+        """
+        if not _GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
+            raise BadRequest(f"invalid raft group name {name!r}")
+        if self._closed:
+            raise GroupClosed("the runtime is stopped")
+        if name in self._groups or name in self._opening:
+            raise GroupExists(name)
+        config = raft_config if raft_config is not None else RaftConfig(node_id=self.node_id)
+        invariant(config.node_id == self.node_id, "a group's raft config names this node")
+        self._opening.add(name)
+        try:
+            # Recovery reads and may repair files: off the trio thread, like every other disk access.
+            group_disk, wal, recovered, formatted = await self._run_in_worker(self._open_storage, name, disk)
+        finally:
+            self._opening.discard(name)
+        try:
+            group = self._build_group(name, config, voters, state_machine, group_disk, wal, recovered,
+                                      formatted, snapshot_every_entries, proposals_in_flight_max)
+        except BaseException:
+            wal.close()
+            raise
+        if self._closed:
+            group.close("the runtime stopped while the group was opening")
+            raise GroupClosed("the runtime is stopped")
+        self._groups[name] = group
+        self._wake(group)
+
+    def _open_storage(self, name: str, disk: Disk | None) -> tuple[Disk, Wal, Recovered, bool]:
+        group_disk = disk if disk is not None else self.disk.sub(f"groups/{name}")
+        wal, recovered = Wal.open(group_disk, segment_bytes=self.wal_segment_bytes)
+        return group_disk, wal, recovered, group_disk.exists(GROUP_MARKER)
+
+    def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
+                     state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,
+                     formatted: bool, snapshot_every_entries: int | None,
+                     proposals_in_flight_max: int | None) -> Group:
+        restored = prepare(recovered, state_machine, voters=voters, formatted=formatted)
+        node = RaftNode(config, random.Random(self._rng.getrandbits(64)), restored)
+        if recovered.reasons:
+            log.warning("group %s: recovery findings: %s", name, "; ".join(recovered.reasons))
+        book = ProposalBook(proposals_in_flight_max or self.proposals_in_flight_max)
+        return Group(name=name, node=node, wal=wal, disk=group_disk, state_machine=state_machine, book=book,
+                     marker=None if formatted else marker_contents(name, self.node_id),
+                     snapshot_every_entries=snapshot_every_entries,
+                     inbox_messages_max=self.inbox_messages_max)
+
+    async def close_group(self, name: str) -> None:
+        """Close group `name` here: refuse new work, wait for its in-flight fsync, close its WAL."""
+        group = self._groups.get(name)
+        if group is None:
+            raise GroupNotFound(name)
+        # Take it out of future cycles, then let a cycle that holds it finish with it: its fsync, its
+        # messages and its applies, so its proposals settle with real outcomes where they can.
+        group.closing = True
+        while group.busy:
+            await group.idle.wait()
+        group.close("closed by close_group")
+        if self._groups.get(name) is group:
+            del self._groups[name]
+
+    def group_names(self) -> list[str]:
+        return sorted(self._groups)
+
+    def _group(self, name: str) -> Group:
+        group = self._groups.get(name)
+        if group is None:
+            raise GroupNotFound(name)
+        return group
+
+    # --- Inputs ---------------------------------------------------------------------------------
+
+    def deliver(self, group_name: str, message: Message) -> bool:
+        """A Raft message from a peer (any transport). False: dropped (unknown or closed group, or its
+        inbox is full). Raises `PeerProtocolError` for a malformed message: drop that link."""
+        group = self._groups.get(group_name)
+        if group is None or self._closed:
+            return False
+        accepted = group.deliver(message)
+        if accepted:
+            self._wake(group)
+        return accepted
+
+    async def propose(self, group_name: str, data: bytes) -> object:
+        """Propose `data` as one entry of `group_name`; return the state machine's result for it.
+
+        Returns once the entry is committed and applied on this node. Raises `NotLeader` (with the known
+        leader's id, possibly None) when this node does not lead the group, at the call or later if its
+        entry was replaced by a new leader's (then it never committed); `ProposalDropped` when the
+        leader cannot take it; `GroupClosed` / `OutcomeUnknown` when it may or may not have committed.
+        Waits while `proposals_in_flight_max` proposals are unsettled (backpressure). Cancellable: the
+        entry may still commit, and it keeps its slot until it does or is known lost.
+        """
+        if self._closed:
+            raise GroupClosed("the runtime is stopped")
+        group = self._group(group_name)
+        return await group.propose(bytes(data), lambda: self._wake(group))
+
+    async def propose_conf_change(self, group_name: str, change: ConfChange) -> object:
+        """Propose a single-server membership change (add a learner, promote it, remove a member) and
+        wait until it is applied here, like `propose`; also raises `BadConfChange` when it does not
+        apply, and `ProposalDropped` while another change is in progress or a learner lags."""
+        if self._closed:
+            raise GroupClosed("the runtime is stopped")
+        group = self._group(group_name)
+        return await group.propose(b"", lambda: self._wake(group), change)
+
+    def transfer_leadership(self, group_name: str, to: str) -> None:
+        """Ask this node, the leader, to hand `group_name`'s leadership to voter `to`."""
+        group = self._group(group_name)
+        group.transfer_leadership(to)
+        self._wake(group)
+
+    def request_snapshot(self, group_name: str) -> None:
+        """Snapshot the state machine and compact the log at the next cycle (when the core allows)."""
+        group = self._group(group_name)
+        group.request_snapshot()
+        self._wake(group)
+
+    def status(self, group_name: str) -> GroupStatus:
+        return self._group(group_name).status()
+
+    def _wake(self, group: Group) -> None:
+        self._dirty[group.name] = group
+        self._wakeup.set()
+
+    # --- Running --------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Tick and drive every group until cancelled; then shut down cleanly (module docstring)."""
+        invariant(not self._running and not self._closed, "a runtime runs once")
+        self._running = True
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._ready_loop)
+                task_status.started()
+        finally:
+            # Reached only after both tasks ended: any worker thread has returned (not abandoned), so
+            # nothing else touches a WAL while the groups close.
+            self._closed = True
+            for group in self._groups.values():
+                group.close("the runtime stopped")
+
+    async def _ticker(self) -> None:
+        interval = self.tick_ms / 1000
+        deadline = self.clock.monotonic() + interval
+        while True:
+            await self.clock.sleep_until(deadline)
+            for group in list(self._groups.values()):
+                group.tick()
+                self._dirty[group.name] = group
+            self._wakeup.set()
+            deadline += interval
+            now = self.clock.monotonic()
+            if deadline <= now:
+                deadline = now + interval  # drop missed ticks (invariant 3)
+
+    async def _ready_loop(self) -> None:
+        while True:
+            # A fresh event before looking for work, so a wake-up during the look is not lost.
+            self._wakeup = trio.Event()
+            batch = self._collect()
+            if not batch:
+                await self._wakeup.wait()
+                continue
+            await self._cycle(batch)
+
+    def _collect(self) -> list[tuple[Group, Work]]:
+        """Step 1 of the cycle: the work of every dirty group that has some."""
+        candidates, self._dirty = self._dirty, {}
+        batch = []
+        for group in candidates.values():
+            # A busy group is looked at again when its cycle finishes (`_finish` marks it dirty).
+            if not group.has_work():
+                continue
+            try:
+                batch.append((group, group.take_work()))
+            except InvariantViolation:
+                raise
+            except Exception as error:  # the state machine's snapshot() failed: this group stops
+                self._fail(group, f"state machine snapshot failed: {error!r}")
+        return batch
+
+    async def _cycle(self, batch: list[tuple[Group, Work]]) -> None:
+        """Persist the batch, then for each group: send, apply, advance (invariant 1).
+
+        Groups with nothing to write (heartbeats, applies of entries already durable here) are finished
+        first: nothing of theirs is waiting for a disk, so they need not wait for the others' fsync.
+        """
+        durable = [(group, work) for group, work in batch if not work.needs_disk]
+        for group, work in durable:
+            group.send_messages(work, self._send)
+            self._finish(group, work)
+        pending = [(group, work) for group, work in batch if work.needs_disk]
+        errors = await self._persist(pending)
+        for (group, work), error in zip(pending, errors):
+            if error is not None:
+                self._fail(group, f"storage failed: {error!r}")
+                continue
+            group.send_messages(work, self._send)
+            self._finish(group, work)
+
+    def _finish(self, group: Group, work: Work) -> None:
+        if group.closed_reason is not None:
+            return
+        try:
+            group.finish(work)
+        except InvariantViolation:
+            raise
+        except Exception as error:  # the state machine failed: this group stops, the others go on
+            self._fail(group, f"state machine failed: {error!r}")
+            return
+        # Advancing may leave work (more committed entries than one Ready carries, a leader's commit
+        # that its own fsync completed), and what waited while it was busy was just fed to it.
+        self._dirty[group.name] = group
+
+    def _fail(self, group: Group, reason: str) -> None:
+        log.error("group %s stopped: %s", group.name, reason)
+        group.close(reason)
+
+    async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
+        """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""
+        if not batch:
+            await trio.lowlevel.checkpoint()  # nothing to write: still let proposers and peers run
+            return []
+        jobs = [Job(group.wal, group.disk, work) for group, work in batch]
+        shares = min(self.fsync_threads_max, len(jobs))
+        if shares == 1:
+            await self._run_in_worker(persist_jobs, jobs)
+        else:
+            async with trio.open_nursery() as nursery:
+                for share in range(shares):
+                    nursery.start_soon(self._run_in_worker, persist_jobs, jobs[share::shares])
+        return [job.error for job in jobs]

@@ -1,0 +1,147 @@
+"""Proposals in flight on one group: the backpressure bound and the waiters for their entries (layer L4).
+
+Owns: `Proposal` (one `NodeRuntime.propose` call: its data, where its entry landed, its outcome) and
+`ProposalBook` (per group: the permits that bound proposals in flight, and the proposals waiting for
+their entries to be applied).
+
+A proposal's life: admitted (a permit taken, waiting while none is free — that is the backpressure) →
+queued (the group's Raft core was busy with a `Ready`) → proposed (its entry has an index and a term)
+→ settled, exactly once: with the state machine's result when the entry at its index is applied with
+its term; with an error when another entry took that index, a leader's snapshot covered it, it was
+refused, or the group closed.
+
+Invariants:
+  1. `in_flight` counts admitted, unsettled proposals and never exceeds `in_flight_max`. A proposal keeps
+     its permit until it settles, even if its caller was cancelled meanwhile: its entry is still in the
+     log and still costs the group memory and replication, so cancelling cannot be used to overrun the
+     bound.
+  2. A proposal settles once; the permit is released exactly then (or when a queued proposal is
+     withdrawn by its cancelled caller before it reached the core).
+  3. At most one unsettled proposal per index. An entry is ours iff it has our (index, term): only the
+     leader of a term creates entries in that term, and it creates one per index.
+
+Imports: L0, L1 (`raft`), trio. Reference: etcd `wait` (etcdserver), hashicorp/raft `ApplyFuture`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+
+import trio
+
+from jsraft.errors import invariant
+from jsraft.raft.membership import ConfChange
+from jsraft.raft.types import Entry
+from jsraft.runtime.errors import OutcomeUnknown
+
+
+class ProposalState(enum.Enum):
+    QUEUED = "queued"  # admitted; waiting for the core to be free of its outstanding Ready
+    PROPOSED = "proposed"  # in the core's log at (index, term)
+    SETTLED = "settled"
+
+
+class Proposal:
+    """One proposal; created by `ProposalBook.admit`. Plain slots: one per proposal, kept off attrs."""
+
+    __slots__ = ("data", "change", "state", "index", "term", "event", "result", "error")
+
+    def __init__(self, data: bytes, change: ConfChange | None = None) -> None:
+        self.data = data
+        self.change = change  # a membership change instead of data
+        self.state = ProposalState.QUEUED
+        self.index = 0
+        self.term = 0
+        self.event = trio.Event()
+        self.result: object = None
+        self.error: BaseException | None = None
+
+    def outcome(self) -> object:
+        """The result, or raise the error; only once settled."""
+        invariant(self.state is ProposalState.SETTLED, "a proposal's outcome is read once it settled")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+class ProposalBook:
+    """The proposals of one group on this node (see the module docstring)."""
+
+    def __init__(self, in_flight_max: int) -> None:
+        invariant(in_flight_max >= 1, "at least one proposal may be in flight")
+        self.in_flight_max = in_flight_max
+        self.in_flight = 0
+        self._capacity = trio.Semaphore(in_flight_max)
+        self._by_index: dict[int, Proposal] = {}
+
+    @property
+    def waiting(self) -> int:
+        """Proposals in the core's log, waiting for their entries to be applied."""
+        return len(self._by_index)
+
+    async def admit(self, data: bytes, change: ConfChange | None = None) -> Proposal:
+        """Wait for a permit (backpressure; cancellable), then a new queued proposal holding it."""
+        await self._capacity.acquire()
+        self.in_flight += 1
+        invariant(self.in_flight <= self.in_flight_max, "proposals in flight stay within the bound")
+        return Proposal(data, change)
+
+    def proposed(self, proposal: Proposal, index: int, term: int, lost: Callable[[], BaseException]) -> None:
+        """The core appended the proposal's entry at (`index`, `term`)."""
+        invariant(proposal.state is ProposalState.QUEUED, "a proposal is proposed once")
+        previous = self._by_index.pop(index, None)
+        if previous is not None:
+            # Our leadership returned and we appended at an index where an entry of ours from an older
+            # term was: that entry was truncated, so it never commits (invariant 3).
+            invariant(previous.term < term, "a newer proposal at an index has a newer term")
+            self.settle(previous, error=lost())
+        proposal.state, proposal.index, proposal.term = ProposalState.PROPOSED, index, term
+        self._by_index[index] = proposal
+
+    def settle(self, proposal: Proposal, *, result: object = None,
+               error: BaseException | None = None) -> None:
+        """Record the outcome, wake the caller, release the permit (invariant 2). Idempotent."""
+        if proposal.state is ProposalState.SETTLED:
+            return
+        if proposal.state is ProposalState.PROPOSED and self._by_index.get(proposal.index) is proposal:
+            del self._by_index[proposal.index]
+        proposal.state, proposal.result, proposal.error = ProposalState.SETTLED, result, error
+        proposal.event.set()
+        self._release()
+
+    def withdraw(self, proposal: Proposal) -> None:
+        """A queued proposal's caller was cancelled before the core saw it: free its permit."""
+        invariant(proposal.state is ProposalState.QUEUED, "only a queued proposal is withdrawn")
+        proposal.state = ProposalState.SETTLED
+        self._release()
+
+    def _release(self) -> None:
+        self.in_flight -= 1
+        invariant(self.in_flight >= 0, "permits released once each")
+        self._capacity.release()
+
+    def on_applied(self, entries: Sequence[Entry], results: Sequence[object],
+                   lost: Callable[[], BaseException]) -> None:
+        """Settle the proposals whose index was just applied: ours (same term) or lost (another entry)."""
+        if not self._by_index:
+            return
+        for entry, result in zip(entries, results):
+            proposal = self._by_index.get(entry.index)
+            if proposal is None:
+                continue
+            if proposal.term == entry.term:
+                self.settle(proposal, result=result)
+            else:
+                self.settle(proposal, error=lost())
+
+    def on_snapshot(self, index: int) -> None:
+        """A leader's snapshot replaced the log through `index`: those entries were never applied here."""
+        for proposal in [p for i, p in self._by_index.items() if i <= index]:
+            self.settle(proposal, error=OutcomeUnknown(
+                f"a snapshot through {index} covered the proposal at index {proposal.index}"))
+
+    def fail_all(self, error_for: Callable[[], BaseException]) -> None:
+        """Settle every proposal in the log with an error (the group closed)."""
+        for proposal in list(self._by_index.values()):
+            self.settle(proposal, error=error_for())

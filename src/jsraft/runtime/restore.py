@@ -1,0 +1,66 @@
+"""From what a WAL recovered to a Raft core's `RestoredState` and a restored state machine (layer L4).
+
+Owns: the decision, at `open_group`, of how a replica starts — a new group's member (bootstrap), a member
+added later (blank), a restart from its WAL, or a member that lost its storage — and bringing the state
+machine to the snapshot the WAL holds.
+
+Decisions:
+  1. The WAL holds something (a snapshot, entries, faulty records or a non-initial hard state): restart
+     from it. The WAL's findings (`Recovered.reasons`) become `repair_reasons` when it says repairing.
+  2. The WAL is empty and the group marker is absent: never durably started. With `voters`, an initial
+     member bootstraps the group (`RestoredState.bootstrap`); without, a blank member waits to be added.
+  3. The WAL is empty but the marker exists (or the state machine holds applied state): this member lost
+     its data after it may have voted and acknowledged. It restarts with `storage_uuid_changed`, which
+     makes the core a repairing member with no vote to trust; it never bootstraps again. (Losing the
+     whole group directory, marker included, is detected above the runtime: the node's storage UUID and
+     the meta group's assignment say this member existed.)
+  4. State machine: if the WAL holds a snapshot above the machine's `applied_index`, the machine is
+     restored from it; the core is told the machine's applied index, so entries at or below it are not
+     applied again (`state_machine` module docstring).
+
+Invariants:
+  1. After `prepare`, `state_machine.applied_index >= snapshot index` (checked).
+
+Imports: L0, L1 (`raft`), L2 (`wal`), sibling `state_machine`. Reference: the simulator's
+`NodeDriver._restored` (same rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jsraft.errors import invariant
+from jsraft.raft.config import RestoredState
+from jsraft.raft.types import ConfState, HardState
+from jsraft.runtime.state_machine import StateMachine
+from jsraft.wal import Recovered
+
+
+def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequence[str] | None,
+            formatted: bool) -> RestoredState:
+    """The core's `RestoredState`, after restoring `state_machine` from the WAL's snapshot if needed."""
+    snapshot = recovered.snapshot
+    meta, data = snapshot if snapshot is not None else (None, None)
+    empty = (meta is None and not recovered.entries and not recovered.faulty
+             and recovered.hard_state == HardState())
+    applied = state_machine.applied_index
+    if empty and not formatted and applied == 0:
+        if voters:
+            return RestoredState.bootstrap(tuple(voters))
+        return RestoredState()
+    if meta is not None and data is not None and applied < meta.index:
+        state_machine.restore(data)
+        applied = state_machine.applied_index
+        invariant(applied == meta.index, f"restore() of snapshot {meta.index} set applied_index {applied}")
+    snapshot_index = meta.index if meta is not None else 0
+    return RestoredState(
+        hard_state=recovered.hard_state,
+        conf_state=meta.conf if meta is not None else ConfState(voters=()),
+        snapshot=meta,
+        snapshot_data=data,
+        entries=recovered.entries,
+        faulty=recovered.faulty,
+        applied_index=applied if applied > snapshot_index else None,
+        storage_uuid_changed=empty,
+        repair_reasons=tuple(recovered.reasons) if recovered.repairing else (),
+    )

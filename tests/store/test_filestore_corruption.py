@@ -238,3 +238,19 @@ def test_repair_fills_a_damaged_sequence_durably(tmp_path):
         assert again.faults() == []
         _assert_all_but(again, set())
         again.close()
+
+
+def test_repairing_a_lost_head_restores_first_seq(tmp_path):
+    """Regression: a repair below the cached first-live sequence must move first_seq back down."""
+    root = str(tmp_path / "s")
+    store, config, where, state = _write(root)
+    first_seqs = sorted(s for s, (n, _, _) in where.items() if n == 1)
+    _close_without_index(store, root)
+    os.remove(os.path.join(root, block_name(1)))
+    damaged = FileStore.open(OsDisk(root), config)
+    assert damaged.state().first_seq == first_seqs[-1] + 1
+    for seq in first_seqs:
+        damaged.repair(seq, f"orders.{seq % 5}", b"", _payload(seq), 1_000 + seq)
+    assert damaged.faults() == []
+    assert damaged.state() == state
+    _assert_all_but(damaged, set())

@@ -330,6 +330,7 @@ def repair(store: "FileStore", seq: int, subject: str, headers: bytes, payload: 
     store.moved[seq] = (block.number, offset, len(record), crc)
     store.account_add(seq, subject, msg_size(len(subject.encode()), len(headers), len(payload)), crc)
     store.fault_map.remove(seq, seq)
+    store._first_live_hint = 0  # a repaired sequence may now be the first live one
 
 
 def repair_deleted(store: "FileStore", first: int, last: int) -> None:

@@ -1,0 +1,119 @@
+"""Store operations for applying stream entries, each safe to replay (layer L3).
+
+Owns: the store-facing half of `StreamStateMachine.apply`: appending a MSGS run (with a per-message
+fallback when the store refuses), verifying a replayed MSGS run against what the store already holds,
+and the bounded forms of PURGE and EXPIRE.
+
+Invariants:
+  1. Every function leaves the store's `last_seq` where the log says it is: a message the store refuses
+     at apply time still consumes its sequence (`skip`), identically on every replica that agrees.
+  2. Bounded removals: a PURGE or EXPIRE never removes a message above the bound its entry carries, so
+     replaying an entry against a store that already applied later entries changes nothing it should not.
+  3. Replay verification compares content (subject, headers, payload, timestamp), never trusts position.
+
+Imports: L0, L1 (`codec.records`), L2 (`store`). Reference: nats-server `server/jetstream_cluster.go`
+(`applyStreamEntries`: purge stamped with the leader's last sequence so replays are safe).
+"""
+
+from __future__ import annotations
+
+from jsraft import subjects
+from jsraft.codec.records import encode_message
+from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
+from jsraft.store.base import StreamStore
+from jsraft.stream.entries import EntryMsg
+from jsraft.stream.outcomes import ApiError
+
+
+def append_run(store: StreamStore, first_seq: int, msgs: list[EntryMsg]) -> dict[int, ApiError]:
+    """Append messages with seqs `first_seq ..`; return the seqs the store refused, with why.
+
+    The whole run goes in one `append_batch` (the fast path). If the store refuses it (a `discard: new`
+    limit the leader did not foresee, a config change in between), messages go one at a time and each
+    refused one consumes its sequence with `skip`, so every replica ends at the same `last_seq`.
+    """
+    batch = [(first_seq + i, m[0], m[1], m[2], m[3]) for i, m in enumerate(msgs)]
+    try:
+        store.append_batch(batch)
+        return {}
+    except JsraftError:
+        pass
+    refused: dict[int, ApiError] = {}
+    for item in batch:
+        try:
+            store.append_batch((item,))
+        except JsraftError as error:
+            store.skip(item[0], 1)
+            refused[item[0]] = ApiError.from_error(error)
+    return refused
+
+
+def verify_run(store: StreamStore, first_seq: int, msgs: list[EntryMsg]) -> int | None:
+    """Compare replayed messages with the store's; return the first seq whose content differs.
+
+    A message the store no longer holds is accepted: a later entry (a delete, a limit) may have removed
+    it before the restart, and the post-recovery audit checks the result. A damaged one is accepted too:
+    it is a store fault, listed by `faults()` and repaired from a peer.
+    """
+    for offset, (subject, headers, payload, timestamp_ns, _, _) in enumerate(msgs):
+        seq = first_seq + offset
+        try:
+            held = store.load(seq)
+        except (NoMessageFound, DamagedSequence):
+            continue
+        if (held.subject, held.headers, held.payload, held.timestamp_ns) != (subject, headers, payload, timestamp_ns):
+            return seq
+    return None
+
+
+def live_seqs(store: StreamStore, first: int, last: int, subject_filter: str | None = None) -> list[int]:
+    """Live sequences in `first..last` (matching the filter), by walking `load_next`."""
+    found: list[int] = []
+    seq = first
+    while seq <= last:
+        try:
+            msg = store.load_next(subject_filter, seq)
+        except NoMessageFound:
+            break
+        if msg.seq > last:
+            break
+        found.append(msg.seq)
+        seq = msg.seq + 1
+    return found
+
+
+def purge_bounded(store: StreamStore, store_last_seq: int, subject: str | None, seq: int | None,
+                  keep: int | None, last_seq: int) -> int:
+    """JetStream purge over the messages at or below `last_seq` only; returns how many were removed.
+
+    When the store is exactly at the entry's position (always, outside a replay) this is the store's own
+    `purge`. Otherwise the victims are computed among the messages up to `last_seq`.
+    """
+    if subject is not None and subjects.validate(subject, wildcards=True) == ">":
+        subject = None
+    if store_last_seq <= last_seq:
+        return store.purge(subject, seq, keep)
+    if subject is None and keep is None:
+        return store.compact(min(seq or last_seq + 1, last_seq + 1))
+    victims = live_seqs(store, 1, min(last_seq, (seq or last_seq + 1) - 1), subject)
+    if keep is not None:
+        victims = victims[: max(0, len(victims) - keep)]
+    return sum(store.delete(victim) for victim in victims)
+
+
+def expire_bounded(store: StreamStore, store_last_seq: int, cutoff_ns: int, up_to_seq: int) -> int:
+    """Remove messages older than `cutoff_ns` from the head, none at or above `up_to_seq`."""
+    if store_last_seq < up_to_seq:
+        return store.expire(cutoff_ns)
+    try:
+        barrier = store.load_next(None, up_to_seq).timestamp_ns
+    except NoMessageFound:
+        return store.expire(cutoff_ns)
+    # Expiry stops at the first message not older than the cut-off; lowering the cut-off to the first
+    # message at or above the bound makes it stop there at the latest.
+    return store.expire(min(cutoff_ns, barrier))
+
+
+def content_crc(seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> int:
+    """The CRC of a message's canonical `MSG` record: what the store's digest is built on."""
+    return encode_message(seq, timestamp_ns, subject.encode(), headers, payload)[1]

@@ -1,0 +1,252 @@
+"""`StreamLeader`: the stream leader's decisions before anything is proposed (layer L3).
+
+Owns: accepting or rejecting publishes (DESIGN §2 step 2) and coalescing the accepted ones into MSGS
+entries with explicit sequences (step 3); the leader's other proposals: DELETE, PURGE (stamped with
+the stream's position), CONFIG, EXPIRE from `max_age` (replicas never expire on their own clocks), and
+the AUDIT schedule.
+
+Checks per publish, in nats-server's order: sealed (10109), sizes (10097 headers, 10054 message and
+`max_msg_size`), subject, headers framing, duplicate `Nats-Msg-Id` within `duplicate_window` (answered
+with the original's seq), `Nats-Expected-Stream` (10060), `-Last-Subject-Sequence` (10071),
+`-Last-Sequence` (10071), `-Last-Msg-Id` (10070), `Nats-Rollup` (10111), `discard: new` limits (10077).
+
+Invariants:
+  1. Every check counts in-flight proposals (`InFlight`): two publishes expecting the same last sequence
+     cannot both be accepted, even before either commits.
+  2. Accepted messages get `last_seq + 1 ...` in arrival order; a rejected one consumes no sequence.
+  3. Timestamps never go backwards in the log: each is `max(now, last assigned)`. Expiry and the dedupe
+     window age by them, so they must be ordered.
+  4. Construct a `StreamLeader` only once the machine has applied every entry of earlier terms (the new
+     term's no-op committed and applied); drop it when leadership is lost. Its in-flight state is then
+     either applied or gone with the term.
+
+Imports: L0, L1 (`subjects`, `jsapi`), `stream` below it; no clock: `now_ns` is an argument.
+Reference: nats-server `server/stream.go` (`processJetStreamMsg`), `server/jetstream_cluster.go`
+(`processClusteredInboundMsg`); DESIGN.md §2, §8.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from jsraft import limits, subjects
+from jsraft.errors import JsraftError
+from jsraft.jsapi.stream_config import parse_stream_config
+from jsraft.store.base import msg_size
+from jsraft.store.limits_check import check_purge_args
+from jsraft.stream import entries
+from jsraft.stream import headers as hdr
+from jsraft.stream.inflight import InFlight, Proposal
+from jsraft.stream.leader_checks import DiscardNew, check_expected, rollup_flags, subject_last_seq
+from jsraft.stream.machine import StreamStateMachine
+from jsraft.stream.results import Health
+from jsraft.stream.outcomes import (
+    ApiError, PubOutcome, bad_request, delete_failed, header_too_large, message_too_large, not_available,
+    purge_failed, rejected, sealed, update_failed,
+)
+
+AUDIT_INTERVAL_NS_DEFAULT = 5_000_000_000  # DESIGN §8: "every few seconds"
+
+
+class Decision(NamedTuple):
+    entries: list[bytes]  # MSGS entries to propose, in order (empty when nothing was accepted)
+    outcomes: list[PubOutcome]  # one per publish, in the order given
+
+
+class LeaderProposal(NamedTuple):
+    entry: bytes | None
+    error: ApiError | None = None
+
+
+class _Batch:
+    """The MSGS entries being built by one `decide` call."""
+
+    __slots__ = ("entries", "msgs", "first_seq", "entry_bytes", "timestamp_ns")
+
+    def __init__(self, timestamp_ns: int) -> None:
+        self.entries: list[bytes] = []
+        self.msgs: list[tuple[bytes, bytes, bytes, int, bytes, int]] = []
+        self.first_seq = 0
+        self.entry_bytes = 0
+        self.timestamp_ns = timestamp_ns
+
+    def add(self, seq: int, subject: str, headers: bytes, payload: bytes, msg_id: str, flags: int) -> None:
+        size = len(subject) + len(headers) + len(payload) + len(msg_id) + 21
+        if self.msgs and (len(self.msgs) >= entries.MSGS_PER_ENTRY_MAX
+                          or self.entry_bytes + size > entries.MSGS_ENTRY_BYTES_SOFT_MAX):
+            self.flush()
+        if not self.msgs:
+            self.first_seq = seq
+        self.msgs.append((subject.encode(), headers, payload, self.timestamp_ns, msg_id.encode(), flags))
+        self.entry_bytes += size
+
+    def flush(self) -> None:
+        if self.msgs:
+            self.entries.append(entries.encode_msgs(self.first_seq, self.msgs))
+            self.msgs, self.entry_bytes = [], 0
+
+
+class StreamLeader:
+    def __init__(self, machine: StreamStateMachine, *, audit_interval_ns: int = AUDIT_INTERVAL_NS_DEFAULT) -> None:
+        self.machine = machine
+        self.inflight = InFlight()
+        self.audit_interval_ns = audit_interval_ns
+        self._next_audit_id = machine.last_audit_id + 1
+        self._last_audit_ns: int | None = None  # None: audit at once (a new leader follows a recovery)
+        self._expire_cutoff_ns = 0  # cut-off of the last EXPIRE proposed
+
+    @property
+    def last_seq(self) -> int:
+        """The stream's last sequence counting in-flight proposals."""
+        self.inflight.prune(self.machine.last_seq)
+        last_seq = max(self.machine.last_seq, self.inflight.last_seq)
+        # A stream configured with `first_seq` numbers its first message from it.
+        return last_seq or max(self.machine.config.first_seq - 1, 0)
+
+    @property
+    def _last_msg_id(self) -> str:
+        pending = self.inflight.last_message()
+        return pending.last_msg_id if pending is not None else self.machine.last_msg_id
+
+    # --- Publishes -------------------------------------------------------------------------------
+
+    def decide(self, publishes: Sequence[tuple[str, bytes, bytes]], now_ns: int) -> Decision:
+        """Decide `(subject, headers, payload)` publishes that arrived together; coalesce the accepted."""
+        last_seq = self.last_seq  # prunes what has applied
+        pending = self.inflight.last_message()
+        timestamp_ns = max(now_ns, self.machine.last_timestamp_ns, pending.timestamp_ns if pending else 0)
+        batch = _Batch(timestamp_ns)
+        proposal = self.inflight.open(last_seq, timestamp_ns)
+        limits_check = DiscardNew(self.machine.config, self.machine.store, self.inflight)
+        outcomes: list[PubOutcome] = []
+        for subject, headers, payload in publishes:
+            outcome = self._admit(subject, headers, payload, now_ns, proposal, batch, limits_check)
+            outcomes.append(outcome)
+        batch.flush()
+        self.inflight.drop_if_empty(proposal)
+        return Decision(batch.entries, outcomes)
+
+    def _admit(self, subject: str, headers: bytes, payload: bytes, now_ns: int, proposal: Proposal,
+               batch: _Batch, limits_check: DiscardNew) -> PubOutcome:
+        config = self.machine.config
+        if self.machine.health is not Health.current:
+            return rejected(not_available())
+        if config.sealed:
+            return rejected(sealed())
+        if len(headers) > limits.headers_bytes_max:
+            return rejected(header_too_large())
+        size = len(headers) + len(payload)
+        if len(payload) > limits.payload_bytes_max or 0 <= config.max_msg_size < size:
+            return rejected(message_too_large())
+        try:
+            subjects.validate_literal_cached(subject)
+            found = hdr.parse_headers(headers)
+        except JsraftError as error:
+            return rejected(bad_request(error.description))
+        msg_id = found.get(hdr.MSG_ID, "")
+        if msg_id:
+            duplicate = self._duplicate(msg_id, now_ns)
+            if duplicate is not None:
+                return duplicate
+        return self._admit_checked(subject, headers, payload, found, msg_id, proposal, batch, limits_check)
+
+    def _admit_checked(self, subject: str, headers: bytes, payload: bytes, found: dict[str, str], msg_id: str,
+                       proposal: Proposal, batch: _Batch, limits_check: DiscardNew) -> PubOutcome:
+        machine = self.machine
+        last_seq = max(machine.last_seq, proposal.last_seq)
+        flags = 0
+        if found:  # most publishes carry no `Nats-` header: skip the header checks entirely
+            try:
+                error = check_expected(found, machine.config.name, subject, last_seq, self._last_msg_id,
+                                       lambda f: subject_last_seq(machine.store, self.inflight, f))
+            except JsraftError as bad:
+                return rejected(bad_request(bad.description))
+            if error is not None:
+                return rejected(error)
+            checked = rollup_flags(found, machine.config)
+            if isinstance(checked, ApiError):
+                return rejected(checked)
+            flags = checked
+        size = msg_size(len(subject.encode()), len(headers), len(payload))
+        net = limits_check.admit(subject, size) if limits_check.active else (1, size)
+        if isinstance(net, ApiError):
+            return rejected(net)
+        seq = last_seq + 1
+        proposal.add(seq, subject, size, msg_id, net[0], net[1])
+        batch.add(seq, subject, headers, payload, msg_id, flags)
+        return PubOutcome(seq)
+
+    def _duplicate(self, msg_id: str, now_ns: int) -> PubOutcome | None:
+        if len(msg_id.encode()) > entries.MSG_ID_BYTES_MAX:
+            return rejected(bad_request(f"{hdr.MSG_ID} is longer than {entries.MSG_ID_BYTES_MAX} bytes"))
+        seq = self.inflight.msg_id_seq(msg_id)
+        if seq:
+            return PubOutcome(seq, duplicate=True, pending=True)
+        held = self.machine.dedupe.get(msg_id)
+        if held is not None and now_ns - held[1] <= self.machine.config.duplicate_window:
+            return PubOutcome(held[0], duplicate=True)
+        return None
+
+    # --- Other proposals ---------------------------------------------------------------------------
+
+    def propose_delete(self, seq: int, *, erase: bool = False) -> LeaderProposal:
+        config = self.machine.config
+        if config.sealed:
+            return LeaderProposal(None, sealed())
+        if config.deny_delete:
+            return LeaderProposal(None, delete_failed("message delete not permitted"))
+        if not isinstance(seq, int) or not 1 <= seq <= self.last_seq:
+            return LeaderProposal(None, delete_failed("no message found"))
+        return LeaderProposal(entries.encode_delete(seq, erase))
+
+    def propose_purge(self, subject: str | None = None, seq: int | None = None,
+                      keep: int | None = None) -> LeaderProposal:
+        """A purge request (`$JS.API.STREAM.PURGE`: `filter`, `seq`, `keep`), stamped with the stream's
+        position so that replaying it never touches later messages."""
+        config = self.machine.config
+        if config.sealed:
+            return LeaderProposal(None, sealed())
+        if config.deny_purge:
+            return LeaderProposal(None, purge_failed("stream purge not permitted"))
+        try:
+            subject, seq, keep = check_purge_args(subject, seq, keep)
+        except JsraftError as error:
+            return LeaderProposal(None, bad_request(error.description))
+        last_seq = self.last_seq
+        if subject is None and seq is not None and seq > last_seq + 1:
+            # The purge moves the stream's next sequence: later publishes must be numbered past it.
+            self.inflight.open(seq - 1, 0)
+        return LeaderProposal(entries.encode_purge(subject, seq, keep, last_seq))
+
+    def propose_config(self, raw: bytes) -> LeaderProposal:
+        """A stream update the meta layer has accepted, applied by the group at its index."""
+        try:
+            parse_stream_config(raw, expected_name=self.machine.config.name)
+        except JsraftError as error:
+            return LeaderProposal(None, update_failed(error.description))
+        return LeaderProposal(entries.encode_config(raw))
+
+    def expire_due(self, now_ns: int) -> bytes | None:
+        """An EXPIRE entry when the oldest message is older than `max_age`, unless one is in flight."""
+        max_age = self.machine.config.max_age
+        if max_age <= 0 or self._expire_cutoff_ns > self.machine.last_expire_cutoff_ns:
+            return None
+        state = self.machine.store.state()
+        cutoff_ns = now_ns - max_age
+        if not state.msgs or state.first_timestamp_ns >= cutoff_ns:
+            return None
+        self._expire_cutoff_ns = cutoff_ns
+        return entries.encode_expire(cutoff_ns, self.last_seq + 1)
+
+    def request_audit(self) -> None:
+        """Audit at the next `audit_due` (after a replica recovered or was repaired)."""
+        self._last_audit_ns = None
+
+    def audit_due(self, now_ns: int) -> bytes | None:
+        if self._last_audit_ns is not None and now_ns - self._last_audit_ns < self.audit_interval_ns:
+            return None
+        self._last_audit_ns = now_ns
+        audit_id = max(self._next_audit_id, self.machine.last_audit_id + 1)
+        self._next_audit_id = audit_id + 1
+        return entries.encode_audit(audit_id)

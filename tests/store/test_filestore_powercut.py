@@ -117,3 +117,22 @@ def test_truncate_back_to_synced_point_after_pages_cut_gives_a_clean_store(tmp_p
     store.close()
     reopened = FileStore.open(OsDisk(root), CONFIG, use_index=False)
     assert reopened.faults() == [] and reopened.state().last_seq == synced
+
+
+def test_open_applies_limits_the_content_exceeds(tmp_path):
+    """Regression: a crash can keep messages but lose the tombstones that evicted older ones.
+
+    Opening re-applies the limits, so the store never holds more than its config allows; here the
+    same situation is made deterministic by reopening with a tighter per-subject limit.
+    """
+    root = str(tmp_path / "store")
+    store = FileStore.open(OsDisk(root), CONFIG)
+    store.append_batch([(seq, "a", b"", b"x", seq) for seq in range(1, 5)] + [(5, "b", b"", b"y", 5)])
+    store.close()
+    tight = StoreConfig(block_size=64 * 1024, max_msgs_per_subject=2)
+    reopened = FileStore.open(OsDisk(root), tight)
+    assert reopened.subject_counts() == {"a": 2, "b": 1}
+    assert [m.seq for m in (reopened.load(3), reopened.load(4), reopened.load(5))] == [3, 4, 5]
+    reopened.close()
+    again = FileStore.open(OsDisk(root), tight, use_index=False)
+    assert again.subject_counts() == {"a": 2, "b": 1} and again.state().first_seq == 3

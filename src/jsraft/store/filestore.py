@@ -89,6 +89,11 @@ class FileStore:
         store = cls(disk, config or StoreConfig())
         store.read_only = read_only
         recovery.recover(store, use_index=use_index)
+        if not read_only:
+            # A crash can keep appended messages but lose the (unsynced) tombstones that enforced the
+            # limits on them. Limits are invariants of the store: apply them again. The outcome depends
+            # only on the content and the config, so every replica reaches the same state.
+            fs_remove.enforce_limits(store, set(store.psim))
         return store
 
     def close(self) -> None:

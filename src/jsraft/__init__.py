@@ -4,3 +4,17 @@ The public API is re-exported here as the layers that provide it land.
 """
 
 __version__ = "0.1.0.dev0"
+
+# The server is imported on first use, not with the package: `import jsraft.store` (or the simulator)
+# must not pull in trio and the whole node.
+_SERVER_EXPORTS = ("JetStreamContext", "Node", "NodeConfig", "PubAck", "StreamInfo", "open_node")
+
+__all__ = ["__version__", *_SERVER_EXPORTS]
+
+
+def __getattr__(name: str) -> object:
+    if name in _SERVER_EXPORTS:
+        from jsraft import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'jsraft' has no attribute {name!r}")

@@ -72,7 +72,8 @@ log = logging.getLogger(__name__)
 # server may bind a `CapacityLimiter`, a deterministic test may model the fsync's latency in virtual time.
 WorkerFn = Callable[..., Awaitable[Any]]
 
-_GROUP_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
+# A leading `$` marks the server's reserved groups (`$meta`); it is a plain character in a path.
+_GROUP_NAME = re.compile(r"[$A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
 class NodeRuntime:

@@ -1,0 +1,98 @@
+"""`NodeConfig`: what one node is told at start — its name, where its data lives, whom it talks to (layer L5).
+
+Owns: the node's settings, strict decoding from JSON-shaped data (`NodeConfig.from_dict`, an unknown field
+is an error naming it), and `validate()` for the cross-field rules.
+
+Invariants (checked by `validate()`):
+  1. `name` and `cluster_name` are non-empty and fit the transport handshake; `name` is not among `peers`.
+  2. Every peer address is `host:port` with a port in 1..65535; `cluster_port`/`client_port` are 0..65535
+     (0: pick an ephemeral port, for tests).
+  3. `election_ticks >= 3`: a heartbeat every tick must fit several times in an election timeout, or
+     one late tick deposes a healthy leader.
+
+Imports: L0 (`errors`), L1 (`codec`), attrs. Reference: DESIGN.md §10 (CLI flags map onto these fields);
+hashicorp/raft `Config.validate`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from jsraft.codec import structure
+from jsraft.errors import InvalidConfig
+
+_NAME_BYTES_MAX = 255  # the transport handshake's str8
+
+
+def parse_address(text: str, where: str) -> tuple[str, int]:
+    """`"host:port"` -> `(host, port)`; raise `InvalidConfig` naming `where` otherwise."""
+    host, sep, port_text = str(text).rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise InvalidConfig(f"node config: {where}: {text!r} is not host:port")
+    return host, int(port_text)
+
+
+@attrs.frozen(kw_only=True)
+class NodeConfig:
+    name: str
+    store_dir: str
+    cluster_name: str = "jsraft"
+    cluster_host: str = "127.0.0.1"
+    cluster_port: int = 6222
+    # Reserved for the NATS client listener (next issue): stored and validated, not yet served.
+    client_host: str = "127.0.0.1"
+    client_port: int = 4222
+    # Every other node of the cluster: name -> "host:port" of its cluster listener. Empty: a single node.
+    peers: dict[str, str] = attrs.field(factory=dict)
+    tick_ms: int = 100
+    election_ticks: int = 10
+    # Shorter transport timeouts and eager reconnects for in-process test clusters.
+    test_mode: bool = False
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "NodeConfig":
+        data = dict(data)
+        if "routes" in data:  # nats-server's spelling of the peer list
+            if "peers" in data:
+                raise InvalidConfig("node config: give either routes or peers, not both")
+            data["peers"] = data.pop("routes")
+        config = structure(data, cls, where="node config")
+        config.validate()
+        return config
+
+    @property
+    def routes(self) -> dict[str, str]:
+        return self.peers
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.peers)
+
+    def peer_addresses(self) -> dict[str, tuple[str, int]]:
+        return {name: parse_address(address, f"peers.{name}") for name, address in sorted(self.peers.items())}
+
+    def voters(self) -> tuple[str, ...]:
+        return tuple(sorted({self.name, *self.peers}))
+
+    def validate(self) -> "NodeConfig":
+        for field in ("name", "cluster_name"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value or len(value.encode()) > _NAME_BYTES_MAX \
+                    or any(c.isspace() or c in "/\\" for c in value):
+                raise InvalidConfig(f"node config: {field} must be 1..{_NAME_BYTES_MAX} bytes without "
+                                    "whitespace or path separators")
+        if not self.store_dir:
+            raise InvalidConfig("node config: store_dir is required")
+        if self.name in self.peers:
+            raise InvalidConfig(f"node config: peers must not list this node ({self.name!r})")
+        for port_field in ("cluster_port", "client_port"):
+            if not 0 <= getattr(self, port_field) <= 65535:
+                raise InvalidConfig(f"node config: {port_field} must be 0..65535")
+        self.peer_addresses()  # invariant 2: raises on a malformed address
+        if self.tick_ms < 1:
+            raise InvalidConfig("node config: tick_ms must be at least 1")
+        if self.election_ticks < 3:
+            raise InvalidConfig("node config: election_ticks must be at least 3")
+        return self

@@ -1,0 +1,173 @@
+"""`JetStreamContext`: the embedded JetStream API of a node, named as nats-py's JetStream context (L5).
+
+Owns: the in-process API (`add_stream`, `update_stream`, `delete_stream`, `stream_info`, `streams`,
+`stream_names`, `purge_stream`, `publish`, `get_msg`, `delete_msg`) and its values (`PubAck`,
+`StreamInfo`, `RawStreamMsg`). Every call goes where it must be served: admin to the meta leader, data
+to the stream's leader (`Node.call_meta` / `Node.call_stream`), on this node or over `$rpc`.
+
+Invariants:
+  1. A stream config is strictly parsed here first (`parse_stream_config`): a bad config fails with its
+     precise error (unknown field → 10052 naming it, bad name → 10052) before anything is sent.
+  2. `add_stream` returns once the stream's group has a leader that answers `stream.info`, and this
+     node's meta state holds the stream (so the next publish here can find it by subject).
+  3. A `PubAck` is returned only for a publish whose entry committed and applied at the leader.
+
+Imports: stdlib, L0, L1 (`jsapi`), attrs, trio, server siblings. Reference: nats-py `nats.js.JetStreamContext`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from jsraft.errors import JsraftError
+from jsraft.jsapi import StreamConfig, parse_stream_config
+from jsraft.server.errors import NoLeader
+
+if TYPE_CHECKING:
+    from jsraft.server.node import Node
+
+
+@attrs.frozen
+class PubAck:
+    stream: str
+    seq: int
+    duplicate: bool = False
+    domain: str | None = None
+
+
+@attrs.frozen
+class StreamInfo:
+    config: StreamConfig
+    state: dict[str, int]
+    cluster: dict[str, Any]
+    config_raw: bytes = attrs.field(repr=False, default=b"")
+
+
+@attrs.frozen
+class RawStreamMsg:
+    subject: str
+    seq: int
+    data: bytes
+    headers: dict[str, str] | None
+    time_ns: int
+    stream: str
+
+
+def encode_headers(headers: Mapping[str, str] | None) -> bytes:
+    if not headers:
+        return b""
+    lines = "".join(f"{key}: {value}\r\n" for key, value in headers.items())
+    return f"NATS/1.0\r\n{lines}\r\n".encode()
+
+
+def decode_headers(block: bytes) -> dict[str, str] | None:
+    if not block:
+        return None
+    found: dict[str, str] = {}
+    for line in block.decode(errors="replace").split("\r\n")[1:]:
+        key, sep, value = line.partition(":")
+        if sep:
+            found.setdefault(key.strip(), value.strip())
+    return found
+
+
+def config_bytes(config: StreamConfig | Mapping[str, Any] | None, params: dict[str, Any]) -> bytes:
+    if isinstance(config, StreamConfig):
+        data: dict[str, Any] = config.to_json()
+    elif config is None:
+        data = {}
+    else:
+        data = dict(config)
+    data.update(params)
+    return json.dumps(data).encode()
+
+
+class JetStreamContext:
+    def __init__(self, node: "Node") -> None:
+        self._node = node
+
+    # --- Streams -------------------------------------------------------------------------------------
+
+    async def add_stream(self, config: StreamConfig | Mapping[str, Any] | None = None, **params: Any) -> StreamInfo:
+        raw = config_bytes(config, params)
+        parsed, _ = parse_stream_config(raw)  # invariant 1
+        await self._node.call_meta("stream.create", {"name": parsed.name}, [raw])
+        return await self._settled(parsed.name)
+
+    async def update_stream(self, config: StreamConfig | Mapping[str, Any] | None = None, **params: Any) -> StreamInfo:
+        raw = config_bytes(config, params)
+        parsed, _ = parse_stream_config(raw)
+        await self._node.call_meta("stream.update", {"name": parsed.name}, [raw])
+        return await self._settled(parsed.name)
+
+    async def _settled(self, name: str, timeout_s: float = 10.0) -> StreamInfo:
+        """Invariant 2: this node's meta holds the stream and its group answers from a leader."""
+        with trio.move_on_after(timeout_s):
+            while name not in self._node.meta.names():
+                await trio.sleep(self._node.tick_s / 2)
+            return await self.stream_info(name)
+        raise NoLeader(f"stream {name!r} was created but is not visible on {self._node.name} yet")
+
+    async def delete_stream(self, name: str) -> bool:
+        await self._node.call_meta("stream.delete", {"name": name})
+        return True
+
+    async def stream_info(self, name: str) -> StreamInfo:
+        result, _ = await self._node.call_stream(name, "stream.info", {})
+        raw = result["config"].encode()
+        config, _ = parse_stream_config(raw)
+        return StreamInfo(config=config, state=result["state"], cluster=result["cluster"], config_raw=raw)
+
+    async def streams(self) -> list[StreamInfo]:
+        return [await self.stream_info(name) for name in self.stream_names()]
+
+    def stream_names(self) -> list[str]:
+        return self._node.meta.names()
+
+    async def purge_stream(self, name: str, subject: str | None = None, seq: int | None = None,
+                           keep: int | None = None) -> int:
+        result, _ = await self._node.call_stream(name, "stream.purge", {"subject": subject, "seq": seq, "keep": keep})
+        return int(result["purged"])
+
+    # --- Messages ------------------------------------------------------------------------------------
+
+    async def publish(self, subject: str, payload: bytes = b"", timeout: float | None = None,
+                      stream: str | None = None, headers: Mapping[str, str] | None = None, *,
+                      msg_id: str | None = None, expected_stream: str | None = None,
+                      expected_last_seq: int | None = None, expected_last_subject_seq: int | None = None,
+                      expected_last_msg_id: str | None = None) -> PubAck:
+        all_headers = dict(headers or {})
+        for key, value in (("Nats-Msg-Id", msg_id), ("Nats-Expected-Stream", expected_stream),
+                           ("Nats-Expected-Last-Sequence", expected_last_seq),
+                           ("Nats-Expected-Last-Subject-Sequence", expected_last_subject_seq),
+                           ("Nats-Expected-Last-Msg-Id", expected_last_msg_id)):
+            if value is not None:
+                all_headers[key] = str(value)
+        name = stream or self._node.stream_for_subject(subject)
+        call = self._node.call_stream(name, "msg.publish", {"subject": subject},
+                                      [encode_headers(all_headers), bytes(payload)])
+        if timeout is None:
+            result, _ = await call
+        else:
+            with trio.fail_after(timeout):
+                result, _ = await call
+        return PubAck(stream=result["stream"], seq=int(result["seq"]), duplicate=bool(result["duplicate"]))
+
+    async def get_msg(self, stream_name: str, seq: int | None = None, subject: str | None = None, *,
+                      last_by_subj: str | None = None) -> RawStreamMsg:
+        last = last_by_subj or subject
+        if (seq is None) == (last is None):
+            raise JsraftError("get_msg needs exactly one of seq and last_by_subj")
+        args = {"seq": seq} if seq is not None else {"last_by_subj": last}
+        result, blobs = await self._node.call_stream(stream_name, "msg.get", args)
+        return RawStreamMsg(subject=result["subject"], seq=int(result["seq"]), data=blobs[1],
+                            headers=decode_headers(blobs[0]), time_ns=int(result["time_ns"]), stream=stream_name)
+
+    async def delete_msg(self, stream_name: str, seq: int) -> bool:
+        await self._node.call_stream(stream_name, "msg.delete", {"seq": seq})
+        return True

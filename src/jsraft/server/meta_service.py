@@ -1,0 +1,153 @@
+"""`MetaService`: the meta group on this node — its adapter, and the meta leader's duties (layer L5).
+
+Owns: opening `$meta` (voters: every configured node), knowing when this node may propose (leader, its
+term's NOOP applied), registering the configured nodes as peers (`PEER_ADD`) once per term, and turning
+admin requests into meta proposals answered from their applied results.
+
+Invariants:
+  1. `propose_*` is called only when `ready()`: this node leads and has applied its term's NOOP
+     (meta/leader.py precondition).
+  2. A proposal Raft refused is cancelled (`cancel_proposal`); on losing leadership every in-flight
+     proposal is abandoned (`abandon_proposals`) — the meta leader's bookkeeping never outlives its term.
+  3. A request is answered from the `Applied` of its own entry, so "created" means committed.
+
+Imports: stdlib, L0, L1 (`raft`), L3 (`meta`), L4 (`runtime`), trio, server siblings.
+Reference: meta/machine.py "How the runtime drives it"; DESIGN.md §5.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+
+import trio
+
+from jsraft.errors import JsraftError, invariant
+from jsraft.meta import Applied, MetaStateMachine, Proposal, StreamAssignment
+from jsraft.raft.config import RaftConfig
+from jsraft.raft.errors import NotLeader
+from jsraft.raft.status import Role
+from jsraft.runtime import NodeRuntime
+from jsraft.server.errors import NoLeader
+from jsraft.server.meta_adapter import MetaAdapter
+
+log = logging.getLogger("jsraft.server.meta")
+
+META_GROUP = "$meta"
+
+
+class MetaService:
+    def __init__(self, *, node_id: str, voters: tuple[str, ...], runtime: NodeRuntime, meta: MetaStateMachine,
+                 adapter: MetaAdapter, online: Callable[[], Collection[str]], tick_s: float) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.runtime = runtime
+        self.meta = meta
+        self.adapter = adapter
+        self.online = online
+        self.tick_s = tick_s
+        self._led_term = 0  # the term this node last led in (to abandon proposals when it ends)
+        self._peers_term = 0  # the term in which the configured peers were last registered
+
+    async def open(self, raft_config: RaftConfig, disk) -> None:
+        await self.runtime.open_group(META_GROUP, voters=self.voters, state_machine=self.adapter,
+                                      raft_config=raft_config, disk=disk)
+
+    def leader_id(self) -> str | None:
+        return self.runtime.status(META_GROUP).raft.leader_id
+
+    def ready(self) -> bool:
+        status = self.runtime.status(META_GROUP).raft
+        return status.role is Role.LEADER and self.adapter.noop_term == status.current_term
+
+    async def run(self) -> None:
+        """Follow leadership every tick: abandon proposals of a lost term, register peers in a new one."""
+        while True:
+            status = self.runtime.status(META_GROUP).raft
+            if status.role is Role.LEADER:
+                self._led_term = status.current_term
+                if self.ready() and self._peers_term != status.current_term:
+                    if await self._register_peers():
+                        self._peers_term = status.current_term
+            elif self._led_term:
+                self._led_term = 0
+                self.meta.abandon_proposals()
+            await trio.sleep(self.tick_s)
+
+    async def _register_peers(self) -> bool:
+        known = self.meta.peers()
+        for peer in self.voters:
+            if peer in known:
+                continue
+            try:
+                await self._propose(self.meta.propose_peer_add(peer))
+            except JsraftError as error:
+                log.info("meta: registering peer %s failed: %s", peer, error)
+                return False
+        return True
+
+    async def wait_ready(self, timeout_s: float = 2.0) -> None:
+        """Wait until this leader may propose (invariant 1); `NotLeader` if it does not lead."""
+        with trio.move_on_after(timeout_s):
+            while True:
+                status = self.runtime.status(META_GROUP).raft
+                if status.role is not Role.LEADER:
+                    raise NotLeader(status.leader_id)
+                if self.ready() and set(self.voters) <= set(self.meta.peers()):
+                    return
+                await trio.sleep(self.tick_s / 4)
+        raise NoLeader("the meta leader is not ready yet")
+
+    async def _propose(self, proposal: Proposal) -> Applied | None:
+        if proposal.data is None:
+            return None
+        if proposal.in_flight:
+            raise NoLeader("the same request is in flight; retry")
+        try:
+            result = await self.runtime.propose(META_GROUP, proposal.data)
+        except JsraftError:
+            self.meta.cancel_proposal(proposal.data)
+            raise
+        if isinstance(result, Applied) and result.error is not None:
+            raise result.error
+        return result if isinstance(result, Applied) else None
+
+    # --- Requests (on the meta leader) -----------------------------------------------------------------
+
+    async def create_stream(self, name: str, raw: bytes) -> StreamAssignment:
+        await self.wait_ready()
+        proposal = self.meta.propose_create_stream(name, raw, now_ns=time.time_ns(), online=self.online())
+        if proposal.in_flight:
+            return await self._wait_stream(name)
+        applied = await self._propose(proposal)
+        if applied is None:
+            invariant(isinstance(proposal.existing, StreamAssignment), "an idempotent create names the stream")
+            return proposal.existing
+        invariant(applied.stream is not None, "an applied create carries its assignment")
+        return applied.stream
+
+    async def update_stream(self, name: str, raw: bytes) -> StreamAssignment:
+        await self.wait_ready()
+        proposal = self.meta.propose_update_stream(name, raw, online=self.online())
+        if proposal.in_flight:
+            return await self._wait_stream(name)
+        applied = await self._propose(proposal)
+        if applied is None:
+            return self.meta.stream(name)
+        invariant(applied.stream is not None, "an applied update carries its assignment")
+        return applied.stream
+
+    async def delete_stream(self, name: str) -> None:
+        await self.wait_ready()
+        self.meta.stream(name)  # StreamNotFound (10059) before anything is proposed
+        await self._propose(self.meta.propose_delete_stream(name))
+
+    async def _wait_stream(self, name: str, timeout_s: float = 5.0) -> StreamAssignment:
+        with trio.move_on_after(timeout_s):
+            while True:
+                try:
+                    return self.meta.stream(name)
+                except JsraftError:
+                    await trio.sleep(self.tick_s / 4)
+        raise NoLeader(f"stream {name!r} was proposed but has not applied yet")

@@ -1,0 +1,202 @@
+"""`Node`: one jsraft node — disk, identity, transport, runtime, the meta group and its stream groups (L5).
+
+Owns: wiring the layers together and their lifecycle (`run`, `open_node`), the node's message
+dispatch (Raft messages by group name, `$rpc` frames to the request layer), and the two routes a request
+can take: to the meta leader (admin) or to a stream's leader (data). The JetStream API on top is in
+`jetstream`.
+
+Invariants:
+  1. The store directory's identity is checked before anything else touches it (identity invariant 2).
+  2. Group names starting with `$` are reserved for the node (`$meta`, `$rpc`); stream groups are
+     `S-<name>-<index>`, so no stream can shadow them.
+  3. Stopping: cancelling `run` stops the runtime first (it closes every group and waits for its fsync
+     threads), then the stream stores are closed — unless the node was killed (`kill()`), which models
+     a crash: nothing is closed or flushed beyond what was already durable.
+
+Imports: stdlib, L0–L4, trio, server siblings. Reference: DESIGN.md §1 (L5), §2, §5, §10.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from jsraft import subjects
+from jsraft.disk import OsDisk
+from jsraft.errors import StreamNotFound, invariant
+from jsraft.meta import MetaStateMachine
+from jsraft.raft.config import RaftConfig
+from jsraft.raft.messages import Message
+from jsraft.runtime import NodeRuntime, SystemClock
+from jsraft.server.config import NodeConfig
+from jsraft.server.handlers import Handlers
+from jsraft.server.jetstream import JetStreamContext
+from jsraft.server.identity import NodeIdentity, load_or_format
+from jsraft.server.meta_adapter import MetaAdapter
+from jsraft.server.meta_service import META_GROUP, MetaService
+from jsraft.server.router import Router
+from jsraft.server.rpc import RPC_GROUP, Rpc
+from jsraft.server.streams import StreamManager
+from jsraft.transport import Transport, TransportConfig, decode_message, encode_message
+
+log = logging.getLogger("jsraft.server")
+
+_TEST_TRANSPORT = TransportConfig(handshake_timeout_s=2.0, dial_timeout_s=1.0, keepalive_s=0.2,
+                                  idle_timeout_s=2.0, backoff_initial_s=0.02, backoff_max_s=0.2,
+                                  link_stable_s=0.2)
+
+
+class Node:
+    def __init__(self, config: NodeConfig) -> None:
+        self.config = config.validate()
+        self.name = config.name
+        self.tick_s = config.tick_ms / 1000
+        self.identity: NodeIdentity | None = None
+        self.cluster_address: tuple[str, int] | None = None
+        self.killed = False
+        self.meta = MetaStateMachine(clustered=config.clustered)
+        self._scope = trio.CancelScope()
+
+    def raft_config(self) -> RaftConfig:
+        return RaftConfig(node_id=self.name, election_ticks=self.config.election_ticks, heartbeat_ticks=1)
+
+    async def run(self, *, task_status: trio.TaskStatus["Node"] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start everything, report `started(self)`, serve until cancelled (invariant 3)."""
+        config = self.config
+        if self.identity is None:
+            await self.prepare()
+        disk = self._disk
+        with self._scope:
+            try:
+                async with trio.open_nursery() as nursery:
+                    self.cluster_address = await nursery.start(self.transport.run)
+                    await nursery.start(self.runtime.run)
+                    await nursery.start(self.rpc.run)
+                    await self.meta_service.open(self.raft_config(), disk.sub("meta"))
+                    await nursery.start(self.streams.run)
+                    nursery.start_soon(self.meta_service.run)
+                    log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
+                    task_status.started(self)
+            finally:
+                await self.streams.close_all(clean=not self.killed)
+
+    async def prepare(self) -> None:
+        """Check (or format) the store directory's identity and build the parts; raises
+        `IdentityMismatch` before anything runs (invariant 1). `run` calls it when not done yet."""
+        config = self.config
+        disk = await trio.to_thread.run_sync(OsDisk, config.store_dir)
+        self.identity = await trio.to_thread.run_sync(load_or_format, disk, config.name, config.cluster_name)
+        self._disk = disk
+        self._build(disk)
+
+    def _build(self, disk: OsDisk) -> None:
+        config = self.config
+        invariant(self.identity is not None, "identity is checked before the node is built (invariant 1)")
+        self.runtime = NodeRuntime(self.name, disk, SystemClock(), random.Random(), self._send_raft,
+                                   tick_ms=config.tick_ms)
+        self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
+                                     meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s)
+        self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored)
+        self.transport = Transport(
+            self.name, config.cluster_name, self.identity.storage_uuid, config.cluster_host, config.cluster_port,
+            config.peer_addresses(), on_message=self._on_message,
+            config=_TEST_TRANSPORT if config.test_mode else None)
+        self.handlers = Handlers(self)
+        self.rpc = Rpc(self.transport.send, self.handlers.handle)
+        self.router = Router(self.name, self.rpc, self.handlers.handle, tick_s=self.tick_s,
+                             deadline_s=10.0, attempt_timeout_s=2.0 if config.test_mode else 5.0)
+        self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
+                                        meta=self.meta, adapter=self.meta_adapter, online=self.online,
+                                        tick_s=self.tick_s)
+
+    async def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the meta group has a leader, this node applied what it had committed when last
+        looked at, and every applied meta entry was handled (stream groups opened or removed)."""
+        with trio.fail_after(timeout_s):
+            while True:
+                status = self.runtime.status(META_GROUP).raft
+                # A leader is caught up once its own term's no-op applied; a follower once it applied
+                # what the leader told it is committed.
+                caught_up = (self.meta_adapter.noop_term == status.current_term if status.leader_id == self.name
+                             else status.commit_index > 0 and self.meta.applied_index >= status.commit_index)
+                if status.leader_id is not None and caught_up and not self.streams.pending:
+                    return
+                await trio.sleep(self.tick_s / 2)
+
+    def stop(self) -> None:
+        self._scope.cancel()
+
+    def kill(self) -> None:
+        """Stop as a crash would (invariant 3): cancel everything, close no store."""
+        self.killed = True
+        self._scope.cancel()
+
+    # --- Messages -------------------------------------------------------------------------------------
+
+    def _send_raft(self, to_node: str, group: str, message: Message) -> bool:
+        return self.transport.send(to_node, group, encode_message(message))
+
+    def _on_message(self, from_node: str, group: str, payload: bytes) -> None:
+        if group == RPC_GROUP:
+            self.rpc.on_payload(from_node, payload)
+            return
+        # A payload that does not decode raises RaftCodecError: the transport closes that link.
+        self.runtime.deliver(group, decode_message(payload))
+
+    def online(self) -> set[str]:
+        return {self.name} | {peer for peer, status in self.transport.peer_status().items() if status.connected}
+
+    # --- Routes ---------------------------------------------------------------------------------------
+
+    def meta_leader(self) -> str | None:
+        return self.meta_service.leader_id()
+
+    async def call_meta(self, method: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> tuple[Any, list[bytes]]:
+        return await self.router.call(method, args, blobs, hint=self.meta_leader,
+                                      candidates=self.config.voters)
+
+    async def call_stream(self, stream: str, method: str, args: dict[str, Any],
+                          blobs: Sequence[bytes] = ()) -> tuple[Any, list[bytes]]:
+        assignment = self.meta.stream(stream)
+        replica = self.streams.replicas.get(stream)
+
+        def hint() -> str | None:
+            return replica.leader_id() if replica is not None else None
+
+        return await self.router.call(method, {**args, "stream": stream}, blobs, hint=hint,
+                                      candidates=lambda: assignment.peers)
+
+    def stream_for_subject(self, subject: str) -> str:
+        for assignment in self.meta.streams():
+            if any(subjects.matches(pattern, subject) for pattern in assignment.subjects):
+                return assignment.name
+        raise StreamNotFound(f"no stream matches subject {subject!r}")
+
+    def group_names(self) -> list[str]:
+        return [name for name in self.runtime.group_names() if name != META_GROUP]
+
+    def jetstream(self) -> JetStreamContext:
+        return JetStreamContext(self)
+
+
+@asynccontextmanager
+async def open_node(config: NodeConfig | dict[str, Any], *, ready_timeout_s: float | None = 10.0) -> AsyncIterator[Node]:
+    """`async with open_node(config) as node:` — a running node for the block's duration, ready
+    (`Node.wait_ready`) unless `ready_timeout_s` is None."""
+    if isinstance(config, dict):
+        config = NodeConfig.from_dict(config)
+    node = Node(config)
+    await node.prepare()  # a foreign store directory fails here, not inside a nursery's exception group
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.run)
+        if ready_timeout_s is not None:
+            await node.wait_ready(ready_timeout_s)
+        try:
+            yield node
+        finally:
+            node.stop()

@@ -1,0 +1,249 @@
+"""`StreamReplica`: one stream group on this node — its store, state machine, Raft group and, while this
+node leads it, its `StreamLeader` and the publish pump (layer L5).
+
+Owns: opening a replica (`streams/<name>/msgs` FileStore, `config.json` with the raw config, `group` with
+the Raft group name, Raft WAL under `streams/<name>/raft`), following leadership, coalescing publishes
+into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config).
+
+Invariants:
+  1. A `StreamLeader` exists only while this node leads, its term's NOOP has applied and every entry of
+     its log has applied (nothing of an earlier leader is still in flight); it is dropped on any
+     leadership change or failed proposal and rebuilt under the same conditions (stream/leader.py 4).
+  2. Proposals are made one at a time under `_propose_lock`, in the order they were decided: the
+     sequences a `decide` assigned are proposed in that order, never overtaken by a later batch.
+  3. Publishes that arrive while a proposal is in flight wait in `_queue` (bounded by
+     `publishes_queued_max`; beyond it a publish is refused with 503) and are decided together.
+  4. A publish is answered with its sequence only after the entry carrying it applied here.
+
+Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio.
+Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import trio
+
+from jsraft.disk.base import Disk
+from jsraft.errors import JsraftError
+from jsraft.jsapi import StreamConfig
+from jsraft.raft.config import RaftConfig
+from jsraft.raft.errors import NotLeader
+from jsraft.raft.status import Role
+from jsraft.runtime import NodeRuntime
+from jsraft.server.errors import RemoteError
+from jsraft.server.stream_adapter import StreamAdapter
+from jsraft.store.filestore import FileStore
+from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
+
+log = logging.getLogger("jsraft.server.stream")
+
+PUBLISHES_QUEUED_MAX = 65536
+DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
+
+
+def api_error(error: ApiError) -> RemoteError:
+    return RemoteError(error.code, error.err_code, error.description, "ApiError")
+
+
+class StreamReplica:
+    def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
+                 peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig) -> None:
+        self.node_id, self.name, self.group = node_id, name, group
+        self.peers = peers
+        self.disk = disk
+        self.runtime = runtime
+        self.raft_config = raft_config
+        self.config, self.raw = config, raw
+        self.store: Any = None
+        self.machine: StreamStateMachine | None = None
+        self.adapter: StreamAdapter | None = None
+        self.leader: StreamLeader | None = None
+        self._queue: list[tuple[str, bytes, bytes, list[Any]]] = []
+        self._queue_event = trio.Event()
+        self._propose_lock = trio.Lock()
+        self.scope = trio.CancelScope()
+        self.closed = False
+
+    # --- Opening and closing ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Write the replica's identity files, recover the store, open the Raft group."""
+        await trio.to_thread.run_sync(self._open_files)
+        self.machine = StreamStateMachine(self.store, self.config, self.raw)
+        self.adapter = StreamAdapter(self.machine)
+        await self.runtime.open_group(self.group, voters=self.peers, state_machine=self.adapter,
+                                      raft_config=self.raft_config, disk=self.disk.sub("raft"))
+        self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
+        self.adapter.check_recovery()
+
+    def _open_files(self) -> None:
+        if not self.disk.exists("group"):
+            self.disk.write_atomic("config.json", self.raw)
+            self.disk.write_atomic("group", self.group.encode())
+        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config))
+
+    async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
+        """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its
+        store (unless the node is being killed: a crash closes nothing)."""
+        self.closed = True
+        self.scope.cancel()
+        self._fail_queue(NotLeader(None))
+        if close_group and self.group in self.runtime.group_names():
+            await self.runtime.close_group(self.group)
+        if close_store and self.store is not None:
+            self.store.close()
+
+    # --- Leadership ---------------------------------------------------------------------------------
+
+    def leader_id(self) -> str | None:
+        try:
+            return self.runtime.status(self.group).raft.leader_id
+        except JsraftError:
+            return None
+
+    def _leader_ready(self) -> bool:
+        status = self.runtime.status(self.group).raft
+        return (status.role is Role.LEADER and self.adapter is not None
+                and self.adapter.noop_term == status.current_term
+                and status.applied_index >= status.last_index and self.machine is not None
+                and self.machine.can_lead)
+
+    def _follow_leadership(self) -> None:
+        """Drop or build the StreamLeader (invariant 1); called every tick and before each decision."""
+        if self.closed:
+            return
+        status = self.runtime.status(self.group).raft
+        if status.role is not Role.LEADER:
+            if self.leader is not None:
+                log.info("stream %s: %s no longer leads", self.name, self.node_id)
+            self.leader = None
+            if self._queue:
+                self._fail_queue(NotLeader(status.leader_id))
+        elif self.leader is None and self._leader_ready():
+            assert self.machine is not None
+            self.leader = StreamLeader(self.machine)
+
+    async def run(self, tick_s: float) -> None:
+        """The replica's tasks: leadership following and the publish pump, until closed."""
+        with self.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump)
+                while True:
+                    self._follow_leadership()
+                    await trio.sleep(tick_s)
+
+    async def wait_leader(self, timeout_s: float) -> StreamLeader:
+        with trio.move_on_after(timeout_s):
+            while True:
+                self._follow_leadership()
+                if self.leader is not None:
+                    return self.leader
+                if self.runtime.status(self.group).raft.role is not Role.LEADER:
+                    raise NotLeader(self.leader_id())
+                await trio.sleep(0.005)
+        raise NotLeader(self.leader_id())
+
+    # --- Publishing ---------------------------------------------------------------------------------
+
+    async def publish(self, subject: str, headers: bytes, payload: bytes) -> PubOutcome:
+        """Queue one publish for the next decision; wait for its outcome (invariant 4)."""
+        self._follow_leadership()
+        if self.leader is None:
+            await self.wait_leader(1.0)
+        if len(self._queue) >= PUBLISHES_QUEUED_MAX:
+            raise RemoteError(503, 10008, "too many publishes waiting for the stream leader", "Busy")
+        slot: list[Any] = [trio.Event(), None]
+        self._queue.append((subject, headers, payload, slot))
+        self._queue_event.set()
+        await slot[0].wait()
+        if isinstance(slot[1], BaseException):
+            raise slot[1]
+        return slot[1]
+
+    def _fail_queue(self, error: BaseException) -> None:
+        queue, self._queue = self._queue, []
+        for _, _, _, slot in queue:
+            slot[1] = error
+            slot[0].set()
+
+    async def _pump(self) -> None:
+        while True:
+            await self._queue_event.wait()
+            self._queue_event = trio.Event()
+            while self._queue:
+                batch, self._queue = self._queue[:DECIDE_BATCH_MAX], self._queue[DECIDE_BATCH_MAX:]
+                await self._decide_and_propose(batch)
+
+    async def _decide_and_propose(self, batch: list[tuple[str, bytes, bytes, list[Any]]]) -> None:
+        async with self._propose_lock:
+            self._follow_leadership()
+            leader = self.leader
+            if leader is None:
+                self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
+                return
+            decision = leader.decide([(s, h, p) for s, h, p, _ in batch], time.time_ns())
+            answers: list[Any] = [None] * len(batch)
+            by_seq: dict[int, int] = {}
+            for position, outcome in enumerate(decision.outcomes):
+                if outcome.error is not None or outcome.duplicate:
+                    # TODO(#4): a duplicate of a publish still in flight should wait for the original's
+                    # outcome; it is answered with the original's sequence now.
+                    answers[position] = outcome
+                else:
+                    by_seq[outcome.seq] = position
+            for entry in decision.entries:
+                try:
+                    result = await self.runtime.propose(self.group, entry)
+                except JsraftError as error:
+                    self.leader = None  # its in-flight view is now wrong (invariant 1)
+                    for position in by_seq.values():
+                        if answers[position] is None:
+                            answers[position] = error
+                    break
+                self._answer_applied(result, by_seq, answers)
+            self._settle(batch, answers)
+
+    @staticmethod
+    def _answer_applied(result: Any, by_seq: dict[int, int], answers: list[Any]) -> None:
+        if not isinstance(result, ApplyResult):
+            return
+        refused = result.refused or {}
+        for seq in range(result.first_seq, result.last_seq + 1):
+            position = by_seq.get(seq)
+            if position is None:
+                continue
+            error = refused.get(seq) or result.error
+            answers[position] = PubOutcome(0, error=error) if error is not None else PubOutcome(seq)
+
+    def _settle(self, batch: list[tuple[str, bytes, bytes, list[Any]]], answers: list[Any]) -> None:
+        for (_, _, _, slot), answer in zip(batch, answers):
+            if answer is None:
+                answer = RemoteError(503, 10008, "publish outcome unknown: its entry did not apply here",
+                                     "OutcomeUnknown")
+            slot[1] = answer
+            slot[0].set()
+
+    # --- Other leader operations -------------------------------------------------------------------
+
+    async def propose_op(self, make: str, *args: Any, **kwargs: Any) -> ApplyResult:
+        """Decide and propose a DELETE / PURGE / CONFIG through the StreamLeader (invariant 2)."""
+        await self.wait_leader(2.0)
+        async with self._propose_lock:
+            leader = self.leader
+            if leader is None:
+                raise NotLeader(self.leader_id())
+            proposal = getattr(leader, make)(*args, **kwargs)
+            if proposal.error is not None:
+                raise api_error(proposal.error)
+            try:
+                result = await self.runtime.propose(self.group, proposal.entry)
+            except JsraftError:
+                self.leader = None
+                raise
+        if isinstance(result, ApplyResult) and result.error is not None:
+            raise api_error(result.error)
+        return result

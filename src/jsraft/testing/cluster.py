@@ -1,0 +1,173 @@
+"""`Cluster`: N real jsraft nodes in one trio process — real TCP on 127.0.0.1, real files under a directory.
+
+Method: each node is a real `jsraft.server.Node` (identity, transport, runtime, meta and stream groups)
+run in its own cancel scope inside the caller's nursery. `kill` cancels that scope with the node marked
+killed (no store is closed or flushed: what survives is what the runtime had made durable, as after a
+crash of the process), `restart` starts a new `Node` on the same directory and ports. Every wait is a
+poll with a deadline (`wait_until`), never a sleep that hopes.
+
+Ports are chosen once (ephemeral ports the OS hands out, then released) and kept across restarts, so peers
+find a restarted node where they left it.
+
+Imports: anything (test kit); never imported by production code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from jsraft.disk import OsDisk
+from jsraft.meta import MetaStateMachine
+from jsraft.server import Node, NodeConfig
+from jsraft.server.meta_service import META_GROUP
+from jsraft.store.filestore import FileStore
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class Cluster:
+    def __init__(self, nursery: trio.Nursery, configs: dict[str, NodeConfig]) -> None:
+        self._nursery = nursery
+        self.configs = configs
+        self.nodes: dict[str, Node] = {}
+        self._stopped: dict[str, trio.Event] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def start(cls, nursery: trio.Nursery, n: int = 3, base_dir: str | os.PathLike[str] = ".", *,
+                    tick_ms: int = 20, election_ticks: int = 10, ports: list[int] | None = None,
+                    cluster_name: str = "test") -> AsyncIterator["Cluster"]:
+        names = [f"n{i + 1}" for i in range(n)]
+        ports = ports or free_ports(n)
+        addresses = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
+        configs = {
+            name: NodeConfig(name=name, store_dir=os.path.join(os.fspath(base_dir), name), cluster_name=cluster_name,
+                             cluster_port=port, client_port=0, tick_ms=tick_ms, election_ticks=election_ticks,
+                             test_mode=True, peers={p: a for p, a in addresses.items() if p != name})
+            for name, port in zip(names, ports)
+        }
+        cluster = cls(nursery, configs)
+        try:
+            for name in names:
+                await cluster.start_node(name)
+            yield cluster
+        finally:
+            await cluster.stop_all()
+
+    # --- Nodes --------------------------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.configs)
+
+    def node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def running(self) -> list[Node]:
+        return [node for name, node in sorted(self.nodes.items()) if not self._stopped[name].is_set()]
+
+    async def start_node(self, name: str) -> Node:
+        node = Node(self.configs[name])
+        await node.prepare()
+        stopped = trio.Event()
+        self.nodes[name], self._stopped[name] = node, stopped
+
+        async def run(task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await node.run(task_status=task_status)
+            finally:
+                stopped.set()
+
+        await self._nursery.start(run)
+        return node
+
+    async def kill(self, name: str) -> None:
+        """Crash `name`: cancel it abruptly, no clean close; return once it stopped."""
+        self.nodes[name].kill()
+        await self._stopped[name].wait()
+
+    async def stop(self, name: str) -> None:
+        self.nodes[name].stop()
+        await self._stopped[name].wait()
+
+    async def restart(self, name: str) -> Node:
+        if not self._stopped[name].is_set():
+            await self.kill(name)
+        return await self.start_node(name)
+
+    async def stop_all(self) -> None:
+        for name in list(self.nodes):
+            if not self._stopped[name].is_set():
+                self.nodes[name].stop()
+        with trio.CancelScope(shield=True):
+            for event in self._stopped.values():
+                await event.wait()
+
+    # --- Waiting ----------------------------------------------------------------------------------------
+
+    async def wait_until(self, predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.01,
+                         what: str = "condition") -> Any:
+        """Poll `predicate` (sync or async) until it returns a true value; `TimeoutError` at `timeout`."""
+        with trio.move_on_after(timeout):
+            while True:
+                value = predicate()
+                if inspect.isawaitable(value):
+                    value = await value
+                if value:
+                    return value
+                await trio.sleep(interval)
+        raise TimeoutError(f"{what} not reached in {timeout}s")
+
+    async def wait_for_meta_leader(self, timeout: float = 10.0) -> str:
+        """The name of a meta leader every running node agrees on, once it may propose."""
+        def agreed() -> str | None:
+            running = self.running()
+            leaders = {node.runtime.status(META_GROUP).raft.leader_id for node in running}
+            if len(leaders) != 1:
+                return None
+            leader = leaders.pop()
+            if leader is None or leader not in self.nodes or self._stopped[leader].is_set():
+                return None
+            return leader if self.nodes[leader].meta_service.ready() else None
+        return await self.wait_until(agreed, timeout, what="an agreed meta leader")
+
+    async def wait_ready(self, timeout: float = 10.0) -> None:
+        for node in self.running():
+            await node.wait_ready(timeout)
+
+    # --- Looking inside -----------------------------------------------------------------------------------
+
+    def stream_dir(self, name: str, stream: str) -> str:
+        return os.path.join(self.configs[name].store_dir, "streams", stream)
+
+    def replica_store(self, name: str, stream: str) -> Any:
+        """The store of `stream` on node `name`: the live one while the node runs it, else the files,
+        opened read-only (nothing on disk changes)."""
+        node = self.nodes.get(name)
+        if node is not None and not self._stopped[name].is_set():
+            replica = node.streams.replicas.get(stream)
+            if replica is not None and replica.store is not None:
+                return replica.store
+        return FileStore.open(OsDisk(os.path.join(self.stream_dir(name, stream), "msgs"), read_only=True),
+                              read_only=True)
+
+    def meta(self, name: str) -> MetaStateMachine:
+        return self.nodes[name].meta

@@ -1,0 +1,92 @@
+"""The `$rpc` request/response layer on its own: frames, errors across the wire, bounds, timeouts.
+
+Method: two `Rpc` endpoints wired back to back through an in-memory `send` (no transport), so each
+property is checked without sockets; `autojump_clock` makes the timeout test instant.
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from jsraft.errors import StreamNotFound, UnknownConfigField
+from jsraft.raft.errors import NotLeader
+from jsraft.server.errors import RpcRefused, RpcTimeout
+from jsraft.server.rpc import REPLY, REQUEST, Rpc, decode_frame, encode_frame
+from jsraft.transport.errors import TransportProtocolError
+
+
+def test_frame_round_trip_and_malformed():
+    frame = encode_frame(REQUEST, 7, "msg.publish", {"subject": "a"}, [b"", b"\x00payload"])
+    assert decode_frame(frame) == (REQUEST, 7, "msg.publish", {"subject": "a"}, [b"", b"\x00payload"])
+    for bad in (frame[:-1], frame + b"x", b"\x09" + frame[1:], b""):
+        with pytest.raises(TransportProtocolError):
+            decode_frame(bad)
+
+
+def pair(handler, *, requests_max: int = 8, drop: bool = False):
+    endpoints: dict[str, Rpc] = {}
+
+    def sender(me: str):
+        def send(to: str, group: str, payload: bytes) -> bool:
+            if drop:
+                return True  # swallowed: the caller must time out
+            endpoints[to].on_payload(me, payload)
+            return True
+        return send
+
+    endpoints["a"] = Rpc(sender("a"), handler, requests_max=requests_max)
+    endpoints["b"] = Rpc(sender("b"), handler, requests_max=requests_max)
+    return endpoints
+
+
+async def test_calls_errors_and_bounds(autojump_clock):
+    gate = trio.Event()
+
+    async def handler(from_node, method, args, blobs):
+        if method == "echo":
+            return {"from": from_node, **args}, [blob[::-1] for blob in blobs]
+        if method == "missing":
+            raise StreamNotFound()
+        if method == "follow":
+            raise NotLeader("c")
+        if method == "strict":
+            raise UnknownConfigField(["colour"], "stream config")
+        await gate.wait()
+        return {}, []
+
+    rpc = pair(handler, requests_max=2)
+    async with trio.open_nursery() as nursery:
+        for endpoint in rpc.values():
+            await nursery.start(endpoint.run)
+        result, blobs = await rpc["a"].call("b", "echo", {"x": 1}, [b"abc"])
+        assert result == {"from": "a", "x": 1} and blobs == [b"cba"]
+        with pytest.raises(StreamNotFound) as info:  # the same class, with the remote's numbers
+            await rpc["a"].call("b", "missing", {})
+        assert info.value.err_code == 10059
+        with pytest.raises(NotLeader) as hint:
+            await rpc["a"].call("b", "follow", {})
+        assert hint.value.leader_id == "c"
+        with pytest.raises(UnknownConfigField, match="colour"):
+            await rpc["a"].call("b", "strict", {})
+        # Two requests hold both service slots; the third is refused at once, not queued.
+        for _ in range(2):
+            nursery.start_soon(rpc["a"].call, "b", "slow", {})
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(RpcRefused):
+            await rpc["a"].call("b", "slow", {})
+        gate.set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_timeout_and_late_reply(autojump_clock):
+    async def handler(from_node, method, args, blobs):
+        return {}, []
+
+    rpc = pair(handler, drop=True)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rpc["a"].run)
+        with pytest.raises(RpcTimeout):
+            await rpc["a"].call("b", "echo", {}, timeout_s=1.0)
+        rpc["a"].on_payload("b", encode_frame(REPLY, 1, "echo", {}))  # late: dropped, nothing waits
+        nursery.cancel_scope.cancel()

@@ -144,8 +144,6 @@ def test_quarantine_survives_a_power_cut(tmp_path):
     assert "streams/LOST/raft/hardstate" not in after and after["streams/ORDERS/config.json"]
 
 
-@pytest.mark.xfail(strict=True, reason="SimDisk.crash loses the subtree of a renamed directory: durable "
-                   "entries are keyed by path, not by directory identity (OsDisk's shadow mode gets it right)")
 def test_quarantine_survives_a_simdisk_crash():
     disk = SimDisk(random.Random(5))
     _populate(disk)

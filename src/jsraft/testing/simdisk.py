@@ -7,8 +7,10 @@ replayed exactly from its seed.
 Durability model (the contract of `jsraft.disk.base`, modelled exactly):
   1. A file (inode) has *current* content (what reads return) and *durable* content (what survives a
      crash); `DiskFile.sync()` copies current to durable.
-  2. A directory has current and durable entries; `Disk.sync_dir()` copies current to durable, and
-     `makedirs` and `write_atomic` do so for the parent, as `OsDisk` does.
+  2. A directory has an identity (like an inode) and current and durable entries; `Disk.sync_dir()`
+     copies current to durable, and `makedirs` and `write_atomic` do so for the parent, as `OsDisk`
+     does. Durable entries belong to the directory, not to its path, so a renamed directory keeps them
+     under its new name, and an unsynced rename leaves them under the old one.
   3. `crash()` keeps only names reachable through durable entries from the root, with durable content;
      with `torn=True` a file with an unsynced change keeps a random prefix of it (the shadow disk's `torn`
      rule). Handles opened before the crash raise `SimDiskCrashed`.
@@ -36,7 +38,16 @@ from jsraft.disk.base import check_relative
 from jsraft.errors import invariant
 
 CHUNK_BYTES = 4096
-_DIRECTORY = -1  # the inode number recorded for a directory entry
+ROOT_DIR = 0  # the root directory's identity
+
+
+def _dir_entry(dir_id: int) -> int:
+    """A directory entry's value: negative, so it never collides with a file's (positive) inode number."""
+    return -1 - dir_id
+
+
+def _entry_dir(value: int) -> int | None:
+    return -1 - value if value < 0 else None
 
 
 class SimDiskCrashed(Exception):
@@ -79,10 +90,11 @@ class _State:
     read_flip_probability: float
     history_versions_max: int
     files: dict[str, _Inode] = dataclasses.field(default_factory=dict)  # current names
-    dirs: set[str] = dataclasses.field(default_factory=lambda: {""})
-    durable_dirs: dict[str, dict[str, int]] = dataclasses.field(default_factory=lambda: {"": {}})
+    dirs: dict[str, int] = dataclasses.field(default_factory=lambda: {"": ROOT_DIR})  # path -> identity
+    durable_dirs: dict[int, dict[str, int]] = dataclasses.field(default_factory=lambda: {ROOT_DIR: {}})
     inodes: dict[int, _Inode] = dataclasses.field(default_factory=dict)  # every inode a name may reach
     next_number: int = 1
+    next_dir: int = 1
     generation: int = 0  # bumped by every crash: older handles are dead
     events: list[str] = dataclasses.field(default_factory=list)
 
@@ -91,9 +103,18 @@ class _State:
         self.next_number += 1
         return inode
 
+    def new_dir(self, path: str) -> int:
+        dir_id = self.dirs[path] = self.next_dir
+        self.next_dir += 1
+        self.durable_dirs[dir_id] = {}  # new and empty, whatever an unsynced removal left at this path
+        return dir_id
+
+    def sync_entries(self, directory: str) -> None:
+        self.durable_dirs[self.dirs[directory]] = self.children(directory)
+
     def children(self, directory: str) -> dict[str, int]:
-        """Current entries directly in `directory`: name -> inode number (or `_DIRECTORY`)."""
-        out = {d.rpartition("/")[2]: _DIRECTORY for d in self.dirs if d and posixpath.dirname(d) == directory}
+        """Current entries directly in `directory`: name -> inode number, or a directory's `_dir_entry`."""
+        out = {d.rpartition("/")[2]: _dir_entry(i) for d, i in self.dirs.items() if d and posixpath.dirname(d) == directory}
         for path, inode in self.files.items():
             if posixpath.dirname(path) == directory:
                 out[posixpath.basename(path)] = inode.number
@@ -215,7 +236,7 @@ class SimDisk:
         if full in self._state.dirs:
             raise IsADirectoryError(full)
         self._state.files[full] = self._state.new_inode(data, data)
-        self._state.durable_dirs[parent] = self._state.children(parent)
+        self._state.sync_entries(parent)
 
     def exists(self, path: str) -> bool:
         full = self._full(path)
@@ -239,11 +260,9 @@ class SimDisk:
             missing.append(full)
             full = posixpath.dirname(full)
         for directory in reversed(missing):
-            self._state.dirs.add(directory)
-            self._state.durable_dirs[directory] = {}  # new and empty, whatever an unsynced removal left
+            self._state.new_dir(directory)
             # Like `OsDisk.makedirs`: a new directory's name is durable once its parent is synced.
-            parent = posixpath.dirname(directory)
-            self._state.durable_dirs[parent] = self._state.children(parent)
+            self._state.sync_entries(posixpath.dirname(directory))
 
     def remove(self, path: str) -> None:
         full = self._full(path)
@@ -256,7 +275,7 @@ class SimDisk:
         below = f"{full}/"
         for name in [p for p in self._state.files if p == full or p.startswith(below)]:
             del self._state.files[name]
-        self._state.dirs -= {d for d in self._state.dirs if d == full or d.startswith(below)}
+        self._state.dirs = {d: i for d, i in self._state.dirs.items() if not (d == full or d.startswith(below))}
 
     def rename(self, src: str, dst: str) -> None:
         full_src, full_dst = self._full(src), self._full(dst)
@@ -268,14 +287,16 @@ class SimDisk:
         below = f"{full_src}/"
         for name in [p for p in self._state.files if p == full_src or p.startswith(below)]:
             self._state.files[full_dst + name[len(full_src) :]] = self._state.files.pop(name)
-        moved = {d for d in self._state.dirs if d == full_src or d.startswith(below)}
-        self._state.dirs = (self._state.dirs - moved) | {full_dst + d[len(full_src) :] for d in moved}
+        moved = {d: i for d, i in self._state.dirs.items() if d == full_src or d.startswith(below)}
+        kept = {d: i for d, i in self._state.dirs.items() if d not in moved}
+        # A directory keeps its identity (and so its durable entries) when it moves.
+        self._state.dirs = kept | {full_dst + d[len(full_src) :]: i for d, i in moved.items()}
 
     def sync_dir(self, path: str) -> None:
         full = self._full(path)
         if full not in self._state.dirs:
             raise FileNotFoundError(full)
-        self._state.durable_dirs[full] = self._state.children(full)
+        self._state.sync_entries(full)
 
     def file_size(self, path: str) -> int:
         return len(self._file(self._full(path)).data)
@@ -286,7 +307,7 @@ class SimDisk:
         """Lose everything not durable (see the module docstring); return counts for the trace."""
         state = self._state
         dirs, files = _durable_tree(state.durable_dirs)
-        lost_names = len(set(state.files) - set(files)) + len(state.dirs - dirs)
+        lost_names = len(set(state.files) - set(files)) + len(set(state.dirs) - set(dirs))
         survivors: dict[int, _Inode] = {}
         torn_files = 0
         for path in sorted(files):
@@ -301,7 +322,8 @@ class SimDisk:
             survivors[old.number].history = old.history
         state.inodes, state.dirs = survivors, dirs
         state.files = {path: survivors[number] for path, number in files.items()}
-        state.durable_dirs = {d: entries for d, entries in state.durable_dirs.items() if d in dirs}
+        reachable = set(dirs.values())
+        state.durable_dirs = {d: entries for d, entries in state.durable_dirs.items() if d in reachable}
         state.generation += 1
         counts = {"files": len(state.files), "lost_names": lost_names, "torn_files": int(torn_files)}
         state.events.append(f"simdisk crash torn={torn} {counts}")
@@ -350,7 +372,7 @@ class SimDisk:
             return False
         del self._state.files[full]
         parent, name = posixpath.split(full)
-        entries = self._state.durable_dirs.get(parent, {})
+        entries = self._state.durable_dirs.get(self._state.dirs.get(parent, -1), {})
         if entries.get(name) == inode.number:
             del entries[name]
         self._state.events.append(f"simdisk lose_file {full}")
@@ -373,18 +395,19 @@ class SimDisk:
         return True
 
 
-def _durable_tree(durable: dict[str, dict[str, int]]) -> tuple[set[str], dict[str, int]]:
-    """Directories and files reachable from the root through durable directory entries."""
-    dirs, files, pending = {""}, {}, [""]
+def _durable_tree(durable: dict[int, dict[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Directories (path -> identity) and files (path -> inode) reachable from the root durably."""
+    dirs, files, pending = {"": ROOT_DIR}, {}, [("", ROOT_DIR)]
     while pending:
-        directory = pending.pop()
-        for name, number in sorted(durable.get(directory, {}).items()):
+        directory, dir_id = pending.pop()
+        for name, value in sorted(durable.get(dir_id, {}).items()):
             path = f"{directory}/{name}" if directory else name
-            if number == _DIRECTORY:
-                dirs.add(path)
-                pending.append(path)
+            child = _entry_dir(value)
+            if child is not None:
+                dirs[path] = child
+                pending.append((path, child))
             else:
-                files[path] = number
+                files[path] = value
     return dirs, files
 
 

@@ -28,7 +28,8 @@ Invariants:
   1. `first_index() == snapshot index + 1`; every index in `[first_index(), last_index()]` is in exactly one
      segment and is either good or in `faulty()`.
   2. Appended indexes are `last_index() + 1, ...`, contiguous, with non-decreasing terms.
-  3. Never truncate a committed entry: `truncate_from(i)` requires `i > hard_state.commit_index`.
+  3. Never truncate a committed entry: `truncate_from(i)` requires `i > hard_state.commit_index`, unless the
+     stored hard state says repairing (its commit hint may then cover stale copies the core replaces).
   4. `compact(i)` only removes segments whose every index is `<= i <=` the durable snapshot's index.
 
 Imports: L0, L1 (`codec`, `raft.types`, `disk` protocol), attrs. Reference: DESIGN.md §2 (group commit),
@@ -257,7 +258,10 @@ class Wal:
     def truncate_from(self, index: int) -> None:
         """Remove entries `>= index` (a Raft conflict), durably, before returning."""
         invariant(self._snap_index < index <= self._last_index + 1, f"truncate_from({index}) out of range")
-        invariant(index > self._hs.commit_index, f"never truncate a committed entry (truncate_from({index}))")
+        # A repairing replica's commit hint may cover stale copies of committed entries (a rolled-back write):
+        # the Raft core then replaces them, truncating below the hint (raft `append`, invariant 5).
+        invariant(index > self._hs.commit_index or self._hs.repairing,
+                  f"never truncate a committed entry (truncate_from({index}))")
         if index == self._last_index + 1:
             return
         self.sync()
@@ -273,6 +277,11 @@ class Wal:
                 handle.sync()
                 segment.size = segment.junk_at = offset
         self._faulty = {bad for bad in self._faulty if bad < index}
+        if index - 1 in self._faulty:
+            # A faulty entry's term is only what its successor's record claimed; that record is gone now,
+            # so the claim is too (left in place, it would refuse the leader's copy in `replace`).
+            owner = self._segment_of(index - 1)
+            owner.terms[index - 1 - owner.first] = 0
         self._adopt(self._segments, self._faulty, index - 1)
         if self._hs.acked_watermark >= index:
             # The removed entries were never committed (invariant 3), so this replica no longer vouches for

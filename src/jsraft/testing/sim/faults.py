@@ -1,0 +1,144 @@
+"""`FaultScheduler`: which fault happens at each step — partitions, crashes, power failures, corruption.
+
+Owns: the fault timeline of a run. Each step it may change the network's shape (symmetric partition,
+isolating a node or the leader, a one-way cut, a bridge, a swizzle, healing), crash one node (sometimes the
+leader, sometimes with torn writes), cut the power of every running node at once (a coordinated power
+failure), and restart nodes whose down time is over — damaging an atlas node's files first, while it is
+down (`atlas.corrupt_at_rest`). A node that just granted a vote may be crashed at the next step and
+restarted almost at once, which is what a vote that is not durable would be caught by.
+
+Invariants:
+  1. Every choice comes from the scheduler's own generator (simulator invariant 1).
+  2. Corruption only ever touches disks in the fault atlas (atlas invariants 1 and 2).
+  3. Once `stop()` is called (the liveness phase) no new fault starts; pending restarts still happen.
+  4. Every crashed node has exactly one pending restart, so nothing stays down forever.
+
+Imports: stdlib, siblings. Reference: CHAOS.md (S02–S06, S09, S10, S12), Jepsen nemeses.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from jsraft.testing.sim.atlas import corrupt_at_rest
+
+if TYPE_CHECKING:
+    from jsraft.testing.sim.config import Knobs
+    from jsraft.testing.sim.simulator import Simulation
+
+_CORRUPTIONS_PER_RESTART_MAX = 3
+
+
+class FaultScheduler:
+    def __init__(self, rng: random.Random, knobs: Knobs, faults: frozenset[str]) -> None:
+        self.rng = rng
+        self.knobs = knobs
+        self.faults = faults
+        self.restart_at: dict[str, int] = {}
+        self.crash_next: set[str] = set()
+        self.enabled = True
+        self.counts = {"crashes": 0, "power_failures": 0, "partitions": 0, "corruptions": 0}
+
+    def stop(self) -> None:
+        self.enabled = False
+        self.crash_next.clear()
+
+    def step(self, sim: Simulation) -> None:
+        self._restarts_due(sim)
+        if not self.enabled:
+            return
+        for node_id in sorted(self.crash_next):
+            if sim.drivers[node_id].up:
+                sim.trace.add(f"fault: crash {node_id} right after it voted")
+                self._crash(sim, node_id, torn=False, down_ticks=self.rng.randint(0, 2))
+        self.crash_next.clear()
+        if "net" in self.faults:
+            self._network(sim)
+        if "crash" in self.faults:
+            self._crashes(sim)
+
+    def on_vote_granted(self, node_id: str) -> None:
+        if self.enabled and self.knobs.crash_after_vote and self.rng.random() < self.knobs.crash_after_vote:
+            self.crash_next.add(node_id)
+
+    # --- Network ------------------------------------------------------------------------------------
+
+    def _network(self, sim: Simulation) -> None:
+        network, rng = sim.network, self.rng
+        if network.swizzling():
+            if rng.random() < 0.05:
+                sim.trace.add(f"fault: {network.swizzle_step()}")
+            return
+        if network.cut and rng.random() < self.knobs.heal:
+            network.heal()
+            sim.trace.add("fault: heal the network")
+            return
+        if rng.random() >= self.knobs.partition:
+            return
+        ids = sorted(sim.drivers)
+        shape = rng.choice(("isolate", "isolate-leader", "split", "one-way", "bridge", "swizzle"))
+        leader = sim.leader_id()
+        if shape == "isolate-leader" and leader is not None:
+            network.isolate(leader)
+        elif shape in ("isolate", "isolate-leader"):
+            network.isolate(rng.choice(ids))
+        elif shape == "split":
+            shuffled = rng.sample(ids, len(ids))
+            cut = rng.randint(1, len(ids) - 1)
+            network.partition([set(shuffled[:cut]), set(shuffled[cut:])])
+        elif shape == "one-way":
+            src, dst = rng.sample(ids, 2)
+            network.cut_one_way(src, dst)
+        elif shape == "bridge" and len(ids) >= 3:
+            a, b = rng.sample(ids, 2)
+            network.bridge(a, b)
+        else:
+            network.start_swizzle()
+        self.counts["partitions"] += 1
+        sim.trace.add(f"fault: network {network.shape}")
+
+    # --- Crashes and restarts -----------------------------------------------------------------------
+
+    def _crashes(self, sim: Simulation) -> None:
+        rng = self.rng
+        up = [node_id for node_id in sorted(sim.drivers) if sim.drivers[node_id].up]
+        if not up:
+            return
+        if self.knobs.power_failure and rng.random() < self.knobs.power_failure:
+            sim.trace.add(f"fault: coordinated power failure of {','.join(up)}")
+            self.counts["power_failures"] += 1
+            down_ticks = rng.randint(1, self.knobs.restart_delay_max_ticks)
+            for node_id in up:
+                self._crash(sim, node_id, torn=rng.random() < 0.5, down_ticks=down_ticks + rng.randint(0, 3))
+            return
+        if rng.random() < self.knobs.crash:
+            leader = sim.leader_id()
+            victim = leader if leader is not None and rng.random() < 0.3 else rng.choice(up)
+            self._crash(sim, victim, torn=rng.random() < 0.5,
+                        down_ticks=rng.randint(1, self.knobs.restart_delay_max_ticks))
+
+    def _crash(self, sim: Simulation, node_id: str, *, torn: bool, down_ticks: int) -> None:
+        sim.drivers[node_id].crash(torn=torn)
+        sim.clock.forfeit(node_id)
+        self.restart_at[node_id] = sim.clock.now + down_ticks
+        self.counts["crashes"] += 1
+
+    def _restarts_due(self, sim: Simulation) -> None:
+        now = sim.clock.now
+        for node_id in sorted(self.restart_at):
+            if self.restart_at[node_id] <= now:
+                del self.restart_at[node_id]
+                self.restart(sim, node_id)
+
+    def restart(self, sim: Simulation, node_id: str) -> None:
+        driver = sim.drivers[node_id]
+        if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id):
+            if self.rng.random() < self.knobs.corrupt_on_restart:
+                for _ in range(self.rng.randint(1, _CORRUPTIONS_PER_RESTART_MAX)):
+                    done = corrupt_at_rest(driver.disk, self.rng)
+                    if done:
+                        self.counts["corruptions"] += 1
+                        sim.trace.add(f"fault: corrupt {node_id} at rest: {done}")
+        sim.clock.forfeit(node_id)
+        driver.start()

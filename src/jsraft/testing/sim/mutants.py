@@ -1,0 +1,74 @@
+"""Mutants: `RaftNode` subclasses that each disable one storage-fault or election rule (never production code).
+
+Owns: `MUTANTS`, name -> node class, for `--mutant NAME`. Each overrides exactly one `rule_*` hook of
+`jsraft.raft.rules.SafetyRules`, the way the rules module documents, so the simulator can show that the
+rule has teeth: with the mutant every node runs the broken rule, and some seed must break an invariant.
+
+  ack-before-fsync        `rule_must_sync` returns False: the driver never fsyncs the log before sending
+                          acknowledgements and votes; a crash then loses acknowledged entries
+                          (caught as `durability`, `acked-lost` or `leader-completeness`).
+  truncate-on-corruption  `rule_classify_restored_log` cuts the log at the first faulty record and reports
+                          nothing to repair, the way nats-server "repairs" a bad checksum; the node then
+                          votes and may lead without acknowledged entries.
+  repairing-node-votes    `rule_may_grant_vote` is always True, also while repairing (`repairing-vote`).
+  no-prevote              `rule_pre_vote_enabled` is False: an isolated node inflates its term
+                          (`term-inflation`).
+  forget-vote-on-restart  `rule_restore_hard_state` drops `voted_for`: after a restart the node can vote
+                          twice in one term (`double-vote`, then maybe `election-safety`).
+
+Invariants:
+  1. A mutant differs from `RaftNode` in one method only.
+  2. Nothing outside `jsraft.testing` imports this module.
+
+Imports: attrs, `jsraft.raft`. Reference: `jsraft.raft.rules`; DESIGN.md §4.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from jsraft.raft import HardState, RaftNode, RestoredState, RestoreVerdict
+
+
+class AckBeforeFsync(RaftNode):
+    def rule_must_sync(self, durable_hard_state_changed: bool, log_written: bool) -> bool:
+        return False
+
+
+class TruncateOnCorruption(RaftNode):
+    def rule_classify_restored_log(self, restored: RestoredState) -> RestoreVerdict:
+        first_bad = min(restored.faulty, default=None)
+        entries = [e for e in restored.entries if first_bad is None or e.index < first_bad]
+        return RestoreVerdict(entries=tuple(entries), faulty=frozenset(), repair_reason=None)
+
+
+class RepairingNodeVotes(RaftNode):
+    def rule_may_grant_vote(self) -> bool:
+        return True
+
+
+class NoPreVote(RaftNode):
+    def rule_pre_vote_enabled(self) -> bool:
+        return False
+
+
+class ForgetVoteOnRestart(RaftNode):
+    def rule_restore_hard_state(self, hard_state: HardState) -> HardState:
+        return attrs.evolve(hard_state, voted_for=None)
+
+
+MUTANTS: dict[str, type[RaftNode]] = {
+    "ack-before-fsync": AckBeforeFsync,
+    "truncate-on-corruption": TruncateOnCorruption,
+    "repairing-node-votes": RepairingNodeVotes,
+    "no-prevote": NoPreVote,
+    "forget-vote-on-restart": ForgetVoteOnRestart,
+}
+
+
+def node_class(mutant: str | None) -> type[RaftNode]:
+    if mutant is None:
+        return RaftNode
+    if mutant not in MUTANTS:
+        raise ValueError(f"unknown mutant {mutant!r} (known: {', '.join(sorted(MUTANTS))})")
+    return MUTANTS[mutant]

@@ -1,0 +1,43 @@
+"""Each rule has teeth: with one rule disabled (a mutant), the simulator finds a violation within 500 seeds.
+
+Method: for each mutant in `jsraft.testing.sim.mutants`, run seeds 0, 1, 2, … with every fault kind and stop
+at the first failing seed; it must come before seed 500 and be reported under the invariant the rule
+protects (or, for a rule whose breakage can show up several ways, one of those), and the real code must pass
+that same seed. Seeds at which each mutant was first caught when this test was written (steps 1200, mixed
+3/5 nodes): ack-before-fsync 0 (durability), truncate-on-corruption 37 (leader-completeness),
+repairing-node-votes 2 (repairing-vote), no-prevote 0 (term-inflation), forget-vote-on-restart 5
+(double-vote).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from jsraft.testing.sim import MUTANTS, run_batch, run_seed
+from jsraft.testing.sim.batch import config_for
+
+SEEDS_MAX = 500
+EXPECTED = {
+    "ack-before-fsync": {"durability", "acked-lost", "leader-completeness", "state-machine-safety"},
+    "truncate-on-corruption": {"leader-completeness", "acked-lost", "state-machine-safety", "log-matching"},
+    "repairing-node-votes": {"repairing-vote"},
+    "no-prevote": {"term-inflation"},
+    "forget-vote-on-restart": {"double-vote", "election-safety"},
+}
+
+
+def test_every_mutant_is_listed() -> None:
+    assert set(EXPECTED) == set(MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", sorted(EXPECTED))
+def test_mutant_is_caught_within_500_seeds(mutant: str) -> None:
+    configs = [config_for(seed, nodes="mixed", mutant=mutant) for seed in range(SEEDS_MAX)]
+    batch = run_batch(configs, jobs=2, stop_at_first_failure=True)
+    assert batch.failed == 1, f"mutant {mutant} survived {SEEDS_MAX} seeds"
+    caught = batch.failures[0]
+    assert caught.invariant in EXPECTED[mutant], f"seed {caught.seed}: [{caught.invariant}] {caught.detail}"
+    assert caught.trace, "a failure comes with its trace"
+    honest = run_seed(config_for(caught.seed, nodes="mixed"))
+    assert honest.ok, f"the real code fails seed {caught.seed} too: [{honest.invariant}] {honest.detail}"
+    print(f"{mutant}: caught at seed {caught.seed} by {caught.invariant}: {caught.detail}")

@@ -14,7 +14,7 @@ version of the simulator, whose seed numbering later changed — and make the ca
      does not call that repairing, so a driver that passed the WAL's findings to the core only when the
      WAL said repairing restarted a node that had forgotten its vote: it voted twice in one term
      (`double-vote`, seed 15 of a run with flips aimed at hard-state slots). The driver now passes every
-     finding but a torn-tail cut (`node.damage_findings`), as `RestoredState.repair_reasons` documents,
+     finding but a torn-tail cut (`Recovered.damage_findings`), as `RestoredState.repair_reasons` documents,
      and the replica refuses to vote until repaired.
   4. The core replaces a faulty entry in place with the leader's copy even when the WAL knows (from the
      successor's record) another term for it; the WAL refuses that ("use truncate_from"). The successor is
@@ -31,7 +31,7 @@ import pytest
 from jsraft.errors import InvariantViolation
 from jsraft.raft import Entry, HardState, RaftConfig, RaftNode, RequestVote, RequestVoteResponse, RestoredState
 from jsraft.testing.sim import SafetyChecker, SimNetwork
-from jsraft.testing.sim.node import NodeDriver, NodeSetup, damage_findings
+from jsraft.testing.sim.node import NodeDriver, NodeSetup
 from jsraft.testing.sim.trace import Trace
 from jsraft.testing.simdisk import SimDisk
 from jsraft.wal import Wal
@@ -99,7 +99,7 @@ def test_a_rotted_newest_hard_state_slot_makes_the_replica_refuse_votes() -> Non
     disk.flip_bit(HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[1] + 30)
     _, recovered = Wal.open(disk)
     assert recovered.hard_state.current_term == 4 and not recovered.repairing  # the WAL's fallback
-    reasons = damage_findings(recovered)
+    reasons = recovered.damage_findings()
     assert any("slot 1" in reason for reason in reasons)
     restored = RestoredState(hard_state=recovered.hard_state, repair_reasons=reasons)
     node = RaftNode(RaftConfig(node_id="n1"), random.Random(0), restored)

@@ -62,5 +62,5 @@ def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequen
         faulty=recovered.faulty,
         applied_index=applied if applied > snapshot_index else None,
         storage_uuid_changed=empty,
-        repair_reasons=tuple(recovered.reasons) if recovered.repairing else (),
+        repair_reasons=recovered.damage_findings(),
     )

@@ -43,6 +43,9 @@ from jsraft.wal.snapshots import list_snapshots, load_newest
 VOTE_UNKNOWN = "<unknown>"
 
 
+TORN_TAIL_REASON = "torn tail cut"  # the prefix of the finding for a rule R1 cut (a normal crash)
+
+
 @attrs.frozen(kw_only=True)
 class Recovered:
     """What a Raft group restarts from.
@@ -64,6 +67,19 @@ class Recovered:
     repairing: bool
     reasons: list[str]
     torn_tail_bytes_cut: int
+
+    def damage_findings(self) -> tuple[str, ...]:
+        """Every finding that means damage: all but torn-tail cuts (a crash mid-write is normal).
+
+        The runtime passes these as `RestoredState.repair_reasons`, which makes the replica repairing
+        (the core's rule 2) even where the WAL itself does not say repairing: one bad hard-state slot,
+        from which recovery falls back to the other. A bit flip at rest can hit the *newest* slot, whose
+        vote was already granted; the older slot has forgotten it, and the replica could vote twice in
+        one term (found by the simulator, `double-vote`). Repairing, it votes only after a leader has
+        repaired it.
+        """
+        return tuple(reason for reason in self.reasons if not reason.startswith(TORN_TAIL_REASON))
+
 
 
 @attrs.define(kw_only=True)
@@ -171,7 +187,7 @@ def _apply_cut(disk: Disk, scan: LogScan, reasons: list[str]) -> int:
         handle.truncate(torn.offset)
         handle.sync()
         handle.close()
-    reasons.append(f"torn tail cut: {torn.bytes_cut} bytes at offset {torn.offset} of segment {torn.name}")
+    reasons.append(f"{TORN_TAIL_REASON}: {torn.bytes_cut} bytes at offset {torn.offset} of segment {torn.name}")
     return torn.bytes_cut
 
 

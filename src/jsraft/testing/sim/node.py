@@ -14,7 +14,7 @@ snapshot durable in the WAL and tells the core (so InstallSnapshot paths run), a
 (the server's "this directory was formatted" marker) once the first `Ready` is durable.
 
 Restart: `Wal.open` → `RestoredState` (hard state, snapshot, entries, faulty, and as repair reasons every
-finding of the WAL that means damage, `damage_findings`) → a new `RaftNode`; the register is rebuilt from the snapshot and re-applies the committed
+finding of the WAL that means damage, `Recovered.damage_findings`) → a new `RaftNode`; the register is rebuilt from the snapshot and re-applies the committed
 entries the core hands out. A disk whose WAL came back empty although `node.json` exists lost everything:
 it restarts as a repairing member with no vote to trust (`storage_uuid_changed`), never re-bootstraps.
 
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from jsraft.testing.sim.trace import Trace
 
 FORMATTED_MARKER = "node.json"
-TORN_TAIL_REASON = "torn tail cut"  # the prefix of the WAL's finding for an R1 cut (wal.recovery)
 READY_LOOPS_MAX = 64
 PROPOSED_KEPT_MAX = 2000
 
@@ -121,7 +120,7 @@ class NodeDriver:
             if self.setup.bootstrap_voters is not None:
                 return RestoredState.bootstrap(self.setup.bootstrap_voters)
             return RestoredState()
-        reasons = damage_findings(recovered)
+        reasons = recovered.damage_findings()
         return RestoredState(
             hard_state=recovered.hard_state,
             conf_state=meta.conf if meta is not None else ConfState(voters=()),
@@ -320,18 +319,6 @@ class NodeDriver:
         node.compact(index, data)
         wal.compact(index)
         self.trace.add(f"{self.node_id} compacted through {index}/{term}")
-
-
-def damage_findings(recovered: Recovered) -> tuple[str, ...]:
-    """The WAL's findings that mean damage: all but torn-tail cuts (a crash mid-write is normal).
-
-    Passed as `RestoredState.repair_reasons`, which makes the replica repairing (the core's rule 2). This
-    matters where the WAL itself does not say repairing: a bad hard-state slot, from which it falls back to
-    the other slot. A torn slot write never returned, but a bit flip at rest can hit the *newest* slot, whose
-    vote was already granted; the older slot then forgets it and the replica could vote twice in one term
-    (found by the simulator: `double-vote`). Repairing, it does not vote until a leader has repaired it.
-    """
-    return tuple(reason for reason in recovered.reasons if not reason.startswith(TORN_TAIL_REASON))
 
 
 def describe(message: object) -> str:

@@ -1,0 +1,48 @@
+"""The runtime's restart path turns every WAL damage finding into a repairing replica.
+
+Method: write two hard-state slots through a real `Wal` on `OsDisk`, rot the newest slot at rest (the
+vote it holds was already granted), reopen, and build the core's `RestoredState` with the runtime's own
+`prepare`. The WAL falls back to the older slot without saying repairing; the runtime must still make
+the replica repairing, or it could vote twice in one term (found by the simulator, `double-vote`).
+"""
+
+from __future__ import annotations
+
+import random
+
+from runtime_harness import ListMachine
+
+from jsraft.disk import OsDisk
+from jsraft.raft import HardState
+from jsraft.raft.core import RaftNode
+from jsraft.raft.config import RaftConfig
+from jsraft.runtime.restore import prepare
+from jsraft.wal import Wal
+from jsraft.wal.format import HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS
+
+
+def test_rotted_newest_hard_state_slot_restarts_repairing(tmp_path):
+    disk = OsDisk(str(tmp_path / "g"))
+    wal, _ = Wal.open(disk)
+    wal.save_hard_state(HardState(current_term=4, voted_for="n2"))
+    wal.save_hard_state(HardState(current_term=5, voted_for="n3"))
+    wal.close()
+    path = tmp_path / "g" / HARD_STATE_FILE
+    data = bytearray(path.read_bytes())
+    data[HARD_STATE_SLOT_OFFSETS[1] + 30] ^= 0x08
+    path.write_bytes(bytes(data))
+    _, recovered = Wal.open(OsDisk(str(tmp_path / "g")))
+    assert not recovered.repairing and recovered.hard_state.current_term == 4  # the WAL's own view
+    restored = prepare(recovered, ListMachine(), voters=("n1", "n2", "n3"), formatted=True)
+    assert restored.repair_reasons, "a damaged hard-state slot must reach the core as a repair reason"
+    node = RaftNode(RaftConfig(node_id="n1"), random.Random(0), restored)
+    assert node.status().repairing
+
+
+def test_torn_tail_cut_alone_is_not_damage(tmp_path):
+    disk = OsDisk(str(tmp_path / "g"))
+    wal, _ = Wal.open(disk)
+    wal.save_hard_state(HardState(current_term=1))
+    wal.close()
+    _, recovered = Wal.open(OsDisk(str(tmp_path / "g")))
+    assert recovered.damage_findings() == ()

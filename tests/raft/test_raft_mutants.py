@@ -10,39 +10,17 @@ damaged node's vote, and the acknowledged write is gone.
 
 from __future__ import annotations
 
-import attrs
 import pytest
 from raft_network import Cluster
 
-from jsraft.raft import HardState, RaftNode, RequestVote, RequestVoteResponse
-from jsraft.raft.repair import RestoreVerdict
-
-
-class AckBeforeFsync(RaftNode):
-    def rule_must_sync(self, durable_hard_state_changed: bool, log_written: bool) -> bool:
-        return False
-
-
-class TruncateOnCorruption(RaftNode):
-    def rule_classify_restored_log(self, restored):
-        first_bad = min(restored.faulty, default=None)
-        entries = [e for e in restored.entries if first_bad is None or e.index < first_bad]
-        return RestoreVerdict(entries=tuple(entries), faulty=frozenset(), repair_reason=None)
-
-
-class RepairingNodeVotes(RaftNode):
-    def rule_may_grant_vote(self) -> bool:
-        return True
-
-
-class NoPreVote(RaftNode):
-    def rule_pre_vote_enabled(self) -> bool:
-        return False
-
-
-class ForgetVoteOnRestart(RaftNode):
-    def rule_restore_hard_state(self, hard_state: HardState) -> HardState:
-        return attrs.evolve(hard_state, voted_for=None)
+from jsraft.raft import RaftNode, RequestVote, RequestVoteResponse
+from jsraft.testing.sim.mutants import (
+    AckBeforeFsync,
+    ForgetVoteOnRestart,
+    NoPreVote,
+    RepairingNodeVotes,
+    TruncateOnCorruption,
+)
 
 
 def jepsen_story(n2_class: type[RaftNode], damage: str) -> Cluster:

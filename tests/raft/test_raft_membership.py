@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 from raft_network import Cluster
 
-from jsraft.raft import BadConfChange, ConfChange, ConfChangeType, ConfState, ProposalDropped
+from jsraft.raft import (
+    BadConfChange, ConfChange, ConfChangeType, ConfState, ProposalDropped, RequestVoteResponse,
+)
 from jsraft.raft.membership import apply_to_conf, decode_conf_change, encode_conf_change
 
 A = ConfChangeType
@@ -129,3 +131,44 @@ def test_quorum_follows_the_membership():
     cluster.nodes["n1"].propose(b"needs n1 and n2")
     cluster.stabilize()
     assert cluster.apps["n2"].values == ["needs n1 and n2"]
+
+
+def _candidate_holding_an_uncommitted_removal() -> tuple[Cluster, int, int]:
+    """n2 holds n1's REMOVE_NODE n3 entry without knowing it committed; n1 is gone; n2 starts a pre-vote."""
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.elect("n1")
+    index = cluster.nodes["n1"].propose_conf_change(change(A.REMOVE_NODE, "n3"))
+    cluster.process_ready("n1")
+    for message in [m for m in cluster.queue if m.to_id == "n2"]:
+        cluster.nodes["n2"].step(message)
+    cluster.queue.clear()
+    cluster.process_ready("n2")
+    cluster.queue.clear()
+    cluster.crash("n1")
+    candidate = cluster.nodes["n2"]
+    while candidate.role != "pre-candidate":
+        candidate.tick()
+    assert candidate.log.commit_index < index and "n3" in candidate.conf.voters
+    return cluster, index, candidate.log.term_at(index)
+
+
+def test_a_candidate_learns_a_commit_from_a_vote_response_and_applies_the_membership_in_it():
+    """A removed voter with a longer log refuses the candidate, but tells it the commit: the candidate then
+    counts votes in the configuration the group is really in (else: stuck needing the removed node)."""
+    cluster, index, term = _candidate_holding_an_uncommitted_removal()
+    candidate = cluster.nodes["n2"]
+    candidate.step(RequestVoteResponse(from_id="n3", to_id="n2", term=candidate.current_term, vote_granted=False,
+                                       pre_vote=True, commit_index=index, commit_term=term))
+    assert candidate.log.commit_index == index
+    assert candidate.conf.voters == ("n1", "n2")
+
+
+@pytest.mark.parametrize("claim", ["other-term", "beyond-log"])
+def test_a_commit_claim_for_an_entry_the_candidate_does_not_hold_is_ignored(claim):
+    cluster, index, term = _candidate_holding_an_uncommitted_removal()
+    candidate = cluster.nodes["n2"]
+    commit_before = candidate.log.commit_index
+    claimed = (index, term + 1) if claim == "other-term" else (candidate.log.last_index + 1, term)
+    candidate.step(RequestVoteResponse(from_id="n3", to_id="n2", term=candidate.current_term, vote_granted=False,
+                                       pre_vote=True, commit_index=claimed[0], commit_term=claimed[1]))
+    assert candidate.log.commit_index == commit_before and "n3" in candidate.conf.voters

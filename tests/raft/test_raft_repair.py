@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import random
 
+import attrs
+
 import pytest
 from raft_network import Cluster
 
@@ -283,3 +285,40 @@ def test_a_replaced_data_directory_repairs_then_fences_its_vote():
     node.step(RequestVote(from_id="n2", to_id="n3", term=2, last_log_index=99, last_log_term=2,
                           leadership_transfer=True))
     assert not any(m.vote_granted for m in node.outbox if isinstance(m, RequestVoteResponse))
+
+
+# --- Rule 3, leader side: an idle group still repairs a follower whose watermark is beyond its log ------
+
+
+def _restart_with_watermark(cluster: Cluster, node_id: str, watermark: int) -> RaftNode:
+    """`node_id` acknowledged an older leader's uncommitted tail through `watermark`; the current leader
+    never had it and the follower's copy is gone (crash, then restart with the watermark on disk)."""
+    cluster.crash(node_id)
+    storage = cluster.storages[node_id]
+    for state in (storage.durable, storage.written):
+        state.hard_state = attrs.evolve(state.hard_state, acked_watermark=watermark)
+    return cluster.restart(node_id)
+
+
+def test_the_leader_pads_with_noops_past_a_repairing_followers_watermark():
+    cluster = cluster_with_entries(3)
+    leader = cluster.nodes["n1"]
+    last = leader.log.last_index
+    follower = _restart_with_watermark(cluster, "n2", last + 3)
+    assert follower.repairing and "below acked watermark" in follower.repair_reason
+    cluster.run(10)  # idle: no client proposes anything
+    assert not cluster.nodes["n2"].repairing
+    padded = [leader.log.entry_at(i) for i in range(last + 1, leader.log.last_index + 1)]
+    assert [(e.type, e.term) for e in padded] == [(EntryType.NOOP, leader.current_term)] * 3
+    assert cluster.nodes["n2"].log.last_index == leader.log.last_index == leader.log.commit_index
+
+
+def test_the_leader_does_not_pad_for_a_watermark_no_honest_follower_can_have():
+    cluster = Cluster(["n1", "n2", "n3"], config={"uncommitted_entries_max": 4})
+    cluster.elect("n1")
+    cluster.nodes["n1"].propose(b"v")
+    cluster.stabilize()
+    last = cluster.nodes["n1"].log.last_index
+    _restart_with_watermark(cluster, "n2", last + 5)  # more than the uncommitted budget beyond our log
+    cluster.run(10)
+    assert cluster.nodes["n1"].log.last_index == last and cluster.nodes["n2"].repairing

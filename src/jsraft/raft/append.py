@@ -137,4 +137,5 @@ def _respond(node: RaftNode, message: AppendEntries, *, success: bool, match_ind
         from_id=node.id, to_id=message.from_id, term=node.current_term, success=success,
         match_index=match_index, rejected_index=0 if success else message.prev_log_index,
         reject_hint_index=hint_index, reject_hint_term=hint_term, heartbeat=message.heartbeat,
-        read_round=message.read_round, repairing=node.repairing))
+        read_round=message.read_round, repairing=node.repairing,
+        acked_watermark=node.acked_watermark if node.repairing else 0))

@@ -155,6 +155,8 @@ class RaftNode(SafetyRules):
         snapshot.tick_transfers(self)
         if self.heartbeat_elapsed >= self.config.heartbeat_ticks:
             self.heartbeat_elapsed = 0
+            if repair.pad_for_repairing(self):
+                replication.broadcast_append(self)
             replication.broadcast_heartbeat(self)
 
     def step(self, message: Message) -> None:

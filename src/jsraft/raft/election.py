@@ -193,8 +193,11 @@ def handle_request_vote(node: RaftNode, message: RequestVote) -> None:
 def _answer_vote(node: RaftNode, message: RequestVote, *, granted: bool) -> None:
     # A granted pre-vote answers in the term the candidate asked about, so it can count it.
     term = message.term if granted else node.current_term
+    commit_index = 0 if node.repairing else node.log.commit_index
+    commit_term = node.log.term_at(commit_index) or 0
     node.send(RequestVoteResponse(from_id=node.id, to_id=message.from_id, term=term, vote_granted=granted,
-                                  pre_vote=message.pre_vote, repairing=node.repairing))
+                                  pre_vote=message.pre_vote, repairing=node.repairing,
+                                  commit_index=commit_index if commit_term else 0, commit_term=commit_term))
 
 
 def handle_request_vote_response(node: RaftNode, message: RequestVoteResponse) -> None:
@@ -205,11 +208,32 @@ def handle_request_vote_response(node: RaftNode, message: RequestVoteResponse) -
     if message.pre_vote and message.vote_granted and message.term != node.current_term + 1:
         return
     node.votes[message.from_id] = message.vote_granted
+    if learn_commit(node, message.commit_index, message.commit_term) and not node.is_promotable():
+        become_follower(node, node.current_term, None)  # the commit we learned removed us
+        return
     tally = _tally(node)
     if tally is _Tally.WON:
         _won(node, message.pre_vote)
     elif tally is _Tally.LOST:
         become_follower(node, node.current_term, None)
+
+
+def learn_commit(node: RaftNode, index: int, term: int) -> bool:
+    """Adopt a voter's commit index if we hold its entry there; True if ours advanced.
+
+    A commit index is a fact about the group: the entry at it, and (Log Matching) every entry before it, is
+    committed. A candidate whose trusted log holds the same (index, term) therefore holds that committed
+    prefix and may mark it committed — and apply the membership changes in it. Without this a candidate
+    can be stuck counting votes in a configuration the group already left: a leader that removed a voter
+    and stepped down before the others heard the commit leaves them needing a vote from the removed node,
+    which refuses them because its log is longer (rule 4's "a healthy majority must elect" fails).
+    """
+    log = node.log
+    if index <= log.commit_index or index > repair.trusted_index(node) or log.term_at(index) != term:
+        return False
+    log.commit_to(index)
+    node.on_commit_advanced()
+    return True
 
 
 def handle_timeout_now(node: RaftNode, message: TimeoutNow) -> None:

@@ -45,7 +45,9 @@ class AppendEntries:
 class AppendEntriesResponse:
     """`match_index` is the highest index known to match the leader on success. On reject,
     `rejected_index` is the request's `prev_log_index` and (`reject_hint_index`, `reject_hint_term`)
-    say where the follower's log might match, for fast back-off (term 0: unknown)."""
+    say where the follower's log might match, for fast back-off (term 0: unknown). A `repairing` follower
+    also sends its `acked_watermark`: it cannot leave repairing before the leader's log reaches it
+    (`repair.pad_for_repairing`)."""
 
     from_id: str
     to_id: str
@@ -58,6 +60,7 @@ class AppendEntriesResponse:
     heartbeat: bool = False
     read_round: int = 0
     repairing: bool = False
+    acked_watermark: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -83,6 +86,10 @@ class RequestVoteResponse:
     pre_vote: bool = False
     # The voter refused because it is repairing (rule 3); candidates use it to report a halt (rule 4).
     repairing: bool = False
+    # The voter's commit index and the term of its entry there (0, 0 from a repairing voter): a candidate
+    # holding that entry learns the commit from it (`election.learn_commit`).
+    commit_index: int = 0
+    commit_term: int = 0
 
 
 @attrs.frozen(kw_only=True)

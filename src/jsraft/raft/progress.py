@@ -28,7 +28,7 @@ class ProgressState(enum.Enum):
 class Progress:
     __slots__ = ("match_index", "next_index", "state", "probe_sent", "inflight", "inflight_max",
                  "pending_snapshot_index", "snapshot_offset", "snapshot_idle_ticks", "recent_active",
-                 "repairing", "read_round_acked", "sent_commit")
+                 "repairing", "repair_watermark", "read_round_acked", "sent_commit")
 
     def __init__(self, next_index: int, inflight_max: int) -> None:
         self.match_index = 0
@@ -43,6 +43,8 @@ class Progress:
         # Heard from since the last check-quorum round.
         self.recent_active = True
         self.repairing = False
+        # A repairing follower's acked watermark (0 when it is not repairing): see `repair.pad_for_repairing`.
+        self.repair_watermark = 0
         self.read_round_acked = 0
         # The highest commit index sent to this follower: tells the leader when an empty
         # AppendEntries is needed just to spread a new commit index.

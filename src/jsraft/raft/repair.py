@@ -30,7 +30,7 @@ from jsraft.errors import invariant
 from jsraft.raft.errors import ProposalDropped
 from jsraft.raft.messages import StatusProbe, StatusProbeResponse
 from jsraft.raft.status import Role, Status
-from jsraft.raft.types import Entry
+from jsraft.raft.types import Entry, EntryType
 
 if TYPE_CHECKING:
     from jsraft.raft.config import RestoredState
@@ -105,6 +105,32 @@ def maybe_finish_repair(node: RaftNode) -> None:
         # itself (a vote nobody receives) makes sure it grants no second vote in this term.
         node.voted_for = node.id
     node.vote_unknown = False
+
+
+def pad_for_repairing(node: RaftNode) -> bool:
+    """Rule 3, leader side: grow the log past a repairing follower's acked watermark with NOOP entries.
+
+    A follower that acknowledged an older leader's uncommitted tail and then lost part of its log keeps a
+    watermark beyond our last index; it may leave repairing only once its log reaches that watermark, so in
+    an idle group it would stay repairing forever (one fault away from a halt). The follower reports its
+    watermark while repairing; each heartbeat the leader appends NOOPs towards it — at most as many as the
+    uncommitted-entry budget allows, and only for a gap an honest follower can have (an old leader never
+    held more than that budget uncommitted beyond what we hold). Returns True if it appended any.
+    """
+    if node.lead_transferee is not None:
+        return False
+    log = node.log
+    budget = node.config.uncommitted_entries_max
+    target = max((p.repair_watermark for p in node.progress.values() if p.repairing), default=0)
+    if target <= log.last_index or target - log.last_index > budget:
+        return False
+    count = min(target - log.last_index, budget - (log.last_index - log.commit_index))
+    if count <= 0:
+        return False
+    first = log.last_index + 1
+    node.append_as_leader([Entry(index=first + i, term=node.current_term, type=EntryType.NOOP)
+                           for i in range(count)])
+    return True
 
 
 def accept_data_loss(node: RaftNode) -> bool:

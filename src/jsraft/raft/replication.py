@@ -98,6 +98,7 @@ def handle_append_entries_response(node: RaftNode, message: AppendEntriesRespons
         raise PeerProtocolError(f"{message.from_id} acknowledged {message.match_index}, beyond our log")
     progress.recent_active = True
     progress.repairing = message.repairing
+    progress.repair_watermark = message.acked_watermark if message.repairing else 0
     repair.note_peer_repairing(node, message.from_id, message.repairing)
     if message.read_round > progress.read_round_acked:
         progress.read_round_acked = message.read_round

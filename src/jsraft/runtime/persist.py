@@ -36,8 +36,9 @@ import attrs
 from jsraft.disk.base import Disk
 from jsraft.errors import InvariantViolation
 from jsraft.raft.ready import Ready, Snapshot
-from jsraft.raft.types import Entry, HardState
+from jsraft.raft.types import HardState
 from jsraft.wal import Wal
+from jsraft.wal.repaired import put_repaired
 
 # Written in a group's directory after its first durable cycle (see `restore`).
 GROUP_MARKER = "group.json"
@@ -130,16 +131,8 @@ def write_work(wal: Wal, disk: Disk, work: Work) -> None:
     if rd.entries:
         wal.append(list(rd.entries))
     if rd.repaired_entries:
-        _replace(wal, rd.repaired_entries)
-
-
-def _replace(wal: Wal, entries: tuple[Entry, ...]) -> None:
-    """Rewrite the repaired entries in place — except those the WAL now reads as good with the same term:
-    a transient read error made them look damaged, and the record on disk already is this entry."""
-    faulty = wal.faulty()
-    needed = [entry for entry in entries if entry.index in faulty or wal.term(entry.index) != entry.term]
-    if needed:
-        wal.replace(needed)
+        repairing = hard_state.repairing if hard_state is not None else wal.hard_state.repairing
+        put_repaired(wal, rd.repaired_entries, repairing=repairing)
 
 
 def sync_work(wal: Wal, disk: Disk, work: Work) -> None:

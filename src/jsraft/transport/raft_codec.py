@@ -45,8 +45,9 @@ _HEAD = struct.Struct("<BB")  # version, tag
 _U64 = struct.Struct("<Q")
 _ENTRY = struct.Struct("<QQBI")  # index, term, type, data length
 _APPEND = struct.Struct("<QQQQB")  # prev_log_index, prev_log_term, leader_commit, read_round, flags
-_APPEND_RESPONSE = struct.Struct("<QQQQQB")  # match, rejected, hint index, hint term, read_round, flags
+_APPEND_RESPONSE = struct.Struct("<QQQQQQB")  # match, rejected, hint index, hint term, read_round, watermark, flags
 _VOTE = struct.Struct("<QQB")  # last_log_index, last_log_term, flags
+_VOTE_RESPONSE = struct.Struct("<QQB")  # commit_index, commit_term, flags
 _SNAPSHOT_CHUNK = struct.Struct("<QQB")  # offset, total_bytes, flags
 _SNAPSHOT_RESPONSE = struct.Struct("<QQQQB")  # snapshot_index, chunk_offset, next_offset, match, flags
 _META = struct.Struct("<QQ")  # snapshot index, term
@@ -149,14 +150,14 @@ def _dec_append(reader: Reader) -> dict[str, object]:
 
 def _enc_append_response(m: AppendEntriesResponse) -> list[bytes]:
     return [_APPEND_RESPONSE.pack(m.match_index, m.rejected_index, m.reject_hint_index, m.reject_hint_term,
-                                  m.read_round, flag_bits(m.success, m.heartbeat, m.repairing))]
+                                  m.read_round, m.acked_watermark, flag_bits(m.success, m.heartbeat, m.repairing))]
 
 
 def _dec_append_response(reader: Reader) -> dict[str, object]:
-    match_index, rejected, hint_index, hint_term, read_round, flags = reader.unpack(_APPEND_RESPONSE)
+    match_index, rejected, hint_index, hint_term, read_round, watermark, flags = reader.unpack(_APPEND_RESPONSE)
     _check_flags(reader, flags, 0b111)
     return dict(match_index=match_index, rejected_index=rejected, reject_hint_index=hint_index,
-                reject_hint_term=hint_term, read_round=read_round, success=bool(flags & 1),
+                reject_hint_term=hint_term, read_round=read_round, acked_watermark=watermark, success=bool(flags & 1),
                 heartbeat=bool(flags & 2), repairing=bool(flags & 4))
 
 
@@ -172,12 +173,14 @@ def _dec_vote(reader: Reader) -> dict[str, object]:
 
 
 def _enc_vote_response(m: RequestVoteResponse) -> list[bytes]:
-    return [U8.pack(flag_bits(m.vote_granted, m.pre_vote, m.repairing))]
+    return [_VOTE_RESPONSE.pack(m.commit_index, m.commit_term, flag_bits(m.vote_granted, m.pre_vote, m.repairing))]
 
 
 def _dec_vote_response(reader: Reader) -> dict[str, object]:
-    flags = reader.flags(0b111)
-    return dict(vote_granted=bool(flags & 1), pre_vote=bool(flags & 2), repairing=bool(flags & 4))
+    commit_index, commit_term, flags = reader.unpack(_VOTE_RESPONSE)
+    _check_flags(reader, flags, 0b111)
+    return dict(vote_granted=bool(flags & 1), pre_vote=bool(flags & 2), repairing=bool(flags & 4),
+                commit_index=commit_index, commit_term=commit_term)
 
 
 def _enc_snapshot(m: InstallSnapshot) -> list[bytes]:

@@ -3,8 +3,8 @@
 Owns: the life of one node (start from whatever its disk holds, run, crash) and the `Ready` contract,
 followed exactly as a production runtime must:
   1. persist: the truncation (extended down to the snapshot's index if the WAL's entry there conflicts with
-     the snapshot), the snapshot, the appended entries, the rewritten faulty entries (`_replace`: those the
-     WAL still needs, after cutting a suffix the WAL proves divergent), the hard state; `Wal.sync()` when
+     the snapshot), the snapshot, the appended entries, the rewritten faulty entries (`wal.repaired`,
+     shared with the runtime), the hard state; `Wal.sync()` when
      `must_sync`;
   2. only then hand the messages to the network;
   3. install the snapshot in the register, apply committed entries, answer client proposals that applied;
@@ -43,6 +43,7 @@ from jsraft.testing.sim.register import Register
 from jsraft.testing.sim.violation import Violation
 from jsraft.testing.simdisk import SimDisk
 from jsraft.wal import Recovered, Wal
+from jsraft.wal.repaired import put_repaired, truncate
 
 if TYPE_CHECKING:
     from jsraft.testing.sim.checkers import SafetyChecker
@@ -219,7 +220,8 @@ class NodeDriver:
         if truncate_from is not None and truncate_from > wal.last_index():
             truncate_from = None
         if truncate_from is not None and wal.first_index() <= truncate_from:
-            self._cut(truncate_from)
+            assert self.node is not None
+            truncate(wal, truncate_from, repairing=self.node.repairing)
         if rd.snapshot is not None:
             wal.save_snapshot(rd.snapshot.meta, rd.snapshot.data)
             wal.compact(rd.snapshot.meta.index)
@@ -235,41 +237,13 @@ class NodeDriver:
             self.disk.write_atomic(FORMATTED_MARKER, f'{{"node": "{self.node_id}"}}'.encode())
 
     def _replace(self, entries: tuple[Entry, ...]) -> None:
-        """Rewrite the core's repaired entries in place, bridging two gaps between the core and the WAL.
-
-        1. The WAL may now read an entry as good with the same term (a transient read error at recovery made
-           it look damaged): the record on disk already is this entry (one (index, term) names one entry).
-        2. The WAL knows a faulty entry's term as its successor's record claims it; if the leader's copy has
-           another term, that successor is not in the leader's log (Log Matching), so it and everything after
-           it are an uncommitted divergent suffix. The core keeps it for now (raft `append` invariant 2: it
-           compares it with the leader's entries later, and truncates it then); the WAL refuses the rewrite
-           ("use truncate_from"). Cut the suffix here: the core never acknowledges or applies it before
-           truncating it itself (it lies past its verified prefix), and a restart finds the log below the
-           acked watermark — repairing, which this replica already is.
-        """
-        wal = self.wal
-        assert wal is not None
-        faulty = wal.faulty()
-        needed = [e for e in entries if e.index in faulty or wal.term(e.index) != e.term]
-        for entry in needed:
-            claimed = wal.term(entry.index)
-            if entry.index in faulty and claimed not in (None, entry.term) and entry.index < wal.last_index():
-                self.trace.add(f"{self.node_id} cuts divergent suffix from {entry.index + 1}: its record claims "
-                               f"term {claimed} at {entry.index}, the leader's entry has {entry.term}")
-                self._cut(entry.index + 1)
-                break
-        needed = [e for e in needed if e.index <= wal.last_index()]
-        if needed:
-            wal.replace(needed)
-
-    def _cut(self, index: int) -> None:
-        """`Wal.truncate_from`, first recording the core's repairing flag if the WAL does not have it yet: the
-        WAL allows a cut below its commit hint only on a replica it knows is repairing."""
+        """The core's repaired entries, through the same step the runtime uses (`wal.repaired`)."""
         wal, node = self.wal, self.node
         assert wal is not None and node is not None
-        if node.repairing and not wal.hard_state.repairing:
-            wal.save_hard_state(attrs.evolve(wal.hard_state, repairing=True))
-        wal.truncate_from(index)
+        cut_from = put_repaired(wal, entries, repairing=node.repairing)
+        if cut_from is not None:
+            self.trace.add(f"{self.node_id} cut a divergent suffix from {cut_from} before repairing "
+                           f"{cut_from - 1}: the leader's entry there has another term than its successor claims")
 
     def _apply(self, rd: Ready) -> list[tuple[int, int, bytes]]:
         acked: list[tuple[int, int, bytes]] = []

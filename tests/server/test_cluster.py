@@ -182,3 +182,40 @@ async def test_delete_stream_and_bad_input(tmp_path):
                 await js.stream_info("GONE")
             with pytest.raises(StreamNotFound):
                 await js.delete_stream("GONE")
+
+
+async def test_a_config_update_survives_a_stream_leader_change(tmp_path):
+    """The stream leader dies after meta applied an update but before it proposed CONFIG to the stream
+    group (modelled by making its proposal a no-op): the next leader proposes it, by version."""
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
+            await cluster.wait_for_meta_leader()
+            await cluster.wait_ready()
+            await cluster.node("n1").jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
+
+            def stream_leader() -> str | None:
+                leaders = {n.streams.replicas["S"].leader_id() for n in cluster.running() if "S" in n.streams.replicas}
+                return leaders.pop() if len(leaders) == 1 else None
+            victim = await cluster.wait_until(stream_leader, 5)
+            replica = cluster.node(victim).streams.replicas["S"]
+
+            async def lost_proposal() -> None:
+                return None
+            replica.reconcile_config = lost_proposal  # the leader never gets to propose
+            survivor = follower_of(cluster, victim)
+            await cluster.node(survivor).jetstream().update_stream(name="S", subjects=["s.>"], num_replicas=3,
+                                                                    max_msgs=7)
+            for name in cluster.names:
+                await cluster.wait_until(lambda: cluster.meta(name).stream("S").config.max_msgs == 7, 5)
+            assert replica.machine.config.max_msgs != 7
+            await cluster.kill(victim)
+            others = [n for n in cluster.names if n != victim]
+
+            def updated() -> bool:
+                return all(cluster.node(n).streams.replicas["S"].machine.config.max_msgs == 7 for n in others)
+            await cluster.wait_until(updated, 10, what="the new stream leader proposed the update")
+            js = cluster.node(survivor).jetstream()
+            for i in range(10):
+                await js.publish("s.x", f"m{i}".encode())
+            info = await js.stream_info("S")
+            assert info.state["messages"] == 7  # the group enforces the updated limit

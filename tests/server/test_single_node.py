@@ -13,6 +13,7 @@ import trio
 
 import jsraft
 from jsraft.errors import InvalidConfig, UnknownConfigField
+from jsraft.raft.errors import NotLeader
 from jsraft.server import IdentityMismatch, NodeConfig
 
 
@@ -104,3 +105,40 @@ async def test_bad_stream_requests(tmp_path):
         await js.publish("s.2", b"a")
         await js.publish("s.2", b"b")
         assert await js.purge_stream("S") == 2
+
+
+async def test_a_duplicate_of_an_in_flight_publish_is_answered_as_its_original(tmp_path):
+    """Two publishes with one `Nats-Msg-Id` decided together: the second waits for the first's outcome — a
+    duplicate ack only once the original is stored; the original's error if its entry failed."""
+    async with jsraft.open_node(single(tmp_path)) as node:
+        js = node.jetstream()
+        await js.add_stream(name="ORDERS", subjects=["orders.>"])
+        replica = node.streams.replicas["ORDERS"]
+        answers: list = []
+
+        async def publish_twice(msg_id: str) -> None:
+            async def one() -> None:
+                try:
+                    answers.append(await js.publish("orders.x", b"body", msg_id=msg_id))
+                except Exception as error:  # the outcome under test
+                    answers.append(error)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(one)
+                nursery.start_soon(one)
+
+        await publish_twice("same")
+        seqs = sorted((a.seq, a.duplicate) for a in answers)
+        assert seqs == [(1, False), (1, True)]
+
+        real_propose = replica.runtime.propose
+
+        async def failing_propose(group, entry):
+            raise NotLeader(None)
+
+        replica.runtime.propose = failing_propose
+        answers.clear()
+        await publish_twice("lost")
+        replica.runtime.propose = real_propose
+        assert len(answers) == 2 and all(isinstance(a, Exception) for a in answers), answers
+        retried = await js.publish("orders.x", b"body", msg_id="lost")
+        assert retried.seq == 2 and not retried.duplicate

@@ -95,6 +95,21 @@ def test_config_entry_applies_new_limits_and_window(maker):
     assert bad.error.err_code == 10069 and group.machines["a"].config.max_msgs == 4
 
 
+def test_config_entries_are_versioned_by_meta_index_and_never_go_back(maker):
+    """A CONFIG proposed by a later leader for an older meta update (or replayed) changes nothing."""
+    group = _group(maker)
+    assert group.commit(entries.encode_config(config_json(max_msgs=5), meta_index=9))["a"].error is None
+    assert group.commit(entries.encode_config(config_json(max_msgs=3), meta_index=7))["a"].error is None
+    for machine in group.machines.values():
+        assert machine.config.max_msgs == 5 and machine.config_meta_index == 9
+    group.commit(entries.encode_config(config_json(max_msgs=6), meta_index=12))
+    restored = group.machines["a"]
+    assert restored.config.max_msgs == 6
+    clone = StreamStateMachine(maker.make(restored.store.config), restored.config, restored.raw_config)
+    clone.restore(restored.snapshot())  # the version travels in the snapshot
+    assert clone.config_meta_index == 12
+
+
 def test_audit_reports_the_state_tuple_at_exactly_its_index(maker):
     group = _group(maker)
     group.publish_many(5)

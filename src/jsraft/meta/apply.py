@@ -119,6 +119,7 @@ def _update_stream(state: MetaState, index: int, entry: e.UpdateStream) -> Appli
     new = load_stream(
         entry.name, entry.config, peers=entry.peers, group=old.group, created_ns=old.created_ns,
         created_index=old.created_index, required_level=entry.required_level, api_level=state.api_level,
+        config_index=index,
     )
     check_no_overlap(new.subjects, state.subject_claims(), exclude=entry.name)
     state.streams[entry.name] = new

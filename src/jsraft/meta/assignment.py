@@ -45,6 +45,7 @@ class StreamAssignment:
     created_index: int
     required_level: int
     offline_reason: str | None = None
+    config_index: int = 0  # the meta log index of the entry that set `config_raw` (create or update)
 
     @property
     def offline(self) -> bool:
@@ -79,7 +80,7 @@ def level_reason(required_level: int, api_level: int) -> str | None:
 
 def load_stream(
     name: str, config_raw: bytes, *, peers: tuple[str, ...], group: str, created_ns: int, created_index: int,
-    required_level: int, api_level: int = API_LEVEL,
+    required_level: int, api_level: int = API_LEVEL, config_index: int = 0,
 ) -> StreamAssignment:
     """Build an assignment from stored parts, loading it offline when it must be (invariant 2)."""
     reason = level_reason(required_level, api_level)
@@ -93,7 +94,7 @@ def load_stream(
     return StreamAssignment(
         name=name, config_raw=bytes(config_raw), config=config, subjects=subjects, peers=tuple(peers),
         group=group, created_ns=created_ns, created_index=created_index, required_level=required_level,
-        offline_reason=reason,
+        offline_reason=reason, config_index=config_index or created_index,
     )
 
 

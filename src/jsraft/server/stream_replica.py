@@ -13,7 +13,12 @@ Invariants:
      sequences a `decide` assigned are proposed in that order, never overtaken by a later batch.
   3. Publishes that arrive while a proposal is in flight wait in `_queue` (bounded by
      `publishes_queued_max`; beyond it a publish is refused with 503) and are decided together.
-  4. A publish is answered with its sequence only after the entry carrying it applied here.
+  4. A publish is answered with its sequence only after the entry carrying it applied here; a duplicate
+     of a publish still in flight is answered as its original, once the original's entry applied.
+  5. The group's config follows the meta assignment by version: while `config_index` (the meta log index
+     that set `raw`) is above the machine's `config_meta_index`, the leader proposes CONFIG before deciding
+     anything else — so an update survives a leader change between the meta apply and the proposal, and a
+     new group's first entry fixes its config for every replica's replay.
 
 Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio.
 Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
@@ -51,13 +56,17 @@ def api_error(error: ApiError) -> RemoteError:
 
 class StreamReplica:
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
-                 peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig) -> None:
+                 peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
+                 config_index: int = 0) -> None:
         self.node_id, self.name, self.group = node_id, name, group
         self.peers = peers
         self.disk = disk
         self.runtime = runtime
         self.raft_config = raft_config
         self.config, self.raw = config, raw
+        # The meta log index that set `raw` (invariant 5): the leader makes the group's config catch up.
+        self.config_index = config_index
+        self._config_task = False
         self.store: Any = None
         self.machine: StreamStateMachine | None = None
         self.adapter: StreamAdapter | None = None
@@ -134,6 +143,9 @@ class StreamReplica:
                 nursery.start_soon(self._pump)
                 while True:
                     self._follow_leadership()
+                    if self._config_due() and not self._config_task:
+                        self._config_task = True
+                        nursery.start_soon(self._reconcile_task)
                     await trio.sleep(tick_s)
 
     async def wait_leader(self, timeout_s: float) -> StreamLeader:
@@ -185,27 +197,41 @@ class StreamReplica:
             if leader is None:
                 self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
                 return
+            try:
+                await self.reconcile_config()  # publishes are decided under the config meta accepted
+            except JsraftError as error:
+                self._settle(batch, [error] * len(batch))
+                return
+            leader = self.leader
+            if leader is None:
+                self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
+                return
             decision = leader.decide([(s, h, p) for s, h, p, _ in batch], time.time_ns())
             answers: list[Any] = [None] * len(batch)
             by_seq: dict[int, int] = {}
+            pending: dict[int, int] = {}  # position of a duplicate -> seq of its in-flight original
             for position, outcome in enumerate(decision.outcomes):
-                if outcome.error is not None or outcome.duplicate:
-                    # TODO(#4): a duplicate of a publish still in flight should wait for the original's
-                    # outcome; it is answered with the original's sequence now.
+                if outcome.pending:
+                    pending[position] = outcome.seq
+                elif outcome.error is not None or outcome.duplicate:
                     answers[position] = outcome
                 else:
                     by_seq[outcome.seq] = position
-            for entry in decision.entries:
-                try:
-                    result = await self.runtime.propose(self.group, entry)
-                except JsraftError as error:
-                    self.leader = None  # its in-flight view is now wrong (invariant 1)
-                    for position in by_seq.values():
-                        if answers[position] is None:
-                            answers[position] = error
-                    break
-                self._answer_applied(result, by_seq, answers)
+            await self._propose_entries(decision.entries, by_seq, answers)
+            _answer_pending(pending, by_seq, answers)
             self._settle(batch, answers)
+
+    async def _propose_entries(self, entries: Any, by_seq: dict[int, int], answers: list[Any]) -> None:
+        for entry in entries:
+            try:
+                result = await self.runtime.propose(self.group, entry)
+            except JsraftError as error:
+                self.leader = None  # its in-flight view is now wrong (invariant 1)
+                for position in by_seq.values():
+                    if answers[position] is None:
+                        answers[position] = error
+                break
+            self._answer_applied(result, by_seq, answers)
 
     @staticmethod
     def _answer_applied(result: Any, by_seq: dict[int, int], answers: list[Any]) -> None:
@@ -227,6 +253,40 @@ class StreamReplica:
             slot[1] = answer
             slot[0].set()
 
+    # --- The group's config follows the meta assignment (invariant 5) --------------------------------
+
+    def _config_due(self) -> bool:
+        return (self.leader is not None and self.machine is not None
+                and self.config_index > self.machine.config_meta_index)
+
+    async def _reconcile_task(self) -> None:
+        try:
+            await self.reconcile_config_now()
+        except JsraftError as error:
+            log.warning("stream %s: config %d not proposed yet: %s", self.name, self.config_index, error)
+        finally:
+            self._config_task = False
+
+    async def reconcile_config_now(self) -> None:
+        async with self._propose_lock:
+            await self.reconcile_config()
+
+    async def reconcile_config(self) -> None:
+        """Under `_propose_lock`: propose the meta assignment's config if the group's is older."""
+        leader, machine = self.leader, self.machine
+        if leader is None or machine is None or self.config_index <= machine.config_meta_index:
+            return
+        proposal = leader.propose_config(self.raw, self.config_index)
+        if proposal.error is not None:
+            raise api_error(proposal.error)
+        try:
+            result = await self.runtime.propose(self.group, proposal.entry)
+        except JsraftError:
+            self.leader = None
+            raise
+        if isinstance(result, ApplyResult) and result.error is not None:
+            raise api_error(result.error)
+
     # --- Other leader operations -------------------------------------------------------------------
 
     async def propose_op(self, make: str, *args: Any, **kwargs: Any) -> ApplyResult:
@@ -247,3 +307,16 @@ class StreamReplica:
         if isinstance(result, ApplyResult) and result.error is not None:
             raise api_error(result.error)
         return result
+
+
+def _answer_pending(pending: dict[int, int], by_seq: dict[int, int], answers: list[Any]) -> None:
+    """A duplicate of a publish still in flight is answered as its original is, once the original's
+    entry applied (invariant 4): with the original's sequence and `duplicate` if it was stored, with the
+    original's error if it was not — never with an ack for a message that may yet be lost."""
+    for position, seq in pending.items():
+        original = by_seq.get(seq)
+        answer = answers[original] if original is not None else None
+        if isinstance(answer, PubOutcome) and answer.error is None:
+            answers[position] = PubOutcome(seq, duplicate=True)
+        else:
+            answers[position] = answer  # the original's error, or None: outcome unknown (503)

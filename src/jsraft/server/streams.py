@@ -108,7 +108,7 @@ class StreamManager:
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
-                                raft_config=self.raft_config())
+                                raft_config=self.raft_config(), config_index=assignment.config_index)
         try:
             await replica.open()
         except JsraftError as error:
@@ -119,16 +119,16 @@ class StreamManager:
         self._nursery.start_soon(replica.run, self.tick_s)
 
     async def _update(self, replica: StreamReplica, assignment: StreamAssignment) -> None:
-        if assignment.config_raw == replica.raw:
+        if assignment.config_index <= replica.config_index:
             return
-        replica.raw = assignment.config_raw
+        replica.raw, replica.config_index = assignment.config_raw, assignment.config_index
         if replica.leader is not None:
-            # TODO(#4): a leader change between the meta apply and this CONFIG proposal loses the update
-            # on the stream group; the new leader should compare and propose it too.
+            # Whoever leads the group when (or after) this applies proposes it: the replica's run loop
+            # retries until the group's config index reaches the assignment's (stream_replica invariant 5).
             try:
-                await replica.propose_op("propose_config", assignment.config_raw)
+                await replica.reconcile_config_now()
             except JsraftError as error:
-                log.warning("stream %s: config update not proposed: %s", assignment.name, error)
+                log.warning("stream %s: config update not proposed yet: %s", assignment.name, error)
 
     async def _delete(self, assignment: StreamAssignment) -> None:
         replica = self.replicas.get(assignment.name)

@@ -11,7 +11,8 @@ Envelope: `version u8 | kind u8 | body`. Bodies (little-endian):
     DELETE   seq u64, erase u8 (0/1)
     PURGE    flags u8 (1 subject, 2 seq, 4 keep), seq u64, keep u64, last_seq u64, subject_len u16, subject
     EXPIRE   cutoff_ns u64, up_to_seq u64
-    CONFIG   the stream config as the raw JSON bytes received (non-empty)
+    CONFIG   meta_index u64 (the meta log index that set it; 0 unversioned), then the stream config as the
+             raw JSON bytes received (non-empty)
     AUDIT    audit_id u64
     CONSUMER opaque bytes owned by `consumer` (routed by the runtime; the stream machine skips them)
 
@@ -61,6 +62,7 @@ _DELETE = struct.Struct("<QB")
 _PURGE = struct.Struct("<BQQQH")
 _EXPIRE = struct.Struct("<QQ")
 _AUDIT = struct.Struct("<Q")
+_U64 = struct.Struct("<Q")
 
 
 class EntryKind(enum.IntEnum):
@@ -132,6 +134,7 @@ class ExpireEntry:
 class ConfigEntry:
     kind = EntryKind.CONFIG
     raw: bytes
+    meta_index: int = 0  # the meta log index that set this config; 0: unversioned
 
 
 @attrs.frozen(kw_only=True)
@@ -186,8 +189,8 @@ def encode_expire(cutoff_ns: int, up_to_seq: int) -> bytes:
     return _envelope(EntryKind.EXPIRE) + _EXPIRE.pack(cutoff_ns, up_to_seq)
 
 
-def encode_config(raw: bytes) -> bytes:
-    return _envelope(EntryKind.CONFIG) + bytes(raw)
+def encode_config(raw: bytes, meta_index: int = 0) -> bytes:
+    return _envelope(EntryKind.CONFIG) + _U64.pack(meta_index) + bytes(raw)
 
 
 def encode_audit(audit_id: int) -> bytes:
@@ -209,7 +212,7 @@ def encode_entry(entry: Entry) -> bytes:
     if isinstance(entry, ExpireEntry):
         return encode_expire(entry.cutoff_ns, entry.up_to_seq)
     if isinstance(entry, ConfigEntry):
-        return encode_config(entry.raw)
+        return encode_config(entry.raw, entry.meta_index)
     if isinstance(entry, AuditEntry):
         return encode_audit(entry.audit_id)
     return encode_consumer(entry.body)
@@ -318,9 +321,10 @@ def _decode_expire(body: memoryview) -> ExpireEntry:
 
 
 def _decode_config(body: memoryview) -> ConfigEntry:
-    if not len(body):
+    if len(body) <= _U64.size:
         raise MalformedEntry("CONFIG entry is empty")
-    return ConfigEntry(raw=bytes(body))
+    (meta_index,) = _U64.unpack_from(body, 0)
+    return ConfigEntry(raw=bytes(body[_U64.size:]), meta_index=meta_index)
 
 
 def _decode_audit(body: memoryview) -> AuditEntry:

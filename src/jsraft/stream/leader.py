@@ -219,13 +219,13 @@ class StreamLeader:
             self.inflight.open(seq - 1, 0)
         return LeaderProposal(entries.encode_purge(subject, seq, keep, last_seq))
 
-    def propose_config(self, raw: bytes) -> LeaderProposal:
-        """A stream update the meta layer has accepted, applied by the group at its index."""
+    def propose_config(self, raw: bytes, meta_index: int = 0) -> LeaderProposal:
+        """A stream update the meta layer accepted at `meta_index`, applied by the group at its index."""
         try:
             parse_stream_config(raw, expected_name=self.machine.config.name)
         except JsraftError as error:
             return LeaderProposal(None, update_failed(error.description))
-        return LeaderProposal(entries.encode_config(raw))
+        return LeaderProposal(entries.encode_config(raw, meta_index))
 
     def expire_due(self, now_ns: int) -> bytes | None:
         """An EXPIRE entry when the oldest message is older than `max_age`, unless one is in flight."""

@@ -65,6 +65,8 @@ class StreamStateMachine:
         self.store = store
         self.config = config
         self.raw_config = raw_config
+        # The meta log index of the config in force (CONFIG `meta_index`): an older one never replaces it.
+        self.config_meta_index = 0
         self.applied_index = 0
         self.last_seq = 0  # the stream's last sequence as the log says at `applied_index`
         self.last_msg_id = ""  # of the last applied message ("" when it had none): Nats-Expected-Last-Msg-Id
@@ -212,11 +214,14 @@ class StreamStateMachine:
         return ApplyResult(index, EntryKind.EXPIRE, removed=removed)
 
     def _apply_config(self, index: int, entry: ConfigEntry) -> ApplyResult:
+        if entry.meta_index and entry.meta_index <= self.config_meta_index:
+            return ApplyResult(index, EntryKind.CONFIG)  # already in force, or superseded: never go back
         try:
             config, raw = parse_stream_config(entry.raw, expected_name=self.config.name)
         except JsraftError as error:
             return ApplyResult(index, EntryKind.CONFIG, error=update_failed(error.description))
         self.config, self.raw_config = config, raw
+        self.config_meta_index = max(self.config_meta_index, entry.meta_index)
         self.dedupe.window_ns = config.duplicate_window
         self.dedupe.expire(self.last_timestamp_ns)
         if self.health is Health.current:
@@ -279,6 +284,7 @@ class StreamStateMachine:
             applied_index=self.applied_index, group=group_state_of(self.store, state), raw_config=self.raw_config,
             last_msg_id=self.last_msg_id, last_timestamp_ns=self.last_timestamp_ns,
             last_audit_id=self.last_audit_id, dedupe=tuple(self.dedupe.items()), extra=extra,
+            config_meta_index=self.config_meta_index,
         )
         return encode_snapshot(snapshot)
 
@@ -295,6 +301,7 @@ class StreamStateMachine:
             raise StaleSnapshot(f"snapshot at {snapshot.applied_index} is behind this replica's {self.applied_index}")
         config, raw = parse_stream_config(snapshot.raw_config) if snapshot.raw_config else (self.config, self.raw_config)
         self.config, self.raw_config = config, raw
+        self.config_meta_index = snapshot.config_meta_index
         self.applied_index, self.last_seq = snapshot.applied_index, snapshot.group.last_seq
         self.last_msg_id, self.last_timestamp_ns = snapshot.last_msg_id, snapshot.last_timestamp_ns
         self.last_audit_id = snapshot.last_audit_id

@@ -39,7 +39,7 @@ from jsraft.stream.errors import MalformedSnapshot
 
 _MAGIC = b"JSSN"
 SNAPSHOT_VERSION = 1
-_HEAD = struct.Struct("<4sB9Q")
+_HEAD = struct.Struct("<4sB10Q")
 _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 _PAIR = struct.Struct("<QQ")
@@ -100,6 +100,7 @@ class StreamSnapshot:
     last_audit_id: int = 0
     dedupe: tuple[tuple[str, int, int], ...] = ()
     extra: bytes = b""
+    config_meta_index: int = 0
 
 
 def group_state_of(store: StreamStore, state: StoreState | None = None) -> GroupState:
@@ -130,7 +131,7 @@ def encode_snapshot(snapshot: StreamSnapshot) -> bytes:
     parts = [
         _HEAD.pack(_MAGIC, SNAPSHOT_VERSION, snapshot.applied_index, group.first_seq, group.last_seq,
                    group.msgs, group.bytes, group.digest, group.num_deleted, snapshot.last_timestamp_ns,
-                   snapshot.last_audit_id),
+                   snapshot.last_audit_id, snapshot.config_meta_index),
         _U32.pack(len(snapshot.raw_config)), snapshot.raw_config,
         _U16.pack(len(msg_id)), msg_id,
         _U32.pack(len(snapshot.extra)), snapshot.extra,
@@ -176,7 +177,8 @@ def decode_snapshot(data: bytes) -> StreamSnapshot:
     if len(data) < _HEAD.size + 4 or crc32c(data[:-4]) != _U32.unpack_from(data, len(data) - 4)[0]:
         raise MalformedSnapshot("stream snapshot is short or fails its CRC")
     reader = _Reader(memoryview(data)[:-4])
-    magic, version, applied, first, last, msgs, size, digest, num_deleted, last_ts, audit_id = reader.take(_HEAD)
+    magic, version, applied, first, last, msgs, size, digest, num_deleted, last_ts, audit_id, config_index = (
+        reader.take(_HEAD))
     if magic != _MAGIC or version != SNAPSHOT_VERSION:
         raise MalformedSnapshot(f"not a version {SNAPSHOT_VERSION} stream snapshot")
     raw_config = reader.blob(reader.take(_U32)[0])
@@ -195,4 +197,5 @@ def decode_snapshot(data: bytes) -> StreamSnapshot:
     group = GroupState(first_seq=first, last_seq=last, msgs=msgs, bytes=size, digest=digest,
                        num_deleted=num_deleted, deleted=deleted, digest_ranges=ranges).check()
     return StreamSnapshot(applied_index=applied, group=group, raw_config=raw_config, last_msg_id=last_msg_id,
-                          last_timestamp_ns=last_ts, last_audit_id=audit_id, dedupe=tuple(dedupe), extra=extra)
+                          last_timestamp_ns=last_ts, last_audit_id=audit_id, dedupe=tuple(dedupe), extra=extra,
+                          config_meta_index=config_index)

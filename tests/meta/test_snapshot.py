@@ -128,7 +128,7 @@ def _frame(doc: dict, blobs: list[bytes], *, index: int = 9, version: int = 1, m
     return body + struct.pack("<I", crc32c(body))
 
 
-_STREAM = {"name": "S", "peers": ["n1"], "created_ns": 0, "created_index": 3, "required_level": 0, "config_index": 3,
+_STREAM = {"name": "S", "peers": ["n1"], "created_ns": 0, "created_index": 3, "required_level": 0, "config_index": 3, "peers_index": 3,
            "consumers": []}
 
 

@@ -115,7 +115,11 @@ def test_leader_stickiness_ignores_votes_while_the_leader_is_alive():
     for pre_vote in (True, False):
         follower.step(RequestVote(from_id="n3", to_id="n2", term=9, last_log_index=99, last_log_term=2,
                                   pre_vote=pre_vote))
-    assert follower.current_term == 2 and follower.voted_for == "n1" and not follower.outbox
+    assert follower.current_term == 2 and follower.voted_for == "n1"
+    # Refused in the follower's own term (nobody's term changes), with its commit for the candidate to learn.
+    answers = [(m.term, m.vote_granted, m.commit_index) for m in follower.outbox]
+    assert answers == [(2, False, follower.log.commit_index)] * 2
+    follower.outbox.clear()
     # A transfer asked by the leader itself is the exception.
     follower.step(RequestVote(from_id="n3", to_id="n2", term=9, last_log_index=99, last_log_term=2,
                               leadership_transfer=True))

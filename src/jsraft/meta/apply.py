@@ -119,7 +119,7 @@ def _update_stream(state: MetaState, index: int, entry: e.UpdateStream) -> Appli
     new = load_stream(
         entry.name, entry.config, peers=entry.peers, group=old.group, created_ns=old.created_ns,
         created_index=old.created_index, required_level=entry.required_level, api_level=state.api_level,
-        config_index=index,
+        config_index=index, peers_index=old.peers_index if tuple(entry.peers) == old.peers else index,
     )
     check_no_overlap(new.subjects, state.subject_claims(), exclude=entry.name)
     state.streams[entry.name] = new
@@ -187,7 +187,7 @@ def _peer_remove(state: MetaState, index: int, entry: e.PeerRemove) -> Applied:
             peers = tuple(p for p in assignment.peers if p != entry.peer)
         else:
             continue
-        state.streams[name] = attrs.evolve(assignment, peers=peers)
+        state.streams[name] = attrs.evolve(assignment, peers=peers, peers_index=index)
         changed.append(name)
     return Applied(index=index, kind=entry.kind, target=entry.peer, changed=tuple(changed))
 

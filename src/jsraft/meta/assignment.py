@@ -46,6 +46,14 @@ class StreamAssignment:
     required_level: int
     offline_reason: str | None = None
     config_index: int = 0  # the meta log index of the entry that set `config_raw` (create or update)
+    # The meta log index at which `peers` last changed (0: at creation). While it is the creation index,
+    # the stream group's membership is still `peers` as created, which a new replica may bootstrap with;
+    # after a change, a new replica starts blank and the group's leader adds it.
+    peers_index: int = 0
+
+    @property
+    def peers_unchanged(self) -> bool:
+        return self.peers_index in (0, self.created_index)
 
     @property
     def offline(self) -> bool:
@@ -80,7 +88,7 @@ def level_reason(required_level: int, api_level: int) -> str | None:
 
 def load_stream(
     name: str, config_raw: bytes, *, peers: tuple[str, ...], group: str, created_ns: int, created_index: int,
-    required_level: int, api_level: int = API_LEVEL, config_index: int = 0,
+    required_level: int, api_level: int = API_LEVEL, config_index: int = 0, peers_index: int = 0,
 ) -> StreamAssignment:
     """Build an assignment from stored parts, loading it offline when it must be (invariant 2)."""
     reason = level_reason(required_level, api_level)
@@ -95,6 +103,7 @@ def load_stream(
         name=name, config_raw=bytes(config_raw), config=config, subjects=subjects, peers=tuple(peers),
         group=group, created_ns=created_ns, created_index=created_index, required_level=required_level,
         offline_reason=reason, config_index=config_index or created_index,
+        peers_index=peers_index or created_index,
     )
 
 

@@ -65,6 +65,7 @@ class _StreamRecord:
     required_level: int
     consumers: tuple[_ConsumerRecord, ...]
     config_index: int = 0
+    peers_index: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -94,7 +95,8 @@ def _document(state: MetaState) -> tuple[dict[str, Any], list[bytes]]:
         streams.append(_StreamRecord(
             name=assignment.name, peers=assignment.peers, created_ns=assignment.created_ns,
             created_index=assignment.created_index, required_level=assignment.required_level,
-            consumers=tuple(consumers), config_index=assignment.config_index))
+            consumers=tuple(consumers), config_index=assignment.config_index,
+            peers_index=assignment.peers_index))
     peers = tuple(_PeerRecord(peer=p, cluster=state.peers[p].cluster, tags=state.peers[p].tags)
                   for p in sorted(state.peers))
     return wire.json_value(unstructure(_Document(peers=peers, streams=tuple(streams)))), blobs
@@ -165,7 +167,7 @@ def _build(document: _Document, blobs: list[bytes], reader: wire.Reader, api_lev
         state.streams[s.name] = load_stream(
             s.name, blobs[position], peers=s.peers, group=group_name(s.name, s.created_index),
             created_ns=s.created_ns, created_index=s.created_index, required_level=s.required_level,
-            api_level=api_level, config_index=s.config_index)
+            api_level=api_level, config_index=s.config_index, peers_index=s.peers_index)
         state.consumers[s.name] = {}
         position += 1
         for c in s.consumers:

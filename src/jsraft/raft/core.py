@@ -179,7 +179,11 @@ class RaftNode(SafetyRules):
         """Invariant 3; returns False if the message is to be ignored."""
         if isinstance(message, RequestVote):
             if election.in_leader_lease(self) and not message.leadership_transfer:
-                return False  # leader stickiness: a live leader is not disrupted by a partitioned node
+                # Leader stickiness: a live leader is not disrupted by a partitioned node. The refusal is
+                # in our own (lower) term, so it changes nobody's term; it carries our commit, from which
+                # a voter that missed its own removal learns it (`election.learn_commit`).
+                election.refuse_vote(self, message)
+                return False
             if message.pre_vote:
                 return True  # pre-vote never changes our term
         if isinstance(message, RequestVoteResponse) and message.pre_vote and message.vote_granted:

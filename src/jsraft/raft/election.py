@@ -190,10 +190,16 @@ def handle_request_vote(node: RaftNode, message: RequestVote) -> None:
         _answer_vote(node, message, granted=False)
 
 
+def refuse_vote(node: RaftNode, message: RequestVote) -> None:
+    _answer_vote(node, message, granted=False)
+
+
 def _answer_vote(node: RaftNode, message: RequestVote, *, granted: bool) -> None:
     # A granted pre-vote answers in the term the candidate asked about, so it can count it.
     term = message.term if granted else node.current_term
-    commit_index = 0 if node.repairing else node.log.commit_index
+    # Our commit as far as the candidate's log reaches: if its entry there is ours, all of its log up to
+    # that point is committed (Log Matching) — a removed voter learns so that it was removed.
+    commit_index = 0 if node.repairing else min(node.log.commit_index, message.last_log_index)
     commit_term = node.log.term_at(commit_index) or 0
     node.send(RequestVoteResponse(from_id=node.id, to_id=message.from_id, term=term, vote_granted=granted,
                                   pre_vote=message.pre_vote, repairing=node.repairing,

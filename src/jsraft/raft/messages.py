@@ -86,8 +86,8 @@ class RequestVoteResponse:
     pre_vote: bool = False
     # The voter refused because it is repairing (rule 3); candidates use it to report a halt (rule 4).
     repairing: bool = False
-    # The voter's commit index and the term of its entry there (0, 0 from a repairing voter): a candidate
-    # holding that entry learns the commit from it (`election.learn_commit`).
+    # The voter's commit index, capped at the candidate's last index, and the voter's term there (0, 0 from
+    # a repairing voter): a candidate holding that entry learns the commit from it (`election.learn_commit`).
     commit_index: int = 0
     commit_term: int = 0
 

@@ -89,7 +89,7 @@ def test_check_empty_directory_is_a_usage_error(tmp_path):
 
 
 def test_demo_runs_and_verifies(tmp_path):
-    result = _run("demo", "--dir", str(tmp_path / "demo"), "--messages", "3000")
+    result = _run("demo", "--store", "--dir", str(tmp_path / "demo"), "--messages", "3000")
     assert result.returncode == 0, result.stderr
     assert "index and full-scan recovery agree: True" in result.stdout
     assert "damaged sequences: none" in result.stdout

@@ -4,8 +4,13 @@ Owns: argument parsing and presentation. Subcommands:
   - `jsraft check DIR [--json]`: offline verification of a store directory, or of every store under a
     node data directory (`streams/<name>/msgs`). Changes nothing on disk. Exit 0 clean, 1 damage found,
     2 usage error.
-  - `jsraft demo [--dir D] [--messages N]`: the quick-start job: writes messages to a file store with
-    a progress bar, reopens it, verifies it, and prints its state.
+  - `jsraft serve [flags] [--config FILE]`: one node as a process, with its monitoring HTTP (`serve`).
+    Exit 0 after a clean stop (SIGTERM/SIGINT), 1 if the node failed, 2 configuration error.
+  - `jsraft demo [--dir D] [--messages N]`: the quick-start job: a local 3-node cluster loses its stream
+    leader and loses no acknowledged message (`demo`). Exit 0 when every check passed, 1 otherwise.
+    `jsraft demo --store` runs the older single-store demo (`store_demo`).
+
+Imports: stdlib, L2 (`store`, `disk`: for `check`), L5 (`server`), cli siblings.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import json
 import os
 import sys
 
+from jsraft.cli.serve import add_parser as add_serve_parser
 from jsraft.disk import OsDisk
 from jsraft.errors import JsraftError
 from jsraft.store import StoreConfig
@@ -86,9 +92,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from jsraft.cli.demo import run_demo
+    if args.messages is not None and args.messages < 1:
+        print("jsraft demo: --messages must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    if args.store:
+        from jsraft.cli.store_demo import run_demo
 
-    return run_demo(args.dir, args.messages)
+        return run_demo(args.dir or "demo-data", args.messages or 20_000)
+    from jsraft.cli.demo import run_cluster_demo
+
+    return run_cluster_demo(args.dir, args.messages or 5_000)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,10 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("dir")
     check.add_argument("--json", action="store_true", help="print a JSON report")
     check.set_defaults(func=cmd_check)
-    demo = sub.add_parser("demo", help="write, reopen and verify a file store")
-    demo.add_argument("--dir", default="demo-data")
-    demo.add_argument("--messages", type=int, default=20_000)
+    demo = sub.add_parser("demo", help="a local 3-node cluster loses its stream leader, and no acked message")
+    demo.add_argument("--dir", help="data directory (default: a temporary one, removed after a pass)")
+    demo.add_argument("--messages", type=int, help="messages to publish first (default 5000; --store: 20000)")
+    demo.add_argument("--store", action="store_true", help="the single-store demo instead (write, reopen, verify)")
     demo.set_defaults(func=cmd_demo)
+    add_serve_parser(sub)
     return parser
 
 

@@ -1,17 +1,20 @@
 """`NodeConfig`: what one node is told at start — its name, where its data lives, whom it talks to (layer L5).
 
 Owns: the node's settings, strict decoding from JSON-shaped data (`NodeConfig.from_dict`, an unknown field
-is an error naming it), and `validate()` for the cross-field rules.
+is an error naming it), reading a JSON or TOML file (`NodeConfig.from_file`, in `config_file`), and
+`validate()` for the cross-field rules.
 
 Invariants (checked by `validate()`):
   1. `name` and `cluster_name` are non-empty and fit the transport handshake; `name` is not among `peers`.
-  2. Every peer address is `host:port` with a port in 1..65535; `cluster_port`/`client_port` are 0..65535
-     (0: pick an ephemeral port, for tests).
+  2. Every peer address is `host:port` with a port in 1..65535; `cluster_port`/`client_port` and a set
+     `monitor_port` are 0..65535 (0: pick an ephemeral port, for tests).
   3. `election_ticks >= 3`: a heartbeat every tick must fit several times in an election timeout, or
      one late tick deposes a healthy leader.
+  4. The stream settings are in range: intervals >= 0 (0 turns the periodic action off), a block size the
+     store accepts, a catch-up chunk within the wire's bound.
 
-Imports: L0 (`errors`), L1 (`codec`), attrs. Reference: DESIGN.md §10 (CLI flags map onto these fields);
-hashicorp/raft `Config.validate`.
+Imports: L0 (`errors`, `limits`), L1 (`codec`), L3 (`stream.catchup_wire` bounds), attrs, `config_file`.
+Reference: DESIGN.md §10 (CLI flags map onto these fields); hashicorp/raft `Config.validate`.
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ from typing import Any
 
 import attrs
 
+from jsraft import limits
 from jsraft.codec import structure
 from jsraft.errors import InvalidConfig
+from jsraft.server.config_file import load_config_file, merge_overrides
+from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX
 
 _NAME_BYTES_MAX = 255  # the transport handshake's str8
 
@@ -44,12 +50,23 @@ class NodeConfig:
     # Reserved for the NATS client listener (next issue): stored and validated, not yet served.
     client_host: str = "127.0.0.1"
     client_port: int = 4222
+    # The monitoring HTTP listener (`server.monitor`), started by `jsraft serve`; None: no monitor.
+    monitor_host: str = "127.0.0.1"
+    monitor_port: int | None = None
     # Every other node of the cluster: name -> "host:port" of its cluster listener. Empty: a single node.
     peers: dict[str, str] = attrs.field(factory=dict)
     tick_ms: int = 100
     election_ticks: int = 10
     # Shorter transport timeouts and eager reconnects for in-process test clusters.
     test_mode: bool = False
+    # Stream groups (DESIGN §6, §8): a Raft snapshot and WAL compaction every this many applied entries
+    # (0: only when asked); an AUDIT entry every this many ms (0: only after recoveries and repairs); the
+    # message store's block size; one catch-up chunk's byte budget; the longest wait between repair tries.
+    stream_snapshot_every_entries: int = 4096
+    stream_audit_interval_ms: int = 5000
+    stream_block_bytes: int = limits.block_bytes_default
+    stream_catchup_chunk_bytes: int = CHUNK_BYTES_DEFAULT
+    stream_repair_backoff_max_ms: int = 2000
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeConfig":
@@ -61,6 +78,11 @@ class NodeConfig:
         config = structure(data, cls, where="node config")
         config.validate()
         return config
+
+    @classmethod
+    def from_file(cls, path: str, overrides: dict[str, Any] | None = None) -> "NodeConfig":
+        """Read a JSON or TOML config file, apply `overrides` (command-line flags) on top, decode strictly."""
+        return cls.from_dict(merge_overrides(load_config_file(path), overrides or {}))
 
     @property
     def routes(self) -> dict[str, str]:
@@ -87,12 +109,26 @@ class NodeConfig:
             raise InvalidConfig("node config: store_dir is required")
         if self.name in self.peers:
             raise InvalidConfig(f"node config: peers must not list this node ({self.name!r})")
-        for port_field in ("cluster_port", "client_port"):
-            if not 0 <= getattr(self, port_field) <= 65535:
+        for port_field in ("cluster_port", "client_port", "monitor_port"):
+            port = getattr(self, port_field)
+            if port is not None and not 0 <= port <= 65535:
                 raise InvalidConfig(f"node config: {port_field} must be 0..65535")
         self.peer_addresses()  # invariant 2: raises on a malformed address
         if self.tick_ms < 1:
             raise InvalidConfig("node config: tick_ms must be at least 1")
         if self.election_ticks < 3:
             raise InvalidConfig("node config: election_ticks must be at least 3")
+        self._validate_stream_fields()
         return self
+
+    def _validate_stream_fields(self) -> None:
+        if self.stream_snapshot_every_entries < 0 or self.stream_audit_interval_ms < 0:
+            raise InvalidConfig("node config: stream_snapshot_every_entries and stream_audit_interval_ms "
+                                "must be at least 0")
+        if not limits.block_bytes_min <= self.stream_block_bytes <= limits.block_bytes_max:
+            raise InvalidConfig(f"node config: stream_block_bytes must be {limits.block_bytes_min}.."
+                                f"{limits.block_bytes_max}")
+        if not 1 <= self.stream_catchup_chunk_bytes <= CHUNK_BYTES_MAX:
+            raise InvalidConfig(f"node config: stream_catchup_chunk_bytes must be 1..{CHUNK_BYTES_MAX}")
+        if self.stream_repair_backoff_max_ms < 1:
+            raise InvalidConfig("node config: stream_repair_backoff_max_ms must be at least 1")

@@ -1,0 +1,170 @@
+"""`jsraft serve`: one node as an OS process, configured by flags and/or a config file (layer L6).
+
+Owns: the `serve` flags (jsraft's spellings, plus nats-server's where they overlap: `-p`, `-m`, `-sd`,
+`-n`, `--routes`, `--cluster`, `--cluster_name`, `-js`), turning them into a `NodeConfig` (a config file
+first, flags on top), logging to stderr, running the node with its monitor, and stopping on SIGTERM or
+SIGINT.
+
+Invariants:
+  1. A configuration error (unknown field, bad value, unreadable file, malformed flag) exits with status 2
+     and one line naming the problem, before anything touches the store directory.
+  2. SIGTERM and SIGINT stop the node cleanly: `/healthz` turns 503, the node is cancelled, its runtime
+     closes every group and the stream stores are closed, then the process exits 0.
+  3. The client port is accepted, validated and reported (`/varz`), but not listened on: the NATS client
+     protocol is a later issue.
+
+Imports: stdlib, L0, L5 (`server`), trio. Reference: nats-server command-line flags; DESIGN.md §10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from jsraft.errors import InvalidConfig, JsraftError
+from jsraft.server import Node, NodeConfig
+from jsraft.server.monitor import Monitor
+
+log = logging.getLogger("jsraft.serve")
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# flag dest -> NodeConfig field, for flags that map one to one
+_FIELDS = ("name", "store_dir", "client_host", "client_port", "cluster_port", "monitor_host", "monitor_port",
+           "cluster_name", "tick_ms", "election_ticks")
+
+
+def add_parser(sub: Any) -> None:
+    serve = sub.add_parser("serve", help="run one node (flags and/or --config FILE)")
+    serve.add_argument("-c", "--config", metavar="FILE", help="config file, JSON or TOML (flags override it)")
+    serve.add_argument("-n", "--name", help="this node's name (unique in the cluster)")
+    serve.add_argument("-sd", "--store-dir", "--store_dir", dest="store_dir", help="data directory")
+    serve.add_argument("-a", "--client-host", "--addr", dest="client_host", help="client listener host")
+    serve.add_argument("-p", "--client-port", "--port", dest="client_port", type=int,
+                       help="NATS client port (default 4222; reserved: the protocol is not served yet)")
+    serve.add_argument("--cluster-port", type=int, help="cluster (node-to-node) listener port (default 6222)")
+    serve.add_argument("--cluster", metavar="[nats://]HOST:PORT", help="cluster listener address")
+    serve.add_argument("-m", "--monitor-port", "--http_port", dest="monitor_port", type=int,
+                       help="monitoring HTTP port (/healthz, /varz, /jsz); off unless given")
+    serve.add_argument("--monitor-host", help="monitoring HTTP host (default 127.0.0.1)")
+    serve.add_argument("--routes", "--peers", dest="peers", action="append", metavar="NAME=HOST:PORT,...",
+                       help="the other nodes' cluster addresses (repeatable, comma-separated)")
+    serve.add_argument("--cluster-name", "--cluster_name", dest="cluster_name", help="cluster name")
+    serve.add_argument("--tick-ms", type=int, help="Raft tick in milliseconds (default 100)")
+    serve.add_argument("--election-ticks", type=int, help="ticks without a leader before an election (default 10)")
+    serve.add_argument("-js", "--jetstream", action="store_true", help="accepted for nats-server parity; always on")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.set_defaults(func=cmd_serve)
+
+
+def parse_peers(values: list[str]) -> dict[str, str]:
+    """`["n2=127.0.0.1:6223,n3=nats://127.0.0.1:6224"]` -> `{"n2": "127.0.0.1:6223", ...}`."""
+    peers: dict[str, str] = {}
+    for item in (part.strip() for value in values for part in value.split(",")):
+        if not item:
+            continue
+        name, sep, address = item.partition("=")
+        if not sep or not name.strip() or not address.strip():
+            raise InvalidConfig(f"--routes: {item!r} is not NAME=HOST:PORT")
+        if name.strip() in peers:
+            raise InvalidConfig(f"--routes: {name.strip()!r} is given twice")
+        peers[name.strip()] = address.strip().removeprefix("nats://").removeprefix("nats-route://")
+    return peers
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The NodeConfig fields the command line sets (unset flags are absent, so a file's value stands)."""
+    overrides = {field: getattr(args, field) for field in _FIELDS if getattr(args, field) is not None}
+    if args.cluster is not None:
+        host, sep, port = args.cluster.removeprefix("nats://").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise InvalidConfig(f"--cluster: {args.cluster!r} is not [nats://]HOST:PORT")
+        overrides["cluster_host"], overrides["cluster_port"] = host, int(port)
+    if args.peers is not None:
+        overrides["peers"] = parse_peers(args.peers)
+    return overrides
+
+
+def config_from_args(args: argparse.Namespace) -> NodeConfig:
+    overrides = overrides_from_args(args)
+    if args.config is not None:
+        return NodeConfig.from_file(args.config, overrides)
+    missing = [flag for flag, field in (("--name", "name"), ("--store-dir", "store_dir")) if field not in overrides]
+    if missing:
+        raise InvalidConfig(f"{' and '.join(missing)} required (or give a --config FILE)")
+    return NodeConfig.from_dict(overrides)
+
+
+def setup_logging(node_name: str, level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{node_name}] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The one real error inside nested exception groups (trio wraps what a nursery raises)."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        config = config_from_args(args)
+    except InvalidConfig as error:  # invariant 1
+        where = f" in {args.config}" if args.config and args.config not in str(error) else ""
+        print(f"jsraft serve: configuration error{where}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    setup_logging(config.name, args.log_level)
+    try:
+        trio.run(serve, config)
+    except BaseException as raised:  # noqa: BLE001 — reported below, or re-raised if not ours
+        error = _leaf(raised)
+        if isinstance(error, (JsraftError, OSError)):
+            log.error("node %s failed: %s", config.name, error)
+            print(f"jsraft serve: {error}", file=sys.stderr)
+            return EXIT_FAILED
+        raise
+    return EXIT_OK
+
+
+async def serve(config: NodeConfig) -> None:
+    """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariant 2)."""
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        node = Node(config)
+        await node.prepare()  # a foreign store directory fails here, before any listener opens
+        monitor = Monitor(node, config.monitor_host, config.monitor_port) if config.monitor_port is not None else None
+        node_done = trio.Event()
+
+        async def run_node(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await node.run(task_status=task_status)
+            finally:
+                node_done.set()
+
+        async with trio.open_nursery() as nursery:
+            monitor_url = "off"
+            if monitor is not None:
+                host, port = await nursery.start(monitor.run)
+                monitor_url = f"http://{host}:{port}"
+            await nursery.start(run_node)
+            if monitor is not None:
+                monitor.mark_running()
+            log.info("node %s serving: cluster %s on %s:%s, monitor %s, client port %d reserved (NATS protocol "
+                     "not served yet), peers %s", config.name, config.cluster_name, *node.cluster_address,
+                     monitor_url, config.client_port, ",".join(sorted(config.peers)) or "none")
+            async for signum in signals:
+                log.info("received %s: stopping", signal.Signals(signum).name)
+                break
+            if monitor is not None:
+                monitor.mark_stopped()
+            node.stop()
+            await node_done.wait()
+            nursery.cancel_scope.cancel()
+    log.info("node %s stopped cleanly (stores closed)", config.name)

@@ -1,0 +1,302 @@
+"""`Monitor`: the node's monitoring HTTP listener — `/healthz`, `/varz`, `/jsz` (layer L5).
+
+Owns: a plain trio TCP listener speaking just enough HTTP/1.0 (one request per connection, `GET` and
+`HEAD`, JSON bodies, `Connection: close`), and the three views, built from the node's existing attributes:
+  - `/healthz`: 200 `{"status": "ok"}` while the node runs (`mark_running` .. `mark_stopped`), else 503.
+  - `/varz`: name, version, ports (client, cluster, monitor), cluster name, peers and their links, start
+    time and uptime.
+  - `/jsz`: the meta group (leader, term, size) and every stream in the meta state with its placement, its
+    leader as this node sees it, and, where this node holds a replica, that replica's state tuple
+    (first_seq, last_seq, messages, bytes, digest), health and applied index. 503 while not running: a
+    stopped node's view is stale.
+
+Invariants:
+  1. Nothing a client sends can crash or stall the node: the request head is bounded
+     (`REQUEST_HEAD_BYTES_MAX`, else 431) and timed (`REQUEST_TIMEOUT_S`, else 408), a malformed request
+     is answered 400, an unknown path 404, another method 405, concurrent connections are bounded
+     (`CONNECTIONS_MAX`; beyond it a connection is closed at once), and any error while building a view
+     is logged and answered 500.
+  2. The monitor only reads node state; it never proposes, opens or closes anything.
+
+Imports: stdlib, L0, trio, server siblings. Reference: nats-server monitoring endpoints (`/healthz`,
+`/varz`, `/jsz`); DESIGN.md §10.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from jsraft import __version__
+from jsraft.errors import JsraftError
+from jsraft.server.meta_service import META_GROUP
+
+if TYPE_CHECKING:
+    from jsraft.server.node import Node
+    from jsraft.server.stream_replica import StreamReplica
+
+log = logging.getLogger("jsraft.server.monitor")
+
+REQUEST_HEAD_BYTES_MAX = 8192
+REQUEST_TIMEOUT_S = 5.0
+CONNECTIONS_MAX = 64
+# After answering, read and discard what the client still sends, this long and this much at most: closing
+# a socket with unread input sends a reset, which can destroy the answer before the client reads it.
+LINGER_S = 1.0
+LINGER_BYTES_MAX = 1 << 20
+_RECEIVE_BYTES = 4096
+_REQUEST_LINE = re.compile(r"(?P<method>[A-Z]{1,16}) (?P<target>/[!-~]*) HTTP/(?P<version>1\.[01])")
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+            431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+class HttpError(Exception):
+    """A request the monitor refuses, with the status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def parse_request_head(head: bytes) -> tuple[str, str]:
+    """`(method, path)` of an HTTP/1.x request head (query string dropped); `HttpError(400)` otherwise."""
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    try:
+        text = line.decode("ascii")
+    except UnicodeDecodeError:
+        raise HttpError(400, "request line is not ASCII") from None
+    match = _REQUEST_LINE.fullmatch(text)
+    if match is None:
+        raise HttpError(400, "malformed request line")
+    path = match["target"].split("?", 1)[0].split("#", 1)[0]
+    if len(path) > 1:
+        path = path.rstrip("/") or "/"
+    return match["method"], path
+
+
+def render_response(status: int, body: dict[str, Any] | None, *, head_only: bool = False,
+                    extra_headers: tuple[str, ...] = ()) -> bytes:
+    payload = (json.dumps(body, indent=2, sort_keys=False) + "\n").encode() if body is not None else b""
+    lines = [f"HTTP/1.0 {status} {_REASONS.get(status, 'Error')}", "Content-Type: application/json",
+             f"Content-Length: {len(payload)}", "Cache-Control: no-store", "Connection: close", *extra_headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head_only else payload)
+
+
+def format_uptime(seconds: float) -> str:
+    """nats-server's uptime spelling: `1d2h3m4s`, `5m0s`, `12s`."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{days}d"] if days else []
+    if days or hours:
+        parts.append(f"{hours}h")
+    if days or hours or minutes:
+        parts.append(f"{minutes}m")
+    parts.append(f"{secs}s")
+    return "".join(parts)
+
+
+def _iso(wall_s: float) -> str:
+    return datetime.datetime.fromtimestamp(wall_s, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def replica_view(replica: "StreamReplica") -> dict[str, Any] | None:
+    """This node's replica of one stream: its state tuple, health and applied index (None if not open)."""
+    if replica.store is None:
+        return None
+    state = replica.store.state()
+    view: dict[str, Any] = {"first_seq": state.first_seq, "last_seq": state.last_seq, "messages": state.msgs,
+                            "bytes": state.bytes, "digest": f"{state.digest:016x}"}
+    if replica.machine is not None:
+        view["health"] = str(replica.machine.health)
+    try:
+        view["applied_index"] = replica.runtime.status(replica.group).raft.applied_index
+    except JsraftError:
+        view["applied_index"] = None  # the group is closing or not open yet
+    return view
+
+
+class Monitor:
+    def __init__(self, node: "Node", host: str = "127.0.0.1", port: int = 0) -> None:
+        self.node = node
+        self.host, self.port = host, port
+        self.address: tuple[str, int] | None = None  # the bound address, once listening
+        self.running_since_s: float | None = None  # monotonic, while the node runs
+        self.started_wall_s: float | None = None
+        self.requests = 0
+        self.refused = 0  # requests answered 4xx, and connections closed for being over the bound
+        self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
+
+    # --- The node's lifecycle, as told by whoever runs it --------------------------------------------
+
+    def mark_running(self) -> None:
+        self.running_since_s = time.monotonic()
+        self.started_wall_s = time.time()
+
+    def mark_stopped(self) -> None:
+        self.running_since_s = None
+
+    @property
+    def running(self) -> bool:
+        return self.running_since_s is not None
+
+    # --- Listening ------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, report `started(address)`, serve until cancelled."""
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.address = listeners[0].socket.getsockname()[:2]
+        log.info("monitor for %s listening on http://%s:%d", self.node.name, *self.address)
+        task_status.started(self.address)
+        await trio.serve_listeners(self._handle, listeners)
+
+    async def _handle(self, stream: trio.SocketStream) -> None:
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            self.refused += 1
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            await self._serve_one(stream)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the client went away; nothing to answer
+        except Exception:  # invariant 1: a bug in a view is logged, never raised into the node
+            log.exception("monitor: error serving a request")
+        finally:
+            self._limiter.release()
+            await trio.aclose_forcefully(stream)
+
+    async def _serve_one(self, stream: trio.SocketStream) -> None:
+        head = b""
+        try:
+            with trio.move_on_after(REQUEST_TIMEOUT_S) as timer:
+                head = await self._read_head(stream)
+        except HttpError as error:
+            await self._send(stream, error.status, {"error": error.message})
+            return
+        if timer.cancelled_caught:
+            await self._send(stream, 408, {"error": "request not received in time"})
+            return
+        if not head:
+            return  # connected and closed without a request
+        self.requests += 1
+        try:
+            method, path = parse_request_head(head)
+            status, body = self.respond(method, path)
+            head_only = method == "HEAD"
+            extra: tuple[str, ...] = ()
+        except HttpError as error:
+            status, body, head_only = error.status, {"error": error.message}, False
+            extra = ("Allow: GET, HEAD",) if error.status == 405 else ()
+        await self._send(stream, status, body, head_only=head_only, extra_headers=extra)
+
+    async def _read_head(self, stream: trio.SocketStream) -> bytes:
+        """The bytes up to the blank line ending the request head; `HttpError(431)` past the bound."""
+        buffer = bytearray()
+        while b"\r\n\r\n" not in buffer and b"\n\n" not in buffer:
+            chunk = await stream.receive_some(_RECEIVE_BYTES)
+            if not chunk:
+                return bytes(buffer)  # EOF: a truncated head is parsed as is, and refused if malformed
+            buffer += chunk
+            if len(buffer) > REQUEST_HEAD_BYTES_MAX:
+                raise HttpError(431, f"request head over {REQUEST_HEAD_BYTES_MAX} bytes")
+        return bytes(buffer)
+
+    async def _send(self, stream: trio.SocketStream, status: int, body: dict[str, Any] | None, **kwargs: Any) -> None:
+        if 400 <= status < 500:
+            self.refused += 1
+        with trio.move_on_after(REQUEST_TIMEOUT_S):  # a client that never reads must not pin the task
+            await stream.send_all(render_response(status, body, **kwargs))
+            await stream.send_eof()
+        drained = 0
+        with trio.move_on_after(LINGER_S):
+            while drained <= LINGER_BYTES_MAX and (chunk := await stream.receive_some(_RECEIVE_BYTES * 16)):
+                drained += len(chunk)
+
+    # --- Routing and views -----------------------------------------------------------------------------
+
+    def respond(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
+        """`(status, body)` for a parsed request; `HttpError` for a refused one (invariant 1)."""
+        if method not in ("GET", "HEAD"):
+            raise HttpError(405, f"method {method} not allowed")
+        views = {"/": self.index, "/healthz": self.healthz, "/varz": self.varz, "/jsz": self.jsz}
+        view = views.get(path)
+        if view is None:
+            raise HttpError(404, f"no such endpoint: {path}")
+        try:
+            return view()
+        except Exception:
+            log.exception("monitor: building %s failed", path)
+            return 500, {"error": f"building {path} failed; see the node's log"}
+
+    def index(self) -> tuple[int, dict[str, Any]]:
+        return 200, {"server_name": self.node.name, "endpoints": ["/healthz", "/varz", "/jsz"]}
+
+    def healthz(self) -> tuple[int, dict[str, Any]]:
+        if self.running:
+            return 200, {"status": "ok"}
+        return 503, {"status": "unavailable", "error": "node is not running"}
+
+    def uptime_s(self) -> float:
+        return time.monotonic() - self.running_since_s if self.running_since_s is not None else 0.0
+
+    def varz(self) -> tuple[int, dict[str, Any]]:
+        node, config = self.node, self.node.config
+        cluster_port = node.cluster_address[1] if node.cluster_address else config.cluster_port
+        return 200, {
+            "server_name": node.name, "version": __version__, "running": self.running,
+            "host": config.client_host, "port": config.client_port,
+            "client_listener": False,  # the NATS client protocol is not served yet; the port is reserved
+            "http_host": self.host, "http_port": self.address[1] if self.address else self.port,
+            "cluster": {"name": config.cluster_name, "host": config.cluster_host, "port": cluster_port,
+                        "peers": self._peers()},
+            "store_dir": config.store_dir, "tick_ms": config.tick_ms, "election_ticks": config.election_ticks,
+            "start": _iso(self.started_wall_s) if self.started_wall_s is not None else None,
+            "now": _iso(time.time()), "uptime": format_uptime(self.uptime_s()),
+            "uptime_s": round(self.uptime_s(), 3),
+        }
+
+    def _peers(self) -> list[dict[str, Any]]:
+        configured = self.node.config.peers
+        try:
+            links = self.node.transport.peer_status()
+        except (AttributeError, JsraftError):
+            links = {}
+        return [{"name": name, "address": address,
+                 "connected": bool(links[name].connected) if name in links else False}
+                for name, address in sorted(configured.items())]
+
+    def jsz(self) -> tuple[int, dict[str, Any]]:
+        if not self.running:
+            return 503, {"server_name": self.node.name, "error": "node is not running"}
+        node = self.node
+        try:
+            status = node.runtime.status(META_GROUP).raft
+        except JsraftError:
+            return 503, {"server_name": node.name, "error": "the meta group is not open yet"}
+        streams = []
+        for assignment in node.meta.streams():
+            replica = node.streams.replicas.get(assignment.name)
+            streams.append({
+                "name": assignment.name, "group": assignment.group, "subjects": list(assignment.subjects),
+                "replicas": list(assignment.peers), "offline_reason": assignment.offline_reason,
+                "leader": replica.leader_id() if replica is not None else None,
+                "local": replica_view(replica) if replica is not None else None,
+            })
+        voters = node.config.voters()
+        return 200, {
+            "server_name": node.name,
+            "meta_cluster": {"name": node.config.cluster_name, "leader": status.leader_id,
+                             "term": status.current_term, "cluster_size": len(voters), "peers": list(voters),
+                             "applied_index": node.meta.applied_index},
+            "streams": streams,
+        }

@@ -33,3 +33,12 @@ resync_candidate_bytes_max = record_bytes_max
 
 # Stream names: nats-server rejects names with whitespace, '.', '*', '>', path separators.
 stream_name_bytes_max = 255
+
+# NATS client connections (protocol, server.client_conn), nats-server's defaults: a control line (the
+# arguments of one operation) of 4096 bytes (MAX_CONTROL_LINE_SIZE); 64 MiB of outbound bytes queued per
+# client before it is a slow consumer (MAX_PENDING_SIZE); 64 Ki connections (DEFAULT_MAX_CONNECTIONS).
+# nats-server has no default cap on subscriptions per connection; 1 Mi keeps one client's sublist bounded.
+control_line_bytes_max = 4096
+client_pending_bytes_default = 64 << 20
+client_connections_max = 64 << 10
+client_subscriptions_max = 1 << 20

@@ -1,0 +1,159 @@
+"""The two ends of a NATS client connection, sans-IO: `ServerConnection` and `ClientConnection` (L4).
+
+Owns: which operations each side accepts and how their arguments parse. `ServerConnection` is the
+server's end: it parses what a client sends (CONNECT, PUB, HPUB, SUB, UNSUB, PING, PONG) and serializes
+what a server sends. `ClientConnection` is the mirror image (INFO, MSG, HMSG, PING, PONG, +OK, -ERR in;
+client operations out), for a future `jsraft.client` and for tests. Neither opens a socket, reads a clock
+or draws a random number: bytes in, events out; events in, bytes out (h11's design).
+
+Invariants:
+  1. A `ServerConnection` accepts HPUB only after a CONNECT with `"headers": true` (nats-server closes a
+     connection that sends HPUB without it, `ErrMsgHeadersNotSupported`).
+  2. A `ClientConnection` adopts the `max_payload` of each INFO it parses (bounded by
+     `limits.payload_bytes_max`): its reader accepts MSGs up to it and `send` refuses PUBs over it.
+  3. Argument counts are exact: PUB 2–3, HPUB 3–4, SUB 2–3, UNSUB 1–2, MSG 3–4, HMSG 4–5; an HPUB/HMSG
+     whose header size exceeds its total size is malformed. Anything else is `MalformedArguments`.
+
+Imports: L0 (`limits`), stdlib, protocol siblings. Reference: nats-server `server/client.go`
+(`processPub`, `processHeaderPub`, `parseSub`, `processUnsub`, `processConnect`), nats-py `protocol/parser.py`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsraft import limits
+from jsraft.protocol.errors import HeadersNotSupported, MalformedArguments
+from jsraft.protocol.events import Connect, Err, Info, Msg, Ok, Ping, Pong, Pub, Sub, Unsub
+from jsraft.protocol.reader import PendingPayload, Reader, parse_size
+from jsraft.protocol.wire import encode_client_event, encode_server_event, text_from_wire
+
+_PING, _PONG, _OK = Ping(), Pong(), Ok()
+
+
+def _json_object(arg: bytes, what: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arg)
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError
+        raise MalformedArguments(f"{what} is not JSON: {str(error)[:80]}") from None
+    if not isinstance(value, dict):
+        raise MalformedArguments(f"{what} is not a JSON object")
+    return value
+
+
+def _split(arg: bytes, line: bytes, counts: tuple[int, ...]) -> list[bytes]:
+    args = arg.split()
+    if len(args) not in counts:
+        raise MalformedArguments(f"wrong number of arguments in {line[:64]!r}")
+    return args
+
+
+def _sizes(header_raw: bytes, total_raw: bytes, line: bytes) -> tuple[int, int]:
+    header_size = parse_size(header_raw, "header size", line)
+    total_size = parse_size(total_raw, "total size", line)
+    if header_size > total_size:
+        raise MalformedArguments(f"header size larger than total size in {line[:64]!r}")
+    return header_size, total_size
+
+
+class ServerConnection(Reader):
+    """The server's end of one client connection (module invariants 1 and 3)."""
+
+    def __init__(self, **bounds: int) -> None:
+        super().__init__(**bounds)
+        self.headers_enabled = False
+        self._ops = {b"PUB": self._pub, b"HPUB": self._hpub, b"SUB": self._sub, b"UNSUB": self._unsub,
+                     b"PING": self._ping, b"PONG": self._pong, b"CONNECT": self._connect}
+
+    def send(self, event: Any) -> bytes:
+        """Bytes for a server event (INFO, MSG/HMSG, PING, PONG, +OK, -ERR); `LocalProtocolError` otherwise."""
+        return encode_server_event(event)
+
+    def _connect(self, arg: bytes, line: bytes) -> Connect:
+        options = _json_object(arg, "CONNECT")
+        self.headers_enabled = options.get("headers") is True
+        return Connect(options)
+
+    def _pub(self, arg: bytes, line: bytes) -> PendingPayload:
+        args = _split(arg, line, (2, 3))
+        size = parse_size(args[-1], "size", line)
+        subject = text_from_wire(args[0])
+        reply = text_from_wire(args[1]) if len(args) == 3 else None
+        return PendingPayload(size, lambda body: Pub(subject, reply, body))
+
+    def _hpub(self, arg: bytes, line: bytes) -> PendingPayload:
+        if not self.headers_enabled:
+            raise HeadersNotSupported("HPUB on a connection that did not CONNECT with headers")
+        args = _split(arg, line, (3, 4))
+        header_size, total_size = _sizes(args[-2], args[-1], line)
+        subject = text_from_wire(args[0])
+        reply = text_from_wire(args[1]) if len(args) == 4 else None
+        return PendingPayload(total_size, lambda body: Pub(subject, reply, body[header_size:], body[:header_size]))
+
+    def _sub(self, arg: bytes, line: bytes) -> Sub:
+        args = _split(arg, line, (2, 3))
+        queue = text_from_wire(args[1]) if len(args) == 3 else None
+        return Sub(text_from_wire(args[0]), text_from_wire(args[-1]), queue)
+
+    def _unsub(self, arg: bytes, line: bytes) -> Unsub:
+        args = _split(arg, line, (1, 2))
+        max_msgs = parse_size(args[1], "max_msgs", line) if len(args) == 2 else None
+        return Unsub(text_from_wire(args[0]), max_msgs)
+
+    def _ping(self, arg: bytes, line: bytes) -> Ping:
+        return _PING
+
+    def _pong(self, arg: bytes, line: bytes) -> Pong:
+        return _PONG
+
+
+class ClientConnection(Reader):
+    """The client's end of one connection (module invariants 2 and 3)."""
+
+    def __init__(self, **bounds: int) -> None:
+        super().__init__(**bounds)
+        self._ops = {b"MSG": self._msg, b"HMSG": self._hmsg, b"PING": self._ping, b"PONG": self._pong,
+                     b"INFO": self._info, b"+OK": self._ok, b"-ERR": self._err}
+
+    def send(self, event: Any) -> bytes:
+        """Bytes for a client event (CONNECT, PUB/HPUB, SUB, UNSUB, PING, PONG); a PUB over the server's
+        `max_payload` raises `LocalProtocolError`."""
+        return encode_client_event(event, self.max_payload)
+
+    def _info(self, arg: bytes, line: bytes) -> Info:
+        options = _json_object(arg, "INFO")
+        max_payload = options.get("max_payload")
+        if type(max_payload) is int and max_payload > 0:
+            self.max_payload = min(max_payload, limits.payload_bytes_max)  # invariant 2
+        return Info(options)
+
+    def _msg(self, arg: bytes, line: bytes) -> PendingPayload:
+        args = _split(arg, line, (3, 4))
+        size = parse_size(args[-1], "size", line)
+        subject, sid = text_from_wire(args[0]), text_from_wire(args[1])
+        reply = text_from_wire(args[2]) if len(args) == 4 else None
+        return PendingPayload(size, lambda body: Msg(subject, sid, reply, body))
+
+    def _hmsg(self, arg: bytes, line: bytes) -> PendingPayload:
+        args = _split(arg, line, (4, 5))
+        header_size, total_size = _sizes(args[-2], args[-1], line)
+        subject, sid = text_from_wire(args[0]), text_from_wire(args[1])
+        reply = text_from_wire(args[2]) if len(args) == 5 else None
+        return PendingPayload(total_size,
+                              lambda body: Msg(subject, sid, reply, body[header_size:], body[:header_size]))
+
+    def _err(self, arg: bytes, line: bytes) -> Err:
+        text = text_from_wire(arg)
+        if len(text) >= 2 and text[0] == text[-1] == "'":
+            text = text[1:-1]
+        return Err(text)
+
+    def _ping(self, arg: bytes, line: bytes) -> Ping:
+        return _PING
+
+    def _pong(self, arg: bytes, line: bytes) -> Pong:
+        return _PONG
+
+    def _ok(self, arg: bytes, line: bytes) -> Ok:
+        return _OK

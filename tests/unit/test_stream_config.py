@@ -85,3 +85,9 @@ def test_json_form_round_trips(name, subject_tokens, limits, max_age, replicas, 
     again = StreamConfig.from_dict(json.loads(json.dumps(config.to_json())))
     assert again == config
     assert again.with_defaults().validate() == config
+
+
+def test_json_nested_too_deeply_is_invalid_json_not_a_crash():
+    raw = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(InvalidJSON, match="nested too deeply"):
+        parse_stream_config(raw)

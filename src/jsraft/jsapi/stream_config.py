@@ -221,6 +221,8 @@ def parse_stream_config(raw: bytes, *, expected_name: str | None = None) -> tupl
         data = json.loads(raw) if raw else {}
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise InvalidJSON(f"invalid JSON: {error}") from None
+    except RecursionError:  # nested deeper than the parser's stack: bad input, not a crash of the caller
+        raise InvalidJSON("invalid JSON: nested too deeply") from None
     if expected_name is not None and isinstance(data, dict):
         data.setdefault("name", expected_name)
         if data["name"] != expected_name:

@@ -6,13 +6,15 @@ a lost middle block, a flipped byte (FileStore files edited, then the store reop
 store ahead of the log, one message's body changed at equal sequences, a head cut beyond the group's.
 The follower restores the leader's snapshot, which yields a plan; the plan is checked (it must name the
 damage exactly), then carried out by a `CatchupSession` talking to `serve_catchup` through the wire
-encoding, and the run must end with identical state tuples and per-range digests.
+encoding, and the run must end with identical state tuples and per-range digests. Ranges only a
+per-range digest found differing are probed by CRCs first, so only differing messages are fetched.
 """
 
 from __future__ import annotations
 
 import os
 
+import attrs
 import pytest
 from stream_kit import NOW, Group, StoreMaker, catch_up, make_machine, pub
 
@@ -132,6 +134,8 @@ def test_changed_body_at_equal_seqs_is_pinpointed_by_range_digests(mem_maker, ma
     range_of_5001 = (DIGEST_RANGE_SEQS + 1, 2 * DIGEST_RANGE_SEQS)
     assert plan.fetch == (range_of_5001,) and [f.kind for f in plan.findings] == [FindingKind.digest_mismatch]
     assert session.result.rebuilt_from == 5001  # the store cannot replace in place: cut there, refetch above
+    # The range was probed (CRCs of its 4,096 sequences), not fetched: only 5001 and what follows it is.
+    assert session.result.probed_seqs == DIGEST_RANGE_SEQS and session.result.fetched_msgs == 9001 - 5001 + 1
     assert follower.store.load(5001).payload == b"the real body"
 
 
@@ -158,7 +162,10 @@ def test_a_logical_hole_and_a_missed_delete_are_reconciled(mem_maker, maker):
     follower.store.delete(300)  # deleted here only
     plan, session = _resync(group)
     assert plan.fetch == ((1, 500),) and session.result.rebuilt_from == 300
-    assert session.result.deleted_seqs >= 2
+    # The digest-only range is probed by CRCs (498 live on the leader: 7 and 100 are deleted there), so
+    # only 100 (deleted on the leader, live here) and 300..500 (cut at 300, refetched above) are fetched.
+    assert session.result.probed_seqs == 498
+    assert session.result.deleted_seqs == 1 and session.result.fetched_msgs == 201
 
 
 def test_many_small_chunks_converge(mem_maker, maker):
@@ -231,6 +238,39 @@ def test_catchup_wire_round_trips_and_refuses_garbage():
     with pytest.raises(MalformedCatchup):
         catchup_wire.decode_catchup(catchup_wire.encode_request(
             CatchupRequest(stream="S", snapshot_index=1, ranges=((5, 9), (1, 2)))))
+
+
+def test_probe_wire_round_trips_and_refuses_garbage():
+    probe = CatchupRequest(stream="ORDERS", snapshot_index=9, ranges=((1, 9),), bytes_max=64, crcs_only=True)
+    crcs = CatchupChunk(crcs=((1, 0xFFFFFFFF), (3, 0)), deleted=((2, 2), (4, 5)), next_seq=6)
+    assert catchup_wire.decode_catchup(catchup_wire.encode_request(probe)) == probe
+    assert catchup_wire.decode_catchup(catchup_wire.encode_chunk(crcs)) == crcs
+    encoded = catchup_wire.encode_chunk(crcs)
+    for cut in range(len(encoded)):
+        with pytest.raises(MalformedCatchup):
+            catchup_wire.decode_catchup(encoded[:cut])
+    with pytest.raises(MalformedCatchup):  # CRCs out of order
+        catchup_wire.decode_catchup(catchup_wire.encode_chunk(CatchupChunk(crcs=((3, 1), (1, 1)))))
+    with pytest.raises(MalformedCatchup):  # messages and CRCs in one chunk
+        catchup_wire.encode_chunk(CatchupChunk(msgs=((1, "a", b"", b"", 1, 1),), crcs=((2, 1),)))
+
+
+def test_a_probe_answered_with_messages_or_wrong_crcs_fails_the_session(mem_maker):
+    group = Group({"leader": make_machine(mem_maker), "follower": make_machine(mem_maker)}, "leader")
+    group.publish_many(100)
+    good = entries.encode_msgs(101, [(b"orders.new", b"", b"real", NOW, b"", 0)])
+    group.commit_each({"leader": good, "follower": entries.encode_msgs(101, [(b"orders.new", b"", b"fake", NOW, b"", 0)])})
+    leader, follower = group.machines["leader"], group.machines["follower"]
+    plan = follower.restore(leader.snapshot())
+    session = CatchupSession(follower, plan.group, snapshot_index=leader.applied_index)
+    probe = session.start(plan)
+    assert probe.crcs_only and probe.ranges == ((1, 101),)
+    with pytest.raises(CatchupFailed, match="probe with messages"):
+        session.on_chunk(serve_catchup(leader, attrs.evolve(probe, crcs_only=False)))
+    session = CatchupSession(follower, plan.group, snapshot_index=leader.applied_index)
+    probe = session.start(follower.plan_against(plan.group))
+    with pytest.raises(CatchupFailed, match="not asked"):
+        session.on_chunk(CatchupChunk(crcs=((1, 1), (500, 1))))
 
 
 def test_a_pristine_replica_catches_up_from_nothing(mem_maker, maker):

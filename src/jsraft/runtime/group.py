@@ -3,8 +3,9 @@
 Owns: everything the runtime does for one group on the trio thread: feeding inputs (ticks, messages,
 proposals, leadership transfers) to the `RaftNode`, taking a cycle's `Work` out of it, and after the
 worker thread made that work durable, sending its messages, applying its committed entries, settling
-proposals and calling `advance()`. The disk half of a cycle is `persist`; the cycle itself is
-`node_runtime`.
+proposals and calling `advance()`; taking its own snapshots when due (and when the state machine, through
+an optional `snapshot_ready()`, says it can vouch for its state). The disk half of a cycle is `persist`;
+the cycle itself is `node_runtime`.
 
 Invariants:
   1. The `RaftNode` is never stepped, ticked or proposed to while one of its `Ready`s is being persisted
@@ -295,7 +296,16 @@ class Group:
         # The core compacts only applied, durable entries whose membership changes it has applied.
         if index != log_.applied_index or index > log_.stable_index or index > node.conf_applied_index:
             return None
-        return index if log_.term_at(index) is not None else None
+        if log_.term_at(index) is None or not self._machine_can_snapshot():
+            return None
+        return index
+
+    def _machine_can_snapshot(self) -> bool:
+        """A state machine may say it cannot snapshot now, through an optional `snapshot_ready()`: a
+        stream replica under repair holds no state it could vouch for, and a `snapshot()` that raised
+        would stop the group. Asked last, after the cheap checks, because it may look at storage."""
+        ready = getattr(self.state_machine, "snapshot_ready", None)
+        return ready is None or bool(ready())
 
     def _compaction(self) -> Snapshot | None:
         index = self._compaction_index()

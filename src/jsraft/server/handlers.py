@@ -2,13 +2,16 @@
 
 Owns: the request methods and their JSON shapes: admin methods served by the meta leader
 (`stream.create`, `stream.update`, `stream.delete`), data methods served by the stream leader
-(`msg.publish`, `msg.get`, `msg.delete`, `stream.purge`, `stream.info`), and member queries
-(`replica.state`).
+(`msg.publish`, `msg.get`, `msg.delete`, `stream.purge`, `stream.info`), repairs and audits
+(`stream.snapshot`, `stream.catchup`, `stream.audit_request` served by the stream leader,
+`stream.audit_report` collected by it, `stream.resync` sent by it to a replica an audit found
+disagreeing; see `stream_repair`, `stream_audit`), and member queries (`replica.state`).
 
 Invariants:
   1. A method that needs a leader raises `NotLeader(hint)` on any other node; it never forwards
      (rpc invariant 4): the caller's router retries at the hinted leader.
-  2. Nothing here changes state except through a Raft proposal (meta or stream).
+  2. Nothing here changes replicated state except through a Raft proposal (meta or stream):
+     `stream.resync` only makes this replica distrust, and then repair, its own store.
 
 Imports: stdlib, L0, L1, L3, L4 (`raft` errors through `runtime`), trio, server siblings.
 """
@@ -24,6 +27,8 @@ from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.jsapi import validate_stream_name
 from jsraft.meta import StreamAssignment
 from jsraft.raft.errors import NotLeader
+from jsraft.server.stream_audit import report_from_json
+from jsraft.server.repair_serve import leader_snapshot, serve_catchup_request
 from jsraft.server.stream_replica import StreamReplica, api_error
 
 if TYPE_CHECKING:
@@ -45,7 +50,9 @@ class Handlers:
             "stream.create": self.stream_create, "stream.update": self.stream_update,
             "stream.delete": self.stream_delete, "msg.publish": self.msg_publish, "msg.get": self.msg_get,
             "msg.delete": self.msg_delete, "stream.purge": self.stream_purge, "stream.info": self.stream_info,
-            "replica.state": self.replica_state,
+            "replica.state": self.replica_state, "stream.snapshot": self.stream_snapshot,
+            "stream.catchup": self.stream_catchup, "stream.audit_report": self.stream_audit_report,
+            "stream.audit_request": self.stream_audit_request, "stream.resync": self.stream_resync,
         }
 
     async def handle(self, from_node: str, method: str, args: dict[str, Any], blobs: list[bytes]) -> Result:
@@ -133,11 +140,34 @@ class Handlers:
             for peer in assignment.peers:
                 nursery.start_soon(ask, peer)
         state = replica.store.state()
+        commit_index = self.node.runtime.status(replica.group).raft.commit_index
         return {
             "config": assignment_json(assignment)["config"],
             "state": _state_json(state),
-            "cluster": {"leader": self.node.name, "replicas": replicas},
+            "cluster": {"leader": self.node.name, "replicas": replica.audit.describe(replicas, commit_index)},
         }, ()
+
+    # --- Repairs and audits (stream_repair, stream_audit) ----------------------------------------------------
+
+    async def stream_snapshot(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        index, data = await leader_snapshot(self._replica(args))
+        return {"index": index}, (data,)
+
+    async def stream_catchup(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        return {}, (await serve_catchup_request(self._replica(args), blobs[0]),)
+
+    async def stream_audit_report(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        self._replica(args).audit.collect(str(args["replica"]), report_from_json(args["report"]))
+        return {}, ()
+
+    async def stream_audit_request(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        replica = await self._leading(args)
+        replica.audit.request()
+        return {}, ()
+
+    async def stream_resync(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        outcome = self._replica(args).repair.on_audit_order(int(args["index"]), args["expected"], args["found"])
+        return {"outcome": outcome}, ()
 
     # --- Any member -----------------------------------------------------------------------------------------
 
@@ -146,10 +176,13 @@ class Handlers:
         replica = self.node.streams.replicas.get(name)
         if replica is None or replica.machine is None:
             raise StreamNotFound(f"stream {name!r} is not open on {self.node.name}")
-        machine = replica.machine
+        machine, adapter = replica.machine, replica.adapter
         return {"state": _state_json(replica.store.state()), "health": str(machine.health),
                 "applied_index": machine.applied_index, "last_seq": machine.last_seq,
-                "leader": replica.leader_id()}, ()
+                "leader": replica.leader_id(), "faults": len(replica.store.faults()),
+                "holding": adapter is not None and adapter.holding, "repair": replica.repair.describe(),
+                "last_audit_index": replica.audit.last_audit_index,
+                "findings": [finding.to_json() for finding in machine.findings[-8:]]}, ()
 
 
 def _state_json(state: Any) -> dict[str, Any]:

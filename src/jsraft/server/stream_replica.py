@@ -3,7 +3,8 @@ node leads it, its `StreamLeader` and the publish pump (layer L5).
 
 Owns: opening a replica (`streams/<name>/msgs` FileStore, `config.json` with the raw config, `group` with
 the Raft group name, Raft WAL under `streams/<name>/raft`), following leadership, coalescing publishes
-into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config).
+into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config). Its repairs
+and audits are tasks of their own it runs (`stream_repair.RepairWorker`, `stream_audit.AuditRunner`).
 
 Invariants:
   1. A `StreamLeader` exists only while this node leads, its term's NOOP has applied and every entry of
@@ -20,7 +21,8 @@ Invariants:
      anything else — so an update survives a leader change between the meta apply and the proposal, and a
      new group's first entry fixes its config for every replica's replay.
 
-Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio.
+Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio,
+server siblings.
 Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
 """
 
@@ -39,8 +41,14 @@ from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.runtime import NodeRuntime
+from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.errors import RemoteError
 from jsraft.server.stream_adapter import StreamAdapter
+from jsraft.server.stream_audit import AuditRunner
+from jsraft.server.stream_options import StreamOptions
+from jsraft.server.stream_repair import CallPeer, RepairWorker
+from jsraft.server.stream_members import reconcile_members
+from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
 
@@ -48,18 +56,35 @@ log = logging.getLogger("jsraft.server.stream")
 
 PUBLISHES_QUEUED_MAX = 65536
 DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
+MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
 
 
 def api_error(error: ApiError) -> RemoteError:
     return RemoteError(error.code, error.err_code, error.description, "ApiError")
 
 
+async def _no_peers(peer: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, list[bytes]]:
+    raise NotLeader(None)  # a replica built without `$rpc` (a single node in a test) has no one to ask
+
+
 class StreamReplica:
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
                  peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
-                 config_index: int = 0) -> None:
+                 config_index: int = 0, bootstrap: bool = True, options: StreamOptions | None = None,
+                 call_peer: CallPeer | None = None, advisories: AdvisoryLog | None = None) -> None:
         self.node_id, self.name, self.group = node_id, name, group
-        self.peers = peers
+        self.options = options or StreamOptions()
+        # Repairs (stream_repair) and audits (stream_audit): this replica's own tasks, over `$rpc`.
+        call_peer = call_peer or _no_peers
+        advisories = advisories if advisories is not None else AdvisoryLog(node_id)
+        self.repair = RepairWorker(self, call_peer=call_peer, advisories=advisories, options=self.options)
+        self.audit = AuditRunner(self, call_peer=call_peer, advisories=advisories, options=self.options)
+        self.peers = peers  # the assignment's peers: the group's voters, once its leader has made them so
+        # Start the group with `peers` as its first voters (a new group); else join blank and be added.
+        self.bootstrap = bootstrap
+        self.leaving = False  # the assignment no longer has this node: run until the group let us go
+        self.left = trio.Event()
+        self._members_task = False
         self.disk = disk
         self.runtime = runtime
         self.raft_config = raft_config
@@ -83,9 +108,11 @@ class StreamReplica:
         """Write the replica's identity files, recover the store, open the Raft group."""
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
-        self.adapter = StreamAdapter(self.machine)
-        await self.runtime.open_group(self.group, voters=self.peers, state_machine=self.adapter,
-                                      raft_config=self.raft_config, disk=self.disk.sub("raft"))
+        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
+        await self.runtime.open_group(self.group, voters=self.peers if self.bootstrap else None,
+                                      state_machine=self.adapter,
+                                      raft_config=self.raft_config, disk=self.disk.sub("raft"),
+                                      snapshot_every_entries=self.options.snapshot_every_entries)
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
 
@@ -93,7 +120,9 @@ class StreamReplica:
         if not self.disk.exists("group"):
             self.disk.write_atomic("config.json", self.raw)
             self.disk.write_atomic("group", self.group.encode())
-        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config))
+        # Every record's CRC is checked at startup (DESIGN §8), not only the blocks the index does not cover.
+        base = StoreConfig(name=self.config.name, block_size=self.options.block_bytes)
+        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config, base), use_index=False)
 
     async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
         """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its
@@ -141,11 +170,17 @@ class StreamReplica:
         with self.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump)
+                nursery.start_soon(self.repair.run)
+                nursery.start_soon(self.audit.run)
+                ticks = 0
                 while True:
                     self._follow_leadership()
                     if self._config_due() and not self._config_task:
                         self._config_task = True
                         nursery.start_soon(self._reconcile_task)
+                    ticks += 1
+                    if ticks % MEMBERS_EVERY_TICKS == 0:
+                        self._check_members(nursery)
                     await trio.sleep(tick_s)
 
     async def wait_leader(self, timeout_s: float) -> StreamLeader:
@@ -287,7 +322,40 @@ class StreamReplica:
         if isinstance(result, ApplyResult) and result.error is not None:
             raise api_error(result.error)
 
+    # --- Membership follows the assignment's peers (stream_members) -----------------------------------
+
+    def _check_members(self, nursery: trio.Nursery) -> None:
+        try:
+            status = self.runtime.status(self.group).raft
+        except JsraftError:
+            return
+        if self.leaving and self.node_id not in status.voters + status.learners:
+            self.left.set()  # the group applied our removal: the manager closes us and removes the files
+            return
+        if status.role is Role.LEADER and not self._members_task:
+            self._members_task = True
+            nursery.start_soon(self._members_step)
+
+    async def _members_step(self) -> None:
+        try:
+            done = await reconcile_members(self.runtime, self.group, self.peers)
+            if done is not None:
+                log.info("stream %s: membership: %s", self.name, done)
+        finally:
+            self._members_task = False
+
     # --- Other leader operations -------------------------------------------------------------------
+
+    async def propose_entry(self, entry: bytes) -> object:
+        """Propose an entry the StreamLeader made outside a decision (an AUDIT), in order (invariant 2)."""
+        async with self._propose_lock:
+            if self.leader is None:
+                raise NotLeader(self.leader_id())
+            try:
+                return await self.runtime.propose(self.group, entry)
+            except JsraftError:
+                self.leader = None  # its in-flight view is now wrong (invariant 1)
+                raise
 
     async def propose_op(self, make: str, *args: Any, **kwargs: Any) -> ApplyResult:
         """Decide and propose a DELETE / PURGE / CONFIG through the StreamLeader (invariant 2)."""

@@ -1,14 +1,16 @@
 """`StreamManager`: which stream groups this node runs, driven only by applied meta entries (layer L5).
 
 Owns: the queue of meta events (`assignment applied`, `delete applied`) and the one task that turns them,
-in apply order, into opened replicas, CONFIG proposals and removed directories; the table of replicas.
+in apply order, into opened replicas, CONFIG proposals and removed directories; the table of replicas;
+the node's stream advisory log (`advisories`), which every replica's repairs and audits write to.
 
 Invariants:
   1. Events are handled one at a time in the order the meta group applied them, so a create, a delete
      and a re-create of one name reach the disk in that order.
-  2. A stream directory is removed only while handling an applied `DELETE_STREAM`, and only if the
-     directory's `group` file names the deleted assignment's group (DESIGN §5): never because a stream
-     is absent from possibly partial state. An unknown directory is left alone.
+  2. A stream directory is removed only while handling an applied `DELETE_STREAM`, or once this node's
+     replica has left the group after an applied update took it out of the stream's peers — and only if
+     the directory's `group` file names that assignment's group (DESIGN §5): never because a stream is
+     absent from possibly partial state. An unknown directory is left alone.
   3. An open event whose assignment is no longer the meta state's (deleted or re-created since) is
      skipped: replaying an old create must not resurrect a deleted stream.
 
@@ -28,6 +30,9 @@ from jsraft.errors import JsraftError
 from jsraft.meta import Applied, EntryKind, MetaStateMachine, StreamAssignment
 from jsraft.raft.config import RaftConfig
 from jsraft.runtime import NodeRuntime
+from jsraft.server.advisories import AdvisoryLog
+from jsraft.server.stream_options import StreamOptions
+from jsraft.server.stream_repair import CallPeer
 from jsraft.server.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.streams")
@@ -37,8 +42,12 @@ EVENTS_MAX = 65536  # meta entries applied but not yet handled; a bound, not a q
 
 class StreamManager:
     def __init__(self, *, node_id: str, disk: Disk, runtime: NodeRuntime, meta: MetaStateMachine,
-                 raft_config: Callable[[], RaftConfig], tick_s: float) -> None:
+                 raft_config: Callable[[], RaftConfig], tick_s: float, options: StreamOptions | None = None,
+                 call_peer: CallPeer | None = None) -> None:
         self.node_id = node_id
+        self.options = options or StreamOptions(tick_s=tick_s)
+        self.call_peer = call_peer  # `$rpc` to another node: repairs and audits
+        self.advisories = AdvisoryLog(node_id)  # every stream advisory this node raised
         self.disk = disk  # <store_dir>/streams
         self.runtime = runtime
         self.meta = meta
@@ -58,6 +67,8 @@ class StreamManager:
         if applied.kind in (EntryKind.CREATE_STREAM, EntryKind.UPDATE_STREAM):
             if self.node_id in applied.stream.peers:
                 self._push("open", applied.stream)
+            elif applied.stream.name in self.replicas:
+                self._push("leave", applied.stream)
         elif applied.kind is EntryKind.DELETE_STREAM:
             self._push("delete", applied.stream)
 
@@ -87,7 +98,8 @@ class StreamManager:
                 self._wakeup = trio.Event()
                 while self._events:
                     kind, assignment = self._events[0]
-                    await (self._open if kind == "open" else self._delete)(assignment)
+                    handler = {"open": self._open, "leave": self._leave, "delete": self._delete}[kind]
+                    await handler(assignment)
                     self._events.popleft()
                     self.handled += 1
                 await self._wakeup.wait()
@@ -108,7 +120,9 @@ class StreamManager:
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
-                                raft_config=self.raft_config(), config_index=assignment.config_index)
+                                raft_config=self.raft_config(), config_index=assignment.config_index,
+                                bootstrap=assignment.peers_unchanged, options=self.options,
+                                call_peer=self.call_peer, advisories=self.advisories)
         try:
             await replica.open()
         except JsraftError as error:
@@ -119,6 +133,7 @@ class StreamManager:
         self._nursery.start_soon(replica.run, self.tick_s)
 
     async def _update(self, replica: StreamReplica, assignment: StreamAssignment) -> None:
+        replica.peers, replica.leaving = assignment.peers, False
         if assignment.config_index <= replica.config_index:
             return
         replica.raw, replica.config_index = assignment.config_raw, assignment.config_index
@@ -129,6 +144,26 @@ class StreamManager:
                 await replica.reconcile_config_now()
             except JsraftError as error:
                 log.warning("stream %s: config update not proposed yet: %s", assignment.name, error)
+
+    async def _leave(self, assignment: StreamAssignment) -> None:
+        """This node is no longer one of the stream's peers: its replica keeps serving the group (whose
+        leader may still need its vote to commit the change) until the group applied its removal; then the
+        replica is closed and its directory removed (invariant 2's group check applies)."""
+        replica = self.replicas.get(assignment.name)
+        if replica is None or replica.group != assignment.group:
+            return
+        replica.peers, replica.leaving = assignment.peers, True
+        assert self._nursery is not None
+        self._nursery.start_soon(self._drop_when_left, replica, assignment)
+
+    async def _drop_when_left(self, replica: StreamReplica, assignment: StreamAssignment) -> None:
+        await replica.left.wait()
+        if self.replicas.get(assignment.name) is not replica or not replica.leaving:
+            return  # re-added (or replaced) meanwhile
+        del self.replicas[assignment.name]
+        await replica.close()
+        await trio.to_thread.run_sync(self._remove_dir, assignment)
+        log.info("stream %s: replica left the group and was removed from this node", assignment.name)
 
     async def _delete(self, assignment: StreamAssignment) -> None:
         replica = self.replicas.get(assignment.name)

@@ -10,7 +10,7 @@ clocks and randomness, through `Advisory.to_json`):
   io.nats.jetstream.advisory.v1.stream_drift           a replica's state disagrees with the group's
       stream, replica, leader (bool), index, audit_id, expected {state}, found {state}, findings [...]
   io.nats.jetstream.advisory.v1.stream_drift_repaired  a drifted replica agrees again
-      stream, replica, index, fetched_msgs, deleted_seqs, reset, verified, state {state}
+      stream, replica, index, fetched_msgs, deleted_seqs, reset, verified, state {state}, findings [...]
   io.nats.jetstream.advisory.v1.stream_audit_split     no state tuple is held by a majority
       stream, index, audit_id, reports {replica: {state}}
 
@@ -207,9 +207,8 @@ class ReplicaBoard:
 
     def _repaired(self, replica: str, index: int, *, state: Key | None, fetched_msgs: int = 0,
                   deleted_seqs: int = 0, reset: bool = False, verified: bool | None = True) -> Advisory:
-        body = {"stream": self.stream, "replica": replica, "index": index, "fetched_msgs": fetched_msgs,
-                "deleted_seqs": deleted_seqs, "reset": reset, "verified": verified, "state": state_json(state)}
-        return Advisory(type=DRIFT_REPAIRED_ADVISORY, body=body)
+        return repaired_advisory(self.stream, replica, index=index, state=state, fetched_msgs=fetched_msgs,
+                                 deleted_seqs=deleted_seqs, reset=reset, verified=verified)
 
     def statuses(self) -> list[ReplicaStatus]:
         return [self.replicas[name] for name in sorted(self.replicas)]
@@ -221,6 +220,16 @@ def drift_advisory(stream: str, replica: str, *, leader: bool, index: int, audit
             "expected": state_json(expected), "found": state_json(found),
             "findings": [finding.to_json() for finding in findings]}
     return Advisory(type=DRIFT_ADVISORY, body=body)
+
+
+def repaired_advisory(stream: str, replica: str, *, index: int, state: Key | None, fetched_msgs: int = 0,
+                      deleted_seqs: int = 0, reset: bool = False, verified: bool | None = True,
+                      findings: Iterable[Finding] = ()) -> Advisory:
+    """`findings`: what the repair itself found on the way (e.g. where a changed message was cut)."""
+    body = {"stream": stream, "replica": replica, "index": index, "fetched_msgs": fetched_msgs,
+            "deleted_seqs": deleted_seqs, "reset": reset, "verified": verified, "state": state_json(state),
+            "findings": [finding.to_json() for finding in findings]}
+    return Advisory(type=DRIFT_REPAIRED_ADVISORY, body=body)
 
 
 def report_health(report: AuditReport) -> ReplicaState:

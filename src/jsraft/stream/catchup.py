@@ -1,8 +1,13 @@
 """Range catch-up: a follower fetches exactly the sequences it lacks from the leader (layer L3).
 
-Owns: the leader side (`serve_catchup`: answer a request from its own store) and the follower side
-(`CatchupSession`: carry out a `RepairPlan` — local steps, then fetch and reconcile ranges — and verify
-the result against the group state).
+Owns: the follower side (`CatchupSession`: carry out a `RepairPlan` — local steps, then fetch and
+reconcile ranges — and verify the result against the group state). The leader side, `serve_catchup`, is
+in `catchup_serve` (re-exported here).
+
+Ranges that only a per-range digest found differing (nothing else explained the difference) are
+*probed* first: the leader sends each live message's content CRC (12 bytes) instead of its body, the
+session compares them with its own and fetches only the sequences that differ. Without that, a range of
+4,096 sequences holding one changed message would cross the network whole.
 
 How a fetched sequence is placed (the store's API decides what is possible):
   - above the store's last_seq: appended (messages) or skipped (deleted), in order;
@@ -16,7 +21,8 @@ Invariants:
   1. Every fetched message's content CRC is recomputed before it is stored; a mismatch fails the session.
   2. A chunk must answer exactly the requested ranges up to its `next_seq`, in order; anything else
      fails the session (`CatchupFailed`) rather than storing a guess.
-  3. The leader never serves while not current, nor ranges overlapping its own faults (DESIGN §4).
+  3. The leader never serves while not current, nor ranges overlapping its own faults (DESIGN §4;
+     catchup_serve invariant 1).
   4. At the end the store's state tuple equals the group's; when the leader reports as deleted a
      sequence the group state held (removed by a later entry), equality is left to the next audit.
 
@@ -32,15 +38,16 @@ import attrs
 from jsraft.errors import BadRequest, DamagedSequence, JsraftError, NoMessageFound, invariant
 from jsraft.store.base import StoreState, StreamStore
 from jsraft.stream import apply_ops
+from jsraft.stream.catchup_serve import serve_catchup
 from jsraft.stream.catchup_wire import (
-    CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX, RANGES_PER_REQUEST_MAX, CatchupChunk, CatchupMsg, CatchupRefusal,
-    CatchupRequest,
+    CHUNK_BYTES_DEFAULT, RANGES_PER_REQUEST_MAX, CatchupChunk, CatchupMsg, CatchupRefusal, CatchupRequest,
 )
 from jsraft.stream.errors import CatchupFailed
 from jsraft.stream.drift import Finding, FindingKind, RepairPlan, merge_ranges
 from jsraft.stream.machine import StreamStateMachine
-from jsraft.stream.results import Health
 from jsraft.stream.snapshot import GroupState
+
+__all__ = ["CatchupResult", "CatchupSession", "serve_catchup"]
 
 _PLAN_ROUNDS_MAX = 4  # reset, compact, truncate, then a plan with no local steps
 # Fetch phases: faults and tail, then the ranges whose digests still differ, then one more for what a
@@ -51,44 +58,6 @@ _PHASES_MAX = 3
 
 class _NeedsReset(Exception):
     """Internal: the store must take a message below its first_seq; only a fresh store can."""
-
-
-# --- Leader side ------------------------------------------------------------------------------------
-
-
-def serve_catchup(machine: StreamStateMachine, request: CatchupRequest) -> CatchupChunk | CatchupRefusal:
-    """Answer `request` from the leader's own store, up to `bytes_max` (at least one message)."""
-    store = machine.store
-    if machine.health is not Health.current:
-        return CatchupRefusal(reason=f"the leader's replica is {machine.health}")
-    for fault in store.faults():
-        if any(fault.first <= last and first <= fault.last for first, last in request.ranges):
-            return CatchupRefusal(reason=f"the leader's store has faults at {fault.first}..{fault.last}")
-    budget = min(max(request.bytes_max, 1), CHUNK_BYTES_MAX)
-    msgs: list[CatchupMsg] = []
-    deleted: list[tuple[int, int]] = []
-    size = 0
-    for position, (first, last) in enumerate(request.ranges):
-        seq = first
-        while seq <= last:
-            if size >= budget:
-                return CatchupChunk(msgs=tuple(msgs), deleted=merge_ranges(deleted), next_seq=seq)
-            try:
-                msg = store.load_next(None, seq)
-            except NoMessageFound:
-                msg = None
-            except DamagedSequence as error:
-                return CatchupRefusal(reason=f"the leader's store is damaged at {error.seq}")
-            if msg is None or msg.seq > last:
-                deleted.append((seq, last))
-                break
-            if msg.seq > seq:
-                deleted.append((seq, msg.seq - 1))
-            crc = apply_ops.content_crc(msg.seq, msg.subject, msg.headers, msg.payload, msg.timestamp_ns)
-            msgs.append((msg.seq, msg.subject, msg.headers, msg.payload, msg.timestamp_ns, crc))
-            size += len(msg.subject) + len(msg.headers) + len(msg.payload) + 34
-            seq = msg.seq + 1
-    return CatchupChunk(msgs=tuple(msgs), deleted=merge_ranges(deleted), next_seq=0)
 
 
 # --- Follower side ----------------------------------------------------------------------------------
@@ -103,6 +72,7 @@ class CatchupResult:
     reset: bool
     rebuilt_from: int
     state: StoreState
+    probed_seqs: int = 0
 
 
 class CatchupSession:
@@ -117,6 +87,9 @@ class CatchupSession:
         self.findings: tuple[Finding, ...] = ()
         self.remaining: list[tuple[int, int]] = []
         self.fetched_msgs = self.deleted_seqs = self.removed_since_snapshot = self.rebuilt_from = 0
+        self.probed_seqs = 0  # sequences whose CRC was compared instead of fetched
+        self.probing = False  # the remaining ranges are probed (CRCs), not fetched
+        self._differing: list[tuple[int, int]] = []  # what a probe found differing, fetched next
         self.was_reset = False
         self.result: CatchupResult | None = None
         self._request: CatchupRequest | None = None
@@ -147,6 +120,9 @@ class CatchupSession:
             plan = self.machine.plan_against(self.group, store_may_be_ahead=self.store_may_be_ahead)
         invariant(not plan.has_local_steps, "a repair plan settles within its rounds")
         self.remaining = list(plan.fetch)
+        # Only per-range digests found these: most of their messages are likely equal, so probe first.
+        self.probing = bool(plan.fetch) and all(f.kind is FindingKind.digest_mismatch for f in plan.findings)
+        self._differing = []
         self._store_last = self.store.state().last_seq
 
     def _local_steps(self, plan: RepairPlan) -> None:
@@ -168,12 +144,15 @@ class CatchupSession:
         self.was_reset = True
 
     def _next_request(self) -> CatchupRequest | None:
+        if not self.remaining and self.probing:  # every range probed: fetch only what differed
+            self.probing = False
+            self.remaining, self._differing = list(merge_ranges(self._differing)), []
         if not self.remaining and self._replan():
             self._finish()
             return None
         ranges = tuple(self.remaining[:RANGES_PER_REQUEST_MAX])
         self._request = CatchupRequest(stream=self.machine.config.name, snapshot_index=self.snapshot_index,
-                                       ranges=ranges, bytes_max=self.bytes_max)
+                                       ranges=ranges, bytes_max=self.bytes_max, crcs_only=self.probing)
         return self._request
 
     def _replan(self) -> bool:
@@ -192,6 +171,8 @@ class CatchupSession:
         """Store what the chunk carries; return the next request, or None when the repair is done."""
         invariant(self._request is not None, "a chunk answers a request")
         served = _served(self._request.ranges, chunk.next_seq)
+        if self._request.crcs_only:
+            return self._on_crcs(chunk, served)
         _check_chunk(chunk, served)
         events = sorted([(m[0], m) for m in chunk.msgs] + [(r[0], r) for r in chunk.deleted], key=lambda e: e[0])
         faults = self.store.faults()
@@ -210,6 +191,30 @@ class CatchupSession:
         self._flush()
         self.remaining = _subtract(self.remaining, served)
         return self._next_request()
+
+    def _on_crcs(self, chunk: CatchupChunk, served: list[tuple[int, int]]) -> CatchupRequest | None:
+        """A probe's answer: note every sequence whose content differs here (or that this store holds
+        live where the leader holds none); they are fetched once every range was probed."""
+        if chunk.msgs:
+            raise CatchupFailed("the leader answered a probe with messages")
+        _check_coverage([(seq, seq) for seq, _ in chunk.crcs] + list(chunk.deleted), served)
+        for seq, crc in chunk.crcs:
+            self.probed_seqs += 1
+            if self._held_crc(seq) != crc:
+                self._differing.append((seq, seq))
+        for first, last in chunk.deleted:
+            high = min(last, self._store_last)
+            if first <= high:
+                self._differing += [(seq, seq) for seq in apply_ops.live_seqs(self.store, first, high)]
+        self.remaining = _subtract(self.remaining, served)
+        return self._next_request()
+
+    def _held_crc(self, seq: int) -> int | None:
+        try:
+            held = self.store.load(seq)
+        except (NoMessageFound, DamagedSequence):
+            return None
+        return apply_ops.content_crc(seq, held.subject, held.headers, held.payload, held.timestamp_ns)
 
     def _place_live(self, msg: CatchupMsg, faults) -> int:
         seq, subject, headers, payload, timestamp_ns, crc = msg
@@ -291,7 +296,7 @@ class CatchupSession:
         self.machine.finish_repair()
         self.result = CatchupResult(verified=verified, findings=self.findings, fetched_msgs=self.fetched_msgs,
                                     deleted_seqs=self.deleted_seqs, reset=self.was_reset,
-                                    rebuilt_from=self.rebuilt_from, state=state)
+                                    rebuilt_from=self.rebuilt_from, state=state, probed_seqs=self.probed_seqs)
 
 
 def _served(ranges: tuple[tuple[int, int], ...], next_seq: int) -> list[tuple[int, int]]:
@@ -313,7 +318,17 @@ def _subtract(remaining: list[tuple[int, int]], served: list[tuple[int, int]]) -
 
 def _check_chunk(chunk: CatchupChunk, served: list[tuple[int, int]]) -> None:
     """Invariants 1 and 2: exact coverage of `served` in order, and every message's CRC."""
-    pieces = sorted([(m[0], m[0]) for m in chunk.msgs] + list(chunk.deleted))
+    if chunk.crcs:
+        raise CatchupFailed("the leader answered a fetch with CRCs")
+    _check_coverage([(m[0], m[0]) for m in chunk.msgs] + list(chunk.deleted), served)
+    for seq, subject, headers, payload, timestamp_ns, crc in chunk.msgs:
+        if apply_ops.content_crc(seq, subject, headers, payload, timestamp_ns) != crc:
+            raise CatchupFailed(f"sequence {seq} from the leader fails its CRC")
+
+
+def _check_coverage(pieces: list[tuple[int, int]], served: list[tuple[int, int]]) -> None:
+    """Invariant 2: `pieces` cover exactly `served`, in order, each sequence once."""
+    pieces = sorted(pieces)
     previous, position = 0, 0
     for first, last in pieces:  # both lists are sorted: walk them together
         while position < len(served) and served[position][1] < first:
@@ -324,9 +339,6 @@ def _check_chunk(chunk: CatchupChunk, served: list[tuple[int, int]]) -> None:
         previous = last
     if sum(last - first + 1 for first, last in pieces) != sum(last - first + 1 for first, last in served):
         raise CatchupFailed("the leader's chunk does not answer every requested sequence")
-    for seq, subject, headers, payload, timestamp_ns, crc in chunk.msgs:
-        if apply_ops.content_crc(seq, subject, headers, payload, timestamp_ns) != crc:
-            raise CatchupFailed(f"sequence {seq} from the leader fails its CRC")
 
 
 def _live_count(group: GroupState, first: int, last: int) -> int:

@@ -2,16 +2,21 @@
 
 Owns: what a repairing follower and the stream leader exchange (over the transport, per group):
 
-    CatchupRequest  the ranges of sequences the follower still needs, and how many bytes it takes at once
+    CatchupRequest  the ranges of sequences the follower still needs, and how many bytes it takes at once;
+                    with `crcs_only` (a *probe*) it asks for each live message's content CRC, not its body
     CatchupChunk    the leader's answer: messages (seq, subject, headers, payload, timestamp, content CRC)
-                    in seq order, the sub-ranges of the request holding no live message (`deleted`), and
-                    `next_seq` to ask from next (0: every requested range is answered)
+                    in seq order — or, for a probe, `crcs` (seq, content CRC) — the sub-ranges of the
+                    request holding no live message (`deleted`), and `next_seq` to ask from next (0: every
+                    requested range is answered)
     CatchupRefusal  the leader will not serve (it has faults in those ranges, or is not current)
 
 Wire (little-endian): `version u8 | kind u8 | body`;
     request: snapshot_index u64, bytes_max u32, stream_len u16, stream, count u32, (first u64, last u64) x count
+    probe:   the same body as a request (kind 4)
     chunk:   next_seq u64, deleted count u32, (first u64, last u64) x count, msgs count u32, then per message
              seq u64, timestamp_ns u64, crc u32, subject_len u16, headers_len u32, payload_len u32, bytes
+    crcs:    next_seq u64, deleted count u32, (first u64, last u64) x count, count u32, (seq u64, crc u32) x count
+             (kind 5: a chunk answering a probe; a probe answer without live messages is a plain chunk)
     refusal: reason_len u16, reason
 
 Invariants:
@@ -20,6 +25,7 @@ Invariants:
      per chunk, so neither side holds more than that for one exchange.
   3. The CRC is the content CRC of the message's canonical `MSG` record (`codec.encode_message`), which
      the follower recomputes before storing anything.
+  4. A chunk carries messages or CRCs, never both.
 
 Imports: L0, L1 (`limits`), attrs. Reference: DESIGN.md §6 (range catch-up).
 """
@@ -38,7 +44,10 @@ CATCHUP_VERSION = 1
 RANGES_PER_REQUEST_MAX = 1024
 CHUNK_BYTES_MAX = 8 << 20
 CHUNK_BYTES_DEFAULT = 1 << 20
-_KIND_REQUEST, _KIND_CHUNK, _KIND_REFUSAL = 1, 2, 3
+_KIND_REQUEST, _KIND_CHUNK, _KIND_REFUSAL, _KIND_PROBE, _KIND_CRCS = 1, 2, 3, 4, 5
+_KINDS = (_KIND_REQUEST, _KIND_CHUNK, _KIND_REFUSAL, _KIND_PROBE, _KIND_CRCS)
+_SEQ_CRC = struct.Struct("<QI")
+CRC_BYTES = _SEQ_CRC.size  # what one probed message costs in a chunk's byte budget
 _ENVELOPE = struct.Struct("<BB")
 _REQUEST = struct.Struct("<QIH")
 _U32 = struct.Struct("<I")
@@ -57,6 +66,7 @@ class CatchupRequest:
     snapshot_index: int
     ranges: Ranges
     bytes_max: int = CHUNK_BYTES_DEFAULT
+    crcs_only: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -64,6 +74,7 @@ class CatchupChunk:
     msgs: tuple[CatchupMsg, ...] = ()
     deleted: Ranges = ()
     next_seq: int = 0
+    crcs: tuple[tuple[int, int], ...] = ()  # (seq, content CRC) per live message, answering a probe
 
 
 @attrs.frozen(kw_only=True)
@@ -77,12 +88,19 @@ def _pairs(ranges: Ranges) -> list[bytes]:
 
 def encode_request(request: CatchupRequest) -> bytes:
     stream = request.stream.encode()
-    head = _ENVELOPE.pack(CATCHUP_VERSION, _KIND_REQUEST) + _REQUEST.pack(
+    kind = _KIND_PROBE if request.crcs_only else _KIND_REQUEST
+    head = _ENVELOPE.pack(CATCHUP_VERSION, kind) + _REQUEST.pack(
         request.snapshot_index, request.bytes_max, len(stream))
     return b"".join([head, stream, *_pairs(request.ranges)])
 
 
 def encode_chunk(chunk: CatchupChunk) -> bytes:
+    if chunk.crcs:
+        if chunk.msgs:
+            raise MalformedCatchup("a catch-up chunk carries messages or CRCs, not both")
+        return b"".join([_ENVELOPE.pack(CATCHUP_VERSION, _KIND_CRCS), _U64.pack(chunk.next_seq),
+                         *_pairs(chunk.deleted), _U32.pack(len(chunk.crcs)),
+                         *(_SEQ_CRC.pack(seq, crc) for seq, crc in chunk.crcs)])
     parts = [_ENVELOPE.pack(CATCHUP_VERSION, _KIND_CHUNK), _U64.pack(chunk.next_seq), *_pairs(chunk.deleted),
              _U32.pack(len(chunk.msgs))]
     for seq, subject, headers, payload, timestamp_ns, crc in chunk.msgs:
@@ -135,13 +153,15 @@ class _Reader:
 def decode_catchup(data: bytes) -> CatchupRequest | CatchupChunk | CatchupRefusal:
     reader = _Reader(data)
     version, kind = reader.take(_ENVELOPE)
-    if version != CATCHUP_VERSION or kind not in (_KIND_REQUEST, _KIND_CHUNK, _KIND_REFUSAL):
+    if version != CATCHUP_VERSION or kind not in _KINDS:
         raise MalformedCatchup(f"catch-up message version {version} kind {kind} is not known")
     try:
-        if kind == _KIND_REQUEST:
-            value = _decode_request(reader)
+        if kind in (_KIND_REQUEST, _KIND_PROBE):
+            value = _decode_request(reader, crcs_only=kind == _KIND_PROBE)
         elif kind == _KIND_CHUNK:
             value = _decode_chunk(reader)
+        elif kind == _KIND_CRCS:
+            value = _decode_crcs(reader)
         else:
             value = CatchupRefusal(reason=reader.blob(reader.take(struct.Struct("<H"))[0]).decode())
     except UnicodeDecodeError:
@@ -150,13 +170,14 @@ def decode_catchup(data: bytes) -> CatchupRequest | CatchupChunk | CatchupRefusa
     return value
 
 
-def _decode_request(reader: _Reader) -> CatchupRequest:
+def _decode_request(reader: _Reader, *, crcs_only: bool) -> CatchupRequest:
     snapshot_index, bytes_max, stream_len = reader.take(_REQUEST)
     stream = reader.blob(stream_len).decode()
     ranges = reader.ranges()
     if not ranges or len(ranges) > RANGES_PER_REQUEST_MAX or not 0 < bytes_max <= CHUNK_BYTES_MAX:
         raise MalformedCatchup("catch-up request needs 1..1024 ranges and a byte budget up to 8 MiB")
-    return CatchupRequest(stream=stream, snapshot_index=snapshot_index, ranges=ranges, bytes_max=bytes_max)
+    return CatchupRequest(stream=stream, snapshot_index=snapshot_index, ranges=ranges, bytes_max=bytes_max,
+                          crcs_only=crcs_only)
 
 
 def _decode_chunk(reader: _Reader) -> CatchupChunk:
@@ -177,3 +198,15 @@ def _decode_chunk(reader: _Reader) -> CatchupChunk:
         msgs.append((seq, subject, reader.blob(headers_len), reader.blob(payload_len), timestamp_ns, crc))
         previous = seq
     return CatchupChunk(msgs=tuple(msgs), deleted=deleted, next_seq=next_seq)
+
+
+def _decode_crcs(reader: _Reader) -> CatchupChunk:
+    (next_seq,) = reader.take(_U64)
+    deleted = reader.ranges()
+    (count,) = reader.take(_U32)
+    if not 0 < count <= (len(reader.data) - reader.position) // _SEQ_CRC.size:
+        raise MalformedCatchup(f"catch-up CRC chunk claims {count} messages")
+    crcs = tuple(reader.take(_SEQ_CRC) for _ in range(count))
+    if any(not previous < seq for previous, (seq, _) in zip([0] + [s for s, _ in crcs], crcs)):
+        raise MalformedCatchup("catch-up CRCs are out of order")
+    return CatchupChunk(crcs=crcs, deleted=deleted, next_seq=next_seq)

@@ -94,7 +94,7 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> Ranges:
     return tuple((first, last) for first, last in merged)
 
 
-def _fault_finding(fault: Fault, local: StoreState) -> Finding:
+def fault_finding(fault: Fault, local: StoreState) -> Finding:
     if fault.kind is FaultKind.corrupt:
         return Finding(kind=FindingKind.corrupt, first=fault.first, last=fault.last)
     if fault.kind is FaultKind.tombstone:
@@ -125,7 +125,7 @@ def plan_repair(local: StoreState, faults: list[Fault], local_ranges: dict[int, 
         compact_to = g_floor  # nothing to remove: lift an empty or short store to the group's floor
     for fault in faults:
         if fault.last >= g_floor and fault.first <= g_last:
-            findings.append(_fault_finding(fault, local))
+            findings.append(fault_finding(fault, local))
             fetch.append((max(fault.first, g_floor), min(fault.last, g_last)))
     if local.last_seq < g_last:
         tail_first = max(local.last_seq + 1, g_floor)

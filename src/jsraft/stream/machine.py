@@ -38,7 +38,7 @@ from collections import OrderedDict
 
 import attrs
 
-from jsraft.errors import JsraftError, invariant
+from jsraft.errors import DamagedSequence, JsraftError, invariant
 from jsraft.jsapi.stream_config import StreamConfig, parse_stream_config
 from jsraft.store.base import StoreState, StreamStore
 from jsraft.stream import apply_ops
@@ -78,9 +78,9 @@ class StreamStateMachine:
         self.findings: list[Finding] = []
         state = store.state()
         self._store_last_seq = state.last_seq
-        # A store that already holds messages before any entry is applied was written by an earlier run:
-        # the replay from the log verifies it rather than appending (invariant 2).
-        self.replaying = state.last_seq > 0
+        # A store that already holds messages — or only a moved head (a purge of an empty stream) — before
+        # any entry is applied was written by an earlier run: the replay verifies it (invariant 2).
+        self.replaying = state.last_seq > 0 or state.first_seq > 0
         self._audits: OrderedDict[int, AuditReport] = OrderedDict()
         self.snapshot_extra = b""  # what the last restored snapshot carried for the runtime (consumers)
 
@@ -280,8 +280,12 @@ class StreamStateMachine:
             self._drift(Finding(kind=FindingKind.sequence_mismatch, first=state.last_seq, last=self.last_seq,
                                 detail="the store's last sequence is not the log's"))
             raise StreamNotHealthy("stream replica's store disagrees with its log")
+        try:
+            group = group_state_of(self.store, state)
+        except DamagedSequence as error:  # found damaged while reading the deleted ranges: now a listed fault
+            raise StreamNotHealthy(f"stream replica's store is damaged at sequence {error.seq}") from error
         snapshot = StreamSnapshot(
-            applied_index=self.applied_index, group=group_state_of(self.store, state), raw_config=self.raw_config,
+            applied_index=self.applied_index, group=group, raw_config=self.raw_config,
             last_msg_id=self.last_msg_id, last_timestamp_ns=self.last_timestamp_ns,
             last_audit_id=self.last_audit_id, dedupe=tuple(self.dedupe.items()), extra=extra,
             config_meta_index=self.config_meta_index,

@@ -54,14 +54,17 @@ class Cluster:
     @asynccontextmanager
     async def start(cls, nursery: trio.Nursery, n: int = 3, base_dir: str | os.PathLike[str] = ".", *,
                     tick_ms: int = 20, election_ticks: int = 10, ports: list[int] | None = None,
-                    cluster_name: str = "test") -> AsyncIterator["Cluster"]:
+                    cluster_name: str = "test", node_options: dict[str, Any] | None = None,
+                    ) -> AsyncIterator["Cluster"]:
+        """`node_options`: further `NodeConfig` fields, the same for every node."""
         names = [f"n{i + 1}" for i in range(n)]
         ports = ports or free_ports(n)
         addresses = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
         configs = {
             name: NodeConfig(name=name, store_dir=os.path.join(os.fspath(base_dir), name), cluster_name=cluster_name,
                              cluster_port=port, client_port=0, tick_ms=tick_ms, election_ticks=election_ticks,
-                             test_mode=True, peers={p: a for p, a in addresses.items() if p != name})
+                             test_mode=True, peers={p: a for p, a in addresses.items() if p != name},
+                             **(node_options or {}))
             for name, port in zip(names, ports)
         }
         cluster = cls(nursery, configs)

@@ -22,7 +22,7 @@ from jsraft.server.monitor import HttpError, Monitor, format_uptime, parse_reque
 
 def config(tmp_path) -> NodeConfig:
     return NodeConfig(name="m1", store_dir=str(tmp_path / "data"), cluster_name="mon", cluster_port=0,
-                      client_port=4999, tick_ms=20, election_ticks=5, test_mode=True)
+                      client_port=0, tick_ms=20, election_ticks=5, test_mode=True)
 
 
 async def raw_request(address: tuple[str, int], data: bytes, *, close_write: bool = True) -> tuple[int, dict, bytes]:
@@ -78,7 +78,8 @@ async def test_views_follow_the_node(tmp_path):
 
             status, varz = await get(address, "/varz")
             assert status == 200
-            assert (varz["server_name"], varz["port"], varz["http_port"]) == ("m1", 4999, address[1])
+            assert (varz["server_name"], varz["port"], varz["http_port"]) == ("m1", node.client_port, address[1])
+            assert varz["client_listener"] is True and node.client_port != 0  # port 0 picked a free port
             assert varz["cluster"]["name"] == "mon" and varz["cluster"]["port"] == node.cluster_address[1]
             assert varz["running"] is True and varz["uptime"].endswith("s") and varz["uptime_s"] >= 0
 

@@ -10,8 +10,8 @@ Invariants:
      and one line naming the problem, before anything touches the store directory.
   2. SIGTERM and SIGINT stop the node cleanly: `/healthz` turns 503, the node is cancelled, its runtime
      closes every group and the stream stores are closed, then the process exits 0.
-  3. The client port is accepted, validated and reported (`/varz`), but not listened on: the NATS client
-     protocol is a later issue.
+  3. The node listens for NATS clients on the client port (`-p`; the node starts the listener itself);
+     `/varz` reports the port bound.
 
 Imports: stdlib, L0, L5 (`server`), trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -45,7 +45,7 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("-sd", "--store-dir", "--store_dir", dest="store_dir", help="data directory")
     serve.add_argument("-a", "--client-host", "--addr", dest="client_host", help="client listener host")
     serve.add_argument("-p", "--client-port", "--port", dest="client_port", type=int,
-                       help="NATS client port (default 4222; reserved: the protocol is not served yet)")
+                       help="NATS client port (default 4222; 0 picks a free port)")
     serve.add_argument("--cluster-port", type=int, help="cluster (node-to-node) listener port (default 6222)")
     serve.add_argument("--cluster", metavar="[nats://]HOST:PORT", help="cluster listener address")
     serve.add_argument("-m", "--monitor-port", "--http_port", dest="monitor_port", type=int,
@@ -156,9 +156,9 @@ async def serve(config: NodeConfig) -> None:
             await nursery.start(run_node)
             if monitor is not None:
                 monitor.mark_running()
-            log.info("node %s serving: cluster %s on %s:%s, monitor %s, client port %d reserved (NATS protocol "
-                     "not served yet), peers %s", config.name, config.cluster_name, *node.cluster_address,
-                     monitor_url, config.client_port, ",".join(sorted(config.peers)) or "none")
+            log.info("node %s serving: cluster %s on %s:%s, monitor %s, NATS clients on %s, peers %s", config.name,
+                     config.cluster_name, *node.cluster_address, monitor_url, node.url,
+                     ",".join(sorted(config.peers)) or "none")
             async for signum in signals:
                 log.info("received %s: stopping", signal.Signals(signum).name)
                 break

@@ -4,7 +4,8 @@ and the embedded JetStream API.
 Modules: `config` (`NodeConfig`), `identity` (`node.json`), `errors`, `rpc` (request/response over the
 transport), `router` (to the leader), `handlers` (what a request does), `meta_adapter` / `meta_service`
 (the meta group), `stream_adapter` / `stream_replica` / `streams` (stream groups), `node` (`Node`,
-`open_node`), `jetstream` (`JetStreamContext`).
+`open_node`), `jetstream` (`JetStreamContext`), `client_server` / `client_conn` / `sublist` (the NATS
+client port), `stream_publish` (client publishes on stream subjects, answered with PubAcks).
 
 Imports: L0–L4, trio (DESIGN.md §1).
 """

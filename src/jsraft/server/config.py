@@ -12,6 +12,8 @@ Invariants (checked by `validate()`):
      one late tick deposes a healthy leader.
   4. The stream settings are in range: intervals >= 0 (0 turns the periodic action off), a block size the
      store accepts, a catch-up chunk within the wire's bound.
+  5. The client settings are in range: `max_payload` within `limits.payload_bytes_max`, a pending bound
+     that holds at least one message, positive intervals and counts.
 
 Imports: L0 (`errors`, `limits`), L1 (`codec`), L3 (`stream.catchup_wire` bounds), attrs, `config_file`.
 Reference: DESIGN.md §10 (CLI flags map onto these fields); hashicorp/raft `Config.validate`.
@@ -47,9 +49,17 @@ class NodeConfig:
     cluster_name: str = "jsraft"
     cluster_host: str = "127.0.0.1"
     cluster_port: int = 6222
-    # Reserved for the NATS client listener (next issue): stored and validated, not yet served.
+    # The NATS client listener (`server.client_server`); port 0 picks a free port (`Node.client_port`).
     client_host: str = "127.0.0.1"
     client_port: int = 4222
+    # What INFO advertises as `max_payload` (headers included), and how a client is policed: outbound bytes
+    # queued before it is a slow consumer, PING interval and unanswered PINGs before it is stale, and how
+    # long one write may take (nats-server: max_payload, max_pending, ping_interval, ping_max, write_deadline).
+    max_payload: int = limits.payload_bytes_default
+    client_pending_bytes_max: int = limits.client_pending_bytes_default
+    client_ping_interval_ms: int = 120_000
+    client_pings_out_max: int = 2
+    client_write_deadline_ms: int = 10_000
     # The monitoring HTTP listener (`server.monitor`), started by `jsraft serve`; None: no monitor.
     monitor_host: str = "127.0.0.1"
     monitor_port: int | None = None
@@ -119,6 +129,7 @@ class NodeConfig:
         if self.election_ticks < 3:
             raise InvalidConfig("node config: election_ticks must be at least 3")
         self._validate_stream_fields()
+        self._validate_client_fields()
         return self
 
     def _validate_stream_fields(self) -> None:
@@ -132,3 +143,12 @@ class NodeConfig:
             raise InvalidConfig(f"node config: stream_catchup_chunk_bytes must be 1..{CHUNK_BYTES_MAX}")
         if self.stream_repair_backoff_max_ms < 1:
             raise InvalidConfig("node config: stream_repair_backoff_max_ms must be at least 1")
+
+    def _validate_client_fields(self) -> None:
+        if not 1 <= self.max_payload <= limits.payload_bytes_max:
+            raise InvalidConfig(f"node config: max_payload must be 1..{limits.payload_bytes_max}")
+        if self.client_pending_bytes_max < self.max_payload:
+            raise InvalidConfig("node config: client_pending_bytes_max must be at least max_payload")
+        if min(self.client_ping_interval_ms, self.client_pings_out_max, self.client_write_deadline_ms) < 1:
+            raise InvalidConfig("node config: client_ping_interval_ms, client_pings_out_max and "
+                                "client_write_deadline_ms must be at least 1")

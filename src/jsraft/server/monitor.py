@@ -254,8 +254,8 @@ class Monitor:
         cluster_port = node.cluster_address[1] if node.cluster_address else config.cluster_port
         return 200, {
             "server_name": node.name, "version": __version__, "running": self.running,
-            "host": config.client_host, "port": config.client_port,
-            "client_listener": False,  # the NATS client protocol is not served yet; the port is reserved
+            "host": config.client_host, "port": node.client_port or config.client_port,
+            "client_listener": node.client_address is not None,
             "http_host": self.host, "http_port": self.address[1] if self.address else self.port,
             "cluster": {"name": config.cluster_name, "host": config.cluster_host, "port": cluster_port,
                         "peers": self._peers()},

@@ -3,7 +3,7 @@
 Owns: wiring the layers together and their lifecycle (`run`, `open_node`), the node's message
 dispatch (Raft messages by group name, `$rpc` frames to the request layer), and the two routes a request
 can take: to the meta leader (admin) or to a stream's leader (data). The JetStream API on top is in
-`jetstream`.
+`jetstream`; the NATS client port (`clients`, `url`) in `client_server` and `stream_publish`.
 
 Invariants:
   1. The store directory's identity is checked before anything else touches it (identity invariant 2).
@@ -33,14 +33,18 @@ from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
 from jsraft.runtime import NodeRuntime, SystemClock
+from jsraft.server.client_server import ClientServer
 from jsraft.server.config import NodeConfig
 from jsraft.server.handlers import Handlers
 from jsraft.server.jetstream import JetStreamContext
+from jsraft.server.jsapi_handlers import JsApi
 from jsraft.server.identity import NodeIdentity, load_or_format
 from jsraft.server.meta_adapter import MetaAdapter
 from jsraft.server.meta_service import META_GROUP, MetaService
 from jsraft.server.router import Router
 from jsraft.server.rpc import RPC_GROUP, Rpc
+from jsraft.server.stream_options import StreamOptions
+from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message
 
@@ -58,6 +62,7 @@ class Node:
         self.tick_s = config.tick_ms / 1000
         self.identity: NodeIdentity | None = None
         self.cluster_address: tuple[str, int] | None = None
+        self.client_address: tuple[str, int] | None = None
         self.killed = False
         self.meta = MetaStateMachine(clustered=config.clustered)
         self._scope = trio.CancelScope()
@@ -80,6 +85,7 @@ class Node:
                     await self.meta_service.open(self.raft_config(), disk.sub("meta"))
                     await nursery.start(self.streams.run)
                     nursery.start_soon(self.meta_service.run)
+                    self.client_address = await nursery.start(self.clients.run)
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)
             finally:
@@ -100,7 +106,9 @@ class Node:
         self.runtime = NodeRuntime(self.name, disk, SystemClock(), random.Random(), self._send_raft,
                                    tick_ms=config.tick_ms)
         self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
-                                     meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s)
+                                     meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s,
+                                     options=StreamOptions.of(config),
+                                     call_peer=lambda *args, **kwargs: self.rpc.call(*args, **kwargs))
         self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored)
         self.transport = Transport(
             self.name, config.cluster_name, self.identity.storage_uuid, config.cluster_host, config.cluster_port,
@@ -113,6 +121,8 @@ class Node:
         self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
                                         meta=self.meta, adapter=self.meta_adapter, online=self.online,
                                         tick_s=self.tick_s)
+        self.clients: ClientServer = client_service(self)
+        self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
         """Wait until the meta group has a leader, this node applied what it had committed when last
@@ -127,6 +137,16 @@ class Node:
                 if status.leader_id is not None and caught_up and not self.streams.pending:
                     return
                 await trio.sleep(self.tick_s / 2)
+
+    @property
+    def client_port(self) -> int | None:
+        """The NATS client port bound (`client_port` 0 picks one), once running."""
+        return self.client_address[1] if self.client_address else None
+
+    @property
+    def url(self) -> str | None:
+        """`nats://host:port` for any NATS client, once running."""
+        return f"nats://{self.client_address[0]}:{self.client_address[1]}" if self.client_address else None
 
     def stop(self) -> None:
         self._scope.cancel()

@@ -1,0 +1,263 @@
+"""`ClientServer`: the node's NATS client port — listening, connections, routing, internal subscriptions (L5).
+
+Owns: the listener on `client_host:client_port` (port 0 picks a free one; `address` is what was bound),
+the registry of `ClientConn`s, the `Sublist` of every subscription, `route` (one publish to everyone
+interested: plain subscriptions, one member per queue group, internal subscriptions; no-responders
+otherwise), and the hook later work serves `$JS.API.>` and stream subjects through:
+`subscribe_internal(subject, handler)`, where `handler(msg)` is awaited with an `InternalMsg` that can
+`respond(...)`.
+
+Invariants:
+  1. A publish reaches each matching plain subscription once and exactly one live member of each
+     matching queue group, chosen at random (nats-server does the same); never the publisher's own
+     subscriptions when it connected with `echo: false`.
+  2. No-responders: a publish with a reply subject that reached nobody, from a client whose CONNECT had
+     `headers` and `no_responders`, is answered with `HMSG <reply> <sid> 16 16` + `NATS/1.0 503` on the
+     client's own subscription matching the reply (nats-server `processInboundClientMsg`).
+  3. Internal handlers for messages from one connection start in the order the messages arrived (each
+     waits for its predecessor to have started), so a handler that queues its work before its first
+     checkpoint — a stream publish does — keeps the publisher's order. At most
+     `INTERNAL_INFLIGHT_MAX` run per connection (ClientConn invariant 6) and per server for messages
+     published internally; beyond that an internal message is dropped and logged.
+  4. A misbehaving client closes only its own connection; an internal handler's `JsraftError` is its own
+     business (the handler answers it); anything else is a bug and crashes the node.
+
+Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
+Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from jsraft import limits, subjects
+from jsraft.protocol import errors as texts
+from jsraft.protocol.wire import wire_text
+from jsraft.server.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_valid_subject
+from jsraft.server.sublist import Sublist
+
+log = logging.getLogger("jsraft.server.clients")
+
+NATS_VERSION = "2.10.0"  # the nats-server version whose client protocol and INFO this speaks
+
+
+@attrs.frozen(kw_only=True)
+class ClientOptions:
+    host: str = "127.0.0.1"
+    port: int = 4222
+    max_payload: int = limits.payload_bytes_default
+    max_control_line: int = limits.control_line_bytes_max
+    pending_bytes_max: int = limits.client_pending_bytes_default
+    ping_interval_s: float = 120.0
+    pings_out_max: int = 2
+    write_deadline_s: float = 10.0
+    connections_max: int = limits.client_connections_max
+    subscriptions_max: int = limits.client_subscriptions_max
+
+    @classmethod
+    def of(cls, config: Any) -> "ClientOptions":
+        """From a `NodeConfig` (its client fields)."""
+        return cls(host=config.client_host, port=config.client_port, max_payload=config.max_payload,
+                   pending_bytes_max=config.client_pending_bytes_max,
+                   ping_interval_s=config.client_ping_interval_ms / 1000, pings_out_max=config.client_pings_out_max,
+                   write_deadline_s=config.client_write_deadline_ms / 1000)
+
+
+@attrs.define
+class ClientStats:
+    connections: int = 0
+    in_msgs: int = 0
+    out_msgs: int = 0
+    slow_consumers: int = 0
+    stale_connections: int = 0
+    protocol_errors: int = 0
+    internal_dropped: int = 0
+
+
+class InternalMsg:
+    """A message delivered to an internal subscription; `respond` publishes on its reply subject."""
+
+    __slots__ = ("server", "subject", "reply", "headers", "payload")
+
+    def __init__(self, server: "ClientServer", subject: str, reply: str | None, headers: bytes | None,
+                 payload: bytes) -> None:
+        self.server = server
+        self.subject = subject
+        self.reply = reply
+        self.headers = headers
+        self.payload = payload
+
+    def respond(self, payload: bytes, headers: bytes | None = None) -> bool:
+        """Publish `payload` to the reply subject; False when there is none or nobody listens."""
+        if not self.reply:
+            return False
+        return self.server.publish(self.reply, payload, headers=headers)
+
+
+Handler = Callable[[InternalMsg], Awaitable[None]]
+
+
+class InternalSubscription:
+    """A subscription served by the node itself (sublist duck type: `subject`, `queue`)."""
+
+    __slots__ = ("server", "subject", "queue", "handler")
+
+    def __init__(self, server: "ClientServer", subject: str, handler: Handler, queue: str | None) -> None:
+        self.server = server
+        self.subject = subject
+        self.queue = queue
+        self.handler = handler
+
+    def deliver(self, origin: ClientConn | None, subject: bytes, reply: bytes | None, headers: bytes | None,
+                payload: bytes) -> bool:
+        return self.server.dispatch_internal(self, origin, subject, reply, headers, payload)
+
+
+class ClientServer:
+    def __init__(self, options: ClientOptions, *, server_id: str, server_name: str,
+                 rng: random.Random | None = None) -> None:
+        self.options = options
+        self.server_id = server_id
+        self.server_name = server_name
+        self.sublist = Sublist()
+        self.clients: dict[int, ClientConn] = {}
+        self.stats = ClientStats()
+        self.address: tuple[str, int] | None = None
+        # Called before each route, so a hook can bring its internal subscriptions up to date first.
+        self.before_route: list[Callable[[], None]] = []
+        self._rng = rng or random.Random()
+        self._next_cid = 0
+        self._nursery: trio.Nursery | None = None
+        self._internal_inflight = 0
+        self._internal_last = trio.Event()
+        self._internal_last.set()
+
+    # --- Lifecycle --------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen, report `started((host, port))`, serve clients until cancelled."""
+        listeners = await trio.open_tcp_listeners(self.options.port, host=self.options.host)
+        self.address = (self.options.host, listeners[0].socket.getsockname()[1])
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(trio.serve_listeners, self._serve_client, listeners)
+            log.info("NATS clients on nats://%s:%d (max_payload %d)", *self.address, self.options.max_payload)
+            task_status.started(self.address)
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
+        self._next_cid += 1
+        cid = self._next_cid
+        try:
+            peer = "%s:%d" % stream.socket.getpeername()[:2]
+        except OSError:
+            peer = "?"
+        if len(self.clients) >= self.options.connections_max:
+            log.warning("refusing client %s: %d connections", peer, len(self.clients))
+            with trio.move_on_after(1.0):
+                await stream.send_all(err_line(texts.ERR_MAX_CONNECTIONS))
+            await trio.aclose_forcefully(stream)
+            return
+        conn = ClientConn(self, stream, cid, peer)
+        self.clients[cid] = conn
+        self.stats.connections += 1
+        try:
+            await conn.run(self.info_line(conn))
+        finally:
+            del self.clients[cid]
+
+    def info(self, conn: ClientConn) -> dict[str, Any]:
+        host, port = self.address or (self.options.host, self.options.port)
+        return {"server_id": self.server_id, "server_name": self.server_name, "version": NATS_VERSION,
+                "proto": 1, "host": host, "port": port, "headers": True, "max_payload": self.options.max_payload,
+                "jetstream": True, "client_id": conn.cid, "client_ip": conn.peer.rpartition(":")[0]}
+
+    def info_line(self, conn: ClientConn) -> bytes:
+        return b"INFO %s\r\n" % json.dumps(self.info(conn), separators=(",", ":")).encode()
+
+    # --- Routing ----------------------------------------------------------------------------------------
+
+    def publish(self, subject: str, payload: bytes, *, reply: str | None = None, headers: bytes | None = None) -> bool:
+        """Publish from the node itself (no publisher connection); True when someone received it."""
+        return self.route(None, subject, reply, headers, payload)
+
+    def route(self, origin: ClientConn | None, subject: str, reply: str | None, headers: bytes | None,
+              payload: bytes) -> bool:
+        """Deliver one publish (invariants 1 and 2); True when it reached anyone."""
+        for hook in self.before_route:
+            hook()
+        # A subject with wildcards, empty tokens or bytes that are not UTF-8 reaches nobody.
+        result = self.sublist.match(subject) if is_valid_subject(subject) else None
+        delivered = False
+        if result is not None and (result.plain or result.queues):
+            subject_bytes = wire_text(subject)
+            reply_bytes = wire_text(reply) if reply else None
+            for sub in result.plain:
+                delivered = sub.deliver(origin, subject_bytes, reply_bytes, headers, payload) or delivered
+            for members in result.queues:
+                delivered = self._deliver_queue(members, origin, subject_bytes, reply_bytes, headers,
+                                                payload) or delivered
+        if not delivered and reply and origin is not None and origin.no_responders:
+            origin.send_no_responders(reply)
+        return delivered
+
+    def _deliver_queue(self, members: tuple[Any, ...], origin: ClientConn | None, subject: bytes,
+                       reply: bytes | None, headers: bytes | None, payload: bytes) -> bool:
+        """One member of a queue group, at random; the next ones in turn if it cannot take it."""
+        start = self._rng.randrange(len(members))
+        for offset in range(len(members)):
+            if members[(start + offset) % len(members)].deliver(origin, subject, reply, headers, payload):
+                return True
+        return False
+
+    # --- Internal subscriptions -------------------------------------------------------------------------
+
+    def subscribe_internal(self, subject: str, handler: Handler, *, queue: str | None = None) -> InternalSubscription:
+        subjects.validate(subject, wildcards=True)
+        sub = InternalSubscription(self, subject, handler, queue)
+        self.sublist.insert(sub)
+        return sub
+
+    def unsubscribe_internal(self, sub: InternalSubscription) -> None:
+        self.sublist.remove(sub)
+
+    def dispatch_internal(self, sub: InternalSubscription, origin: ClientConn | None, subject: bytes,
+                          reply: bytes | None, headers: bytes | None, payload: bytes) -> bool:
+        """Start `sub.handler` for one message, in arrival order per origin (invariant 3)."""
+        if self._nursery is None:
+            return False
+        if origin is None:
+            if self._internal_inflight >= INTERNAL_INFLIGHT_MAX:
+                self.stats.internal_dropped += 1
+                log.warning("internal message on %r dropped: %d handlers busy", sub.subject, self._internal_inflight)
+                return False
+            self._internal_inflight += 1
+            previous, self._internal_last = self._internal_last, trio.Event()
+            mine = self._internal_last
+        else:
+            origin.internal_inflight += 1
+            previous, origin.internal_last = origin.internal_last, trio.Event()
+            mine = origin.internal_last
+        msg = InternalMsg(self, subject.decode("utf-8", "surrogateescape"),
+                          reply.decode("utf-8", "surrogateescape") if reply else None, headers, payload)
+        self._nursery.start_soon(self._run_internal, sub.handler, msg, previous, mine, origin)
+        return True
+
+    async def _run_internal(self, handler: Handler, msg: InternalMsg, previous: trio.Event, mine: trio.Event,
+                            origin: ClientConn | None) -> None:
+        try:
+            await previous.wait()
+            mine.set()  # no checkpoint between this and the handler's first: the next one starts after
+            await handler(msg)
+        finally:
+            mine.set()
+            if origin is None:
+                self._internal_inflight -= 1
+            else:
+                origin.internal_done()

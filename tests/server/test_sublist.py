@@ -1,0 +1,110 @@
+"""`Sublist`: subject interest with `*`/`>` wildcards and queue groups.
+
+Method: examples pin the NATS wildcard rules (`*` one token, `>` one or more trailing tokens) and queue
+grouping; then a Hypothesis model test (bounded, derandomized) inserts and removes generated
+subscriptions over a small token alphabet, so wildcards collide often, and after every step compares
+`match` for generated literal subjects with a brute-force filter using `jsraft.subjects.matches`
+(sublist invariant 1), checks the cache never returns a stale answer, and that removing everything leaves
+an empty trie (invariant 2).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jsraft import subjects
+from jsraft.server.sublist import CACHE_SUBJECTS_MAX, Sublist
+
+
+class S:
+    """A subscription as the sublist sees one: a subject, a queue, identity."""
+
+    def __init__(self, subject: str, queue: str | None = None) -> None:
+        self.subject = subject
+        self.queue = queue
+
+    def __repr__(self) -> str:
+        return f"S({self.subject!r}, {self.queue!r})"
+
+
+def test_wildcards():
+    sublist = Sublist()
+    exact, star, full, root_full, mid = S("a.b"), S("a.*"), S("a.>"), S(">"), S("*.b.c")
+    for sub in (exact, star, full, root_full, mid):
+        sublist.insert(sub)
+    assert set(sublist.match("a.b").plain) == {exact, star, full, root_full}
+    assert set(sublist.match("a").plain) == {root_full}  # '>' needs at least one token after "a."
+    assert set(sublist.match("a.b.c").plain) == {full, root_full, mid}
+    assert set(sublist.match("x.b.c").plain) == {root_full, mid}
+    assert sublist.match("a.b").queues == ()
+
+
+def test_queue_groups_span_subjects():
+    sublist = Sublist()
+    q1, q2, q3, other = S("orders.*", "workers"), S("orders.new", "workers"), S("orders.>", "audit"), S("orders.new")
+    for sub in (q1, q2, q3, other):
+        sublist.insert(sub)
+    result = sublist.match("orders.new")
+    assert result.plain == (other,)
+    assert sorted(map(set, result.queues), key=len) == [{q3}, {q1, q2}]
+
+
+def test_insert_is_idempotent_and_remove_prunes():
+    sublist = Sublist()
+    sub = S("a.b.c")
+    sublist.insert(sub)
+    sublist.insert(sub)
+    assert len(sublist) == 1
+    assert sublist.match("a.b.c").plain == (sub,)
+    assert sublist.remove(sub) and not sublist.remove(sub)
+    assert len(sublist) == 0 and sublist._root.empty()
+    assert sublist.remove(S("never.there")) is False
+    assert sublist.match("a.b.c").plain == ()  # the cached answer was dropped on removal
+
+
+def test_cache_is_bounded():
+    sublist = Sublist()
+    sublist.insert(S(">"))
+    for i in range(CACHE_SUBJECTS_MAX + 10):
+        sublist.match(f"s.{i}")
+    assert len(sublist._cache) <= CACHE_SUBJECTS_MAX
+
+
+_tokens = st.sampled_from(["a", "b", "c"])
+_filter_tokens = st.sampled_from(["a", "b", "c", "*"])
+_filters = st.builds(
+    lambda head, tail: ".".join(head + ([tail] if tail else [])),
+    st.lists(_filter_tokens, min_size=1, max_size=3), st.sampled_from(["", ">"]),
+) | st.just(">")
+_literals = st.lists(_tokens, min_size=1, max_size=4).map(".".join)
+_steps = st.lists(st.tuples(st.booleans(), _filters, st.none() | st.sampled_from(["q1", "q2"]), st.integers(0, 30)),
+                  max_size=30)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@given(_steps, st.lists(_literals, min_size=1, max_size=6))
+def test_match_equals_brute_force(steps, probes):
+    sublist = Sublist()
+    live: list[S] = []
+    for insert, subject, queue, pick in steps:
+        if insert or not live:
+            sub = S(subject, queue)
+            sublist.insert(sub)
+            live.append(sub)
+        else:
+            assert sublist.remove(live.pop(pick % len(live)))
+        assert len(sublist) == len(live)
+        for probe in probes:
+            result = sublist.match(probe)
+            expected = [s for s in live if subjects.matches(s.subject, probe)]
+            assert sorted(map(id, result.plain)) == sorted(id(s) for s in expected if s.queue is None)
+            groups = {}
+            for s in expected:
+                if s.queue is not None:
+                    groups.setdefault(s.queue, set()).add(id(s))
+            assert sorted(map(sorted, (set(map(id, members)) for members in result.queues))) == \
+                sorted(map(sorted, groups.values()))
+    for sub in live:
+        assert sublist.remove(sub)
+    assert len(sublist) == 0 and sublist._root.empty()

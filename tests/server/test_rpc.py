@@ -11,7 +11,7 @@ import trio
 
 from jsraft.errors import StreamNotFound, UnknownConfigField
 from jsraft.raft.errors import NotLeader
-from jsraft.server.errors import RpcRefused, RpcTimeout
+from jsraft.server.errors import RpcLinkDown, RpcRefused, RpcTimeout
 from jsraft.server.rpc import REPLY, REQUEST, Rpc, decode_frame, encode_frame
 from jsraft.transport.errors import TransportProtocolError
 
@@ -90,3 +90,32 @@ async def test_timeout_and_late_reply(autojump_clock):
             await rpc["a"].call("b", "echo", {}, timeout_s=1.0)
         rpc["a"].on_payload("b", encode_frame(REPLY, 1, "echo", {}))  # late: dropped, nothing waits
         nursery.cancel_scope.cancel()
+
+
+async def test_a_link_down_fails_the_calls_waiting_on_that_peer_at_once(autojump_clock):
+    async def handler(from_node, method, args, blobs):
+        return {}, []
+
+    rpc = pair(handler, drop=True)  # requests vanish: only the link going down can end the wait early
+    outcomes: dict[str, object] = {}
+
+    async def call(to_node: str, key: str) -> None:
+        started = trio.current_time()
+        try:
+            await rpc["a"].call(to_node, "echo", {}, timeout_s=5.0)
+        except RpcTimeout as error:
+            outcomes[key] = (type(error).__name__, trio.current_time() - started)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rpc["a"].run)
+        async with trio.open_nursery() as calls:
+            calls.start_soon(call, "b", "to b")
+            calls.start_soon(call, "c", "to c")
+            await trio.sleep(0.5)
+            rpc["a"].on_link("c", True)  # another peer coming up changes nothing
+            rpc["a"].on_link("b", False)
+        nursery.cancel_scope.cancel()
+    name, waited = outcomes["to b"]
+    assert name == "RpcLinkDown" and waited == pytest.approx(0.5)
+    assert outcomes["to c"] == ("RpcTimeout", pytest.approx(5.0))
+    assert issubclass(RpcLinkDown, RpcTimeout)  # callers treat it as an unknown outcome, never retry blindly

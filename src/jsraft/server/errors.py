@@ -38,6 +38,16 @@ class RpcTimeout(ServerError):
     default_description = "request to peer timed out"
 
 
+class RpcLinkDown(RpcTimeout):
+    """The link to the peer went down while the request waited for its reply: like a timeout, the request
+    may or may not have been carried out — but the caller learns it at once, not after the whole timeout
+    (a publish to a crashed stream leader is retried with its msg id as soon as a new leader is known)."""
+
+    err_code = 20620
+    http_code = 503
+    default_description = "link to peer went down before its reply"
+
+
 class RpcRefused(ServerError):
     """The request could not be sent (peer unknown or unreachable) or the peer is overloaded."""
 

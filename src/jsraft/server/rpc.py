@@ -34,13 +34,14 @@ import trio
 
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
-from jsraft.server.errors import RemoteError, RpcRefused, RpcTimeout
+from jsraft.server.errors import RemoteError, RpcLinkDown, RpcRefused, RpcTimeout
 from jsraft.transport.errors import TransportProtocolError
 
 log = logging.getLogger("jsraft.server.rpc")
 
 RPC_GROUP = "$rpc"
 REQUEST, REPLY, ERROR = 0, 1, 2
+_LINK_DOWN = -1  # a call slot's kind when the link to its peer went down (never on the wire)
 _HEAD = struct.Struct(">BQB")
 _U32 = struct.Struct(">I")
 _U16 = struct.Struct(">H")
@@ -130,7 +131,7 @@ class Rpc:
         self.requests_max = requests_max
         self.calls_max = calls_max
         self._ids = itertools.count(1)
-        self._calls: dict[int, list[Any]] = {}  # id -> [event, kind, body, blobs]
+        self._calls: dict[int, list[Any]] = {}  # id -> [event, kind, body, blobs, to_node]
         self._serving = 0
         self._nursery: trio.Nursery | None = None
 
@@ -146,7 +147,7 @@ class Rpc:
         if len(self._calls) >= self.calls_max:
             raise RpcRefused(f"{self.calls_max} calls already waiting for replies")
         request_id = next(self._ids)
-        slot: list[Any] = [trio.Event(), None, None, None]
+        slot: list[Any] = [trio.Event(), None, None, None, to_node]
         self._calls[request_id] = slot
         try:
             if not self._send(to_node, RPC_GROUP, encode_frame(REQUEST, request_id, method, args, blobs)):
@@ -157,9 +158,21 @@ class Rpc:
                 raise RpcTimeout(f"{method} to {to_node}: no reply in {timeout_s}s")
         finally:
             self._calls.pop(request_id, None)
+        if slot[1] == _LINK_DOWN:
+            raise RpcLinkDown(f"{method} to {to_node}: the link went down before the reply")
         if slot[1] == ERROR:
             raise error_from_body(slot[2])
         return slot[2], slot[3]
+
+    def on_link(self, peer: str, up: bool) -> None:
+        """The transport's link to `peer` changed; when it went down, every call waiting for that peer's
+        reply fails now with `RpcLinkDown` (a reply can no longer arrive on it: frames are not resent)."""
+        if up:
+            return
+        for slot in self._calls.values():
+            if slot[4] == peer and not slot[0].is_set():
+                slot[1] = _LINK_DOWN
+                slot[0].set()
 
     def on_payload(self, from_node: str, payload: bytes) -> None:
         """A `$rpc` frame from `from_node` (called synchronously by the transport's reader)."""
@@ -167,7 +180,7 @@ class Rpc:
         if kind != REQUEST:
             slot = self._calls.get(request_id)
             if slot is not None and not slot[0].is_set():
-                slot[1:] = [kind, body, blobs]
+                slot[1:4] = [kind, body, blobs]
                 slot[0].set()
             return
         if not isinstance(body, dict):

@@ -4,12 +4,14 @@ Method: a single real node (`jsraft.open_node`, real files under `tmp_path`, loo
 with a `Monitor` started next to it in the test's nursery. Requests are raw bytes over a trio TCP stream
 (so malformed requests can be sent at all); the answers' status lines and JSON bodies are checked against
 the node's own state (the stream store's state tuple, the meta group's leader). Bad requests must be
-answered 4xx and leave the monitor serving.
+answered 4xx and leave the monitor serving. Readiness (`/varz` 503 until a meta leader is known and the
+node caught up) is shown with one voter of three on fixed free cluster ports, then a second one.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 import trio
@@ -17,6 +19,7 @@ import trio
 import jsraft
 from jsraft.server import NodeConfig
 from jsraft.server import monitor as monitor_module
+from jsraft.server.metrics import node_ready
 from jsraft.server.monitor import HttpError, Monitor, format_uptime, parse_request_head
 
 
@@ -125,8 +128,53 @@ async def test_slow_and_silent_clients(tmp_path, monkeypatch):
             assert got == 408  # a head that never ends is cut off, not waited on for ever
             status, headers, body = await raw_request(address, b"HEAD /varz HTTP/1.0\r\n\r\n")
             assert status == 200 and body == b"" and int(headers["Content-Length"]) > 0
-            assert (await get(address, "/"))[1]["endpoints"] == ["/healthz", "/varz", "/jsz"]
+            assert (await get(address, "/"))[1]["endpoints"] == ["/healthz", "/varz", "/jsz", "/metrics"]
             assert (await get(address, "/varz/"))[0] == 200
+            nursery.cancel_scope.cancel()
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def test_varz_waits_until_the_node_is_ready(tmp_path):
+    """One voter of three has no meta leader: alive (/healthz 200) but not ready (/varz 503, with the
+    reason). A second voter makes a quorum; /varz turns 200 once a leader is known and this node caught up,
+    and stays 200 (latched) after that."""
+    ports = dict(zip(("r1", "r2", "r3"), free_ports(3)))
+
+    def voter(name: str) -> NodeConfig:
+        peers = {other: f"127.0.0.1:{port}" for other, port in ports.items() if other != name}
+        return NodeConfig(name=name, store_dir=str(tmp_path / name), cluster_name="ready", cluster_port=ports[name],
+                          client_port=0, peers=peers, tick_ms=20, election_ticks=5, test_mode=True)
+
+    async with jsraft.open_node(voter("r1"), ready_timeout_s=None) as node:
+        monitor = Monitor(node, "127.0.0.1", 0)
+        async with trio.open_nursery() as nursery:
+            address = await nursery.start(monitor.run)
+            monitor.mark_running()
+            assert await get(address, "/healthz") == (200, {"status": "ok"})
+            status, body = await get(address, "/varz")
+            assert (status, body) == (503, {"server_name": "r1", "error": "node is not ready: no meta leader is known"})
+            async with jsraft.open_node(voter("r2"), ready_timeout_s=None):
+                with trio.fail_after(20):
+                    while (status := (await get(address, "/varz"))[0]) == 503:
+                        await trio.sleep(0.02)
+                assert status == 200
+                assert node_ready(node) is None and node.meta_leader() in ("r1", "r2")
+            # r2 is gone: no quorum any more, but /varz keeps describing the node (monitor invariant 3).
+            with trio.fail_after(20):
+                while node.meta_leader() is not None:
+                    await trio.sleep(0.02)
+            assert node_ready(node) is not None
+            assert (await get(address, "/varz"))[0] == 200
             nursery.cancel_scope.cancel()
 
 

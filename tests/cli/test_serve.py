@@ -135,7 +135,8 @@ def test_serve_from_a_config_file_with_flags_on_top_then_stop_cleanly(tmp_path, 
     process = serve("--config", str(config), "-p", str(client), "--monitor-port", str(monitor))
     try:
         poll(lambda: get(monitor, "/healthz") == (200, {"status": "ok"}), 30, "healthz ok")
-        status, varz = get(monitor, "/varz")
+        # /varz answers 503 until the node is ready (a meta leader known, this node caught up): poll it.
+        status, varz = poll(lambda: (answer := get(monitor, "/varz"))[0] == 200 and answer, 30, "varz ready")
         assert status == 200 and (varz["server_name"], varz["port"], varz["http_port"]) == ("s1", client, monitor)
         assert varz["cluster"] == {"name": "solo", "host": "127.0.0.1", "port": cluster, "peers": []}
 

@@ -1,14 +1,19 @@
-"""`Monitor`: the node's monitoring HTTP listener — `/healthz`, `/varz`, `/jsz` (layer L5).
+"""`Monitor`: the node's monitoring HTTP listener — `/healthz`, `/varz`, `/jsz`, `/metrics` (layer L5).
 
 Owns: a plain trio TCP listener speaking just enough HTTP/1.0 (one request per connection, `GET` and
-`HEAD`, JSON bodies, `Connection: close`), and the three views, built from the node's existing attributes:
+`HEAD`, JSON bodies — Prometheus text for `/metrics` —, `Connection: close`), and the views, built from
+the node's existing attributes:
   - `/healthz`: 200 `{"status": "ok"}` while the node runs (`mark_running` .. `mark_stopped`), else 503.
+    Liveness: it says the process serves, not that the node is ready.
   - `/varz`: name, version, ports (client, cluster, monitor), cluster name, peers and their links, start
-    time and uptime.
+    time and uptime — served only once the node has been ready (`metrics.node_ready`: a meta leader is
+    known and this node caught up); before that 503 with the reason, so a harness can poll it to know
+    when clients may start.
   - `/jsz`: the meta group (leader, term, size) and every stream in the meta state with its placement, its
     leader as this node sees it, and, where this node holds a replica, that replica's state tuple
     (first_seq, last_seq, messages, bytes, digest), health and applied index. 503 while not running: a
     stopped node's view is stale.
+  - `/metrics`: Prometheus text format from the node's own registry (`metrics.node_registry`).
 
 Invariants:
   1. Nothing a client sends can crash or stall the node: the request head is bounded
@@ -17,9 +22,11 @@ Invariants:
      (`CONNECTIONS_MAX`; beyond it a connection is closed at once), and any error while building a view
      is logged and answered 500.
   2. The monitor only reads node state; it never proposes, opens or closes anything.
+  3. `/varz` answers 503 until the first time the node is seen ready, and 200 from then on: readiness is
+     latched, so a meta election later on does not make the node's description disappear.
 
 Imports: stdlib, L0, trio, server siblings. Reference: nats-server monitoring endpoints (`/healthz`,
-`/varz`, `/jsz`); DESIGN.md §10.
+`/varz`, `/jsz`); Prometheus exposition format; DESIGN.md §10.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ import trio
 from jsraft import __version__
 from jsraft.errors import JsraftError
 from jsraft.server.meta_service import META_GROUP
+from jsraft.server.metrics import CONTENT_TYPE, node_ready, node_registry, render
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -54,6 +62,22 @@ _RECEIVE_BYTES = 4096
 _REQUEST_LINE = re.compile(r"(?P<method>[A-Z]{1,16}) (?P<target>/[!-~]*) HTTP/(?P<version>1\.[01])")
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+ENDPOINTS = ("/healthz", "/varz", "/jsz", "/metrics")
+
+
+class Text:
+    """A response body that is not JSON: bytes and their content type."""
+
+    __slots__ = ("data", "content_type")
+
+    def __init__(self, data: bytes, content_type: str) -> None:
+        self.data = data
+        self.content_type = content_type
+
+
+Body = dict[str, Any] | Text
 
 
 class HttpError(Exception):
@@ -81,10 +105,14 @@ def parse_request_head(head: bytes) -> tuple[str, str]:
     return match["method"], path
 
 
-def render_response(status: int, body: dict[str, Any] | None, *, head_only: bool = False,
+def render_response(status: int, body: Body | None, *, head_only: bool = False,
                     extra_headers: tuple[str, ...] = ()) -> bytes:
-    payload = (json.dumps(body, indent=2, sort_keys=False) + "\n").encode() if body is not None else b""
-    lines = [f"HTTP/1.0 {status} {_REASONS.get(status, 'Error')}", "Content-Type: application/json",
+    if isinstance(body, Text):
+        payload, content_type = body.data, body.content_type
+    else:
+        payload = (json.dumps(body, indent=2, sort_keys=False) + "\n").encode() if body is not None else b""
+        content_type = "application/json"
+    lines = [f"HTTP/1.0 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {content_type}",
              f"Content-Length: {len(payload)}", "Cache-Control: no-store", "Connection: close", *extra_headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head_only else payload)
 
@@ -133,6 +161,8 @@ class Monitor:
         self.started_wall_s: float | None = None
         self.requests = 0
         self.refused = 0  # requests answered 4xx, and connections closed for being over the bound
+        self.registry = node_registry(node, running=lambda: self.running)  # this node's own (not global)
+        self.ready_seen = False  # invariant 3
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
 
     # --- The node's lifecycle, as told by whoever runs it --------------------------------------------
@@ -211,7 +241,7 @@ class Monitor:
                 raise HttpError(431, f"request head over {REQUEST_HEAD_BYTES_MAX} bytes")
         return bytes(buffer)
 
-    async def _send(self, stream: trio.SocketStream, status: int, body: dict[str, Any] | None, **kwargs: Any) -> None:
+    async def _send(self, stream: trio.SocketStream, status: int, body: Body | None, **kwargs: Any) -> None:
         if 400 <= status < 500:
             self.refused += 1
         with trio.move_on_after(REQUEST_TIMEOUT_S):  # a client that never reads must not pin the task
@@ -224,11 +254,12 @@ class Monitor:
 
     # --- Routing and views -----------------------------------------------------------------------------
 
-    def respond(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
+    def respond(self, method: str, path: str) -> tuple[int, Body]:
         """`(status, body)` for a parsed request; `HttpError` for a refused one (invariant 1)."""
         if method not in ("GET", "HEAD"):
             raise HttpError(405, f"method {method} not allowed")
-        views = {"/": self.index, "/healthz": self.healthz, "/varz": self.varz, "/jsz": self.jsz}
+        views = {"/": self.index, "/healthz": self.healthz, "/varz": self.varz, "/jsz": self.jsz,
+                 "/metrics": self.metrics}
         view = views.get(path)
         if view is None:
             raise HttpError(404, f"no such endpoint: {path}")
@@ -239,7 +270,7 @@ class Monitor:
             return 500, {"error": f"building {path} failed; see the node's log"}
 
     def index(self) -> tuple[int, dict[str, Any]]:
-        return 200, {"server_name": self.node.name, "endpoints": ["/healthz", "/varz", "/jsz"]}
+        return 200, {"server_name": self.node.name, "endpoints": list(ENDPOINTS)}
 
     def healthz(self) -> tuple[int, dict[str, Any]]:
         if self.running:
@@ -251,6 +282,11 @@ class Monitor:
 
     def varz(self) -> tuple[int, dict[str, Any]]:
         node, config = self.node, self.node.config
+        if not self.ready_seen:  # invariant 3
+            reason = node_ready(node)
+            if reason is not None:
+                return 503, {"server_name": node.name, "error": f"node is not ready: {reason}"}
+            self.ready_seen = True
         cluster_port = node.cluster_address[1] if node.cluster_address else config.cluster_port
         return 200, {
             "server_name": node.name, "version": __version__, "running": self.running,
@@ -274,6 +310,9 @@ class Monitor:
         return [{"name": name, "address": address,
                  "connected": bool(links[name].connected) if name in links else False}
                 for name, address in sorted(configured.items())]
+
+    def metrics(self) -> tuple[int, Text]:
+        return 200, Text(render(self.registry), CONTENT_TYPE)
 
     def jsz(self) -> tuple[int, dict[str, Any]]:
         if not self.running:

@@ -5,7 +5,7 @@ grouping; then a Hypothesis model test (bounded, derandomized) inserts and remov
 subscriptions over a small token alphabet, so wildcards collide often, and after every step compares
 `match` for generated literal subjects with a brute-force filter using `jsraft.subjects.matches`
 (sublist invariant 1), checks the cache never returns a stale answer, and that removing everything leaves
-an empty trie (invariant 2).
+an empty trie (invariant 2). Observers are checked by example (invariant 4).
 """
 
 from __future__ import annotations
@@ -61,6 +61,19 @@ def test_insert_is_idempotent_and_remove_prunes():
     assert len(sublist) == 0 and sublist._root.empty()
     assert sublist.remove(S("never.there")) is False
     assert sublist.match("a.b.c").plain == ()  # the cached answer was dropped on removal
+
+
+def test_observers_see_each_change_once_after_it_is_made():
+    sublist = Sublist()
+    seen = []
+    sublist.observers.append(lambda sub, added: seen.append((sub, added, len(sublist))))
+    plain, member = S("a.b"), S("a.*", "q")
+    sublist.insert(plain)
+    sublist.insert(plain)  # already there: no change, no call
+    sublist.insert(member)
+    sublist.remove(plain)
+    sublist.remove(plain)
+    assert seen == [(plain, True, 1), (member, True, 2), (plain, False, 1)]
 
 
 def test_cache_is_bounded():

@@ -2,18 +2,20 @@
 
 Owns: the listener on `client_host:client_port` (port 0 picks a free one; `address` is what was bound),
 the registry of `ClientConn`s, the `Sublist` of every subscription, `route` (one publish to everyone
-interested: plain subscriptions, one member per queue group, internal subscriptions; no-responders
-otherwise), and the hook later work serves `$JS.API.>` and stream subjects through:
-`subscribe_internal(subject, handler)`, where `handler(msg)` is awaited with an `InternalMsg` that can
-`respond(...)`.
+interested: plain subscriptions, one member per queue group, internal subscriptions, peers through
+`forward`; no-responders otherwise), `deliver_routed` (a message a peer forwarded), and the hook later
+work serves `$JS.API.>` and stream subjects through: `subscribe_internal(subject, handler)`, where
+`handler(msg)` is awaited with an `InternalMsg` that can `respond(...)`.
 
 Invariants:
   1. A publish reaches each matching plain subscription once and exactly one live member of each
      matching queue group, chosen at random (nats-server does the same); never the publisher's own
-     subscriptions when it connected with `echo: false`.
-  2. No-responders: a publish with a reply subject that reached nobody, from a client whose CONNECT had
-     `headers` and `no_responders`, is answered with `HMSG <reply> <sid> 16 16` + `NATS/1.0 503` on the
-     client's own subscription matching the reply (nats-server `processInboundClientMsg`).
+     subscriptions when it connected with `echo: false`. In a cluster a member on this node is
+     preferred; only a group no member here took is left to the peers (invariant 5).
+  2. No-responders: a publish with a reply subject that reached nobody, here or at a peer (`forward`
+     sent it nowhere), from a client whose CONNECT had `headers` and `no_responders`, is answered with
+     `HMSG <reply> <sid> 16 16` + `NATS/1.0 503` on the client's own subscription matching the reply
+     (nats-server `processInboundClientMsg`).
   3. Internal handlers for messages from one connection start in the order the messages arrived (each
      waits for its predecessor to have started), so a handler that queues its work before its first
      checkpoint — a stream publish does — keeps the publisher's order. At most
@@ -21,6 +23,12 @@ Invariants:
      published internally; beyond that an internal message is dropped and logged.
   4. A misbehaving client closes only its own connection; an internal handler's `JsraftError` is its own
      business (the handler answers it); anything else is a bug and crashes the node.
+  5. Cluster routing: after local delivery a publish is offered to `forward` (set by `routes.Routes`)
+     with the queue groups served here. A message a peer forwarded (`deliver_routed`) reaches this
+     node's client subscriptions only — never an internal one: every node holds its own `$JS.API`,
+     stream-subject and direct-get subscriptions and serves its own clients, so serving a peer's
+     message again would answer a request twice or store a publish twice — and is never forwarded
+     again, so a message crosses at most one link (the nodes form a full mesh, as nats-server routes do).
 
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
 Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
@@ -31,7 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import attrs
@@ -102,6 +110,8 @@ class InternalMsg:
 
 
 Handler = Callable[[InternalMsg], Awaitable[None]]
+# (subject, reply, headers, payload, queue groups served on this node) -> whether any peer was sent it
+Forward = Callable[[str, str | None, bytes | None, bytes, Collection[str]], bool]
 
 
 class InternalSubscription:
@@ -132,6 +142,8 @@ class ClientServer:
         self.address: tuple[str, int] | None = None
         # Called before each route, so a hook can bring its internal subscriptions up to date first.
         self.before_route: list[Callable[[], None]] = []
+        # Set by the cluster routes (`routes.Routes`): offers each publish to the peers with interest.
+        self.forward: Forward | None = None
         self._rng = rng or random.Random()
         self._next_cid = 0
         self._nursery: trio.Nursery | None = None
@@ -189,22 +201,44 @@ class ClientServer:
 
     def route(self, origin: ClientConn | None, subject: str, reply: str | None, headers: bytes | None,
               payload: bytes) -> bool:
-        """Deliver one publish (invariants 1 and 2); True when it reached anyone."""
+        """Deliver one publish (invariants 1, 2 and 5); True when it reached anyone, here or at a peer."""
         for hook in self.before_route:
             hook()
         # A subject with wildcards, empty tokens or bytes that are not UTF-8 reaches nobody.
         result = self.sublist.match(subject) if is_valid_subject(subject) else None
         delivered = False
+        served: list[str] = []  # queue groups a member on this node took: peers must not serve them too
         if result is not None and (result.plain or result.queues):
             subject_bytes = wire_text(subject)
             reply_bytes = wire_text(reply) if reply else None
             for sub in result.plain:
                 delivered = sub.deliver(origin, subject_bytes, reply_bytes, headers, payload) or delivered
             for members in result.queues:
-                delivered = self._deliver_queue(members, origin, subject_bytes, reply_bytes, headers,
-                                                payload) or delivered
+                if self._deliver_queue(members, origin, subject_bytes, reply_bytes, headers, payload):
+                    delivered = True
+                    served.append(members[0].queue)
+        if result is not None and self.forward is not None:
+            delivered = self.forward(subject, reply, headers, payload, served) or delivered
         if not delivered and reply and origin is not None and origin.no_responders:
             origin.send_no_responders(reply)
+        return delivered
+
+    def deliver_routed(self, subject: str, subject_bytes: bytes, reply: bytes | None, headers: bytes | None,
+                       payload: bytes, queues: Collection[str]) -> bool:
+        """A message a peer forwarded (invariant 5): to this node's client subscriptions only — each
+        matching plain one, one member of each queue group in `queues` — and never forwarded again."""
+        result = self.sublist.match(subject)
+        delivered = False
+        for sub in result.plain:
+            if type(sub) is not InternalSubscription:
+                delivered = sub.deliver(None, subject_bytes, reply, headers, payload) or delivered
+        if queues:
+            for members in result.queues:
+                if members[0].queue in queues:
+                    clients = tuple(sub for sub in members if type(sub) is not InternalSubscription)
+                    if clients:
+                        delivered = self._deliver_queue(clients, None, subject_bytes, reply, headers,
+                                                        payload) or delivered
         return delivered
 
     def _deliver_queue(self, members: tuple[Any, ...], origin: ClientConn | None, subject: bytes,

@@ -1,14 +1,16 @@
 """`Node`: one jsraft node — disk, identity, transport, runtime, the meta group and its stream groups (L5).
 
 Owns: wiring the layers together and their lifecycle (`run`, `open_node`), the node's message
-dispatch (Raft messages by group name, `$rpc` frames to the request layer), and the two routes a request
-can take: to the meta leader (admin) or to a stream's leader (data). The JetStream API on top is in
-`jetstream`; the NATS client port (`clients`, `url`) in `client_server` and `stream_publish`.
+dispatch (Raft messages by group name, `$rpc` frames to the request layer, `$route` frames and link
+changes to the NATS cluster routes), and the two routes a request can take: to the meta leader (admin)
+or to a stream's leader (data). The JetStream API on top is in `jetstream`; the NATS client port
+(`clients`, `url`) in `client_server` and `stream_publish`, its interest and messages between nodes in
+`routes`.
 
 Invariants:
   1. The store directory's identity is checked before anything else touches it (identity invariant 2).
-  2. Group names starting with `$` are reserved for the node (`$meta`, `$rpc`); stream groups are
-     `S-<name>-<index>`, so no stream can shadow them.
+  2. Group names starting with `$` are reserved for the node (`$meta`, `$rpc`, `$route`); stream groups
+     are `S-<name>-<index>`, so no stream can shadow them.
   3. Stopping: cancelling `run` stops the runtime first (it closes every group and waits for its fsync
      threads), then the stream stores are closed — unless the node was killed (`kill()`), which models
      a crash: nothing is closed or flushed beyond what was already durable.
@@ -41,7 +43,9 @@ from jsraft.server.jsapi_handlers import JsApi
 from jsraft.server.identity import NodeIdentity, load_or_format
 from jsraft.server.meta_adapter import MetaAdapter
 from jsraft.server.meta_service import META_GROUP, MetaService
+from jsraft.server.route_wire import ROUTE_GROUP
 from jsraft.server.router import Router
+from jsraft.server.routes import Routes
 from jsraft.server.rpc import RPC_GROUP, Rpc
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
@@ -82,6 +86,7 @@ class Node:
                     self.cluster_address = await nursery.start(self.transport.run)
                     await nursery.start(self.runtime.run)
                     await nursery.start(self.rpc.run)
+                    await nursery.start(self.routes.run)
                     await self.meta_service.open(self.raft_config(), disk.sub("meta"))
                     await nursery.start(self.streams.run)
                     nursery.start_soon(self.meta_service.run)
@@ -112,7 +117,7 @@ class Node:
         self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored)
         self.transport = Transport(
             self.name, config.cluster_name, self.identity.storage_uuid, config.cluster_host, config.cluster_port,
-            config.peer_addresses(), on_message=self._on_message,
+            config.peer_addresses(), on_message=self._on_message, on_link=self._on_link,
             config=_TEST_TRANSPORT if config.test_mode else None)
         self.handlers = Handlers(self)
         self.rpc = Rpc(self.transport.send, self.handlers.handle)
@@ -123,6 +128,10 @@ class Node:
                                         tick_s=self.tick_s)
         self.clients: ClientServer = client_service(self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
+        # Subject interest and messages between nodes; a short digest interval in tests bounds how long
+        # a lost interest frame can go unnoticed there.
+        self.routes = Routes(self.name, self.clients, self.transport.send,
+                             digest_interval_s=0.2 if config.test_mode else 1.0)
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
         """Wait until the meta group has a leader, this node applied what it had committed when last
@@ -165,8 +174,15 @@ class Node:
         if group == RPC_GROUP:
             self.rpc.on_payload(from_node, payload)
             return
+        if group == ROUTE_GROUP:
+            self.routes.on_payload(from_node, payload)
+            return
         # A payload that does not decode raises RaftCodecError: the transport closes that link.
         self.runtime.deliver(group, decode_message(payload))
+
+    def _on_link(self, peer: str, up: bool) -> None:
+        self.rpc.on_link(peer, up)
+        self.routes.on_link(peer, up)
 
     def online(self) -> set[str]:
         return {self.name} | {peer for peer, status in self.transport.peer_status().items() if status.connected}

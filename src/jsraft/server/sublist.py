@@ -14,6 +14,8 @@ Invariants:
      (a queue group spans every subject it was subscribed with).
   2. Insert and remove keep no empty trie nodes: after removing everything, the trie is empty.
   3. The cache holds at most `CACHE_SUBJECTS_MAX` subjects and is cleared on every change.
+  4. Each callable in `observers` is called as `observer(sub, added)` once per insert or remove that
+     changed the sublist, after the change (cluster routes count client interest this way).
 
 Imports: stdlib only (subjects are validated by the caller, `jsraft.subjects.validate`).
 Reference: nats-server `server/sublist.go`.
@@ -21,6 +23,7 @@ Reference: nats-server `server/sublist.go`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 CACHE_SUBJECTS_MAX = 4096
@@ -51,6 +54,7 @@ class Sublist:
         self._root = _Node()
         self._count = 0
         self._cache: dict[str, Match] = {}
+        self.observers: list[Callable[[Any, bool], None]] = []
 
     def __len__(self) -> int:
         return self._count
@@ -73,6 +77,8 @@ class Sublist:
             members[sub] = None
         self._count += 1
         self._cache.clear()
+        for observer in self.observers:
+            observer(sub, True)
 
     def remove(self, sub: Any) -> bool:
         """Remove `sub`; False when it was not there."""
@@ -95,6 +101,8 @@ class Sublist:
         self._prune(path, sub.subject.split("."))
         self._count -= 1
         self._cache.clear()
+        for observer in self.observers:
+            observer(sub, False)
         return True
 
     @staticmethod

@@ -42,9 +42,14 @@ class SendQueue:
     def queued_bytes(self) -> int:
         return self._bytes
 
-    def has_room(self, frame_bytes: int) -> bool:
-        """Whether `put()` of a frame this size would succeed (checked before encoding, to save work)."""
-        return len(self._frames) < self._frames_max and self._bytes + frame_bytes <= self._bytes_max
+    def has_room(self, frame_bytes: int, headroom: float = 0.0) -> bool:
+        """Whether `put()` of a frame this size would succeed (checked before encoding, to save work) and
+        leave at least the fraction `headroom` of both bounds free (a bulk sender keeps room for others)."""
+        frames_max, bytes_max = self._frames_max, self._bytes_max
+        if headroom:
+            frames_max -= int(frames_max * headroom)
+            bytes_max -= int(bytes_max * headroom)
+        return len(self._frames) < frames_max and self._bytes + frame_bytes <= bytes_max
 
     def put(self, frame: bytes) -> bool:
         """Queue `frame` for the writer; False (and nothing queued) when the queue is full."""

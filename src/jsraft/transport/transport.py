@@ -16,6 +16,12 @@ Invariants:
      are delivered with that identity.
   4. Cancelling `run()` closes the listener and every link; no task outlives it.
 
+`on_link(peer_id, up)`, when given, is called synchronously when a link to `peer_id` becomes current
+(`up`: every link, a replacement of a live one included, so a layer that keeps per-link state resends
+it) and when a link ends leaving the peer with no current link (`not up`; possibly reported twice when
+a superseded link ends late). A frame sent from the `up` call goes out on that link ahead of anything
+sent later.
+
 `on_message` may raise a `JsraftError` (say, a `PeerProtocolError` from decoding) to declare the payload
 hostile: the link is closed and logged like any protocol error. Any other exception is a bug and crashes
 `run()`.
@@ -47,6 +53,7 @@ from jsraft.transport.wire import Hello, check_hello, check_name, data_frame_byt
 log = logging.getLogger("jsraft.transport")
 
 OnMessage = Callable[[str, str, bytes], None]
+OnLink = Callable[[str, bool], None]
 DUPLICATE_REASON = "a connection between these nodes already exists"
 
 
@@ -63,7 +70,7 @@ class Transport:
     def __init__(self, node_id: str, cluster_name: str, storage_uuid: uuid.UUID | str, listen_host: str,
                  listen_port: int, peers: Mapping[str, Address], *, on_message: OnMessage,
                  config: TransportConfig | None = None, bind_host: str | None = None,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, on_link: OnLink | None = None) -> None:
         self.config = config if config is not None else TransportConfig()
         self.config.validate()
         check_name(node_id, "node id")
@@ -78,6 +85,7 @@ class Transport:
         self.listen_port = listen_port
         self.bind_host = bind_host
         self._on_message = on_message
+        self._on_link = on_link
         self._rng = rng if rng is not None else random.Random()
         self._peers: dict[str, Peer] = {}
         self._nursery: trio.Nursery | None = None
@@ -120,8 +128,11 @@ class Transport:
             for peer in self._peers.values():
                 peer.dialer_scope = None
 
-    def send(self, to_node: str, group: str, payload: bytes | bytearray | memoryview) -> bool:
+    def send(self, to_node: str, group: str, payload: bytes | bytearray | memoryview, *,
+             headroom: float = 0.0) -> bool:
         """Queue `payload` for `group` on `to_node`; False if it was dropped instead (invariant 1).
+        `headroom` (0 to 1) drops it also when it would leave less than that fraction of the peer's queue
+        free: traffic that may be lost (forwarded NATS messages) must not crowd out Raft's.
         Raises `FrameTooLarge` if the frame exceeds `config.frame_bytes_max` (no peer would accept it)."""
         peer = self._peers.get(to_node)
         if peer is None:
@@ -131,7 +142,7 @@ class Transport:
         size = data_frame_bytes(prefix, len(payload))
         if size > self.config.frame_bytes_max:
             raise FrameTooLarge(f"{size}-byte frame for group {group!r} exceeds {self.config.frame_bytes_max}")
-        if peer.link is None or not peer.queue.has_room(size):
+        if peer.link is None or not peer.queue.has_room(size, headroom):
             peer.counters.dropped += 1
             return False
         queued = peer.queue.put(encode_data(prefix, payload, self.config.frame_bytes_max))
@@ -284,16 +295,25 @@ class Transport:
     async def _serve(self, peer: Peer, link: Link, *, hello_first: bool = False) -> None:
         """Run a current link until it ends; then the peer is disconnected unless superseded."""
         log.info("transport %s: %s up", self.node_id, link.describe())
+        reported = False
         try:
             # The acceptor answers HELLO only after offer() made the link current, so the dialer never sees
             # a HELLO on a connection this side is about to drop as a duplicate.
             if hello_first and not await self._answer_hello(link):
                 return
+            if self._on_link is not None and peer.link is link:
+                reported = True
+                self._on_link(peer.node_id, True)
             await link.serve(peer.queue, partial(self._on_message, peer.node_id), peer.counters,
                              keepalive_s=self.config.keepalive_s, idle_timeout_s=self.config.idle_timeout_s)
         finally:
             peer.link_ended(link)
             self._log_link_end(peer, link)
+            # Down only while the peer has no current link: a superseded link ends with its replacement
+            # already up, and a peer re-added at a new address reports its own links.
+            current = self._peers.get(peer.node_id, peer) is peer
+            if reported and self._on_link is not None and peer.link is None and current:
+                self._on_link(peer.node_id, False)
 
     async def _answer_hello(self, link: Link) -> bool:
         with trio.move_on_after(self.config.handshake_timeout_s) as timer:

@@ -1,0 +1,258 @@
+"""The `$route` wire format, sans-IO: forwarded messages and subject-interest frames between nodes (L5).
+
+Owns: the bytes of the reserved group `$route` (node invariant 2), which rides the same links as Raft
+and `$rpc` frames. Five frame kinds (little-endian, like the transport's own frames):
+
+    MSGS    kind u8 | count u32 | messages, each:
+            flags u8 (bit 0 reply, bit 1 headers) | subject u16+bytes | [reply u16+bytes]
+            | queues u16 count, each u16+bytes | [headers u32+bytes] | payload u32+bytes
+    STATE   kind u8 | flags u8 (bit 0 first chunk, bit 1 last chunk) | epoch u64 | seq u64 | entries
+    DELTA   kind u8 | epoch u64 | seq u64 | entries                    (weight 0 removes an entry)
+    DIGEST  kind u8 | epoch u64 | seq u64 | count u32 | digest u64
+    RESYNC  kind u8                                                    ("send me your full STATE")
+
+    entries: count u32, each subject u16+bytes | queue u16+bytes (empty: a plain subscription) | weight u32
+
+A message in MSGS is nats-server's RMSG: the subject and reply as the publisher sent them (reply bytes
+are not checked; nats-server does not check them either), the queue groups the receiver must serve one
+member of, then headers and payload. Messages travel in batches: a burst of small publishes costs a few
+transport frames, not one frame each (a peer's send queue is bounded in frames as well as bytes). An
+interest entry is nats-server's RS+/RS-: a subject filter, a queue name and the number of queue members
+behind it (1 for plain interest, which has no weight).
+
+Invariants:
+  1. Decoding never trusts a length: every count and size is checked against what remains (the shared
+     `binary.Reader`), and every malformed frame raises `TransportProtocolError` — the transport closes
+     that one link (transport invariant 2).
+  2. A decoded message's subject is a valid literal subject and a decoded interest subject a valid
+     filter; queue names are valid literal subjects (as `ClientConn` accepts them); a STATE entry has a
+     positive weight. Nothing a peer sends reaches the sublist unchecked.
+  3. `encode_state` and `encode_delta` split many entries into frames of at most `STATE_CHUNK_BYTES_MAX`
+     bytes of entries, numbered with consecutive sequences (a STATE's first chunk flagged FIRST, its last
+     LAST), so no interest frame is ever large.
+
+Imports: stdlib, L0–L1 (`subjects`), L4 (`transport.binary`, `transport.errors`).
+Reference: nats-server `server/route.go` (RS+, RS-, RMSG with queue names).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+from jsraft import subjects
+from jsraft.errors import InvalidSubject
+from jsraft.transport.binary import U8, U16, U32, U64, Reader, flag_bits, str16
+from jsraft.transport.errors import TransportProtocolError
+
+ROUTE_GROUP = "$route"
+# Entries per STATE chunk are bounded by bytes: a chunk stays a small fraction of a frame and of the
+# peer's send queue, so a large interest set never needs one oversized frame.
+STATE_CHUNK_BYTES_MAX = 256 << 10
+# A batch of forwarded messages is sent once it holds this many bytes (a larger message goes alone).
+MSGS_BATCH_BYTES_MAX = 256 << 10
+_MSG_BYTES_MIN = 1 + 2 + 2 + 4  # flags, subject length, queue count, payload length
+
+_HEAD = struct.Struct("<BQQ")  # kind, epoch, seq
+_EPOCH_SEQ = struct.Struct("<QQ")
+_DIGEST = struct.Struct("<BQQIQ")  # kind, epoch, seq, count, digest
+_MSG_REPLY, _MSG_HEADERS = 1, 2
+_STATE_FIRST, _STATE_LAST = 1, 2
+
+Key = tuple[str, str]  # (subject filter, queue name or "" for plain interest)
+
+
+class Kind(enum.IntEnum):
+    """Frame kinds. Numbers are on the wire: never reuse or renumber one."""
+
+    MSGS = 1
+    STATE = 2
+    DELTA = 3
+    DIGEST = 4
+    RESYNC = 5
+
+
+class RoutedMsg(NamedTuple):
+    subject: str
+    subject_bytes: bytes
+    reply: bytes | None
+    queues: tuple[str, ...]
+    headers: bytes | None
+    payload: bytes
+
+
+class Interest(NamedTuple):
+    """STATE or DELTA: `entries` maps a key to its weight (0 in a DELTA: removed)."""
+
+    kind: Kind
+    epoch: int
+    seq: int
+    first: bool
+    last: bool
+    entries: dict[Key, int]
+
+
+class Digest(NamedTuple):
+    epoch: int
+    seq: int
+    count: int
+    digest: int
+
+
+class Resync(NamedTuple):
+    pass
+
+
+class Msgs(NamedTuple):
+    messages: list[RoutedMsg]
+
+
+Frame = Msgs | Interest | Digest | Resync
+
+
+# --- Encoding -------------------------------------------------------------------------------------------
+
+
+def encode_msg(subject: bytes, reply: bytes | None, queues: Sequence[str], headers: bytes | None,
+               payload: bytes) -> bytes:
+    """One message of a MSGS frame; `subject` and `reply` are wire bytes (`protocol.wire.wire_text`)."""
+    parts = [U8.pack(flag_bits(reply is not None, headers is not None)), U16.pack(len(subject)), subject]
+    if reply is not None:
+        parts += [U16.pack(len(reply)), reply]
+    parts.append(U16.pack(len(queues)))
+    parts += [str16(queue) for queue in queues]
+    if headers is not None:
+        parts += [U32.pack(len(headers)), headers]
+    parts += [U32.pack(len(payload)), payload]
+    return b"".join(parts)
+
+
+def encode_msgs(messages: Sequence[bytes]) -> bytes:
+    """A MSGS frame of messages made by `encode_msg`."""
+    return b"".join([U8.pack(Kind.MSGS), U32.pack(len(messages)), *messages])
+
+
+def _entry(key: Key, weight: int) -> bytes:
+    return str16(key[0]) + str16(key[1]) + U32.pack(weight)
+
+
+def _chunks(entries: Iterable[tuple[Key, int]]) -> list[list[bytes]]:
+    """Encoded entries, grouped so that each group holds at most `STATE_CHUNK_BYTES_MAX` bytes (or one
+    entry); never zero groups, so an empty set still makes one frame."""
+    chunks: list[list[bytes]] = [[]]
+    size = 0
+    for key, weight in entries:
+        entry = _entry(key, weight)
+        if chunks[-1] and size + len(entry) > STATE_CHUNK_BYTES_MAX:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(entry)
+        size += len(entry)
+    return chunks
+
+
+def encode_delta(epoch: int, first_seq: int, entries: Iterable[tuple[Key, int]]) -> list[bytes]:
+    """Changes as DELTA frames with sequences `first_seq, first_seq + 1, ...` (chunked like a STATE)."""
+    return [b"".join([_HEAD.pack(Kind.DELTA, epoch, first_seq + index), U32.pack(len(chunk)), *chunk])
+            for index, chunk in enumerate(_chunks(entries))]
+
+
+def encode_state(epoch: int, first_seq: int, entries: Iterable[tuple[Key, int]]) -> list[bytes]:
+    """The full interest set as STATE chunks with sequences `first_seq, first_seq + 1, ...` (invariant 3)."""
+    chunks = _chunks(entries)
+    return [b"".join([U8.pack(Kind.STATE), U8.pack(flag_bits(index == 0, index == len(chunks) - 1)),
+                      _EPOCH_SEQ.pack(epoch, first_seq + index), U32.pack(len(chunk)), *chunk])
+            for index, chunk in enumerate(chunks)]
+
+
+def encode_digest(epoch: int, seq: int, count: int, digest: int) -> bytes:
+    return _DIGEST.pack(Kind.DIGEST, epoch, seq, count, digest)
+
+
+def encode_resync() -> bytes:
+    return U8.pack(Kind.RESYNC)
+
+
+# --- Decoding (invariants 1 and 2) ----------------------------------------------------------------------
+
+
+def decode(payload: bytes) -> Frame:
+    """One `$route` frame from a peer; `TransportProtocolError` when it is malformed."""
+    reader = Reader(payload, TransportProtocolError)
+    kind = reader.u8()
+    if kind == Kind.MSGS:
+        count = reader.u32()
+        if count * _MSG_BYTES_MIN > reader.remaining:
+            raise reader.fail(f"{count} messages cannot fit {reader.remaining} bytes")
+        frame: Frame = Msgs([_decode_msg(reader) for _ in range(count)])
+    elif kind == Kind.STATE:
+        flags = reader.flags(_STATE_FIRST | _STATE_LAST)
+        epoch, seq = reader.u64(), reader.u64()
+        frame = Interest(Kind.STATE, epoch, seq, bool(flags & _STATE_FIRST), bool(flags & _STATE_LAST),
+                         _decode_entries(reader, weight_min=1))
+    elif kind == Kind.DELTA:
+        epoch, seq = reader.u64(), reader.u64()
+        frame = Interest(Kind.DELTA, epoch, seq, False, False, _decode_entries(reader, weight_min=0))
+    elif kind == Kind.DIGEST:
+        frame = Digest(reader.u64(), reader.u64(), reader.u32(), reader.u64())
+    elif kind == Kind.RESYNC:
+        frame = Resync()
+    else:
+        raise reader.fail(f"unknown route frame kind {kind}")
+    reader.finish()
+    return frame
+
+
+def _decode_msg(reader: Reader) -> RoutedMsg:
+    flags = reader.flags(_MSG_REPLY | _MSG_HEADERS)
+    subject_bytes = reader.raw(reader.u16())
+    subject = _text(reader, subject_bytes, "subject")
+    try:
+        subjects.validate_literal_cached(subject)
+    except InvalidSubject:
+        raise reader.fail(f"forwarded message on invalid subject {subject[:64]!r}") from None
+    reply = reader.raw(reader.u16()) if flags & _MSG_REPLY else None
+    queues = tuple(_queue(reader) for _ in range(reader.u16()))
+    headers = reader.blob32(reader.remaining, "headers") if flags & _MSG_HEADERS else None
+    return RoutedMsg(subject, subject_bytes, reply, queues, headers, reader.blob32(reader.remaining, "payload"))
+
+
+def _decode_entries(reader: Reader, *, weight_min: int) -> dict[Key, int]:
+    count = reader.u32()
+    # Each entry takes at least 8 bytes: a count the frame cannot hold is refused before any work.
+    if count * 8 > reader.remaining:
+        raise reader.fail(f"{count} interest entries cannot fit {reader.remaining} bytes")
+    entries: dict[Key, int] = {}
+    for _ in range(count):
+        filter_ = reader.str16("interest subject")
+        try:
+            subjects.validate(filter_, wildcards=True)
+        except InvalidSubject:
+            raise reader.fail(f"interest in invalid subject {filter_[:64]!r}") from None
+        queue = _queue(reader, allow_empty=True)
+        weight = reader.u32()
+        if weight < weight_min:
+            raise reader.fail(f"interest weight {weight} below {weight_min}")
+        entries[(filter_, queue)] = weight
+    return entries
+
+
+def _queue(reader: Reader, *, allow_empty: bool = False) -> str:
+    queue = reader.str16("queue name")
+    if queue == "" and allow_empty:
+        return queue
+    try:
+        subjects.validate_literal_cached(queue)
+    except InvalidSubject:
+        raise reader.fail(f"invalid queue name {queue[:64]!r}") from None
+    return queue
+
+
+def _text(reader: Reader, data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise reader.fail(f"{what} is not valid UTF-8") from None
+

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import nats.errors
@@ -40,11 +42,16 @@ def urls(cluster: Cluster) -> dict[str, str]:
     return {name: cluster.node(name).url for name in cluster.names}
 
 
-async def ready(cluster: Cluster, *, jetstream: bool = False) -> None:
-    await cluster.wait_until(lambda: meshed(cluster), what="every node in sync with every other")
-    if jetstream:
-        await cluster.wait_for_meta_leader()
-        await cluster.wait_ready()
+@asynccontextmanager
+async def three_nodes(tmp_path: Any, *, jetstream: bool = False) -> AsyncIterator[Cluster]:
+    """A running 3-node cluster whose routes are all in sync (and, with `jetstream`, ready for streams)."""
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
+            await cluster.wait_until(lambda: meshed(cluster), what="every node in sync with every other")
+            if jetstream:
+                await cluster.wait_for_meta_leader()
+                await cluster.wait_ready()
+            yield cluster
 
 
 async def drain(sub: Any, markers: int, timeout_s: float = 10.0) -> list[tuple[str, bytes]]:
@@ -91,11 +98,9 @@ async def test_publish_on_one_node_reaches_wildcard_subscribers_on_the_others_on
             await nc.close()
         return seen
 
-    async with trio.open_nursery() as nursery:
-        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
-            await ready(cluster)
-            seen = await in_asyncio(scenario, urls(cluster), cluster)
-            stats = {name: cluster.node(name).routes.stats for name in NAMES}
+    async with three_nodes(tmp_path) as cluster:
+        seen = await in_asyncio(scenario, urls(cluster), cluster)
+        stats = {name: cluster.node(name).routes.stats for name in NAMES}
 
     def sent(*subjects):
         return [(s, b"%s %d" % (s.encode(), i)) for s in subjects for i in range(50)]
@@ -144,10 +149,8 @@ async def test_a_queue_group_across_nodes_gets_each_message_once_and_prefers_loc
             await nc.close()
         return first, dict(got)
 
-    async with trio.open_nursery() as nursery:
-        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
-            await ready(cluster)
-            first, last = await in_asyncio(scenario, urls(cluster), cluster)
+    async with three_nodes(tmp_path) as cluster:
+        first, last = await in_asyncio(scenario, urls(cluster), cluster)
     numbers = [str(i).encode() for i in range(150)]
     members = first["n2a"] + first["n2b"] + first["n3"]
     assert sorted(members, key=int) == numbers  # each message exactly once in the whole cluster
@@ -198,10 +201,8 @@ async def test_request_reply_across_nodes_and_no_responders_only_when_nobody_lis
             await nc.close()
         return seen
 
-    async with trio.open_nursery() as nursery:
-        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
-            await ready(cluster)
-            seen = await in_asyncio(scenario, urls(cluster), cluster)
+    async with three_nodes(tmp_path) as cluster:
+        seen = await in_asyncio(scenario, urls(cluster), cluster)
     assert seen["n1"] == b"echo:from n1"
     assert seen["n3"] == (b"echo:h", {"Trace-Id": "abc 123"})
     assert sum(seen["queue"].values()) == 40 and set(seen["queue"]) == {b"n2", b"n3"}
@@ -240,10 +241,8 @@ async def test_unsubscribe_on_one_node_stops_delivery_there(tmp_path):
             await nc.close()
         return seen
 
-    async with trio.open_nursery() as nursery:
-        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
-            await ready(cluster)
-            seen = await in_asyncio(scenario, urls(cluster), cluster)
+    async with three_nodes(tmp_path) as cluster:
+        seen = await in_asyncio(scenario, urls(cluster), cluster)
     assert seen["n2"] == seen["n3"] == [("u.a", b"%d" % i) for i in range(5)]
     assert seen["capped"] == [b"0", b"1"]
     assert seen["n3 after"] == [("u.a", b"%d" % i) for i in range(5, 10)]
@@ -283,12 +282,10 @@ async def test_a_restarted_node_resyncs_interest_both_ways(tmp_path):
             await nc.close()
         return seen
 
-    async with trio.open_nursery() as nursery:
-        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
-            await ready(cluster)
-            seen = await in_asyncio(scenario, urls(cluster), cluster, timeout_s=60)
+    async with three_nodes(tmp_path) as cluster:
+        seen = await in_asyncio(scenario, urls(cluster), cluster, timeout_s=60)
     assert seen["before"] == [b"b", b"b"] and seen["down"] == [b"d", b"d"]
-    # n2's own client sees its own publish (echo) and n1's; n1 sees n2's first (sent first, other link).
+    # Every client sees both publishes once (n2's own through echo); two links, so in no fixed order.
     assert sorted(seen["after"]["n1"]) == sorted(seen["after"]["n2"]) == seen["after"]["n3"] == [b"1", b"2"]
 
 
@@ -330,11 +327,9 @@ async def test_a_stream_publish_through_a_non_leader_is_stored_once_and_seen_onc
                     watched=watched, names=names.config.name, stored=stored, state=state,
                     api=(api_before, api_after))
 
-    async with trio.open_nursery() as nursery:
-        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
-            await ready(cluster, jetstream=True)
-            result = await in_asyncio(scenario, urls(cluster), cluster, timeout_s=60)
-            stats = {name: cluster.node(name).routes.stats for name in NAMES}
+    async with three_nodes(tmp_path, jetstream=True) as cluster:
+        result = await in_asyncio(scenario, urls(cluster), cluster, timeout_s=60)
+        stats = {name: cluster.node(name).routes.stats for name in NAMES}
     published = [("ORDERS.new", b"js %d" % i) for i in range(20)] + [("ORDERS.core", b"core")]
     assert result["acks"] == list(range(1, 21))
     assert result["stored"] == published + [("ORDERS.end", b"END")]  # each once: the forwarded copies stored nothing

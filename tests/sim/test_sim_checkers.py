@@ -132,6 +132,18 @@ def test_a_diverged_register_digest_is_caught() -> None:
         checker.on_apply("n2", entry, 222)
 
 
+def test_a_replica_that_cannot_vouch_passes_no_digest_and_its_entries_are_still_compared() -> None:
+    checker = SafetyChecker()
+    entry = Entry(index=1, term=1, data=b"a")
+    checker.on_apply("n1", entry, 111)
+    checker.on_apply("n2", entry, None)  # e.g. a stream replica whose entry waits behind a catch-up
+    checker.on_digest("n2", 1, 111)  # ... and its digest once it applied it
+    with expect("state-machine-safety"):
+        checker.on_apply("n3", Entry(index=1, term=1, data=b"b"), None)
+    with expect("state-machine-safety"):
+        checker.on_digest("n3", 1, 222)
+
+
 def test_a_snapshot_that_disagrees_with_applied_state_is_caught() -> None:
     checker = SafetyChecker()
     register = Register()
@@ -139,11 +151,12 @@ def test_a_snapshot_that_disagrees_with_applied_state_is_caught() -> None:
         register.apply(entry)
         checker.on_apply("n1", entry, register.digest)
     meta = SnapshotMeta(index=2, term=1, conf=ConfState(voters=("n1",)))
-    checker.on_install("n2", meta, Register.decode(register.encode()))  # the honest snapshot
+    checker.on_install("n2", meta, Register.decode(register.encode()).digest)  # the honest snapshot
+    checker.on_install("n4", meta, None)  # a replica that cannot vouch for its state there
     forged = Register.decode(register.encode())
     forged.digest ^= 1
     with expect("state-machine-safety"):
-        checker.on_install("n3", meta, forged)
+        checker.on_install("n3", meta, forged.digest)
 
 
 # --- leader-completeness ---------------------------------------------------------------------------
@@ -239,7 +252,7 @@ def _converged_simulation() -> Simulation:
 def test_an_acknowledged_value_missing_from_a_replica_is_caught() -> None:
     sim = _converged_simulation()
     value, (index, _) = next(iter(sim.checker.acked.items()))
-    register = sim.drivers["n2"].register
+    register = sim.drivers["n2"].replica
     register.values = [(i, v) for i, v in register.values if i != index]
     with expect("acked-lost"):
         final_checks(sim)
@@ -249,7 +262,7 @@ def test_an_acknowledged_value_not_durable_on_a_majority_is_caught() -> None:
     sim = _converged_simulation()
     sim.checker.acked[b"ghost"] = (3, 1)  # "acknowledged", yet no WAL holds it
     for driver in sim.drivers.values():
-        register = driver.register
+        register = driver.replica
         register.values = sorted(register.values + [(3, b"ghost")])
     with expect("acked-lost"):
         final_checks(sim)

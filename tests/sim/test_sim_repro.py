@@ -1,7 +1,7 @@
 """Replaying one seed: `JSRAFT_SEED=<n>` runs exactly that seed; runs are deterministic; the CLI's contract.
 
 Method: `test_repro_seed` runs the seed named by `JSRAFT_SEED` (default 0) with the options the fixed seed
-list uses (`JSRAFT_NODES`, `JSRAFT_FAULTS`, `JSRAFT_STEPS`, `JSRAFT_MUTANT` override them) and prints the
+list uses (`JSRAFT_APP`, `JSRAFT_NODES`, `JSRAFT_FAULTS`, `JSRAFT_STEPS`, `JSRAFT_MUTANT` override them) and prints the
 trace if it fails. Determinism: one seed run twice gives the same result, the same step count and the same
 trace, line for line — also across processes with different string-hash seeds. The CLI is run as a subprocess: the last line but one is exactly `N passed, N failed`
 and the `--json` object has the documented keys; a mutant run exits non-zero and names the seed.
@@ -26,6 +26,7 @@ def test_repro_seed() -> None:
         options["steps"] = int(os.environ["JSRAFT_STEPS"])
     if "JSRAFT_MUTANT" in os.environ:
         options["mutant"] = os.environ["JSRAFT_MUTANT"]
+    options["app"] = os.environ.get("JSRAFT_APP", "register")
     config = config_for(seed, nodes=os.environ.get("JSRAFT_NODES", "mixed"), **options)
     result = run_seed(config)
     assert result.ok, f"seed {seed}: [{result.invariant}] {result.detail}\n{result.trace}"
@@ -79,3 +80,20 @@ def test_cli_reports_a_mutant_failure_with_its_seed() -> None:
     assert report["failures"][0]["invariant"] == "term-inflation"
     assert "--- trace of seed 0" in done.stdout  # one seed: the trace is printed
     assert "1 failed" in done.stdout.strip().splitlines()[-2]
+
+
+def test_cli_runs_the_stream_and_meta_apps() -> None:
+    for app in ("stream", "meta"):
+        done = _cli("--app", app, "--seeds", "1", "--start", "2", "--nodes", "3", "--steps", "300", "--json")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr
+        assert done.stdout.strip().splitlines()[-2] == "1 passed, 0 failed"
+    wrong = _cli("--mutant", "stream-skip-delete", "--seeds", "1")
+    assert wrong.returncode == 2 and "needs --app stream" in wrong.stderr
+
+
+def test_an_app_seed_replays_exactly() -> None:
+    for app in ("stream", "meta"):
+        config = config_for(7, steps=300, app=app)
+        first, second = run_seed(config), run_seed(config)
+        assert first.ok, f"[{first.invariant}] {first.detail}"
+        assert (first.steps, first.stats) == (second.steps, second.stats)

@@ -1,18 +1,26 @@
 """The deterministic whole-cluster simulator (DESIGN.md §11): one seed drives a cluster of real Raft cores
 and real WALs on simulated disks through a hostile network, crashes, power failures and disk corruption on
-a minority, checking safety invariants after every step and liveness after healing.
+a minority, applying committed entries to a replicated application (a register, or the real stream or meta
+state machine), checking safety invariants after every step and liveness after healing.
 
 Modules, one concept each: `config` (SimConfig, per-seed knobs, sub-generators), `network` (SimNetwork),
-`clock` (SimClock), `register` (the replicated state machine), `node` (NodeDriver: the Ready contract on
-a real Wal + SimDisk), `atlas` (which disks may be corrupted, and how), `faults` (FaultScheduler),
-`clients`, `membership`, `checkers` (SafetyChecker), `availability` (term inflation), `liveness` (the
-final phase and end-of-run checks), `violation`, `trace`, `mutants`, `simulator` (the step loop and
-`run_seed`), `batch` (many seeds; what the CLI and tests call), `cli` (`python -m jsraft.testing.sim`).
+`clock` (SimClock), `app` (the replicated application a run drives: `--app register|stream|meta`),
+`register` (the default, tiny replicated state machine), `node` (NodeDriver: the Ready contract on a real
+Wal + SimDisk), `atlas` (which disks may be corrupted, and how), `faults` (FaultScheduler), `clients`,
+`membership`, `checkers` (SafetyChecker), `availability` (term inflation), `liveness` (the final phase and
+end-of-run checks), `violation`, `trace`, `mutants` (Raft mutants), `app_mutants` (broken state
+machines), `simulator` (the step loop and `run_seed`), `batch` (many seeds; what the CLI and tests call),
+`cli` (`python -m jsraft.testing.sim`). The stream app: `stream_app` (replicas on a FileStore),
+`stream_clients` (workload), `stream_repair` (catch-up and resync), `stream_checks` (audits, reference
+replica); the meta app: `meta_app`, `meta_clients`.
 
-Public API: `SimConfig`, `run_seed`, `SeedResult`, `run_batch`, `BatchResult`, `MUTANTS`, `SimNetwork`,
+Public API: `SimConfig`, `run_seed`, `SeedResult`, `run_batch`, `BatchResult`, `MUTANTS`, `APPS`,
+`APP_MUTANTS`, `SimNetwork`,
 `SimClock`, `SafetyChecker`, `Violation`, `INVARIANTS`, `parse_faults`.
 """
 
+from jsraft.testing.sim.app import APPS
+from jsraft.testing.sim.app_mutants import APP_MUTANTS
 from jsraft.testing.sim.batch import BatchResult, run_batch
 from jsraft.testing.sim.checkers import SafetyChecker
 from jsraft.testing.sim.clock import SimClock
@@ -23,6 +31,7 @@ from jsraft.testing.sim.simulator import SeedResult, run_seed
 from jsraft.testing.sim.violation import INVARIANTS, Violation
 
 __all__ = [
-    "FAULT_KINDS", "INVARIANTS", "MUTANTS", "BatchResult", "SafetyChecker", "SeedResult", "SimClock",
+    "APPS", "APP_MUTANTS", "FAULT_KINDS", "INVARIANTS", "MUTANTS",
+    "BatchResult", "SafetyChecker", "SeedResult", "SimClock",
     "SimConfig", "SimNetwork", "Violation", "parse_faults", "run_batch", "run_seed",
 ]

@@ -11,8 +11,9 @@ Checks (names from `violation.INVARIANTS`):
   log-matching          `on_persist`, `on_restart`: an `(index, term)` always has the same type, data and
                         predecessor term, whichever node writes or recovers it. Log Matching follows by
                         induction: two logs sharing an entry share every entry before it.
-  state-machine-safety  `on_apply`: the entry and the register digest at an index are the same on every
-                        replica; `on_install`: a snapshot's digest equals the digest replicas had there.
+  state-machine-safety  `on_apply`: the entry and the replica's digest at an index are the same on every
+                        replica (a replica that cannot vouch for its state there passes no digest);
+                        `on_install`: a snapshot's digest equals the digest replicas had there.
   leader-completeness   `after_step` (a new leader) and `on_ack` (a new ack): every leader of a term at or
                         above an acknowledged entry's term holds it (or a snapshot covering it).
   double-vote           `on_message`: a node grants at most one candidate per term, across restarts.
@@ -39,7 +40,6 @@ from jsraft.raft import Entry, EntryType, RaftNode, Ready, RequestVoteResponse, 
 from jsraft.testing.sim.violation import Violation
 
 if TYPE_CHECKING:
-    from jsraft.testing.sim.register import Register
     from jsraft.wal import Recovered
 
 
@@ -93,23 +93,30 @@ class SafetyChecker:
             raise Violation("double-vote", f"{node_id} voted for {granted} and then for {message.to_id} "
                                            f"in term {message.term}")
 
-    def on_apply(self, node_id: str, entry: Entry, digest: int) -> None:
+    def on_apply(self, node_id: str, entry: Entry, digest: int | None) -> None:
         self.checks += 1
         mine = (entry.term, entry.type, entry.data)
         known = self.applied.setdefault(entry.index, mine)
         if known != mine:
             raise Violation("state-machine-safety", f"{node_id} applied {_show(entry.index, mine)}, another "
                                                     f"replica applied {_show(entry.index, known)}")
-        known_digest = self.digests.setdefault(entry.index, digest)
+        if digest is not None:
+            self.on_digest(node_id, entry.index, digest)
+
+    def on_digest(self, node_id: str, index: int, digest: int) -> None:
+        """A replica's digest at `index` (also called later for entries a replica applied late)."""
+        known_digest = self.digests.setdefault(index, digest)
         if known_digest != digest:
-            raise Violation("state-machine-safety", f"{node_id} register digest at {entry.index} is "
+            raise Violation("state-machine-safety", f"{node_id} replica digest at {index} is "
                                                     f"{digest:#x}, other replicas had {known_digest:#x}")
 
-    def on_install(self, node_id: str, meta: SnapshotMeta, register: Register) -> None:
-        known = self.digests.setdefault(meta.index, register.digest)
-        if known != register.digest:
+    def on_install(self, node_id: str, meta: SnapshotMeta, digest: int | None) -> None:
+        if digest is None:
+            return  # the replica cannot vouch for its state there (it was already further along)
+        known = self.digests.setdefault(meta.index, digest)
+        if known != digest:
             raise Violation("state-machine-safety", f"{node_id} installed snapshot {meta.index}/{meta.term} "
-                                                    f"with digest {register.digest:#x}, replicas had {known:#x}")
+                                                    f"with digest {digest:#x}, replicas had {known:#x}")
         applied = self.applied.get(meta.index)
         if applied is not None and applied[0] != meta.term:
             raise Violation("state-machine-safety", f"{node_id} installed snapshot {meta.index}/{meta.term}, "

@@ -39,6 +39,14 @@ class Clients:
         self.proposed = 0
         self.acknowledged = 0
 
+    def on_ack(self, node_id: str, index: int, term: int, value: bytes) -> bool:
+        """A proposal applied where it was proposed; True: a client write the checker holds the cluster to."""
+        self.acknowledged += 1
+        return True
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
     def next_value(self, client: int) -> bytes:
         self.counters[client] += 1
         return f"c{client}-{self.counters[client]}".encode()

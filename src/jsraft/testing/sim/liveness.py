@@ -11,26 +11,30 @@ If the deadline passes, the violation names what was missing — no leader, who 
 why), whether a replica reports the group halted (rule 4) — with one status line per node. A halt is a
 failure here: the atlas confines corruption to a minority, so a healthy majority always exists.
 
-`final_checks` (after convergence): every acknowledged value is applied at its index by every member
-(`acked-lost`); then a last coordinated power failure, and each voter's WAL is reopened from its durable
-state: every acknowledged entry must be on a majority of the voters (in the log with its term and value, or
-in a snapshot whose register holds it at that index).
+`final_checks` (after convergence): every acknowledged write is applied by every member (`acked-lost`;
+the app says what that means: the register holds the value at its index, every acknowledged publish a
+stream still holds is in every member's store, ...); then a last coordinated power failure, and each
+voter's WAL is reopened from its durable state: every acknowledged entry must be on a majority of the voters
+(in the log with its term and value, or covered by a snapshot whose state holds it — the app's `durable`).
+
+Probes are the app's (`App.probe`): entries every app applies without effect on what the checks compare
+(the register's own values, a stream CONSUMER entry, a meta peer add). A member has converged when it
+applied every acknowledged write and the probe, and its replica reports nothing unsettled (a stream
+replica still repairing, or with store faults, has not).
 
 Invariants:
   1. Both are bounded: at most `liveness_ticks_max` steps, then one pass over the acknowledged values per
      member.
   2. Corruption is switched off on every disk before the phase starts (read-time flips included).
 
-Imports: stdlib, `jsraft.raft`, `jsraft.wal`, siblings. Reference: CHAOS.md (I1, I9 liveness after heal).
+Imports: stdlib, siblings. Reference: CHAOS.md (I1, I9 liveness after heal).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jsraft.testing.sim.register import Register
 from jsraft.testing.sim.violation import Violation
-from jsraft.wal import Wal
 
 if TYPE_CHECKING:
     from jsraft.testing.sim.simulator import Simulation
@@ -60,7 +64,7 @@ def run_liveness(sim: Simulation) -> None:
             assert node is not None
             stale = probed_at is None or probed_at[:2] != (leader_id, node.current_term)
             if stale or sim.clock.now - probed_at[2] >= PROBE_RETRY_TICKS:
-                value = f"probe-{len(probes) + 1}".encode()
+                value = sim.app.probe(len(probes) + 1)
                 if sim.drivers[leader_id].propose(value) is not None:
                     probes.append(value)
                     probed_at = (leader_id, node.current_term, sim.clock.now)
@@ -95,7 +99,8 @@ def _converged(sim: Simulation, probes: list[bytes]) -> bool:
         driver = sim.drivers.get(node_id)
         if driver is None or driver.node is None or driver.node.repairing:
             return False
-        if driver.register.applied_index < needed or driver.register.value_at(index) != value:
+        replica = driver.replica
+        if replica.applied_index < needed or not replica.holds(index, value) or replica.unsettled():
             return False
     return True
 
@@ -114,7 +119,8 @@ def _diagnose(sim: Simulation) -> str:
         lines.append(f"{node_id}: {s.role} term={s.current_term} leader={s.leader_id} commit={s.commit_index} "
                      f"applied={s.applied_index} last={s.last_index} snap={s.snapshot_index} "
                      f"voters={','.join(s.voters)} learners={','.join(s.learners) or '-'}"
-                     + (f" repairing ({s.repair_reason})" if s.repairing else ""))
+                     + (f" repairing ({s.repair_reason})" if s.repairing else "")
+                     + (f" app: {why}" if (why := driver.replica.unsettled()) else ""))
     if halted:
         lines.insert(1, "group reported halted: " + " | ".join(halted))
     return " / ".join(lines)
@@ -123,12 +129,7 @@ def _diagnose(sim: Simulation) -> str:
 def final_checks(sim: Simulation) -> None:
     group = members(sim)
     acked = sorted(sim.checker.acked.items(), key=lambda item: item[1])
-    for node_id in group:
-        register = sim.drivers[node_id].register
-        for value, (index, term) in acked:
-            if register.value_at(index) != value:
-                raise Violation("acked-lost", f"{node_id} has {register.value_at(index)!r} at {index}, "
-                                              f"not acknowledged {value!r} (term {term})")
+    sim.app.check_members(sim, group)
     leader_id = sim.leader_id()
     assert leader_id is not None
     voters = sim.drivers[leader_id].node.conf.voters  # type: ignore[union-attr]
@@ -137,7 +138,7 @@ def final_checks(sim: Simulation) -> None:
     for node_id in voters:
         driver = sim.drivers[node_id]
         driver.crash(torn=False)
-        held = _durable_values(driver.disk)
+        held = sim.app.durable(sim, driver)
         for value, (index, term) in acked:
             if held(index, term, value):
                 copies[value] += 1
@@ -146,22 +147,3 @@ def final_checks(sim: Simulation) -> None:
         if copies[value] < quorum:
             raise Violation("acked-lost", f"acknowledged {value!r} at {index}/{term} is durable on "
                                           f"{copies[value]} of {len(voters)} voters, fewer than a majority")
-
-
-def _durable_values(disk):  # type: ignore[no-untyped-def]
-    """A predicate: does this disk durably hold `value` at `index` with `term`?"""
-    wal, recovered = Wal.open(disk)
-    wal.close()
-    entries = {e.index: e for e in recovered.entries}
-    snapshot_index, register = 0, Register()
-    if recovered.snapshot is not None:
-        meta, data = recovered.snapshot
-        snapshot_index, register = meta.index, Register.decode(data)
-
-    def held(index: int, term: int, value: bytes) -> bool:
-        if index <= snapshot_index:
-            return register.value_at(index) == value
-        entry = entries.get(index)
-        return entry is not None and entry.term == term and entry.data == value
-
-    return held

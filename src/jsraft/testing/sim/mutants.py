@@ -1,6 +1,7 @@
 """Mutants: `RaftNode` subclasses that each disable one storage-fault or election rule (never production code).
 
-Owns: `MUTANTS`, name -> node class, for `--mutant NAME`. Each overrides exactly one `rule_*` hook of
+Owns: `MUTANTS`, name -> node class, for `--mutant NAME` (the app mutants, broken state machines rather
+than broken Raft rules, are in `app_mutants`). Each overrides exactly one `rule_*` hook of
 `jsraft.raft.rules.SafetyRules`, the way the rules module documents, so the simulator can show that the
 rule has teeth: with the mutant every node runs the broken rule, and some seed must break an invariant.
 
@@ -20,7 +21,7 @@ Invariants:
   1. A mutant differs from `RaftNode` in one method only.
   2. Nothing outside `jsraft.testing` imports this module.
 
-Imports: attrs, `jsraft.raft`. Reference: `jsraft.raft.rules`; DESIGN.md §4.
+Imports: attrs, `jsraft.raft`, sibling `app_mutants`. Reference: `jsraft.raft.rules`; DESIGN.md §4.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import attrs
 
 from jsraft.raft import HardState, RaftNode, RestoredState, RestoreVerdict
+from jsraft.testing.sim.app_mutants import APP_MUTANTS
 
 
 class AckBeforeFsync(RaftNode):
@@ -67,7 +69,8 @@ MUTANTS: dict[str, type[RaftNode]] = {
 
 
 def node_class(mutant: str | None) -> type[RaftNode]:
-    if mutant is None:
+    """The Raft core's class; an app mutant (`app_mutants`) runs the real core."""
+    if mutant is None or mutant in APP_MUTANTS:
         return RaftNode
     if mutant not in MUTANTS:
         raise ValueError(f"unknown mutant {mutant!r} (known: {', '.join(sorted(MUTANTS))})")

@@ -1,26 +1,29 @@
-"""`NodeDriver`: one simulated node — a real `RaftNode`, its real `Wal` on its own `SimDisk`, a `Register`.
+"""`NodeDriver`: one simulated node — a real `RaftNode`, its real `Wal` on its own `SimDisk`, an app `Replica`.
 
 Owns: the life of one node (start from whatever its disk holds, run, crash) and the `Ready` contract,
 followed exactly as a production runtime must:
   1. persist: the truncation (extended down to the snapshot's index if the WAL's entry there conflicts with
-     the snapshot), the snapshot, the appended entries, the rewritten faulty entries (`wal.repaired`,
+     the snapshot), the snapshot (the replica is told first, `prepare_install`: the WAL is about to drop
+     the entries it covers), the appended entries, the rewritten faulty entries (`wal.repaired`,
      shared with the runtime), the hard state; `Wal.sync()` when
      `must_sync`;
   2. only then hand the messages to the network;
-  3. install the snapshot in the register, apply committed entries, answer client proposals that applied;
+  3. install the snapshot in the replica, apply committed entries, answer client proposals that applied;
   4. `advance()`.
-It also compacts: every `compact_every_entries` applied entries it snapshots the register, makes the
+The replica is the run's application (`app`: the register, the stream or the meta state machine).
+It also compacts: every `compact_every_entries` applied entries it snapshots the replica, makes the
 snapshot durable in the WAL and tells the core (so InstallSnapshot paths run), and it writes `node.json`
 (the server's "this directory was formatted" marker) once the first `Ready` is durable.
 
 Restart: `Wal.open` → `RestoredState` (hard state, snapshot, entries, faulty, and as repair reasons every
-finding of the WAL that means damage, `Recovered.damage_findings`) → a new `RaftNode`; the register is rebuilt from the snapshot and re-applies the committed
+finding of the WAL that means damage, `Recovered.damage_findings`) → a new `RaftNode`; the app opens the
+replica from the snapshot (and, for the stream, its store on this disk) and re-applies the committed
 entries the core hands out. A disk whose WAL came back empty although `node.json` exists lost everything:
 it restarts as a repairing member with no vote to trust (`storage_uuid_changed`), never re-bootstraps.
 
 Invariants:
   1. No message of a `Ready` reaches the network before that `Ready` is persisted (and fsynced when asked).
-  2. The register's applied index equals the core's applied index after every `advance()`.
+  2. The replica's applied index equals the core's applied index after every `advance()`.
   3. Each node's randomness (core RNG per incarnation, disk faults) comes from its own sub-generator.
 
 Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.testing.simdisk`, siblings.
@@ -30,7 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -39,7 +42,7 @@ from jsraft.raft import (
     ConfState, Entry, HardState, NotLeader, ProposalDropped, RaftConfig, RaftNode, Ready, RequestVoteResponse,
     RestoredState, SnapshotMeta, membership,
 )
-from jsraft.testing.sim.register import Register
+from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.violation import Violation
 from jsraft.testing.simdisk import SimDisk
 from jsraft.wal import Recovered, Wal
@@ -70,7 +73,7 @@ class NodeSetup:
 
 class NodeDriver:
     def __init__(self, setup: NodeSetup, rng: random.Random, disk: SimDisk, network: SimNetwork,
-                 checker: SafetyChecker, trace: Trace) -> None:
+                 checker: SafetyChecker, trace: Trace, app: object | None = None) -> None:
         self.setup = setup
         self.node_id = setup.node_id
         self.rng = rng
@@ -80,7 +83,8 @@ class NodeDriver:
         self.trace = trace
         self.node: RaftNode | None = None
         self.wal: Wal | None = None
-        self.register = Register()
+        self.app: Any = app if app is not None else RegisterApp()
+        self.replica: Any = self.app.open(self, 0, None) if self.app.name == "register" else None
         self.proposed: dict[tuple[int, int], bytes] = {}
         self.incarnation = 0
         self.verbose = False
@@ -102,9 +106,9 @@ class NodeDriver:
         core_rng = random.Random(self.rng.getrandbits(64))
         self.node = self.setup.node_class(self.setup.raft_config, core_rng, restored)
         self.wal = wal
-        self.register = Register()
-        if restored.snapshot is not None:
-            self.register = self._decode_snapshot(restored.snapshot_data or b"", restored.snapshot.index)
+        snapshot = restored.snapshot
+        self.replica = self.app.open(self, snapshot.index if snapshot is not None else 0,
+                                     (restored.snapshot_data or b"") if snapshot is not None else None)
         self.proposed = {}
         status = self.node.status()
         why = f" repairing ({status.repair_reason})" if status.repairing else ""
@@ -167,7 +171,7 @@ class NodeDriver:
             return None  # the client tries again later (with a new value)
         self.proposed[(index, node.current_term)] = value
         if len(self.proposed) > PROPOSED_KEPT_MAX:
-            applied = self.register.applied_index
+            applied = self.replica.applied_index
             self.proposed = {k: v for k, v in self.proposed.items() if k[0] > applied}
         return index
 
@@ -203,9 +207,9 @@ class NodeDriver:
                 self.network.send(message, now)
             acked.extend(self._apply(rd))
             node.advance(rd)
-            if self.register.applied_index != node.log.applied_index:
+            if self.replica.applied_index != node.log.applied_index:
                 raise Violation("crash", f"{self.node_id}: the core counts {node.log.applied_index} applied, "
-                                         f"it handed out entries through {self.register.applied_index}")
+                                         f"it handed out entries through {self.replica.applied_index}")
         raise Violation("crash", f"{self.node_id}: Ready loop did not settle in {READY_LOOPS_MAX} rounds")
 
     def _persist(self, rd: Ready) -> None:
@@ -223,6 +227,7 @@ class NodeDriver:
             assert self.node is not None
             truncate(wal, truncate_from, repairing=self.node.repairing)
         if rd.snapshot is not None:
+            self.replica.prepare_install(rd.snapshot.meta.index)  # before the WAL drops entries for it
             wal.save_snapshot(rd.snapshot.meta, rd.snapshot.data)
             wal.compact(rd.snapshot.meta.index)
         if rd.entries:
@@ -249,35 +254,24 @@ class NodeDriver:
         acked: list[tuple[int, int, bytes]] = []
         if rd.snapshot is not None:
             meta = rd.snapshot.meta
-            self.register = self._decode_snapshot(rd.snapshot.data, meta.index)
-            self.checker.on_install(self.node_id, meta, self.register)
+            self.replica = self.app.install(self, self.replica, rd.snapshot.data, meta.index)
+            self.checker.on_install(self.node_id, meta, self.replica.digest)
             self.trace.add(f"{self.node_id} installed snapshot {meta.index}/{meta.term}")
         for entry in rd.committed_entries:
             if rd.snapshot is not None and entry.index <= rd.snapshot.meta.index:
                 continue  # covered by the snapshot installed in this same Ready
-            self.register.apply(entry)
-            self.checker.on_apply(self.node_id, entry, self.register.digest)
+            digest = self.replica.apply(entry)
+            self.checker.on_apply(self.node_id, entry, digest)
             value = self.proposed.pop((entry.index, entry.term), None)
             if value is not None and value == entry.data:
                 acked.append((entry.index, entry.term, value))
         return acked
 
-    def _decode_snapshot(self, data: bytes, index: int) -> Register:
-        try:
-            register = Register.decode(data)
-        except ValueError as error:
-            raise Violation("state-machine-safety", f"{self.node_id}: snapshot {index} does not decode: "
-                                                    f"{error}") from None
-        if register.applied_index != index:
-            raise Violation("state-machine-safety", f"{self.node_id}: snapshot {index} holds a register "
-                                                    f"applied through {register.applied_index}")
-        return register
-
     def _maybe_compact(self) -> None:
-        """Snapshot the register every `compact_every_entries` applied entries: durably first, then the core."""
+        """Snapshot the replica every `compact_every_entries` applied entries: durably first, then the core."""
         node, wal = self.node, self.wal
         assert node is not None and wal is not None
-        index = self.register.applied_index
+        index = self.replica.applied_index
         log = node.log
         if index - log.snapshot_index < self.setup.compact_every_entries:
             return
@@ -287,7 +281,9 @@ class NodeDriver:
         term = log.term_at(index)
         if term is None:
             return
-        data = self.register.encode()
+        data = self.replica.snapshot_data()
+        if data is None:
+            return  # the replica cannot snapshot now (e.g. a stream replica that is not current)
         meta = SnapshotMeta(index=index, term=term, conf=membership.conf_at(node, index))
         wal.save_snapshot(meta, data)
         node.compact(index, data)

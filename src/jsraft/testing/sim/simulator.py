@@ -12,8 +12,13 @@ One step, in this order:
   3. every message due by now is delivered, in delivery order, to running nodes (others drop it);
   4. clients may propose at a leader;
   5. every running node processes its Ready (one persist + fsync covering everything the step produced:
-     group commit), sends, applies, advances; acknowledgements go to the checker;
-  6. the whole-cluster checkers run (`SafetyChecker.after_step`, `TermInflationChecker.after_step`).
+     group commit), sends, applies, advances; acknowledgements go to the clients and the checker;
+  6. every running replica does its app's runtime work (`Replica.step`: e.g. a stream catch-up);
+  7. the whole-cluster checkers run (`SafetyChecker.after_step`, the app's `after_step`,
+     `TermInflationChecker.after_step`).
+
+The application (`SimConfig.app`, module `app`): the register (default), the stream or the meta state
+machine; the workload is the app's.
 
 Invariants:
   1. A run is a function of its `SimConfig`: no wall clock, no global random, no iteration over unordered
@@ -34,10 +39,10 @@ import traceback
 import attrs
 
 from jsraft.raft import RaftConfig
+from jsraft.testing.sim.app import make_app
 from jsraft.testing.sim.atlas import FaultAtlas
 from jsraft.testing.sim.availability import TermInflationChecker
 from jsraft.testing.sim.checkers import SafetyChecker
-from jsraft.testing.sim.clients import Clients
 from jsraft.testing.sim.clock import SimClock
 from jsraft.testing.sim.config import Knobs, SimConfig, derive_rngs
 from jsraft.testing.sim.faults import FaultScheduler
@@ -73,6 +78,7 @@ class Simulation:
         all_ids = config.node_ids + (config.spare_id,)
         self.rngs = derive_rngs(config.seed, all_ids)
         self.knobs = knobs = Knobs.draw(self.rngs.knobs, config)
+        self.app = make_app(config, self.rngs.knobs)
         self.trace = Trace(config.trace_events_max)
         self.network = SimNetwork(self.rngs.network, all_ids, drop=knobs.drop, duplicate=knobs.duplicate,
                                   delay_max_ticks=knobs.delay_max_ticks, reorder=knobs.reorder)
@@ -82,7 +88,7 @@ class Simulation:
             isolation_ticks_min=knobs.delay_max_ticks + _REORDER_DELAY_MAX_TICKS + 2 * config.election_ticks)
         self.atlas = FaultAtlas(knobs.atlas)
         self.faults = FaultScheduler(self.rngs.faults, knobs, config.faults)
-        self.clients = Clients(self.rngs.clients, knobs.propose)
+        self.clients = self.app.workload(self)
         self.membership = MembershipChanges(self.rngs.clients, knobs.membership, config.node_ids,
                                             config.spare_id)
         self.node_class = node_class(config.mutant)
@@ -90,7 +96,8 @@ class Simulation:
         self.steps = 0
         self._seen: dict[str, tuple[object, ...]] = {}
         self.trace.add(f"seed {config.seed}: {config.nodes} nodes, faults {','.join(sorted(config.faults))}, "
-                       f"mutant {config.mutant or '-'}, atlas {self.atlas.describe()}, knobs {knobs}")
+                       f"mutant {config.mutant or '-'}, atlas {self.atlas.describe()}, knobs {knobs}"
+                + (f", app {self.app.describe()}" if config.app != "register" else ""))
         for node_id in config.node_ids:
             self._add_driver(node_id, bootstrap=config.node_ids).start()
 
@@ -105,9 +112,10 @@ class Simulation:
                           bootstrap_voters=bootstrap, corruptible=corruptible, segment_bytes=knobs.segment_bytes,
                           compact_every_entries=knobs.compact_every_entries)
         node_rng = self.rngs.nodes[node_id]
+        flips = corruptible and (config.app != "stream" or config.stream_known_bugs)
         disk = SimDisk(_sub(node_rng), corruption_allowed=corruptible,
-                       read_flip_probability=knobs.read_flip if corruptible else 0.0)
-        driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace)
+                       read_flip_probability=knobs.read_flip if flips else 0.0)
+        driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace, self.app)
         driver.verbose = self.verbose
         driver.on_vote_granted = self.faults.on_vote_granted
         self.drivers[node_id] = driver
@@ -154,10 +162,14 @@ class Simulation:
         self.clients.step(self)
         for node_id in order:
             for index, term, value in drivers[node_id].pump(now):
-                self.clients.acknowledged += 1
-                self.checker.on_ack(index, term, value, self.checker.leaders(self.live()))
+                if self.clients.on_ack(node_id, index, term, value):  # a client write: held to it forever
+                    self.checker.on_ack(index, term, value, self.checker.leaders(self.live()))
+        for node_id in order:
+            if drivers[node_id].up:
+                drivers[node_id].replica.step(self)
         self._observe()
         self.checker.after_step(self.live())
+        self.app.after_step(self)
         self.terms.after_step(now, drivers, self.network)
 
     def _observe(self) -> None:
@@ -185,6 +197,7 @@ class Simulation:
             "terms": max(self.checker.leader_of_term, default=0), **self.faults.counts,
             "membership_proposals": self.membership.proposals,
             "transfers": self.membership.transfers, "applied_checks": self.checker.checks,
+            **self.clients.stats(), **self.app.stats(),
         }
 
 

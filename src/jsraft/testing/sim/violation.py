@@ -21,6 +21,8 @@ INVARIANTS = {
     "acked-lost": "an acknowledged entry is applied on every replica and durable on a majority at the end",
     "durability": "a replica whose disk was never corrupted never recovers damaged (fsync contract)",
     "term-inflation": "a replica cut off from a quorum never raises its term by itself (pre-vote)",
+    "stream-audit": "at each AUDIT entry every replica that vouches for its store reports the same state tuple, "
+                    "the one the committed log gives (stream app)",
     "liveness": "after healing, a leader commits a new entry on every member, and nobody is repairing",
     "crash": "the code under test raised (an invariant() or an unexpected exception)",
 }

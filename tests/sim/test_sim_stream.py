@@ -1,0 +1,206 @@
+"""`--app stream`: the simulator runs the real stream state machine; a fixed seed list passes, a replica that
+silently diverges is caught by the audit checker, and the production bugs the stream simulator found are
+pinned here.
+
+Method: `run_batch` over `SEEDS` with `app="stream"` (even seeds 3 nodes, odd 5; every fault kind), in two
+worker processes: every node applies its committed entries to a `StreamStateMachine` on a `FileStore` on its
+own `SimDisk`, the workload publishes (with msg-ids and duplicates), deletes, purges, updates the config and
+expires, the leader audits, snapshots go through `snapshot()`/`restore()` and a restored plan is caught up
+with `CatchupSession`/`serve_catchup`. The mutant `stream-skip-delete` makes `n1` skip every DELETE; it must
+be caught as `stream-audit` and the honest code must pass the same seed.
+
+The pinned bugs (each a small deterministic reproduction, `xfail(strict=True)`: it turns into a failure
+once the bug is fixed, so the mark must then be removed and the case enabled in the simulator by default —
+`SimConfig.stream_known_bugs` switches them on now):
+  1. FileStore: a record found damaged on read (`_damaged_on_read` -> `detach(readable=False)`) and then
+     `repair()`ed is counted twice: `bytes`, its subject's count and its range digest stay wrong for ever,
+     so the replica's state tuple never equals the group's (read-time bit flips in the simulator).
+  2. CatchupSession: the fetched tail is appended before the messages the group deleted are removed from
+     the local store, so a `discard: new` store at `max_msgs` refuses it: `CatchupFailed` on every try.
+  3. A CONFIG entry that changes the store's limits, replayed after a restart against a store that already
+     holds later entries' messages, enforces its limits against those messages: the replica removes
+     messages the group keeps (seeds 31, 37, 53, 63 of an early run with limit changes; stream-audit).
+And two fixed in `stream/machine.py` (plain tests): `snapshot()` let a `DamagedSequence` found while it read
+the store escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose
+only earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
+verification, so the AUDIT replayed before that purge reported a state the group did not hold (seed 138).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from jsraft.errors import DamagedSequence
+from jsraft.jsapi.stream_config import parse_stream_config
+from jsraft.store.base import StoreConfig
+from jsraft.store.blocks import block_name
+from jsraft.store.filestore import FileStore
+from jsraft.store.memstore import MemStore
+from jsraft.stream import StreamLeader, StreamStateMachine, catchup_wire, entries, store_config_for
+from jsraft.stream.catchup import CatchupSession, serve_catchup
+from jsraft.stream.errors import CatchupFailed, StreamNotHealthy
+from jsraft.testing.sim import run_batch, run_seed
+from jsraft.testing.sim.batch import config_for
+from jsraft.testing.simdisk import SimDisk
+
+SEEDS = range(0, 40)  # sized to the time budget of tests/sim (~0.8 CPU-s per stream seed)
+MUTANT_SEEDS_MAX = 40
+
+
+def _fail_with_traces(batch) -> None:  # type: ignore[no-untyped-def]
+    if batch.failed:
+        first = batch.failures[0]
+        lines = [f"seed {f.seed}: [{f.invariant}] {f.detail}" for f in batch.failures]
+        raise AssertionError(f"{batch.summary()}\n" + "\n".join(lines) + f"\n--- trace of seed {first.seed} "
+                             f"---\n{first.trace}")
+
+
+def test_fixed_stream_seeds_pass_with_all_faults() -> None:
+    configs = [config_for(seed, nodes="mixed", app="stream") for seed in SEEDS]
+    batch = run_batch(configs, jobs=2)
+    _fail_with_traces(batch)
+    assert batch.passed == len(SEEDS) and batch.steps >= len(SEEDS) * configs[0].steps
+
+
+def test_a_stream_run_does_stream_work() -> None:
+    result = run_seed(config_for(3, app="stream"))
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+    stats = result.stats
+    assert stats["publishes_acked"] > 100 and stats["stream_deletes"] > 0 and stats["stream_purges"] > 0
+    assert stats["audits_vouched"] > 20, "audit reports were compared"
+    assert stats["catchups"] > 0, "snapshots were installed and caught up"
+
+
+def test_a_replica_skipping_deletes_is_caught_by_the_audit_checker() -> None:
+    configs = [config_for(seed, nodes="mixed", app="stream", mutant="stream-skip-delete")
+               for seed in range(MUTANT_SEEDS_MAX)]
+    batch = run_batch(configs, jobs=2, stop_at_first_failure=True)
+    assert batch.failed == 1, f"the skipped deletes survived {MUTANT_SEEDS_MAX} seeds"
+    caught = batch.failures[0]
+    assert caught.invariant == "stream-audit" and "n1" in (caught.detail or ""), caught.detail
+    honest = run_seed(config_for(caught.seed, nodes="mixed", app="stream"))
+    assert honest.ok, f"the real code fails seed {caught.seed} too: [{honest.invariant}] {honest.detail}"
+
+
+# --- Production bugs found by the stream simulator ----------------------------------------------------
+
+
+def _machine(store_config: StoreConfig | None = None, **fields: object) -> StreamStateMachine:
+    config, raw = parse_stream_config(json.dumps({"name": "S", "subjects": ["s.>"], **fields}).encode())
+    store = MemStore(store_config_for(config, store_config or StoreConfig(name="S")))
+    return StreamStateMachine(store, config, raw)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="FileStore: detach(readable=False) then repair() counts the record twice")
+def test_a_record_damaged_on_read_then_repaired_is_counted_once() -> None:
+    disk = SimDisk(random.Random(1))
+    config = StoreConfig(name="S", block_size=64 << 10)
+    store, mirror = FileStore.open(disk.sub("msgs"), config), MemStore(config)
+    for seq in range(1, 11):
+        message = (seq, "s.a" if seq % 2 else "s.b", b"", b"payload-%d" % seq, 1000 + seq)
+        store.append(*message)
+        mirror.append(*message)
+    block, offset, length, _ = store.locate(5)
+    disk.sub("msgs").flip_bit(block_name(block.number), offset + length - 3)
+    with pytest.raises(DamagedSequence):
+        store.load(5)
+    store.repair(5, "s.a", b"", b"payload-5", 1005)
+    assert store.state() == mirror.state()
+    assert store.subject_counts() == mirror.subject_counts()
+    assert store.digest_ranges() == mirror.digest_ranges()
+
+
+def _catch_up(follower: StreamStateMachine, leader: StreamStateMachine) -> None:
+    plan = follower.restore(leader.snapshot())
+    session = CatchupSession(follower, plan.group, snapshot_index=leader.applied_index)
+    request = session.start(plan)
+    while request is not None:
+        answer = serve_catchup(leader, catchup_wire.decode_catchup(catchup_wire.encode_request(request)))
+        request = session.on_chunk(answer)  # type: ignore[arg-type]
+
+
+@pytest.mark.xfail(strict=True, raises=CatchupFailed,
+                   reason="CatchupSession appends the tail before removing what the group deleted")
+def test_a_discard_new_store_at_its_limit_can_be_caught_up() -> None:
+    leader, follower = _machine(max_msgs=10, discard="new"), _machine(max_msgs=10, discard="new")
+    decider, index = StreamLeader(leader), 0
+    for number in range(15):
+        if number == 10:
+            for seq in range(3, 8):  # the follower misses these deletes and the five messages after them
+                index += 1
+                leader.apply(index, entries.encode_delete(seq))
+        for entry in decider.decide([("s.a", b"", b"m%d" % number)], 1000 + number).entries:
+            index += 1
+            leader.apply(index, entry)
+            if number < 10:
+                follower.apply(index, entry)
+    _catch_up(follower, leader)  # raised CatchupFailed: "the store refused fetched messages"
+    assert follower.store.state().agreement_key() == leader.store.state().agreement_key()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="a replayed CONFIG enforces its limits against a store ahead of the log")
+def test_a_config_replayed_against_a_store_ahead_keeps_what_the_group_keeps() -> None:
+    log: list[bytes] = []
+    reference = _machine()
+    decider = StreamLeader(reference)
+    limited = json.dumps({"name": "S", "subjects": ["s.>"], "max_msgs_per_subject": 2}).encode()
+    unlimited = json.dumps({"name": "S", "subjects": ["s.>"]}).encode()
+    log += decider.decide([("s.a", b"", b"m%d" % n) for n in range(3)], 1000).entries
+    log += [entries.encode_config(limited, 1), entries.encode_config(unlimited, 2)]
+    for index, entry in enumerate(log, 1):
+        reference.apply(index, entry)
+    log += decider.decide([("s.a", b"", b"m%d" % n) for n in range(3, 5)], 2000).entries
+    reference.apply(len(log), log[-1])
+    # A replica that applied all of it and restarts: its store (durable) is the reference's; the WAL replays.
+    store = MemStore(reference.store.config)
+    for seq in range(1, 6):
+        try:
+            message = reference.store.load(seq)
+        except Exception:
+            store.skip(seq, 1)
+            continue
+        store.append(seq, message.subject, message.headers, message.payload, message.timestamp_ns)
+    restarted = StreamStateMachine(store, reference.config, unlimited)
+    assert restarted.replaying
+    for index, entry in enumerate(log, 1):
+        restarted.apply(index, entry)
+    restarted.finish_recovery()
+    assert store.state().agreement_key() == reference.store.state().agreement_key()
+
+
+def test_a_snapshot_that_finds_a_damaged_record_refuses() -> None:
+    disk = SimDisk(random.Random(2))
+    config, raw = parse_stream_config(json.dumps({"name": "S", "subjects": ["s.>"]}).encode())
+    store = FileStore.open(disk.sub("msgs"), store_config_for(config, StoreConfig(name="S", block_size=64 << 10)))
+    machine = StreamStateMachine(store, config, raw)
+    machine.apply(1, entries.encode_msgs(1, [(b"s.a", b"", b"p%d" % n, 1000 + n, b"", 0) for n in range(10)]))
+    machine.apply(2, entries.encode_delete(3))  # an interior delete: the snapshot walks the live messages
+    block, offset, length, _ = store.locate(7)
+    disk.sub("msgs").flip_bit(block_name(block.number), offset + length - 3)
+    assert machine.can_lead  # nobody read it yet
+    with pytest.raises(StreamNotHealthy, match="damaged at sequence 7"):
+        machine.snapshot()
+    assert [f.first for f in store.faults()] == [7] and not machine.can_lead
+
+
+def test_a_store_whose_only_change_is_a_moved_head_is_replayed() -> None:
+    # Stream seed 138: a PURGE of the still empty stream left the store at (first 1, last 0); after a
+    # restart the machine did not count that as an earlier run's state, so the AUDIT replayed before the
+    # PURGE reported (1, 0, ...) against the group's (0, 0, ...).
+    reference = _machine()
+    log = [entries.encode_audit(1), entries.encode_purge(None, None, None, 0), entries.encode_audit(2)]
+    for index, entry in enumerate(log, 1):
+        reference.apply(index, entry)
+    store = MemStore(reference.store.config)
+    store.purge()  # what the replica's durable store held when it crashed
+    restarted = StreamStateMachine(store, reference.config, reference.raw_config)
+    assert restarted.replaying  # so its runtime keeps the replayed AUDIT's report to itself
+    for index, entry in enumerate(log, 1):
+        restarted.apply(index, entry)
+    restarted.finish_recovery()
+    assert store.state().agreement_key() == reference.store.state().agreement_key()

@@ -12,9 +12,8 @@ be caught as `stream-audit` and the honest code must pass the same seed.
 The pinned bugs (each a small deterministic reproduction, `xfail(strict=True)`: it turns into a failure
 once the bug is fixed, so the mark must then be removed and the case enabled in the simulator by default —
 `SimConfig.stream_known_bugs` switches them on now):
-  1. FileStore: a record found damaged on read (`_damaged_on_read` -> `detach(readable=False)`) and then
-     `repair()`ed is counted twice: `bytes`, its subject's count and its range digest stay wrong for ever,
-     so the replica's state tuple never equals the group's (read-time bit flips in the simulator).
+  1. (fixed; a plain test now) FileStore: a record found damaged on read (`detach(readable=False)`) and
+     then `repair()`ed was counted twice: `bytes`, its subject's count and its range digest stayed wrong.
   2. CatchupSession: the fetched tail is appended before the messages the group deleted are removed from
      the local store, so a `discard: new` store at `max_msgs` refuses it: `CatchupFailed` on every try.
   3. A CONFIG entry that changes the store's limits, replayed after a restart against a store that already
@@ -94,8 +93,6 @@ def _machine(store_config: StoreConfig | None = None, **fields: object) -> Strea
     return StreamStateMachine(store, config, raw)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="FileStore: detach(readable=False) then repair() counts the record twice")
 def test_a_record_damaged_on_read_then_repaired_is_counted_once() -> None:
     disk = SimDisk(random.Random(1))
     config = StoreConfig(name="S", block_size=64 << 10)

@@ -43,6 +43,7 @@ from jsraft.store.base import (
 from jsraft.store.blockfiles import BlockFiles
 from jsraft.store.blocks import Block, message_body, message_subject
 from jsraft.store.faultmap import FaultMap
+from jsraft.store.fs_accounting import Accounting
 from jsraft.store.limits_check import check_batch
 
 _U64 = (1 << 64) - 1
@@ -50,7 +51,7 @@ _LEN = struct.Struct("<I")
 _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
 
 
-class FileStore:
+class FileStore(Accounting):
     """Use `FileStore.open(disk, config)`; the constructor alone does not recover."""
 
     def __init__(self, disk: Disk, config: StoreConfig) -> None:
@@ -70,6 +71,9 @@ class FileStore:
         self.range_counts: dict[int, int] = {}
         self.psim: dict[str, list[int]] = {}  # subject -> [count, first seq or 0, last seq or 0]
         self.moved: dict[int, tuple[int, int, int, int]] = {}  # seq -> (block, offset, length, crc)
+        # Sequences detached because their record stopped reading back: their bytes and subject count are
+        # still in the totals (unknown without the record) and are settled by `repair` (fs_ops).
+        self.unaccounted: set[int] = set()
         self.fault_map = FaultMap()
         self._first_live_hint = 0
         self._dirty = False
@@ -130,51 +134,6 @@ class FileStore:
     def read_record(self, block: Block, offset: int, length: int) -> bytes:
         return self.files.read(block, offset, length)
 
-    # --- Accounting (used by recovery too) ------------------------------------------------------
-
-    def account_add(self, seq: int, subject: str, size: int, crc: int) -> None:
-        self.msgs += 1
-        self.bytes += size
-        term = message_digest(seq, crc)
-        self.digest = (self.digest + term) & _U64
-        key = (seq - 1) >> _RANGE_SHIFT
-        self.ranges[key] = (self.ranges.get(key, 0) + term) & _U64
-        self.range_counts[key] = self.range_counts.get(key, 0) + 1
-        entry = self.psim.get(subject)
-        if entry is None:
-            self.psim[subject] = [1, seq, seq]
-        else:
-            entry[0] += 1
-            if entry[1] and seq < entry[1]:
-                entry[1] = seq
-            if entry[2] and seq > entry[2]:
-                entry[2] = seq
-
-    def account_remove(self, seq: int, subject: str, size: int, crc: int) -> None:
-        self.msgs -= 1
-        self.bytes -= size
-        term = message_digest(seq, crc)
-        self.digest = (self.digest - term) & _U64
-        key = (seq - 1) >> _RANGE_SHIFT
-        left = self.range_counts.get(key, 0) - 1
-        if left > 0:
-            self.range_counts[key] = left
-            self.ranges[key] = (self.ranges[key] - term) & _U64
-        else:
-            self.range_counts.pop(key, None)
-            self.ranges.pop(key, None)
-        entry = self.psim.get(subject)
-        if entry is None:
-            return
-        entry[0] -= 1
-        if entry[0] <= 0:
-            del self.psim[subject]
-            return
-        if entry[1] == seq:
-            entry[1] = 0  # recomputed lazily by `subject_first`
-        if entry[2] == seq:
-            entry[2] = 0
-
     def locate(self, seq: int) -> tuple[Block, int, int, int] | None:
         """`(block, offset, length, crc)` of the live record for `seq`, or None."""
         if seq < self.head or seq > self.last_seq:
@@ -221,11 +180,13 @@ class FileStore:
             block.msgs -= 1
             block.drop_subject(name)
         else:
-            # The record no longer reads back, so its subject and size are unknown. Remove its digest
-            # term and count; `bytes` stays off until repair, and the state mismatch flags the replica.
+            # The record no longer reads back, so its subject and size are unknown. Remove its count and
+            # digest terms (total and range); its bytes and subject count stay until `repair` settles them
+            # (`unaccounted`), and meanwhile the state mismatch flags the replica.
             self.msgs -= 1
             block.msgs -= 1
-            self.digest = (self.digest - message_digest(seq, crc)) & _U64
+            self._remove_term(seq, message_digest(seq, crc))
+            self.unaccounted.add(seq)
         if block.covers(seq) and block.offsets[seq - block.first_seq] == offset:
             block.offsets[seq - block.first_seq] = 0
         else:

@@ -328,7 +328,9 @@ def repair(store: "FileStore", seq: int, subject: str, headers: bytes, payload: 
     offset = store.write_records(record)
     block = store.newest()
     store.moved[seq] = (block.number, offset, len(record), crc)
-    store.account_add(seq, subject, msg_size(len(subject.encode()), len(headers), len(payload)), crc)
+    counted = seq in store.unaccounted  # detached unreadable: its bytes and subject count never left
+    store.unaccounted.discard(seq)
+    store.account_add(seq, subject, msg_size(len(subject.encode()), len(headers), len(payload)), crc, counted=counted)
     store.fault_map.remove(seq, seq)
     store._first_live_hint = 0  # a repaired sequence may now be the first live one
 

@@ -254,3 +254,19 @@ def test_repairing_a_lost_head_restores_first_seq(tmp_path):
     assert damaged.faults() == []
     assert damaged.state() == state
     _assert_all_but(damaged, set())
+
+
+def test_limit_enforcement_fails_loudly_on_a_subject_count_with_no_live_message(tmp_path):
+    """Broken accounting (a subject counted above its live messages) is an invariant violation, never an
+    endless loop trying to remove a first message that is not there."""
+    from jsraft.disk import OsDisk
+    from jsraft.errors import InvariantViolation
+    from jsraft.store.base import StoreConfig
+    from jsraft.store.filestore import FileStore
+
+    store = FileStore.open(OsDisk(str(tmp_path / "s")), StoreConfig(name="S", max_msgs_per_subject=2))
+    for seq in range(1, 3):
+        store.append(seq, "a", b"", b"x", 1000 + seq)
+    store.psim["a"][0] += 5  # what the double-count bug used to leave behind
+    with pytest.raises(InvariantViolation, match="first live one is missing"):
+        store.append(3, "a", b"", b"x", 1003)

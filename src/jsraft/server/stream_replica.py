@@ -311,16 +311,7 @@ class StreamReplica:
         leader, machine = self.leader, self.machine
         if leader is None or machine is None or self.config_index <= machine.config_meta_index:
             return
-        proposal = leader.propose_config(self.raw, self.config_index)
-        if proposal.error is not None:
-            raise api_error(proposal.error)
-        try:
-            result = await self.runtime.propose(self.group, proposal.entry)
-        except JsraftError:
-            self.leader = None
-            raise
-        if isinstance(result, ApplyResult) and result.error is not None:
-            raise api_error(result.error)
+        await self._propose_decided(leader.propose_config(self.raw, self.config_index))
 
     # --- Membership follows the assignment's peers (stream_members) -----------------------------------
 
@@ -364,14 +355,17 @@ class StreamReplica:
             leader = self.leader
             if leader is None:
                 raise NotLeader(self.leader_id())
-            proposal = getattr(leader, make)(*args, **kwargs)
-            if proposal.error is not None:
-                raise api_error(proposal.error)
-            try:
-                result = await self.runtime.propose(self.group, proposal.entry)
-            except JsraftError:
-                self.leader = None
-                raise
+            return await self._propose_decided(getattr(leader, make)(*args, **kwargs))
+
+    async def _propose_decided(self, proposal: Any) -> Any:
+        """Under `_propose_lock`: propose one `LeaderProposal`; its refusal, or the applied entry's, raised."""
+        if proposal.error is not None:
+            raise api_error(proposal.error)
+        try:
+            result = await self.runtime.propose(self.group, proposal.entry)
+        except JsraftError:
+            self.leader = None  # its in-flight view is now wrong (invariant 1)
+            raise
         if isinstance(result, ApplyResult) and result.error is not None:
             raise api_error(result.error)
         return result

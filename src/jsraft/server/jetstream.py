@@ -12,18 +12,20 @@ Invariants:
      node's meta state holds the stream (so the next publish here can find it by subject).
   3. A `PubAck` is returned only for a publish whose entry committed and applied at the leader.
 
-Imports: stdlib, L0, L1 (`jsapi`), attrs, trio, server siblings. Reference: nats-py `nats.js.JetStreamContext`.
+Imports: stdlib, L0, L1 (`jsapi`), L4 (`client` values), attrs, trio, server siblings. Reference: nats-py `nats.js.JetStreamContext`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
+# The values and the request body are the ones `jsraft.client` uses: one definition for both contexts.
+from jsraft.client.jetstream import config_bytes
+from jsraft.client.values import PubAck, RawStreamMsg
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig, parse_stream_config
 from jsraft.server.errors import NoLeader
@@ -33,29 +35,11 @@ if TYPE_CHECKING:
 
 
 @attrs.frozen
-class PubAck:
-    stream: str
-    seq: int
-    duplicate: bool = False
-    domain: str | None = None
-
-
-@attrs.frozen
 class StreamInfo:
     config: StreamConfig
     state: dict[str, int]
     cluster: dict[str, Any]
     config_raw: bytes = attrs.field(repr=False, default=b"")
-
-
-@attrs.frozen
-class RawStreamMsg:
-    subject: str
-    seq: int
-    data: bytes
-    headers: dict[str, str] | None
-    time_ns: int
-    stream: str
 
 
 def encode_headers(headers: Mapping[str, str] | None) -> bytes:
@@ -74,17 +58,6 @@ def decode_headers(block: bytes) -> dict[str, str] | None:
         if sep:
             found.setdefault(key.strip(), value.strip())
     return found
-
-
-def config_bytes(config: StreamConfig | Mapping[str, Any] | None, params: dict[str, Any]) -> bytes:
-    if isinstance(config, StreamConfig):
-        data: dict[str, Any] = config.to_json()
-    elif config is None:
-        data = {}
-    else:
-        data = dict(config)
-    data.update(params)
-    return json.dumps(data).encode()
 
 
 class JetStreamContext:

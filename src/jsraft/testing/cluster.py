@@ -16,31 +16,18 @@ from __future__ import annotations
 
 import inspect
 import os
-import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 
+from jsraft.cli.local_cluster import free_ports  # one port picker for the demo's cluster and this kit
 from jsraft.disk import OsDisk
 from jsraft.meta import MetaStateMachine
 from jsraft.server import Node, NodeConfig
 from jsraft.server.meta_service import META_GROUP
 from jsraft.store.filestore import FileStore
-
-
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class Cluster:

@@ -1,9 +1,12 @@
 """`jsraft serve`: one node as an OS process, configured by flags and/or a config file (layer L6).
 
-Owns: the `serve` flags (jsraft's spellings, plus nats-server's where they overlap: `-p`, `-m`, `-sd`,
-`-n`, `--routes`, `--cluster`, `--cluster_name`, `-js`), turning them into a `NodeConfig` (a config file
-first, flags on top), logging to stderr, running the node with its monitor, and stopping on SIGTERM or
-SIGINT.
+Owns: the `serve` flags (jsraft's spellings, plus nats-server's where they mean the same: `-a/--addr/--net`,
+`-p/--port`, `-n/--name/--server_name`, `-m/--http_port`, `-c/--config`, `-sd/--store_dir`, `-js/--jetstream`,
+`--cluster/--cluster_listen`, `--routes`, `--cluster_name`, `-D/--debug`, each also in the single-dash long
+form Go's flag package accepts, e.g. `-port`, `-store_dir=DIR`), turning them into a `NodeConfig` (a config
+file first, flags on top), logging to stderr, running the node with its monitor, and stopping on SIGTERM or
+SIGINT. nats-server's routes are bare URLs; jsraft's name each node (`NAME=nats://HOST:PORT`), because its
+Raft voters are named before any connection is made.
 
 Invariants:
   1. A configuration error (unknown field, bad value, unreadable file, malformed flag) exits with status 2
@@ -38,27 +41,54 @@ _FIELDS = ("name", "store_dir", "client_host", "client_port", "cluster_port", "m
            "cluster_name", "tick_ms", "election_ticks")
 
 
+def _flag(parser: argparse.ArgumentParser, spellings: tuple[str, ...], go_names: tuple[str, ...] = (),
+          **options: Any) -> None:
+    """One option under `spellings` (shown in --help), and under `-NAME` for each of nats-server's long
+    `go_names` (hidden): Go's flag package takes one dash as well as two, and without these argparse would
+    read `-name=x` as `-n` with the value "ame=x" and `-cluster=URL` as `-c` (a config file) "luster=URL"."""
+    parser.add_argument(*spellings, **options)
+    if go_names:
+        parser.add_argument(*(f"-{name}" for name in go_names), **{**options, "help": argparse.SUPPRESS})
+
+
 def add_parser(sub: Any) -> None:
     serve = sub.add_parser("serve", help="run one node (flags and/or --config FILE)")
-    serve.add_argument("-c", "--config", metavar="FILE", help="config file, JSON or TOML (flags override it)")
-    serve.add_argument("-n", "--name", help="this node's name (unique in the cluster)")
-    serve.add_argument("-sd", "--store-dir", "--store_dir", dest="store_dir", help="data directory")
-    serve.add_argument("-a", "--client-host", "--addr", dest="client_host", help="client listener host")
-    serve.add_argument("-p", "--client-port", "--port", dest="client_port", type=int,
-                       help="NATS client port (default 4222; 0 picks a free port)")
-    serve.add_argument("--cluster-port", type=int, help="cluster (node-to-node) listener port (default 6222)")
-    serve.add_argument("--cluster", metavar="[nats://]HOST:PORT", help="cluster listener address")
-    serve.add_argument("-m", "--monitor-port", "--http_port", dest="monitor_port", type=int,
-                       help="monitoring HTTP port (/healthz, /varz, /jsz); off unless given")
-    serve.add_argument("--monitor-host", help="monitoring HTTP host (default 127.0.0.1)")
-    serve.add_argument("--routes", "--peers", dest="peers", action="append", metavar="NAME=HOST:PORT,...",
-                       help="the other nodes' cluster addresses (repeatable, comma-separated)")
-    serve.add_argument("--cluster-name", "--cluster_name", dest="cluster_name", help="cluster name")
+    _flag(serve, ("-c", "--config"), ("config",), metavar="FILE", help="config file, JSON or TOML (flags override it)")
+    _flag(serve, ("-n", "--name", "--server_name"), ("name", "server_name"), dest="name",
+          help="this node's name (unique in the cluster)")
+    _flag(serve, ("-sd", "--store-dir", "--store_dir"), ("store_dir",), dest="store_dir", metavar="DIR",
+          help="data directory")
+    _flag(serve, ("-a", "--client-host", "--addr", "--net"), ("addr", "net"), dest="client_host", metavar="HOST",
+          help="client listener host (default 127.0.0.1)")
+    _flag(serve, ("-p", "--client-port", "--port"), ("port",), dest="client_port", type=int, metavar="PORT",
+          help="NATS client port (default 4222; 0 picks a free port)")
+    serve.add_argument("--cluster-port", type=int, metavar="PORT", help="cluster (node-to-node) listener port "
+                       "(default 6222)")
+    _flag(serve, ("--cluster", "--cluster_listen"), ("cluster", "cluster_listen"), dest="cluster",
+          metavar="[nats://]HOST:PORT", help="cluster listener address")
+    _flag(serve, ("-m", "--monitor-port", "--http_port"), ("http_port",), dest="monitor_port", type=int,
+          metavar="PORT", help="monitoring HTTP port (/healthz, /varz, /jsz); off unless given")
+    serve.add_argument("--monitor-host", metavar="HOST", help="monitoring HTTP host (default 127.0.0.1)")
+    _flag(serve, ("--routes", "--peers"), ("routes",), dest="peers", action="append",
+          metavar="NAME=HOST:PORT,...",
+          help="the other nodes' cluster addresses, each with its node name; nats:// optional "
+               "(repeatable, comma-separated)")
+    _flag(serve, ("--cluster-name", "--cluster_name"), ("cluster_name",), dest="cluster_name", metavar="NAME",
+          help="cluster name (default jsraft)")
     serve.add_argument("--tick-ms", type=int, help="Raft tick in milliseconds (default 100)")
     serve.add_argument("--election-ticks", type=int, help="ticks without a leader before an election (default 10)")
-    serve.add_argument("-js", "--jetstream", action="store_true", help="accepted for nats-server parity; always on")
+    _flag(serve, ("-js", "--jetstream"), ("jetstream",), dest="jetstream", action="store_true",
+          help="accepted for nats-server parity; always on")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _flag(serve, ("-D", "--debug"), ("debug",), dest="log_level", action="store_const", const="debug",
+          help="the same as --log-level debug (nats-server's spelling)")
     serve.set_defaults(func=cmd_serve)
+
+
+def _strip_scheme(text: str) -> str:
+    """`nats://h:p`, `nats-route://h:p` -> `h:p` (nats-server parses these as URLs and ignores the scheme)."""
+    scheme, sep, rest = text.partition("://")
+    return rest if sep and scheme.replace("-", "").isalpha() else text
 
 
 def parse_peers(values: list[str]) -> dict[str, str]:
@@ -69,21 +99,28 @@ def parse_peers(values: list[str]) -> dict[str, str]:
             continue
         name, sep, address = item.partition("=")
         if not sep or not name.strip() or not address.strip():
-            raise InvalidConfig(f"--routes: {item!r} is not NAME=HOST:PORT")
+            hint = " (a route needs its node's name: jsraft's Raft voters are named)" if "://" in item else ""
+            raise InvalidConfig(f"--routes: {item!r} is not NAME=HOST:PORT{hint}")
         if name.strip() in peers:
             raise InvalidConfig(f"--routes: {name.strip()!r} is given twice")
-        peers[name.strip()] = address.strip().removeprefix("nats://").removeprefix("nats-route://")
+        peers[name.strip()] = _strip_scheme(address.strip())
     return peers
+
+
+def parse_cluster(text: str) -> tuple[str, int]:
+    """`--cluster nats://0.0.0.0:6222` (or `HOST:PORT`, `[::1]:6222`) -> `("0.0.0.0", 6222)`."""
+    host, sep, port = _strip_scheme(text.strip()).rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or "@" in host:
+        raise InvalidConfig(f"--cluster: {text!r} is not [nats://]HOST:PORT")
+    return host, int(port)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The NodeConfig fields the command line sets (unset flags are absent, so a file's value stands)."""
     overrides = {field: getattr(args, field) for field in _FIELDS if getattr(args, field) is not None}
     if args.cluster is not None:
-        host, sep, port = args.cluster.removeprefix("nats://").rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise InvalidConfig(f"--cluster: {args.cluster!r} is not [nats://]HOST:PORT")
-        overrides["cluster_host"], overrides["cluster_port"] = host, int(port)
+        overrides["cluster_host"], overrides["cluster_port"] = parse_cluster(args.cluster)
     if args.peers is not None:
         overrides["peers"] = parse_peers(args.peers)
     return overrides

@@ -1,0 +1,243 @@
+"""The consumer leader's delivery decisions: pure, given a store, a clock reading and its bookkeeping (L3).
+
+Owns: `ConsumerLeader`, the leader-only bookkeeping of one consumer (ack deadlines, the redelivery
+queue, the next stream seq and consumer seq to hand out) and `next_deliveries`, which chooses what to
+deliver now and returns the DELIVERED op to propose with the messages to send. Also the leader's
+reactions to acks it receives (`nak`, `progress`), which return DELIVERED records to propose when the
+change must survive a failover (a NAK delay, a `+WPI`), as nats-server replicates them.
+
+Rules (nats-server `consumer.go` getNextMsg / checkPending / hasMaxDeliveries):
+  1. Redeliveries first, in stream-seq order, once `ack_wait` — or `backoff[min(count - 1, len - 1)]` —
+     has passed since the last delivery; a message that already had `max_deliver` deliveries is given up
+     (a DELIVERED record with count `max_deliver + 1`, reported for the MAX_DELIVERIES advisory).
+  2. New messages after that, matching the filters, from the deliver-policy start (`position`), while
+     fewer than `max_ack_pending` are pending (counting deliveries proposed but not yet committed).
+  3. `last_per_subject`: up to the stream's last seq at creation only the last message of each subject.
+  4. A pending message that is gone from the store is terminated (a TERM op), never delivered.
+  5. Nothing is delivered while the consumer is paused (`pause_until` in the future).
+After an election `ConsumerLeader.rebuild` starts from the replicated state: every pending message gets
+a fresh full deadline (a new leader cannot trust another node's clock), and delivery continues after
+`delivered`; deliveries the old leader sent but never committed are simply sent again (at-least-once).
+
+Imports: L0, L1 (`jsapi`), L2 (`store`), this package. Reference: DESIGN.md §7.
+"""
+
+from __future__ import annotations
+
+from jsraft.consumer.acks import ack_reply_subject
+from jsraft.consumer.machine import ConsumerEntry
+from jsraft.consumer.ops import DeliveredOp, SkipOp, TermOp
+from jsraft.consumer.position import is_last_at_start, num_pending
+from jsraft.errors import NoMessageFound, invariant
+from jsraft.jsapi.consumer_config import AckPolicy, ConsumerConfig, DeliverPolicy
+from jsraft.store.base import StreamStore, msg_size
+
+_HEADER_LINE = b"NATS/1.0\r\n"
+
+
+class Delivery:
+    """One message to send (plain slotted class: one per delivered message, DESIGN §12)."""
+
+    __slots__ = ("stream_seq", "consumer_seq", "delivery_count", "subject", "headers", "payload",
+                 "timestamp_ns", "num_pending", "reply_subject", "size")
+
+    def __init__(self, stream_seq: int, consumer_seq: int, delivery_count: int, subject: str, headers: bytes,
+                 payload: bytes, timestamp_ns: int, num_pending: int, reply_subject: str, size: int) -> None:
+        self.stream_seq, self.consumer_seq, self.delivery_count = stream_seq, consumer_seq, delivery_count
+        self.subject, self.headers, self.payload = subject, headers, payload
+        self.timestamp_ns, self.num_pending, self.reply_subject, self.size = timestamp_ns, num_pending, reply_subject, size
+
+    def __repr__(self) -> str:
+        return f"Delivery(sseq={self.stream_seq}, cseq={self.consumer_seq}, dc={self.delivery_count})"
+
+
+class DeliveryPlan:
+    """What `next_deliveries` decided: propose `ops`, send `deliveries`, advise `gave_up`."""
+
+    __slots__ = ("deliveries", "ops", "gave_up", "too_large")
+
+    def __init__(self) -> None:
+        self.deliveries: list[Delivery] = []
+        self.ops: list[DeliveredOp | TermOp | SkipOp] = []
+        self.gave_up: list[tuple[int, int]] = []  # (stream_seq, deliveries) for the MAX_DELIVERIES advisory
+        self.too_large = False  # the next message alone exceeds the request's max_bytes (409 for pull)
+
+
+def headers_only(headers: bytes, payload_len: int) -> bytes:
+    """The headers of a `headers_only` delivery: the message's, plus `Nats-Msg-Size`."""
+    line = f"Nats-Msg-Size: {payload_len}\r\n".encode()
+    if not headers:
+        return _HEADER_LINE + line + b"\r\n"
+    body = headers[:-2] if headers.endswith(b"\r\n\r\n") else headers + b"\r\n"
+    return body + line + b"\r\n"
+
+
+class ConsumerLeader:
+    """Leader-only bookkeeping of one consumer. Rebuilt from replicated state on every election."""
+
+    def __init__(self, stream: str, entry: ConsumerEntry, now_ns: int) -> None:
+        invariant(entry.config is not None, "an offline consumer has no leader")
+        self.stream = stream
+        self.entry = entry
+        self.deadlines: dict[int, int] = {}  # stream_seq -> when to redeliver (ns); pending on this leader
+        self.redeliver: dict[int, None] = {}  # ordered set: stream seqs due for redelivery
+        self.rebuild(now_ns)
+
+    @property
+    def config(self) -> ConsumerConfig:
+        return self.entry.config  # type: ignore[return-value]
+
+    def rebuild(self, now_ns: int) -> None:
+        state = self.entry.state
+        self.next_seq = state.delivered_stream_seq + 1
+        self.next_consumer_seq = state.delivered_consumer_seq + 1
+        self.deadlines = {seq: now_ns + self.wait_ns(self.delivery_count(seq)) for seq in state.pending}
+        self.redeliver = {}
+        self._skipped_to = 0
+
+    def delivery_count(self, seq: int) -> int:
+        return self.entry.state.redelivered.get(seq, 0) + 1
+
+    def wait_ns(self, delivery_count: int) -> int:
+        backoff = self.config.backoff
+        if backoff:
+            return backoff[min(max(delivery_count - 1, 0), len(backoff) - 1)]
+        return self.config.ack_wait
+
+    # --- reactions to acks (the ack itself is proposed by the caller as an ACK/TERM op) ----------
+
+    def forget(self, seqs: list[int]) -> None:
+        """Acked or terminated: no deadline, no redelivery."""
+        for seq in seqs:
+            self.deadlines.pop(seq, None)
+            self.redeliver.pop(seq, None)
+
+    def nak(self, seq: int, delay_ns: int | None, now_ns: int) -> DeliveredOp | None:
+        """`-NAK`: redeliver now, or after `delay_ns` (then a record to propose, so a new leader waits too)."""
+        pending = self.entry.state.pending.get(seq)
+        if seq not in self.deadlines:
+            return None
+        if not delay_ns or delay_ns <= 0 or pending is None:
+            self.redeliver[seq] = None
+            return None
+        self.redeliver.pop(seq, None)
+        self.deadlines[seq] = now_ns + delay_ns
+        ts = now_ns - self.config.ack_wait + delay_ns  # nats-server: "now - ackWait is expired now"
+        return DeliveredOp(name=self.entry.name, records=((seq, pending[0], self.delivery_count(seq), ts),))
+
+    def progress(self, seq: int, now_ns: int) -> DeliveredOp | None:
+        """`+WPI`: the client is still working; the deadline starts again."""
+        pending = self.entry.state.pending.get(seq)
+        if seq not in self.deadlines or pending is None:
+            return None
+        self.redeliver.pop(seq, None)
+        self.deadlines[seq] = now_ns + self.wait_ns(self.delivery_count(seq))
+        return DeliveredOp(name=self.entry.name, records=((seq, pending[0], self.delivery_count(seq), now_ns),))
+
+    # --- choosing deliveries ---------------------------------------------------------------------
+
+    def _tidy(self, now_ns: int) -> None:
+        """Drop what committed acks removed; queue what is due (rule 1)."""
+        state = self.entry.state
+        for seq in [s for s in self.deadlines if s <= state.delivered_stream_seq and s not in state.pending]:
+            self.forget([seq])
+        for seq in sorted(s for s, due in self.deadlines.items() if due <= now_ns and s not in self.redeliver):
+            self.redeliver[seq] = None
+
+    def next_deadline_ns(self) -> int | None:
+        """When the runtime should call `next_deliveries` again for redeliveries (None: nothing pending)."""
+        return min(self.deadlines.values(), default=None)
+
+    def next_deliveries(self, store: StreamStore, now_ns: int, max_msgs: int, max_bytes: int = 0) -> DeliveryPlan:
+        """Up to `max_msgs` messages (and `max_bytes` bytes, 0: unbounded) to deliver now."""
+        plan = DeliveryPlan()
+        self._skipped_to = 0
+        if self.entry.paused_until_ns > now_ns or max_msgs <= 0:
+            return plan
+        self._tidy(now_ns)
+        records: list[tuple[int, int, int, int]] = []
+        gone: list[int] = []
+        budget = [max_msgs, max_bytes]
+        remaining = num_pending(store, self.config.filters, self.next_seq - 1)
+        self._redeliveries(store, now_ns, plan, records, gone, budget, remaining)
+        self._new_messages(store, now_ns, plan, records, budget, remaining)
+        if records:
+            plan.ops.append(DeliveredOp(name=self.entry.name, records=tuple(records)))
+        if gone:
+            plan.ops.append(TermOp(name=self.entry.name, seqs=tuple(gone)))
+        if self._skipped_to > max((r[0] for r in records), default=0):
+            # Messages passed over (rule 3) move the replicated cursor too, so retention can drop them.
+            plan.ops.append(SkipOp(name=self.entry.name, stream_seq=self._skipped_to))
+        return plan
+
+    def _fits(self, size: int, plan: DeliveryPlan, budget: list[int]) -> bool:
+        if budget[1] and size > budget[1]:
+            plan.too_large = not plan.deliveries
+            return False
+        return True
+
+    def _emit(self, plan: DeliveryPlan, records: list, budget: list[int], msg, count: int, cseq: int,
+              now_ns: int, remaining: int) -> None:
+        size = msg_size(len(msg.subject), len(msg.headers), len(msg.payload))
+        headers, payload = msg.headers, msg.payload
+        if self.config.headers_only:
+            headers, payload = headers_only(headers, len(payload)), b""
+        reply = ack_reply_subject(self.stream, self.entry.name, count, msg.seq, cseq, msg.timestamp_ns, remaining)
+        plan.deliveries.append(Delivery(msg.seq, cseq, count, msg.subject, headers, payload, msg.timestamp_ns,
+                                        remaining, reply, size))
+        records.append((msg.seq, cseq, count, now_ns))
+        budget[0] -= 1
+        if budget[1]:
+            budget[1] -= size
+
+    def _redeliveries(self, store: StreamStore, now_ns: int, plan: DeliveryPlan, records: list, gone: list,
+                      budget: list[int], remaining: int) -> None:
+        max_deliver = self.config.max_deliver
+        for seq in list(self.redeliver):
+            if budget[0] <= 0:
+                return
+            count = self.delivery_count(seq)
+            if max_deliver > 0 and count >= max_deliver:
+                cseq = self.entry.state.pending.get(seq, (self.next_consumer_seq, 0))[0]
+                records.append((seq, cseq, max_deliver + 1, now_ns))
+                plan.gave_up.append((seq, count))
+                self.forget([seq])
+                continue
+            try:
+                msg = store.load(seq)
+            except NoMessageFound:
+                gone.append(seq)
+                self.forget([seq])
+                continue
+            if not self._fits(msg_size(len(msg.subject), len(msg.headers), len(msg.payload)), plan, budget):
+                return
+            self.redeliver.pop(seq)
+            self._emit(plan, records, budget, msg, count + 1, self.next_consumer_seq, now_ns, remaining)
+            self.next_consumer_seq += 1
+            self.deadlines[seq] = now_ns + self.wait_ns(count + 1)
+
+    def _new_messages(self, store: StreamStore, now_ns: int, plan: DeliveryPlan, records: list,
+                      budget: list[int], remaining: int) -> None:
+        config, entry = self.config, self.entry
+        tracks_acks = config.ack_policy is not AckPolicy.none
+        filters = list(config.filters) or None
+        while budget[0] > 0:
+            if tracks_acks and 0 < config.max_ack_pending <= len(self.deadlines):
+                return
+            try:
+                msg = store.load_next(filters, self.next_seq)
+            except NoMessageFound:
+                return
+            if (config.deliver_policy is DeliverPolicy.last_per_subject and msg.seq <= entry.start_last_seq
+                    and not is_last_at_start(store, msg.seq, msg.subject, entry.start_last_seq)):
+                self.next_seq = msg.seq + 1
+                self._skipped_to = msg.seq
+                remaining -= 1
+                continue
+            if not self._fits(msg_size(len(msg.subject), len(msg.headers), len(msg.payload)), plan, budget):
+                return
+            remaining -= 1
+            self._emit(plan, records, budget, msg, 1, self.next_consumer_seq, now_ns, remaining)
+            self.next_seq, self.next_consumer_seq = msg.seq + 1, self.next_consumer_seq + 1
+            if tracks_acks:
+                self.deadlines[msg.seq] = now_ns + self.wait_ns(1)

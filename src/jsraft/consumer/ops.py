@@ -1,0 +1,252 @@
+"""Consumer ops: the body of a stream log entry of kind CONSUMER (layer L3).
+
+Owns: the values the stream leader proposes for its consumers, their binary encoding and the one strict
+decoder. Several ops, for several consumers, travel in one entry (the leader batches them).
+
+Body (little-endian): `version u8 | op_count u16 | op*`; each op is `kind u8 | name_len u8 | name | ...`:
+
+    CREATE     created_ns u64, config_len u32, config (the raw JSON bytes the client sent, non-empty)
+    DELETE     (nothing)
+    DELIVERED  count u32, then count x (stream_seq u64, consumer_seq u64, delivery_count u32, ts_ns i64)
+    ACK        count u32, then count x stream_seq u64
+    TERM       count u32, then count x stream_seq u64
+    SKIP       stream_seq u64   (the delivered cursor moves up to it: messages not to be delivered)
+    PAUSE      until_ns u64     (0 resumes)
+
+Invariants:
+  1. `decode_ops(encode_ops(x)) == x` for every valid value (Hypothesis round trip).
+  2. `decode_ops` returns fully checked values or raises `MalformedConsumerOps`; no `struct.error`,
+     `IndexError` or `UnicodeDecodeError` escapes, and trailing bytes are an error.
+  3. Sequences are >= 1, delivery counts >= 1, names are 1..255 bytes of UTF-8; bounds below hold.
+  4. Op kind numbers are durable: never reuse or renumber one.
+
+A DELIVERED record is also how the leader replicates a NAK delay or a `+WPI` (same delivery count, new
+timestamp) and a message that ran out of deliveries (delivery count `max_deliver + 1`), as nats-server's
+`updateDelivered` does. The encoder is one `struct.pack` per record and one `bytes.join` per entry.
+
+Imports: L0, stdlib, attrs. Reference: DESIGN.md §7; nats-server `server/jetstream_cluster.go`
+(updateDeliveredOp, updateAcksOp), `server/store.go` (ConsumerState).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from collections.abc import Sequence
+
+import attrs
+
+from jsraft.consumer.errors import MalformedConsumerOps
+
+OPS_VERSION = 1
+OPS_PER_ENTRY_MAX = 4096  # bounds the work of applying one entry
+RECORDS_PER_OP_MAX = 1 << 16  # a DELIVERED/ACK/TERM batch; the leader splits larger ones
+CONFIG_BYTES_MAX = 1 << 20  # a consumer config is a small JSON object; 1 MiB is far above any real one
+NAME_BYTES_MAX = 255
+_U64_MAX = (1 << 64) - 1
+
+_HEAD = struct.Struct("<BH")
+_OP = struct.Struct("<BB")
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+_CREATE = struct.Struct("<QI")
+_DELIVERED = struct.Struct("<QQIq")
+
+
+class OpKind(enum.IntEnum):
+    CREATE = 1
+    DELETE = 2
+    DELIVERED = 3
+    ACK = 4
+    TERM = 5
+    SKIP = 6
+    PAUSE = 7
+
+
+# One delivery: (stream_seq, consumer_seq, delivery_count, ts_ns). A tuple: one per delivered message.
+Delivered = tuple[int, int, int, int]
+
+
+@attrs.frozen(kw_only=True)
+class CreateOp:
+    kind = OpKind.CREATE
+    name: str
+    config: bytes
+    created_ns: int
+
+
+@attrs.frozen(kw_only=True)
+class DeleteOp:
+    kind = OpKind.DELETE
+    name: str
+
+
+@attrs.frozen(kw_only=True)
+class DeliveredOp:
+    kind = OpKind.DELIVERED
+    name: str
+    records: tuple[Delivered, ...]
+
+
+@attrs.frozen(kw_only=True)
+class AckOp:
+    kind = OpKind.ACK
+    name: str
+    seqs: tuple[int, ...]
+
+
+@attrs.frozen(kw_only=True)
+class TermOp:
+    kind = OpKind.TERM
+    name: str
+    seqs: tuple[int, ...]
+
+
+@attrs.frozen(kw_only=True)
+class SkipOp:
+    kind = OpKind.SKIP
+    name: str
+    stream_seq: int
+
+
+@attrs.frozen(kw_only=True)
+class PauseOp:
+    kind = OpKind.PAUSE
+    name: str
+    until_ns: int
+
+
+Op = CreateOp | DeleteOp | DeliveredOp | AckOp | TermOp | SkipOp | PauseOp
+
+
+def _name(name: str) -> bytes:
+    raw = name.encode()
+    if not 1 <= len(raw) <= NAME_BYTES_MAX:
+        raise ValueError(f"consumer name must be 1..{NAME_BYTES_MAX} bytes")
+    return raw
+
+
+def _seqs(seqs: Sequence[int]) -> bytes:
+    if len(seqs) > RECORDS_PER_OP_MAX:
+        raise ValueError(f"more than {RECORDS_PER_OP_MAX} sequences in one op")
+    return _U32.pack(len(seqs)) + struct.pack(f"<{len(seqs)}Q", *seqs)
+
+
+def _encode_one(op: Op) -> bytes:
+    head = _OP.pack(op.kind, len(_name(op.name))) + _name(op.name)
+    if isinstance(op, CreateOp):
+        if not 0 < len(op.config) <= CONFIG_BYTES_MAX:
+            raise ValueError("a CREATE op needs its config bytes")
+        return head + _CREATE.pack(op.created_ns, len(op.config)) + bytes(op.config)
+    if isinstance(op, DeleteOp):
+        return head
+    if isinstance(op, DeliveredOp):
+        if len(op.records) > RECORDS_PER_OP_MAX:
+            raise ValueError(f"more than {RECORDS_PER_OP_MAX} records in one op")
+        pack = _DELIVERED.pack
+        return b"".join([head, _U32.pack(len(op.records)), *(pack(*r) for r in op.records)])
+    if isinstance(op, (AckOp, TermOp)):
+        return head + _seqs(op.seqs)
+    if isinstance(op, SkipOp):
+        return head + _U64.pack(op.stream_seq)
+    return head + _U64.pack(op.until_ns)
+
+
+def encode_ops(ops: Sequence[Op]) -> bytes:
+    """The CONSUMER entry body for `ops` (applied in this order). ValueError on a value out of bounds."""
+    if not 1 <= len(ops) <= OPS_PER_ENTRY_MAX:
+        raise ValueError(f"a CONSUMER entry carries 1..{OPS_PER_ENTRY_MAX} ops")
+    try:
+        return b"".join([_HEAD.pack(OPS_VERSION, len(ops)), *(_encode_one(op) for op in ops)])
+    except struct.error as error:
+        raise ValueError(f"consumer op out of range: {error}") from None
+
+
+class _Reader:
+    __slots__ = ("data", "offset")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = memoryview(data)
+        self.offset = 0
+
+    def take(self, fmt: struct.Struct) -> tuple:
+        if self.offset + fmt.size > len(self.data):
+            raise MalformedConsumerOps("consumer ops truncated")
+        values = fmt.unpack_from(self.data, self.offset)
+        self.offset += fmt.size
+        return values
+
+    def blob(self, length: int) -> bytes:
+        if self.offset + length > len(self.data):
+            raise MalformedConsumerOps("consumer ops truncated")
+        value = bytes(self.data[self.offset:self.offset + length])
+        self.offset += length
+        return value
+
+    def seq(self) -> int:
+        (value,) = self.take(_U64)
+        if value == 0:
+            raise MalformedConsumerOps("stream sequence 0 in a consumer op")
+        return value
+
+
+def _read_seqs(reader: _Reader) -> tuple[int, ...]:
+    (count,) = reader.take(_U32)
+    if count > RECORDS_PER_OP_MAX:
+        raise MalformedConsumerOps(f"{count} sequences in one consumer op")
+    return tuple(reader.seq() for _ in range(count))
+
+
+def _read_delivered(reader: _Reader) -> tuple[Delivered, ...]:
+    (count,) = reader.take(_U32)
+    if count > RECORDS_PER_OP_MAX:
+        raise MalformedConsumerOps(f"{count} records in one DELIVERED op")
+    records = []
+    for _ in range(count):
+        record = reader.take(_DELIVERED)
+        if record[0] == 0 or record[1] == 0 or record[2] == 0:
+            raise MalformedConsumerOps("DELIVERED record with a zero sequence or delivery count")
+        records.append(record)
+    return tuple(records)
+
+
+def _decode_one(reader: _Reader) -> Op:
+    kind, name_len = reader.take(_OP)
+    try:
+        name = reader.blob(name_len).decode()
+    except UnicodeDecodeError:
+        raise MalformedConsumerOps("consumer name is not UTF-8") from None
+    if not name:
+        raise MalformedConsumerOps("empty consumer name in an op")
+    if kind == OpKind.CREATE:
+        created_ns, config_len = reader.take(_CREATE)
+        if not 0 < config_len <= CONFIG_BYTES_MAX:
+            raise MalformedConsumerOps(f"CREATE config of {config_len} bytes")
+        return CreateOp(name=name, config=reader.blob(config_len), created_ns=created_ns)
+    if kind == OpKind.DELETE:
+        return DeleteOp(name=name)
+    if kind == OpKind.DELIVERED:
+        return DeliveredOp(name=name, records=_read_delivered(reader))
+    if kind == OpKind.ACK:
+        return AckOp(name=name, seqs=_read_seqs(reader))
+    if kind == OpKind.TERM:
+        return TermOp(name=name, seqs=_read_seqs(reader))
+    if kind == OpKind.SKIP:
+        return SkipOp(name=name, stream_seq=reader.take(_U64)[0])
+    if kind == OpKind.PAUSE:
+        return PauseOp(name=name, until_ns=reader.take(_U64)[0])
+    raise MalformedConsumerOps(f"unknown consumer op kind {kind}")
+
+
+def decode_ops(body: bytes) -> list[Op]:
+    """The ops of a CONSUMER entry body, in order; `MalformedConsumerOps` for anything else."""
+    reader = _Reader(body)
+    version, count = reader.take(_HEAD)
+    if version != OPS_VERSION:
+        raise MalformedConsumerOps(f"unknown consumer ops version {version}")
+    if not 1 <= count <= OPS_PER_ENTRY_MAX:
+        raise MalformedConsumerOps(f"{count} ops in one CONSUMER entry")
+    ops = [_decode_one(reader) for _ in range(count)]
+    if reader.offset != len(body):
+        raise MalformedConsumerOps(f"{len(body) - reader.offset} trailing bytes after consumer ops")
+    return ops

@@ -1,0 +1,91 @@
+"""The CONSUMER entry body codec: round trip, strictness, and fuzzing.
+
+Method: Hypothesis builds arbitrary valid op lists and checks `decode(encode(x)) == x` (invariant 1);
+truncating or extending a valid body by any amount, and arbitrary byte strings, must give a value or a
+`MalformedConsumerOps` — never another exception (invariant 2). Bounds are checked at their edges.
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import given, settings
+
+from jsraft.consumer import ops as opslib
+from jsraft.consumer.errors import MalformedConsumerOps
+from jsraft.consumer.ops import (
+    AckOp, CreateOp, DeleteOp, DeliveredOp, PauseOp, SkipOp, TermOp, decode_ops, encode_ops,
+)
+
+U64 = (1 << 64) - 1
+names = st.text(min_size=1, max_size=40).filter(lambda n: len(n.encode()) <= 255)
+seqs = st.integers(min_value=1, max_value=U64)
+records = st.tuples(seqs, seqs, st.integers(min_value=1, max_value=2**32 - 1),
+                    st.integers(min_value=-(2**63), max_value=2**63 - 1))
+ops = st.one_of(
+    st.builds(CreateOp, name=names, config=st.binary(min_size=1, max_size=64),
+              created_ns=st.integers(min_value=0, max_value=U64)),
+    st.builds(DeleteOp, name=names),
+    st.builds(DeliveredOp, name=names, records=st.lists(records, max_size=8).map(tuple)),
+    st.builds(AckOp, name=names, seqs=st.lists(seqs, max_size=8).map(tuple)),
+    st.builds(TermOp, name=names, seqs=st.lists(seqs, max_size=8).map(tuple)),
+    st.builds(SkipOp, name=names, stream_seq=st.integers(min_value=0, max_value=U64)),
+    st.builds(PauseOp, name=names, until_ns=st.integers(min_value=0, max_value=U64)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=6))
+def test_round_trip(values):
+    assert decode_ops(encode_ops(values)) == values
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(ops, min_size=1, max_size=4), st.data())
+def test_truncated_or_extended_bodies_are_refused(values, data):
+    body = encode_ops(values)
+    cut = data.draw(st.integers(min_value=0, max_value=len(body) - 1))
+    with pytest.raises(MalformedConsumerOps):
+        decode_ops(body[:cut])
+    with pytest.raises(MalformedConsumerOps):
+        decode_ops(body + data.draw(st.binary(min_size=1, max_size=9)))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=200))
+def test_any_bytes_give_a_value_or_a_clean_error(blob):
+    try:
+        decoded = decode_ops(blob)
+    except MalformedConsumerOps:
+        return
+    assert encode_ops(decoded) == blob
+
+
+def test_strict_checks():
+    good = encode_ops([AckOp(name="c", seqs=(1,))])
+    with pytest.raises(MalformedConsumerOps, match="version"):
+        decode_ops(b"\x02" + good[1:])
+    with pytest.raises(MalformedConsumerOps):
+        decode_ops(encode_ops([AckOp(name="c", seqs=(1,))])[:-8] + b"\x00" * 8)  # seq 0
+    with pytest.raises(MalformedConsumerOps, match="unknown consumer op kind"):
+        decode_ops(good[:3] + b"\x63" + good[4:])
+    with pytest.raises(MalformedConsumerOps):
+        decode_ops(b"\x01\x00\x00")  # zero ops
+    with pytest.raises(MalformedConsumerOps, match="UTF-8"):
+        decode_ops(b"\x01\x01\x00\x02\x01\xff")
+
+
+def test_encoder_bounds():
+    with pytest.raises(ValueError):
+        encode_ops([])
+    with pytest.raises(ValueError):
+        encode_ops([DeleteOp(name="")])
+    with pytest.raises(ValueError):
+        encode_ops([DeleteOp(name="x" * 256)])
+    with pytest.raises(ValueError):
+        encode_ops([CreateOp(name="c", config=b"", created_ns=0)])
+    with pytest.raises(ValueError):
+        encode_ops([AckOp(name="c", seqs=(1,) * (opslib.RECORDS_PER_OP_MAX + 1))])
+    with pytest.raises(ValueError):
+        encode_ops([SkipOp(name="c", stream_seq=-1)])
+    assert len(decode_ops(encode_ops([DeleteOp(name="c")] * opslib.OPS_PER_ENTRY_MAX))) == opslib.OPS_PER_ENTRY_MAX

@@ -9,19 +9,37 @@ expires, the leader audits, snapshots go through `snapshot()`/`restore()` and a 
 with `CatchupSession`/`serve_catchup`. The mutant `stream-skip-delete` makes `n1` skip every DELETE; it must
 be caught as `stream-audit` and the honest code must pass the same seed.
 
-The pinned bugs (each a small deterministic reproduction, `xfail(strict=True)`: it turns into a failure
-once the bug is fixed, so the mark must then be removed and the case enabled in the simulator by default —
-`SimConfig.stream_known_bugs` switches them on now):
-  1. (fixed; a plain test now) FileStore: a record found damaged on read (`detach(readable=False)`) and
-     then `repair()`ed was counted twice: `bytes`, its subject's count and its range digest stayed wrong.
-  2. CatchupSession: the fetched tail is appended before the messages the group deleted are removed from
-     the local store, so a `discard: new` store at `max_msgs` refuses it: `CatchupFailed` on every try.
+The production bugs the stream simulator found, each pinned by a small deterministic reproduction (all
+fixed now; every path they were found on is on in the simulator by default — `discard: new`, per-subject
+limit changes by CONFIG, read-time bit flips reaching the store):
+  1. FileStore: a record found damaged on read (`detach(readable=False)`) and then `repair()`ed was
+     counted twice: `bytes`, its subject's count and its range digest stayed wrong.
+  2. CatchupSession: the fetched tail was appended before the messages the group deleted were removed
+     from the local store, so a `discard: new` store at `max_msgs` refused it: `CatchupFailed` on every
+     try. A session now lifts the store's limits until `finish_repair` (catchup invariant 5).
   3. A CONFIG entry that changes the store's limits, replayed after a restart against a store that already
-     holds later entries' messages, enforces its limits against those messages: the replica removes
+     holds later entries' messages, enforced its limits against those messages: the replica removed
      messages the group keeps (seeds 31, 37, 53, 63 of an early run with limit changes; stream-audit).
-And two fixed in `stream/machine.py` (plain tests): `snapshot()` let a `DamagedSequence` found while it read
-the store escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose
-only earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
+     A replayed CONFIG now applies its limits only to a store at its position, opening a store applies
+     none, and the entry holding the store's last sequence applies its limits again
+     (tests/stream/test_stream_recovery.py).
+  4. FileStore `erase` overwrote an older block in place and synced only that block: a torn crash kept
+     the erase and lost an earlier, unsynced limit tombstone, so the replay settled that limit differently
+     from the group (seed 291; stream-audit). `erase` now syncs first
+     (tests/store/test_filestore_powercut.py).
+  5. FileStore read errors (read-time bit flips, on once the paths above were): a removal parsed its
+     record's subject and size from an unverified read (wrong `bytes`, a `UnicodeDecodeError` or a
+     zstd error: seeds 324, 389, 417, 481, 491 of a 500-seed run), scans, expiry and the `discard: new`
+     dry run decided on unverified subjects and timestamps, recovery cut a flipped synced tail as torn,
+     and deleting a repaired message took its subject from the block holding the repair record, so a
+     scan by subject skipped live messages and a limit removed newer ones (seed 469). Reads a decision
+     rests on are verified and read again past the cache; expiry stops at a fault
+     (tests/store/test_filestore_read_errors.py). Per-subject limits are applied in sorted subject order:
+     a set's order changed with the hash seed, and with it which read a flip hit (a run was not a
+     function of its seed).
+And two fixed in `stream/machine.py`: `snapshot()` let a `DamagedSequence` found while it read the store
+escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose only
+earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
 verification, so the AUDIT replayed before that purge reported a state the group did not hold (seed 138).
 """
 
@@ -40,7 +58,7 @@ from jsraft.store.filestore import FileStore
 from jsraft.store.memstore import MemStore
 from jsraft.stream import StreamLeader, StreamStateMachine, catchup_wire, entries, store_config_for
 from jsraft.stream.catchup import CatchupSession, serve_catchup
-from jsraft.stream.errors import CatchupFailed, StreamNotHealthy
+from jsraft.stream.errors import StreamNotHealthy
 from jsraft.testing.sim import run_batch, run_seed
 from jsraft.testing.sim.batch import config_for
 from jsraft.testing.simdisk import SimDisk
@@ -120,8 +138,6 @@ def _catch_up(follower: StreamStateMachine, leader: StreamStateMachine) -> None:
         request = session.on_chunk(answer)  # type: ignore[arg-type]
 
 
-@pytest.mark.xfail(strict=True, raises=CatchupFailed,
-                   reason="CatchupSession appends the tail before removing what the group deleted")
 def test_a_discard_new_store_at_its_limit_can_be_caught_up() -> None:
     leader, follower = _machine(max_msgs=10, discard="new"), _machine(max_msgs=10, discard="new")
     decider, index = StreamLeader(leader), 0
@@ -135,12 +151,10 @@ def test_a_discard_new_store_at_its_limit_can_be_caught_up() -> None:
             leader.apply(index, entry)
             if number < 10:
                 follower.apply(index, entry)
-    _catch_up(follower, leader)  # raised CatchupFailed: "the store refused fetched messages"
+    _catch_up(follower, leader)  # raised CatchupFailed ("the store refused fetched messages") before the fix
     assert follower.store.state().agreement_key() == leader.store.state().agreement_key()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="a replayed CONFIG enforces its limits against a store ahead of the log")
 def test_a_config_replayed_against_a_store_ahead_keeps_what_the_group_keeps() -> None:
     log: list[bytes] = []
     reference = _machine()

@@ -119,20 +119,41 @@ def test_truncate_back_to_synced_point_after_pages_cut_gives_a_clean_store(tmp_p
     assert reopened.faults() == [] and reopened.state().last_seq == synced
 
 
-def test_open_applies_limits_the_content_exceeds(tmp_path):
-    """Regression: a crash can keep messages but lose the tombstones that evicted older ones.
-
-    Opening re-applies the limits, so the store never holds more than its config allows; here the
-    same situation is made deterministic by reopening with a tighter per-subject limit.
-    """
+def test_open_keeps_the_content_and_update_config_applies_the_limits(tmp_path):
+    """Opening applies no limits: which limits were in force when the content was written is the log's
+    knowledge (a crash can keep messages and lose the tombstones that evicted older ones; the stream's
+    replay applies them again at the right entry). `update_config` applies them, durably."""
     root = str(tmp_path / "store")
     store = FileStore.open(OsDisk(root), CONFIG)
     store.append_batch([(seq, "a", b"", b"x", seq) for seq in range(1, 5)] + [(5, "b", b"", b"y", 5)])
     store.close()
     tight = StoreConfig(block_size=64 * 1024, max_msgs_per_subject=2)
     reopened = FileStore.open(OsDisk(root), tight)
+    assert reopened.subject_counts() == {"a": 4, "b": 1}
+    reopened.update_config(tight)
     assert reopened.subject_counts() == {"a": 2, "b": 1}
     assert [m.seq for m in (reopened.load(3), reopened.load(4), reopened.load(5))] == [3, 4, 5]
     reopened.close()
     again = FileStore.open(OsDisk(root), tight, use_index=False)
     assert again.subject_counts() == {"a": 2, "b": 1} and again.state().first_seq == 3
+
+
+@pytest.mark.parametrize("mode", ["drop", "torn", "pages"])
+def test_a_power_cut_after_an_erase_keeps_what_came_before_it(tmp_path, mode):
+    """Regression (stream seed 291): `erase` overwrites an older block in place and synced only that
+    block, so a cut could keep the erase but lose an earlier, unsynced limit tombstone in the newest block:
+    the message the limit had removed came back next to the erased one's absence — a state the store
+    never passed through, which the WAL replay then settled differently from the group."""
+    root = str(tmp_path / "store")
+    limited = StoreConfig(block_size=64 * 1024, max_msgs_per_subject=2)
+    store = FileStore.open(OsDisk(root, shadow=True), limited)
+    store.append_batch([(1, "a", b"", b"one", 1), (2, "a", b"", b"two", 2), (3, "b", b"", b"three", 3)])
+    store.roll()  # seal block 1 (synced): 1 and 2 now live in an older block
+    store.append_batch([(4, "a", b"", b"four", 4)])  # the limit removes 1: a tombstone, not yet synced
+    assert store.erase(2)  # in place, in block 1
+    store.files.abandon()
+    power_cut(root, mode, 291)
+    reopened = FileStore.open(OsDisk(root, shadow=True), limited)
+    # The erase returned, so it and everything before it are durable: only 3 and 4 are left.
+    assert [seq for seq in range(1, 5) if _loads(reopened, seq)] == [3, 4]
+    assert reopened.subject_counts() == {"a": 1, "b": 1}

@@ -10,7 +10,7 @@ without closing, rolls the directory back with `power_cut(root, mode, seed)` and
     it after that sync (a delete that may or may not have reached the disk);
   - every message the store serves was written by the model (no phantom or mixed bytes).
 The store is then cut back to the synced point (what a replica does when its log is behind its store),
-the model is rebuilt from what survived, and the run continues — so recovery's own writes are exercised
+its limits applied (opening applies none), the model is rebuilt from what survived, and the run continues — so recovery's own writes are exercised
 by later cuts.
 """
 
@@ -123,6 +123,8 @@ class PowerCutMachine(RuleBasedStateMachine):
         if state.last_seq > self.synced_last >= low:
             self.store.truncate(self.synced_last)
         assert not self.store.faults(), "faults remain above the synced point after cutting back"
+        # Opening applies no limits (a stream's replay does that); a caller without a log applies them.
+        self.store.update_config(self.config)
         state = self.store.state()
         unlimited = StoreConfig(name=self.config.name)
         model = MemStore(unlimited)

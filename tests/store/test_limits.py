@@ -200,6 +200,17 @@ def test_update_config_applies_discard_old_limits_at_once(make_store) -> None:
     assert_consistent(store)
 
 
+def test_update_config_without_enforcing_keeps_the_messages_until_an_append(make_store) -> None:
+    # What a stream replay does with a store that holds later entries' messages (stream machine inv. 2).
+    store = make_store()
+    put_many(store, ["a", "b", "a", "a"])
+    store.update_config(StoreConfig(max_msgs_per_subject=1), enforce_limits=False)
+    assert live_seqs(store) == [1, 2, 3, 4] and store.config.max_msgs_per_subject == 1
+    put(store, "a")  # the next append to the subject applies the limit
+    assert live_seqs(store) == [2, 5]
+    assert_consistent(store)
+
+
 def test_update_config_per_subject_before_max_msgs(make_store) -> None:
     store = make_store()
     put_many(store, ["a", "b", "a", "a"])

@@ -5,14 +5,20 @@ store is closed and reopened from disk (a full scan, no index), and a new machin
 took earlier with `recovering=True` and re-applies the log after it. Replayed entries whose messages the
 store already holds must be verified, not appended; bounded PURGE/EXPIRE must not touch later messages;
 a store still ahead at the end is truncated back (DESIGN §8), and a replayed message that differs from
-the stored one is drift.
+the stored one is drift. Limits: opening a store applies none; a replayed CONFIG applies its limits only
+to a store at its position, and the entry holding the store's last sequence applies its limits again (a
+crash may have lost the tombstones they wrote) — checked against the group's store.
 """
 
 from __future__ import annotations
 
-from stream_kit import NOW, Group, make_machine, pub
+from stream_kit import NOW, SMALL_BLOCK_BYTES, Group, config_json, make_machine, pub
 
-from jsraft.stream import entries
+from jsraft.disk import OsDisk
+from jsraft.jsapi.stream_config import parse_stream_config
+from jsraft.store.base import StoreConfig, StreamStore
+from jsraft.store.filestore import FileStore
+from jsraft.stream import entries, store_config_for
 from jsraft.stream.drift import FindingKind
 from jsraft.stream.machine import StreamStateMachine
 from jsraft.stream.results import Health
@@ -88,3 +94,59 @@ def test_restart_with_a_store_behind_its_snapshot_plans_the_tail(file_maker):
     plan = machine.restore(snapshot, recovering=True)
     assert plan.fetch == ((21, 30),) and [f.kind for f in plan.findings] == [FindingKind.store_behind]
     assert machine.health is Health.repairing
+
+
+# --- Limits at a replay: applied at the entry's position, never to later entries' messages --------------
+
+
+def _reopen_with(file_maker, store, config) -> StreamStore:
+    """A restart whose store is opened with `config` (as the simulator opens it with its snapshot's)."""
+    path = file_maker.paths.pop(id(store))
+    store.close()
+    reopened = FileStore.open(OsDisk(str(path)), config, use_index=False)
+    file_maker.paths[id(reopened)] = path
+    file_maker.opened.append(reopened)
+    return reopened
+
+
+def test_a_replayed_config_does_not_apply_its_limits_to_later_messages(file_maker):
+    # Stream seeds 31, 37, 53, 63 (with limit changes): the store, opened with the snapshot's tighter
+    # limits, and the replayed CONFIG both cut messages appended after it under the looser ones.
+    limited = config_json(max_msgs_per_subject=2)
+    group = Group({"a": make_machine(file_maker, limited), "b": make_machine(file_maker, limited)}, "a")
+    group.publish([pub("orders.a", b"m%d" % n) for n in range(3)])  # the limit keeps 2 and 3
+    snapshot, snapshot_index = group.machines["b"].snapshot(), group.index
+    group.commit(entries.encode_config(config_json(), 1))  # unlimited from here on
+    group.publish([pub("orders.a", b"m%d" % n) for n in range(3, 6)])
+    old = group.machines["b"]
+    config, raw = parse_stream_config(limited)
+    store = _reopen_with(file_maker, old.store, store_config_for(config, old.store.config))
+    assert store.subject_counts() == {"orders.a": 5}  # opening applies no limits
+    machine = StreamStateMachine(store, config, raw)
+    assert machine.restore(snapshot, recovering=True).is_empty
+    for index in range(snapshot_index + 1, group.index + 1):
+        assert machine.apply(index, group.log[index - 1]).finding is None
+    assert machine.finish_recovery() == []
+    assert store.state().agreement_key() == group.machines["a"].store.state().agreement_key()
+    assert store.config.max_msgs_per_subject == -1
+
+
+def test_a_replay_applies_the_limits_whose_tombstones_a_crash_lost(file_maker):
+    # A crash kept the last entry's append but not the tombstone its per-subject limit wrote: the store
+    # holds 1, 2, 3 where the group holds 2, 3. The replay of that entry applies the limit again.
+    limited = config_json(max_msgs_per_subject=2)
+    group = Group({"a": make_machine(file_maker, limited)}, "a")
+    group.publish([pub("orders.a", b"m0"), pub("orders.a", b"m1")])
+    group.publish([pub("orders.a", b"m2")])
+    crashed = file_maker.make(StoreConfig(name="ORDERS", block_size=SMALL_BLOCK_BYTES))
+    for entry in group.log:
+        batch = entries.decode_entry(entry)
+        crashed.append_batch([(batch.first_seq + i, m[0], m[1], m[2], m[3]) for i, m in enumerate(batch.msgs)])
+    config, raw = parse_stream_config(limited)
+    store = _reopen_with(file_maker, crashed, store_config_for(config, crashed.config))
+    assert store.subject_counts() == {"orders.a": 3}
+    machine = StreamStateMachine(store, config, raw)
+    for index, entry in enumerate(group.log, 1):
+        assert machine.apply(index, entry).finding is None
+    assert machine.finish_recovery() == []
+    assert store.state().agreement_key() == group.machines["a"].store.state().agreement_key()

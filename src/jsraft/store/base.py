@@ -208,7 +208,12 @@ class StreamStore(Protocol):
         """A peer says `first..last` hold no live message: record them deleted and clear their faults."""
         ...
 
-    def update_config(self, config: StoreConfig) -> None: ...
+    def update_config(self, config: StoreConfig, *, enforce_limits: bool = True) -> None:
+        """Adopt `config`. With `enforce_limits` its limits apply to the stored messages at once;
+        without, the messages stay as they are and later appends enforce them: for a caller that knows
+        the store holds a state reached under other limits (a stream replay against a store ahead of
+        the log, a repair in progress)."""
+        ...
 
     def sync(self) -> None: ...
 

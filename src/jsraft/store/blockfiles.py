@@ -56,6 +56,10 @@ class BlockFiles:
             handle.close()
         self._cache.pop(number, None)
 
+    def drop_cached(self, number: int) -> None:
+        """Forget one block's cached buffer: the next read goes to the file."""
+        self._cache.pop(number, None)
+
     def drop_cache(self) -> None:
         self._cache.clear()
 

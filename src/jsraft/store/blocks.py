@@ -176,6 +176,15 @@ def message_subject(record: bytes | memoryview, kind: int) -> tuple[str, int, in
     return subject, headers_len, payload_len
 
 
+def message_record_verifies(record: bytes | memoryview, length: int, seq: int) -> bool:
+    """`record` is a whole message record for `seq`: its length, its CRC, its identity and kind."""
+    if len(record) != length or length < HEADER_BYTES or _U32.unpack_from(record, 0)[0] != length:
+        return False
+    if crc32c(record[8:], crc32c(record[:4])) != _U32.unpack_from(record, 4)[0]:
+        return False
+    return struct.unpack_from("<Q", record, 9)[0] == seq and record[8] in (Kind.MSG, Kind.MSG_ZSTD)
+
+
 def verify_crc(record: bytes | memoryview) -> bool:
     length, crc = struct.unpack_from("<II", record, 0)
     if length != len(record):

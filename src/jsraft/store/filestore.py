@@ -2,7 +2,7 @@
 
 Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest
 is split by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops`
-(filtered reads, purge, truncate, repair, compression), `recovery` and `fs_index` (opening a store),
+(filtered reads, purge, truncate, repair), `fs_compress`, `recovery` and `fs_index` (opening a store),
 `blockfiles` (the files), `blocks` (the block format).
 
 Invariants (beyond the `StreamStore` ones):
@@ -14,7 +14,12 @@ Invariants (beyond the `StreamStore` ones):
   3. Message bodies are not kept in memory: per sequence only offset, length and CRC (12 bytes), plus
      a bounded cache of whole blocks for scans.
   4. A read verifies the record's CRC; a record that fails is recorded as a fault and never served.
+     Every read a decision or the accounting rests on is verified too (`checked_record`: read again past
+     the cache before the record counts as unreadable), so a read error never becomes a wrong subject,
+     size or timestamp.
   5. All I/O goes through the `Disk` given to `open()`.
+  6. The durable state is always a prefix of the store's history: the one overwrite of an existing record (`erase`)
+     comes after a `sync()`, so no crash keeps it while losing an earlier append or removal.
 
 Imports: L0, L1 (codec, subjects, disk protocol). Reference: DESIGN.md §3, §6; nats-server
 `server/filestore.go` (ideas only).
@@ -24,8 +29,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator, Sequence
-
-from crc32c import crc32c
 
 from jsraft import subjects as subjectlib
 from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record, message_digest
@@ -41,7 +44,7 @@ from jsraft.store.base import (
     msg_size,
 )
 from jsraft.store.blockfiles import BlockFiles
-from jsraft.store.blocks import Block, message_body, message_subject
+from jsraft.store.blocks import Block, message_body, message_record_verifies, message_subject
 from jsraft.store.faultmap import FaultMap
 from jsraft.store.fs_accounting import Accounting
 from jsraft.store.limits_check import check_batch
@@ -93,11 +96,12 @@ class FileStore(Accounting):
         store = cls(disk, config or StoreConfig())
         store.read_only = read_only
         recovery.recover(store, use_index=use_index)
-        if not read_only:
-            # A crash can keep appended messages but lose the (unsynced) tombstones that enforced the
-            # limits on them. Limits are invariants of the store: apply them again. The outcome depends
-            # only on the content and the config, so every replica reaches the same state.
-            fs_remove.enforce_limits(store, set(store.psim))
+        # Opening does not apply `config`'s limits. A crash can keep appended messages and lose the
+        # unsynced tombstones that enforced limits on them, but the limits in force when they were
+        # written are the log's knowledge, not the store's: `config` may be an earlier one (a snapshot's)
+        # or a later one, and enforcing it here removed messages the group keeps. The stream's replay
+        # applies each entry's limits at its position (stream/machine.py invariant 2); a caller without
+        # a log calls `update_config(config)` to enforce them.
         return store
 
     def close(self) -> None:
@@ -153,41 +157,59 @@ class FileStore(Accounting):
     # --- Reads ----------------------------------------------------------------------------------
 
     def _verified(self, seq: int, where: tuple[Block, int, int, int]) -> tuple[bytes, int]:
-        block, offset, length, _ = where
-        record = self.read_record(block, offset, length)
-        header_ok = len(record) == length and _LEN.unpack_from(record, 0)[0] == length
-        if not header_ok or crc32c(record[8:], crc32c(record[:4])) != _LEN.unpack_from(record, 4)[0]:
-            self._damaged_on_read(seq, where)
-        if struct.unpack_from("<Q", record, 9)[0] != seq:
+        record = self.read_record(where[0], where[1], where[2])
+        if not message_record_verifies(record, where[2], seq):
             self._damaged_on_read(seq, where)
         return record, record[8]
 
+    def checked_record(self, seq: int, where: tuple[Block, int, int, int]) -> bytes | None:
+        """The record of `seq` at `where`, verified (length, CRC, seq), or None when no read verifies.
+
+        A read that does not verify is read again from the file, past the cache: a read error (a flipped
+        bit on the way) must not be taken for the record's content — invariant 4 for every read a
+        decision or the accounting rests on, not only for what is served."""
+        block, offset, length, _ = where
+        record = self.read_record(block, offset, length)
+        for _ in range(fs_ops.REREADS_MAX):
+            if message_record_verifies(record, length, seq):
+                return record
+            self.files.drop_cached(block.number)
+            record = self.files.handle(block.number).pread(offset, length)
+        return record if message_record_verifies(record, length, seq) else None
+
     def _damaged_on_read(self, seq: int, where: tuple[Block, int, int, int]) -> None:
-        """A record that verified at recovery no longer does: stop serving it, report it."""
+        """A record that verified at recovery no longer reads back: stop serving it, report it (a fault,
+        repaired from a peer). `detach` settles its accounting from a copy read again, if one verifies."""
         from jsraft.store.base import FaultKind
 
-        self.detach(seq, where, readable=False)
+        self.detach(seq, where)
         self.fault_map.add(seq, seq, FaultKind.corrupt)
         raise DamagedSequence(seq, "corrupt")
 
     def detach(self, seq: int, where: tuple[Block, int, int, int], *, readable: bool = True) -> None:
-        """Drop `seq` from the in-memory maps (not from disk), reading its record for the accounting."""
+        """Drop `seq` from the in-memory maps (not from disk), reading its record (verified) for the
+        accounting; `readable=False`, or no read verifying, leaves the record unaccounted."""
         block, offset, length, crc = where
-        if readable:
-            record = self.read_record(block, offset, length)
+        # A block's `msgs` and `subjects` count its natural records only: a repair record it holds is
+        # found through `moved` (and removing one must not take a subject from the block's filter hint,
+        # or a scan by subject would skip the block's own live messages of that subject).
+        natural = block.covers(seq) and block.offsets[seq - block.first_seq] == offset
+        record = self.checked_record(seq, where) if readable else None
+        if record is not None:
             name, headers_len, payload_len = message_subject(record, record[8])
             self.account_remove(seq, name, msg_size(len(name.encode()), headers_len, payload_len), crc)
-            block.msgs -= 1
-            block.drop_subject(name)
+            if natural:
+                block.msgs -= 1
+                block.drop_subject(name)
         else:
             # The record no longer reads back, so its subject and size are unknown. Remove its count and
             # digest terms (total and range); its bytes and subject count stay until `repair` settles them
             # (`unaccounted`), and meanwhile the state mismatch flags the replica.
             self.msgs -= 1
-            block.msgs -= 1
+            block.msgs -= natural
             self._remove_term(seq, message_digest(seq, crc))
             self.unaccounted.add(seq)
-        if block.covers(seq) and block.offsets[seq - block.first_seq] == offset:
+        if natural:
             block.offsets[seq - block.first_seq] = 0
         else:
             self.moved.pop(seq, None)
@@ -251,6 +273,11 @@ class FileStore(Accounting):
             return False
         block, offset, length, _ = where
         fs_remove.delete_many(self, [seq])
+        # The overwrite changes an older record in place, out of the newest block's append order: make
+        # everything before it durable first (the tombstone just written and any unsynced earlier removal,
+        # e.g. a limit's), or a crash could keep the erase and lose what came before it — a durable state
+        # that is no prefix of the store's history, which neither recovery nor a replay can put right.
+        self.sync()
         filler = encode_record(Kind.ERASED, seq, 0, bytes(length - HEADER_BYTES))
         handle = self.files.handle(block.number)
         handle.pwrite(offset, filler)
@@ -336,13 +363,14 @@ class FileStore(Accounting):
         self._check_open()
         fs_ops.repair_deleted(self, first, last)
 
-    def update_config(self, config: StoreConfig) -> None:
+    def update_config(self, config: StoreConfig, *, enforce_limits: bool = True) -> None:
         self._check_open()
         config.validate()
         if config.name != self.config.name:
             raise InvalidConfig(f"a store's name cannot change ({self.config.name!r} -> {config.name!r})")
         self.config = config
-        fs_remove.enforce_limits(self, set(self.psim))
+        if enforce_limits:
+            fs_remove.enforce_limits(self, set(self.psim))
 
     def sync(self) -> None:
         self._check_open()

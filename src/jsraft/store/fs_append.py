@@ -20,7 +20,7 @@ from jsraft.codec.records import HEADER_BYTES, message_digest
 from jsraft.store.base import DIGEST_RANGE_SEQS
 from jsraft.codec.records import Kind, encode_record
 from jsraft.errors import BadRequest
-from jsraft.store import fs_ops
+from jsraft.store import fs_compress
 from jsraft.store.base import Compression
 from jsraft.store.blocks import Block
 from jsraft.store.limits_check import check_append_seq
@@ -143,6 +143,6 @@ def roll(store: "FileStore") -> Block:
     store.sync()
     old.sealed = True
     if store.config.compression is Compression.zstd:
-        fs_ops.compress_block(store, old)
+        fs_compress.compress_block(store, old)
     store._sealed_since_index += 1
     return store.new_block()

@@ -1,4 +1,4 @@
-"""FileStore operations that walk many records: filtered reads, purge, truncate, repair, compression.
+"""FileStore operations that walk many records: filtered reads, purge, truncate, repair.
 
 Owns: the multi-record algorithms, kept apart from `filestore` (the per-message write path) so each
 module stays one concept. Functions take the store as their first argument and use its maps.
@@ -6,7 +6,9 @@ module stays one concept. Functions take the store as their first argument and u
 Invariants:
   1. `truncate` keeps every TOMBSTONE and repair record for sequences at or below the cut: they are
      re-written after the cut, so no deleted message comes back and no repaired one is lost.
-  2. `compress_block` preserves damaged bytes verbatim: compression never hides or "fixes" damage.
+  2. Every record a decision rests on (a subject, a size, a timestamp, a record to carry or cut at) is
+     verified first, read again past the cache when it does not verify (`checked_record`,
+     `clean_buffer`): a read error is never taken for content. (Compression: `fs_compress`.)
   3. `repair` only fills sequences listed as faults.
 """
 
@@ -21,14 +23,13 @@ from jsraft.codec.records import (
     FILE_HEADER_BYTES,
     HEADER_BYTES,
     Kind,
-    RecordView,
     encode_message,
     encode_record,
     scan_records,
 )
 from jsraft.errors import BadRequest
 from jsraft.store.base import FaultKind, msg_size
-from jsraft.store.blocks import Block, block_name, compress_record, content_crc, message_subject
+from jsraft.store.blocks import Block, block_name, content_crc, message_record_verifies, message_subject
 from jsraft.store.limits_check import check_message, check_purge_args
 from jsraft.store import fs_remove
 from jsraft.store.fs_remove import live_seqs_between
@@ -39,19 +40,51 @@ if TYPE_CHECKING:
 
 _RANGE = struct.Struct("<QQ")
 _NATURAL = (Kind.MSG, Kind.MSG_ZSTD, Kind.ERASED, Kind.SKIP)
+REREADS_MAX = 2  # reads of what did not verify, past the cache, before it counts as damaged
 
 
 # --- Subject queries ------------------------------------------------------------------------------
 
 
-def _subject_at(store: "FileStore", seq: int) -> str:
-    block, offset, length, _ = store.locate(seq)
+def checked_record(store: "FileStore", seq: int) -> bytes | None:
+    """The verified record of live `seq` (FileStore invariant 4), read through its block's cached buffer
+    when it is in one. A record no read verifies is a fault from now on and None is returned: nothing is
+    ever decided on a record's unverified bytes."""
+    where = store.locate(seq)
+    block, offset, length, _ = where
     if block.covers(seq) and block.offsets[seq - block.first_seq] == offset:
+        record = store.files.buffer(block)[offset : offset + length]  # scans read whole blocks, cached
+        if message_record_verifies(record, length, seq):
+            return record
+    record = store.checked_record(seq, where)
+    if record is None:
+        store.detach(seq, where, readable=False)
+        store.fault_map.add(seq, seq, FaultKind.corrupt)
+    return record
+
+
+def clean_buffer(store: "FileStore", block: Block) -> bytes:
+    """`block`'s whole file, read again past the cache while a scan finds damage in it (a read error the
+    file does not hold); damage that every read shows is the file's, and is returned as it is."""
+    buffer = store.files.buffer(block)
+    for _ in range(REREADS_MAX):
+        result = scan_records(buffer, FILE_HEADER_BYTES)
+        if not result.damaged and result.torn_tail is None:
+            break
+        store.files.drop_cached(block.number)
         buffer = store.files.buffer(block)
-        record = buffer[offset : offset + length]
-    else:
-        record = store.read_record(block, offset, length)
-    return message_subject(record, record[8])[0]
+    return buffer
+
+
+def _subject_at(store: "FileStore", seq: int) -> str | None:
+    """Live `seq`'s subject, or None when its record never reads back (a fault now, no longer live)."""
+    record = checked_record(store, seq)
+    return None if record is None else message_subject(record, record[8])[0]
+
+
+def _matches(store: "FileStore", match, seq: int) -> bool:
+    subject = _subject_at(store, seq)
+    return subject is not None and match(subject)
 
 
 def _live_in_block(store: "FileStore", block: Block, start: int, reverse: bool = False) -> list[int]:
@@ -70,7 +103,7 @@ def live_seqs_between_block(block: Block, lo: int, hi: int) -> list[int]:
 
 
 def _moved_matching(store: "FileStore", match, lo: int, hi: int) -> list[int]:
-    return sorted(s for s in store.moved if lo <= s <= hi and match(_subject_at(store, s)))
+    return sorted(s for s in store.moved if lo <= s <= hi and _matches(store, match, s))
 
 
 def subject_first(store: "FileStore", subject: str) -> int:
@@ -104,7 +137,7 @@ def _find(store: "FileStore", match, start: int, subject_hint: str | None = None
         if block.last_seq < start or not _block_may_match(block, match, subject_hint):
             continue
         for seq in _live_in_block(store, block, start):
-            if match(_subject_at(store, seq)):
+            if _matches(store, match, seq):
                 found = seq
                 break
         if found:
@@ -119,7 +152,7 @@ def _find_last(store: "FileStore", match, subject_hint: str | None = None) -> in
         if not _block_may_match(block, match, subject_hint):
             continue
         for seq in _live_in_block(store, block, store.last_seq, reverse=True):
-            if match(_subject_at(store, seq)):
+            if _matches(store, match, seq):
                 found = seq
                 break
         if found:
@@ -169,6 +202,7 @@ def live_seqs_between_first(store: "FileStore", start: int) -> int:
 
 
 def timestamp_of(store: "FileStore", seq: int) -> int:
+    """Live `seq`'s timestamp from its record's header alone: for display (`state()`), never a decision."""
     where = store.locate(seq)
     if where is None:
         return 0
@@ -177,14 +211,22 @@ def timestamp_of(store: "FileStore", seq: int) -> int:
 
 
 def first_not_expired(store: "FileStore", cutoff_ns: int) -> int:
-    """The sequence expiry stops at (the first live message not older than the cut-off), or 0."""
+    """The sequence expiry stops at (the first live message not older than the cut-off), or 0. It never
+    crosses a fault: a damaged or missing message's timestamp is unknown, and removing it with the head
+    would lose what the group may keep; a repair settles it first."""
     first = fs_remove.first_live(store)
     if not first:
         return 0
+    stop = store.last_seq + 1
     for seq in live_seqs_between(store, first, store.last_seq):
-        if timestamp_of(store, seq) >= cutoff_ns:
-            return seq if seq > first else 0
-    return store.last_seq + 1
+        record = checked_record(store, seq)  # verified: a decision (None: a fault from now on)
+        if record is None or struct.unpack_from("<Q", record, 17)[0] >= cutoff_ns:
+            stop = seq
+            break
+    fault = next((f for f in store.fault_map.faults() if f.last >= store.head), None)
+    if fault is not None:
+        stop = min(stop, max(fault.first, store.head))
+    return stop if stop > first else 0
 
 
 # --- Purge ------------------------------------------------------------------------------------------
@@ -202,7 +244,7 @@ def purge(store: "FileStore", subject: str | None, seq: int | None, keep: int | 
             return fs_remove.cut_head(store, live[len(live) - keep]) if keep < len(live) else 0
         return fs_remove.cut_head(store, store.last_seq + 1)
     matching = [s for s in live_seqs_between(store, store.head, store.last_seq)
-                if (seq is None or s < seq) and subjectlib.matches(subject, _subject_at(store, s))]
+                if (seq is None or s < seq) and _matches(store, lambda name: subjectlib.matches(subject, name), s)]
     if keep is not None:
         matching = matching[: max(len(matching) - keep, 0)]
     return fs_remove.delete_many(store, matching)
@@ -214,8 +256,9 @@ def subject_sizes(store: "FileStore", subject: str):
         if subject not in block.subjects:
             continue
         for seq in live_seqs_between_block(block, block.first_seq, block.last_seq):
-            where = store.locate(seq)
-            record = store.files.read(where[0], where[1], where[2])
+            record = checked_record(store, seq)
+            if record is None:
+                continue  # a fault now: repaired or removed later, its size is not this store's to guess
             name, headers_len, payload_len = message_subject(record, record[8])
             if name == subject:
                 yield msg_size(len(name.encode()), headers_len, payload_len)
@@ -242,7 +285,7 @@ def truncate(store: "FileStore", seq: int) -> None:
         cut_offset, carried = _cut_point(store, cut_block, seq)
         keep_records += carried
         for block in later:
-            keep_records += _carry(store, store.files.buffer(block), FILE_HEADER_BYTES, seq)
+            keep_records += _carry(store, clean_buffer(store, block), FILE_HEADER_BYTES, seq)
         for block in later:
             store.files.forget(block.number)
             store.disk.remove(block_name(block.number))
@@ -269,7 +312,7 @@ def truncate(store: "FileStore", seq: int) -> None:
 
 def _cut_point(store: "FileStore", block: Block, seq: int) -> tuple[int, list[bytes]]:
     """Offset of the first natural record above `seq` in `block`, and the records to carry over."""
-    buffer = store.files.buffer(block)
+    buffer = clean_buffer(store, block)
     natural_max = block.first_seq - 1
     for view in scan_records(buffer, FILE_HEADER_BYTES).records:
         if view.kind not in _NATURAL or view.ident_a <= natural_max:
@@ -348,52 +391,5 @@ def repair_deleted(store: "FileStore", first: int, last: int) -> None:
     fs_remove.write_tombstones(store, seqs)
 
 
-# --- Compression of a sealed block ---------------------------------------------------------------
-
-
-def compress_block(store: "FileStore", block: Block) -> None:
-    """Rewrite a sealed block with per-record zstd, keeping damaged bytes exactly as they were."""
-    buffer = store.files.buffer(block)
-    result = scan_records(buffer, FILE_HEADER_BYTES)
-    pieces = [bytes(buffer[:FILE_HEADER_BYTES])]
-    position = FILE_HEADER_BYTES
-    relocated: dict[int, tuple[int, int]] = {}  # old offset -> (new offset, new length)
-    events = sorted([(v.offset, v) for v in result.records] + [(lo, (lo, hi)) for lo, hi in result.damaged],
-                    key=lambda e: e[0])
-    for old_offset, event in events:
-        if not isinstance(event, RecordView):  # a damaged region: copied exactly as it is
-            chunk = bytes(buffer[event[0] : event[1]])
-        else:
-            chunk = compress_record(bytes(buffer[event.offset : event.offset + event.length]))
-            relocated[old_offset] = (position, len(chunk))
-        pieces.append(chunk)
-        position += len(chunk)
-    if result.torn_tail is not None:
-        pieces.append(bytes(buffer[result.torn_tail :]))
-    data = b"".join(pieces)
-    temp = block_name(block.number) + ".tmp"
-    handle = store.disk.open(temp, create=True)
-    handle.truncate(0)
-    handle.pwrite(0, data)
-    handle.sync()
-    handle.close()
-    store.files.forget(block.number)
-    store.disk.rename(temp, block_name(block.number))
-    store.disk.sync_dir("")
-    _relocate(store, block, relocated)
-    block.size = len(data)
-
-
-def _relocate(store: "FileStore", block: Block, relocated: dict[int, tuple[int, int]]) -> None:
-    offsets, lengths = block.offsets, block.lengths
-    for index, offset in enumerate(offsets):
-        if offset:
-            offsets[index], lengths[index] = relocated[offset]
-    for seq, (number, offset, _, crc) in list(store.moved.items()):
-        if number == block.number:
-            new_offset, new_length = relocated[offset]
-            store.moved[seq] = (number, new_offset, new_length, crc)
-
-
-__all__ = ["compress_block", "content_crc", "first_not_expired", "last_matching", "next_matching",
+__all__ = ["checked_record", "clean_buffer", "content_crc", "first_not_expired", "last_matching", "next_matching",
            "purge", "repair", "repair_deleted", "subject_first", "timestamp_of", "truncate"]

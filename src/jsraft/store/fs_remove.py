@@ -163,7 +163,7 @@ def enforce_limits(store: "FileStore", touched_subjects: set[str]) -> None:
     config = store.config
     if config.max_msgs_per_subject != UNLIMITED:
         extra: list[int] = []
-        for subject in touched_subjects:
+        for subject in sorted(touched_subjects):  # a set of str: its order changes with the hash seed
             entry = store.psim.get(subject)
             while entry is not None and entry[0] > config.max_msgs_per_subject:
                 first = fs_ops.subject_first(store, subject)

@@ -246,15 +246,17 @@ class MemStore:
         self._check_open()
         raise BadRequest(f"sequences {first}..{last} are not damaged: intact messages stay")
 
-    def update_config(self, config: StoreConfig) -> None:
-        """Adopt `config` and apply its limits to the stored messages at once (semantics 2)."""
+    def update_config(self, config: StoreConfig, *, enforce_limits: bool = True) -> None:
+        """Adopt `config` and (unless told not to) apply its limits to the stored messages at once
+        (semantics 2)."""
         self._check_open()
         invariant(isinstance(config, StoreConfig), "update_config takes a StoreConfig")
         config.validate()
         if config.name != self.config.name:
             raise InvalidConfig(f"a store's name cannot change ({self.config.name!r} -> {config.name!r})")
         self.config = config
-        self._enforce_limits(None)
+        if enforce_limits:
+            self._enforce_limits(None)
 
     def sync(self) -> None:
         self._check_open()

@@ -18,6 +18,8 @@ Invariants:
   2. Every sequence in `[head, last_seq]` is live, deleted by a record, or listed as a fault.
   3. The index is trusted only when every block it lists exists with the same size and tail bytes;
      otherwise it is ignored and every block is scanned.
+  4. A block read that shows damage or a torn tail is read again before either is believed: a read
+     error is not the file's content (FileStore invariant 4).
 """
 
 from __future__ import annotations
@@ -25,13 +27,12 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from crc32c import crc32c
-
 from jsraft.codec.records import (
     FILE_HEADER_BYTES,
     HEADER_BYTES,
     Kind,
     RecordView,
+    ScanResult,
     scan_records,
 )
 from jsraft.errors import BadFileFormat
@@ -43,7 +44,7 @@ from jsraft.store.blocks import (
     message_subject,
     parse_block_name,
 )
-from jsraft.store import fs_index, fs_remove
+from jsraft.store import fs_index, fs_ops, fs_remove
 
 if TYPE_CHECKING:
     from jsraft.store.filestore import FileStore
@@ -200,9 +201,8 @@ def _remove_from_gaps(gaps: list[tuple[int, int, FaultKind]], seq: int) -> list[
 # --- Walking one block ------------------------------------------------------------------------
 
 
-def _walk_block(rebuild: _Rebuild, block: Block, buffer: bytes, start: int, newest: bool) -> None:
+def _walk_block(rebuild: _Rebuild, block: Block, buffer: bytes, result: ScanResult, newest: bool) -> None:
     store = rebuild.store
-    result = scan_records(buffer, start)
     events: list[tuple[int, object]] = [(view.offset, view) for view in result.records]
     events += [(lo, (lo, hi)) for lo, hi in result.damaged]
     events.sort(key=lambda event: event[0])
@@ -253,6 +253,24 @@ def _read_block(store: "FileStore", number: int) -> bytes:
     return handle.pread(0, handle.size())
 
 
+def _read_clean(store: "FileStore", number: int, start: int) -> tuple[bytes, ScanResult | None]:
+    """The block's file and its scan from `start` (None: its file header is bad), read again while the
+    read shows damage or a torn tail: a read error is neither cut as a torn write nor reported as damage
+    (invariant 4); what every read shows is the file's."""
+    for _ in range(fs_ops.REREADS_MAX + 1):
+        buffer = _read_block(store, number)
+        try:
+            if start == FILE_HEADER_BYTES:
+                check_file_header(buffer, 1)
+        except BadFileFormat:
+            result = None
+        else:
+            result = scan_records(buffer, start)
+            if not result.damaged and result.torn_tail is None:
+                break
+    return buffer, result
+
+
 def recover(store: "FileStore", *, use_index: bool = True) -> None:
     disk = store.disk
     names = disk.listdir("")
@@ -265,21 +283,18 @@ def recover(store: "FileStore", *, use_index: bool = True) -> None:
     for number in numbers:
         if resume is not None and number < resume[0]:
             continue
-        buffer = _read_block(store, number)
         block = store.files.by_number.get(number)
         if block is None:
             block = Block(number, rebuild.covered + 1)
             store.files.add(block)
         start = resume[1] if resume is not None and number == resume[0] else FILE_HEADER_BYTES
-        if start == FILE_HEADER_BYTES:
-            try:
-                check_file_header(buffer, 1)
-            except BadFileFormat:
-                rebuild.damage_pending += len(buffer)
-                rebuild.damaged_bytes += len(buffer)
-                block.size = len(buffer)
-                continue
-        _walk_block(rebuild, block, buffer, start, newest=number == numbers[-1])
+        buffer, result = _read_clean(store, number, start)
+        if result is None:  # a bad file header: the whole file is damage
+            rebuild.damage_pending += len(buffer)
+            rebuild.damaged_bytes += len(buffer)
+            block.size = len(buffer)
+            continue
+        _walk_block(rebuild, block, buffer, result, newest=number == numbers[-1])
     rebuild.finish()
     if store.read_only:
         return
@@ -309,20 +324,16 @@ def scan_live(store: "FileStore") -> None:
                 continue
             view = valid.get(where[1])
             if view is None or view.ident_a != seq or view.length != where[2]:
+                if store.checked_record(seq, where) is not None:
+                    continue  # the file holds it intact: the whole-block read had a read error
                 store.detach(seq, where, readable=False)
                 store.fault_map.add(seq, seq, FaultKind.corrupt)
     for seq, (number, offset, length, crc) in list(store.moved.items()):
         block = store.files.by_number.get(number)
         try:
-            record = store.read_record(block, offset, length) if block else b""
-            ok = bool(record) and record[8] in (Kind.MSG, Kind.MSG_ZSTD) and _verifies(record)
+            ok = block is not None and store.checked_record(seq, (block, offset, length, crc)) is not None
         except OSError:
             ok = False
         if not ok:
             store.detach(seq, (block, offset, length, crc), readable=False)
             store.fault_map.add(seq, seq, FaultKind.corrupt)
-
-
-def _verifies(record: bytes) -> bool:
-    length, crc = struct.unpack_from("<II", record, 0)
-    return length == len(record) and crc32c(record[8:], crc32c(record[:4])) == crc

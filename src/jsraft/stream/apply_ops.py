@@ -2,7 +2,7 @@
 
 Owns: the store-facing half of `StreamStateMachine.apply`: appending a MSGS run (with a per-message
 fallback when the store refuses), verifying a replayed MSGS run against what the store already holds,
-and the bounded forms of PURGE and EXPIRE.
+the bounded forms of PURGE and EXPIRE, and a DELETE with nats-server's answer when nothing was removed.
 
 Invariants:
   1. Every function leaves the store's `last_seq` where the log says it is: a message the store refuses
@@ -22,7 +22,7 @@ from jsraft.codec.records import encode_message
 from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.store.base import StreamStore
 from jsraft.stream.entries import EntryMsg
-from jsraft.stream.outcomes import ApiError
+from jsraft.stream.outcomes import ApiError, delete_failed
 
 
 def append_run(store: StreamStore, first_seq: int, msgs: list[EntryMsg]) -> dict[int, ApiError]:
@@ -67,18 +67,21 @@ def verify_run(store: StreamStore, first_seq: int, msgs: list[EntryMsg]) -> int 
 
 
 def live_seqs(store: StreamStore, first: int, last: int, subject_filter: str | None = None) -> list[int]:
-    """Live sequences in `first..last` (matching the filter), by walking `load_next`."""
+    """Live sequences in `first..last` (matching the filter), by walking `load_next`. One found damaged
+    on the way (a store fault from now on) is still listed: the caller removes it as the group does."""
     found: list[int] = []
     seq = first
     while seq <= last:
         try:
-            msg = store.load_next(subject_filter, seq)
+            found_seq = store.load_next(subject_filter, seq).seq
         except NoMessageFound:
             break
-        if msg.seq > last:
+        except DamagedSequence as error:
+            found_seq = error.seq
+        if found_seq > last:
             break
-        found.append(msg.seq)
-        seq = msg.seq + 1
+        found.append(found_seq)
+        seq = found_seq + 1
     return found
 
 
@@ -101,13 +104,29 @@ def purge_bounded(store: StreamStore, store_last_seq: int, subject: str | None, 
     return sum(store.delete(victim) for victim in victims)
 
 
+def delete(store: StreamStore, seq: int, *, erase: bool) -> ApiError | None:
+    """Delete (or erase) message `seq`; `None` when it was removed, else nats-server's file store answer.
+
+    A sequence inside the live range `[first_seq, last_seq]` that holds no message (deleted before) is
+    400/10043 "sequence N not found" (JSSequenceNotFoundErrF); below `first_seq`, or in an empty stream,
+    the delete failed: 500/10057 "no message found". Read from the store as of this entry, so every
+    replica that agrees answers the same.
+    """
+    if store.erase(seq) if erase else store.delete(seq):
+        return None
+    state = store.state()
+    if state.msgs > 0 and state.first_seq <= seq <= state.last_seq:
+        return ApiError(400, 10043, f"sequence {seq} not found")
+    return delete_failed("no message found")
+
+
 def expire_bounded(store: StreamStore, store_last_seq: int, cutoff_ns: int, up_to_seq: int) -> int:
     """Remove messages older than `cutoff_ns` from the head, none at or above `up_to_seq`."""
     if store_last_seq < up_to_seq:
         return store.expire(cutoff_ns)
     try:
         barrier = store.load_next(None, up_to_seq).timestamp_ns
-    except NoMessageFound:
+    except (NoMessageFound, DamagedSequence):  # a damaged one is a fault now: expiry stops at faults
         return store.expire(cutoff_ns)
     # Expiry stops at the first message not older than the cut-off; lowering the cut-off to the first
     # message at or above the bound makes it stop there at the latest.

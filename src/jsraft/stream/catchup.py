@@ -25,6 +25,11 @@ Invariants:
      catchup_serve invariant 1).
   4. At the end the store's state tuple equals the group's; when the leader reports as deleted a
      sequence the group state held (removed by a later entry), equality is left to the next audit.
+  5. The store's limits are lifted for the session (`finish_repair` puts the config's back): the group
+     already kept its state within them, and the way there may leave them — the tail is placed before
+     the per-range digests find what the group deleted below it — where a store enforcing them would
+     refuse (`discard: new`) or evict (`discard: old`, per subject) messages the group holds. A replica
+     never refuses what the group committed: limits are the leader's decision.
 
 Imports: L0, L2 (`store`), `stream` below it. Reference: DESIGN.md §6, §8.
 """
@@ -36,7 +41,7 @@ from collections.abc import Callable
 import attrs
 
 from jsraft.errors import BadRequest, DamagedSequence, JsraftError, NoMessageFound, invariant
-from jsraft.store.base import StoreState, StreamStore
+from jsraft.store.base import UNLIMITED, Discard, StoreState, StreamStore
 from jsraft.stream import apply_ops
 from jsraft.stream.catchup_serve import serve_catchup
 from jsraft.stream.catchup_wire import (
@@ -106,6 +111,7 @@ class CatchupSession:
         self.findings = plan.findings
         if full:
             plan = attrs.evolve(plan, reset=True, recheck=True)
+        _lift_limits(self.store)
         self._run_plan(plan)
         return self._next_request()
 
@@ -141,6 +147,7 @@ class CatchupSession:
         if self.reset_store is None:
             raise CatchupFailed("the store cut its head beyond the group's and no fresh store was provided")
         self.machine.replace_store(self.reset_store())
+        _lift_limits(self.store)
         self.was_reset = True
 
     def _next_request(self) -> CatchupRequest | None:
@@ -297,6 +304,15 @@ class CatchupSession:
         self.result = CatchupResult(verified=verified, findings=self.findings, fetched_msgs=self.fetched_msgs,
                                     deleted_seqs=self.deleted_seqs, reset=self.was_reset,
                                     rebuilt_from=self.rebuilt_from, state=state, probed_seqs=self.probed_seqs)
+
+
+def _lift_limits(store: StreamStore) -> None:
+    """Invariant 5: no limit of the store's applies while the session places the group's messages."""
+    config = store.config
+    lifted = attrs.evolve(config, max_msgs=UNLIMITED, max_bytes=UNLIMITED, max_msgs_per_subject=UNLIMITED,
+                          max_msg_size=UNLIMITED, discard=Discard.old, discard_new_per_subject=False)
+    if lifted != config:
+        store.update_config(lifted, enforce_limits=False)
 
 
 def _served(ranges: tuple[tuple[int, int], ...], next_seq: int) -> list[tuple[int, int]]:

@@ -12,7 +12,10 @@ Invariants:
      `last_seq + 1`. Anything else means the store disagrees with the log: the replica is marked
      `drifted` with a finding and its store is left alone — never appended at another sequence. The one
      exception is a replay after restart (`replaying`), where a store already holding the entry's
-     messages is verified against them instead.
+     messages is verified against them instead. Limits then apply again only at the entry holding the
+     store's last sequence (the store's durable state is a prefix of its history: a crash may have lost
+     that append's limit tombstones, no earlier entry's), and a replayed CONFIG applies none to a store
+     holding later entries' messages (opening a store applies none either).
   3. The group position (`last_seq`, dedupe window, `last_msg_id`) follows the log whatever the store's
      health, so a repaired replica and a new leader continue from the right place.
   4. While not `current` the store is not mutated by entries: a repair (`catchup.CatchupSession`) brings
@@ -35,6 +38,7 @@ Imports: L0, L1 (`jsapi`), L2 (`store`), `stream.*` below it. Reference: DESIGN.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable
 
 import attrs
 
@@ -48,7 +52,7 @@ from jsraft.stream.entries import (
     FLAG_ROLLUP_ALL, FLAG_ROLLUP_SUBJECT, AuditEntry, ConfigEntry, ConsumerEntry, DeleteEntry, EntryKind,
     ExpireEntry, MsgsBatch, PurgeEntry, decode_entry,
 )
-from jsraft.stream.outcomes import ApiError, delete_failed, update_failed
+from jsraft.stream.outcomes import ApiError, update_failed
 from jsraft.stream.errors import MalformedEntry, StaleSnapshot, StreamNotHealthy
 from jsraft.stream.results import ApplyResult, AuditReport, Health
 from jsraft.stream.snapshot import GroupState, StreamSnapshot, decode_snapshot, encode_snapshot, group_state_of
@@ -121,6 +125,8 @@ class StreamStateMachine:
                                   detail="a replayed message differs from the stored one")
                 return ApplyResult(index, EntryKind.MSGS, batch.first_seq, batch.last_seq, finding=self._drift(finding))
             self._rollups(batch, 0, overlap)
+            if store_last <= batch.last_seq:  # the crash may have lost this append's limit tombstones
+                self.store.update_config(self.store.config)  # (invariant 2): apply the limits again
             start = overlap
         elif store_last != batch.first_seq - 1:
             kind = FindingKind.store_ahead if store_last >= batch.first_seq else FindingKind.store_behind
@@ -185,9 +191,8 @@ class StreamStateMachine:
     def _apply_delete(self, index: int, entry: DeleteEntry) -> ApplyResult:
         if self.health is not Health.current:
             return ApplyResult(index, EntryKind.DELETE)
-        removed = self.store.erase(entry.seq) if entry.erase else self.store.delete(entry.seq)
-        error = None if removed else delete_failed("no message found")
-        return ApplyResult(index, EntryKind.DELETE, entry.seq, entry.seq, removed=int(removed), error=error)
+        error = apply_ops.delete(self.store, entry.seq, erase=entry.erase)
+        return ApplyResult(index, EntryKind.DELETE, entry.seq, entry.seq, removed=int(error is None), error=error)
 
     def _apply_purge(self, index: int, entry: PurgeEntry) -> ApplyResult:
         # Purging every subject up to a sequence past the end moves the stream's next sequence there, as
@@ -225,7 +230,9 @@ class StreamStateMachine:
         self.dedupe.window_ns = config.duplicate_window
         self.dedupe.expire(self.last_timestamp_ns)
         if self.health is Health.current:
-            self.store.update_config(store_config_for(config, self.store.config))
+            # A store holding later entries' messages has this entry's limits applied already (invariant 2).
+            ahead = self.replaying and self._store_last_seq > self.last_seq
+            self.store.update_config(store_config_for(config, self.store.config), enforce_limits=not ahead)
         return ApplyResult(index, EntryKind.CONFIG)
 
     def _apply_audit(self, index: int, entry: AuditEntry) -> ApplyResult:
@@ -241,6 +248,14 @@ class StreamStateMachine:
 
     def _apply_consumer(self, index: int, entry: ConsumerEntry) -> ApplyResult:
         return ApplyResult(index, EntryKind.CONSUMER, consumer_body=entry.body)
+
+    def remove_for_retention(self, index: int, seqs: Iterable[int]) -> int:
+        """Delete `seqs`, unneeded by interest / work-queue retention once the entry at `index` (just applied)
+        took effect: the same messages at the same index on every replica; like DELETE, none unless current."""
+        invariant(index == self.applied_index, f"retention removes at the applied index, not {index}")
+        if self.health is not Health.current:
+            return 0
+        return sum(1 for seq in seqs if self.store.delete(seq))
 
     # --- Health ----------------------------------------------------------------------------------
 
@@ -311,6 +326,8 @@ class StreamStateMachine:
         self.last_audit_id = snapshot.last_audit_id
         self.dedupe = DedupeWindow.from_items(config.duplicate_window, snapshot.dedupe)
         self.snapshot_extra = snapshot.extra
+        if recovering:  # the store may be ahead: the replay applies limits at their entries (invariant 2)
+            self.store.update_config(store_config_for(config, self.store.config), enforce_limits=False)
         plan = self.plan_against(snapshot.group, store_may_be_ahead=recovering)
         self.replaying = recovering
         if plan.is_empty:
@@ -343,8 +360,9 @@ class StreamStateMachine:
         invariant(self.replaying or self._store_last_seq == self.last_seq,
                   "a repaired store is at the log's last sequence")
         wanted = store_config_for(self.config, self.store.config)
-        if wanted != self.store.config:  # a fresh store, or CONFIG entries applied while not current
-            self.store.update_config(wanted)
+        if wanted != self.store.config:  # a repair's lifted limits, or CONFIG entries applied meanwhile
+            # Before a replay the store may be ahead, under later limits: the replay applies them (inv. 2).
+            self.store.update_config(wanted, enforce_limits=not self.replaying)
         self.health = Health.current
 
     def finish_recovery(self) -> list[Finding]:

@@ -144,7 +144,7 @@ def make_app(config: SimConfig, rng: random.Random):  # type: ignore[no-untyped-
     if name == "stream":
         from jsraft.testing.sim.stream_app import StreamApp
 
-        return StreamApp(rng, config.mutant, config.stream_known_bugs)
+        return StreamApp(rng, config.mutant)
     if name == "meta":
         from jsraft.testing.sim.meta_app import MetaApp
 

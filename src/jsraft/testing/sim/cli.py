@@ -3,7 +3,7 @@
 Owns: argument parsing and output. Options: `--seeds N` (how many), `--start S` (first seed, default 0),
 `--nodes 3|5|mixed` (default mixed: odd seeds 5 nodes, even seeds 3), `--faults net,disk,crash,membership|all|none`
 (default all), `--app register|stream|meta` (the replicated state machine, default register), `--mutant NAME`
-(a Raft mutant, or an app mutant such as `stream-skip-delete` with its app), `--stream-known-bugs`,
+(a Raft mutant, or an app mutant such as `stream-skip-delete` with its app),
 `--steps K` (chaotic-phase ticks per seed), `--jobs J` (worker processes),
 `--stop-at-first-failure`, `--json`, `--trace` (print each failure's trace; always on with `--seeds 1`).
 Prints one line per failing seed (seed, invariant, detail; in seed order, after the run), then exactly `N passed, N failed` on its own
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 
 from jsraft.testing.sim.app import APPS
@@ -28,8 +27,6 @@ from jsraft.testing.sim.app_mutants import APP_MUTANTS
 from jsraft.testing.sim.batch import config_for, run_batch
 from jsraft.testing.sim.config import parse_faults
 from jsraft.testing.sim.mutants import MUTANTS
-
-KNOWN_BUGS_MEMORY_BYTES_MAX = 4 << 30
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,9 +38,6 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--faults", default="all", help="comma list of net,disk,crash,membership; all; none")
     parser.add_argument("--app", default="register", choices=APPS,
                         help="the replicated state machine: register (default), stream or meta")
-    parser.add_argument("--stream-known-bugs", action="store_true",
-                        help="with --app stream: also read-time bit flips reaching the store, and discard new "
-                             "limits (paths with known bugs: SimConfig.stream_known_bugs)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS) + sorted(APP_MUTANTS), default=None)
     parser.add_argument("--steps", type=int, default=None, help="chaotic-phase ticks per seed")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
@@ -58,14 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.mutant in APP_MUTANTS and APP_MUTANTS[args.mutant][0] != args.app:
         parser.error(f"--mutant {args.mutant} needs --app {APP_MUTANTS[args.mutant][0]}")
-    if args.stream_known_bugs:
-        # One of those bugs can loop without bound in FileStore.enforce_limits (stream seed 44): cap each
-        # process's memory so it ends as a `crash: MemoryError` instead of exhausting the machine.
-        _, hard = resource.getrlimit(resource.RLIMIT_AS)
-        cap = KNOWN_BUGS_MEMORY_BYTES_MAX if hard == resource.RLIM_INFINITY else min(hard, KNOWN_BUGS_MEMORY_BYTES_MAX)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    options: dict[str, object] = {"faults": parse_faults(args.faults), "mutant": args.mutant, "app": args.app,
-                                  "stream_known_bugs": args.stream_known_bugs}
+    options: dict[str, object] = {"faults": parse_faults(args.faults), "mutant": args.mutant, "app": args.app}
     if args.steps is not None:
         options["steps"] = args.steps
     configs = [config_for(seed, nodes=args.nodes, **options) for seed in range(args.start, args.start + args.seeds)]

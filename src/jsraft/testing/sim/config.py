@@ -52,13 +52,6 @@ class SimConfig:
     steps: int = 1200
     mutant: str | None = None
     app: str = "register"  # the replicated application: register | stream | meta (module `app`)
-    # Stream runs: also exercise two paths with known production bugs, pinned as strict xfails in
-    # tests/sim/test_sim_stream.py, which make seeds fail: read-time bit flips reaching the FileStore (a
-    # record found damaged on read, then repaired, leaves its `bytes`, subject count and range digest
-    # wrong) and `discard: new` limits (a catch-up appends the fetched tail before it removes what the
-    # group deleted, so a store at `max_msgs` refuses it for ever). Off by default. The first can escalate
-    # into an unbounded loop in FileStore.enforce_limits (seed 44): the CLI caps memory when it is on.
-    stream_known_bugs: bool = False
     liveness_ticks_max: int = 1500
     trace_events_max: int = 2000
     election_ticks: int = 10

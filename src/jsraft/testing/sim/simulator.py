@@ -112,9 +112,8 @@ class Simulation:
                           bootstrap_voters=bootstrap, corruptible=corruptible, segment_bytes=knobs.segment_bytes,
                           compact_every_entries=knobs.compact_every_entries)
         node_rng = self.rngs.nodes[node_id]
-        flips = corruptible and (config.app != "stream" or config.stream_known_bugs)
         disk = SimDisk(_sub(node_rng), corruption_allowed=corruptible,
-                       read_flip_probability=knobs.read_flip if flips else 0.0)
+                       read_flip_probability=knobs.read_flip if corruptible else 0.0)
         driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace, self.app)
         driver.verbose = self.verbose
         driver.on_vote_granted = self.faults.on_vote_granted

@@ -3,7 +3,8 @@
 Modules: `machine` (MetaStateMachine, the public face), `entries` (log entry kinds and encoding),
 `assignment` (stream/consumer assignments, offline loading), `placement`, `rules` (checks shared by
 leader and apply), `leader` (proposals and in-flight accounting), `apply`, `state`, `snapshot`, `wire`
-(canonical JSON + blobs), `quarantine` (unknown local stream directories), `errors`.
+(canonical JSON + blobs), `quarantine` (unknown local stream directories), `reconcile` (stream groups
+after a snapshot restore), `errors`.
 
 Deterministic and synchronous: no trio, socket, time, threading or module-level random (DESIGN §1).
 Reference: DESIGN.md §5 and §9.
@@ -46,7 +47,7 @@ from jsraft.meta.errors import (
     StreamSubjectOverlap,
 )
 from jsraft.meta.leader import Proposal
-from jsraft.meta.machine import PENDING_PROPOSALS_MAX, MetaStateMachine
+from jsraft.meta.machine import META_SNAPSHOT_ENTRIES, PENDING_PROPOSALS_MAX, MetaStateMachine
 from jsraft.meta.placement import PeerInfo, place, replace_peer
 from jsraft.meta.quarantine import (
     MetaProgress,
@@ -56,15 +57,17 @@ from jsraft.meta.quarantine import (
     quarantine_unknown_streams,
     restore_quarantined,
 )
+from jsraft.meta.reconcile import RestorePlan, plan_restore
 
 __all__ = [
-    "PENDING_PROPOSALS_MAX", "Applied", "ClusterNoPeers", "ClusterPeerNotMember", "ConsumerAlreadyExists",
-    "ConsumerAssignment", "ConsumerNotFound", "ConsumerOffline", "CreateConsumer", "CreateStream",
-    "DeleteConsumer", "DeleteStream", "EntryKind", "InsufficientResources", "MalformedMetaEntry",
-    "MalformedMetaSnapshot", "MaximumConsumersLimit", "MaximumStreamsLimit", "MetaEntry", "MetaProgress",
-    "MetaProposalsFull", "MetaStateMachine", "PeerAdd", "PeerInfo", "PeerRemove", "Proposal",
-    "QuarantineConflict", "QuarantineReport", "Quarantined", "Replacement", "ReplicasNotSupported",
-    "RequiredApiLevel", "StreamAssignment", "StreamNameExist", "StreamOffline", "StreamSubjectOverlap",
-    "UpdateStream", "decode_entry", "encode_entry", "group_name", "list_quarantined", "load_consumer",
-    "load_stream", "place", "quarantine_unknown_streams", "replace_peer", "restore_quarantined",
+    "META_SNAPSHOT_ENTRIES", "PENDING_PROPOSALS_MAX", "Applied", "ClusterNoPeers", "ClusterPeerNotMember",
+    "ConsumerAlreadyExists", "ConsumerAssignment", "ConsumerNotFound", "ConsumerOffline", "CreateConsumer",
+    "CreateStream", "DeleteConsumer", "DeleteStream", "EntryKind", "InsufficientResources",
+    "MalformedMetaEntry", "MalformedMetaSnapshot", "MaximumConsumersLimit", "MaximumStreamsLimit",
+    "MetaEntry", "MetaProgress", "MetaProposalsFull", "MetaStateMachine", "PeerAdd", "PeerInfo",
+    "PeerRemove", "Proposal", "QuarantineConflict", "QuarantineReport", "Quarantined", "Replacement",
+    "ReplicasNotSupported", "RequiredApiLevel", "RestorePlan", "StreamAssignment", "StreamNameExist",
+    "StreamOffline", "StreamSubjectOverlap", "UpdateStream", "decode_entry", "encode_entry", "group_name",
+    "list_quarantined", "load_consumer", "load_stream", "place", "plan_restore",
+    "quarantine_unknown_streams", "replace_peer", "restore_quarantined",
 ]

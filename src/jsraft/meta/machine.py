@@ -12,7 +12,9 @@ How the runtime drives it:
   2. On the leader, a request becomes `propose_*(...) -> Proposal`; `Proposal.data` goes to
      `RaftNode.propose`. If Raft refuses it, `cancel_proposal(data)`; on losing leadership,
      `abandon_proposals()`.
-  3. When Raft compacts: `snapshot()`; when it installs one (or at startup): `restore(data)`.
+  3. When Raft compacts (every `META_SNAPSHOT_ENTRIES` applied entries): `snapshot()`; when it installs
+     one (or at startup): `restore(data)`, after which the node reconciles its stream groups with the
+     restored state (`reconcile.plan_restore`): a snapshot covers deletes this node never applied.
 
 Invariants:
   1. Deterministic: replicas that applied the same entries have equal `snapshot()` bytes and equal
@@ -42,6 +44,12 @@ from jsraft.meta.state import MetaState
 
 # In-flight meta proposals are rare (stream and consumer admin); 256 bounds the leader's bookkeeping.
 PENDING_PROPOSALS_MAX = 256
+
+# The meta group snapshots this machine and compacts its WAL every this many applied entries (the server's
+# default; `NodeConfig.meta_snapshot_every_entries` overrides it). Meta entries are rare and small, but a
+# snapshot holds every config, so it costs O(streams): 1024 entries keeps the log (and a restart's replay)
+# short without snapshotting on every few admin requests.
+META_SNAPSHOT_ENTRIES = 1024
 
 
 class MetaStateMachine:

@@ -6,6 +6,12 @@ This is the answer to nats-server deleting streams after meta snapshot corruptio
 2.12.1): a node whose meta state was partial took real streams for orphans and removed them. Here
 nothing is removed because it is *absent*; only an applied delete entry deletes data (DESIGN §5).
 
+Not this module's case: a group this node knew from its own committed meta state that a restored meta
+snapshot no longer holds. That absence is proof of a committed delete (the snapshot is the committed
+state at an index past the group's creation), so the server removes it as the delete entry would have
+(`reconcile`). Every other unassigned directory — one no meta state of this node ever held — is set
+aside here, never deleted.
+
 Precondition (enforced through `MetaProgress`): sweep only when the meta state is known complete —
 this replica is not repairing and has applied the meta log up to the commit index the leader reported
 after this node started. With anything less, `quarantine_unknown_streams` touches nothing and says why.

@@ -10,12 +10,13 @@ Invariants (checked by `validate()`):
      `monitor_port` are 0..65535 (0: pick an ephemeral port, for tests).
   3. `election_ticks >= 3`: a heartbeat every tick must fit several times in an election timeout, or
      one late tick deposes a healthy leader.
-  4. The stream settings are in range: intervals >= 0 (0 turns the periodic action off), a block size the
-     store accepts, a catch-up chunk within the wire's bound.
+  4. The stream and meta settings are in range: intervals >= 0 (0 turns the periodic action off), a block
+     size the store accepts, a catch-up chunk within the wire's bound.
   5. The client settings are in range: `max_payload` within `limits.payload_bytes_max`, a pending bound
      that holds at least one message, positive intervals and counts.
 
-Imports: L0 (`errors`, `limits`), L1 (`codec`), L3 (`stream.catchup_wire` bounds), attrs, `config_file`.
+Imports: L0 (`errors`, `limits`), L1 (`codec`), L3 (`stream.catchup_wire` bounds, `meta`'s snapshot
+interval), attrs, `config_file`.
 Reference: DESIGN.md §10 (CLI flags map onto these fields); hashicorp/raft `Config.validate`.
 """
 
@@ -28,6 +29,7 @@ import attrs
 from jsraft import limits
 from jsraft.codec import structure
 from jsraft.errors import InvalidConfig
+from jsraft.meta import META_SNAPSHOT_ENTRIES
 from jsraft.server.config_file import load_config_file, merge_overrides
 from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX
 
@@ -77,6 +79,8 @@ class NodeConfig:
     stream_block_bytes: int = limits.block_bytes_default
     stream_catchup_chunk_bytes: int = CHUNK_BYTES_DEFAULT
     stream_repair_backoff_max_ms: int = 2000
+    # The meta group: a snapshot and WAL compaction every this many applied entries (0: only when asked).
+    meta_snapshot_every_entries: int = META_SNAPSHOT_ENTRIES
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeConfig":
@@ -136,6 +140,8 @@ class NodeConfig:
         if self.stream_snapshot_every_entries < 0 or self.stream_audit_interval_ms < 0:
             raise InvalidConfig("node config: stream_snapshot_every_entries and stream_audit_interval_ms "
                                 "must be at least 0")
+        if self.meta_snapshot_every_entries < 0:
+            raise InvalidConfig("node config: meta_snapshot_every_entries must be at least 0")
         if not limits.block_bytes_min <= self.stream_block_bytes <= limits.block_bytes_max:
             raise InvalidConfig(f"node config: stream_block_bytes must be {limits.block_bytes_min}.."
                                 f"{limits.block_bytes_max}")

@@ -1,8 +1,10 @@
 """`MetaService`: the meta group on this node — its adapter, and the meta leader's duties (layer L5).
 
-Owns: opening `$meta` (voters: every configured node), knowing when this node may propose (leader, its
-term's NOOP applied), registering the configured nodes as peers (`PEER_ADD`) once per term, and turning
-admin requests into meta proposals answered from their applied results.
+Owns: opening `$meta` (voters: every configured node) with its snapshot interval — the runtime snapshots
+the meta state machine and compacts the meta WAL every `snapshot_every_entries` applied entries, and a
+follower behind the compacted log gets the leader's snapshot (InstallSnapshot) —, knowing when this node
+may propose (leader, its term's NOOP applied), registering the configured nodes as peers (`PEER_ADD`)
+once per term, and turning admin requests into meta proposals answered from their applied results.
 
 Invariants:
   1. `propose_*` is called only when `ready()`: this node leads and has applied its term's NOOP
@@ -24,7 +26,7 @@ from collections.abc import Callable, Collection
 import trio
 
 from jsraft.errors import JsraftError, invariant
-from jsraft.meta import Applied, MetaStateMachine, Proposal, StreamAssignment
+from jsraft.meta import META_SNAPSHOT_ENTRIES, Applied, MetaStateMachine, Proposal, StreamAssignment
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
@@ -39,7 +41,9 @@ META_GROUP = "$meta"
 
 class MetaService:
     def __init__(self, *, node_id: str, voters: tuple[str, ...], runtime: NodeRuntime, meta: MetaStateMachine,
-                 adapter: MetaAdapter, online: Callable[[], Collection[str]], tick_s: float) -> None:
+                 adapter: MetaAdapter, online: Callable[[], Collection[str]], tick_s: float,
+                 snapshot_every_entries: int | None = META_SNAPSHOT_ENTRIES) -> None:
+        """`snapshot_every_entries`: None snapshots only when asked (`NodeRuntime.request_snapshot`)."""
         self.node_id = node_id
         self.voters = voters
         self.runtime = runtime
@@ -47,12 +51,14 @@ class MetaService:
         self.adapter = adapter
         self.online = online
         self.tick_s = tick_s
+        self.snapshot_every_entries = snapshot_every_entries
         self._led_term = 0  # the term this node last led in (to abandon proposals when it ends)
         self._peers_term = 0  # the term in which the configured peers were last registered
 
     async def open(self, raft_config: RaftConfig, disk) -> None:
         await self.runtime.open_group(META_GROUP, voters=self.voters, state_machine=self.adapter,
-                                      raft_config=raft_config, disk=disk)
+                                      raft_config=raft_config, disk=disk,
+                                      snapshot_every_entries=self.snapshot_every_entries)
 
     def leader_id(self) -> str | None:
         return self.runtime.status(META_GROUP).raft.leader_id

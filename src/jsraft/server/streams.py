@@ -1,18 +1,27 @@
 """`StreamManager`: which stream groups this node runs, driven only by applied meta entries (layer L5).
 
-Owns: the queue of meta events (`assignment applied`, `delete applied`) and the one task that turns them,
-in apply order, into opened replicas, CONFIG proposals and removed directories; the table of replicas;
-the node's stream advisory log (`advisories`), which every replica's repairs and audits write to.
+Owns: the queue of meta events (`assignment applied`, `delete applied`, `snapshot restored`) and the one
+task that turns them, in apply order, into opened replicas, CONFIG proposals and removed directories; the
+table of replicas; the node's stream advisory log (`advisories`), which every replica's repairs and
+audits write to.
 
 Invariants:
   1. Events are handled one at a time in the order the meta group applied them, so a create, a delete
      and a re-create of one name reach the disk in that order.
-  2. A stream directory is removed only while handling an applied `DELETE_STREAM`, or once this node's
-     replica has left the group after an applied update took it out of the stream's peers — and only if
-     the directory's `group` file names that assignment's group (DESIGN §5): never because a stream is
-     absent from possibly partial state. An unknown directory is left alone.
+  2. A stream directory is removed only while handling an applied `DELETE_STREAM`, or a restored meta
+     snapshot that proves one (a group this node knew from its committed meta state, absent from the
+     restored state: `meta.reconcile`), or once this node's replica has left the group after an applied
+     update took it out of the stream's peers — and only if the directory's `group` file names that
+     group (DESIGN §5): never because a stream is absent from possibly partial state. An unknown
+     directory is left alone.
   3. An open event whose assignment is no longer the meta state's (deleted or re-created since) is
      skipped: replaying an old create must not resurrect a deleted stream.
+  4. A restore event is planned when it is handled, against the meta state of that moment (never older
+     than the snapshot): every replica and directory of a group that state lacks is removed, every
+     replica it moved off this node leaves, every assignment of this node is opened or updated.
+  5. A replica's group and store are closed only after all of its tasks ended: cancelling them is not
+     enough, since a task woken in the same scheduling round still runs until its next checkpoint, and
+     on a closed store or group it would raise and take the node down.
 
 Imports: stdlib, L0, L1, L3 (`meta`), L4 (`runtime`), trio, server siblings.
 """
@@ -22,12 +31,13 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import trio
 
 from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
-from jsraft.meta import Applied, EntryKind, MetaStateMachine, StreamAssignment
+from jsraft.meta import Applied, EntryKind, MetaStateMachine, StreamAssignment, plan_restore
 from jsraft.raft.config import RaftConfig
 from jsraft.runtime import NodeRuntime
 from jsraft.server.advisories import AdvisoryLog
@@ -54,7 +64,9 @@ class StreamManager:
         self.raft_config = raft_config
         self.tick_s = tick_s
         self.replicas: dict[str, StreamReplica] = {}
-        self._events: deque[tuple[str, StreamAssignment]] = deque()
+        self._run_done: dict[str, trio.Event] = {}  # group -> set once that replica's tasks all ended
+        # ("open" | "leave" | "delete", StreamAssignment) or ("restored", the replaced (stream, group) pairs)
+        self._events: deque[tuple[str, Any]] = deque()
         self._wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.handled = 0  # events handled, for tests that wait for the disk to follow the log
@@ -72,21 +84,26 @@ class StreamManager:
         elif applied.kind is EntryKind.DELETE_STREAM:
             self._push("delete", applied.stream)
 
-    def on_restored(self) -> None:
-        for assignment in self.meta.assignments_for(self.node_id):
-            self._push("open", assignment)
+    def on_restored(self, replaced: list[tuple[str, str]]) -> None:
+        """The meta state machine restored a snapshot; `replaced`: the `(stream, group)` pairs of the state
+        it replaced (invariant 4)."""
+        self._push("restored", replaced)
 
-    def _push(self, kind: str, assignment: StreamAssignment) -> None:
+    def _push(self, kind: str, payload: Any) -> None:
         # Dropping an event would leave the disk out of step with the log: crash instead (a bug or a
         # pathological backlog), and a restart replays the log.
         if len(self._events) >= EVENTS_MAX:
             raise RuntimeError(f"stream manager: {EVENTS_MAX} meta events not handled")
-        self._events.append((kind, assignment))
+        self._events.append((kind, payload))
         self._wakeup.set()
 
     @property
     def pending(self) -> int:
         return len(self._events)
+
+    def caught_up(self) -> bool:
+        """Every applied meta entry was acted on: the meta log may be compacted (meta_adapter invariant 5)."""
+        return not self._events
 
     # --- The handler task ------------------------------------------------------------------------------
 
@@ -97,9 +114,10 @@ class StreamManager:
             while True:
                 self._wakeup = trio.Event()
                 while self._events:
-                    kind, assignment = self._events[0]
-                    handler = {"open": self._open, "leave": self._leave, "delete": self._delete}[kind]
-                    await handler(assignment)
+                    kind, payload = self._events[0]
+                    handler = {"open": self._open, "leave": self._leave, "delete": self._delete,
+                               "restored": self._restored}[kind]
+                    await handler(payload)
                     self._events.popleft()
                     self.handled += 1
                 await self._wakeup.wait()
@@ -130,7 +148,25 @@ class StreamManager:
             return
         self.replicas[assignment.name] = replica
         assert self._nursery is not None
-        self._nursery.start_soon(replica.run, self.tick_s)
+        # Registered before the task starts, so a stop issued before it runs still waits for it (invariant 5).
+        done = self._run_done[replica.group] = trio.Event()
+        self._nursery.start_soon(self._run_replica, replica, done)
+
+    async def _run_replica(self, replica: StreamReplica, done: trio.Event) -> None:
+        try:
+            await replica.run(self.tick_s)
+        finally:
+            done.set()
+            if self._run_done.get(replica.group) is done:
+                del self._run_done[replica.group]
+
+    async def _stop(self, replica: StreamReplica) -> None:
+        """Invariant 5: cancel the replica's tasks, wait until they ended, then close its group and store."""
+        replica.scope.cancel()
+        done = self._run_done.get(replica.group)
+        if done is not None:
+            await done.wait()
+        await replica.close()
 
     async def _update(self, replica: StreamReplica, assignment: StreamAssignment) -> None:
         replica.peers, replica.leaving = assignment.peers, False
@@ -152,7 +188,10 @@ class StreamManager:
         replica = self.replicas.get(assignment.name)
         if replica is None or replica.group != assignment.group:
             return
+        already_leaving = replica.leaving  # a restore may repeat a leave: one waiter is enough
         replica.peers, replica.leaving = assignment.peers, True
+        if already_leaving:
+            return
         assert self._nursery is not None
         self._nursery.start_soon(self._drop_when_left, replica, assignment)
 
@@ -161,22 +200,38 @@ class StreamManager:
         if self.replicas.get(assignment.name) is not replica or not replica.leaving:
             return  # re-added (or replaced) meanwhile
         del self.replicas[assignment.name]
-        await replica.close()
-        await trio.to_thread.run_sync(self._remove_dir, assignment)
+        await self._stop(replica)
+        await trio.to_thread.run_sync(self._remove_dir, assignment.name, assignment.group)
         log.info("stream %s: replica left the group and was removed from this node", assignment.name)
 
     async def _delete(self, assignment: StreamAssignment) -> None:
-        replica = self.replicas.get(assignment.name)
-        if replica is not None and replica.group == assignment.group:
-            del self.replicas[assignment.name]
-            await replica.close()
-        await trio.to_thread.run_sync(self._remove_dir, assignment)
+        await self._drop(assignment.name, assignment.group)
 
-    def _remove_dir(self, assignment: StreamAssignment) -> None:
-        name = assignment.name
+    async def _drop(self, name: str, group: str) -> None:
+        """Stop group `group` of stream `name` here and remove its directory (a committed delete)."""
+        replica = self.replicas.get(name)
+        if replica is not None and replica.group == group:
+            del self.replicas[name]
+            await self._stop(replica)
+        await trio.to_thread.run_sync(self._remove_dir, name, group)
+
+    async def _restored(self, replaced: list[tuple[str, str]]) -> None:
+        """Invariant 4: bring the replicas and directories in line with a restored meta snapshot."""
+        plan = plan_restore(self.meta, self.node_id, known=replaced,
+                            running={name: replica.group for name, replica in self.replicas.items()})
+        for name, group in plan.remove:
+            log.info("stream %s: group %s is not in the restored meta state (deleted by a committed entry): "
+                     "removing it from this node", name, group)
+            await self._drop(name, group)
+        for assignment in plan.leave:
+            await self._leave(assignment)
+        for assignment in plan.open:
+            await self._open(assignment)
+
+    def _remove_dir(self, name: str, group: str) -> None:
         if not self.disk.exists(f"{name}/group"):
             return
-        if self.disk.read_file(f"{name}/group").decode() != assignment.group:
+        if self.disk.read_file(f"{name}/group").decode() != group:
             return  # invariant 2: the directory belongs to another incarnation of the name
         self.disk.remove_tree(name)
         self.disk.sync_dir("")

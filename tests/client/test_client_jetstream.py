@@ -121,7 +121,8 @@ async def test_errors_come_back_as_jsraft_classes_with_the_server_codes(tmp_path
             # Conditions whose classes live above the client keep the server's numbers.
             with pytest.raises(jc.ApiError) as info:
                 await js.add_stream(name="CLASH", subjects=["orders.eu"])
-            assert (info.value.err_code, info.value.http_code) == (10065, 400)
+            assert (info.value.err_code, info.value.http_code, info.value.description) == \
+                (10065, 400, "subjects overlap with an existing stream")
             with pytest.raises(jc.ApiError) as info:
                 await js.add_stream(name="ORDERS", subjects=["orders.>"], max_msgs=5)
             assert info.value.err_code == 10058  # stream name already in use, other config
@@ -129,6 +130,13 @@ async def test_errors_come_back_as_jsraft_classes_with_the_server_codes(tmp_path
                 await js.publish("orders.1", b"two", expected_last_seq=7)
             assert (info.value.err_code, info.value.description) == (10071, "wrong last sequence: 1")
             assert (await js.stream_info("ORDERS")).state["last_seq"] == 1  # nothing refused was stored
+            await js.publish("orders.2", b"two")
+            await js.publish("orders.3", b"three")
+            assert await js.delete_msg("ORDERS", 2) is True
+            with pytest.raises(jc.ApiError) as info:  # deleted already, inside the stream's sequences
+                await js.delete_msg("ORDERS", 2)
+            assert (info.value.err_code, info.value.http_code, info.value.description) == \
+                (10043, 400, "sequence 2 not found")
 
 
 async def test_listings_follow_the_api_paging(tmp_path):

@@ -4,8 +4,8 @@ plays it against a server and compares two servers' answers.
 Method: every step is one `nc.request` from nats-py — a raw `$JS.API.*` request with a JSON (or
 deliberately broken) body, or a publish on a stream subject with headers, whose reply is the PubAck.
 The same steps, in the same order, go to each server on a fresh store; the answers are JSON-decoded,
-stripped of what must differ between two servers (`normalize`: timestamps, server names and versions,
-cluster info), and compared field by field (`diff`), giving `(step, path, nats_value, jsraft_value)`.
+stripped of what must differ between two servers (`normalize`: timestamps and cluster info removed, the
+server version masked), and compared field by field (`diff`), giving `(step, path, nats_value, jsraft_value)`.
 `MISSING` stands for a field one side does not send.
 """
 
@@ -74,6 +74,8 @@ STEPS: list[Step] = [
     api("names", "STREAM.NAMES"),
     api("names_subject", "STREAM.NAMES", {"subject": "orc.x"}),
     api("names_offset", "STREAM.NAMES", {"offset": 1}),
+    api("names_offset_past_end", "STREAM.NAMES", {"offset": 5}),
+    api("names_subject_none", "STREAM.NAMES", {"subject": "nobody.*"}),
     api("list", "STREAM.LIST"),
     # --- publishes ------------------------------------------------------------------------------------
     pub("pub_msgid", "orc.a", b"one", Nats_Msg_Id="m1"),
@@ -105,6 +107,8 @@ STEPS: list[Step] = [
     api("msg_delete_again", "STREAM.MSG.DELETE.ORC", {"seq": 3}),
     api("msg_delete_no_erase", "STREAM.MSG.DELETE.ORC", {"seq": 5, "no_erase": True}),
     api("msg_get_deleted", "STREAM.MSG.GET.ORC", {"seq": 3}),
+    api("msg_delete_past_end", "STREAM.MSG.DELETE.ORC", {"seq": 999}),
+    api("msg_delete_zero", "STREAM.MSG.DELETE.ORC", {"seq": 0}),
     api("info_after_delete", "STREAM.INFO.ORC"),
     # --- purge ----------------------------------------------------------------------------------------
     api("purge_filter", "STREAM.PURGE.ORC", {"filter": "orc.a"}),
@@ -113,6 +117,7 @@ STEPS: list[Step] = [
     api("purge_seq_and_keep", "STREAM.PURGE.ORC", {"seq": 3, "keep": 1}),
     api("purge_all", "STREAM.PURGE.ORC"),
     pub("pub_after_purge", "orc.a", b"seven"),
+    api("msg_delete_below_first", "STREAM.MSG.DELETE.ORC", {"seq": 1}),
     api("info_after_purge_all", "STREAM.INFO.ORC"),
     # --- errors ---------------------------------------------------------------------------------------
     api("create_bad_json", "STREAM.CREATE.BAD", b'{"name": "BAD", '),
@@ -124,8 +129,13 @@ STEPS: list[Step] = [
     api("create_bad_storage", "STREAM.CREATE.BAD", {"name": "BAD", "storage": "tape"}),
     api("create_bad_subject", "STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["a..b"]}),
     api("create_negative_replicas", "STREAM.CREATE.BAD", {"name": "BAD", "num_replicas": -1}),
+    api("create_too_many_replicas", "STREAM.CREATE.BAD", {"name": "BAD", "num_replicas": 6}),
+    api("create_repeated_subject", "STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["a", "b", "a"]}),
+    api("create_self_overlap", "STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["a.>", "a.b"]}),
     api("info_not_found", "STREAM.INFO.NOPE"),
     api("info_bad_json", "STREAM.INFO.ORC", b"{nope"),
+    api("names_bad_json", "STREAM.NAMES", b"{nope"),
+    api("list_bad_json", "STREAM.LIST", b"{nope"),
     api("msg_get_not_found", "STREAM.MSG.GET.NOPE", {"seq": 1}),
     api("msg_get_bad_json", "STREAM.MSG.GET.ORC", b"{nope"),
     api("msg_delete_not_found", "STREAM.MSG.DELETE.NOPE", {"seq": 1}),
@@ -181,7 +191,9 @@ IGNORED_KEYS = {
     "time": "a stored message's time",
     "cluster": "cluster info: server and cluster names, peers (one nats-server vs one jsraft node)",
 }
-IGNORED_METADATA = {
+# Replaced by a placeholder before comparing: the value differs between servers, but whether the key is
+# there at all (INFO serves it, LIST does not) is compared.
+MASKED_METADATA = {
     "_nats.ver": "the server's version",
 }
 
@@ -193,7 +205,7 @@ def normalize(value: Any) -> Any:
             if key in IGNORED_KEYS:
                 continue
             if key == "metadata" and isinstance(item, dict):
-                item = {k: v for k, v in item.items() if k not in IGNORED_METADATA}
+                item = {k: f"<{MASKED_METADATA[k]}>" if k in MASKED_METADATA else v for k, v in item.items()}
             if key == "hdrs" and isinstance(item, str):  # decoded, so a difference reads as text
                 item = base64.b64decode(item).decode(errors="replace")
             out[key] = normalize(item)

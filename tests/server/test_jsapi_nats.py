@@ -137,6 +137,10 @@ async def test_stream_list_and_info_raw_shapes(tmp_path):
     assert (listing["type"], listing["total"], listing["offset"], listing["limit"]) == \
         ("io.nats.jetstream.api.v1.stream_list_response", 1, 0, 256)
     assert [s["config"]["name"] for s in listing["streams"]] == ["A"] and "missing" not in listing
+    # A list serves the stored metadata only, an info the dynamic keys as well (both as nats-server).
+    assert listing["streams"][0]["config"]["metadata"] == {"_nats.req.level": "0"}
+    assert set(info["config"]["metadata"]) == {"_nats.req.level", "_nats.ver", "_nats.level"}
+    assert "no_ack" not in info["config"] and "first_seq" not in info["config"]  # omitempty, as nats-server
     assert info["type"] == "io.nats.jetstream.api.v1.stream_info_response"
     state = info["state"]
     assert (state["messages"], state["first_seq"], state["last_seq"], state["num_subjects"]) == (3, 1, 3, 2)
@@ -183,6 +187,7 @@ async def test_publish_with_every_expected_header(tmp_path):
         with pytest.raises(nats.js.errors.BadRequestError) as wrong_id:
             await js.publish("ORDERS.new", b"x", headers={"Nats-Expected-Last-Msg-Id": "c"})
         errors["msg_id"] = wrong_id.value
+        errors["raw"] = await raw(nc, "ORDERS.new", b"x", headers={"Nats-Expected-Stream": "OTHER"})
         info = await js.stream_info("ORDERS")
         await nc.close()
         return acks, errors, info
@@ -192,6 +197,9 @@ async def test_publish_with_every_expected_header(tmp_path):
     assert [(a.stream, a.seq, a.duplicate) for a in acks] == [
         ("ORDERS", 1, None), ("ORDERS", 1, True), ("ORDERS", 2, None), ("ORDERS", 3, None), ("ORDERS", 4, None),
         ("ORDERS", 5, None), ("ORDERS", 6, None)]
+    # The refused publish's PubAck as nats-server's: the error, the stream and "seq": 0.
+    refused = {"code": 400, "err_code": 10060, "description": "expected stream does not match"}
+    assert errors.pop("raw") == {"error": refused, "stream": "ORDERS", "seq": 0}
     described = {key: (e.code, e.err_code, e.description) for key, e in errors.items()}
     assert described == {
         "stream": (400, 10060, "expected stream does not match"),
@@ -225,9 +233,9 @@ async def test_get_delete_and_purge_messages(tmp_path):
         seen["kept"] = await raw(nc, f"{API}.STREAM.MSG.DELETE.ORDERS", b'{"seq": 4, "no_erase": true}')
         with pytest.raises(nats.js.errors.NotFoundError):
             await js.get_msg("ORDERS", seq=2)
-        with pytest.raises(nats.js.errors.ServerError) as again:
+        with pytest.raises(nats.js.errors.BadRequestError) as again:
             await js.delete_msg("ORDERS", 2)
-        seen["delete_again"] = again.value.err_code
+        seen["delete_again"] = again.value.err_code, again.value.description
         seen["after_delete"] = await js.stream_info("ORDERS")
         seen["purge_eu"] = await raw(nc, f"{API}.STREAM.PURGE.ORDERS", b'{"filter": "ORDERS.eu", "keep": 1}')
         seen["after_eu"] = await js.stream_info("ORDERS", subjects_filter=">")
@@ -249,7 +257,7 @@ async def test_get_delete_and_purge_messages(tmp_path):
     assert seen["missing"] == 10037
     assert seen["deleted"] is True and seen["kept"] == {
         "type": "io.nats.jetstream.api.v1.stream_msg_delete_response", "success": True}
-    assert seen["delete_again"] == 10057  # JSStreamMsgDeleteFailedF: no message found
+    assert seen["delete_again"] == (10043, "sequence 2 not found")  # JSSequenceNotFoundErrF, 400
     assert (seen["after_delete"].state.messages, seen["after_delete"].state.num_deleted) == (3, 2)
     assert seen["purge_eu"] == {"type": "io.nats.jetstream.api.v1.stream_purge_response", "success": True,
                                 "purged": 2}
@@ -306,7 +314,9 @@ async def test_account_info_counts_streams_bytes_and_api_calls(tmp_path):
         disk, ram = await js.stream_info("DISK"), await js.stream_info("RAM")
         with pytest.raises(nats.js.errors.NotFoundError):
             await js.stream_info("NOPE")
-        await js.get_msg("DISK", seq=1)  # not an API call in nats-server's counters
+        await js.get_msg("DISK", seq=1)  # a message get that succeeds counts nowhere in nats-server
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await js.get_msg("DISK", seq=99)  # one that fails counts, as a request and as an error
         after = await js.account_info()
         raw_info = await raw(nc, f"{API}.INFO")
         await nc.close()
@@ -317,12 +327,13 @@ async def test_account_info_counts_streams_bytes_and_api_calls(tmp_path):
     assert (before.streams, before.storage, before.memory, before.api.total, before.api.errors) == (0, 0, 0, 0, 0)
     assert (after.streams, after.consumers, after.storage, after.memory) == (2, 0, disk_bytes, ram_bytes)
     assert disk_bytes > 100 and ram_bytes > 10
-    # An INFO answer counts the requests answered before it: the first INFO, 2 creates, 2 stream infos
-    # and the failed one make 6, 1 of them an error (publishes and message gets are not counted).
-    assert (after.api.total, after.api.errors, after.api.level) == (6, 1, 0)
+    # An INFO answer counts the requests answered before it: the first INFO, 2 creates, 2 stream infos,
+    # the failed one and the failed message get make 7, 2 of them errors (publishes are not counted,
+    # nor is a message get that found its message).
+    assert (after.api.total, after.api.errors, after.api.level) == (7, 2, 0)
     assert after.limits.max_streams == -1 and after.limits.max_bytes_required is False
     assert raw_info["type"] == "io.nats.jetstream.api.v1.account_info_response"
-    assert raw_info["reserved_storage"] == 1 << 20 and raw_info["api"]["total"] == 7
+    assert raw_info["reserved_storage"] == 1 << 20 and raw_info["api"]["total"] == 8
 
 
 async def test_bad_requests_answer_jetstreams_exact_error_objects(tmp_path):
@@ -348,6 +359,11 @@ async def test_bad_requests_answer_jetstreams_exact_error_objects(tmp_path):
             "purge_seq_keep": await raw(nc, f"{API}.STREAM.PURGE.S", b'{"seq": 2, "keep": 1}'),
             "level": await raw(nc, f"{API}.STREAM.INFO.S", headers={"Nats-Required-Api-Level": "9"}),
             "stepdown": await raw(nc, f"{API}.STREAM.LEADER.STEPDOWN.S"),
+            "info_missing": await raw(nc, f"{API}.STREAM.INFO.NOPE"),
+            "purge_missing": await raw(nc, f"{API}.STREAM.PURGE.NOPE"),
+            "names_bad": await raw(nc, f"{API}.STREAM.NAMES", b"{nope"),
+            "list_bad": await raw(nc, f"{API}.STREAM.LIST", b"{nope"),
+            "names_none": await raw(nc, f"{API}.STREAM.NAMES", b'{"subject": "nobody.*"}'),
         }
         seen = []
         while len(seen) < len(answers) + 1:  # the create of S, then every request above, in order
@@ -381,9 +397,20 @@ async def test_bad_requests_answer_jetstreams_exact_error_objects(tmp_path):
     assert error_of(answers["level"])[:2] == (412, 10185)
     assert answers["stepdown"] == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "error": {
         "code": 503, "err_code": 10010, "description": "JetStream clustering support required"}}
+    # An error answer keeps the fields nats-server's response struct always carries, at zero.
+    not_found = {"code": 404, "err_code": 10059, "description": "stream not found"}
+    assert answers["info_missing"] == {"type": "io.nats.jetstream.api.v1.stream_info_response",
+                                       "error": not_found, "total": 0, "offset": 0, "limit": 0}
+    assert answers["purge_missing"] == {"type": "io.nats.jetstream.api.v1.stream_purge_response",
+                                        "error": not_found, "purged": 0}
+    assert {key: answers["names_bad"][key] for key in ("total", "offset", "limit", "streams")} == \
+        {"total": 0, "offset": 0, "limit": 0, "streams": None}
+    assert {key: answers["list_bad"][key] for key in ("total", "offset", "limit", "streams")} == \
+        {"total": 0, "offset": 0, "limit": 0, "streams": []}
+    assert (answers["names_none"]["total"], answers["names_none"]["streams"]) == (0, None)  # Go's nil slice
     # Requests are ordinary messages: a client subscribed to `$JS.API.>` saw every one of them.
     assert seen[0] == f"{API}.STREAM.CREATE.S" and seen.count(f"{API}.STREAM.CREATE.X") == 6
-    assert seen[-1] == f"{API}.STREAM.LEADER.STEPDOWN.S"
+    assert seen[-1] == f"{API}.STREAM.NAMES"
 
 
 # --- A cluster, through a follower ----------------------------------------------------------------------

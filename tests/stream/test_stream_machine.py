@@ -60,10 +60,14 @@ def test_delete_erase_purge_and_expire_apply_identically(maker):
         group.publish([pub(f"orders.{i % 3}", f"m{i}".encode())], NOW + i * SECOND)
     assert group.commit(entries.encode_delete(4))["a"].removed == 1
     assert group.commit(entries.encode_delete(5, erase=True))["b"].removed == 1
-    missing = group.commit(entries.encode_delete(4))["a"]
-    assert missing.removed == 0 and missing.error.err_code == 10057
+    missing = group.commit(entries.encode_delete(4))["a"]  # inside the live range, deleted before
+    assert missing.removed == 0 and missing.error.to_api() == {"code": 400, "err_code": 10043,
+                                                               "description": "sequence 4 not found"}
     assert group.commit(group.leader.propose_purge("orders.0", keep=2).entry)["a"].removed == 4
     assert group.commit(group.leader.propose_purge(None, seq=8).entry)["a"].removed == 3
+    below = group.commit(entries.encode_delete(2))["b"]  # below first_seq (8): nats-server's other answer
+    assert below.removed == 0 and below.error.to_api() == {"code": 500, "err_code": 10057,
+                                                           "description": "no message found"}
     machine = group.machines["b"]
     assert _seqs(machine) == [8, 9, 11, 12, 14, 15, 16, 17, 18, 19, 20]
     cutoff = NOW + 12 * SECOND  # messages 1..12 were published before it

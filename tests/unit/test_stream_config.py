@@ -14,7 +14,9 @@ import pytest
 from hypothesis import given, settings
 
 from jsraft.errors import InvalidConfig, InvalidJSON, UnknownConfigField
-from jsraft.jsapi import DUPLICATE_WINDOW_DEFAULT_NS, Discard, StreamConfig, parse_stream_config
+from jsraft.jsapi import (
+    DUPLICATE_WINDOW_DEFAULT_NS, Discard, ReplicasCountCannotBeNegative, StreamConfig, parse_stream_config,
+)
 
 
 def test_defaults_are_filled_as_nats_server_does():
@@ -48,12 +50,13 @@ def test_name_comes_from_the_subject_and_must_match():
         (b'{"name":"a.b"}', InvalidConfig, "stream name"),
         (b'{"name":"a b"}', InvalidConfig, "stream name"),
         (b'{"name":""}', InvalidConfig, "required"),
-        (b'{"name":"S","num_replicas":6}', InvalidConfig, "replicas"),
+        (b'{"name":"S","num_replicas":6}', InvalidConfig, "maximum replicas is 5"),
+        (b'{"name":"S","num_replicas":-1}', ReplicasCountCannotBeNegative, "replicas count cannot be negative"),
         (b'{"name":"S","max_msgs":-2}', InvalidConfig, "max_msgs"),
         (b'{"name":"S","max_age":10,"duplicate_window":20}', InvalidConfig, "duplicates window"),
-        (b'{"name":"S","subjects":["a.>","a.b"]}', InvalidConfig, "overlap"),
-        (b'{"name":"S","subjects":["a","a"]}', InvalidConfig, "duplicate"),
-        (b'{"name":"S","subjects":["a..b"]}', Exception, ""),
+        (b'{"name":"S","subjects":["a.>","a.b"]}', InvalidConfig, 'subject "a.>" overlaps with "a.b"'),
+        (b'{"name":"S","subjects":["a","b","a"]}', InvalidConfig, 'subject "a" overlaps with "a"'),
+        (b'{"name":"S","subjects":["a..b"]}', InvalidConfig, "invalid subject"),
         (b'{"name":"S","retention":"forever"}', InvalidConfig, "retention"),
         (b'{"name":"S","deny_delete":"false"}', InvalidConfig, "deny_delete"),
         (b'{"name":"S","discard_new_per_subject":true}', InvalidConfig, "discard new per subject"),
@@ -91,3 +94,19 @@ def test_json_nested_too_deeply_is_invalid_json_not_a_crash():
     raw = b"[" * 100_000 + b"]" * 100_000
     with pytest.raises(InvalidJSON, match="nested too deeply"):
         parse_stream_config(raw)
+
+
+def test_served_json_leaves_out_what_nats_server_omits_when_empty():
+    plain, _ = parse_stream_config(b'{"name":"S"}')
+    served = plain.to_json()
+    for key in ("no_ack", "first_seq", "discard_new_per_subject"):  # `omitempty` in nats-server's StreamConfig
+        assert key not in served
+    assert served["subjects"] == ["S"] and served["allow_direct"] is False  # not omitempty: always there
+    body = {"name": "S", "no_ack": True, "first_seq": 7, "discard": "new", "max_msgs_per_subject": 1,
+            "discard_new_per_subject": True}
+    config, _ = parse_stream_config(json.dumps(body).encode())
+    served = config.to_json()
+    assert (served["no_ack"], served["first_seq"], served["discard_new_per_subject"]) == (True, 7, True)
+    assert StreamConfig.from_dict(served) == config
+    strict, _ = parse_stream_config(b'{"name":"S","no_ack":false,"first_seq":0,"discard_new_per_subject":false}')
+    assert strict == plain  # still accepted, strictly decoded, on input

@@ -14,6 +14,8 @@ Stamping, as nats-server 2.11+ does it:
   3. A client-sent `_nats.*` key is ignored and overwritten: only the server decides levels, so a
      config copied from an INFO response and sent back compares equal to the stored one
      (`without_dynamic_metadata`).
+  4. A stream *list* (`STREAM.LIST`) serves the stored config as nats-server stores it: `_nats.req.level`
+     but neither dynamic key (`listed_metadata`); create, update and info serve all three.
 
 Invariants:
   1. `API_LEVEL` only grows between releases; a config whose required level is above it is loaded
@@ -70,3 +72,8 @@ def served_metadata(
     served[SERVER_VERSION_KEY] = server_version
     served[SERVER_LEVEL_KEY] = str(API_LEVEL)
     return served
+
+
+def listed_metadata(served: Mapping[str, str]) -> dict[str, str]:
+    """The `metadata` of a config in a stream list: a served one without the dynamic keys (rule 4)."""
+    return {key: value for key, value in served.items() if key not in (SERVER_VERSION_KEY, SERVER_LEVEL_KEY)}

@@ -27,12 +27,22 @@ import attrs
 from jsraft import limits
 from jsraft import subjects as subjectlib
 from jsraft.codec import structure, unstructure
-from jsraft.errors import InvalidConfig, InvalidJSON
+from jsraft.errors import BadRequest, InvalidConfig, InvalidJSON, InvalidSubject
 
 DUPLICATE_WINDOW_DEFAULT_NS = 120 * 1_000_000_000  # nats-server: StreamDefaultDuplicatesWindow, 2 min
 REPLICAS_MAX = 5  # nats-server: StreamMaxReplicas
 _LIMIT_FIELDS = ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size")
+# Fields nats-server's `StreamConfig` tags `omitempty` whose empty value is also this class's default:
+# served without them when empty, as nats-server serves them (and still decoded strictly when sent).
+_OMITTED_WHEN_EMPTY = ("subjects", "no_ack", "duplicate_window", "first_seq", "discard_new_per_subject")
 _NAME_FORBIDDEN = frozenset(" \t\r\n\f\v.*>/\\")
+
+
+class ReplicasCountCannotBeNegative(BadRequest):
+    """JSReplicasCountCannotBeNegative: `num_replicas` below 0 (0 itself means the default, 1)."""
+
+    err_code = 10133
+    default_description = "replicas count cannot be negative"
 
 
 class Retention(enum.StrEnum):
@@ -162,13 +172,17 @@ class StreamConfig:
         return self
 
     def to_json(self) -> dict[str, Any]:
-        """The JetStream JSON form: unset optionals omitted, metadata as an object."""
+        """The JetStream JSON form: unset optionals and nats-server's `omitempty` fields at their empty
+        default omitted, metadata as an object."""
         data = unstructure(self)
         data["metadata"] = dict(self.metadata)
         for key in ("description", "placement", "mirror", "sources", "republish", "subject_transform",
                     "consumer_limits", "template_owner"):
             if data.get(key) is None:
                 data.pop(key, None)
+        for key in _OMITTED_WHEN_EMPTY:
+            if not data[key]:
+                del data[key]
         if not data["metadata"]:
             del data["metadata"]
         return data
@@ -194,21 +208,29 @@ def _validate_limits(config: StreamConfig) -> None:
         raise InvalidConfig("max_age, duplicate_window and first_seq can not be negative")
     if config.max_age and config.duplicate_window > config.max_age:
         raise InvalidConfig("duplicates window can not be larger then max age")
-    if not 1 <= config.num_replicas <= REPLICAS_MAX:
-        raise InvalidConfig(f"replicas must be between 1 and {REPLICAS_MAX}")
+    # nats-server's words and codes (`checkStreamCfg`); 0 is the default, made 1 by `with_defaults`.
+    if config.num_replicas > REPLICAS_MAX:
+        raise InvalidConfig(f"maximum replicas is {REPLICAS_MAX}")
+    if config.num_replicas < 0:
+        raise ReplicasCountCannotBeNegative()
+    if config.num_replicas == 0:
+        raise InvalidConfig("replicas must be at least 1 (0 is the default, made 1 by with_defaults)")
 
 
 def _validate_subjects(config: StreamConfig) -> None:
-    seen: list[str] = []
-    for subject in config.subjects:
-        subjectlib.validate(subject, wildcards=True)
-        if subject in seen:
-            raise InvalidConfig(f"duplicate subjects detected: {subject}")
-        if any(subjectlib.overlaps(subject, other) for other in seen):
-            raise InvalidConfig(f"subjects overlap: {subject}")
+    """nats-server's checks, in its order and words (`checkStreamCfg`): each subject is valid and
+    overlaps none of the subjects after it. A repeated subject is such an overlap, and nats-server
+    answers it as one ('subject "a" overlaps with "a"'), never reaching its "duplicate subjects" check."""
+    for i, subject in enumerate(config.subjects):
+        try:
+            subjectlib.validate(subject, wildcards=True)
+        except InvalidSubject:
+            raise InvalidConfig("invalid subject") from None
         if subjectlib.overlaps(subject, "$JS.API.>"):
             raise InvalidConfig("subjects that overlap with jetstream api require no-ack to be true")
-        seen.append(subject)
+        for later in config.subjects[i + 1:]:
+            if subjectlib.overlaps(later, subject):
+                raise InvalidConfig(f"subject {json.dumps(subject)} overlaps with {json.dumps(later)}")
 
 
 def parse_stream_config(raw: bytes, *, expected_name: str | None = None) -> tuple[StreamConfig, bytes]:

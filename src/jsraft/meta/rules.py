@@ -44,12 +44,10 @@ def find_overlap(
 def check_no_overlap(
     subjects: Iterable[str], others: Iterable[tuple[str, tuple[str, ...]]], *, exclude: str | None = None
 ) -> None:
-    """Raise `StreamSubjectOverlap` (10065) naming the first conflict."""
-    hit = find_overlap(subjects, others, exclude=exclude)
-    if hit is not None:
-        other_name, other_subject, subject = hit
-        raise StreamSubjectOverlap(
-            f"subjects overlap with an existing stream: {subject!r} overlaps {other_subject!r} of {other_name!r}")
+    """Raise `StreamSubjectOverlap` (10065) if any subject overlaps another stream's, in nats-server's
+    exact words ("subjects overlap with an existing stream"; `find_overlap` names the conflict)."""
+    if find_overlap(subjects, others, exclude=exclude) is not None:
+        raise StreamSubjectOverlap()
 
 
 def check_update(old: StreamConfig, new: StreamConfig) -> None:

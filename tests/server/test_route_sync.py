@@ -69,7 +69,7 @@ def test_interest_frames_round_trip_and_a_large_state_is_chunked():
     (msg(b"a..b", None, (), None, b""), "invalid subject"),
     (msg(b"\xff", None, (), None, b""), "UTF-8"),
     (msg(b"a", None, ("bad queue",), None, b""), "invalid queue"),
-    (msg(b"a", None, (), None, b"")[:5] + b"\x04" + msg(b"a", None, (), None, b"")[6:], "undefined flag"),
+    (msg(b"a", None, (), None, b"")[:5] + b"\x08" + msg(b"a", None, (), None, b"")[6:], "undefined flag"),
     (msg(b"a", None, (), b"hdr", b"")[:-4], "truncated"),
     (msg(b"a", None, (), None, b"xy") + b"z", "trailing"),
     (encode_msgs([])[:1] + b"\x02\x00\x00\x00" + encode_msg(b"a", None, (), None, b""), "cannot fit"),

@@ -119,3 +119,55 @@ async def test_a_link_down_fails_the_calls_waiting_on_that_peer_at_once(autojump
     assert name == "RpcLinkDown" and waited == pytest.approx(0.5)
     assert outcomes["to c"] == ("RpcTimeout", pytest.approx(5.0))
     assert issubclass(RpcLinkDown, RpcTimeout)  # callers treat it as an unknown outcome, never retry blindly
+
+
+async def test_a_starter_begins_requests_in_the_order_one_task_sent_them(autojump_clock):
+    """Rpc invariant 5. Without the starter, the handlers of requests delivered together start in whatever
+    order trio runs their tasks (it reverses a batch half the time), so ten rounds would see it."""
+    started: list[int] = []
+
+    async def handler(from_node, method, args, blobs):
+        started.append(args["n"])  # where a plain handler begins: in its task
+        return {}, []
+
+    def starter(from_node, args, blobs):
+        started.append(args["n"])  # at the frame's arrival
+
+        async def rest():
+            await trio.sleep(0.001)
+            return {"n": args["n"]}, []
+        return rest()
+
+    for with_starter in (True, False):
+        orders = []
+        for _ in range(10):
+            started.clear()
+            rpc = pair(handler, requests_max=64)
+            if with_starter:
+                rpc["b"].starters["ordered"] = starter
+            async with trio.open_nursery() as nursery:
+                for endpoint in rpc.values():
+                    await nursery.start(endpoint.run)
+                ids = [rpc["a"].send_request("b", "ordered", {"n": n}) for n in range(20)]
+                replies = [await rpc["a"].reply(request_id) for request_id in ids]
+                nursery.cancel_scope.cancel()
+            orders.append(list(started))
+            if with_starter:
+                assert [result["n"] for result, _ in replies] == list(range(20))
+        in_order = [order == list(range(20)) for order in orders]
+        assert all(in_order) if with_starter else not all(in_order), orders
+
+
+async def test_a_starter_error_is_the_request_error(autojump_clock):
+    def starter(from_node, args, blobs):
+        raise NotLeader("c")
+
+    rpc = pair(lambda *args: None)
+    rpc["b"].starters["refused"] = starter
+    async with trio.open_nursery() as nursery:
+        for endpoint in rpc.values():
+            await nursery.start(endpoint.run)
+        with pytest.raises(NotLeader) as info:
+            await rpc["a"].call("b", "refused", {})
+        assert info.value.leader_id == "c"
+        nursery.cancel_scope.cancel()

@@ -130,15 +130,15 @@ async def test_a_duplicate_of_an_in_flight_publish_is_answered_as_its_original(t
         seqs = sorted((a.seq, a.duplicate) for a in answers)
         assert seqs == [(1, False), (1, True)]
 
-        real_propose = replica.runtime.propose
+        real_submit = replica.runtime.submit
 
-        async def failing_propose(group, entry):
+        async def failing_submit(group, entry, **kwargs):
             raise NotLeader(None)
 
-        replica.runtime.propose = failing_propose
+        replica.runtime.submit = failing_submit
         answers.clear()
         await publish_twice("lost")
-        replica.runtime.propose = real_propose
+        replica.runtime.submit = real_submit
         assert len(answers) == 2 and all(isinstance(a, Exception) for a in answers), answers
         retried = await js.publish("orders.x", b"body", msg_id="lost")
         assert retried.seq == 2 and not retried.duplicate

@@ -147,7 +147,8 @@ class Reader:
             return self._need_data()
         if buffer[end:end + 2] != b"\r\n":
             raise UnknownOperation("payload not followed by CRLF")
-        body = bytes(buffer[start:end])
+        with memoryview(buffer) as view:  # one copy: a slice of the bytearray would be a second
+            body = bytes(view[start:end])
         self._position = end + 2
         self._pending = None
         return pending.build(body)

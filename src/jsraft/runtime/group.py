@@ -143,17 +143,34 @@ class Group:
     async def propose(self, data: bytes, wake: Callable[[], None],
                       change: ConfChange | None = None) -> object:
         """See `NodeRuntime.propose` (and `propose_conf_change`, when `change` is given)."""
+        proposal = await self.submit(data, wake, change)
+        return await self.outcome(proposal)
+
+    async def submit(self, data: bytes, wake: Callable[[], None], change: ConfChange | None = None, *,
+                     after: Proposal | None = None,
+                     on_settled: Callable[[Proposal], None] | None = None) -> Proposal:
+        """See `NodeRuntime.submit`: admitted, then in the core's log or queued for it, in call order."""
         self.check_open()
         if self.node.role is not Role.LEADER:
             raise NotLeader(self.node.leader_id)  # before taking a permit: the common refusal is cheap
         proposal = await self.book.admit(data, change)
+        proposal.after, proposal.on_settled = after, on_settled
         try:
             self.check_open()
-            if self.busy:
-                self._inbox.append(proposal)
-            else:
-                self._propose_now(proposal)
-            wake()
+        except GroupClosed:
+            self.book.withdraw(proposal)
+            raise
+        if self.busy:
+            self._inbox.append(proposal)
+        else:
+            self._propose_now(proposal)
+        wake()
+        return proposal
+
+    async def outcome(self, proposal: Proposal) -> object:
+        """Wait for a submitted proposal to settle; its result, or raise its error. Cancelled while the
+        proposal is still queued, it is withdrawn: the core never sees it."""
+        try:
             await proposal.event.wait()
         finally:
             if proposal.state is ProposalState.QUEUED:
@@ -168,6 +185,10 @@ class Group:
             raise GroupClosed(f"raft group {self.name!r} is closed: {self.closed_reason or 'closing'}")
 
     def _propose_now(self, proposal: Proposal) -> None:
+        after, proposal.after = proposal.after, None  # no chain of references beyond the queued ones
+        if after is not None and not after.chain_intact(self.node.current_term):
+            self.book.settle(proposal, error=ProposalDropped("a proposal it depends on did not stay in the log"))
+            return
         try:
             if proposal.change is not None:
                 index = self.node.propose_conf_change(proposal.change)

@@ -1,8 +1,9 @@
 """`NodeRuntime`: the trio driver for every Raft group on one node (layer L4).
 
 Owns: the group table, the one ticker for all groups, the ready loop with its group commit, and the
-public API the server and the transport use (`open_group`, `deliver`, `propose`,
-`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `close_group`, `run`).
+public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
+`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `leader_id`, `is_leader`,
+`close_group`, `run`).
 Per-group work is in `group`, the disk half of a cycle in `persist`.
 
 The ready loop, one cycle at a time:
@@ -21,6 +22,11 @@ The ready loop, one cycle at a time:
 Backpressure: each group admits at most `proposals_in_flight_max` proposals that have not settled;
 `propose` waits for a free slot (cancellable). Inboxes of messages that arrive while a group is busy are
 bounded too (a full one drops: Raft retransmits). No queue in the runtime grows without bound.
+
+Pipelining: `submit` returns once a proposal is in the core's log or queued for it, so one task can keep
+many in flight (their outcomes come to `on_settled` callbacks, or `outcome`), and they share cycles.
+`submit(after=p)` makes a proposal depend on an earlier one: it is dropped instead of proposed unless `p`
+is in the log in the current term (`Proposal.chain_intact`), so a chain never enters the log with a gap.
 
 Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (trio does not
 abandon it, and the cycle it belongs to may complete, giving its proposals their real outcome); then
@@ -57,11 +63,12 @@ from jsraft.raft.config import RaftConfig
 from jsraft.raft.core import RaftNode
 from jsraft.raft.membership import ConfChange
 from jsraft.raft.messages import Message
+from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
 from jsraft.runtime.group import Group, GroupStatus, SendFn
 from jsraft.runtime.persist import GROUP_MARKER, Job, Work, marker_contents, persist_jobs
-from jsraft.runtime.proposals import ProposalBook
+from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.restore import prepare
 from jsraft.runtime.state_machine import StateMachine
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
@@ -216,6 +223,25 @@ class NodeRuntime:
         group = self._group(group_name)
         return await group.propose(bytes(data), lambda: self._wake(group))
 
+    async def submit(self, group_name: str, data: bytes, *, after: Proposal | None = None,
+                     on_settled: Callable[[Proposal], None] | None = None) -> Proposal:
+        """Propose `data` like `propose`, but return once the entry is in the core's log or queued for it
+        — in the order of the calls from one task — without waiting for its outcome: that comes to
+        `on_settled(proposal)` (called synchronously when it settles, from the ready loop: it must not
+        block, and an exception from it stops the group like the state machine's) and to
+        `await outcome(proposal)`. Raises `NotLeader` and `GroupClosed` at once; waits for a free slot
+        like `propose`. With `after`, the proposal depends on that earlier one: if `after` is not in
+        the log in the current term when this one reaches the core, this one is dropped
+        (`ProposalDropped`) instead of entering the log (`Proposal.chain_intact`)."""
+        if self._closed:
+            raise GroupClosed("the runtime is stopped")
+        group = self._group(group_name)
+        return await group.submit(bytes(data), lambda: self._wake(group), after=after, on_settled=on_settled)
+
+    async def outcome(self, group_name: str, proposal: Proposal) -> object:
+        """The outcome of a `submit`ted proposal: its result, or its error raised (see `propose`)."""
+        return await self._group(group_name).outcome(proposal)
+
     async def propose_conf_change(self, group_name: str, change: ConfChange) -> object:
         """Propose a single-server membership change (add a learner, promote it, remove a member) and
         wait until it is applied here, like `propose`; also raises `BadConfChange` when it does not
@@ -239,6 +265,15 @@ class NodeRuntime:
 
     def status(self, group_name: str) -> GroupStatus:
         return self._group(group_name).status()
+
+    def leader_id(self, group_name: str) -> str | None:
+        """The leader `group_name`'s core knows of (this node's id when it leads), or None; O(1), unlike
+        `status`, for callers on a per-message path. Raises `GroupNotFound`."""
+        return self._group(group_name).node.leader_id
+
+    def is_leader(self, group_name: str) -> bool:
+        """Whether this node leads `group_name` now; O(1). Raises `GroupNotFound`."""
+        return self._group(group_name).node.role is Role.LEADER
 
     def _wake(self, group: Group) -> None:
         self._dirty[group.name] = group

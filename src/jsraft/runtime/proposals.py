@@ -10,6 +10,10 @@ queued (the group's Raft core was busy with a `Ready`) → proposed (its entry h
 its term; with an error when another entry took that index, a leader's snapshot covered it, it was
 refused, or the group closed.
 
+A proposal may depend on an earlier one (`after`): the stream leader numbers the messages of each batch
+after those of the batches it proposed before, so a batch must not enter the log unless its predecessor
+is there too, in the same term (`Proposal.chain_intact`); otherwise sequences would jump.
+
 Invariants:
   1. `in_flight` counts admitted, unsettled proposals and never exceeds `in_flight_max`. A proposal keeps
      its permit until it settles, even if its caller was cancelled meanwhile: its entry is still in the
@@ -45,7 +49,7 @@ class ProposalState(enum.Enum):
 class Proposal:
     """One proposal; created by `ProposalBook.admit`. Plain slots: one per proposal, kept off attrs."""
 
-    __slots__ = ("data", "change", "state", "index", "term", "event", "result", "error")
+    __slots__ = ("data", "change", "state", "index", "term", "event", "result", "error", "after", "on_settled")
 
     def __init__(self, data: bytes, change: ConfChange | None = None) -> None:
         self.data = data
@@ -56,6 +60,19 @@ class Proposal:
         self.event = trio.Event()
         self.result: object = None
         self.error: BaseException | None = None
+        # The proposal this one depends on (see `chain_intact`); dropped once this one reached the core.
+        self.after: Proposal | None = None
+        # Called once, synchronously, when the proposal settles (not when it is withdrawn).
+        self.on_settled: Callable[[Proposal], None] | None = None
+
+    def chain_intact(self, term: int) -> bool:
+        """May a proposal that depends on this one go into the log now, in `term`? Only if this one is in
+        the log in the same term, or was applied from it: then the dependent entry lands after it in
+        one leader's log, and is lost if (and only if) this one is. A proposal that failed, was
+        withdrawn, or belongs to another term breaks the chain (`Group` then drops the dependent)."""
+        if self.term != term:
+            return False
+        return self.state is ProposalState.PROPOSED or (self.state is ProposalState.SETTLED and self.error is None)
 
     def outcome(self) -> object:
         """The result, or raise the error; only once settled."""
@@ -109,11 +126,14 @@ class ProposalBook:
         proposal.state, proposal.result, proposal.error = ProposalState.SETTLED, result, error
         proposal.event.set()
         self._release()
+        if proposal.on_settled is not None:
+            proposal.on_settled(proposal)
 
     def withdraw(self, proposal: Proposal) -> None:
         """A queued proposal's caller was cancelled before the core saw it: free its permit."""
         invariant(proposal.state is ProposalState.QUEUED, "only a queued proposal is withdrawn")
         proposal.state = ProposalState.SETTLED
+        proposal.error = OutcomeUnknown("withdrawn by its cancelled caller before it reached the core")
         self._release()
 
     def _release(self) -> None:

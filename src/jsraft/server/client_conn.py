@@ -30,11 +30,12 @@ Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `proc
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft import subjects
+from jsraft import limits, subjects
 from jsraft.errors import InvalidSubject
 from jsraft.protocol import NEED_DATA, Connect, Ping, Pong, Pub, RemoteProtocolError, ServerConnection, Sub, Unsub
 from jsraft.protocol import errors as texts
@@ -347,9 +348,18 @@ class ClientConn:
                 self.send(PING)
 
 
+# An ASCII literal subject that `subjects.validate` accepts: non-empty tokens without whitespace, none of
+# them a wildcard. Checked first because reply subjects (`_INBOX.<id>.<n>`) are new on every message, so
+# the validation cache never holds them; anything this does not match gets the full validation.
+_LITERAL = re.compile(r"(?![*>](?:\.|$))[^ \t\r\n\f\v.]+(?:\.(?![*>](?:\.|$))[^ \t\r\n\f\v.]+)*")
+
+
 def is_valid_subject(subject: str, *, wildcards: bool = False) -> bool:
     """A valid subject (a filter when `wildcards`). Bytes that are not UTF-8 arrive surrogate-escaped
     (protocol events invariant 1); jsraft's subjects are text, so such a subject is not valid here."""
+    if not wildcards and len(subject) <= limits.subject_bytes_max and subject.isascii() \
+            and _LITERAL.fullmatch(subject) is not None:
+        return True
     try:
         if wildcards:
             subjects.validate(subject, wildcards=True)

@@ -18,9 +18,10 @@ Invariants:
      (nats-server `processInboundClientMsg`).
   3. Internal handlers for messages from one connection start in the order the messages arrived (each
      waits for its predecessor to have started), so a handler that queues its work before its first
-     checkpoint — a stream publish does — keeps the publisher's order. At most
-     `INTERNAL_INFLIGHT_MAX` run per connection (ClientConn invariant 6) and per server for messages
-     published internally; beyond that an internal message is dropped and logged.
+     checkpoint keeps the publisher's order; a `sync` handler (stream publishes) is called at once, in
+     arrival order, with no task. At most `INTERNAL_INFLIGHT_MAX` messages are in internal handlers per
+     connection (ClientConn invariant 6) and per server for messages published internally — a message
+     counts until `InternalMsg.done()` — beyond that an internal message is dropped and logged.
   4. A misbehaving client closes only its own connection; an internal handler's `JsraftError` is its own
      business (the handler answers it); anything else is a bug and crashes the node.
   5. Cluster routing: after local delivery a publish is offered to `forward` (set by `routes.Routes`)
@@ -90,17 +91,23 @@ class ClientStats:
 
 
 class InternalMsg:
-    """A message delivered to an internal subscription; `respond` publishes on its reply subject."""
+    """A message delivered to an internal subscription; `respond` publishes on its reply subject.
 
-    __slots__ = ("server", "subject", "reply", "headers", "payload")
+    `done()` ends its accounting (invariant 3's bound): `_run_internal` calls it when an async handler
+    returns; a sync handler (or whatever it handed the message to) must call it once it has answered.
+    """
+
+    __slots__ = ("server", "subject", "reply", "headers", "payload", "origin", "_counted")
 
     def __init__(self, server: "ClientServer", subject: str, reply: str | None, headers: bytes | None,
-                 payload: bytes) -> None:
+                 payload: bytes, origin: ClientConn | None = None) -> None:
         self.server = server
         self.subject = subject
         self.reply = reply
         self.headers = headers
         self.payload = payload
+        self.origin = origin
+        self._counted = False
 
     def respond(self, payload: bytes, headers: bytes | None = None) -> bool:
         """Publish `payload` to the reply subject; False when there is none or nobody listens."""
@@ -108,22 +115,34 @@ class InternalMsg:
             return False
         return self.server.publish(self.reply, payload, headers=headers)
 
+    def done(self) -> None:
+        """This message no longer counts toward its origin's in-flight bound. Idempotent."""
+        if self._counted:
+            self._counted = False
+            self.server.internal_finished(self.origin)
+
 
 Handler = Callable[[InternalMsg], Awaitable[None]]
 # (subject, reply, headers, payload, queue groups served on this node) -> whether any peer was sent it
 Forward = Callable[[str, str | None, bytes | None, bytes, Collection[str]], bool]
 
 
+SyncHandler = Callable[[InternalMsg], None]
+
+
 class InternalSubscription:
-    """A subscription served by the node itself (sublist duck type: `subject`, `queue`)."""
+    """A subscription served by the node itself (sublist duck type: `subject`, `queue`). A `sync` one's
+    handler is a plain function called at once, in arrival order, with no task of its own (invariant 3)."""
 
-    __slots__ = ("server", "subject", "queue", "handler")
+    __slots__ = ("server", "subject", "queue", "handler", "sync")
 
-    def __init__(self, server: "ClientServer", subject: str, handler: Handler, queue: str | None) -> None:
+    def __init__(self, server: "ClientServer", subject: str, handler: Handler | SyncHandler, queue: str | None,
+                 sync: bool = False) -> None:
         self.server = server
         self.subject = subject
         self.queue = queue
         self.handler = handler
+        self.sync = sync
 
     def deliver(self, origin: ClientConn | None, subject: bytes, reply: bytes | None, headers: bytes | None,
                 payload: bytes) -> bool:
@@ -157,11 +176,14 @@ class ClientServer:
         """Listen, report `started((host, port))`, serve clients until cancelled."""
         listeners = await trio.open_tcp_listeners(self.options.port, host=self.options.host)
         self.address = (self.options.host, listeners[0].socket.getsockname()[1])
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await nursery.start(trio.serve_listeners, self._serve_client, listeners)
-            log.info("NATS clients on nats://%s:%d (max_payload %d)", *self.address, self.options.max_payload)
-            task_status.started(self.address)
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(trio.serve_listeners, self._serve_client, listeners)
+                log.info("NATS clients on nats://%s:%d (max_payload %d)", *self.address, self.options.max_payload)
+                task_status.started(self.address)
+        finally:
+            self._nursery = None  # closed: `start_soon` and internal dispatch say no from now on
 
     async def _serve_client(self, stream: trio.SocketStream) -> None:
         self._next_cid += 1
@@ -223,6 +245,26 @@ class ClientServer:
             origin.send_no_responders(reply)
         return delivered
 
+    def deliver_as(self, subject: str, shown: str, payload: bytes, *, reply: str | None = None,
+                   headers: bytes | None = None) -> bool:
+        """Publish from the node to `subject`'s subscribers (here and, through `forward`, at peers), who
+        see it as a message on `shown`: a JetStream delivery goes to the pull request's reply subject and
+        carries the stream message's own subject, as nats-server's `deliverMsg` sends it."""
+        result = self.sublist.match(subject) if is_valid_subject(subject) else None
+        if result is None:
+            return False
+        shown_bytes, reply_bytes = wire_text(shown), wire_text(reply) if reply else None
+        delivered, served = False, []
+        for sub in result.plain:
+            delivered = sub.deliver(None, shown_bytes, reply_bytes, headers, payload) or delivered
+        for members in result.queues:
+            if self._deliver_queue(members, None, shown_bytes, reply_bytes, headers, payload):
+                delivered = True
+                served.append(members[0].queue)
+        if self.forward is not None:
+            delivered = self.forward(subject, reply, headers, payload, served, shown=shown) or delivered  # type: ignore[call-arg]
+        return delivered
+
     def deliver_routed(self, subject: str, subject_bytes: bytes, reply: bytes | None, headers: bytes | None,
                        payload: bytes, queues: Collection[str]) -> bool:
         """A message a peer forwarded (invariant 5): to this node's client subscriptions only — each
@@ -252,11 +294,22 @@ class ClientServer:
 
     # --- Internal subscriptions -------------------------------------------------------------------------
 
-    def subscribe_internal(self, subject: str, handler: Handler, *, queue: str | None = None) -> InternalSubscription:
+    def subscribe_internal(self, subject: str, handler: Handler | SyncHandler, *, queue: str | None = None,
+                           sync: bool = False) -> InternalSubscription:
+        """`handler(msg)` for each message on `subject`: awaited in a task of its own, or with `sync`
+        called at once (it must not block, and must see to `msg.done()`)."""
         subjects.validate(subject, wildcards=True)
-        sub = InternalSubscription(self, subject, handler, queue)
+        sub = InternalSubscription(self, subject, handler, queue, sync)
         self.sublist.insert(sub)
         return sub
+
+    def start_soon(self, fn: Callable[..., Awaitable[None]], *args: Any) -> bool:
+        """Run `fn(*args)` as a task of the client port (for work a sync handler hands on); False when
+        the port is not running."""
+        if self._nursery is None:
+            return False
+        self._nursery.start_soon(fn, *args)
+        return True
 
     def unsubscribe_internal(self, sub: InternalSubscription) -> None:
         self.sublist.remove(sub)
@@ -272,26 +325,37 @@ class ClientServer:
                 log.warning("internal message on %r dropped: %d handlers busy", sub.subject, self._internal_inflight)
                 return False
             self._internal_inflight += 1
+        else:
+            origin.internal_inflight += 1
+        msg = InternalMsg(self, subject.decode("utf-8", "surrogateescape"),
+                          reply.decode("utf-8", "surrogateescape") if reply else None, headers, payload, origin)
+        msg._counted = True
+        if sub.sync:
+            # Started now, so before every later message of this origin (invariant 3), with no task.
+            sub.handler(msg)
+            return True
+        if origin is None:
             previous, self._internal_last = self._internal_last, trio.Event()
             mine = self._internal_last
         else:
-            origin.internal_inflight += 1
             previous, origin.internal_last = origin.internal_last, trio.Event()
             mine = origin.internal_last
-        msg = InternalMsg(self, subject.decode("utf-8", "surrogateescape"),
-                          reply.decode("utf-8", "surrogateescape") if reply else None, headers, payload)
-        self._nursery.start_soon(self._run_internal, sub.handler, msg, previous, mine, origin)
+        self._nursery.start_soon(self._run_internal, sub.handler, msg, previous, mine)
         return True
 
-    async def _run_internal(self, handler: Handler, msg: InternalMsg, previous: trio.Event, mine: trio.Event,
-                            origin: ClientConn | None) -> None:
+    def internal_finished(self, origin: ClientConn | None) -> None:
+        """One internal message of `origin` (None: the node's own) was handled (`InternalMsg.done`)."""
+        if origin is None:
+            self._internal_inflight -= 1
+        else:
+            origin.internal_done()
+
+    async def _run_internal(self, handler: Handler, msg: InternalMsg, previous: trio.Event,
+                            mine: trio.Event) -> None:
         try:
             await previous.wait()
             mine.set()  # no checkpoint between this and the handler's first: the next one starts after
             await handler(msg)
         finally:
             mine.set()
-            if origin is None:
-                self._internal_inflight -= 1
-            else:
-                origin.internal_done()
+            msg.done()

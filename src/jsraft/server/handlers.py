@@ -85,7 +85,7 @@ class Handlers:
         name = validate_stream_name(str(args["stream"]))
         replica = self.node.streams.replicas.get(name)
         if replica is None:
-            self.node.meta.stream(name)  # StreamNotFound when the stream does not exist at all
+            self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
             raise NotLeader(None)  # exists, but is not (yet) open here
         return replica
 

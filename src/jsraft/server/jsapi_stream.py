@@ -15,6 +15,7 @@ Invariants:
      happen within a few election timeouts is `RaftGeneral` (10041), never a false success.
   4. A served config is the stored config with the defaults nats-server fills in and the `_nats.*`
      metadata of ADR-44 (`served_metadata`); durations are nanoseconds.
+  5. Errors answered here use nats-server's descriptions exactly, not the store's more detailed ones.
 
 Imports: stdlib, L0, L1 (`jsapi`, `raft` status and errors), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsStreamInfoRequest`, `jsMsgGetRequest`,
@@ -118,7 +119,7 @@ class LeaderSide:
         name = validate_stream_name(str(args["stream"]))
         replica = self.node.streams.replicas.get(name)
         if replica is None:
-            self.node.meta.stream(name)  # StreamNotFound when the stream does not exist at all
+            self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
             raise NotLeader(None)  # it exists, but is not open here
         await replica.wait_leader(1.0)
         return replica
@@ -140,7 +141,7 @@ class LeaderSide:
         info = {
             "config": config_json(base["config"], assignment.required_level),
             "created": rfc3339(assignment.created_ns),
-            "state": state_json(state, first_ts_ns, last_ts_ns, len(self.node.meta.consumers(replica.name)),
+            "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
             "cluster": cluster_json(config.cluster_name, replica.group if config.clustered else None,
                                     self.node.name, base["cluster"]["replicas"]),
@@ -151,18 +152,22 @@ class LeaderSide:
     # --- Messages ---------------------------------------------------------------------------------------
 
     async def msg_get(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        """One message: by `seq`, the last on `last_by_subj`, or the next on `next_by_subj` from `seq`."""
+        """One message: by `seq`, the last on `last_by_subj`, or the next on `next_by_subj` from `seq`.
+        None there is 10037 in nats-server's exact words, "no message found" (invariant 5)."""
         replica = await self._leading(args)
         store = replica.store
         seq = int(args.get("seq") or 0)
-        if args.get("next_by_subj"):
-            msg = store.load_next(str(args["next_by_subj"]), max(seq, 1))
-        elif args.get("last_by_subj"):
-            msg = store.load_last(str(args["last_by_subj"]))
-        elif seq > 0:
-            msg = store.load(seq)
-        else:
-            raise NoMessageFound()
+        try:
+            if args.get("next_by_subj"):
+                msg = store.load_next(str(args["next_by_subj"]), max(seq, 1))
+            elif args.get("last_by_subj"):
+                msg = store.load_last(str(args["last_by_subj"]))
+            elif seq > 0:
+                msg = store.load(seq)
+            else:
+                raise NoMessageFound()
+        except NoMessageFound:  # the store's own words name the sequence or subject; the API's do not
+            raise NoMessageFound() from None
         return {"subject": msg.subject, "seq": msg.seq, "time_ns": msg.timestamp_ns}, (msg.headers, msg.payload)
 
     # --- Meta reads ------------------------------------------------------------------------------------

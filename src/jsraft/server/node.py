@@ -31,6 +31,7 @@ import trio
 from jsraft import subjects
 from jsraft.disk import OsDisk
 from jsraft.errors import StreamNotFound, invariant
+from jsraft.raft.errors import NotLeader
 from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
@@ -50,7 +51,7 @@ from jsraft.server.rpc import RPC_GROUP, Rpc
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
-from jsraft.transport import Transport, TransportConfig, decode_message, encode_message
+from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
 
 log = logging.getLogger("jsraft.server")
 
@@ -114,7 +115,8 @@ class Node:
                                      meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s,
                                      options=StreamOptions.of(config),
                                      call_peer=lambda *args, **kwargs: self.rpc.call(*args, **kwargs))
-        self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored)
+        self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored,
+                                        snapshot_ready=self.streams.caught_up)
         self.transport = Transport(
             self.name, config.cluster_name, self.identity.storage_uuid, config.cluster_host, config.cluster_port,
             config.peer_addresses(), on_message=self._on_message, on_link=self._on_link,
@@ -125,7 +127,8 @@ class Node:
                              deadline_s=10.0, attempt_timeout_s=2.0 if config.test_mode else 5.0)
         self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
                                         meta=self.meta, adapter=self.meta_adapter, online=self.online,
-                                        tick_s=self.tick_s)
+                                        tick_s=self.tick_s,
+                                        snapshot_every_entries=config.meta_snapshot_every_entries or None)
         self.clients: ClientServer = client_service(self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
         # Subject interest and messages between nodes; a short digest interval in tests bounds how long
@@ -168,9 +171,9 @@ class Node:
     # --- Messages -------------------------------------------------------------------------------------
 
     def _send_raft(self, to_node: str, group: str, message: Message) -> bool:
-        return self.transport.send(to_node, group, encode_message(message))
+        return self.transport.send_parts(to_node, group, encode_message_parts(message))
 
-    def _on_message(self, from_node: str, group: str, payload: bytes) -> None:
+    def _on_message(self, from_node: str, group: str, payload: bytes | memoryview) -> None:
         if group == RPC_GROUP:
             self.rpc.on_payload(from_node, payload)
             return
@@ -204,8 +207,22 @@ class Node:
         def hint() -> str | None:
             return replica.leader_id() if replica is not None else None
 
-        return await self.router.call(method, {**args, "stream": stream}, blobs, hint=hint,
-                                      candidates=lambda: assignment.peers)
+        # `meta_index`: how far this node's meta state had got when it found the stream, so a peer whose
+        # meta lags behind answers "not yet" (retried) instead of "no such stream" (`require_stream`).
+        return await self.router.call(method, {**args, "stream": stream, "meta_index": self.meta.applied_index},
+                                      blobs, hint=hint, candidates=lambda: assignment.peers)
+
+    def require_stream(self, name: str, args: dict[str, Any]) -> None:
+        """A request for stream `name` came here (this node has no replica of it open): `StreamNotFound`
+        when the stream does not exist here, unless the caller saw it at a meta index this node has not
+        applied yet — then `NotLeader(None)`, which the caller's router retries: the create is on its way.
+        Returns when the stream exists (the caller then says it is not open here)."""
+        try:
+            self.meta.stream(name)
+        except StreamNotFound:
+            if int(args.get("meta_index", 0)) > self.meta.applied_index:
+                raise NotLeader(None) from None
+            raise
 
     def stream_for_subject(self, subject: str) -> str:
         for assignment in self.meta.streams():

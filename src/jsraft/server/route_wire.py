@@ -4,8 +4,8 @@ Owns: the bytes of the reserved group `$route` (node invariant 2), which rides t
 and `$rpc` frames. Five frame kinds (little-endian, like the transport's own frames):
 
     MSGS    kind u8 | count u32 | messages, each:
-            flags u8 (bit 0 reply, bit 1 headers) | subject u16+bytes | [reply u16+bytes]
-            | queues u16 count, each u16+bytes | [headers u32+bytes] | payload u32+bytes
+            flags u8 (bit 0 reply, bit 1 headers, bit 2 shown) | subject u16+bytes | [reply u16+bytes]
+            | [shown u16+bytes] | queues u16 count, each u16+bytes | [headers u32+bytes] | payload u32+bytes
     STATE   kind u8 | flags u8 (bit 0 first chunk, bit 1 last chunk) | epoch u64 | seq u64 | entries
     DELTA   kind u8 | epoch u64 | seq u64 | entries                    (weight 0 removes an entry)
     DIGEST  kind u8 | epoch u64 | seq u64 | count u32 | digest u64
@@ -15,7 +15,9 @@ and `$rpc` frames. Five frame kinds (little-endian, like the transport's own fra
 
 A message in MSGS is nats-server's RMSG: the subject and reply as the publisher sent them (reply bytes
 are not checked; nats-server does not check them either), the queue groups the receiver must serve one
-member of, then headers and payload. Messages travel in batches: a burst of small publishes costs a few
+member of, then headers and payload. A JetStream delivery (`ClientServer.deliver_as`) also carries the
+subject its subscribers see (`shown`: the stream message's own), while `subject` (the pull request's
+reply subject) is what it is matched by. Messages travel in batches: a burst of small publishes costs a few
 transport frames, not one frame each (a peer's send queue is bounded in frames as well as bytes). An
 interest entry is nats-server's RS+/RS-: a subject filter, a queue name and the number of queue members
 behind it (1 for plain interest, which has no weight).
@@ -58,7 +60,7 @@ _MSG_BYTES_MIN = 1 + 2 + 2 + 4  # flags, subject length, queue count, payload le
 _HEAD = struct.Struct("<BQQ")  # kind, epoch, seq
 _EPOCH_SEQ = struct.Struct("<QQ")
 _DIGEST = struct.Struct("<BQQIQ")  # kind, epoch, seq, count, digest
-_MSG_REPLY, _MSG_HEADERS = 1, 2
+_MSG_REPLY, _MSG_HEADERS, _MSG_SHOWN = 1, 2, 4
 _STATE_FIRST, _STATE_LAST = 1, 2
 
 Key = tuple[str, str]  # (subject filter, queue name or "" for plain interest)
@@ -75,8 +77,8 @@ class Kind(enum.IntEnum):
 
 
 class RoutedMsg(NamedTuple):
-    subject: str
-    subject_bytes: bytes
+    subject: str  # matched against the subscriptions
+    subject_bytes: bytes  # what the subscribers see: the subject's bytes, or the shown subject's
     reply: bytes | None
     queues: tuple[str, ...]
     headers: bytes | None
@@ -116,11 +118,14 @@ Frame = Msgs | Interest | Digest | Resync
 
 
 def encode_msg(subject: bytes, reply: bytes | None, queues: Sequence[str], headers: bytes | None,
-               payload: bytes) -> bytes:
-    """One message of a MSGS frame; `subject` and `reply` are wire bytes (`protocol.wire.wire_text`)."""
-    parts = [U8.pack(flag_bits(reply is not None, headers is not None)), U16.pack(len(subject)), subject]
+               payload: bytes, shown: bytes | None = None) -> bytes:
+    """One message of a MSGS frame; `subject`, `reply` and `shown` are wire bytes (`protocol.wire.wire_text`)."""
+    parts = [U8.pack(flag_bits(reply is not None, headers is not None, shown is not None)), U16.pack(len(subject)),
+             subject]
     if reply is not None:
         parts += [U16.pack(len(reply)), reply]
+    if shown is not None:
+        parts += [U16.pack(len(shown)), shown]
     parts.append(U16.pack(len(queues)))
     parts += [str16(queue) for queue in queues]
     if headers is not None:
@@ -206,17 +211,25 @@ def decode(payload: bytes) -> Frame:
 
 
 def _decode_msg(reader: Reader) -> RoutedMsg:
-    flags = reader.flags(_MSG_REPLY | _MSG_HEADERS)
+    flags = reader.flags(_MSG_REPLY | _MSG_HEADERS | _MSG_SHOWN)
     subject_bytes = reader.raw(reader.u16())
-    subject = _text(reader, subject_bytes, "subject")
+    subject = _literal(reader, subject_bytes)
+    reply = reader.raw(reader.u16()) if flags & _MSG_REPLY else None
+    if flags & _MSG_SHOWN:
+        subject_bytes = reader.raw(reader.u16())
+        _literal(reader, subject_bytes)
+    queues = tuple(_queue(reader) for _ in range(reader.u16()))
+    headers = reader.blob32(reader.remaining, "headers") if flags & _MSG_HEADERS else None
+    return RoutedMsg(subject, subject_bytes, reply, queues, headers, reader.blob32(reader.remaining, "payload"))
+
+
+def _literal(reader: Reader, data: bytes) -> str:
+    subject = _text(reader, data, "subject")
     try:
         subjects.validate_literal_cached(subject)
     except InvalidSubject:
         raise reader.fail(f"forwarded message on invalid subject {subject[:64]!r}") from None
-    reply = reader.raw(reader.u16()) if flags & _MSG_REPLY else None
-    queues = tuple(_queue(reader) for _ in range(reader.u16()))
-    headers = reader.blob32(reader.remaining, "headers") if flags & _MSG_HEADERS else None
-    return RoutedMsg(subject, subject_bytes, reply, queues, headers, reader.blob32(reader.remaining, "payload"))
+    return subject
 
 
 def _decode_entries(reader: Reader, *, weight_min: int) -> dict[Key, int]:

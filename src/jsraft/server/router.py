@@ -48,7 +48,8 @@ class Router:
         """Serve `method` at the leader that `hint()` names (or a candidate); see the invariants."""
         told: str | None = None
         rotation = 0
-        last_error: JsraftError = NoLeader()
+        # Built only when an attempt fails: an exception is not cheap, and most calls succeed at once.
+        last_error: JsraftError | None = None
         with trio.move_on_after(self.deadline_s):
             while True:
                 target = told or hint()
@@ -66,6 +67,8 @@ class Router:
                         if told is not None and told != target:
                             continue  # a fresh hint: follow it at once
                 await trio.sleep(self.tick_s)
+        if last_error is None:
+            raise NoLeader()
         if isinstance(last_error, NotLeader):
             raise NoLeader(f"no leader answered {method} in {self.deadline_s}s (last: {last_error.description})")
         raise last_error

@@ -310,9 +310,10 @@ class Routes:
     # --- Messages out ---------------------------------------------------------------------------------------
 
     def forward(self, subject: str, reply: str | None, headers: bytes | None, payload: bytes,
-                served: Collection[str]) -> bool:
+                served: Collection[str], shown: str | None = None) -> bool:
         """`ClientServer.forward`: one copy to each interested peer (invariant 2), batched per peer until
-        the code that published yields; True if any peer was given one."""
+        the code that published yields; True if any peer was given one. `shown`: the subject the peer's
+        subscribers see instead of `subject` (`ClientServer.deliver_as`)."""
         if self.local.pending:
             self.flush()  # invariant 4
         if not len(self.remote):
@@ -327,13 +328,14 @@ class Routes:
                 targets.setdefault(self._pick(members).peer, []).append(name)
         subject_bytes = wire_text(subject)
         reply_bytes = wire_text(reply) if reply else None
+        shown_bytes = wire_text(shown) if shown else None
         plain: bytes | None = None
         for peer, queues in targets.items():
             if queues:
-                message = route_wire.encode_msg(subject_bytes, reply_bytes, queues, headers, payload)
+                message = route_wire.encode_msg(subject_bytes, reply_bytes, queues, headers, payload, shown_bytes)
             else:
                 if plain is None:
-                    plain = route_wire.encode_msg(subject_bytes, reply_bytes, (), headers, payload)
+                    plain = route_wire.encode_msg(subject_bytes, reply_bytes, (), headers, payload, shown_bytes)
                 message = plain
             self._batch(peer, message)
         return True

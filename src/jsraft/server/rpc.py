@@ -17,6 +17,9 @@ Invariants:
      (a broken peer never crashes the node).
   4. The handler never forwards a request itself: routing (retry at the hinted leader) is the caller's,
      so a request makes at most one hop.
+  5. Requests sent by one task to one peer (`send_request` has no checkpoint) arrive in order, and a
+     method with a `starter` begins to be served in that order: the starter is called as its frame is
+     read. Other handlers start in tasks, in whatever order trio runs them.
 
 Imports: stdlib, L0, trio, L4 (`transport` errors), server siblings.
 """
@@ -50,6 +53,9 @@ _BLOBS_MAX = 1024
 # (from_node, method, args, blobs) -> (result, blobs)
 Handler = Callable[[str, str, dict[str, Any], list[bytes]], Awaitable[tuple[Any, Sequence[bytes]]]]
 SendFn = Callable[[str, str, bytes], bool]
+# (from_node, args, blobs) -> the awaitable result; called synchronously on the request's arrival. It may
+# raise a `JsraftError` at once (answered as the request's error), nothing else.
+Starter = Callable[[str, dict[str, Any], list[bytes]], Awaitable[tuple[Any, Sequence[bytes]]]]
 
 
 def encode_frame(kind: int, request_id: int, method: str, body: Any, blobs: Sequence[bytes] = ()) -> bytes:
@@ -131,9 +137,12 @@ class Rpc:
         self.requests_max = requests_max
         self.calls_max = calls_max
         self._ids = itertools.count(1)
-        self._calls: dict[int, list[Any]] = {}  # id -> [event, kind, body, blobs, to_node]
+        self._calls: dict[int, list[Any]] = {}  # id -> [event, kind, body, blobs, to_node, method]
         self._serving = 0
         self._nursery: trio.Nursery | None = None
+        # method -> a function called at once when its request arrives (invariant 5); it returns what
+        # the serving task awaits. Methods without one go to `handler` in a task of their own.
+        self.starters: dict[str, Starter] = {}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -144,14 +153,26 @@ class Rpc:
     async def call(self, to_node: str, method: str, args: dict[str, Any], blobs: Sequence[bytes] = (),
                    *, timeout_s: float = 5.0) -> tuple[Any, list[bytes]]:
         """Send one request and wait for its reply; raise the remote's error, `RpcTimeout` or `RpcRefused`."""
+        request_id = self.send_request(to_node, method, args, blobs)
+        return await self.reply(request_id, timeout_s=timeout_s)
+
+    def send_request(self, to_node: str, method: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> int:
+        """The first half of `call`, without a checkpoint: requests sent by one task leave in call order.
+        Raises `RpcRefused`; the caller must then `await reply(request_id)`."""
         if len(self._calls) >= self.calls_max:
             raise RpcRefused(f"{self.calls_max} calls already waiting for replies")
         request_id = next(self._ids)
-        slot: list[Any] = [trio.Event(), None, None, None, to_node]
-        self._calls[request_id] = slot
+        self._calls[request_id] = [trio.Event(), None, None, None, to_node, method]
+        if not self._send(to_node, RPC_GROUP, encode_frame(REQUEST, request_id, method, args, blobs)):
+            del self._calls[request_id]
+            raise RpcRefused(f"cannot send {method} to {to_node}: no link or its queue is full")
+        return request_id
+
+    async def reply(self, request_id: int, *, timeout_s: float = 5.0) -> tuple[Any, list[bytes]]:
+        """The second half of `call`: wait for the reply to a `send_request`."""
+        slot = self._calls[request_id]
+        to_node, method = slot[4], slot[5]
         try:
-            if not self._send(to_node, RPC_GROUP, encode_frame(REQUEST, request_id, method, args, blobs)):
-                raise RpcRefused(f"cannot send {method} to {to_node}: no link or its queue is full")
             with trio.move_on_after(timeout_s):
                 await slot[0].wait()
             if not slot[0].is_set():
@@ -189,13 +210,22 @@ class Rpc:
             refused = RpcRefused(f"{self.requests_max} requests in service; retry")
             self._send(from_node, RPC_GROUP, encode_frame(ERROR, request_id, method, error_body(refused)))
             return
+        starter = self.starters.get(method)
+        if starter is None:
+            work = self._handler(from_node, method, body, blobs)
+        else:
+            try:  # it begins serving now, in frame order (invariant 5); the rest is awaited in the task
+                work = starter(from_node, body, blobs)
+            except JsraftError as error:
+                self._send(from_node, RPC_GROUP, encode_frame(ERROR, request_id, method, error_body(error)))
+                return
         self._serving += 1
-        self._nursery.start_soon(self._serve, from_node, request_id, method, body, blobs)
+        self._nursery.start_soon(self._serve, from_node, request_id, method, work)
 
-    async def _serve(self, from_node: str, request_id: int, method: str, args: dict[str, Any],
-                     blobs: list[bytes]) -> None:
+    async def _serve(self, from_node: str, request_id: int, method: str,
+                     work: Awaitable[tuple[Any, Sequence[bytes]]]) -> None:
         try:
-            result, out_blobs = await self._handler(from_node, method, args, blobs)
+            result, out_blobs = await work
             frame = encode_frame(REPLY, request_id, method, result, out_blobs)
         except JsraftError as error:
             frame = encode_frame(ERROR, request_id, method, error_body(error))

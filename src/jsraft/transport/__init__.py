@@ -13,12 +13,12 @@ from jsraft.transport.errors import (
     FrameTooLarge, HandshakeRefused, LinkClosed, RaftCodecError, TransportError, TransportProtocolError,
 )
 from jsraft.transport.peer import PeerStatus
-from jsraft.transport.raft_codec import decode_message, encode_message
+from jsraft.transport.raft_codec import decode_message, encode_message, encode_message_parts
 from jsraft.transport.transport import OnMessage, Transport
 from jsraft.transport.wire import FRAME_BYTES_MAX, PROTOCOL_VERSION, FrameDecoder, Hello
 
 __all__ = [
     "FRAME_BYTES_MAX", "FrameDecoder", "FrameTooLarge", "HandshakeRefused", "Hello", "LinkClosed", "OnMessage",
     "PROTOCOL_VERSION", "PeerStatus", "RaftCodecError", "Transport", "TransportConfig", "TransportError",
-    "TransportProtocolError", "decode_message", "encode_message",
+    "TransportProtocolError", "decode_message", "encode_message", "encode_message_parts",
 ]

@@ -75,6 +75,12 @@ class Reader:
     def rest(self) -> bytes:
         return self.raw(self.remaining)
 
+    def rest_view(self) -> memoryview:
+        """What remains, as a view of the buffer (no copy); read-only when the buffer is `bytes`."""
+        view = self._view[self._offset:]
+        self._offset = len(self._view)
+        return view
+
     def text(self, size: int, what: str) -> str:
         try:
             return self.raw(size).decode("utf-8")

@@ -45,7 +45,7 @@ REFUSE_SEND_TIMEOUT_S = 1.0
 LINK_ENDING_ERRORS = (JsraftError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 Address = tuple[str, int]
-OnData = Callable[[str, bytes], None]
+OnData = Callable[[str, memoryview], None]
 
 
 class Direction(enum.Enum):

@@ -262,13 +262,19 @@ invariant(set(_CODECS) == set(MESSAGE_TYPES), "every Raft message class has a co
 def encode_message(message: Message) -> bytes:
     """The bytes of `message` (invariant 1). A message the core could not have built is a bug: it raises
     `InvariantViolation` rather than putting something undecodable on the wire."""
+    return b"".join(encode_message_parts(message))
+
+
+def encode_message_parts(message: Message) -> list[bytes]:
+    """`encode_message(message)` before the final join: the entries' data are the entries' own bytes,
+    so a sender that frames the parts (`Transport.send_parts`) copies each entry once per peer, not twice."""
     codec = _CODECS.get(type(message))
     invariant(codec is not None, f"{type(message).__name__} is a Raft message")
     tag, encoder, _ = codec  # type: ignore[misc]
     head = [_HEAD.pack(CODEC_VERSION, tag), str8(message.from_id), str8(message.to_id),
             _u64(message.term, "term")]
     try:
-        return b"".join(head + encoder(message))
+        return head + encoder(message)
     except struct.error as exc:
         raise InvariantViolation(f"{type(message).__name__} has a field out of range: {exc}") from exc
 

@@ -2,8 +2,9 @@
 
 Owns: the listener, one dialer task per peer, and the peer table. A node pair shares one TCP connection
 (both sides dial when disconnected; `peer.new_link_wins` keeps the same one on both). `send()` frames a
-group's payload into the peer's bounded queue and returns at once; received DATA frames go to
-`on_message(from_node, group, payload)`, called synchronously from the link's reader task.
+group's payload into the peer's bounded queue and returns at once (`send_parts()` frames a payload given
+in parts, copied once, into the frame); received DATA frames go to `on_message(from_node, group,
+payload)`, called synchronously from the link's reader task, `payload` a read-only view of the frame.
 
 Invariants:
   1. `send()` never blocks and never waits for a peer: it returns False (and counts a drop) when the peer is
@@ -36,7 +37,7 @@ import logging
 import os
 import random
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache, partial
 
 import trio
@@ -48,11 +49,13 @@ from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, LinkClosed,
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
 from jsraft.transport.peer import Peer, PeerStatus
 from jsraft.transport.send_queue import SendQueue
-from jsraft.transport.wire import Hello, check_hello, check_name, data_frame_bytes, encode_data, encode_group
+from jsraft.transport.wire import (
+    FrameKind, Hello, check_hello, check_name, data_frame_bytes, encode_frame, encode_group,
+)
 
 log = logging.getLogger("jsraft.transport")
 
-OnMessage = Callable[[str, str, bytes], None]
+OnMessage = Callable[[str, str, bytes | memoryview], None]
 OnLink = Callable[[str, bool], None]
 DUPLICATE_REASON = "a connection between these nodes already exists"
 
@@ -134,18 +137,23 @@ class Transport:
         `headroom` (0 to 1) drops it also when it would leave less than that fraction of the peer's queue
         free: traffic that may be lost (forwarded NATS messages) must not crowd out Raft's.
         Raises `FrameTooLarge` if the frame exceeds `config.frame_bytes_max` (no peer would accept it)."""
+        return self.send_parts(to_node, group, (payload,), headroom=headroom)
+
+    def send_parts(self, to_node: str, group: str, parts: Sequence[bytes | bytearray | memoryview], *,
+                   headroom: float = 0.0) -> bool:
+        """`send` of the payload `b"".join(parts)`, joined only into the frame itself (one copy)."""
         peer = self._peers.get(to_node)
         if peer is None:
             self.dropped_unknown += 1
             return False
         prefix = _group_prefix(group)
-        size = data_frame_bytes(prefix, len(payload))
+        size = data_frame_bytes(prefix, sum(len(part) for part in parts))
         if size > self.config.frame_bytes_max:
             raise FrameTooLarge(f"{size}-byte frame for group {group!r} exceeds {self.config.frame_bytes_max}")
         if peer.link is None or not peer.queue.has_room(size, headroom):
             peer.counters.dropped += 1
             return False
-        queued = peer.queue.put(encode_data(prefix, payload, self.config.frame_bytes_max))
+        queued = peer.queue.put(encode_frame(FrameKind.DATA, prefix, *parts))
         invariant(queued, "has_room() held and nothing ran in between")
         return True
 

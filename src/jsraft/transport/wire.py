@@ -118,17 +118,21 @@ class FrameDecoder:
     peer that sent one bad frame cannot be trusted to frame the next.
     """
 
-    __slots__ = ("_buffer", "_frame_bytes_max", "_failed")
+    __slots__ = ("_buffer", "_start", "_frame_bytes_max", "_failed")
 
     def __init__(self, frame_bytes_max: int = HANDSHAKE_FRAME_BYTES_MAX) -> None:
         invariant(FRAME_HEADER_BYTES <= frame_bytes_max <= 0xFFFFFFFF, "frame bound fits the length field")
         self._buffer = bytearray()
+        # Where the next frame starts. Frames are consumed by moving it, and the consumed bytes are cut
+        # once per `feed`: cutting after each frame would move the rest of a chunk of small frames again
+        # for every one of them.
+        self._start = 0
         self._frame_bytes_max = frame_bytes_max
         self._failed = False
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) - self._start
 
     @property
     def frame_bytes_max(self) -> int:
@@ -145,33 +149,41 @@ class FrameDecoder:
         invariant(len(data) <= READ_CHUNK_BYTES, "chunks are read at most READ_CHUNK_BYTES at a time")
         # Holds because the caller drains with next_frame() after every feed and a partial frame is
         # never longer than the bound (invariant 2).
+        if self._start:
+            del self._buffer[:self._start]
+            self._start = 0
         invariant(len(self._buffer) < self._frame_bytes_max + READ_CHUNK_BYTES, "decoder is drained")
         self._buffer += data
 
     def next_frame(self) -> Frame | None:
         """The next complete verified frame, None if more bytes are needed; raises on a bad frame."""
         invariant(not self._failed, "a decoder that raised is not used again")
-        buffer = self._buffer
-        if len(buffer) < _LENGTH.size:
+        buffer, start = self._buffer, self._start
+        if len(buffer) - start < _LENGTH.size:
             return None
-        length = _LENGTH.unpack_from(buffer, 0)[0]
+        length = _LENGTH.unpack_from(buffer, start)[0]
         if not FRAME_HEADER_BYTES <= length <= self._frame_bytes_max:
             raise self._fail(f"frame length {length} outside [{FRAME_HEADER_BYTES}, {self._frame_bytes_max}]")
-        if len(buffer) < length:
+        end = start + length
+        if len(buffer) < end:
             return None
-        _, crc, kind = FRAME_HEADER.unpack_from(buffer, 0)
-        if record_crc(buffer, 0, length) != crc:
+        _, crc, kind = FRAME_HEADER.unpack_from(buffer, start)
+        with memoryview(buffer) as view:  # slices of a view are not copies, slices of the buffer are
+            crc_ok = record_crc(view, start, length) == crc
+            body = bytes(view[start + FRAME_HEADER_BYTES:end]) if crc_ok else b""
+        if not crc_ok:
             raise self._fail(f"frame CRC mismatch (kind {kind}, {length} bytes)")
         if kind not in _KNOWN_KINDS:
             raise self._fail(f"unknown frame kind {kind}")
-        with memoryview(buffer) as view:
-            body = bytes(view[FRAME_HEADER_BYTES:length])
-        del buffer[:length]
+        self._start = end if end < len(buffer) else 0
+        if not self._start:
+            buffer.clear()
         return Frame(FrameKind(kind), body)
 
     def _fail(self, why: str) -> TransportProtocolError:
         self._failed = True
         self._buffer.clear()
+        self._start = 0
         return TransportProtocolError(why)
 
 
@@ -258,11 +270,12 @@ def encode_data(group_prefix: bytes, payload: bytes | bytearray | memoryview,
     return encode_frame(FrameKind.DATA, group_prefix, payload)
 
 
-def decode_data(body: bytes) -> tuple[str, bytes]:
-    """Split a DATA body into `(group, payload)`; raise `TransportProtocolError` if malformed."""
+def decode_data(body: bytes) -> tuple[str, memoryview]:
+    """Split a DATA body into `(group, payload)`; raise `TransportProtocolError` if malformed. The payload
+    is a read-only view of `body`, not a copy: whoever decodes it copies what it keeps."""
     reader = Reader(body, TransportProtocolError)
     size = reader.u16()
     if not 0 < size <= GROUP_NAME_BYTES_MAX:
         raise reader.fail(f"group name length {size} outside [1, {GROUP_NAME_BYTES_MAX}]")
     group = reader.text(size, "group name")
-    return group, reader.rest()
+    return group, reader.rest_view()

@@ -1,0 +1,142 @@
+"""The stream leader's publish batches in flight: decided, proposed, waiting for their entries (layer L5).
+
+Owns: `BatchAnswers` (one `StreamLeader.decide` batch: which publish gets which answer, filled in by the
+runtime's `on_settled` callbacks of its entries' proposals) and `InFlightBatches` (every such batch of
+one replica, answered in the order they were decided). With them the replica's pump proposes a batch and
+goes on to decide the next one at once, instead of waiting for the first to commit: the entries of
+several batches share the leader's and the followers' fsyncs and round trips (DESIGN §2 step 4, group
+commit), and no task waits per batch or per publish.
+
+Invariants:
+  1. Batches are answered in decision order, each once every entry of it settled (an empty one — all
+     duplicates or refusals — once every earlier one was answered).
+  2. Each publish is answered once: from the `ApplyResult` of the entry that carried it (its seq, or
+     the store's refusal), else — its entry failed (never committed, or its outcome unknown) — with
+     that failure, the batch's first. A publish is never answered with an error when its entry applied.
+  3. A duplicate of a publish still in flight is answered as its original is (`StreamLeader` marks it
+     `pending` with the original's seq), whether the original is in its own batch or an earlier one
+     (answered first, by 1) — never acknowledged while the original may yet be lost.
+
+Imports: stdlib, L3 (`stream` outcomes and results), server siblings (none).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from jsraft.stream import ApplyResult, PubOutcome
+
+Done = Callable[[Any], None]
+
+
+class BatchAnswers:
+    """One decided batch: its publishes' `done` callbacks and the answers gathered for them."""
+
+    __slots__ = ("dones", "answers", "by_seq", "pending", "entries_open", "submitting", "error")
+
+    def __init__(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome]) -> None:
+        self.dones = dones
+        self.answers: list[Any] = [None] * len(dones)
+        self.by_seq: dict[int, int] = {}  # seq -> position of the publish stored at it
+        self.pending: dict[int, int] = {}  # position of a duplicate -> seq of its in-flight original
+        for position, outcome in enumerate(outcomes):
+            if outcome.pending:
+                self.pending[position] = outcome.seq
+            elif outcome.error is not None or outcome.duplicate:
+                self.answers[position] = outcome
+            else:
+                self.by_seq[outcome.seq] = position
+        self.entries_open = 0  # entries submitted and not settled
+        self.submitting = True  # more entries may still be submitted
+        self.error: BaseException | None = None  # the batch's first failed entry's error
+
+    @property
+    def complete(self) -> bool:
+        return not self.submitting and self.entries_open == 0
+
+    def entry_applied(self, result: Any) -> None:
+        if not isinstance(result, ApplyResult):
+            return
+        refused = result.refused or {}
+        by_seq, answers = self.by_seq, self.answers
+        for seq in range(result.first_seq, result.last_seq + 1):
+            position = by_seq.get(seq)
+            if position is None:
+                continue
+            error = refused.get(seq) or result.error
+            answers[position] = PubOutcome(0, error=error) if error is not None else PubOutcome(seq)
+
+    def entry_failed(self, error: BaseException) -> None:
+        if self.error is None:
+            self.error = error
+
+
+class InFlightBatches:
+    """The batches of one replica from decision to answer (invariant 1)."""
+
+    def __init__(self, unknown: Callable[[], BaseException]) -> None:
+        self._batches: collections.deque[BatchAnswers] = collections.deque()
+        # seq of an original in flight -> [its answer once known, batches waiting for it] (invariant 3)
+        self._watched: dict[int, list[Any]] = {}
+        self._unknown = unknown  # the answer of a publish whose outcome nothing told
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def open(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome]) -> BatchAnswers:
+        batch = BatchAnswers(dones, outcomes)
+        for seq in batch.pending.values():
+            if seq not in batch.by_seq:
+                self._watched.setdefault(seq, [None, 0])[1] += 1
+        self._batches.append(batch)
+        return batch
+
+    def settled(self, batch: BatchAnswers, error: BaseException | None, result: Any) -> None:
+        """One entry of `batch` settled (a proposal's `on_settled`)."""
+        batch.entries_open -= 1
+        if error is not None:
+            batch.entry_failed(error)
+        else:
+            batch.entry_applied(result)
+        self.deliver()
+
+    def close(self, batch: BatchAnswers, error: BaseException | None = None) -> None:
+        """No more entries will be submitted for `batch` (`error`: why the rest were not)."""
+        batch.submitting = False
+        if error is not None:
+            batch.entry_failed(error)
+        self.deliver()
+
+    def deliver(self) -> None:
+        """Answer every complete batch at the head, in order (invariant 1)."""
+        batches = self._batches
+        while batches and batches[0].complete:
+            self._answer(batches.popleft())
+
+    def _answer(self, batch: BatchAnswers) -> None:
+        answers, watched = batch.answers, self._watched
+        for seq, position in batch.by_seq.items():
+            if answers[position] is None and batch.error is not None:
+                answers[position] = batch.error  # invariant 2: its entry failed
+            held = watched.get(seq)
+            if held is not None:
+                held[0] = answers[position]
+        for position, seq in batch.pending.items():
+            original = batch.by_seq.get(seq)
+            if original is not None:
+                answer = answers[original]
+            else:
+                held = watched.get(seq)
+                answer = held[0] if held is not None else None
+                if held is not None:
+                    held[1] -= 1
+                    if held[1] == 0:
+                        del watched[seq]
+            if isinstance(answer, PubOutcome) and answer.error is None:
+                answers[position] = PubOutcome(seq, duplicate=True)
+            else:
+                answers[position] = answer  # the original's error, or None: outcome unknown
+        for done, answer in zip(batch.dones, answers):
+            done(answer if answer is not None else self._unknown())

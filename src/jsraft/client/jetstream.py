@@ -1,7 +1,8 @@
 """`JetStreamContext` over the wire: the embedded context's methods as `$JS.API.*` requests (layer L4).
 
 Owns: `add_stream`, `update_stream`, `delete_stream`, `stream_info`, `streams`, `stream_names`,
-`purge_stream`, `publish`, `get_msg`, `delete_msg` — the names, arguments and return values of
+`purge_stream`, `publish`, `get_msg`, `delete_msg`, and for consumers `add_consumer`, `consumer_info`,
+`consumers`, `delete_consumer`, `pull_subscribe` / `pull_subscribe_bind` (fetching in `pull`) — the names, arguments and return values of
 `jsraft.server.jetstream.JetStreamContext`, served by any node's JetStream API (nats-server's JSON
 shapes), so code moves between an embedded node and a remote one unchanged. Differences: `stream_names`
 is a coroutine here (it asks the server); `publish(stream=...)` sends `Nats-Expected-Stream` (the server
@@ -27,9 +28,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jsraft.client.errors import BadResponse, NoResponders, error_from_api
-from jsraft.client.values import PubAck, RawStreamMsg, StreamInfo, pub_ack_from, raw_msg_from, stream_info_from
+from jsraft.client.inbox import new_inbox_prefix
+from jsraft.client.pull import PullSubscription
+from jsraft.client.values import (
+    ConsumerInfo, PubAck, RawStreamMsg, StreamInfo, consumer_info_from, pub_ack_from, raw_msg_from, stream_info_from,
+)
 from jsraft.errors import JsraftError, StreamNotFound
 from jsraft.jsapi import StreamConfig, parse_stream_config, validate_stream_name
+from jsraft.jsapi.consumer_config import ConsumerConfig, validate_consumer_name
 
 if TYPE_CHECKING:
     from jsraft.client.connection import Client
@@ -37,8 +43,8 @@ if TYPE_CHECKING:
 PAGES_MAX = 10_000  # bounds a listing loop against a server whose paging never ends
 
 
-def config_bytes(config: StreamConfig | Mapping[str, Any] | None, params: dict[str, Any]) -> bytes:
-    if isinstance(config, StreamConfig):
+def config_bytes(config: StreamConfig | ConsumerConfig | Mapping[str, Any] | None, params: dict[str, Any]) -> bytes:
+    if isinstance(config, (StreamConfig, ConsumerConfig)):
         data: dict[str, Any] = config.to_json()
     elif config is None:
         data = {}
@@ -161,3 +167,55 @@ class JetStreamContext:
     async def delete_msg(self, stream_name: str, seq: int) -> bool:
         answer = await self._api(f"STREAM.MSG.DELETE.{validate_stream_name(stream_name)}", {"seq": seq})
         return answer.get("success") is True
+
+    # --- Consumers -----------------------------------------------------------------------------------
+
+    async def add_consumer(self, stream: str, config: ConsumerConfig | Mapping[str, Any] | None = None,
+                           **params: Any) -> ConsumerInfo:
+        """Create (or update to `config`) a consumer; its name is `name`, else `durable_name`, else the
+        server makes one up (an ephemeral)."""
+        data = json.loads(config_bytes(config, params))
+        name = data.get("name") or data.get("durable_name")
+        tail = f"CONSUMER.CREATE.{validate_stream_name(stream)}" + (f".{validate_consumer_name(name)}" if name else "")
+        return consumer_info_from(await self._api(tail, {"stream_name": stream, "config": data}))
+
+    async def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+        tail = f"CONSUMER.INFO.{validate_stream_name(stream)}.{validate_consumer_name(consumer)}"
+        return consumer_info_from(await self._api(tail))
+
+    async def consumers(self, stream: str) -> list[ConsumerInfo]:
+        return [consumer_info_from(info)
+                for info in await self._pages(f"CONSUMER.LIST.{validate_stream_name(stream)}", "consumers")]
+
+    async def delete_consumer(self, stream: str, consumer: str) -> bool:
+        tail = f"CONSUMER.DELETE.{validate_stream_name(stream)}.{validate_consumer_name(consumer)}"
+        return (await self._api(tail)).get("success") is True
+
+    async def pull_subscribe(self, subject: str, durable: str | None = None, stream: str | None = None,
+                             config: ConsumerConfig | Mapping[str, Any] | None = None) -> PullSubscription:
+        """nats-py's `pull_subscribe`: bind to durable `durable` (created, filtered on `subject`, if it does
+        not exist), or to a new ephemeral consumer. `stream` defaults to the one holding `subject`."""
+        if stream is None:
+            names = (await self._api("STREAM.NAMES", {"subject": subject})).get("streams") or []
+            if len(names) != 1:
+                raise StreamNotFound(f"no stream matches subject {subject!r}")
+            stream = str(names[0])
+        if durable is not None:
+            try:
+                await self.consumer_info(stream, durable)
+                return await self.pull_subscribe_bind(durable, stream)
+            except JsraftError as error:
+                if error.err_code != 10014:  # consumer not found: create it below
+                    raise
+        data = json.loads(config_bytes(config, {}))
+        if not data.get("filter_subjects"):
+            data.setdefault("filter_subject", subject)
+        if durable:
+            data.update(name=durable, durable_name=durable)
+        info = await self.add_consumer(stream, data)
+        return await self.pull_subscribe_bind(info.name, stream)
+
+    async def pull_subscribe_bind(self, consumer: str, stream: str) -> PullSubscription:
+        sub = await self._client.subscribe(new_inbox_prefix() + ".pull")
+        return PullSubscription(self._client, sub, validate_stream_name(stream), validate_consumer_name(consumer),
+                                self.prefix)

@@ -1,8 +1,8 @@
 """The values the client's JetStream context returns, and their decoding from API JSON (layer L4).
 
-Owns: `PubAck`, `StreamInfo`, `RawStreamMsg` — the same names and fields as the embedded context's
+Owns: `PubAck`, `StreamInfo`, `RawStreamMsg`, `ConsumerInfo` — the same names and fields as the embedded context's
 (`jsraft.server.jetstream`), which the client cannot import — and turning the JSON a node serves
-(`$JS.API.*` answers: nats-server's `PubAck`, `StreamInfo`, `StoredMsg`) into them, including Go's
+(`$JS.API.*` answers: nats-server's `PubAck`, `StreamInfo`, `StoredMsg`, `ConsumerInfo`) into them, including Go's
 RFC 3339 timestamps with nanoseconds.
 
 Invariants:
@@ -28,6 +28,7 @@ import attrs
 from jsraft.client.errors import BadResponse
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
+from jsraft.jsapi.consumer_config import ConsumerConfig
 from jsraft.protocol.headers import parse_headers
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
@@ -61,6 +62,31 @@ class RawStreamMsg:
     headers: dict[str, str] | None
     time_ns: int
     stream: str
+
+
+@attrs.frozen(kw_only=True)
+class SequenceInfo:
+    consumer_seq: int
+    stream_seq: int
+    last_active: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ConsumerInfo:
+    """nats-server's `ConsumerInfo`: `config` as served (defaults filled in), times as RFC 3339."""
+
+    stream_name: str
+    name: str
+    config: ConsumerConfig
+    delivered: SequenceInfo
+    ack_floor: SequenceInfo
+    num_ack_pending: int
+    num_redelivered: int
+    num_waiting: int
+    num_pending: int
+    created: str = ZERO_TIME
+    cluster: dict[str, Any] = attrs.field(factory=dict)
+    ts: str = ZERO_TIME
 
 
 def parse_rfc3339_ns(text: str) -> int:
@@ -128,3 +154,26 @@ def raw_msg_from(answer: dict[str, Any], stream: str) -> RawStreamMsg:
                         seq=_field(message, "seq", int, "stored message"), data=_b64(message, "data"),
                         headers=headers_dict(_b64(message, "hdrs")),
                         time_ns=parse_rfc3339_ns(_field(message, "time", str, "stored message")), stream=stream)
+
+
+def _sequence(answer: dict[str, Any], name: str) -> SequenceInfo:
+    value = _field(answer, name, dict, "consumer info")
+    last = value.get("last_active")
+    return SequenceInfo(consumer_seq=_field(value, "consumer_seq", int, name),
+                        stream_seq=_field(value, "stream_seq", int, name),
+                        last_active=last if isinstance(last, str) else None)
+
+
+def consumer_info_from(answer: dict[str, Any]) -> ConsumerInfo:
+    try:
+        config = ConsumerConfig.from_dict(_field(answer, "config", dict, "consumer info"))
+    except JsraftError as error:
+        raise BadResponse(f"consumer info: config does not decode: {error}") from None
+    counts = {name: _field(answer, name, int, "consumer info")
+              for name in ("num_ack_pending", "num_redelivered", "num_waiting", "num_pending")}
+    cluster = answer.get("cluster")
+    return ConsumerInfo(stream_name=_field(answer, "stream_name", str, "consumer info"),
+                        name=_field(answer, "name", str, "consumer info"), config=config,
+                        delivered=_sequence(answer, "delivered"), ack_floor=_sequence(answer, "ack_floor"),
+                        created=str(answer.get("created") or ZERO_TIME), cluster=cluster if isinstance(cluster, dict) else {},
+                        ts=str(answer.get("ts") or ZERO_TIME), **counts)

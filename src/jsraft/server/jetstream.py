@@ -1,8 +1,9 @@
 """`JetStreamContext`: the embedded JetStream API of a node, named as nats-py's JetStream context (L5).
 
 Owns: the in-process API (`add_stream`, `update_stream`, `delete_stream`, `stream_info`, `streams`,
-`stream_names`, `purge_stream`, `publish`, `get_msg`, `delete_msg`) and its values (`PubAck`,
-`StreamInfo`, `RawStreamMsg`). Every call goes where it must be served: admin to the meta leader, data
+`stream_names`, `purge_stream`, `publish`, `get_msg`, `delete_msg`; for consumers `add_consumer`,
+`consumer_info`, `consumers`, `delete_consumer`, `pull_subscribe`, `pull_subscribe_bind`) and its values
+(`PubAck`, `StreamInfo`, `RawStreamMsg`, `ConsumerInfo`). Every call goes where it must be served: admin to the meta leader, data
 to the stream's leader (`Node.call_meta` / `Node.call_stream`), on this node or over `$rpc`.
 
 Invariants:
@@ -11,12 +12,15 @@ Invariants:
   2. `add_stream` returns once the stream's group has a leader that answers `stream.info`, and this
      node's meta state holds the stream (so the next publish here can find it by subject).
   3. A `PubAck` is returned only for a publish whose entry committed and applied at the leader.
+  4. A consumer request is checked as the JetStream API checks it (`jsapi_consumer`): the same codes,
+     the same stored config (name filled in, an ephemeral's 5 s inactive threshold).
 
 Imports: stdlib, L0, L1 (`jsapi`), L4 (`client` values), attrs, trio, server siblings. Reference: nats-py `nats.js.JetStreamContext`.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +29,14 @@ import trio
 
 # The values and the request body are the ones `jsraft.client` uses: one definition for both contexts.
 from jsraft.client.jetstream import config_bytes
-from jsraft.client.values import PubAck, RawStreamMsg
+from jsraft.client.values import ConsumerInfo, PubAck, RawStreamMsg, consumer_info_from
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig, parse_stream_config
+from jsraft.jsapi.consumer_config import ConsumerConfig, validate_consumer_name
+from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import NoLeader
+from jsraft.server.jetstream_pull import EmbeddedPull
+from jsraft.server.jsapi_consumer import generated_name, stored_consumer_config
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -144,3 +152,51 @@ class JetStreamContext:
     async def delete_msg(self, stream_name: str, seq: int) -> bool:
         await self._node.call_stream(stream_name, "msg.delete", {"seq": seq})
         return True
+
+    # --- Consumers -----------------------------------------------------------------------------------
+
+    async def add_consumer(self, stream: str, config: ConsumerConfig | Mapping[str, Any] | None = None,
+                           **params: Any) -> ConsumerInfo:
+        """Create (or update to `config`) a consumer, named `name`, else `durable_name`, else made up."""
+        data = json.loads(config_bytes(config, params))
+        name = validate_consumer_name(data.get("name") or data.get("durable_name") or generated_name())
+        raw = stored_consumer_config(name, data)  # invariant 4
+        result, _ = await self._node.call_stream(stream, "consumer.create", {"name": name, "action": ""}, [raw])
+        return consumer_info_from(result)
+
+    async def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
+        result, _ = await self._node.call_stream(stream, "consumer.info", {"name": validate_consumer_name(consumer)})
+        return consumer_info_from(result)
+
+    async def consumers(self, stream: str) -> list[ConsumerInfo]:
+        infos: list[ConsumerInfo] = []
+        while True:
+            result, _ = await self._node.call_stream(stream, "consumer.list", {"offset": len(infos)})
+            infos += [consumer_info_from(info) for info in result["infos"]]
+            if not result["infos"] or len(infos) >= int(result["total"]):
+                return infos
+
+    async def delete_consumer(self, stream: str, consumer: str) -> bool:
+        await self._node.call_stream(stream, "consumer.delete", {"name": validate_consumer_name(consumer)})
+        return True
+
+    async def pull_subscribe(self, subject: str, durable: str | None = None, stream: str | None = None,
+                             config: ConsumerConfig | Mapping[str, Any] | None = None) -> EmbeddedPull:
+        """nats-py's `pull_subscribe`: durable `durable` (created, filtered on `subject`, if missing) or a
+        new ephemeral; `stream` defaults to the stream holding `subject`."""
+        stream = stream or self._node.stream_for_subject(subject)
+        if durable is not None:
+            try:
+                await self.consumer_info(stream, durable)
+                return self.pull_subscribe_bind(durable, stream)
+            except ConsumerNotFound:
+                pass
+        data = json.loads(config_bytes(config, {}))
+        if not data.get("filter_subjects"):
+            data.setdefault("filter_subject", subject)
+        if durable:
+            data.update(name=durable, durable_name=durable)
+        return self.pull_subscribe_bind((await self.add_consumer(stream, data)).name, stream)
+
+    def pull_subscribe_bind(self, consumer: str, stream: str) -> EmbeddedPull:
+        return EmbeddedPull(self._node, stream, validate_consumer_name(consumer))

@@ -1,11 +1,13 @@
 """`JsApi`: the JetStream JSON API on the client port — `$JS.API.INFO`, `$JS.API.STREAM.>`,
-`$JS.API.META.>` — answered by whichever node receives the request (layer L5).
+`$JS.API.META.>`, `$JS.API.CONSUMER.>` — answered by whichever node receives the request (layer L5).
 
 Owns: the internal subscriptions and the table from request subject to endpoint, the response envelope
 (`{"type": "io.nats.jetstream.api.v1.<kind>", ...}` or `{"type": ..., "error": {"code", "err_code",
 "description"}}`), the API counters of `$JS.API.INFO` (`api.total`, `api.errors`), the account info
 itself, and the admin endpoints (stream create, update, info, delete, names, list). The data endpoints
-are in `jsapi_data`, direct gets in `jsapi_direct`, the leader-side work in `jsapi_stream`.
+are in `jsapi_data`, direct gets in `jsapi_direct`, the leader-side work in `jsapi_stream`, the consumer
+endpoints in `jsapi_consumer` (their leader side in `consumer_admin`; pull requests and acks, which are
+not JSON API requests, in `consumer_hub`).
 
 Invariants:
   1. Every request on a known subject with a reply subject gets exactly one answer, whatever fails: an
@@ -20,6 +22,13 @@ Invariants:
      every stream created or deleted through any node before the request arrived is seen.
   4. A create or update is answered with the stream info of the config the meta leader committed, once
      this node's meta state holds the stream (so the caller's next request here finds it).
+  5. An error answer carries, besides `type` and `error`, the fields nats-server's response struct
+     always serializes, at their zero value: `total`/`offset`/`limit` 0 for stream info, names and list,
+     `"streams": null` (names) or `[]` (list), `"purged": 0` for a purge.
+  6. The counters follow nats-server's (`sendAPIResponse` counts `total`, `sendAPIErrResponse` counts
+     `total` and `errors`): every answer counts, except a successful STREAM.MSG.GET, which counts
+     nowhere. An answer from the stream group (a message delete's "sequence N not found") counts as an
+     error, as in a clustered nats-server, where the stream leader answers it from its apply loop.
 
 Imports: stdlib, L0, L1 (`jsapi`, `subjects`), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsAccountInfoRequest`, `jsStreamCreateRequest`,
@@ -38,9 +47,11 @@ import trio
 
 from jsraft import subjects
 from jsraft.errors import InvalidConfig, JsraftError
-from jsraft.jsapi import API_LEVEL, StorageType
+from jsraft.jsapi import API_LEVEL, StorageType, listed_metadata
 from jsraft.meta import StreamAssignment
 from jsraft.server.client_server import ClientServer, InternalMsg
+from jsraft.server.consumer_admin import ConsumerAdmin
+from jsraft.server.consumer_hub import ConsumerHub
 from jsraft.server.errors import NoLeader
 from jsraft.server.jetstream import decode_headers
 from jsraft.server.jsapi_codec import (
@@ -48,6 +59,7 @@ from jsraft.server.jsapi_codec import (
     StreamNamePathSeparators, decode_request, decode_stream_config, dumps, is_empty_request,
     is_json_object_or_array, response_type,
 )
+from jsraft.server.jsapi_consumer import ConsumerEndpoints
 from jsraft.server.jsapi_data import DataEndpoints, meta_barrier, online
 from jsraft.server.jsapi_direct import DirectGets
 from jsraft.server.jsapi_stream import LeaderSide, config_json
@@ -57,7 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jsraft.server.jsapi")
 
-API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>")
+API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>", "$JS.API.CONSUMER.>")
 REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
 SETTLE_TIMEOUT_S = 10.0
 STATE_TIMEOUT_S = 1.0
@@ -71,17 +83,26 @@ class ApiRequest:
     name: str  # the stream named in the subject ("" when the subject names none)
     payload: bytes
     reply: str | None
+    subject: str = ""  # the whole request subject (consumer endpoints read further names from it)
 
 
 Endpoint = Callable[[ApiRequest], Awaitable[dict[str, Any]]]
 
 
+# The fields nats-server's response structs always carry (no `omitempty`), so an error answer has them
+# too, at their zero value (invariant 5).
+PAGED_ZERO = (("total", 0), ("offset", 0), ("limit", 0))
+
+
 @attrs.frozen
 class Route:
-    pattern: tuple[str, ...]  # the tokens after `$JS.API`; "*" is the stream name
+    pattern: tuple[str, ...]  # the tokens after `$JS.API`; "*" is the stream name; a last ">": one or more
     kind: str  # the response type's last part
     endpoint: Endpoint
-    counted: bool = True  # nats-server leaves STREAM.MSG.GET out of the API counters
+    # nats-server counts a successful STREAM.MSG.GET nowhere (its answer bypasses the API layer), a
+    # failed one in `total` and `errors`, like every other request (invariant 6).
+    success_counted: bool = True
+    error_fields: tuple[tuple[str, Any], ...] = ()  # invariant 5
 
 
 class JsApi:
@@ -91,20 +112,34 @@ class JsApi:
         self.errors = 0
         LeaderSide(node).register(node.handlers.table)
         data = DataEndpoints(node)
+        consumers = ConsumerEndpoints(node)
+        ConsumerAdmin(node).register(node.handlers.table)
+        self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
         self.direct = DirectGets(node, clients)
         self.routes = [
             Route(("INFO",), "account_info_response", self.account_info),
             Route(("STREAM", "CREATE", "*"), "stream_create_response", self.stream_create),
             Route(("STREAM", "UPDATE", "*"), "stream_update_response", self.stream_update),
-            Route(("STREAM", "INFO", "*"), "stream_info_response", self.stream_info),
+            Route(("STREAM", "INFO", "*"), "stream_info_response", self.stream_info, error_fields=PAGED_ZERO),
             Route(("STREAM", "DELETE", "*"), "stream_delete_response", self.stream_delete),
-            Route(("STREAM", "NAMES"), "stream_names_response", self.stream_names),
-            Route(("STREAM", "LIST"), "stream_list_response", self.stream_list),
-            Route(("STREAM", "PURGE", "*"), "stream_purge_response", data.purge),
-            Route(("STREAM", "MSG", "GET", "*"), "stream_msg_get_response", data.msg_get, counted=False),
+            Route(("STREAM", "NAMES"), "stream_names_response", self.stream_names,
+                  error_fields=PAGED_ZERO + (("streams", None),)),
+            Route(("STREAM", "LIST"), "stream_list_response", self.stream_list,
+                  error_fields=PAGED_ZERO + (("streams", []),)),
+            Route(("STREAM", "PURGE", "*"), "stream_purge_response", data.purge, error_fields=(("purged", 0),)),
+            Route(("STREAM", "MSG", "GET", "*"), "stream_msg_get_response", data.msg_get, success_counted=False),
             Route(("STREAM", "MSG", "DELETE", "*"), "stream_msg_delete_response", data.msg_delete),
             Route(("STREAM", "LEADER", "STEPDOWN", "*"), "stream_leader_stepdown_response", data.stream_stepdown),
             Route(("META", "LEADER", "STEPDOWN"), "meta_leader_stepdown_response", data.meta_stepdown),
+            Route(("CONSUMER", "CREATE", "*"), "consumer_create_response", consumers.create),
+            Route(("CONSUMER", "CREATE", "*", ">"), "consumer_create_response", consumers.create),
+            Route(("CONSUMER", "DURABLE", "CREATE", "*", "*"), "consumer_create_response", consumers.create),
+            Route(("CONSUMER", "INFO", "*", "*"), "consumer_info_response", consumers.info),
+            Route(("CONSUMER", "DELETE", "*", "*"), "consumer_delete_response", consumers.delete),
+            Route(("CONSUMER", "NAMES", "*"), "consumer_names_response", consumers.names,
+                  error_fields=PAGED_ZERO + (("consumers", []),)),
+            Route(("CONSUMER", "LIST", "*"), "consumer_list_response", consumers.list,
+                  error_fields=PAGED_ZERO + (("consumers", []),)),
         ]
         for subject in API_SUBJECTS:
             clients.subscribe_internal(subject, self.dispatch)
@@ -114,7 +149,9 @@ class JsApi:
     def route(self, subject: str) -> tuple[Route, str] | None:
         tokens = subject.split(".")[2:]
         for route in self.routes:
-            if len(tokens) == len(route.pattern) and all(p in ("*", t) for p, t in zip(route.pattern, tokens)):
+            rest = route.pattern[-1] == ">" and len(tokens) >= len(route.pattern)
+            if (len(tokens) == len(route.pattern) or rest) and all(
+                    p in ("*", ">", t) for p, t in zip(route.pattern, tokens)):
                 name = next((t for p, t in zip(route.pattern, tokens) if p == "*"), "")
                 return route, name
         return None
@@ -130,11 +167,13 @@ class JsApi:
         try:
             headers = decode_headers(msg.headers or b"") or {}
             self.node.meta.check_request_level(headers.get(REQUIRED_LEVEL_HEADER))
-            answer.update(await route.endpoint(ApiRequest(name, msg.payload, msg.reply)))
+            answer.update(await route.endpoint(ApiRequest(name, msg.payload, msg.reply, msg.subject)))
         except JsraftError as error:
             log.debug("JetStream API %s failed: %s", msg.subject, error)
             answer["error"] = error.to_api()
-        if route.counted:
+            answer.update((key, list(value) if isinstance(value, list) else value)
+                          for key, value in route.error_fields)
+        if "error" in answer or route.success_counted:
             self.total += 1
             self.errors += "error" in answer
         msg.respond(dumps(answer))
@@ -254,9 +293,10 @@ class JsApi:
         return names, min(max(body.offset, 0), len(names))
 
     async def stream_names(self, request: ApiRequest) -> dict[str, Any]:
+        """An empty page is `"streams": null`, as nats-server's (a Go slice nothing was appended to)."""
         names, offset = await self._names(request.payload)
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT,
-                "streams": names[offset:offset + NAMES_LIMIT]}
+                "streams": names[offset:offset + NAMES_LIMIT] or None}
 
     async def stream_list(self, request: ApiRequest) -> dict[str, Any]:
         names, offset = await self._names(request.payload)
@@ -266,7 +306,10 @@ class JsApi:
 
         async def one(name: str) -> None:
             try:
-                infos[name] = await self.info(name)
+                info = await self.info(name)
+                # nats-server lists the stored config: no dynamic `_nats.*` metadata (api_level rule 4).
+                info["config"]["metadata"] = listed_metadata(info["config"].get("metadata", {}))
+                infos[name] = info
             except JsraftError as error:  # listed under `missing`, as nats-server does for silent streams
                 log.info("stream list: %s did not answer: %s", name, error)
 

@@ -33,7 +33,8 @@ async def leader_snapshot(replica: "StreamReplica") -> tuple[int, bytes]:
     machine = replica.machine
     if machine is None or replica.leader is None:
         raise NotLeader(replica.leader_id())
-    return machine.applied_index, machine.snapshot()
+    # The consumers travel with it (stream_adapter invariant 7): a resynced replica takes both.
+    return machine.applied_index, machine.snapshot(extra=replica.adapter.consumers.snapshot_extra())
 
 
 async def serve_catchup_request(replica: "StreamReplica", blob: bytes) -> bytes:

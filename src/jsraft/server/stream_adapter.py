@@ -33,8 +33,11 @@ Invariants:
      before the WAL is compacted past it).
   6. An AUDIT's report leaves this replica (`on_audit`) only when it was computed by a current machine
      outside the recovery replay: anything else is known not to stand for the group.
+  7. The stream's consumers (`consumers`, server/consumer_replica.py) see every entry right after the
+     machine applied it, and travel in every snapshot (its `extra`) and every restore with it: recovery,
+     InstallSnapshot and resync alike. A CONSUMER entry's result is the consumer set's `ApplyResult`.
 
-Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib. Reference: stream/machine.py "Lifecycle".
+Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, server siblings (`consumer_replica`). Reference: stream/machine.py "Lifecycle".
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ import attrs
 
 from jsraft.errors import JsraftError
 from jsraft.raft.types import Entry, EntryType
+from jsraft.server.consumer_replica import ConsumerReplica
 from jsraft.stream import (
     ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamStateMachine,
     decode_snapshot,
@@ -89,6 +93,7 @@ class StreamAdapter:
         self._resync: tuple[int, bytes] | None = None  # (index, leader's snapshot) to restore at index
         self._on_audit = on_audit
         self._on_change = on_change
+        self.consumers = ConsumerReplica(machine)  # the stream's consumers, applied at the same indexes
 
     @property
     def applied_index(self) -> int:
@@ -134,6 +139,10 @@ class StreamAdapter:
                 self._on_audit(result.audit)  # invariant 6
             if result.finding is not None:
                 self._on_change()
+            # Invariant 7: a CONSUMER entry's outcome is the consumer set's result (what its proposer awaits).
+            applied = self.consumers.on_applied(entry.index, result)
+            if applied is not None:
+                return applied
         return result
 
     def _defer(self, entry: Entry) -> None:
@@ -187,7 +196,7 @@ class StreamAdapter:
 
     def snapshot(self) -> bytes:
         self.machine.store.sync()  # invariant 5
-        return self.machine.snapshot()
+        return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
 
     def restore(self, data: bytes) -> None:
         """The runtime's restore: this replica's own snapshot at open, or the leader's (InstallSnapshot)."""
@@ -195,8 +204,9 @@ class StreamAdapter:
         self._deferred.clear()  # a snapshot above them covers them all
         self._deferred_bytes = 0
         self._resync = None
-        self._adopt(self.machine.restore(data, recovering=recovering), recovering,
-                    "recovery" if recovering else "install")
+        plan = self.machine.restore(data, recovering=recovering)
+        self.consumers.restored()  # invariant 7
+        self._adopt(plan, recovering, "recovery" if recovering else "install")
 
     def begin_resync(self, index: int, data: bytes) -> None:
         """Restore the leader's stream snapshot `data`, taken at its applied `index`, once the machine
@@ -234,6 +244,7 @@ class StreamAdapter:
                         index, error)
             self._on_change()
             return
+        self.consumers.restored()  # invariant 7
         self._adopt(plan, False, "resync")
 
     def _adopt(self, plan: RepairPlan, recovering: bool, source: str) -> None:

@@ -10,12 +10,17 @@ Invariants:
   1. A `StreamLeader` exists only while this node leads, its term's NOOP has applied and every entry of
      its log has applied (nothing of an earlier leader is still in flight); it is dropped on any
      leadership change or failed proposal and rebuilt under the same conditions (stream/leader.py 4).
-  2. Proposals are made one at a time under `_propose_lock`, in the order they were decided: the
-     sequences a `decide` assigned are proposed in that order, never overtaken by a later batch.
-  3. Publishes that arrive while a proposal is in flight wait in `_queue` (bounded by
-     `publishes_queued_max`; beyond it a publish is refused with 503) and are decided together.
+  2. Proposals are submitted one at a time under `_propose_lock`, in the order they were decided, each
+     after the one before (`NodeRuntime.submit(after=...)`): an entry enters the log only behind its
+     predecessor, in the same term, so the sequences a `decide` assigned are never overtaken or skipped.
+     The chain restarts with each new `StreamLeader`. The pump does not wait for a batch to commit
+     before it decides the next (`publish_pipeline`); the rare other proposals (CONFIG, DELETE, PURGE,
+     AUDIT) wait for their outcome under the lock.
+  3. Publishes that arrive while the pump decides wait in `_queue` (bounded by `PUBLISHES_QUEUED_MAX`;
+     beyond it a publish is refused with 503) and are decided together.
   4. A publish is answered with its sequence only after the entry carrying it applied here; a duplicate
-     of a publish still in flight is answered as its original, once the original's entry applied.
+     of a publish still in flight is answered as its original, once the original's entry applied
+     (`publish_pipeline` invariants 2 and 3). Each is answered once, through its `done` callback.
   5. The group's config follows the meta assignment by version: while `config_index` (the meta log index
      that set `raw`) is above the machine's `config_meta_index`, the leader proposes CONFIG before deciding
      anything else — so an update survives a leader change between the meta apply and the proposal, and a
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -41,8 +47,11 @@ from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.runtime import NodeRuntime
+from jsraft.runtime.proposals import Proposal
 from jsraft.server.advisories import AdvisoryLog
+from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError
+from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
 from jsraft.server.stream_options import StreamOptions
@@ -57,6 +66,11 @@ log = logging.getLogger("jsraft.server.stream")
 PUBLISHES_QUEUED_MAX = 65536
 DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
 MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
+
+
+# Called once with a queued publish's answer: its `PubOutcome`, or the exception that failed it.
+Done = Callable[[Any], None]
+Queued = tuple[str, bytes, bytes, Done]
 
 
 def api_error(error: ApiError) -> RemoteError:
@@ -96,11 +110,15 @@ class StreamReplica:
         self.machine: StreamStateMachine | None = None
         self.adapter: StreamAdapter | None = None
         self.leader: StreamLeader | None = None
-        self._queue: list[tuple[str, bytes, bytes, list[Any]]] = []
+        self._queue: list[Queued] = []
+        self._batches = InFlightBatches(lambda: RemoteError(
+            503, 10008, "publish outcome unknown: its entry did not apply here", "OutcomeUnknown"))
+        self._chain: Proposal | None = None  # the last proposal submitted (invariant 2)
         self._queue_event = trio.Event()
         self._propose_lock = trio.Lock()
         self.scope = trio.CancelScope()
         self.closed = False
+        self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)
 
     # --- Opening and closing ----------------------------------------------------------------------
 
@@ -138,8 +156,9 @@ class StreamReplica:
     # --- Leadership ---------------------------------------------------------------------------------
 
     def leader_id(self) -> str | None:
+        """The group's leader as this node knows it; O(1): publishes ask it for every message."""
         try:
-            return self.runtime.status(self.group).raft.leader_id
+            return self.runtime.leader_id(self.group)
         except JsraftError:
             return None
 
@@ -154,16 +173,20 @@ class StreamReplica:
         """Drop or build the StreamLeader (invariant 1); called every tick and before each decision."""
         if self.closed:
             return
-        status = self.runtime.status(self.group).raft
-        if status.role is not Role.LEADER:
+        # O(1) role check first: this runs before every publish decision (no full status build).
+        if not self.runtime.is_leader(self.group):
             if self.leader is not None:
                 log.info("stream %s: %s no longer leads", self.name, self.node_id)
             self.leader = None
             if self._queue:
-                self._fail_queue(NotLeader(status.leader_id))
+                self._fail_queue(NotLeader(self.runtime.leader_id(self.group)))
         elif self.leader is None and self._leader_ready():
             assert self.machine is not None
             self.leader = StreamLeader(self.machine)
+            # Everything in the log has applied, and whatever of the old chain is still queued has a
+            # failed or lost predecessor (that is why the old leader went) and will be dropped.
+            self._chain = None
+        self.consumers.follow(self.leader)  # built and dropped with the StreamLeader (O(1) otherwise)
 
     async def run(self, tick_s: float) -> None:
         """The replica's tasks: leadership following and the publish pump, until closed."""
@@ -172,6 +195,7 @@ class StreamReplica:
                 nursery.start_soon(self._pump)
                 nursery.start_soon(self.repair.run)
                 nursery.start_soon(self.audit.run)
+                nursery.start_soon(self.consumers.run)
                 ticks = 0
                 while True:
                     self._follow_leadership()
@@ -201,21 +225,36 @@ class StreamReplica:
         self._follow_leadership()
         if self.leader is None:
             await self.wait_leader(1.0)
-        if len(self._queue) >= PUBLISHES_QUEUED_MAX:
-            raise RemoteError(503, 10008, "too many publishes waiting for the stream leader", "Busy")
         slot: list[Any] = [trio.Event(), None]
-        self._queue.append((subject, headers, payload, slot))
-        self._queue_event.set()
+
+        def done(answer: Any) -> None:
+            slot[1] = answer
+            slot[0].set()
+
+        self.enqueue(subject, headers, payload, done)
         await slot[0].wait()
         if isinstance(slot[1], BaseException):
             raise slot[1]
         return slot[1]
 
+    def can_enqueue(self) -> bool:
+        """Whether `enqueue` would take a publish now: this node leads and its `StreamLeader` is built."""
+        self._follow_leadership()  # O(1) unless this node leads and its StreamLeader is not built yet
+        return self.leader is not None and not self.closed
+
+    def enqueue(self, subject: str, headers: bytes, payload: bytes, done: Done) -> None:
+        """Queue one publish for the next decision, with no task of its own: `done(answer)` is called
+        once with its `PubOutcome` or an exception (invariant 4). Raises, without queueing, when the
+        queue is full (invariant 3). Queue only after `can_enqueue()` or `wait_leader()` said so."""
+        if len(self._queue) >= PUBLISHES_QUEUED_MAX:
+            raise RemoteError(503, 10008, "too many publishes waiting for the stream leader", "Busy")
+        self._queue.append((subject, headers, payload, done))
+        self._queue_event.set()
+
     def _fail_queue(self, error: BaseException) -> None:
         queue, self._queue = self._queue, []
-        for _, _, _, slot in queue:
-            slot[1] = error
-            slot[0].set()
+        for _, _, _, done in queue:
+            done(error)
 
     async def _pump(self) -> None:
         while True:
@@ -225,11 +264,11 @@ class StreamReplica:
                 batch, self._queue = self._queue[:DECIDE_BATCH_MAX], self._queue[DECIDE_BATCH_MAX:]
                 await self._decide_and_propose(batch)
 
-    async def _decide_and_propose(self, batch: list[tuple[str, bytes, bytes, list[Any]]]) -> None:
+    async def _decide_and_propose(self, batch: list[Queued]) -> None:
+        """Decide `batch` and submit its entries; the answers come when they settle (publish_pipeline)."""
         async with self._propose_lock:
             self._follow_leadership()
-            leader = self.leader
-            if leader is None:
+            if self.leader is None:
                 self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
                 return
             try:
@@ -242,51 +281,33 @@ class StreamReplica:
                 self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
                 return
             decision = leader.decide([(s, h, p) for s, h, p, _ in batch], time.time_ns())
-            answers: list[Any] = [None] * len(batch)
-            by_seq: dict[int, int] = {}
-            pending: dict[int, int] = {}  # position of a duplicate -> seq of its in-flight original
-            for position, outcome in enumerate(decision.outcomes):
-                if outcome.pending:
-                    pending[position] = outcome.seq
-                elif outcome.error is not None or outcome.duplicate:
-                    answers[position] = outcome
-                else:
-                    by_seq[outcome.seq] = position
-            await self._propose_entries(decision.entries, by_seq, answers)
-            _answer_pending(pending, by_seq, answers)
-            self._settle(batch, answers)
+            answers = self._batches.open([done for _, _, _, done in batch], decision.outcomes)
+            failure: JsraftError | None = None
+            for entry in decision.entries:
+                answers.entries_open += 1
+                try:
+                    await self._submit(entry, lambda proposal: self._entry_settled(answers, proposal))
+                except JsraftError as error:
+                    answers.entries_open -= 1
+                    self.leader = None  # its in-flight view is now wrong (invariant 1)
+                    failure = error
+                    break
+            self._batches.close(answers, failure)
 
-    async def _propose_entries(self, entries: Any, by_seq: dict[int, int], answers: list[Any]) -> None:
-        for entry in entries:
-            try:
-                result = await self.runtime.propose(self.group, entry)
-            except JsraftError as error:
-                self.leader = None  # its in-flight view is now wrong (invariant 1)
-                for position in by_seq.values():
-                    if answers[position] is None:
-                        answers[position] = error
-                break
-            self._answer_applied(result, by_seq, answers)
+    def _entry_settled(self, answers: BatchAnswers, proposal: Proposal) -> None:
+        if proposal.error is not None:
+            self.leader = None  # its in-flight view is now wrong (invariant 1)
+        self._batches.settled(answers, proposal.error, proposal.result)
 
-    @staticmethod
-    def _answer_applied(result: Any, by_seq: dict[int, int], answers: list[Any]) -> None:
-        if not isinstance(result, ApplyResult):
-            return
-        refused = result.refused or {}
-        for seq in range(result.first_seq, result.last_seq + 1):
-            position = by_seq.get(seq)
-            if position is None:
-                continue
-            error = refused.get(seq) or result.error
-            answers[position] = PubOutcome(0, error=error) if error is not None else PubOutcome(seq)
+    async def _submit(self, entry: bytes, on_settled: Callable[[Proposal], None] | None = None) -> Proposal:
+        """Under `_propose_lock`: submit `entry` after this replica's previous proposal (invariant 2)."""
+        proposal = await self.runtime.submit(self.group, entry, after=self._chain, on_settled=on_settled)
+        self._chain = proposal
+        return proposal
 
-    def _settle(self, batch: list[tuple[str, bytes, bytes, list[Any]]], answers: list[Any]) -> None:
-        for (_, _, _, slot), answer in zip(batch, answers):
-            if answer is None:
-                answer = RemoteError(503, 10008, "publish outcome unknown: its entry did not apply here",
-                                     "OutcomeUnknown")
-            slot[1] = answer
-            slot[0].set()
+    def _settle(self, batch: list[Queued], answers: list[Any]) -> None:
+        for (_, _, _, done), answer in zip(batch, answers):
+            done(answer)
 
     # --- The group's config follows the meta assignment (invariant 5) --------------------------------
 
@@ -343,7 +364,7 @@ class StreamReplica:
             if self.leader is None:
                 raise NotLeader(self.leader_id())
             try:
-                return await self.runtime.propose(self.group, entry)
+                return await self.runtime.outcome(self.group, await self._submit(entry))
             except JsraftError:
                 self.leader = None  # its in-flight view is now wrong (invariant 1)
                 raise
@@ -362,7 +383,7 @@ class StreamReplica:
         if proposal.error is not None:
             raise api_error(proposal.error)
         try:
-            result = await self.runtime.propose(self.group, proposal.entry)
+            result = await self.runtime.outcome(self.group, await self._submit(proposal.entry))
         except JsraftError:
             self.leader = None  # its in-flight view is now wrong (invariant 1)
             raise
@@ -370,15 +391,3 @@ class StreamReplica:
             raise api_error(result.error)
         return result
 
-
-def _answer_pending(pending: dict[int, int], by_seq: dict[int, int], answers: list[Any]) -> None:
-    """A duplicate of a publish still in flight is answered as its original is, once the original's
-    entry applied (invariant 4): with the original's sequence and `duplicate` if it was stored, with the
-    original's error if it was not — never with an ack for a message that may yet be lost."""
-    for position, seq in pending.items():
-        original = by_seq.get(seq)
-        answer = answers[original] if original is not None else None
-        if isinstance(answer, PubOutcome) and answer.error is None:
-            answers[position] = PubOutcome(seq, duplicate=True)
-        else:
-            answers[position] = answer  # the original's error, or None: outcome unknown (503)

@@ -161,3 +161,15 @@ class Cluster:
 
     def meta(self, name: str) -> MetaStateMachine:
         return self.nodes[name].meta
+
+    def consumer_state(self, name: str, stream: str, consumer: str) -> Any:
+        """Node `name`'s replicated state of `consumer` of `stream` (a `ConsumerState`), while it runs the
+        stream; None when it does not (or knows no such consumer)."""
+        node = self.nodes.get(name)
+        if node is None or self._stopped[name].is_set():
+            return None
+        replica = node.streams.replicas.get(stream)
+        if replica is None or replica.adapter is None:
+            return None
+        entry = replica.adapter.consumers.entries.get(consumer)
+        return entry.state if entry is not None else None

@@ -1,0 +1,217 @@
+"""The stream leader's side of the consumer API: create, delete, info, names and list, served over `$rpc`
+(`consumer.create`, ...) at the leader of the consumer's stream (layer L5).
+
+Owns: the checks that need the stream's consumer set and config — a create's config against the stream
+(`parse_consumer_config(stream=...)`), an existing consumer (same config: answered as it is; `action`
+create: 10148; a change nats-server does not allow: 10012), the work-queue rules
+(`ConsumerSet.check_create`), `max_consumers` — then the CREATE / DELETE op through the stream log, and
+nats-server's `ConsumerInfo` JSON (`info_json`).
+
+Invariants:
+  1. Every method needs this node to lead the stream and its consumers (`ConsumerService.require`):
+     `NotLeader` otherwise, before anything is proposed (handlers invariant 1), so the router carries
+     the request on.
+  2. A create or delete is answered once its entry applied here; a create refused at apply (the
+     work-queue rules, checked again in log order) raises that refusal.
+  3. An info is read after the leader's consumer proposals made before it settled (a bounded barrier):
+     a fetch followed by an info sees its delivery.
+
+Imports: stdlib, L0, L1 (`jsapi`, `raft` errors), L2 (`store`), L3 (`consumer`), server siblings.
+Reference: nats-server `server/consumer.go` (checkNewConsumerConfig, info), `server/jetstream_cluster.go`
+(jsClusteredConsumerRequest).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from jsraft.consumer import ConsumerEntry, CreateOp, DeleteOp, num_pending
+from jsraft.errors import JsraftError
+from jsraft.jsapi import served_metadata, validate_stream_name
+from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
+from jsraft.raft.errors import NotLeader
+from jsraft.server.client_server import NATS_VERSION
+from jsraft.server.consumer_errors import (
+    ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, ConsumerOffline,
+    MaximumConsumers,
+)
+from jsraft.server.consumer_pull import Leading
+from jsraft.server.consumer_service import ConsumerService
+from jsraft.server.jsapi_codec import LIST_LIMIT, rfc3339
+from jsraft.server.jsapi_stream import cluster_json
+
+if TYPE_CHECKING:
+    from jsraft.server.node import Node
+
+Result = tuple[Any, Sequence[bytes]]
+
+# checkNewConsumerConfig: what an update may not change, with nats-server's words.
+_FIXED_ON_UPDATE = (
+    ("deliver_policy", "deliver policy can not be updated"),
+    ("mem_storage", "storage type can not be updated"),
+    ("direct", "direct can not be updated"),
+    ("opt_start_seq", "start sequence can not be updated"),
+    ("opt_start_time", "start time can not be updated"),
+    ("ack_policy", "ack policy can not be updated"),
+    ("replay_policy", "replay policy can not be updated"),
+    ("idle_heartbeat", "heart beats can not be updated"),
+    ("flow_control", "flow control can not be updated"),
+    ("max_waiting", "max waiting can not be updated"),
+)
+
+
+def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
+    """nats-server `checkNewConsumerConfig` (pull consumers: a deliver subject cannot appear)."""
+    for field, why in _FIXED_ON_UPDATE:
+        if getattr(old, field) != getattr(new, field):
+            raise ConsumerCreateFailed(why)
+    if old.is_pull and not new.is_pull:
+        raise ConsumerCreateFailed("can not update pull consumer to push based")
+
+
+def served_config(config: ConsumerConfig) -> dict[str, Any]:
+    served = config.to_json()
+    served["metadata"] = served_metadata(config.metadata, required_level=1 if config.pause_until else 0,
+                                         server_version=NATS_VERSION)
+    return served
+
+
+def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store: Any,
+              cluster: dict[str, Any] | None, now_ns: int) -> dict[str, Any]:
+    """nats-server `ConsumerInfo`, in its field order."""
+    config, state = entry.config, entry.state
+    assert config is not None
+    cursor = leading.leader.next_seq - 1 if leading is not None else state.delivered_stream_seq
+    delivered: dict[str, Any] = {"consumer_seq": state.delivered_consumer_seq,
+                                 "stream_seq": state.delivered_stream_seq}
+    ack_floor: dict[str, Any] = {"consumer_seq": state.ack_floor_consumer_seq,
+                                 "stream_seq": state.ack_floor_stream_seq}
+    if leading is not None and leading.delivered_ns:
+        delivered["last_active"] = rfc3339(leading.delivered_ns)
+    if leading is not None and leading.acked_ns:
+        ack_floor["last_active"] = rfc3339(leading.acked_ns)
+    info: dict[str, Any] = {
+        "stream_name": stream, "name": entry.name, "created": rfc3339(entry.created_ns),
+        "config": served_config(config), "delivered": delivered, "ack_floor": ack_floor,
+        "num_ack_pending": state.num_ack_pending,
+        # nats-server reports no redeliveries for max_deliver 1: there are none to make.
+        "num_redelivered": 0 if config.max_deliver == 1 else state.num_redelivered,
+        "num_waiting": len(leading.queue) if leading is not None else 0,
+        "num_pending": num_pending(store, config.filters, cursor),
+    }
+    if cluster is not None:
+        info["cluster"] = cluster
+    if entry.paused_until_ns > now_ns:
+        info["paused"], info["pause_remaining"] = True, entry.paused_until_ns - now_ns
+    info["ts"] = rfc3339(now_ns)
+    return info
+
+
+class ConsumerAdmin:
+    """The `consumer.*` admin methods; `register` adds them to a node's request table."""
+
+    def __init__(self, node: "Node") -> None:
+        self.node = node
+
+    def register(self, table: dict[str, Any]) -> None:
+        table.update({"consumer.create": self.create, "consumer.delete": self.delete,
+                      "consumer.info": self.info, "consumer.names": self.names, "consumer.list": self.list})
+
+    async def _service(self, args: dict[str, Any]) -> ConsumerService:
+        """Invariant 1."""
+        name = validate_stream_name(str(args["stream"]))
+        replica = self.node.streams.replicas.get(name)
+        if replica is None:
+            self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
+            raise NotLeader(None)
+        await replica.wait_leader(1.0)
+        replica.consumers.follow(replica.leader)
+        replica.consumers.require()
+        return replica.consumers
+
+    def _cluster(self, service: ConsumerService) -> dict[str, Any] | None:
+        config = self.node.config
+        if not config.clustered:
+            return None
+        online = self.node.online()
+        peers = self.node.meta.stream(service.stream).peers
+        replicas = {peer: {"current": True, "status": "current"} if peer in online
+                    else {"offline": True, "status": "offline"} for peer in peers}
+        return cluster_json(config.cluster_name, None, self.node.name, replicas)
+
+    def _info(self, service: ConsumerService, name: str) -> dict[str, Any]:
+        entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
+        if entry is None:
+            raise ConsumerNotFound()
+        if entry.config is None:
+            raise ConsumerOffline(f"consumer is offline: {entry.offline_reason}")
+        return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
+                         self._cluster(service), time.time_ns())
+
+    # --- Methods ------------------------------------------------------------------------------------------
+
+    async def create(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        service = await self._service(args)
+        name, action = str(args["name"]), str(args.get("action") or "")
+        machine = service.replica.machine
+        assert machine is not None
+        config, raw = parse_consumer_config(blobs[0], stream=machine.config)
+        if not config.is_pull:
+            raise ConsumerCreateFailed("push consumers are not supported by this server yet")
+        consumers = service.replica.adapter.consumers.consumers  # type: ignore[union-attr]  # the ConsumerSet
+        existing = consumers.consumers.get(name)
+        if existing is not None:
+            if existing.config is None:
+                raise ConsumerOffline(f"consumer is offline: {existing.offline_reason}")
+            if existing.config == config:
+                await service.settled()
+                return self._info(service, name), ()
+            if action == "create":
+                raise ConsumerAlreadyExists()
+            check_update(existing.config, config)
+        elif action == "update":
+            raise ConsumerDoesNotExist()
+        elif 0 < machine.config.max_consumers <= len(consumers.consumers):
+            raise MaximumConsumers()
+        consumers.check_create(name, config)
+        proposal = await service.propose([CreateOp(name=name, config=raw, created_ns=time.time_ns())])
+        applied = await service.replica.runtime.outcome(service.replica.group, proposal)
+        for refused, error in getattr(applied, "refused", ()):
+            if refused == name:
+                raise error  # invariant 2
+        return self._info(service, name), ()
+
+    async def delete(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        service = await self._service(args)
+        name = str(args["name"])
+        if name not in service.replica.adapter.consumers.entries:  # type: ignore[union-attr]
+            raise ConsumerNotFound()
+        proposal = await service.propose([DeleteOp(name=name)])
+        await service.replica.runtime.outcome(service.replica.group, proposal)
+        return {"success": True}, ()
+
+    async def info(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        service = await self._service(args)
+        await service.settled()  # invariant 3
+        return self._info(service, str(args["name"])), ()
+
+    async def names(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        service = await self._service(args)
+        return {"names": sorted(service.replica.adapter.consumers.entries)}, ()  # type: ignore
+
+    async def list(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """One page of infos from `offset`; an offline consumer is listed by name under `offline`."""
+        service = await self._service(args)
+        await service.settled()
+        entries = service.replica.adapter.consumers.entries  # type: ignore[union-attr]
+        names = sorted(entries)
+        offset = min(max(int(args.get("offset") or 0), 0), len(names))
+        infos, offline = [], {}
+        for name in names[offset:offset + LIST_LIMIT]:
+            try:
+                infos.append(self._info(service, name))
+            except JsraftError as error:
+                offline[name] = error.description
+        return {"total": len(names), "offset": offset, "infos": infos, "offline": offline}, ()

@@ -56,6 +56,7 @@ from jsraft.meta.entries import (
     entry_problem,
 )
 from jsraft.meta.errors import (
+    ClusterNoPeers,
     ClusterPeerNotMember,
     ConsumerAlreadyExists,
     ConsumerOffline,
@@ -211,6 +212,28 @@ class Proposer:
                           assets=self.assets(), placement=config.placement, clustered=self.clustered)
         entry = UpdateStream(name=name, peers=peers, required_level=stream_required_level(config), config=raw)
         return self._propose(entry, config)
+
+    def stream_peer_remove(self, name: str, peer: str, *, online: Collection[str]) -> Proposal:
+        """`$JS.API.STREAM.PEER.REMOVE.<name>`: take `peer` out of the stream's peer set, put in its place
+        the best spare (online, not in the set), else shrink the set (as nats-server does when it cannot
+        remap; a later update or peer add re-fills it to `num_replicas`). A stream's only peer is never
+        removed without a spare: its data would have nowhere to be. Proposed as an UpdateStream carrying
+        the stream's committed config unchanged, so the stream's leader moves the group's membership."""
+        committed = self.state.stream(name)
+        latest = self._latest_update(name)
+        peers = latest.entry.peers if latest is not None else committed.peers
+        if peer not in peers:
+            raise ClusterPeerNotMember()
+        placement = committed.config.placement if committed.config is not None else None
+        others = {p: info for p, info in self.peers().items() if p != peer}
+        new = replace_peer(peers, peer, peers=others, online=online, assets=self.assets(), placement=placement)
+        if new is None:
+            if len(peers) == 1:
+                raise ClusterNoPeers(f"no spare peer to move stream {name!r} off {peer!r}, its only peer")
+            new = tuple(p for p in peers if p != peer)
+        raw = latest.entry.config if latest is not None else committed.config_raw
+        entry = UpdateStream(name=name, peers=new, required_level=committed.required_level, config=raw)
+        return self._propose(entry, committed.config)
 
     def _latest_update(self, name: str) -> PendingOp | None:
         """This leader's last in-flight update of `name`: the config and peers the stream will have."""

@@ -112,6 +112,9 @@ class MetaStateMachine:
     def propose_peer_remove(self, peer: str, *, online: Collection[str]) -> Proposal:
         return self._proposer.peer_remove(peer, online=online)
 
+    def propose_stream_peer_remove(self, name: str, peer: str, *, online: Collection[str]) -> Proposal:
+        return self._proposer.stream_peer_remove(name, peer, online=online)
+
     def cancel_proposal(self, data: bytes) -> bool:
         """Raft did not take `data` (NotLeader, ProposalDropped): stop counting it."""
         return self._proposer.pending.discard(bytes(data))

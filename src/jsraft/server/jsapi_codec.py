@@ -95,6 +95,13 @@ class PagedRequest:
 
 
 @attrs.frozen(kw_only=True)
+class PeerRemoveRequest:
+    """`STREAM.PEER.REMOVE` (nats-server's `JSApiStreamRemovePeerRequest`): the server name to move off."""
+
+    peer: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class StreamInfoRequest:
     offset: int = 0
     deleted_details: bool = False

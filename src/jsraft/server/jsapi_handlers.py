@@ -130,6 +130,7 @@ class JsApi:
             Route(("STREAM", "MSG", "GET", "*"), "stream_msg_get_response", data.msg_get, success_counted=False),
             Route(("STREAM", "MSG", "DELETE", "*"), "stream_msg_delete_response", data.msg_delete),
             Route(("STREAM", "LEADER", "STEPDOWN", "*"), "stream_leader_stepdown_response", data.stream_stepdown),
+            Route(("STREAM", "PEER", "REMOVE", "*"), "stream_remove_peer_response", data.stream_peer_remove),
             Route(("META", "LEADER", "STEPDOWN"), "meta_leader_stepdown_response", data.meta_stepdown),
             Route(("CONSUMER", "CREATE", "*"), "consumer_create_response", consumers.create),
             Route(("CONSUMER", "CREATE", "*", ">"), "consumer_create_response", consumers.create),

@@ -144,6 +144,15 @@ class MetaService:
         invariant(applied.stream is not None, "an applied update carries its assignment")
         return applied.stream
 
+    async def stream_peer_remove(self, name: str, peer: str) -> StreamAssignment:
+        """Move stream `name` off `peer` (a spare takes its place, else the set shrinks); the stream's
+        leader then changes the group's membership to the new set (`stream_members`)."""
+        await self.wait_ready()
+        proposal = self.meta.propose_stream_peer_remove(name, peer, online=self.online())
+        applied = await self._propose(proposal)
+        invariant(applied is not None and applied.stream is not None, "an applied update carries its assignment")
+        return applied.stream
+
     async def delete_stream(self, name: str) -> None:
         await self.wait_ready()
         self.meta.stream(name)  # StreamNotFound (10059) before anything is proposed

@@ -172,3 +172,28 @@ def test_a_commit_claim_for_an_entry_the_candidate_does_not_hold_is_ignored(clai
     candidate.step(RequestVoteResponse(from_id="n3", to_id="n2", term=candidate.current_term, vote_granted=False,
                                        pre_vote=True, commit_index=claimed[0], commit_term=claimed[1]))
     assert candidate.log.commit_index == commit_before and "n3" in candidate.conf.voters
+
+
+def test_an_entry_the_removed_voter_alone_held_back_commits_once_its_removal_applies():
+    """n1 and n2; n1 appends "remove n2" and then X. n2 acknowledges only the removal, then is gone.
+    Once the removal commits and applies, n1 is the only voter and holds X: X commits without any further
+    message (etcd's applyConfChange re-checks the commit for the same reason). Before the fix, nothing
+    re-checked it: a stream group shrunk to one voter waited for ever on such an entry."""
+    cluster = Cluster(["n1", "n2"])
+    cluster.elect("n1")
+    leader = cluster.nodes["n1"]
+    removal = leader.propose_conf_change(change(A.REMOVE_NODE, "n2"))
+    assert cluster.process_ready("n1")
+    x = leader.propose(b"x")
+    assert cluster.process_ready("n1")
+    assert cluster.deliver_one().to_id == "n2"  # the removal's AppendEntries
+    assert cluster.process_ready("n2")  # n2 persists it and answers
+    assert cluster.deliver_one().to_id == "n2"  # X's AppendEntries: stepped, never persisted nor answered
+    answer = cluster.deliver_one()  # n2's acknowledgement of the removal only
+    assert answer is not None and answer.to_id == "n1"
+    cluster.crash("n2")
+    while cluster.process_ready("n1"):
+        pass
+    assert leader.conf.voters == ("n1",)
+    assert leader.log.commit_index >= x > removal
+    assert cluster.apps["n1"].values[-1] == "x"

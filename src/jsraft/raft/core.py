@@ -291,6 +291,7 @@ class RaftNode(SafetyRules):
 
     def on_commit_advanced(self) -> None:
         """The commit index advanced, or a faulty entry at or below it was repaired."""
+        conf_before = self.conf
         membership.apply_committed(self)
         if self.role is Role.LEADER and self.id not in self.conf.voters:
             # Our removal committed: tell the others (so they apply it too), then stop leading; the
@@ -298,5 +299,12 @@ class RaftNode(SafetyRules):
             self.progress.pop(self.id, None)
             replication.broadcast_append(self)
             election.become_follower(self, self.current_term, None)
+            return
+        if self.role is Role.LEADER and self.conf != conf_before and replication.maybe_commit(self):
+            # The quorum changed with the configuration: entries the remaining voters hold may commit
+            # now (as etcd's applyConfChange re-checks). Nothing else would ask again if a removed voter
+            # was the one holding them back and no other voter is left to answer (a group shrunk to one).
+            # `maybe_commit` came back here for the new commit (read states included): tell the others.
+            replication.broadcast_append(self)
             return
         readindex.on_commit(self)

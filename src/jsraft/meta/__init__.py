@@ -30,6 +30,7 @@ from jsraft.meta.entries import (
 from jsraft.meta.errors import (
     ClusterNoPeers,
     ClusterPeerNotMember,
+    ClusterServerNotMember,
     ConsumerAlreadyExists,
     ConsumerNotFound,
     ConsumerOffline,
@@ -61,6 +62,7 @@ from jsraft.meta.reconcile import RestorePlan, plan_restore
 
 __all__ = [
     "META_SNAPSHOT_ENTRIES", "PENDING_PROPOSALS_MAX", "Applied", "ClusterNoPeers", "ClusterPeerNotMember",
+    "ClusterServerNotMember",
     "ConsumerAlreadyExists", "ConsumerAssignment", "ConsumerNotFound", "ConsumerOffline", "CreateConsumer",
     "CreateStream", "DeleteConsumer", "DeleteStream", "EntryKind", "InsufficientResources",
     "MalformedMetaEntry", "MalformedMetaSnapshot", "MaximumConsumersLimit", "MaximumStreamsLimit",

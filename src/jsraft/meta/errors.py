@@ -91,6 +91,13 @@ class ClusterPeerNotMember(BadRequest):
     default_description = "peer not a member"
 
 
+class ClusterServerNotMember(BadRequest):
+    """JSClusterServerNotMemberErr: `SERVER.REMOVE` names a server that is not in the meta group."""
+
+    err_code = 10044
+    default_description = "server is not a member of the cluster"
+
+
 class StreamOffline(JsraftError):
     """JSStreamOfflineReasonErrF: the stream is loaded offline (DESIGN §9); only deletion is allowed."""
 

@@ -49,6 +49,7 @@ class Handlers:
         self.table = {
             "stream.create": self.stream_create, "stream.update": self.stream_update,
             "stream.delete": self.stream_delete, "stream.peer_remove": self.stream_peer_remove,
+            "server.remove": self.server_remove,
             "msg.publish": self.msg_publish, "msg.get": self.msg_get,
             "msg.delete": self.msg_delete, "stream.purge": self.stream_purge, "stream.info": self.stream_info,
             "replica.state": self.replica_state, "stream.snapshot": self.stream_snapshot,
@@ -78,6 +79,10 @@ class Handlers:
 
     async def stream_delete(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         await self.node.meta_service.delete_stream(str(args["name"]))
+        return {"success": True}, ()
+
+    async def server_remove(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        await self.node.meta_service.server_remove(str(args["peer"]))
         return {"success": True}, ()
 
     async def stream_peer_remove(self, args: dict[str, Any], blobs: list[bytes]) -> Result:

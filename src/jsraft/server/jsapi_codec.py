@@ -102,6 +102,15 @@ class PeerRemoveRequest:
 
 
 @attrs.frozen(kw_only=True)
+class ServerRemoveRequest:
+    """`SERVER.REMOVE` (nats-server's `JSApiMetaServerRemoveRequest`): the server by name, or by id (a
+    jsraft node's server id is its name)."""
+
+    peer: str = ""
+    peer_id: str = ""
+
+
+@attrs.frozen(kw_only=True)
 class StreamInfoRequest:
     offset: int = 0
     deleted_details: bool = False

@@ -1,7 +1,7 @@
 """The JetStream API's stream data endpoints: purge, message get and delete, leader stepdowns (layer L5).
 
 Owns: `$JS.API.STREAM.PURGE.<name>`, `STREAM.MSG.GET.<name>`, `STREAM.MSG.DELETE.<name>`,
-`STREAM.LEADER.STEPDOWN.<name>`, `STREAM.PEER.REMOVE.<name>` and `META.LEADER.STEPDOWN`: checking each request body as nats-server
+`STREAM.LEADER.STEPDOWN.<name>`, `STREAM.PEER.REMOVE.<name>`, `META.LEADER.STEPDOWN` and `SERVER.REMOVE`: checking each request body as nats-server
 does, then carrying it to the stream leader (or the meta leader) with `Node.call_stream` /
 `Node.call_meta`. `JsApi` (jsapi_handlers) routes requests here and wraps the answers.
 
@@ -16,7 +16,7 @@ Invariants:
 
 Imports: stdlib, L0, L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsStreamPurgeRequest`, `jsMsgGetRequest`,
-`jsMsgDeleteRequest`, `jsStreamLeaderStepDownRequest`, `jsLeaderStepDownRequest`, `jsStreamRemovePeerRequest`).
+`jsMsgDeleteRequest`, `jsStreamLeaderStepDownRequest`, `jsLeaderStepDownRequest`, `jsStreamRemovePeerRequest`, `jsLeaderServerRemoveRequest`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from jsraft.errors import BadRequest, StreamNotFound
 from jsraft.meta import StreamAssignment, StreamOffline
 from jsraft.server.errors import NoLeader
 from jsraft.server.jsapi_codec import (
-    ClusterRequired, MsgDeleteRequest, MsgGetRequest, PeerRemoveRequest, PurgeRequest, StepdownRequest, decode_request,
+    ClusterRequired, MsgDeleteRequest, MsgGetRequest, PeerRemoveRequest, PurgeRequest, ServerRemoveRequest, StepdownRequest, decode_request,
     is_empty_request, is_json_object_or_array, stored_msg_json,
 )
 
@@ -126,6 +126,18 @@ class DataEndpoints:
         await meta_barrier(self.node)
         self.node.meta.stream(request.name)  # StreamNotFound (10059) first, as nats-server
         await self.node.call_meta("stream.peer_remove", {"name": request.name, "peer": body.peer})
+        return {"success": True}
+
+    async def server_remove(self, request: "ApiRequest") -> dict[str, Any]:
+        """`$JS.API.SERVER.REMOVE` `{"peer": name}` or `{"peer_id": id}`: the meta leader takes the server out
+        of the meta group and re-places its streams (nats-server's `jsLeaderServerRemoveRequest`)."""
+        body = decode_request(request.payload, ServerRemoveRequest) if request.payload.strip() else ServerRemoveRequest()
+        peer = body.peer or body.peer_id
+        if not peer:
+            raise BadRequest("peer or peer_id is required")
+        if body.peer and body.peer_id and body.peer != body.peer_id:
+            raise BadRequest("peer and peer_id name different servers")
+        await self.node.call_meta("server.remove", {"peer": peer})
         return {"success": True}
 
     async def meta_stepdown(self, request: "ApiRequest") -> dict[str, Any]:

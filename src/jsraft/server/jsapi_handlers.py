@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jsraft.server.jsapi")
 
-API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>", "$JS.API.CONSUMER.>")
+API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>", "$JS.API.CONSUMER.>", "$JS.API.SERVER.>")
 REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
 SETTLE_TIMEOUT_S = 10.0
 STATE_TIMEOUT_S = 1.0
@@ -132,6 +132,7 @@ class JsApi:
             Route(("STREAM", "LEADER", "STEPDOWN", "*"), "stream_leader_stepdown_response", data.stream_stepdown),
             Route(("STREAM", "PEER", "REMOVE", "*"), "stream_remove_peer_response", data.stream_peer_remove),
             Route(("META", "LEADER", "STEPDOWN"), "meta_leader_stepdown_response", data.meta_stepdown),
+            Route(("SERVER", "REMOVE"), "meta_server_remove_response", data.server_remove),
             Route(("CONSUMER", "CREATE", "*"), "consumer_create_response", consumers.create),
             Route(("CONSUMER", "CREATE", "*", ">"), "consumer_create_response", consumers.create),
             Route(("CONSUMER", "DURABLE", "CREATE", "*", "*"), "consumer_create_response", consumers.create),
@@ -194,11 +195,25 @@ class JsApi:
                 continue
             used[config.storage] += await self._stream_bytes(assignment) * config.num_replicas
             reserved[config.storage] += max(config.max_bytes, 0) * config.num_replicas
-        consumers = sum(len(self.node.meta.consumers(assignment.name)) for assignment in assignments)
+        consumers = 0
+        for assignment in assignments:
+            consumers += await self._consumer_count(assignment)
         return {"memory": used[StorageType.memory], "storage": used[StorageType.file],
                 "reserved_memory": reserved[StorageType.memory], "reserved_storage": reserved[StorageType.file],
                 "streams": len(assignments), "consumers": consumers, "limits": dict(UNLIMITED),
                 "api": {"level": API_LEVEL, "total": self.total, "errors": self.errors}}
+
+    async def _consumer_count(self, assignment: StreamAssignment) -> int:
+        """The stream's consumers (they live in its Raft group, not in the meta state): this node's
+        replica's, else its leader's names; 0 when neither answers."""
+        replica = self.node.streams.replicas.get(assignment.name)
+        if replica is not None and replica.adapter is not None:
+            return len(replica.adapter.consumers.entries)
+        try:
+            answer, _ = await self.node.call_stream(assignment.name, "consumer.names", {})
+            return len(answer["names"])
+        except JsraftError:
+            return 0
 
     async def _stream_bytes(self, assignment: StreamAssignment) -> int:
         """Bytes one replica of the stream holds: this node's, else the first peer's that answers."""

@@ -1,6 +1,6 @@
 """`MetaService`: the meta group on this node — its adapter, and the meta leader's duties (layer L5).
 
-Owns: opening `$meta` (voters: every configured node) with its snapshot interval — the runtime snapshots
+Owns: opening `$meta` (voters: every configured node, less those `SERVER.REMOVE` took out) with its snapshot interval — the runtime snapshots
 the meta state machine and compacts the meta WAL every `snapshot_every_entries` applied entries, and a
 follower behind the compacted log gets the leader's snapshot (InstallSnapshot) —, knowing when this node
 may propose (leader, its term's NOOP applied), registering the configured nodes as peers (`PEER_ADD`)
@@ -26,9 +26,13 @@ from collections.abc import Callable, Collection
 import trio
 
 from jsraft.errors import JsraftError, invariant
-from jsraft.meta import META_SNAPSHOT_ENTRIES, Applied, MetaStateMachine, Proposal, StreamAssignment
+from jsraft.meta import (
+    META_SNAPSHOT_ENTRIES, Applied, ClusterNoPeers, ClusterServerNotMember, MetaStateMachine, Proposal,
+    StreamAssignment,
+)
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
+from jsraft.raft.membership import ConfChange, ConfChangeType
 from jsraft.raft.status import Role
 from jsraft.runtime import NodeRuntime
 from jsraft.server.errors import NoLeader
@@ -83,7 +87,7 @@ class MetaService:
 
     async def _register_peers(self) -> bool:
         known = self.meta.peers()
-        for peer in self.voters:
+        for peer in self.meta_voters():
             if peer in known:
                 continue
             try:
@@ -93,6 +97,11 @@ class MetaService:
                 return False
         return True
 
+    def meta_voters(self) -> tuple[str, ...]:
+        """The meta group's voters now: the configured nodes less those `server_remove` took out (the Raft
+        configuration, not the config file, so a removed server is not registered again by a new leader)."""
+        return tuple(self.runtime.status(META_GROUP).raft.voters)
+
     async def wait_ready(self, timeout_s: float = 2.0) -> None:
         """Wait until this leader may propose (invariant 1); `NotLeader` if it does not lead."""
         with trio.move_on_after(timeout_s):
@@ -100,7 +109,7 @@ class MetaService:
                 status = self.runtime.status(META_GROUP).raft
                 if status.role is not Role.LEADER:
                     raise NotLeader(status.leader_id)
-                if self.ready() and set(self.voters) <= set(self.meta.peers()):
+                if self.ready() and set(self.meta_voters()) <= set(self.meta.peers()):
                     return
                 await trio.sleep(self.tick_s / 4)
         raise NoLeader("the meta leader is not ready yet")
@@ -152,6 +161,28 @@ class MetaService:
         applied = await self._propose(proposal)
         invariant(applied is not None and applied.stream is not None, "an applied update carries its assignment")
         return applied.stream
+
+    async def server_remove(self, peer: str) -> None:
+        """`$JS.API.SERVER.REMOVE`: take server `peer` out of the meta group's voters, then out of the
+        meta state's peers, re-placing every stream that had it (a spare, else a smaller set). Each step
+        is skipped once done, so a request that failed half-way is completed by asking again. The meta
+        leader does not remove itself: it hands leadership to another voter and answers `NotLeader`,
+        which the caller's router retries at the new leader."""
+        await self.wait_ready()
+        voters = self.meta_voters()
+        if peer not in voters and peer not in self.meta.peers():
+            raise ClusterServerNotMember()
+        if peer == self.node_id:
+            others = sorted(voter for voter in voters if voter != peer and voter in self.online())
+            if not others:
+                raise ClusterNoPeers("no other voter is online to take over the meta group")
+            self.runtime.transfer_leadership(META_GROUP, others[0])
+            raise NotLeader(None)
+        if peer in voters:
+            await self.runtime.propose_conf_change(META_GROUP, ConfChange(type=ConfChangeType.REMOVE_NODE,
+                                                                          node_id=peer))
+        if peer in self.meta.peers():
+            await self._propose(self.meta.propose_peer_remove(peer, online=self.online()))
 
     async def delete_stream(self, name: str) -> None:
         await self.wait_ready()

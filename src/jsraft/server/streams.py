@@ -74,15 +74,26 @@ class StreamManager:
     # --- Inputs (synchronous, from the meta adapter) -------------------------------------------------
 
     def on_applied(self, applied: Applied) -> None:
-        if not applied.ok or applied.stream is None:
+        if not applied.ok:
+            return
+        if applied.kind is EntryKind.PEER_REMOVE:
+            # A server left: every stream it re-placed is followed as an update of its peer set.
+            for name in applied.changed:
+                self._follow(self.meta.stream(name))
+            return
+        if applied.stream is None:
             return
         if applied.kind in (EntryKind.CREATE_STREAM, EntryKind.UPDATE_STREAM):
-            if self.node_id in applied.stream.peers:
-                self._push("open", applied.stream)
-            elif applied.stream.name in self.replicas:
-                self._push("leave", applied.stream)
+            self._follow(applied.stream)
         elif applied.kind is EntryKind.DELETE_STREAM:
             self._push("delete", applied.stream)
+
+    def _follow(self, assignment: StreamAssignment) -> None:
+        """Open (or reconfigure) a replica this node is a peer of; leave one it no longer is."""
+        if self.node_id in assignment.peers:
+            self._push("open", assignment)
+        elif assignment.name in self.replicas:
+            self._push("leave", assignment)
 
     def on_restored(self, replaced: list[tuple[str, str]]) -> None:
         """The meta state machine restored a snapshot; `replaced`: the `(stream, group)` pairs of the state

@@ -18,6 +18,8 @@ from typing import Any
 
 import attrs
 
+from oracle_pull import message_answer, pull
+
 API = "$JS.API"
 REQUEST_TIMEOUT_S = 10.0
 
@@ -36,6 +38,8 @@ class Step:
     subject: str
     body: Any = None  # dict/list: sent as JSON; bytes: sent as is; None: empty payload
     headers: dict[str, str] | None = None
+    kind: str = "json"  # "json": the answer is JSON; "message": a delivered message or status (MSG.NEXT);
+    #                     "ack": the body goes to the reply subject of the last "message" step (a double ack)
 
     def payload(self) -> bytes:
         if self.body is None:
@@ -53,12 +57,121 @@ def pub(name: str, subject: str, data: bytes, **headers: str) -> Step:
     return Step(name, subject, data, {key.replace("_", "-"): value for key, value in headers.items()} or None)
 
 
+def consumer(name: str, subject: str, config: Any, stream: str | None = None, **request: Any) -> Step:
+    """A consumer create request; `stream_name` is the subject's stream unless given."""
+    stream_name = subject.split(".")[2] if subject.startswith("CONSUMER.CREATE.") else subject.split(".")[3]
+    return api(name, subject, {"stream_name": stream if stream is not None else stream_name, "config": config,
+                               **request})
+
+
+def next_msg(name: str, stream: str, consumer_name: str) -> Step:  # one pull request, no_wait
+    return Step(name, f"{API}.CONSUMER.MSG.NEXT.{stream}.{consumer_name}", {"batch": 1, "no_wait": True},
+                kind="message")
+
+
+def ack(name: str, body: bytes = b"+ACK") -> Step:
+    return Step(name, "", body, kind="ack")
+
+
 LIMITS = {
     "name": "ORC", "description": "oracle stream", "subjects": ["orc.>"], "retention": "limits",
     "max_consumers": -1, "max_msgs": 1000, "max_bytes": 1 << 20, "max_age": 3_600_000_000_000,
     "max_msgs_per_subject": 100, "max_msg_size": 512, "discard": "old", "storage": "file", "num_replicas": 1,
     "duplicate_window": 60_000_000_000, "deny_delete": False, "deny_purge": False, "allow_rollup_hdrs": True,
 }
+
+HOUR_NS = 3_600_000_000_000
+EXPLICIT_A = {"durable_name": "D1", "ack_policy": "explicit", "filter_subject": "con.a"}
+
+# Consumers, on streams of their own (CON, WQ) created and deleted here, and one unnamed ephemeral on DEF.
+CONSUMER_STEPS: list[Step] = [
+    api("c_stream", "STREAM.CREATE.CON", {"name": "CON", "subjects": ["con.>"]}),
+    api("c_stream_wq", "STREAM.CREATE.WQ", {"name": "WQ", "subjects": ["wq.>"], "retention": "workqueue"}),
+    pub("c_pub_1", "con.a", b"a1"),
+    pub("c_pub_2", "con.b", b"b1", X_Custom="v1"),
+    pub("c_pub_3", "con.a", b"a2"),
+    pub("c_pub_4", "con.c", b"c1"),
+    # --- create -----------------------------------------------------------------------------------------
+    consumer("c_create_durable", "CONSUMER.CREATE.CON.D1", EXPLICIT_A),
+    consumer("c_create_durable_again", "CONSUMER.CREATE.CON.D1", EXPLICIT_A),
+    consumer("c_create_filters", "CONSUMER.CREATE.CON.D2",
+             {"durable_name": "D2", "ack_policy": "explicit", "filter_subjects": ["con.a", "con.b"],
+              "description": "two filters", "max_ack_pending": 10, "metadata": {"k": "v"}}),
+    consumer("c_create_named", "CONSUMER.CREATE.CON.N1",
+             {"name": "N1", "ack_policy": "explicit", "inactive_threshold": HOUR_NS}),
+    consumer("c_create_legacy_durable", "CONSUMER.DURABLE.CREATE.CON.LD",
+             {"durable_name": "LD", "ack_policy": "all", "deliver_policy": "last", "max_deliver": 3}),
+    consumer("c_create_by_seq", "CONSUMER.CREATE.CON.S1",
+             {"durable_name": "S1", "deliver_policy": "by_start_sequence", "opt_start_seq": 3,
+              "ack_policy": "none"}),
+    consumer("c_create_filter_in_subject", "CONSUMER.CREATE.CON.F1.con.c",
+             {"durable_name": "F1", "filter_subject": "con.c"}),
+    consumer("c_create_action_create_exists", "CONSUMER.CREATE.CON.D1", {**EXPLICIT_A, "max_deliver": 5},
+             action="create"),
+    consumer("c_create_update_missing", "CONSUMER.CREATE.CON.U1", {"durable_name": "U1"}, action="update"),
+    consumer("c_create_update", "CONSUMER.CREATE.CON.D1", {**EXPLICIT_A, "max_deliver": 5}, action="update"),
+    consumer("c_create_update_bad", "CONSUMER.CREATE.CON.D1", {**EXPLICIT_A, "ack_policy": "all"}),
+    consumer("c_wq_first", "CONSUMER.CREATE.WQ.W1", {"durable_name": "W1", "ack_policy": "explicit"}),
+    consumer("c_wq_second", "CONSUMER.CREATE.WQ.W2", {"durable_name": "W2", "ack_policy": "explicit"}),
+    consumer("c_wq_ack_none", "CONSUMER.CREATE.WQ.W3",
+             {"durable_name": "W3", "ack_policy": "none", "filter_subject": "wq.x"}),
+    # --- create errors ----------------------------------------------------------------------------------
+    api("c_create_bad_json", "CONSUMER.CREATE.CON.E0", b'{"stream_name": "CON", '),
+    consumer("c_create_unknown_field", "CONSUMER.CREATE.CON.E1", {"durable_name": "E1", "bogus_field": 1}),
+    consumer("c_create_unknown_request_field", "CONSUMER.CREATE.CON.E1", {"durable_name": "E1"}, bogus=1),
+    consumer("c_create_ack_wait_negative", "CONSUMER.CREATE.CON.E2", {"durable_name": "E2", "ack_wait": -1}),
+    consumer("c_create_start_seq_missing", "CONSUMER.CREATE.CON.E3",
+             {"durable_name": "E3", "deliver_policy": "by_start_sequence"}),
+    consumer("c_create_stream_not_found", "CONSUMER.CREATE.NOPE.E4", {"durable_name": "E4"}),
+    consumer("c_create_stream_name_mismatch", "CONSUMER.CREATE.CON.E5", {"durable_name": "E5"}, stream="OTHER"),
+    consumer("c_create_name_mismatch", "CONSUMER.CREATE.CON.E6", {"durable_name": "OTHER"}),
+    consumer("c_create_ephemeral_durable", "CONSUMER.CREATE.CON", {"durable_name": "E7"}),
+    consumer("c_create_legacy_no_durable", "CONSUMER.DURABLE.CREATE.CON.E8", {"ack_policy": "explicit"}),
+    consumer("c_create_filter_mismatch", "CONSUMER.CREATE.CON.E9.con.a", {"durable_name": "E9"}),
+    consumer("c_create_max_waiting_negative", "CONSUMER.CREATE.CON.E10",
+             {"durable_name": "E10", "max_waiting": -1}),
+    consumer("c_create_push", "CONSUMER.CREATE.CON.P1", {"durable_name": "P1", "deliver_subject": "push.out"}),
+    api("c_delete_push", "CONSUMER.DELETE.CON.P1"),  # so that the push difference ends here
+    # --- info, names, list ------------------------------------------------------------------------------
+    api("c_info", "CONSUMER.INFO.CON.D1"),
+    api("c_info_not_found", "CONSUMER.INFO.CON.NOPE"),
+    api("c_info_stream_not_found", "CONSUMER.INFO.NOPE.D1"),
+    api("c_names", "CONSUMER.NAMES.CON"),
+    api("c_names_offset", "CONSUMER.NAMES.CON", {"offset": 2}),
+    api("c_names_offset_past_end", "CONSUMER.NAMES.CON", {"offset": 50}),
+    api("c_names_stream_not_found", "CONSUMER.NAMES.NOPE"),
+    api("c_list", "CONSUMER.LIST.CON"),
+    api("c_list_offset", "CONSUMER.LIST.CON", {"offset": 4}),
+    api("c_list_stream_not_found", "CONSUMER.LIST.NOPE"),
+    # --- pulls and acks ---------------------------------------------------------------------------------
+    next_msg("c_next_1", "CON", "D1"),
+    ack("c_ack_1"),
+    api("c_info_after_ack", "CONSUMER.INFO.CON.D1"),
+    next_msg("c_next_2", "CON", "D1"),
+    api("c_info_ack_pending", "CONSUMER.INFO.CON.D1"),
+    next_msg("c_next_none", "CON", "D1"),
+    next_msg("c_next_filters", "CON", "D2"),
+    next_msg("c_next_filters_2", "CON", "D2"),
+    ack("c_ack_filters_2"),
+    api("c_info_filters", "CONSUMER.INFO.CON.D2"),
+    next_msg("c_next_by_seq", "CON", "S1"),
+    api("c_info_by_seq", "CONSUMER.INFO.CON.S1"),
+    next_msg("c_next_last", "CON", "LD"),
+    ack("c_nak_last", b"-NAK"),
+    api("c_info_after_nak", "CONSUMER.INFO.CON.LD"),
+    api("c_stream_info", "STREAM.INFO.CON"),
+    api("account_info_consumers", "INFO"),
+    # --- an unnamed ephemeral (its generated name is masked) --------------------------------------------
+    consumer("c_create_ephemeral", "CONSUMER.CREATE.DEF", {"ack_policy": "explicit"}),
+    consumer("c_create_ephemeral_legacy_filter", "CONSUMER.CREATE.DEF", {"filter_subject": "DEF"}),
+    # --- delete -----------------------------------------------------------------------------------------
+    api("c_delete", "CONSUMER.DELETE.CON.N1"),
+    api("c_delete_not_found", "CONSUMER.DELETE.CON.N1"),
+    api("c_delete_stream_not_found", "CONSUMER.DELETE.NOPE.N1"),
+    api("c_names_after_delete", "CONSUMER.NAMES.CON"),
+    api("c_stream_delete", "STREAM.DELETE.CON"),
+    api("c_stream_delete_wq", "STREAM.DELETE.WQ"),
+]
 
 STEPS: list[Step] = [
     # --- stream admin ---------------------------------------------------------------------------------
@@ -77,6 +190,7 @@ STEPS: list[Step] = [
     api("names_offset_past_end", "STREAM.NAMES", {"offset": 5}),
     api("names_subject_none", "STREAM.NAMES", {"subject": "nobody.*"}),
     api("list", "STREAM.LIST"),
+    *CONSUMER_STEPS,
     # --- publishes ------------------------------------------------------------------------------------
     pub("pub_msgid", "orc.a", b"one", Nats_Msg_Id="m1"),
     pub("pub_msgid_dup", "orc.a", b"one again", Nats_Msg_Id="m1"),
@@ -163,16 +277,27 @@ async def play(url: str, steps: list[Step] = STEPS) -> dict[str, Any]:
 
     nc = await nats.connect(url, connect_timeout=5, allow_reconnect=False)
     answers: dict[str, Any] = {}
+    last_reply = ""
     try:
         for step in steps:
+            subject = last_reply if step.kind == "ack" else step.subject
+            if not subject:
+                answers[step.name] = {"_no_answer": "nothing to ack"}
+                continue
             try:
-                msg = await nc.request(step.subject, step.payload(), timeout=REQUEST_TIMEOUT_S,
-                                       headers=step.headers)
+                if step.kind == "message":  # delivered under the stream's subject: not nc.request's inbox mux
+                    msg = await pull(nc, subject, step.payload())
+                else:
+                    msg = await nc.request(subject, step.payload(), timeout=REQUEST_TIMEOUT_S, headers=step.headers)
             except (nats.errors.NoRespondersError, nats.errors.TimeoutError, asyncio.TimeoutError) as error:
                 answers[step.name] = {"_no_answer": type(error).__name__}
                 continue
+            if step.kind == "message":
+                last_reply = msg.reply or last_reply
+                answers[step.name] = message_answer(msg.subject, msg.reply, msg.headers, msg.data)
+                continue
             try:
-                answers[step.name] = json.loads(msg.data)
+                answers[step.name] = json.loads(msg.data) if msg.data or step.kind != "ack" else {"empty": True}
             except ValueError:
                 answers[step.name] = {"_raw": msg.data.decode(errors="replace")}
     finally:
@@ -189,6 +314,7 @@ IGNORED_KEYS = {
     "first_ts": "time of the first message",
     "last_ts": "time of the last message",
     "time": "a stored message's time",
+    "last_active": "a consumer's last delivery or ack time",
     "cluster": "cluster info: server and cluster names, peers (one nats-server vs one jsraft node)",
 }
 # Replaced by a placeholder before comparing: the value differs between servers, but whether the key is
@@ -196,6 +322,20 @@ IGNORED_KEYS = {
 MASKED_METADATA = {
     "_nats.ver": "the server's version",
 }
+
+
+# Steps creating an unnamed ephemeral: the server generates its name, replaced by its length.
+GENERATED_NAME_STEPS = {"c_create_ephemeral", "c_create_ephemeral_legacy_filter"}
+
+
+def mask_generated_name(answer: Any) -> Any:
+    if not isinstance(answer, dict) or not isinstance(answer.get("name"), str):
+        return answer
+    masked = f"<generated name of {len(answer['name'])} characters>"
+    config = answer.get("config")
+    if isinstance(config, dict) and config.get("name") == answer["name"]:
+        config = {**config, "name": masked}
+    return {**answer, "name": masked, "config": config}
 
 
 def normalize(value: Any) -> Any:
@@ -240,7 +380,9 @@ def compare(nats_answers: dict[str, Any], jsraft_answers: dict[str, Any],
             steps: list[Step] = STEPS) -> list[tuple[str, str, Any, Any]]:
     found = []
     for step in steps:
-        for path, a, b in diff(normalize(nats_answers.get(step.name, MISSING)),
-                               normalize(jsraft_answers.get(step.name, MISSING))):
+        left, right = (normalize(answers.get(step.name, MISSING)) for answers in (nats_answers, jsraft_answers))
+        if step.name in GENERATED_NAME_STEPS:
+            left, right = mask_generated_name(left), mask_generated_name(right)
+        for path, a, b in diff(left, right):
             found.append((step.name, path, a, b))
     return found

@@ -124,7 +124,7 @@ async def test_create_refusals_use_nats_servers_codes(tmp_path):
         }
         seen = {key: error_of(await raw(nc, subject, body)) for key, (subject, body) in cases.items()}
         await js.add_consumer("S", ConsumerConfig(durable_name="D", max_ack_pending=10))
-        changed = {"durable_name": "D", "max_ack_pending": 20}
+        changed = {"durable_name": "D", "max_ack_pending": 20, "ack_policy": "explicit"}
         seen["create_exists"] = error_of(await raw(nc, f"{API}.CONSUMER.DURABLE.CREATE.S.D",
                                                    {"stream_name": "S", "config": changed, "action": "create"}))
         seen["fixed_field"] = error_of(await raw(nc, f"{API}.CONSUMER.DURABLE.CREATE.S.D",

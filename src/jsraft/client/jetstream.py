@@ -175,6 +175,7 @@ class JetStreamContext:
         """Create (or update to `config`) a consumer; its name is `name`, else `durable_name`, else the
         server makes one up (an ephemeral)."""
         data = json.loads(config_bytes(config, params))
+        data.setdefault("ack_policy", "explicit")  # as nats-py's ConsumerConfig (the server's default is none)
         name = data.get("name") or data.get("durable_name")
         tail = f"CONSUMER.CREATE.{validate_stream_name(stream)}" + (f".{validate_consumer_name(name)}" if name else "")
         return consumer_info_from(await self._api(tail, {"stream_name": stream, "config": data}))

@@ -159,6 +159,7 @@ class JetStreamContext:
                            **params: Any) -> ConsumerInfo:
         """Create (or update to `config`) a consumer, named `name`, else `durable_name`, else made up."""
         data = json.loads(config_bytes(config, params))
+        data.setdefault("ack_policy", "explicit")  # as nats-py's ConsumerConfig (the server's default is none)
         name = validate_consumer_name(data.get("name") or data.get("durable_name") or generated_name())
         raw = stored_consumer_config(name, data)  # invariant 4
         result, _ = await self._node.call_stream(stream, "consumer.create", {"name": name, "action": ""}, [raw])

@@ -5,10 +5,10 @@ Owns: what the node receiving a request checks before anything is sent — the c
 (`{"stream_name", "config", "action", "pedantic"}`, decoded strictly), the names in the subject against
 the body (legacy ephemeral `CREATE.<stream>`, `CREATE.<stream>.<name>[.<filter>]`,
 `DURABLE.CREATE.<stream>.<durable>`) with nats-server's error codes, the consumer's name (given, or
-generated for an unnamed ephemeral) and its config as stored (the body's `config` with `name`, and an
-ephemeral's default `inactive_threshold` of 5 s) — then carrying it to the stream leader
-(`Node.call_stream`, `consumer_admin`) and shaping the answer. `JsApi` (jsapi_handlers) routes here and
-wraps the answers in the response envelope.
+generated for an unnamed ephemeral) and its config as stored (the body's `config` with `name` unless
+generated, `ack_policy` `none` when absent, and an ephemeral's default `inactive_threshold` of 5 s) —
+then carrying it to the stream leader (`Node.call_stream`, `consumer_admin`) and shaping the answer.
+`JsApi` (jsapi_handlers) routes here and wraps the answers in the response envelope.
 
 Invariants:
   1. A request is checked here in nats-server's order (`jsConsumerCreateRequest`) before any leader is
@@ -17,6 +17,8 @@ Invariants:
   2. "Stream not found" is said only after a meta read barrier (`jsapi_data.online`).
   3. Names and list are paged as nats-server pages them (`offset`, `limit` 1024 / 256, `total`); an empty
      page is `"consumers": []`.
+  4. A listed consumer's config has no dynamic `_nats.ver` / `_nats.level` metadata (nats-server lists
+     the stored config; INFO and CREATE answers serve them).
 
 Imports: stdlib, L0, L1 (`jsapi`), trio, server siblings. Reference: nats-server
 `server/jetstream_api.go` (jsConsumerCreateRequest, jsConsumerInfoRequest, jsConsumerDeleteRequest,
@@ -31,6 +33,7 @@ import string
 from typing import TYPE_CHECKING, Any
 
 from jsraft.errors import InvalidConfig, InvalidJSON, UnknownConfigField
+from jsraft.jsapi import listed_metadata
 from jsraft.jsapi.consumer_config import parse_consumer_config, validate_consumer_name
 from jsraft.server.consumer_errors import (
     ConsumerNamePathSeparators, DurableNameNotInSubject, DurableNameNotMatchSubject, DurableNameNotSet,
@@ -110,10 +113,13 @@ def _names(subject: str, stream: str, config: dict[str, Any]) -> str:
     return name
 
 
-def stored_consumer_config(name: str, config: dict[str, Any]) -> bytes:
-    """The config as the CREATE op stores it: the request's, with `name` and an ephemeral's default
-    `inactive_threshold` (nats-server `updateInactiveThreshold` stamps 5 s on the config)."""
-    stored = {**config, "name": name}
+def stored_consumer_config(name: str, config: dict[str, Any], *, generated: bool = False) -> bytes:
+    """The config as the CREATE op stores it: the request's, with `name` (not for a generated name:
+    nats-server leaves an unnamed ephemeral's `config.name` empty), `ack_policy` `none` when the request
+    has none (Go's zero value: nats-server does not default it to explicit, clients do), and an
+    ephemeral's default `inactive_threshold` (nats-server `updateInactiveThreshold` stamps 5 s on it)."""
+    stored = {**config} if generated else {**config, "name": name}
+    stored.setdefault("ack_policy", "none")
     if not stored.get("durable_name") and not stored.get("inactive_threshold"):
         stored["inactive_threshold"] = EPHEMERAL_INACTIVE_THRESHOLD_NS
     return json.dumps(stored, separators=(",", ":")).encode()
@@ -127,8 +133,9 @@ class ConsumerEndpoints:
         stream_name, config, action = decode_create(request.payload)
         if stream_name != request.name:
             raise StreamMismatch()
-        name = validate_consumer_name(_names(request.subject, request.name, config) or generated_name())
-        raw = stored_consumer_config(name, config)
+        given = _names(request.subject, request.name, config)
+        name = validate_consumer_name(given or generated_name())
+        raw = stored_consumer_config(name, config, generated=not given)
         assignment = await online(self.node, request.name)
         try:
             parse_consumer_config(raw, stream=assignment.config)  # invariant 1: refused here, not later
@@ -174,8 +181,11 @@ class ConsumerEndpoints:
         offset = self._offset(request.payload)
         await online(self.node, request.name)
         result, _ = await self.node.call_stream(request.name, "consumer.list", {"offset": offset})
+        infos = [dict(info) for info in result["infos"]]
+        for info in infos:  # nats-server lists the stored config: no dynamic `_nats.*` metadata (invariant 4)
+            info["config"] = {**info["config"], "metadata": listed_metadata(info["config"].get("metadata", {}))}
         answer: dict[str, Any] = {"total": int(result["total"]), "offset": int(result["offset"]),
-                                  "limit": LIST_LIMIT, "consumers": list(result["infos"])}
+                                  "limit": LIST_LIMIT, "consumers": infos}
         if result.get("offline"):
             answer["offline"] = dict(result["offline"])
         return answer

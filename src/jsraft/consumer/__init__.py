@@ -31,7 +31,7 @@ How the stream group's runtime (L5) uses it — every call below is synchronous:
         publish a MAX_DELIVERIES advisory per plan.gave_up; plan.too_large -> 409 for a pull request.
     leader.next_deadline_ns()  -> when to call next_deliveries again for redeliveries
     on a message to `$JS.ACK.>`: parse_ack_subject(subject), parse_ack_body(payload) ->
-        ACK / NXT -> propose AckOp (+ leader.forget([seq])); TERM -> TermOp; NAK -> leader.nak(...);
+        ACK / NXT -> propose AckOp (+ leader.on_ack(seq)); TERM -> TermOp (+ forget); NAK -> leader.nak(...);
         WPI -> leader.progress(...); propose any DeliveredOp they return.
     pull:  queue = WaitingQueue(config); status = queue.submit(reply, payload, now_ns, num_pending);
            deliver to queue.head(); queue.delivered(request, size); queue.expire(now_ns[, end_of_stream]);

@@ -112,6 +112,14 @@ class ConsumerLeader:
             self.deadlines.pop(seq, None)
             self.redeliver.pop(seq, None)
 
+    def on_ack(self, seq: int) -> None:
+        """`+ACK` / `+NXT` received for `seq` (its ACK op is proposed by the caller): no redelivery of it and,
+        for `ack_policy: all`, of any pending message below it either (nats-server `processAckMsg`: an
+        AckAll clears the leader's pending up to it at once, not when the ack commits)."""
+        if self.config.ack_policy is AckPolicy.all and seq in self.deadlines:
+            self.forget([s for s in self.deadlines if s <= seq])
+        self.forget([seq])
+
     def nak(self, seq: int, delay_ns: int | None, now_ns: int) -> DeliveredOp | None:
         """`-NAK`: redeliver now, or after `delay_ns` (then a record to propose, so a new leader waits too)."""
         pending = self.entry.state.pending.get(seq)

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-from jsraft.errors import NoMessageFound
+from jsraft.errors import DamagedSequence, NoMessageFound
 from jsraft.jsapi.stream_config import Retention
 from jsraft.store.base import StreamStore
 
@@ -65,6 +65,11 @@ def removable(retention: Retention, store: StreamStore, consumers: Sequence[Inte
                 msg = store.load_next(None, seq)
             except NoMessageFound:
                 break
+            except DamagedSequence as error:
+                # Its subject cannot be read: keep it. The store lists the fault now, so this replica no
+                # longer vouches for its store, and the repair that follows brings the group's removals.
+                seq = error.seq + 1
+                continue
             if msg.seq > high:
                 break
             if _unneeded(retention, consumers, msg.seq, msg.subject):

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from jsraft.consumer import ApplyResult as ConsumerApplied
 from jsraft.consumer import ConsumerEntry, ConsumerSet, encode_snapshot, restore_snapshot
-from jsraft.errors import JsraftError, NoMessageFound
+from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.jsapi.stream_config import Retention
 from jsraft.stream import ApplyResult, EntryKind, Health, StreamStateMachine
 
@@ -89,6 +89,10 @@ class ConsumerReplica:
             try:
                 stored.append((seq, self.machine.store.load(seq).subject))
             except NoMessageFound:  # removed by a limit at once, or by a replayed later entry
+                continue
+            except DamagedSequence:
+                # Found damaged on read (the store lists the fault now, so this replica no longer vouches
+                # for its store): keep it; the repair that follows brings the group's removals.
                 continue
         removable = self.consumers.removable_on_publish(stored)
         if removable:

@@ -255,7 +255,10 @@ class ConsumerService:
             seq, kind = where.stream_seq, what.kind
             if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
                 (termed if kind is AckKind.TERM else acked).setdefault(leading.name, []).append(seq)
-                leading.leader.forget([seq])
+                if kind is AckKind.TERM:
+                    leading.leader.forget([seq])
+                else:  # ack_policy all: every pending seq below it too (ConsumerLeader.on_ack)
+                    leading.leader.on_ack(seq)
                 leading.acked_ns = now_ns
                 if kind is AckKind.NEXT:
                     if reply:

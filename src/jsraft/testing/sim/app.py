@@ -2,7 +2,8 @@
 
 Owns: the seam between the node driver (the Raft Ready contract, `node`) and the state machine committed
 entries are applied to, so one simulator drives the tiny `Register` (`--app register`, the default), the
-stream state machine (`--app stream`, `stream_app`) or the meta state machine (`--app meta`, `meta_app`).
+stream state machine (`--app stream`, `stream_app`; with its consumers: `--app consumer`, `consumer_app`)
+or the meta state machine (`--app meta`, `meta_app`).
 
 An `App` (built once per run by `make_app`) answers:
   `open(driver, index, data)`    a node's replica at start, from the snapshot its WAL recovered (or none);
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from jsraft.testing.sim.node import NodeDriver
     from jsraft.testing.sim.simulator import Simulation
 
-APPS = ("register", "stream", "meta")
+APPS = ("register", "stream", "meta", "consumer")
 
 
 class RegisterReplica(Register):
@@ -145,6 +146,10 @@ def make_app(config: SimConfig, rng: random.Random):  # type: ignore[no-untyped-
         from jsraft.testing.sim.stream_app import StreamApp
 
         return StreamApp(rng, config.mutant)
+    if name == "consumer":
+        from jsraft.testing.sim.consumer_app import ConsumerApp
+
+        return ConsumerApp(rng, config.mutant)
     if name == "meta":
         from jsraft.testing.sim.meta_app import MetaApp
 

@@ -8,6 +8,8 @@ Never production code: nothing outside `jsraft.testing` imports this module.
                        index and answers as if it deleted, but its store keeps the message): the replica
                        silently diverges, which the audit checker catches at the next AUDIT entry
                        (`stream-audit`: its state tuple differs from the other replicas' at that index).
+  consumer-skip-ops    node `n1`'s consumers never see CONSUMER entries (its stream machine applies them):
+                       its consumer set diverges (`consumer-state` / `ack-floor` at the next report).
   meta-skip-peer-remove  node `n1`'s `MetaStateMachine` skips every PEER_REMOVE entry: its assignments
                        diverge (`state-machine-safety`: its meta digest differs at that index).
 
@@ -45,6 +47,7 @@ class SkipPeerRemoveMachine(MetaStateMachine):
 APP_MUTANTS: dict[str, tuple[str, str]] = {
     "stream-skip-delete": ("stream", "n1"),
     "meta-skip-peer-remove": ("meta", "n1"),
+    "consumer-skip-ops": ("consumer", "n1"),  # built by consumer_app.ConsumerApp.machine_class
 }
 
 

@@ -51,7 +51,7 @@ class SimConfig:
     # Ticks of the chaotic phase; the liveness phase follows, bounded by `liveness_ticks_max`.
     steps: int = 1200
     mutant: str | None = None
-    app: str = "register"  # the replicated application: register | stream | meta (module `app`)
+    app: str = "register"  # the replicated application: register | stream | meta | consumer (module `app`)
     liveness_ticks_max: int = 1500
     trace_events_max: int = 2000
     election_ticks: int = 10
@@ -61,7 +61,7 @@ class SimConfig:
         invariant(self.nodes in NODE_COUNTS, f"nodes is one of {NODE_COUNTS}")
         invariant(self.faults <= set(FAULT_KINDS), "fault kinds are known")
         invariant(self.steps >= 0 and self.liveness_ticks_max > 0, "step bounds are sane")
-        invariant(self.app in ("register", "stream", "meta"), "app is register, stream or meta")
+        invariant(self.app in ("register", "stream", "meta", "consumer"), "app is register, stream, meta or consumer")
         if self.mutant in APP_MUTANTS:
             invariant(APP_MUTANTS[self.mutant][0] == self.app, f"mutant {self.mutant} needs its app")
 

@@ -81,6 +81,7 @@ class StreamApp:
     def __init__(self, rng: random.Random, mutant: str | None = None) -> None:
         max_age_ticks = rng.choice((0, 150, 400))
         fields: dict[str, object] = {"name": STREAM, "subjects": ["sim.>"], "storage": "file"}
+        fields.update(self.extra_stream_fields(rng))  # the consumer app's retention (no draw here)
         window_ticks = rng.choice((50, 150))
         if max_age_ticks:
             fields["max_age"] = max_age_ticks * TICK_NS
@@ -110,6 +111,13 @@ class StreamApp:
     def describe(self) -> str:
         return (f"stream {self.raw.decode()} audit every {self.audit_interval_ticks} ticks, catch-up chunks "
                 f"{self.catchup_bytes} bytes, {self.chunks_per_step} per step")
+
+    def extra_stream_fields(self, rng: random.Random) -> dict[str, object]:
+        return {}
+
+    def machine_class(self, node_id: str):  # type: ignore[no-untyped-def]
+        """What builds `node_id`'s stream machine: `(store, config, raw) -> StreamStateMachine`."""
+        return stream_machine_class(self.mutant, node_id)
 
     @staticmethod
     def now_ns(now: int) -> int:
@@ -167,7 +175,7 @@ class StreamReplica:
         self.next_repair_tick = 0
         if driver.setup.corruptible:
             app.checker.unverified.add(self.node_id)  # its disk may have lost anything: the audit settles it
-        machine_class = stream_machine_class(app.mutant, self.node_id)
+        machine_class = app.machine_class(self.node_id)
         config = app.config
         if data is not None and (raw := decode_snapshot(data).raw_config):
             config = parse_stream_config(raw)[0]

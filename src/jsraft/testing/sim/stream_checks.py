@@ -69,7 +69,7 @@ def _key_text(key: tuple[int, ...]) -> str:
 class StreamChecker:
     def __init__(self, app: StreamApp) -> None:
         self.app = app
-        self.reference = StreamStateMachine(MemStore(app.store_config()), app.config, app.raw)
+        self.reference = self.new_reference()
         self.reference_reports: dict[int, AuditReport] = {}
         self.final: StreamStateMachine | None = None  # the end-of-run reference (`check_members`)
         self.waiting: list[tuple[StreamReplica, AuditReport, str]] = []
@@ -94,6 +94,10 @@ class StreamChecker:
                 "catchups_failed": self.failed, "resyncs": self.resyncs}
 
     # --- The reference replica ----------------------------------------------------------------
+
+    def new_reference(self, *, final: bool = False) -> StreamStateMachine:
+        """A never-crashing replica on a `MemStore` (the consumer app composes its consumers in)."""
+        return StreamStateMachine(MemStore(self.app.store_config()), self.app.config, self.app.raw)
 
     def advance(self, checker: SafetyChecker, to_index: int, reference: StreamStateMachine | None = None) -> None:
         """Feed `reference` (the running one by default) the committed log up to `to_index`, as known."""
@@ -178,7 +182,7 @@ class StreamChecker:
     def check_members(self, sim: Simulation, group: tuple[str, ...]) -> None:
         """Each member's store against a fresh reference replica brought to the member's applied index (in
         index order; the running reference may already be further along)."""
-        final = self.final = StreamStateMachine(MemStore(self.app.store_config()), self.app.config, self.app.raw)
+        final = self.final = self.new_reference(final=True)
         by_index = sorted((sim.drivers[n].replica.machine.applied_index, n) for n in group)
         for applied, node_id in by_index:
             replica = sim.drivers[node_id].replica

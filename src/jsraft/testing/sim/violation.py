@@ -23,6 +23,11 @@ INVARIANTS = {
     "term-inflation": "a replica cut off from a quorum never raises its term by itself (pre-vote)",
     "stream-audit": "at each AUDIT entry every replica that vouches for its store reports the same state tuple, "
                     "the one the committed log gives (stream app)",
+    "ack-floor": "a consumer's ack floor never moves back in the log, and every replica's equals the log's at "
+                 "each index (consumer app)",
+    "consumer-state": "every replica's consumer set equals the one the committed log gives at the same index, "
+                      "also after a snapshot restore (consumer app)",
+    "acked-redelivered": "a message a committed ACK acknowledged is never delivered again (consumer app)",
     "liveness": "after healing, a leader commits a new entry on every member, and nobody is repairing",
     "crash": "the code under test raised (an invariant() or an unexpected exception)",
 }

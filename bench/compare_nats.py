@@ -21,12 +21,19 @@ Workloads (../shared/BENCH.md; nats-py's default asyncio loop, a fresh connectio
   a_sync_128    one publisher awaiting each PubAck (`js.publish`), 128 B; msgs/s, ack latency p50/p99
   b_async_128   `js.publish_async` with `publish_async_max_pending=256` (256 in flight, no `wait_stall`),
                 128 B; msgs/s (and ack latency, from each future's completion)
+  c_fetch_128   pull fetch (`bench/nats_fetch.py`): the stream is first filled with `--fetch-msgs` x 128 B
+                by b's publisher (not timed; its time is recorded as `prefill_s`), then a durable pull
+                consumer (explicit ack) is created and the clock runs while `psub.fetch(--batch)` loops,
+                acking every message with `msg.ack()` (fire-and-forget, as the anchor script), until all
+                are received, plus a flush; msgs/s, MB/s, and p50/p99 of one `fetch` call. Every stream
+                sequence must arrive, first deliveries in order, and the server must then report every
+                ack applied (`ack_confirm_s`, not timed), or the run fails; redeliveries are counted
   d_async_16k   as b with 16 KiB payloads; MB/s
 
-BENCH.md's workload c (pull fetch) is not run: jsraft has no consumers yet. Each run is bounded by a
-count and a time cap (`--time-cap`; the async runs stop sending at the cap and then wait for every ack
-outstanding). A run uses a fresh stream (file storage), created and led before the clock starts and
-deleted after; the stream must hold exactly the acknowledged messages, or the run fails.
+Each publish run is bounded by a count and a time cap (`--time-cap`; the async runs stop sending at the
+cap and then wait for every ack outstanding); a fetch run by `--fetch-cap` (reaching it fails the run). A
+run uses a fresh stream (file storage), created and led before the clock starts and deleted after; the
+stream must hold exactly the acknowledged messages, or the run fails.
 
 Order: for each topology, one unrecorded warm-up per system, then `--rounds` rounds; in a round each
 workload runs once on every system, one after the other, the order of the systems rotating each round.
@@ -36,8 +43,9 @@ the measured system (psutil), per 1,000 acknowledged messages; also the client's
 idle systems' CPU over the same interval, since all share the machine's cores.
 
 Usage: python bench/compare_nats.py [--quick] [--json] [--rounds N] [--topologies r1,r3]
-       [--systems jsraft,nats_always,nats_default] [--workloads a_sync_128,b_async_128,d_async_16k]
-       [--sync-msgs N] [--async-msgs N] [--big-msgs N] [--inflight K] [--time-cap S] [--keep-dir]
+       [--systems jsraft,nats_always,nats_default] [--workloads a_sync_128,b_async_128,c_fetch_128,d_async_16k]
+       [--sync-msgs N] [--async-msgs N] [--big-msgs N] [--fetch-msgs N] [--batch B] [--inflight K]
+       [--time-cap S] [--fetch-cap S] [--keep-dir]
 """
 
 from __future__ import annotations
@@ -59,11 +67,12 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nats_fetch import confirm_acks, create_consumer, fetch_all  # noqa: E402
 from nats_servers import JsraftServers, NatsServers, find_nats_server, nats_server_version  # noqa: E402
 
 MB = 1_000_000  # decimal megabytes of payload, as the anchor figures
 SYSTEMS = ("jsraft", "nats_always", "nats_default")
-WORKLOADS = ("a_sync_128", "b_async_128", "d_async_16k")
+WORKLOADS = ("a_sync_128", "b_async_128", "c_fetch_128", "d_async_16k")
 STREAM, SUBJECT = "CMP", "cmp.x"
 EVENTS: list[dict[str, str]] = []  # connection errors and closes the client did not ask for
 # BENCH.md's goals, as ratios jsraft / nats_always: (topology, workload, what, bound, direction)
@@ -72,6 +81,7 @@ GOALS = [
     ("r3", "b_async_128", "msgs_per_s", 0.5, ">="),
     ("r3", "b_async_128", "msgs_per_s", 1.0, ">="),
     ("r3", "a_sync_128", "p50_ms", 1.5, "<="),
+    ("r3", "c_fetch_128", "msgs_per_s", 0.6, ">="),
     ("r3", "d_async_16k", "MB_per_s", 0.5, ">="),
 ]
 
@@ -271,14 +281,42 @@ async def run_workload(target: Target, workload: str, args: argparse.Namespace,
         await target.close()
 
 
+async def prefill(target: Target, count: int, size: int, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Workload c's untimed part: fill the stream with b's publisher, create the consumer."""
+    started = time.perf_counter()
+    ok, errors, _ = await async_publish(target, count, size, args.inflight, args.fetch_cap)
+    filled = time.perf_counter() - started
+    stored = await target.stored()
+    if errors or ok != count or stored != count:
+        raise RuntimeError(f"{target.name} prefill: {ok} of {count} acknowledged, {errors} failed, {stored} stored")
+    psub = await create_consumer(target.nc.jetstream(timeout=30), STREAM)
+    return psub, {"prefill_s": round(filled, 3), "prefill_msgs_per_s": round(count / filled, 1)}
+
+
+async def fetch_workload(target: Target, psub: Any, count: int,
+                         args: argparse.Namespace) -> tuple[int, int, list[float], dict[str, Any]]:
+    done = await fetch_all(target.nc, psub, count, args.batch, args.fetch_cap)
+    tally = done["tally"]
+    return tally.received, 0, done["latencies"], {
+        "redelivered": tally.redelivered, "duplicates": tally.duplicates, "empty_fetches": done["empty_fetches"],
+        "batch": args.batch,
+        "fetches": len(done["latencies"]), "payload_bytes": tally.nbytes}
+
+
 async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
                         idle: list[Target]) -> dict[str, Any]:
     leader = await target.fresh_stream()
     size = args.big_payload if workload == "d_async_16k" else args.payload
+    extra: dict[str, Any] = {}
+    if workload == "c_fetch_128":
+        psub, extra = await prefill(target, args.fetch_msgs, size, args)
     idle_cpu = {other.name: other.meter.seconds() for other in idle}
     server_cpu, client_cpu, started = target.meter.seconds(), time.process_time(), time.perf_counter()
     if workload == "a_sync_128":
         ok, errors, latencies = await sync_publish(target, args.sync_msgs, size, args.time_cap)
+    elif workload == "c_fetch_128":
+        ok, errors, latencies, found = await fetch_workload(target, psub, args.fetch_msgs, args)
+        extra |= found
     else:
         count = args.big_msgs if workload == "d_async_16k" else args.async_msgs
         ok, errors, latencies = await async_publish(target, count, size, args.inflight, args.time_cap)
@@ -286,6 +324,9 @@ async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
     server_cpu = target.meter.seconds() - server_cpu
     client_cpu = time.process_time() - client_cpu
     idle_cpu = {other.name: round(other.meter.seconds() - idle_cpu[other.name], 3) for other in idle}
+    if workload == "c_fetch_128":
+        extra |= await confirm_acks(target.nc.jetstream(timeout=30), STREAM, ok)
+        await psub.unsubscribe()
     stored = await target.stored()
     await target.delete_stream()
     if stored != ok:
@@ -298,7 +339,7 @@ async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
             "p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99),
             "server_cpu_s_per_1000": round(server_cpu * per_1000, 4),
             "client_cpu_s_per_1000": round(client_cpu * per_1000, 4),
-            "idle_systems_cpu_s": idle_cpu, "stream_leader": leader}
+            "idle_systems_cpu_s": idle_cpu, "stream_leader": leader, **extra}
 
 
 async def warm_up(target: Target, count: int) -> None:
@@ -384,7 +425,18 @@ def aggregate(samples: list[dict[str, Any]]) -> dict[str, Any]:
             "p99_ms": round(statistics.median(s["p99_ms"] for s in samples), 3),
             "server_cpu_s_per_1000": round(statistics.median(s["server_cpu_s_per_1000"] for s in samples), 4),
             "client_cpu_s_per_1000": round(statistics.median(s["client_cpu_s_per_1000"] for s in samples), 4),
-            "leaders": sorted({str(s["stream_leader"]) for s in samples})}
+            "leaders": sorted({str(s["stream_leader"]) for s in samples}), **fetch_figures(samples)}
+
+
+def fetch_figures(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """Workload c's extras: redeliveries (sum), empty fetches (sum), fill rate and ack confirmation (medians)."""
+    if not all("prefill_s" in s for s in samples):
+        return {}
+    return {"redelivered": sum(s["redelivered"] for s in samples),
+            "duplicates": sum(s["duplicates"] for s in samples),
+            "empty_fetches": sum(s["empty_fetches"] for s in samples),
+            "prefill_msgs_per_s": round(statistics.median(s["prefill_msgs_per_s"] for s in samples), 1),
+            "ack_confirm_s": round(statistics.median(s["ack_confirm_s"] for s in samples), 3)}
 
 
 def ratios(samples: list[dict[str, Any]], topology: str, workload: str, other: str) -> dict[str, Any] | None:
@@ -443,7 +495,8 @@ def report(args: argparse.Namespace, samples: list[dict], contexts: dict, before
                          "jsraft": importlib.metadata.version("jsraft"), "jsraft_commit": source_revision()},
             "settings": {"rounds": args.rounds, "topologies": args.topologies, "systems": args.systems,
                          "workloads": args.workloads, "sync_msgs": args.sync_msgs, "async_msgs": args.async_msgs,
-                         "big_msgs": args.big_msgs, "inflight": args.inflight, "payload": args.payload,
+                         "big_msgs": args.big_msgs, "fetch_msgs": args.fetch_msgs, "batch": args.batch,
+                         "fetch_cap_s": args.fetch_cap, "inflight": args.inflight, "payload": args.payload,
                          "big_payload": args.big_payload, "time_cap_s": args.time_cap, "warmup": args.warmup},
             "topologies": contexts, "results": results, "ratios": ratio_table, "goals": goals(ratio_table),
             "connection_events": EVENTS, "samples": samples}
@@ -492,6 +545,12 @@ def print_table(result: dict[str, Any]) -> None:
             for system, r in systems.items():
                 if r["errors"]:
                     print(f"{topology} {workload} {system}: {r['errors']} publishes failed (not counted)")
+                if "prefill_msgs_per_s" in r:
+                    print(f"{topology} {workload} {system}: p50/p99 are per fetch of {result['settings']['batch']}; "
+                          f"fill {r['prefill_msgs_per_s']:,.0f} msgs/s (not timed), acks all applied "
+                          f"{r['ack_confirm_s']} s after the clock stopped, {r['redelivered']} redelivered, "
+                          f"{r['duplicates']} delivered again as new, "
+                          f"{r['empty_fetches']} empty fetches")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -505,6 +564,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sync-msgs", type=int, default=None, help="a_sync_128: messages per run (5,000)")
     parser.add_argument("--async-msgs", type=int, default=None, help="b_async_128: messages per run (50,000)")
     parser.add_argument("--big-msgs", type=int, default=None, help="d_async_16k: messages per run (10,000)")
+    parser.add_argument("--fetch-msgs", type=int, default=None, help="c_fetch_128: messages per run (100,000)")
+    parser.add_argument("--batch", type=int, default=500, help="c_fetch_128: messages per fetch")
+    parser.add_argument("--fetch-cap", type=float, default=None, help="seconds a fill or a fetch run may take (300)")
     parser.add_argument("--inflight", type=int, default=256)
     parser.add_argument("--payload", type=int, default=128)
     parser.add_argument("--big-payload", type=int, default=16 * 1024)
@@ -525,6 +587,8 @@ def main(argv: list[str] | None = None) -> int:
     args.sync_msgs = args.sync_msgs or (200 if quick else 5000)
     args.async_msgs = args.async_msgs or (2000 if quick else 50_000)
     args.big_msgs = args.big_msgs or (300 if quick else 10_000)
+    args.fetch_msgs = args.fetch_msgs or (2000 if quick else 100_000)
+    args.fetch_cap = args.fetch_cap or (60.0 if quick else 300.0)
     args.time_cap = args.time_cap or (3.0 if quick else 10.0)
     args.warmup = args.warmup if args.warmup is not None else (20 if quick else 200)
     if any(s.startswith("nats") for s in args.systems) and find_nats_server() is None:

@@ -188,14 +188,15 @@ def next_matching(store: "FileStore", filters: str | Sequence[str] | None, start
 
 
 def live_seqs_between_first(store: "FileStore", start: int) -> int:
-    """The first live sequence at or after `start`, or 0."""
+    """The first live sequence at or after `start`, or 0. Stops at the first: a consumer reading a stream in
+    order asks once per message, and listing the rest of the block each time made that quadratic."""
     natural = 0
     for block in store.blocks:
         if block.last_seq < start:
             continue
-        seqs = live_seqs_between_block(block, max(start, block.first_seq), block.last_seq)
-        if seqs:
-            natural = seqs[0]
+        offsets, base = block.offsets, block.first_seq
+        natural = next((base + i for i in range(max(start, base) - base, block.last_seq - base + 1) if offsets[i]), 0)
+        if natural:
             break
     moved = [s for s in store.moved if s >= start and (not natural or s < natural)]
     return min(moved) if moved else natural

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from jsraft.codec.reader import BoundedReader
 from jsraft.consumer.errors import MalformedConsumerOps
 
 OPS_VERSION = 1
@@ -162,26 +163,11 @@ def encode_ops(ops: Sequence[Op]) -> bytes:
         raise ValueError(f"consumer op out of range: {error}") from None
 
 
-class _Reader:
-    __slots__ = ("data", "offset")
+class _Reader(BoundedReader):
+    __slots__ = ()
 
     def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.offset = 0
-
-    def take(self, fmt: struct.Struct) -> tuple:
-        if self.offset + fmt.size > len(self.data):
-            raise MalformedConsumerOps("consumer ops truncated")
-        values = fmt.unpack_from(self.data, self.offset)
-        self.offset += fmt.size
-        return values
-
-    def blob(self, length: int) -> bytes:
-        if self.offset + length > len(self.data):
-            raise MalformedConsumerOps("consumer ops truncated")
-        value = bytes(self.data[self.offset:self.offset + length])
-        self.offset += length
-        return value
+        super().__init__(data, MalformedConsumerOps, "consumer ops")
 
     def seq(self) -> int:
         (value,) = self.take(_U64)
@@ -247,6 +233,6 @@ def decode_ops(body: bytes) -> list[Op]:
     if not 1 <= count <= OPS_PER_ENTRY_MAX:
         raise MalformedConsumerOps(f"{count} ops in one CONSUMER entry")
     ops = [_decode_one(reader) for _ in range(count)]
-    if reader.offset != len(body):
-        raise MalformedConsumerOps(f"{len(body) - reader.offset} trailing bytes after consumer ops")
+    if reader.remaining:
+        raise MalformedConsumerOps(f"{reader.remaining} trailing bytes after consumer ops")
     return ops

@@ -26,6 +26,7 @@ import struct
 
 import crc32c
 
+from jsraft.codec.reader import BoundedReader
 from jsraft.consumer.errors import MalformedConsumerSnapshot
 from jsraft.consumer.machine import ConsumerEntry, ConsumerSet
 from jsraft.consumer.state import ConsumerState
@@ -69,26 +70,11 @@ def encode_snapshot(consumers: ConsumerSet) -> bytes:
     return body + _U32.pack(crc32c.crc32c(body))
 
 
-class _Reader:
-    __slots__ = ("data", "offset")
+class _Reader(BoundedReader):
+    __slots__ = ()
 
     def __init__(self, data: bytes) -> None:
-        self.data = memoryview(data)
-        self.offset = 0
-
-    def take(self, fmt: struct.Struct) -> tuple:
-        if self.offset + fmt.size > len(self.data):
-            raise MalformedConsumerSnapshot("consumer snapshot truncated")
-        values = fmt.unpack_from(self.data, self.offset)
-        self.offset += fmt.size
-        return values
-
-    def blob(self, length: int) -> bytes:
-        if self.offset + length > len(self.data):
-            raise MalformedConsumerSnapshot("consumer snapshot truncated")
-        value = bytes(self.data[self.offset:self.offset + length])
-        self.offset += length
-        return value
+        super().__init__(data, MalformedConsumerSnapshot, "consumer snapshot")
 
     def count(self) -> int:
         (value,) = self.take(_U32)
@@ -147,7 +133,7 @@ def restore_snapshot(data: bytes, store: StreamStore, retention: Retention = Ret
         if entry.name in consumers.consumers:
             raise MalformedConsumerSnapshot(f"consumer {entry.name!r} twice in a snapshot")
         consumers.consumers[entry.name] = entry
-    if reader.offset != len(body):
+    if reader.remaining:
         raise MalformedConsumerSnapshot("trailing bytes in a consumer snapshot")
     consumers.applied_index = applied_index
     return consumers

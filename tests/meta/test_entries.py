@@ -164,7 +164,7 @@ def test_hand_built_canonical_entry_decodes():
 def test_kind_numbers_are_durable():
     assert {k.name: int(k) for k in EntryKind} == {
         "CREATE_STREAM": 1, "UPDATE_STREAM": 2, "DELETE_STREAM": 3, "CREATE_CONSUMER": 4,
-        "DELETE_CONSUMER": 5, "PEER_ADD": 6, "PEER_REMOVE": 7}
+        "DELETE_CONSUMER": 5, "PEER_ADD": 6, "PEER_REMOVE": 7, "PEER_SEEN": 8, "SERVER_READMIT": 9}
 
 
 def test_encoding_an_invalid_entry_is_a_bug():

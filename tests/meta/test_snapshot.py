@@ -135,7 +135,11 @@ _STREAM = {"name": "S", "peers": ["n1"], "created_ns": 0, "created_index": 3, "r
 @pytest.mark.parametrize(("data", "why"), [
     (b"", "shorter than the frame"),
     (_frame({"peers": [], "streams": []}, [], magic=b"XXXX"), "bad magic"),
-    (_frame({"peers": [], "streams": []}, [], version=2), "format version 2"),
+    (_frame({"peers": [], "streams": []}, [], version=3), "format version 3"),
+    # Version 2 only when there are server records: an empty list is written as version 1.
+    (_frame({"peers": [], "servers": [], "streams": []}, [], version=2), "canonical"),
+    (_frame({"peers": [], "servers": [{"peer": "n1", "removed": False, "storage_uuid": ""}], "streams": []}, [],
+            version=2), "storage uuid is required"),
     (_frame({"peers": [], "streams": [_STREAM]}, []), "config blobs"),
     (_frame({"peers": [], "streams": [_STREAM, _STREAM]}, [b"{}", b"{}"]), "canonical order"),
     (_frame({"peers": [], "streams": [{**_STREAM, "name": "B"}, {**_STREAM, "name": "A"}]}, [b"{}", b"{}"]),

@@ -38,7 +38,7 @@ log = logging.getLogger("jsraft.serve")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # flag dest -> NodeConfig field, for flags that map one to one
 _FIELDS = ("name", "store_dir", "client_host", "client_port", "cluster_port", "monitor_host", "monitor_port",
-           "cluster_name", "tick_ms", "election_ticks")
+           "cluster_name", "tick_ms", "election_ticks", "test_hooks")
 
 
 def _flag(parser: argparse.ArgumentParser, spellings: tuple[str, ...], go_names: tuple[str, ...] = (),
@@ -79,6 +79,8 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--election-ticks", type=int, help="ticks without a leader before an election (default 10)")
     _flag(serve, ("-js", "--jetstream"), ("jetstream",), dest="jetstream", action="store_true",
           help="accepted for nats-server parity; always on")
+    serve.add_argument("--test-hooks", action="store_true", default=None,
+                       help="serve the chaos test hooks under /test/ on the monitor port (tests only)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _flag(serve, ("-D", "--debug"), ("debug",), dest="log_level", action="store_const", const="debug",
           help="the same as --log-level debug (nats-server's spelling)")

@@ -42,6 +42,7 @@ from jsraft.meta.errors import (
     ClusterPeerNotMember,
     ConsumerAlreadyExists,
     ConsumerNotFound,
+    ServerReadmitRefused,
     StreamNameExist,
 )
 from jsraft.meta.placement import PeerInfo
@@ -88,7 +89,7 @@ def apply_entry(state: MetaState, index: int, entry: e.MetaEntry) -> Applied:
 
 def target_of(entry: e.MetaEntry) -> str:
     """The stream an entry is about, or the peer for peer entries."""
-    if isinstance(entry, (e.PeerAdd, e.PeerRemove)):
+    if isinstance(entry, (e.PeerAdd, e.PeerRemove, e.PeerSeen, e.ServerReadmit)):
         return entry.peer
     if isinstance(entry, (e.CreateConsumer, e.DeleteConsumer)):
         return entry.stream
@@ -174,6 +175,8 @@ def _peer_remove(state: MetaState, index: int, entry: e.PeerRemove) -> Applied:
     if entry.peer not in state.peers:
         raise ClusterPeerNotMember()
     del state.peers[entry.peer]
+    # Remember which disk was removed: that disk may not rejoin, a wiped one may (`_server_readmit`).
+    state.removed_servers[entry.peer] = state.storage_uuids.pop(entry.peer, "")
     decided = {r.stream: r for r in entry.replacements}
     changed: list[str] = []
     for name in sorted(state.streams):
@@ -192,6 +195,26 @@ def _peer_remove(state: MetaState, index: int, entry: e.PeerRemove) -> Applied:
     return Applied(index=index, kind=entry.kind, target=entry.peer, changed=tuple(changed))
 
 
+def _peer_seen(state: MetaState, index: int, entry: e.PeerSeen) -> Applied:
+    """Record a member's storage UUID; refused for a removed server (its removal record stands)."""
+    if entry.peer in state.removed_servers:
+        raise ClusterPeerNotMember(f"server {entry.peer} was removed")
+    state.storage_uuids[entry.peer] = entry.storage_uuid
+    return Applied(index=index, kind=entry.kind, target=entry.peer)
+
+
+def _server_readmit(state: MetaState, index: int, entry: e.ServerReadmit) -> Applied:
+    """A server that is not a peer comes back with a storage UUID other than the removed one: forget the
+    removal. Refused for a peer, and for the very disk that was removed (it must be wiped to rejoin)."""
+    if entry.peer in state.peers:
+        raise ServerReadmitRefused(f"server {entry.peer} is a peer, not removed")
+    if state.removed_servers.get(entry.peer) == entry.storage_uuid:
+        raise ServerReadmitRefused(f"server {entry.peer} returned with the storage it was removed with")
+    state.removed_servers.pop(entry.peer, None)
+    state.storage_uuids[entry.peer] = entry.storage_uuid
+    return Applied(index=index, kind=entry.kind, target=entry.peer)
+
+
 _HANDLERS: dict[e.EntryKind, Callable[[MetaState, int, e.MetaEntry], Applied]] = {
     e.EntryKind.CREATE_STREAM: _create_stream,
     e.EntryKind.UPDATE_STREAM: _update_stream,
@@ -200,4 +223,6 @@ _HANDLERS: dict[e.EntryKind, Callable[[MetaState, int, e.MetaEntry], Applied]] =
     e.EntryKind.DELETE_CONSUMER: _delete_consumer,
     e.EntryKind.PEER_ADD: _peer_add,
     e.EntryKind.PEER_REMOVE: _peer_remove,
+    e.EntryKind.PEER_SEEN: _peer_seen,
+    e.EntryKind.SERVER_READMIT: _server_readmit,
 }

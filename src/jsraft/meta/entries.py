@@ -55,6 +55,8 @@ class EntryKind(enum.IntEnum):
     DELETE_CONSUMER = 5
     PEER_ADD = 6
     PEER_REMOVE = 7
+    PEER_SEEN = 8
+    SERVER_READMIT = 9
 
 
 @attrs.frozen(kw_only=True)
@@ -136,10 +138,32 @@ class PeerRemove:
     replacements: tuple[Replacement, ...] = ()
 
 
-MetaEntry = CreateStream | UpdateStream | DeleteStream | CreateConsumer | DeleteConsumer | PeerAdd | PeerRemove
+@attrs.frozen(kw_only=True)
+class PeerSeen:
+    """The meta leader saw member `peer` online with this storage UUID (its HELLO): recorded so that, once
+    the peer is removed, every replica knows which disk was removed (`server/meta_members.py`)."""
+
+    kind: ClassVar[EntryKind] = EntryKind.PEER_SEEN
+    peer: str
+    storage_uuid: str
+
+
+@attrs.frozen(kw_only=True)
+class ServerReadmit:
+    """A removed server came back with another storage UUID (its directory wiped): it may be added to the
+    meta group again (learner, then voter, then `PeerAdd`; `server/meta_members.py`)."""
+
+    kind: ClassVar[EntryKind] = EntryKind.SERVER_READMIT
+    peer: str
+    storage_uuid: str
+
+
+MetaEntry = (CreateStream | UpdateStream | DeleteStream | CreateConsumer | DeleteConsumer | PeerAdd | PeerRemove
+             | PeerSeen | ServerReadmit)
 _CLASSES: dict[EntryKind, type] = {
     cls.kind: cls
-    for cls in (CreateStream, UpdateStream, DeleteStream, CreateConsumer, DeleteConsumer, PeerAdd, PeerRemove)
+    for cls in (CreateStream, UpdateStream, DeleteStream, CreateConsumer, DeleteConsumer, PeerAdd, PeerRemove,
+                PeerSeen, ServerReadmit)
 }
 _WITH_CONFIG = frozenset({EntryKind.CREATE_STREAM, EntryKind.UPDATE_STREAM, EntryKind.CREATE_CONSUMER})
 
@@ -201,8 +225,10 @@ def entry_problem(entry: MetaEntry) -> str | None:
     if isinstance(entry, (CreateStream, UpdateStream, CreateConsumer)):
         if not 0 <= entry.required_level < REQUIRED_LEVEL_MAX:
             problems.append(f"required_level {entry.required_level} is out of range")
-    if isinstance(entry, (PeerAdd, PeerRemove)):
+    if isinstance(entry, (PeerAdd, PeerRemove, PeerSeen, ServerReadmit)):
         problems.append(name_problem(entry.peer, "peer id"))
+    if isinstance(entry, (PeerSeen, ServerReadmit)):
+        problems.append(label_problem(entry.storage_uuid, "storage uuid"))
     if isinstance(entry, PeerAdd):
         problems += [label_problem(tag, "tag") for tag in entry.tags]
         if entry.cluster is not None:

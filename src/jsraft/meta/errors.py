@@ -167,3 +167,12 @@ class QuarantineConflict(JsraftError):
     err_code = 20303
     http_code = 500
     default_description = "quarantine restore conflict"
+
+
+class ServerReadmitRefused(JsraftError):
+    """A `SERVER_READMIT` that does not apply: the server is a peer, or it returned with the very storage
+    it was removed with (it must be wiped to rejoin)."""
+
+    err_code = 20304
+    http_code = 409
+    default_description = "server can not be readmitted"

@@ -50,7 +50,9 @@ from jsraft.meta.entries import (
     MetaEntry,
     PeerAdd,
     PeerRemove,
+    PeerSeen,
     Replacement,
+    ServerReadmit,
     UpdateStream,
     encode_entry,
     entry_problem,
@@ -308,3 +310,16 @@ class Proposer:
                 replacements.append(Replacement(stream=assignment.name, old_peers=assignment.peers,
                                                 new_peers=new))
         return self._propose(PeerRemove(peer=peer, replacements=tuple(replacements)))
+
+    def server_record(self, entry: PeerSeen | ServerReadmit) -> Proposal:
+        """Record a member's storage UUID (`PeerSeen`) or readmit a removed server (`ServerReadmit`);
+        nothing if it is already recorded, `in_flight` if the same entry is proposed (the meta leader's
+        membership duty, `server/meta_members.py`, calls this every tick)."""
+        if (problem := entry_problem(entry)) is not None:
+            raise BadRequest(problem)
+        if self.state.storage_uuids.get(entry.peer) == entry.storage_uuid:
+            return Proposal()
+        for op in self.pending.of(type(entry)):
+            if op.entry == entry:
+                return Proposal(data=op.data, entry=op.entry, in_flight=True)
+        return self._propose(entry)

@@ -35,7 +35,7 @@ from jsraft.errors import invariant
 from jsraft.jsapi import API_LEVEL
 from jsraft.meta.apply import Applied, apply_entry
 from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment
-from jsraft.meta.entries import decode_entry
+from jsraft.meta.entries import PeerSeen, ServerReadmit, decode_entry
 from jsraft.meta.leader import Proposal, Proposer
 from jsraft.meta.placement import PeerInfo
 from jsraft.meta.rules import check_request_level
@@ -115,6 +115,12 @@ class MetaStateMachine:
     def propose_stream_peer_remove(self, name: str, peer: str, *, online: Collection[str]) -> Proposal:
         return self._proposer.stream_peer_remove(name, peer, online=online)
 
+    def propose_peer_seen(self, peer: str, storage_uuid: str) -> Proposal:
+        return self._proposer.server_record(PeerSeen(peer=peer, storage_uuid=storage_uuid))
+
+    def propose_server_readmit(self, peer: str, storage_uuid: str) -> Proposal:
+        return self._proposer.server_record(ServerReadmit(peer=peer, storage_uuid=storage_uuid))
+
     def cancel_proposal(self, data: bytes) -> bool:
         """Raft did not take `data` (NotLeader, ProposalDropped): stop counting it."""
         return self._proposer.pending.discard(bytes(data))
@@ -182,3 +188,11 @@ class MetaStateMachine:
 
     def peers(self) -> dict[str, PeerInfo]:
         return dict(sorted(self._state.peers.items()))
+
+    def storage_uuids(self) -> dict[str, str]:
+        """Member -> the storage UUID the meta leader last saw it with (`PEER_SEEN`)."""
+        return dict(sorted(self._state.storage_uuids.items()))
+
+    def removed_servers(self) -> dict[str, str]:
+        """Removed server -> the storage UUID it had when removed ("" if never seen)."""
+        return dict(sorted(self._state.removed_servers.items()))

@@ -2,12 +2,15 @@
 
 Owns: the snapshot format::
 
-    magic "JSMS" | version u8 (=1) | applied_index u64 | wire.pack(document, configs) | crc32c u32
+    magic "JSMS" | version u8 (1 or 2) | applied_index u64 | wire.pack(document, configs) | crc32c u32
 
 The CRC covers every byte before it. The document lists peers (by id), streams (by name) and each
-stream's consumers (by name), all sorted; the blobs are the raw configs in document order (each stream's
-config, then its consumers'). Group names are not stored: they are `entries.group_name(name,
-created_index)`. Offline-ness is not stored: it is decided again by the loading node's API level.
+stream's consumers (by name), all sorted; version 2 adds `servers`: the storage UUID of each server seen
+or removed (`MetaState.storage_uuids` / `removed_servers`), sorted by name. A state without such records
+is written as version 1, byte for byte as before, so version 1 snapshots keep their encoding. The blobs
+are the raw configs in document order (each stream's config, then its consumers'). Group names are not
+stored: they are `entries.group_name(name, created_index)`. Offline-ness is not stored: it is decided
+again by the loading node's API level.
 
 Invariants:
   1. Canonical: equal states encode to equal bytes, and `encode_state(decode_state(b)) == b`.
@@ -36,15 +39,18 @@ from jsraft.meta.entries import (
     CreateConsumer,
     CreateStream,
     PeerAdd,
+    PeerSeen,
     entry_problem,
     group_name,
+    name_problem,
 )
 from jsraft.meta.errors import MalformedMetaSnapshot
 from jsraft.meta.placement import PeerInfo
 from jsraft.meta.state import MetaState
 
 MAGIC = b"JSMS"
-SNAPSHOT_FORMAT_VERSION = 1
+SNAPSHOT_FORMAT_VERSION = 2  # the newest; 1 is still read and written (no server records)
+_VERSIONS = (1, 2)
 _CRC_BYTES = 4
 
 
@@ -76,9 +82,29 @@ class _PeerRecord:
 
 
 @attrs.frozen(kw_only=True)
+class _ServerRecord:
+    peer: str
+    storage_uuid: str  # "" only for a removed server whose storage was never seen
+    removed: bool
+
+
+@attrs.frozen(kw_only=True)
 class _Document:
     peers: tuple[_PeerRecord, ...]
     streams: tuple[_StreamRecord, ...]
+
+
+@attrs.frozen(kw_only=True)
+class _DocumentV2:
+    peers: tuple[_PeerRecord, ...]
+    streams: tuple[_StreamRecord, ...]
+    servers: tuple[_ServerRecord, ...]
+
+
+def _servers(state: MetaState) -> tuple[_ServerRecord, ...]:
+    records = [_ServerRecord(peer=p, storage_uuid=u, removed=False) for p, u in state.storage_uuids.items()]
+    records += [_ServerRecord(peer=p, storage_uuid=u, removed=True) for p, u in state.removed_servers.items()]
+    return tuple(sorted(records, key=lambda record: record.peer))
 
 
 def _document(state: MetaState) -> tuple[dict[str, Any], list[bytes]]:
@@ -99,12 +125,16 @@ def _document(state: MetaState) -> tuple[dict[str, Any], list[bytes]]:
             peers_index=assignment.peers_index))
     peers = tuple(_PeerRecord(peer=p, cluster=state.peers[p].cluster, tags=state.peers[p].tags)
                   for p in sorted(state.peers))
-    return wire.json_value(unstructure(_Document(peers=peers, streams=tuple(streams)))), blobs
+    servers = _servers(state)
+    document = (_DocumentV2(peers=peers, streams=tuple(streams), servers=servers) if servers
+                else _Document(peers=peers, streams=tuple(streams)))
+    return wire.json_value(unstructure(document)), blobs
 
 
 def encode_state(state: MetaState) -> bytes:
     doc, blobs = _document(state)
-    body = MAGIC + bytes((SNAPSHOT_FORMAT_VERSION,)) + state.applied_index.to_bytes(8, "little")
+    version = 2 if "servers" in doc else 1
+    body = MAGIC + bytes((version,)) + state.applied_index.to_bytes(8, "little")
     body += wire.pack(doc, blobs)
     return body + crc32c(body).to_bytes(_CRC_BYTES, "little")
 
@@ -126,13 +156,13 @@ def decode_state(data: bytes | memoryview, *, api_level: int) -> MetaState:
     reader = wire.Reader(data[:-_CRC_BYTES], MalformedMetaSnapshot, "meta snapshot")
     if reader.take(len(MAGIC)) != MAGIC:
         raise reader.fail("bad magic")
-    if (version := reader.u8()) != SNAPSHOT_FORMAT_VERSION:
-        raise reader.fail(f"format version {version} is not {SNAPSHOT_FORMAT_VERSION}")
+    if (version := reader.u8()) not in _VERSIONS:
+        raise reader.fail(f"format version {version} is not one of {_VERSIONS}")
     applied_index = reader.u64()
     doc, blobs = wire.unpack(reader)
     reader.done()
     try:
-        document = structure(doc, _Document, where="meta snapshot")
+        document = structure(doc, _Document if version == 1 else _DocumentV2, where="meta snapshot")
     except JsraftError as error:
         raise reader.fail(error.description) from None
     if wire.json_value(unstructure(document)) != doc:
@@ -151,7 +181,7 @@ def _created_indexes(state: MetaState) -> list[int]:
     return indexes + [c.created_index for consumers in state.consumers.values() for c in consumers.values()]
 
 
-def _build(document: _Document, blobs: list[bytes], reader: wire.Reader, api_level: int) -> MetaState:
+def _build(document: _Document | _DocumentV2, blobs: list[bytes], reader: wire.Reader, api_level: int) -> MetaState:
     """Check every record with the entry rules, then fill a state whose assets load at `api_level`."""
     expected = sum(1 + len(s.consumers) for s in document.streams)
     if len(blobs) != expected:
@@ -177,7 +207,19 @@ def _build(document: _Document, blobs: list[bytes], reader: wire.Reader, api_lev
                 s.name, c.name, blobs[position], created_ns=c.created_ns, created_index=c.created_index,
                 required_level=c.required_level, api_level=api_level)
             position += 1
+    for server in getattr(document, "servers", ()):
+        _check_server(server, reader)
+        (state.removed_servers if server.removed else state.storage_uuids)[server.peer] = server.storage_uuid
     return state
+
+
+def _check_server(server: _ServerRecord, reader: wire.Reader) -> None:
+    if server.removed and not server.storage_uuid:
+        problem = name_problem(server.peer, "peer id")  # removed before its storage was ever seen
+    else:
+        problem = entry_problem(PeerSeen(peer=server.peer, storage_uuid=server.storage_uuid))
+    if problem is not None:
+        raise reader.fail(problem)
 
 
 def _check(record: Any, reader: wire.Reader) -> None:

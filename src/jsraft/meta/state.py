@@ -1,13 +1,17 @@
 """`MetaState`: the committed meta state every replica holds, and the read-only questions asked of it.
 
-Owns: the peers placement may use, the stream assignments, each stream's consumer assignments, and the
-index of the last applied entry. Only `apply` (module `apply`) and `snapshot.decode_state` change it.
+Owns: the peers placement may use, the stream assignments, each stream's consumer assignments, the
+storage UUIDs of servers (the last one seen of each member; the one each removed server had when it was
+removed, "" if never seen), and the index of the last applied entry. Only `apply` (module `apply`) and
+`snapshot.decode_state` change it.
 
 Invariants:
   1. `consumers` has a key for exactly the streams in `streams`.
   2. Stream names are unique, and no two streams' guarded subjects overlap (offline ones included):
      apply refuses an entry that would break this, whatever the leader checked.
   3. Queries return values sorted by name, so callers (API listings, the digest) are deterministic.
+  4. `storage_uuids` and `removed_servers` have no key in common: a server is either a member whose disk
+     was seen, or removed (until `SERVER_READMIT` with another UUID).
 
 Imports: L0, L1, `meta.assignment`, `meta.placement`. Reference: DESIGN.md §5, §9.
 """
@@ -31,10 +35,13 @@ class MetaState:
         self.peers: dict[str, PeerInfo] = {}
         self.streams: dict[str, StreamAssignment] = {}
         self.consumers: dict[str, dict[str, ConsumerAssignment]] = {}
+        self.storage_uuids: dict[str, str] = {}  # member -> storage UUID last seen (PEER_SEEN)
+        self.removed_servers: dict[str, str] = {}  # removed server -> its storage UUID then ("" unknown)
 
     def check(self) -> None:
         """Invariant 1 (cheap; run after restore and in tests)."""
         invariant(set(self.consumers) == set(self.streams), "every stream has a consumer map, and only they")
+        invariant(not set(self.storage_uuids) & set(self.removed_servers), "a server is seen or removed (4)")
 
     # --- Streams -------------------------------------------------------------------------------
 

@@ -71,6 +71,9 @@ class NodeConfig:
     election_ticks: int = 10
     # Shorter transport timeouts and eager reconnects for in-process test clusters.
     test_mode: bool = False
+    # The chaos test hooks under `/test/` on the monitor (`server.test_hooks`) and a wall clock that can be
+    # skewed at run time (`runtime.SkewableClock`). Off by default; never for production.
+    test_hooks: bool = False
     # Stream groups (DESIGN §6, §8): a Raft snapshot and WAL compaction every this many applied entries
     # (0: only when asked); an AUDIT entry every this many ms (0: only after recoveries and repairs); the
     # message store's block size; one catch-up chunk's byte budget; the longest wait between repair tries.

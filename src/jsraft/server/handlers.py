@@ -5,7 +5,8 @@ Owns: the request methods and their JSON shapes: admin methods served by the met
 (`msg.publish`, `msg.get`, `msg.delete`, `stream.purge`, `stream.info`), repairs and audits
 (`stream.snapshot`, `stream.catchup`, `stream.audit_request` served by the stream leader,
 `stream.audit_report` collected by it, `stream.resync` sent by it to a replica an audit found
-disagreeing; see `stream_repair`, `stream_audit`), and member queries (`replica.state`).
+disagreeing; see `stream_repair`, `stream_audit`), member queries (`replica.state`), and the meta
+leader's notice to a removed server (`meta.removed`, see `meta_members`).
 
 Invariants:
   1. A method that needs a leader raises `NotLeader(hint)` on any other node; it never forwards
@@ -49,7 +50,7 @@ class Handlers:
         self.table = {
             "stream.create": self.stream_create, "stream.update": self.stream_update,
             "stream.delete": self.stream_delete, "stream.peer_remove": self.stream_peer_remove,
-            "server.remove": self.server_remove,
+            "server.remove": self.server_remove, "meta.removed": self.meta_removed,
             "msg.publish": self.msg_publish, "msg.get": self.msg_get,
             "msg.delete": self.msg_delete, "stream.purge": self.stream_purge, "stream.info": self.stream_info,
             "replica.state": self.replica_state, "stream.snapshot": self.stream_snapshot,
@@ -84,6 +85,10 @@ class Handlers:
     async def server_remove(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         await self.node.meta_service.server_remove(str(args["peer"]))
         return {"success": True}, ()
+
+    async def meta_removed(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """The meta leader tells this server it was removed and its storage may not rejoin."""
+        return self.node.meta_service.members.on_notice(args), ()
 
     async def stream_peer_remove(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         assignment = await self.node.meta_service.stream_peer_remove(str(args["name"]), str(args["peer"]))

@@ -1,10 +1,13 @@
 """`MetaService`: the meta group on this node — its adapter, and the meta leader's duties (layer L5).
 
-Owns: opening `$meta` (voters: every configured node, less those `SERVER.REMOVE` took out) with its snapshot interval — the runtime snapshots
+Owns: opening `$meta` (voters: every configured node, less those `SERVER.REMOVE` took out, plus those
+readmitted after it — `meta_members`) with its snapshot interval — the runtime snapshots
 the meta state machine and compacts the meta WAL every `snapshot_every_entries` applied entries, and a
 follower behind the compacted log gets the leader's snapshot (InstallSnapshot) —, knowing when this node
-may propose (leader, its term's NOOP applied), registering the configured nodes as peers (`PEER_ADD`)
-once per term, and turning admin requests into meta proposals answered from their applied results.
+may propose (leader, its term's NOOP applied), registering the meta voters as peers (`PEER_ADD`)
+in each term and whenever a voter is not one (a readmitted server), running the membership duty
+(`meta_members.MetaMembers`) every `MEMBERS_INTERVAL_TICKS`, and turning admin requests into meta
+proposals answered from their applied results.
 
 Invariants:
   1. `propose_*` is called only when `ready()`: this node leads and has applied its term's NOOP
@@ -21,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
 import trio
 
@@ -37,17 +41,23 @@ from jsraft.raft.status import Role
 from jsraft.runtime import NodeRuntime
 from jsraft.server.errors import NoLeader
 from jsraft.server.meta_adapter import MetaAdapter
+from jsraft.server.meta_members import MetaMembers
 
 log = logging.getLogger("jsraft.server.meta")
 
 META_GROUP = "$meta"
+MEMBERS_INTERVAL_TICKS = 5
 
 
 class MetaService:
     def __init__(self, *, node_id: str, voters: tuple[str, ...], runtime: NodeRuntime, meta: MetaStateMachine,
                  adapter: MetaAdapter, online: Callable[[], Collection[str]], tick_s: float,
-                 snapshot_every_entries: int | None = META_SNAPSHOT_ENTRIES) -> None:
-        """`snapshot_every_entries`: None snapshots only when asked (`NodeRuntime.request_snapshot`)."""
+                 snapshot_every_entries: int | None = META_SNAPSHOT_ENTRIES, storage_uuid: str = "",
+                 online_uuids: Callable[[], dict[str, str]] = dict,
+                 call_peer: Callable[..., Awaitable[Any]] | None = None) -> None:
+        """`snapshot_every_entries`: None snapshots only when asked (`NodeRuntime.request_snapshot`).
+        `online_uuids`: name -> storage UUID of each connected server, this one included; `call_peer`:
+        `Rpc.call` (both for `MetaMembers`)."""
         self.node_id = node_id
         self.voters = voters
         self.runtime = runtime
@@ -58,6 +68,9 @@ class MetaService:
         self.snapshot_every_entries = snapshot_every_entries
         self._led_term = 0  # the term this node last led in (to abandon proposals when it ends)
         self._peers_term = 0  # the term in which the configured peers were last registered
+        self.members = MetaMembers(node_id=node_id, storage_uuid=storage_uuid, group=META_GROUP, runtime=runtime,
+                                   meta=meta, online_uuids=online_uuids, propose=self._propose,
+                                   call_peer=call_peer or _no_call)
 
     async def open(self, raft_config: RaftConfig, disk) -> None:
         await self.runtime.open_group(META_GROUP, voters=self.voters, state_machine=self.adapter,
@@ -72,18 +85,30 @@ class MetaService:
         return status.role is Role.LEADER and self.adapter.noop_term == status.current_term
 
     async def run(self) -> None:
-        """Follow leadership every tick: abandon proposals of a lost term, register peers in a new one."""
+        """Follow leadership every tick: abandon proposals of a lost term, register peers in a new one
+        (and whenever a voter is not a peer yet); run the membership duty alongside."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._run_members, nursery)
+            while True:
+                status = self.runtime.status(META_GROUP).raft
+                if status.role is Role.LEADER:
+                    self._led_term = status.current_term
+                    unregistered = not set(self.meta_voters()) <= set(self.meta.peers())
+                    if self.ready() and (self._peers_term != status.current_term or unregistered):
+                        if await self._register_peers():
+                            self._peers_term = status.current_term
+                elif self._led_term:
+                    self._led_term = 0
+                    self.meta.abandon_proposals()
+                await trio.sleep(self.tick_s)
+
+    async def _run_members(self, nursery: trio.Nursery) -> None:
         while True:
-            status = self.runtime.status(META_GROUP).raft
-            if status.role is Role.LEADER:
-                self._led_term = status.current_term
-                if self.ready() and self._peers_term != status.current_term:
-                    if await self._register_peers():
-                        self._peers_term = status.current_term
-            elif self._led_term:
-                self._led_term = 0
-                self.meta.abandon_proposals()
-            await trio.sleep(self.tick_s)
+            if self.ready():
+                done = await self.members.lead(nursery)
+                if done is not None:
+                    log.info("meta: membership step %s", done)
+            await trio.sleep(self.tick_s * MEMBERS_INTERVAL_TICKS)
 
     async def _register_peers(self) -> bool:
         known = self.meta.peers()
@@ -197,3 +222,7 @@ class MetaService:
                 except JsraftError:
                     await trio.sleep(self.tick_s / 4)
         raise NoLeader(f"stream {name!r} was proposed but has not applied yet")
+
+
+async def _no_call(*args: Any, **kwargs: Any) -> Any:
+    raise NoLeader("this meta service has no peer calls")

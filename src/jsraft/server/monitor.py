@@ -3,7 +3,8 @@
 Owns: a plain trio TCP listener speaking just enough HTTP/1.0 (one request per connection, `GET` and
 `HEAD`, JSON bodies — Prometheus text for `/metrics` —, `Connection: close`), and the views, built from
 the node's existing attributes:
-  - `/healthz`: 200 `{"status": "ok"}` while the node runs (`mark_running` .. `mark_stopped`), else 503.
+  - `/healthz`: 200 `{"status": "ok"}` while the node runs (`mark_running` .. `mark_stopped`), else 503;
+    503 too, with the reason, once the meta leader told this server it was removed (`meta_members`).
     Liveness: it says the process serves, not that the node is ready.
   - `/varz`: name, version, ports (client, cluster, monitor), cluster name, peers and their links, start
     time and uptime — served only once the node has been ready (`metrics.node_ready`: a meta leader is
@@ -14,6 +15,8 @@ the node's existing attributes:
     (first_seq, last_seq, messages, bytes, digest), health and applied index. 503 while not running: a
     stopped node's view is stale.
   - `/metrics`: Prometheus text format from the node's own registry (`metrics.node_registry`).
+  - `/test/...`: the chaos test hooks (`test_hooks`), routed there only when the node runs with
+    `test_hooks` on (else 404); `POST` is taken there only (for `/test/clock`).
 
 Invariants:
   1. Nothing a client sends can crash or stall the node: the request head is bounded
@@ -21,7 +24,8 @@ Invariants:
      is answered 400, an unknown path 404, another method 405, concurrent connections are bounded
      (`CONNECTIONS_MAX`; beyond it a connection is closed at once), and any error while building a view
      is logged and answered 500.
-  2. The monitor only reads node state; it never proposes, opens or closes anything.
+  2. The monitor only reads node state; it never proposes, opens or closes anything (the one write, the
+     test hooks' wall clock skew, exists only with the test hooks on).
   3. `/varz` answers 503 until the first time the node is seen ready, and 200 from then on: readiness is
      latched, so a meta election later on does not make the node's description disappear.
 
@@ -36,6 +40,7 @@ import json
 import logging
 import re
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -44,6 +49,7 @@ from jsraft import __version__
 from jsraft.errors import JsraftError
 from jsraft.server.meta_service import META_GROUP
 from jsraft.server.metrics import CONTENT_TYPE, node_ready, node_registry, render
+from jsraft.server.test_hooks import PREFIX as TEST_PREFIX, TestHooks
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -105,6 +111,14 @@ def parse_request_head(head: bytes) -> tuple[str, str]:
     return match["method"], path
 
 
+def parse_query(head: bytes) -> dict[str, str]:
+    """The request target's query parameters (first value of each; `{}` when none or malformed)."""
+    line = head.split(b"\n", 1)[0].rstrip(b"\r").decode("ascii", "replace")
+    target = line.split(" ")[1] if line.count(" ") >= 2 else ""
+    query = target.partition("?")[2].partition("#")[0]
+    return {key: values[0] for key, values in urllib.parse.parse_qs(query, keep_blank_values=True).items()}
+
+
 def render_response(status: int, body: Body | None, *, head_only: bool = False,
                     extra_headers: tuple[str, ...] = ()) -> bytes:
     if isinstance(body, Text):
@@ -164,6 +178,8 @@ class Monitor:
         self.registry = node_registry(node, running=lambda: self.running)  # this node's own (not global)
         self.ready_seen = False  # invariant 3
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
+        # `/test/` only with the node's test hooks on (test_hooks invariant 1).
+        self.test_hooks = TestHooks(node) if getattr(getattr(node, "config", None), "test_hooks", False) else None
 
     # --- The node's lifecycle, as told by whoever runs it --------------------------------------------
 
@@ -221,7 +237,7 @@ class Monitor:
         self.requests += 1
         try:
             method, path = parse_request_head(head)
-            status, body = self.respond(method, path)
+            status, body = self.respond(method, path, parse_query(head))
             head_only = method == "HEAD"
             extra: tuple[str, ...] = ()
         except HttpError as error:
@@ -254,8 +270,15 @@ class Monitor:
 
     # --- Routing and views -----------------------------------------------------------------------------
 
-    def respond(self, method: str, path: str) -> tuple[int, Body]:
-        """`(status, body)` for a parsed request; `HttpError` for a refused one (invariant 1)."""
+    def respond(self, method: str, path: str, query: dict[str, str] | None = None) -> tuple[int, Body]:
+        """`(status, body)` for a parsed request; `HttpError` for a refused one (invariant 1). `POST` only
+        for `/test/clock`, with the test hooks on."""
+        if self.test_hooks is not None and path.startswith(TEST_PREFIX) and method in ("GET", "HEAD", "POST"):
+            try:
+                return self.test_hooks.respond(method, path, query or {})
+            except Exception:
+                log.exception("monitor: test hook %s failed", path)
+                return 500, {"error": f"test hook {path} failed; see the node's log"}
         if method not in ("GET", "HEAD"):
             raise HttpError(405, f"method {method} not allowed")
         views = {"/": self.index, "/healthz": self.healthz, "/varz": self.varz, "/jsz": self.jsz,
@@ -273,6 +296,8 @@ class Monitor:
         return 200, {"server_name": self.node.name, "endpoints": list(ENDPOINTS)}
 
     def healthz(self) -> tuple[int, dict[str, Any]]:
+        if self.running and self.node.meta_service.members.notice is not None:  # meta_members rule 2
+            return 503, {"status": "unavailable", "error": self.node.meta_service.members.notice.describe()}
         if self.running:
             return 200, {"status": "ok"}
         return 503, {"status": "unavailable", "error": "node is not running"}

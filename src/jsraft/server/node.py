@@ -35,7 +35,7 @@ from jsraft.raft.errors import NotLeader
 from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
-from jsraft.runtime import NodeRuntime, SystemClock
+from jsraft.runtime import NodeRuntime, SkewableClock, SystemClock
 from jsraft.server.client_server import ClientServer
 from jsraft.server.config import NodeConfig
 from jsraft.server.handlers import Handlers
@@ -70,6 +70,9 @@ class Node:
         self.client_address: tuple[str, int] | None = None
         self.killed = False
         self.meta = MetaStateMachine(clustered=config.clustered)
+        # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
+        # monotonic time, which paces every timeout and election, is the system's, untouched).
+        self.clock: SystemClock | SkewableClock = SkewableClock() if config.test_hooks else SystemClock()
         self._scope = trio.CancelScope()
 
     def raft_config(self) -> RaftConfig:
@@ -109,7 +112,7 @@ class Node:
     def _build(self, disk: OsDisk) -> None:
         config = self.config
         invariant(self.identity is not None, "identity is checked before the node is built (invariant 1)")
-        self.runtime = NodeRuntime(self.name, disk, SystemClock(), random.Random(), self._send_raft,
+        self.runtime = NodeRuntime(self.name, disk, self.clock, random.Random(), self._send_raft,
                                    tick_ms=config.tick_ms)
         self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
                                      meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s,
@@ -120,7 +123,7 @@ class Node:
         self.transport = Transport(
             self.name, config.cluster_name, self.identity.storage_uuid, config.cluster_host, config.cluster_port,
             config.peer_addresses(), on_message=self._on_message, on_link=self._on_link,
-            config=_TEST_TRANSPORT if config.test_mode else None)
+            config=_TEST_TRANSPORT if config.test_mode else None, bind_host=self._outgoing_host())
         self.handlers = Handlers(self)
         self.rpc = Rpc(self.transport.send, self.handlers.handle)
         self.router = Router(self.name, self.rpc, self.handlers.handle, tick_s=self.tick_s,
@@ -128,13 +131,22 @@ class Node:
         self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
                                         meta=self.meta, adapter=self.meta_adapter, online=self.online,
                                         tick_s=self.tick_s,
-                                        snapshot_every_entries=config.meta_snapshot_every_entries or None)
+                                        snapshot_every_entries=config.meta_snapshot_every_entries or None,
+                                        storage_uuid=str(self.identity.storage_uuid),
+                                        online_uuids=self.online_storage_uuids, call_peer=self.rpc.call)
         self.clients: ClientServer = client_service(self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
         # Subject interest and messages between nodes; a short digest interval in tests bounds how long
         # a lost interest frame can go unnoticed there.
         self.routes = Routes(self.name, self.clients, self.transport.send,
                              digest_interval_s=0.2 if config.test_mode else 1.0)
+
+    def _outgoing_host(self) -> str | None:
+        """The address outgoing cluster connections are bound to: with the test hooks on and a specific
+        cluster host, that host — the chaos harness's network-namespace mode tells nodes apart by source
+        address (127.0.0.11..13); otherwise the OS picks."""
+        host = self.config.cluster_host
+        return host if self.config.test_hooks and host not in ("", "0.0.0.0", "::") else None
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
         """Wait until the meta group has a leader, this node applied what it had committed when last
@@ -189,6 +201,12 @@ class Node:
 
     def online(self) -> set[str]:
         return {self.name} | {peer for peer, status in self.transport.peer_status().items() if status.connected}
+
+    def online_storage_uuids(self) -> dict[str, str]:
+        """Name -> storage UUID of this node and of each connected peer (from its HELLO)."""
+        uuids = {peer: str(status.storage_uuid) for peer, status in self.transport.peer_status().items()
+                 if status.connected and status.storage_uuid is not None}
+        return {**uuids, self.name: str(self.identity.storage_uuid) if self.identity else ""}
 
     # --- Routes ---------------------------------------------------------------------------------------
 

@@ -227,6 +227,9 @@ class StreamPublishes:
     def _send_remote(self, stream: str, lane: _Lane, leader: str, batch: list[Item]) -> bool:
         """Send `batch` to `leader` now, its reply awaited by a task of its own; False if it could not."""
         args, blobs = _request(stream, batch)
+        # `meta_index`, as `Node.call_stream` sends it: a peer whose meta state is behind ours (a restarted
+        # or removed server our stale leader hint names) answers "not leader", not "no such stream".
+        args["meta_index"] = self._node.meta.applied_index
         try:
             request_id = self._node.rpc.send_request(leader, publish_batch.METHOD, args, blobs)
         except JsraftError:  # no link, or its queue is full: the router will find a way, or say why not

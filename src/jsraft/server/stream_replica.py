@@ -34,7 +34,6 @@ Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -280,7 +279,8 @@ class StreamReplica:
             if leader is None:
                 self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
                 return
-            decision = leader.decide([(s, h, p) for s, h, p, _ in batch], time.time_ns())
+            # Timestamps come from the node's clock (a skewable one with the test hooks on).
+            decision = leader.decide([(s, h, p) for s, h, p, _ in batch], self.runtime.clock.wall_ns())
             answers = self._batches.open([done for _, _, _, done in batch], decision.outcomes)
             failure: JsraftError | None = None
             for entry in decision.entries:

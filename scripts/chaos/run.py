@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Run chaos scenarios S01–S12 (../shared/CHAOS.md) against a real 3-node jsraft cluster.
+
+    python scripts/chaos/run.py --scenario S03 --seed 1 --duration 60 [--json] [--out DIR]
+    python scripts/chaos/run.py --all --seed 1            # every scenario at its documented duration
+    python scripts/chaos/run.py --smoke --seed 1 --duration 20   # the CI set: S01 S02 S03 S04 S09 S10
+
+Each run leaves `DIR/<scenario>-seed<N>/`: the history (history.jsonl, faults.jsonl, final/), node logs
+(cluster/logs/), the checker's report.json and summary.txt. Prints a summary per run and, last,
+`N passed, N failed`; exit 0 only if every run passed. See scripts/chaos/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from jsraft.testing.chaos.runner import run_scenario
+from jsraft.testing.chaos.scenarios import SCENARIOS, SMOKE
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="repeatable")
+    which.add_argument("--all", action="store_true", help="S01..S12")
+    which.add_argument("--smoke", action="store_true", help="the CI smoke set: " + " ".join(SMOKE))
+    parser.add_argument("--seed", type=int, action="append", help="repeatable (default 1)")
+    parser.add_argument("--duration", type=float, help="seconds of faults per scenario (default: documented)")
+    parser.add_argument("--out", default=None, help="output directory (default ./chaos-out/<time>)")
+    parser.add_argument("--rate", type=float, help="publishes per second per publisher (default: workload's)")
+    parser.add_argument("--mutant", help="start nodes with a mutant (jsraft.testing.chaos.mutants): the run "
+                        "should then FAIL")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per run instead of text")
+    args = parser.parse_args(argv)
+    ids = sorted(SCENARIOS) if args.all else list(SMOKE) if args.smoke else args.scenario
+    seeds = args.seed or [1]
+    out = args.out or os.path.join("chaos-out", time.strftime("%Y%m%d-%H%M%S"))
+    passed = failed = 0
+    for scenario_id in ids:
+        for seed in seeds:
+            result = run_scenario(scenario_id, seed, args.duration, out, rate=args.rate, mutant=args.mutant)
+            if args.json:
+                print(json.dumps({"scenario": scenario_id, "seed": seed, "passed": result.passed,
+                                  "out_dir": result.out_dir, "error": result.error,
+                                  "report": result.report}, sort_keys=True), flush=True)
+            else:
+                print(result.summary, flush=True)
+            passed += result.passed
+            failed += not result.passed
+    print(f"{passed} passed, {failed} failed", file=sys.stderr if args.json else sys.stdout)
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

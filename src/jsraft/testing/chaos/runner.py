@@ -56,7 +56,7 @@ def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root
     duration = scenario.duration_s if duration_s is None else duration_s
     out_dir = os.path.join(out_root, f"{scenario_id}-seed{seed}")
     os.makedirs(out_dir, exist_ok=True)
-    _log_to(out_dir)
+    handler = _log_to(out_dir)
     error: str | None = None
     started = time.monotonic()
     try:
@@ -66,6 +66,9 @@ def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root
     except Exception as exc:  # the run broke: record why; the verdict is then a failure
         log.exception("chaos: %s seed %d did not finish", scenario_id, seed)
         error = f"{type(exc).__name__}: {exc}"
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
     final_written = os.path.exists(os.path.join(out_dir, "final", "probe.json"))
     report = _check(out_dir, scenario) if final_written else {"valid": False, "error": error}
     if error is not None:
@@ -78,12 +81,13 @@ def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root
     return RunResult(scenario_id, seed, out_dir, passed, report, summary, error)
 
 
-def _log_to(out_dir: str) -> None:
+def _log_to(out_dir: str) -> logging.Handler:
     handler = logging.FileHandler(os.path.join(out_dir, "runner.log"))
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    return handler
 
 
 async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, rate: float | None,

@@ -25,6 +25,9 @@ records = st.tuples(seqs, seqs, st.integers(min_value=1, max_value=2**32 - 1),
 ops = st.one_of(
     st.builds(CreateOp, name=names, config=st.binary(min_size=1, max_size=64),
               created_ns=st.integers(min_value=0, max_value=U64)),
+    st.builds(CreateOp, name=names, config=st.binary(min_size=1, max_size=64),  # CREATE_AT: start carried
+              created_ns=st.integers(min_value=0, max_value=U64), start_seq=st.integers(min_value=0, max_value=U64),
+              start_last_seq=st.integers(min_value=0, max_value=U64)),
     st.builds(DeleteOp, name=names),
     st.builds(DeliveredOp, name=names, records=st.lists(records, max_size=8).map(tuple)),
     st.builds(AckOp, name=names, seqs=st.lists(seqs, max_size=8).map(tuple)),

@@ -52,7 +52,7 @@ def test_ack_all_acks_everything_up_to_the_seq(cluster):
     result = cluster.apply(AckOp(name="C", seqs=(5,)))
     state = cluster.state("C")
     assert list(state.pending) == [7]
-    assert floors(state)[1] == (3, 6)
+    assert floors(state)[1] == (3, 5)  # the acked message (nats-server 2.15.1: filtered, ack all 5 -> 3/5)
     assert result.acked == (("C", (5,)),)
     cluster.apply(AckOp(name="C", seqs=(3,)))  # below the floor: no-op
     assert list(state.pending) == [7]
@@ -142,7 +142,35 @@ def test_ack_floor_moving_back_is_a_bug():
     state.ack_floor_stream_seq = 5
     state.delivered_stream_seq = 3
     with pytest.raises(InvariantViolation, match="moved back"):
-        state.apply_skip(4)
+        state.apply_purge(1)
+
+
+def test_the_floor_moves_on_acks_only_as_nats_server_moves_it():
+    # Observed on nats-server 2.15.1 (nats-py, pull consumers; info after each step), stream
+    # s.a s.b s.a s.b s.a s.b s.a s.b (seqs 1..8):
+    #   explicit, filter s.a, fetch 1 3 5 7, ack 1 -> floor 1/2; term 5 -> 1/2; term 3 -> 3/6
+    #   explicit, filter s.a, fetch 1, ack 1 -> 1/1; fetch 3 -> 1/1 (a delivery never moves it)
+    #   explicit, unfiltered, fetch 1 2 3 -> 0/0; ack 2 -> 0/0; ack 1 -> 2/2; ack 3 -> 3/3
+    c = Cluster(store_with(["a", "b"] * 4))
+    c.create("F", filter_subject="a")
+    c.apply(delivered("F", (1, 1)))
+    c.apply(AckOp(name="F", seqs=(1,)))
+    assert floors(c.state("F"))[1] == (1, 1)
+    c.apply(delivered("F", (3, 2)))
+    assert floors(c.state("F"))[1] == (1, 1)  # jsraft said 1/2 here before (first pending - 1 on delivery)
+    c.apply(delivered("F", (5, 3), (7, 4)))
+    c.apply(TermOp(name="F", seqs=(5,)))
+    assert floors(c.state("F"))[1] == (1, 1)  # not the lowest pending: stays
+    c.apply(AckOp(name="F", seqs=(3,)))
+    assert floors(c.state("F"))[1] == (3, 6)
+    c.create("E")
+    c.apply(delivered("E", (1, 1), (2, 2), (3, 3)))
+    c.apply(AckOp(name="E", seqs=(2,)))
+    assert floors(c.state("E"))[1] == (0, 0)
+    c.apply(AckOp(name="E", seqs=(1,)))
+    assert floors(c.state("E"))[1] == (2, 2)
+    c.apply(AckOp(name="E", seqs=(3,)))
+    assert floors(c.state("E"))[1] == (3, 3)
 
 
 def test_stored_configs_get_the_streams_defaults_and_updates_change_pause():

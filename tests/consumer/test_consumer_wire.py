@@ -139,3 +139,18 @@ def test_every_damaged_snapshot_is_refused():
     for cut in range(1, len(data)):
         with pytest.raises(MalformedConsumerSnapshot):
             restore_snapshot(data[:cut], cluster.store)
+
+
+def test_two_requests_on_one_reply_subject_are_both_queued():
+    # nats-py sends every fetch of a pull subscription with one reply subject; nats-server's waitQueue
+    # keeps each request (the older one served first), and so must jsraft (it used to keep only the last).
+    q = queue(max_waiting=4)
+    assert q.submit("inbox", b'{"batch": 2, "expires": 1000}', 0, 0) is None
+    assert q.submit("inbox", b'{"batch": 1, "expires": 3000}', 0, 0) is None
+    assert len(q) == 2 and q.head().batch == 2
+    assert q.delivered(q.head(), 10) is None and q.delivered(q.head(), 10) is None  # the first is done
+    assert len(q) == 1 and q.head().batch == 1 and q.head().expires_ns == 3000
+    assert [reply for reply, _ in q.expire(5000)] == ["inbox"] and len(q) == 0
+    q.submit("inbox", b"1", 0, 0)
+    q.submit("inbox", b"1", 0, 0)
+    assert [reply for reply, _ in q.drain(CONSUMER_DELETED)] == ["inbox", "inbox"]

@@ -118,7 +118,7 @@ async def test_create_refusals_use_nats_servers_codes(tmp_path):
             "unknown_field": (f"{create}.F", {"stream_name": "S", "config": {"bogus": 1}}),
             "unknown_request_field": (f"{create}.F", {"stream_name": "S", "config": {}, "bogus": 1}),
             "bad_config": (f"{create}.F", {"stream_name": "S", "config": {"rate_limit_bps": 100}}),
-            "push": (f"{create}.F", {"stream_name": "S", "config": {"deliver_subject": "out"}}),
+            "push": (f"{create}.F", {"stream_name": "S", "config": {"deliver_subject": "out", "max_waiting": 5}}),
             "no_stream": (f"{API}.CONSUMER.CREATE.NOPE.F", {"stream_name": "NOPE", "config": {}}),
             "update_missing": (f"{create}.U", {"stream_name": "S", "config": {}, "action": "update"}),
         }
@@ -144,7 +144,7 @@ async def test_create_refusals_use_nats_servers_codes(tmp_path):
         "stream_mismatch": (400, 10056), "durable_not_set": (400, 10018),
         "durable_mismatch": (400, 10017), "ephemeral_with_durable": (400, 10020), "filter_mismatch": (400, 10131),
         "multiple_filters": (400, 10137), "unknown_field": (400, 10025), "unknown_request_field": (400, 10025),
-        "bad_config": (400, 10086), "push": (500, 10012), "no_stream": (404, 10059), "update_missing": (400, 10149),
+        "bad_config": (400, 10086), "push": (400, 10080), "no_stream": (404, 10059), "update_missing": (400, 10149),
         "create_exists": (400, 10148), "fixed_field": (500, 10012), "updated": 20, "info_body": (400, 10038),
         "info_no_stream": (404, 10059), "delete_missing": (404, 10014), "names_error": ((404, 10059), [], 0),
     }
@@ -199,11 +199,15 @@ async def test_pull_request_statuses(tmp_path):
         code, description, headers = await status(next_c, {"batch": 2, "expires": 200_000_000})
         seen["expired"] = (code, description, headers.get("Nats-Pending-Messages"))
         seen["max_batch"] = (await status(next_c, {"batch": 11}))[:2]
-        # A second request on the same reply subject (nats-py's next fetch) replaces the first.
-        await nc.publish(next_c, json.dumps({"batch": 1, "expires": 5_000_000_000}).encode(), reply=inbox)
+        # A second request on the same reply subject (nats-py's next fetch) is queued next to the first, as
+        # nats-server's waitQueue keeps both: each is answered its own 408 (the later-expiring one last).
+        await nc.publish(next_c, json.dumps({"batch": 1, "expires": 600_000_000}).encode(), reply=inbox)
         started = time.monotonic()
-        seen["replaced"] = (await status(next_c, {"batch": 1, "expires": 300_000_000}))[:2]
-        seen["replaced_after"] = time.monotonic() - started
+        first = (await status(next_c, {"batch": 1, "expires": 300_000_000}))[:2]
+        first_after = time.monotonic() - started
+        second = (await sub.next_msg(timeout=5)).headers or {}
+        seen["both"] = (first, (second.get("Status"), second.get("Description")), first_after,
+                        time.monotonic() - started)
         seen["bad"] = (await status(next_c, b'{"batch": "x"}'))[0]
         started = time.monotonic()
         seen["heartbeat"] = (await status(next_c, {"batch": 1, "expires": 700_000_000,
@@ -228,7 +232,8 @@ async def test_pull_request_statuses(tmp_path):
     assert seen["no_wait"] == ("404", "No Messages")
     assert seen["expired"] == ("408", "Request Timeout", "2")
     assert seen["max_batch"] == ("409", "Exceeded MaxRequestBatch of 10")
-    assert seen["replaced"] == ("408", "Request Timeout") and seen["replaced_after"] < 3
+    timeout = ("408", "Request Timeout")
+    assert seen["both"][:2] == (timeout, timeout) and 0.2 < seen["both"][2] < seen["both"][3] < 3, seen["both"]
     assert seen["bad"] == "400"
     assert seen["heartbeat"] == ("100", "Idle Heartbeat") and 0.1 < seen["heartbeat_after"] < 1.5
     assert seen["unknown"] == "503" and seen["no_stream"] == "503"

@@ -1,6 +1,6 @@
 """Pull consumers through nats-py against a real three-node cluster: the ORDERS walkthrough (NEW and
-DISPATCH), every ack kind, max_deliver, work-queue and interest retention on every replica, and a
-stream-leader failover with unacked messages outstanding.
+DISPATCH pull consumers, the MONITOR push consumer), every ack kind, max_deliver, work-queue and interest
+retention on every replica, and a stream-leader failover with unacked messages outstanding.
 
 Method: a `jsraft.testing.cluster.Cluster` (real nodes, TCP, files) runs in the test's trio loop; each
 scenario is nats-py code run under asyncio in a worker thread (`nats_kit.in_asyncio`), connected to a
@@ -105,6 +105,14 @@ async def test_orders_walkthrough_new_and_dispatch_pull_consumers(tmp_path):
         seen["dispatch"] = (processed.subject, processed.metadata.sequence)
         await processed.ack_sync()
         seen["dispatch_acked"] = await js.consumer_info("ORDERS", "DISPATCH")
+        # MONITOR: push, ack none, deliver last — it starts at the newest order and follows new ones.
+        monitor = await nc.subscribe("monitor.ORDERS")
+        await js.add_consumer("ORDERS", ConsumerConfig(durable_name="MONITOR", deliver_subject="monitor.ORDERS",
+                                                       ack_policy="none", deliver_policy="last"))
+        seen["monitor_last"] = await monitor.next_msg(timeout=10)
+        await js.publish("ORDERS.received", b"order 2")
+        seen["monitor_new"] = await monitor.next_msg(timeout=10)
+        seen["monitor"] = await js.consumer_info("ORDERS", "MONITOR")
         seen["list"] = sorted(info.name for info in await js.consumers_info("ORDERS"))
         seen["stream"] = (await js.stream_info("ORDERS")).state.consumer_count
         await until(lambda: len({str(cluster.consumer_state(n, "ORDERS", "NEW")) for n in cluster.names}) == 1,
@@ -135,7 +143,14 @@ async def test_orders_walkthrough_new_and_dispatch_pull_consumers(tmp_path):
     assert seen["dispatch"] == ("ORDERS.processed", seen["dispatch"][1])
     assert (seen["dispatch"][1].stream, seen["dispatch"][1].consumer) == (2, 1)
     assert seqs(seen["dispatch_acked"]) == ((1, 2), (1, 2))
-    assert seen["list"] == ["DISPATCH", "NEW"] and seen["stream"] == 2
+    last, new = seen["monitor_last"], seen["monitor_new"]
+    assert (last.subject, last.data, last.metadata.sequence.stream) == ("ORDERS.processed", b"order 1 processed", 2)
+    assert (new.subject, new.data, new.metadata.sequence.stream) == ("ORDERS.received", b"order 2", 3)
+    assert (new.metadata.consumer, new.metadata.sequence.consumer) == ("MONITOR", 2)
+    monitor = seen["monitor"]
+    assert monitor.config.deliver_subject == "monitor.ORDERS" and monitor.push_bound
+    assert (monitor.num_ack_pending, monitor.num_pending, monitor.delivered.stream_seq) == (0, 0, 3)
+    assert seen["list"] == ["DISPATCH", "MONITOR", "NEW"] and seen["stream"] == 3
     assert len(set(seen["replicas"].values())) == 1
 
 

@@ -20,10 +20,15 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
   2. Interest / work-queue retention read the store in the apply path and let a `DamagedSequence` (a read
      flip) escape: the group's apply loop crashed (seeds 5, 8). A damaged message is now kept (the store
      lists the fault; the repair brings the group's removals).
-Known and NOT fixed (the checker does not hold such replicas to equality, counted as
-`consumer_reports_replay_created`): during a restart's replay the store may be ahead of the entry, and
-`ConsumerSet._create` (start position) and `ConsumerReplica.on_applied` (`on_purge` after PURGE / EXPIRE)
-read it, so the replica's consumer state can differ from the group's (seeds 17, 22, 31).
+  3. During a restart's replay, or after a catch-up from a source further along, the store may be ahead
+     of the entry being applied: `ConsumerSet._create` computed the start position and
+     `ConsumerReplica.on_applied` the purge floor (`on_purge` after PURGE / EXPIRE) from it, so the
+     replica's consumer state could differ from the group's (seeds 17, 22, 31, 106). The leader now
+     resolves the start and carries it in the CREATE op (kind CREATE_AT), and the purge floor comes from
+     the PURGE entry; the checker's exemption for such replicas is gone — every replica's report is held
+     to equality, replaying, ahead, unverified and unhealthy ones included.
+  4. A `DamagedSequence` escaped `position.start_position` (seed 24): a damaged record now counts as a
+     message there.
 """
 
 from __future__ import annotations
@@ -60,6 +65,20 @@ def test_fixed_consumer_seeds_pass_with_all_faults() -> None:
     batch = run_batch(configs, jobs=2)
     _fail_with_traces(batch)
     assert batch.passed == len(SEEDS) and batch.steps >= len(SEEDS) * configs[0].steps
+
+
+REGRESSION_SEEDS = (17, 22, 24, 31, 106)  # bugs 3 and 4 (seed 24: 5 nodes)
+
+
+def test_the_store_ahead_and_damaged_record_seeds_pass() -> None:
+    judged: dict[str, int] = {}
+    for seed in REGRESSION_SEEDS:
+        result = run_seed(config_for(seed, nodes="mixed", app="consumer"))
+        assert result.ok, f"seed {seed}: [{result.invariant}] {result.detail}"
+        for status in ("replaying", "ahead"):
+            judged[status] = judged.get(status, 0) + result.stats.get(f"consumer_reports_{status}", 0)
+    # Replicas over a store ahead of the entry were held to equality too (they were exempt before).
+    assert judged["replaying"] > 0 and judged["ahead"] > 0, judged
 
 
 def test_a_consumer_run_does_consumer_work() -> None:

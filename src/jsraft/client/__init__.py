@@ -6,7 +6,8 @@ the embedded context's method names and error classes). No reconnects: a lost co
 pending and later call with `ConnectionClosed`.
 
 Modules: `connection` (`connect`, `Client`), `subscription` (`Subscription`, `Msg`), `inbox`
-(request/reply), `jetstream` (`JetStreamContext`), `pull` (`PullSubscription`, `JsMsg`), `values`
+(request/reply), `jetstream` (`JetStreamContext`), `pull` (`PullSubscription`, `JsMsg`), `push`
+(`PushSubscription`), `values`
 (`PubAck`, `StreamInfo`, `RawStreamMsg`, `ConsumerInfo`),
 `errors` (codes 20800–20899, and API errors mapped back to jsraft's classes).
 
@@ -20,12 +21,13 @@ from jsraft.client.errors import (
 )
 from jsraft.client.jetstream import JetStreamContext
 from jsraft.client.pull import JsMsg, Metadata, PullSubscription
+from jsraft.client.push import PushSubscription
 from jsraft.client.subscription import Msg, Subscription
 from jsraft.client.values import ConsumerInfo, PubAck, RawStreamMsg, SequenceInfo, StreamInfo
 
 __all__ = [
     "ApiError", "BadResponse", "Client", "ClientError", "ConnectFailed", "ConnectionClosed", "ConsumerInfo",
-    "JetStreamContext", "JsMsg", "Metadata", "Msg", "NoResponders", "PubAck", "PullSubscription", "RawStreamMsg",
+    "JetStreamContext", "JsMsg", "Metadata", "Msg", "NoResponders", "PubAck", "PullSubscription", "PushSubscription", "RawStreamMsg",
     "RequestTimeout", "SequenceInfo", "SlowConsumer", "StreamInfo", "Subscription", "connect", "error_from_api",
     "parse_url",
 ]

@@ -2,7 +2,8 @@
 
 Owns: `add_stream`, `update_stream`, `delete_stream`, `stream_info`, `streams`, `stream_names`,
 `purge_stream`, `publish`, `get_msg`, `delete_msg`, and for consumers `add_consumer`, `consumer_info`,
-`consumers`, `delete_consumer`, `pull_subscribe` / `pull_subscribe_bind` (fetching in `pull`) — the names, arguments and return values of
+`consumers`, `delete_consumer`, `pull_subscribe` / `pull_subscribe_bind` (fetching in `pull`), `subscribe`
+(push, in `push`) — the names, arguments and return values of
 `jsraft.server.jetstream.JetStreamContext`, served by any node's JetStream API (nats-server's JSON
 shapes), so code moves between an embedded node and a remote one unchanged. Differences: `stream_names`
 is a coroutine here (it asks the server); `publish(stream=...)` sends `Nats-Expected-Stream` (the server
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from jsraft.client.errors import BadResponse, NoResponders, error_from_api
 from jsraft.client.inbox import new_inbox_prefix
 from jsraft.client.pull import PullSubscription
+from jsraft.client.push import PushSubscription
 from jsraft.client.values import (
     ConsumerInfo, PubAck, RawStreamMsg, StreamInfo, consumer_info_from, pub_ack_from, raw_msg_from, stream_info_from,
 )
@@ -215,6 +217,59 @@ class JetStreamContext:
             data.update(name=durable, durable_name=durable)
         info = await self.add_consumer(stream, data)
         return await self.pull_subscribe_bind(info.name, stream)
+
+    async def subscribe(self, subject: str, queue: str | None = None, *, durable: str | None = None,
+                        stream: str | None = None, config: ConsumerConfig | Mapping[str, Any] | None = None,
+                        deliver_subject: str | None = None, flow_control: bool = False,
+                        idle_heartbeat: float | None = None, ordered_consumer: bool = False) -> PushSubscription:
+        """nats-py's `subscribe` (push): bind to durable `durable` (or, with `queue` and no durable, the
+        consumer named after the queue) if it exists, else create it — filtered on `subject`, delivering
+        to `deliver_subject` (a new inbox by default) and to the queue group `queue`. `ordered_consumer`
+        sets what nats-py sets (ack none, flow control, heartbeats, memory, one replica) and the
+        subscription makes the consumer again after a gap (`PushSubscription` invariant 3)."""
+        if ordered_consumer and (durable or queue):
+            raise ValueError("an ordered consumer is ephemeral: no durable name, no queue group")
+        stream = stream or await self._stream_for(subject)
+        durable = durable or queue
+        if durable is not None:
+            try:
+                info = await self.consumer_info(stream, durable)
+            except JsraftError as error:
+                if error.err_code != 10014:  # consumer not found: create it below
+                    raise
+            else:
+                return await self._bind_push(info.name, stream, info.config.deliver_subject, queue)
+        data = json.loads(config_bytes(config, {}))
+        if not data.get("filter_subjects"):
+            data.setdefault("filter_subject", subject)
+        if durable:
+            data.update(durable_name=durable)
+        if queue:
+            data["deliver_group"] = queue
+        data["deliver_subject"] = data.get("deliver_subject") or deliver_subject or new_inbox_prefix() + ".push"
+        if flow_control or ordered_consumer:
+            data["flow_control"] = True
+        if idle_heartbeat or ordered_consumer:
+            data["idle_heartbeat"] = int((idle_heartbeat or 5.0) * 1e9)
+        if ordered_consumer:
+            data.update(ack_policy="none", max_deliver=1, num_replicas=1, mem_storage=True)
+        info = await self.add_consumer(stream, data)
+        return await self._bind_push(info.name, stream, data["deliver_subject"], queue,
+                                     data if ordered_consumer else None)
+
+    async def _bind_push(self, consumer: str, stream: str, deliver: str | None, queue: str | None,
+                         ordered: dict[str, Any] | None = None) -> PushSubscription:
+        if not deliver:
+            raise BadResponse(f"consumer {consumer!r} is not a push consumer (no deliver subject)")
+        sub = await self._client.subscribe(deliver, queue)
+        return PushSubscription(self._client, sub, validate_stream_name(stream), validate_consumer_name(consumer),
+                                self, ordered)
+
+    async def _stream_for(self, subject: str) -> str:
+        names = (await self._api("STREAM.NAMES", {"subject": subject})).get("streams") or []
+        if len(names) != 1:
+            raise StreamNotFound(f"no stream matches subject {subject!r}")
+        return str(names[0])
 
     async def pull_subscribe_bind(self, consumer: str, stream: str) -> PullSubscription:
         sub = await self._client.subscribe(new_inbox_prefix() + ".pull")

@@ -15,7 +15,7 @@ How the stream group's runtime (L5) uses it — every call below is synchronous:
         result.created / updated / deleted / refused       # start/stop leaders, answer create requests
         result.acked                                       # confirm double acks (`AckSync`) after commit
     after a MSGS entry (interest retention):  for seq in consumers.removable_on_publish([(seq, subj)...]): delete
-    after a PURGE / compact / EXPIRE moved the stream's first seq:  consumers.on_purge(first_seq)
+    after a PURGE of every subject (no keep):  consumers.on_purge(floor)   # floor from the entry, not the store
     after a CONFIG entry:  consumers.set_stream_config(stream_config)   # retention, consumer_limits
     stream snapshot:  StreamStateMachine.snapshot(extra=encode_snapshot(consumers))
     restore:          consumers = restore_snapshot(machine.snapshot_extra, store, stream=stream_config)
@@ -23,7 +23,7 @@ How the stream group's runtime (L5) uses it — every call below is synchronous:
   Leader side (the stream leader is every consumer's leader):
     create:  config, raw = parse_consumer_config(body_config, stream=stream_config)   # nats-server codes
              consumers.check_create(name, config)                                     # work-queue rules
-             propose encode_ops([CreateOp(name=..., config=raw, created_ns=now_ns)])
+             propose encode_ops([consumers.create_op(name, config, raw, now_ns)])   # start resolved here
     delete / pause:  propose DeleteOp / PauseOp
     leader = ConsumerLeader(stream_name, consumers.consumers[name], now_ns)   # on election / on create
     plan = leader.next_deliveries(store, now_ns, max_msgs, max_bytes)

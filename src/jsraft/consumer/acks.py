@@ -2,13 +2,16 @@
 
 Owns: `ack_reply_subject` (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>.<consumer_seq>.
 <timestamp_ns>.<pending>`), `parse_ack_subject` (that form, and the 12-token form with domain and
-account hash that newer servers and clients also use), `parse_ack_body` (`+ACK`/empty/`+OK`, `-NAK`
+account hash that newer servers and clients also use; `ack_target`, its three fields the leader's ack path
+needs, without building an `AckSubject`), `parse_ack_body` (`+ACK`/empty/`+OK`, `-NAK`
 with an optional delay as JSON `{"delay": ns}` or a Go duration, `+WPI`, `+NXT` with an optional pull
 request, `+TERM` with an optional reason) and `parse_go_duration`.
 
 Invariants:
   1. `parse_ack_subject(ack_reply_subject(...))` returns the same fields.
-  2. Parsing never raises on client bytes: an unparsable subject or body gives None (nats-server ignores
+  2. `ack_target(s)` is None exactly when `parse_ack_subject(s)` is, else its (stream, consumer,
+     stream_seq); `parse_ack_body` of a plain ack (`+ACK`, `+OK`, empty) is the one value `PLAIN_ACK`.
+  3. Parsing never raises on client bytes: an unparsable subject or body gives None (nats-server ignores
      it); a NAK with an unparsable delay is a plain NAK (as nats-server treats it).
 
 Imports: stdlib, attrs. Reference: nats-server `server/consumer.go` (processAck, processNak,
@@ -55,38 +58,64 @@ class AckSubject:
     account_hash: str = ""
 
 
+PLAIN_ACK = AckBody(kind=AckKind.ACK)  # `+ACK`, `+OK` or an empty body
+_PLAIN_ACKS = (b"", b"+ACK", b"+OK")
+
+
 def ack_reply_subject(stream: str, consumer: str, delivery_count: int, stream_seq: int, consumer_seq: int,
                       timestamp_ns: int, pending: int) -> str:
     return (f"{ACK_PREFIX}{stream}.{consumer}.{delivery_count}.{stream_seq}.{consumer_seq}."
             f"{timestamp_ns}.{pending}")
 
 
-def _uint(token: str) -> int | None:
-    return int(token) if token.isdigit() and token.isascii() else None
+# The 9-token form: stream, consumer, then delivered / stream seq / consumer seq / timestamp / pending, each
+# of ASCII digits only (`_ack_tokens` accepts exactly those: `str.isdigit` and `str.isascii`).
+_V1_ACK = re.compile(r"\$JS\.ACK\.([^.]+)\.([^.]+)\.[0-9]+\.([0-9]+)\.[0-9]+\.[0-9]+\.[0-9]+\Z")
+
+
+def _ack_tokens(subject: str) -> tuple[list[str], str, str] | None:
+    """The 7 tokens stream..pending of an ack reply subject (numbers checked), its domain and account
+    hash; None when `subject` is not one."""
+    if not subject.startswith(ACK_PREFIX):
+        return None
+    tokens = subject.split(".")
+    if len(tokens) == 9:
+        rest, domain, account_hash = tokens[2:], "", ""
+    elif len(tokens) >= 12:
+        # $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>.<token>
+        rest, domain, account_hash = tokens[4:11], ("" if tokens[2] == "_" else tokens[2]), tokens[3]
+    else:
+        return None
+    if not rest[0] or not rest[1]:
+        return None
+    for token in rest[2:7]:
+        if not (token.isdigit() and token.isascii()):
+            return None
+    return rest, domain, account_hash
 
 
 def parse_ack_subject(subject: str) -> AckSubject | None:
     """The fields of an ack reply subject; None when `subject` is not one."""
-    if not subject.startswith(ACK_PREFIX):
+    parsed = _ack_tokens(subject)
+    if parsed is None:
         return None
-    tokens = subject.split(".")
-    domain = account_hash = ""
-    if len(tokens) == 9:
-        rest = tokens[2:]
-    elif len(tokens) >= 12:
-        # $JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<dc>.<sseq>.<cseq>.<ts>.<pending>.<token>
-        domain = "" if tokens[2] == "_" else tokens[2]
-        account_hash, rest = tokens[3], tokens[4:11]
-    else:
-        return None
-    stream, consumer = rest[0], rest[1]
-    numbers = [_uint(token) for token in rest[2:7]]
-    if not stream or not consumer or any(n is None for n in numbers):
-        return None
-    delivery_count, stream_seq, consumer_seq, timestamp_ns, pending = numbers
-    return AckSubject(stream=stream, consumer=consumer, delivery_count=delivery_count, stream_seq=stream_seq,
-                      consumer_seq=consumer_seq, timestamp_ns=timestamp_ns, pending=pending, domain=domain,
+    rest, domain, account_hash = parsed
+    return AckSubject(stream=rest[0], consumer=rest[1], delivery_count=int(rest[2]), stream_seq=int(rest[3]),
+                      consumer_seq=int(rest[4]), timestamp_ns=int(rest[5]), pending=int(rest[6]), domain=domain,
                       account_hash=account_hash)
+
+
+def ack_target(subject: str) -> tuple[str, str, int] | None:
+    """`(stream, consumer, stream_seq)` of an ack reply subject, None exactly when `parse_ack_subject` gives
+    None: the leader's ack path needs only these, once per acked message, without an `AckSubject`."""
+    match = _V1_ACK.match(subject)  # the form this leader hands out: one C-level match, no token list
+    if match is not None:
+        return match.group(1), match.group(2), int(match.group(3))
+    parsed = _ack_tokens(subject)
+    if parsed is None:
+        return None
+    rest = parsed[0]
+    return rest[0], rest[1], int(rest[3])
 
 
 _DURATION = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")
@@ -130,9 +159,9 @@ def _nak_delay(arg: bytes) -> int | None:
 
 def parse_ack_body(payload: bytes) -> AckBody | None:
     """What an ack message asks for; None for a body nats-server ignores."""
+    if payload in _PLAIN_ACKS:  # the common case: one shared value (frozen), no copy
+        return PLAIN_ACK
     body = bytes(payload)
-    if body in (b"", b"+ACK", b"+OK"):
-        return AckBody(kind=AckKind.ACK)
     if body.startswith(b"+NXT"):
         return AckBody(kind=AckKind.NEXT, next_request=body[4:].strip())
     if body.startswith(b"-NAK"):

@@ -28,7 +28,7 @@ from jsraft.consumer.acks import ack_reply_subject
 from jsraft.consumer.machine import ConsumerEntry
 from jsraft.consumer.ops import DeliveredOp, SkipOp, TermOp
 from jsraft.consumer.position import is_last_at_start, num_pending
-from jsraft.errors import NoMessageFound, invariant
+from jsraft.errors import DamagedSequence, NoMessageFound, invariant
 from jsraft.jsapi.consumer_config import AckPolicy, ConsumerConfig, DeliverPolicy
 from jsraft.store.base import StreamStore, msg_size
 
@@ -116,9 +116,11 @@ class ConsumerLeader:
         """`+ACK` / `+NXT` received for `seq` (its ACK op is proposed by the caller): no redelivery of it and,
         for `ack_policy: all`, of any pending message below it either (nats-server `processAckMsg`: an
         AckAll clears the leader's pending up to it at once, not when the ack commits)."""
-        if self.config.ack_policy is AckPolicy.all and seq in self.deadlines:
-            self.forget([s for s in self.deadlines if s <= seq])
-        self.forget([seq])
+        deadlines = self.deadlines
+        if seq in deadlines and self.entry.config.ack_policy is AckPolicy.all:  # type: ignore[union-attr]
+            self.forget([s for s in deadlines if s <= seq])
+        deadlines.pop(seq, None)  # forget([seq]), without a list per ack
+        self.redeliver.pop(seq, None)
 
     def nak(self, seq: int, delay_ns: int | None, now_ns: int) -> DeliveredOp | None:
         """`-NAK`: redeliver now, or after `delay_ns` (then a record to propose, so a new leader waits too)."""
@@ -185,8 +187,7 @@ class ConsumerLeader:
         return True
 
     def _emit(self, plan: DeliveryPlan, records: list, budget: list[int], msg, count: int, cseq: int,
-              now_ns: int, remaining: int) -> None:
-        size = msg_size(len(msg.subject), len(msg.headers), len(msg.payload))
+              now_ns: int, remaining: int, size: int) -> None:
         headers, payload = msg.headers, msg.payload
         if self.config.headers_only:
             headers, payload = headers_only(headers, len(payload)), b""
@@ -217,10 +218,11 @@ class ConsumerLeader:
                 gone.append(seq)
                 self.forget([seq])
                 continue
-            if not self._fits(msg_size(len(msg.subject), len(msg.headers), len(msg.payload)), plan, budget):
+            size = msg_size(len(msg.subject), len(msg.headers), len(msg.payload))
+            if not self._fits(size, plan, budget):
                 return
             self.redeliver.pop(seq)
-            self._emit(plan, records, budget, msg, count + 1, self.next_consumer_seq, now_ns, remaining)
+            self._emit(plan, records, budget, msg, count + 1, self.next_consumer_seq, now_ns, remaining, size)
             self.next_consumer_seq += 1
             self.deadlines[seq] = now_ns + self.wait_ns(count + 1)
 
@@ -229,12 +231,12 @@ class ConsumerLeader:
         config, entry = self.config, self.entry
         tracks_acks = config.ack_policy is not AckPolicy.none
         filters = list(config.filters) or None
+        deadline_ns = now_ns + self.wait_ns(1)
         while budget[0] > 0:
             if tracks_acks and 0 < config.max_ack_pending <= len(self.deadlines):
                 return
-            try:
-                msg = store.load_next(filters, self.next_seq)
-            except NoMessageFound:
+            msg = _next_message(store, filters, self.next_seq)
+            if msg is None:
                 return
             if (config.deliver_policy is DeliverPolicy.last_per_subject and msg.seq <= entry.start_last_seq
                     and not is_last_at_start(store, msg.seq, msg.subject, entry.start_last_seq)):
@@ -242,10 +244,26 @@ class ConsumerLeader:
                 self._skipped_to = msg.seq
                 remaining -= 1
                 continue
-            if not self._fits(msg_size(len(msg.subject), len(msg.headers), len(msg.payload)), plan, budget):
+            size = msg_size(len(msg.subject), len(msg.headers), len(msg.payload))
+            if not self._fits(size, plan, budget):
                 return
             remaining -= 1
-            self._emit(plan, records, budget, msg, 1, self.next_consumer_seq, now_ns, remaining)
+            self._emit(plan, records, budget, msg, 1, self.next_consumer_seq, now_ns, remaining, size)
             self.next_seq, self.next_consumer_seq = msg.seq + 1, self.next_consumer_seq + 1
             if tracks_acks:
-                self.deadlines[msg.seq] = now_ns + self.wait_ns(1)
+                self.deadlines[msg.seq] = deadline_ns
+
+
+def _next_message(store: StreamStore, filters: list[str] | None, seq: int):
+    """The first message at or after `seq` matching `filters`, or None. Unfiltered, `seq` itself is tried
+    first (one lookup: a consumer reading in order finds it there, without a scan for the next live seq);
+    anything else — gone, damaged — takes the general way, `load_next`, so the outcome is the same."""
+    if filters is None:
+        try:
+            return store.load(seq)
+        except (NoMessageFound, DamagedSequence):
+            pass
+    try:
+        return store.load_next(filters, seq)
+    except NoMessageFound:
+        return None

@@ -13,6 +13,9 @@ Invariants:
      other ops ignored; it needs every message for retention); a CREATE that breaks the work-queue rules
      (`check_create`) is refused at apply, identically on every replica, and reported in `refused`.
   4. A malformed entry raises `MalformedConsumerOps` and changes nothing.
+  5. Nothing applied reads a position from the store: a CREATE's start comes in the op (`create_op`
+     resolves it on the leader), a purge's floor from the PURGE entry. The store is read only for
+     retention (which messages are live, their subjects) and for a kind-1 CREATE of an older build.
 
 Imports: L0, L1 (`jsapi`, `subjects`), L2 (`store`). Reference: DESIGN.md §7; nats-server
 `server/jetstream_cluster.go` (applyConsumerEntries), `server/stream.go` (partitionUnique).
@@ -151,6 +154,12 @@ class ConsumerSet:
             if any(subjectlib.overlaps(mine, theirs) for mine in config.filters for theirs in other.config.filters):
                 raise ConsumerConfigError("wq_not_unique")
 
+    def create_op(self, name: str, config: ConsumerConfig, raw: bytes, created_ns: int) -> CreateOp:
+        """The CREATE op the leader proposes: its start resolved now over the leader's store (ops.py)."""
+        start_seq, start_last_seq = start_position(config, self.store)
+        return CreateOp(name=name, config=raw, created_ns=created_ns, start_seq=start_seq,
+                        start_last_seq=start_last_seq)
+
     # --- apply ---------------------------------------------------------------------------------
 
     def apply(self, index: int, body: bytes) -> ApplyResult:
@@ -186,7 +195,10 @@ class ConsumerSet:
             except ConsumerConfigError as error:
                 changes.refused.append((op.name, error))
                 return
-            delivered, entry.start_last_seq = start_position(entry.config, self.store)
+            if op.start_seq is not None:  # resolved by the leader (ops.py CREATE_AT): never read the store
+                delivered, entry.start_last_seq = op.start_seq, op.start_last_seq
+            else:  # a kind-1 CREATE of an older build
+                delivered, entry.start_last_seq = start_position(entry.config, self.store)
             entry.state = ConsumerState(delivered)
             entry.paused_until_ns = entry.config.pause_until_ns
         self.consumers[op.name] = entry
@@ -239,7 +251,8 @@ class ConsumerSet:
         return retention_rules.removable_on_publish(self.retention, list(self.consumers.values()), msgs)
 
     def on_purge(self, first_seq: int) -> None:
-        """The stream's first seq is now `first_seq` (purge, compact, expiry): consumers forget below it."""
+        """The stream removed every message below `first_seq` (a purge of every subject, to `first_seq`):
+        consumers forget below it. The caller takes `first_seq` from the entry, never from its store."""
         for entry in self.consumers.values():
             entry.state.apply_purge(first_seq)
 

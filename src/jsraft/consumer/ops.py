@@ -6,6 +6,8 @@ decoder. Several ops, for several consumers, travel in one entry (the leader bat
 Body (little-endian): `version u8 | op_count u16 | op*`; each op is `kind u8 | name_len u8 | name | ...`:
 
     CREATE     created_ns u64, config_len u32, config (the raw JSON bytes the client sent, non-empty)
+    CREATE_AT  created_ns u64, start_seq u64, start_last_seq u64, config_len u32, config
+               (a CREATE whose start the leader resolved: see below)
     DELETE     (nothing)
     DELIVERED  count u32, then count x (stream_seq u64, consumer_seq u64, delivery_count u32, ts_ns i64)
     ACK        count u32, then count x stream_seq u64
@@ -19,6 +21,14 @@ Invariants:
      `IndexError` or `UnicodeDecodeError` escapes, and trailing bytes are an error.
   3. Sequences are >= 1, delivery counts >= 1, names are 1..255 bytes of UTF-8; bounds below hold.
   4. Op kind numbers are durable: never reuse or renumber one.
+
+A CREATE_AT carries the consumer's start as the stream leader resolved it when proposing
+(`position.start_position` over the leader's store): `start_seq` is the delivered stream cursor the
+consumer starts from, `start_last_seq` the stream's last seq at creation (for `last_per_subject`). Replicas
+take both from the op and never read their store for it: a replica's store may be ahead of the entry (a
+restart's replay, a catch-up from a source further along). The leader always proposes CREATE_AT; the
+older CREATE (kind 1, start read from the store at apply) is still decoded for logs written before.
+`CreateOp.start_seq is None` means a kind-1 CREATE.
 
 A DELIVERED record is also how the leader replicates a NAK delay or a `+WPI` (same delivery count, new
 timestamp) and a message that ran out of deliveries (delivery count `max_deliver + 1`), as nats-server's
@@ -51,6 +61,7 @@ _OP = struct.Struct("<BB")
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _CREATE = struct.Struct("<QI")
+_CREATE_AT = struct.Struct("<QQQI")
 _DELIVERED = struct.Struct("<QQIq")
 
 
@@ -62,6 +73,7 @@ class OpKind(enum.IntEnum):
     TERM = 5
     SKIP = 6
     PAUSE = 7
+    CREATE_AT = 8
 
 
 # One delivery: (stream_seq, consumer_seq, delivery_count, ts_ns). A tuple: one per delivered message.
@@ -70,10 +82,15 @@ Delivered = tuple[int, int, int, int]
 
 @attrs.frozen(kw_only=True)
 class CreateOp:
-    kind = OpKind.CREATE
     name: str
     config: bytes
     created_ns: int
+    start_seq: int | None = None  # None: a kind-1 CREATE (start read from the store at apply)
+    start_last_seq: int = 0
+
+    @property
+    def kind(self) -> OpKind:
+        return OpKind.CREATE if self.start_seq is None else OpKind.CREATE_AT
 
 
 @attrs.frozen(kw_only=True)
@@ -138,7 +155,12 @@ def _encode_one(op: Op) -> bytes:
     if isinstance(op, CreateOp):
         if not 0 < len(op.config) <= CONFIG_BYTES_MAX:
             raise ValueError("a CREATE op needs its config bytes")
-        return head + _CREATE.pack(op.created_ns, len(op.config)) + bytes(op.config)
+        if op.start_seq is None:
+            if op.start_last_seq:
+                raise ValueError("a CREATE without its start carries no start_last_seq")
+            return head + _CREATE.pack(op.created_ns, len(op.config)) + bytes(op.config)
+        fixed = _CREATE_AT.pack(op.created_ns, op.start_seq, op.start_last_seq, len(op.config))
+        return head + fixed + bytes(op.config)
     if isinstance(op, DeleteOp):
         return head
     if isinstance(op, DeliveredOp):
@@ -209,6 +231,12 @@ def _decode_one(reader: _Reader) -> Op:
         if not 0 < config_len <= CONFIG_BYTES_MAX:
             raise MalformedConsumerOps(f"CREATE config of {config_len} bytes")
         return CreateOp(name=name, config=reader.blob(config_len), created_ns=created_ns)
+    if kind == OpKind.CREATE_AT:
+        created_ns, start_seq, start_last_seq, config_len = reader.take(_CREATE_AT)
+        if not 0 < config_len <= CONFIG_BYTES_MAX:
+            raise MalformedConsumerOps(f"CREATE config of {config_len} bytes")
+        return CreateOp(name=name, config=reader.blob(config_len), created_ns=created_ns, start_seq=start_seq,
+                        start_last_seq=start_last_seq)
     if kind == OpKind.DELETE:
         return DeleteOp(name=name)
     if kind == OpKind.DELIVERED:

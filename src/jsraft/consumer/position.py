@@ -1,9 +1,11 @@
 """Where a consumer starts, and how many messages it has left: pure functions of config and store (L3).
 
 Owns: `start_position` — the delivered cursor a new consumer starts from, per deliver policy — and
-`num_pending`. `start_position` runs when a CREATE op is *applied*, on every replica, against the store
-as it is at that log index; since the stores of all replicas hold the same messages at the same index,
-every replica starts the consumer at the same place (and interest retention stays deterministic).
+`num_pending`. `start_position` runs on the stream leader when it proposes a CREATE: the leader resolves
+the start over its store and carries it in the op (`CreateOp.start_seq` / `start_last_seq`, ops.py), so
+every replica starts the consumer at the same place even when its own store is ahead of the entry (a
+restart's replay, a catch-up from a source further along). It still runs at apply for a kind-1 CREATE
+written by an older build (machine.py).
 
 Invariants:
   1. `start_position` returns `(delivered_stream_seq, start_last_seq)` with
@@ -11,6 +13,11 @@ Invariants:
      seq at creation for `last_per_subject` (messages up to it are delivered only if last on their
      subject), else 0.
   2. Nothing here reads a clock: `by_start_time` compares message timestamps with the config's time.
+  3. A damaged record (`DamagedSequence`: the store lists the fault from then on) never escapes: its seq is
+     known, so it counts as a message (a start on it, one more pending) — never fewer deliveries.
+  4. `num_pending` answers exactly what a walk over the matching messages above `after_seq` would; for a
+     filtered consumer it uses the store's per-subject counts (`subject_counts`) and walks at most the
+     shorter side of `after_seq` (the leader calls it once per delivery batch and for every info).
 
 Imports: L0, L1 (`jsapi`, `subjects`), L2 (`store`). Reference: nats-server `server/consumer.go`
 (selectStartingSeqNo, numPending / streamNumPending).
@@ -20,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jsraft.errors import NoMessageFound
+from jsraft.errors import DamagedSequence, NoMessageFound
 from jsraft.jsapi.consumer_config import ConsumerConfig, DeliverPolicy, rfc3339_to_ns
 from jsraft.store.base import StreamStore
 
@@ -29,14 +36,18 @@ def _filters_or_all(filters: Sequence[str]) -> Sequence[str]:
     return filters or (">",)
 
 
+def _last_seq(store: StreamStore, subject_filter: str) -> int:
+    """The seq of the last message matching `subject_filter`, 0 when none (invariant 3)."""
+    try:
+        return store.load_last(subject_filter).seq
+    except NoMessageFound:
+        return 0
+    except DamagedSequence as error:
+        return error.seq
+
+
 def _last_seq_matching(store: StreamStore, filters: Sequence[str]) -> int:
-    best = 0
-    for subject_filter in _filters_or_all(filters):
-        try:
-            best = max(best, store.load_last(subject_filter).seq)
-        except NoMessageFound:
-            pass
-    return best
+    return max((_last_seq(store, subject_filter) for subject_filter in _filters_or_all(filters)), default=0)
 
 
 def _first_seq_at_or_after(store: StreamStore, time_ns: int) -> int:
@@ -49,6 +60,9 @@ def _first_seq_at_or_after(store: StreamStore, time_ns: int) -> int:
             msg = store.load_next(None, middle)
         except NoMessageFound:
             high = middle - 1
+            continue
+        except DamagedSequence as error:  # its time cannot be read: it qualifies (invariant 3)
+            found, high = error.seq, error.seq - 1
             continue
         if msg.timestamp_ns >= time_ns:
             found, high = msg.seq, middle - 1
@@ -74,26 +88,52 @@ def start_position(config: ConsumerConfig, store: StreamStore) -> tuple[int, int
         seq = _first_seq_at_or_after(store, rfc3339_to_ns(config.opt_start_time or ""))
         return (seq - 1 if seq else last_seq), 0
     # last_per_subject: start just below the lowest "last message of its subject".
-    lasts = [store.load_last(subject).seq
-             for subject_filter in _filters_or_all(config.filters)
-             for subject in store.subject_counts(subject_filter)]
+    lasts = [seq for subject_filter in _filters_or_all(config.filters)
+             for subject in store.subject_counts(subject_filter) if (seq := _last_seq(store, subject))]
     return (min(lasts) - 1 if lasts else last_seq), last_seq
 
 
 def is_last_at_start(store: StreamStore, seq: int, subject: str, start_last_seq: int) -> bool:
     """For `last_per_subject`: is `seq` the last message on `subject` among seqs <= `start_last_seq`?"""
     try:
-        following = store.load_next(subject, seq + 1)
+        following = store.load_next(subject, seq + 1).seq
     except NoMessageFound:
         return True
-    return following.seq > start_last_seq
+    except DamagedSequence as error:
+        following = error.seq
+    return following > start_last_seq
+
+
+def _count_matching(store: StreamStore, filters: list[str] | None, first: int, last: int) -> int:
+    """Messages matching `filters` with a seq in `first..last`, by walking `load_next`."""
+    count, seq = 0, first
+    while seq <= last:
+        try:
+            found = store.load_next(filters, seq).seq
+        except NoMessageFound:
+            break
+        except DamagedSequence as error:  # invariant 3: still a message
+            found = error.seq
+        if found > last:
+            break
+        count, seq = count + 1, found + 1
+    return count
+
+
+def _total_matching(store: StreamStore, filters: Sequence[str]) -> int:
+    """Every message matching `filters`, from the per-subject counts (overlapping filters counted once)."""
+    counts: dict[str, int] = {}
+    for subject_filter in filters:
+        counts.update(store.subject_counts(subject_filter))
+    return sum(counts.values())
 
 
 def num_pending(store: StreamStore, filters: Sequence[str], after_seq: int) -> int:
-    """Messages matching `filters` (all when empty) with a seq above `after_seq`.
+    """Messages matching `filters` (all when empty) with a seq above `after_seq` (invariant 4).
 
-    O(1) for an unfiltered consumer on a stream without interior deletes; otherwise a walk over the
-    messages above `after_seq` (the leader calls it once per delivery batch, not per message).
+    O(1) for an unfiltered consumer on a stream without interior deletes; otherwise the message count (for
+    a filtered one, the sum of its per-subject counts) and a walk over the shorter of
+    `first_seq..after_seq` (subtracted) and `after_seq + 1..last_seq` (counted).
     """
     state = store.state()
     if after_seq >= state.last_seq or state.msgs == 0:
@@ -102,10 +142,10 @@ def num_pending(store: StreamStore, filters: Sequence[str], after_seq: int) -> i
         return state.msgs
     if not filters and state.num_deleted == 0:
         return state.last_seq - after_seq
-    count, seq = 0, after_seq + 1
-    while True:
-        try:
-            msg = store.load_next(list(filters) or None, seq)
-        except NoMessageFound:
-            return count
-        count, seq = count + 1, msg.seq + 1
+    wanted = list(filters) or None
+    if after_seq >= state.first_seq and state.last_seq - after_seq <= after_seq - state.first_seq + 1:
+        return _count_matching(store, wanted, after_seq + 1, state.last_seq)
+    total = _total_matching(store, filters) if filters else state.msgs
+    if after_seq < state.first_seq:
+        return total
+    return total - _count_matching(store, wanted, state.first_seq, after_seq)

@@ -13,6 +13,9 @@ Invariants:
   1. At most `max_waiting` requests are queued; a request is answered at most once with a terminal
      status, and is removed when answered, fulfilled or expired.
   2. `expires_ns` is absolute (receipt time + the request's `expires`); 0 means it never expires.
+  3. Requests are kept per arrival, not per reply subject: nats-py sends every fetch of a pull
+     subscription with one reply subject, and nats-server's `waitQueue` keeps each of them (the older one
+     is served first, and answered 408 when it expires), so jsraft does too.
 
 Imports: stdlib, attrs, L1 (`jsapi`), this package. Reference: nats-server `server/consumer.go`
 (processNextMsgRequest, nextReqFromMsg, waitQueue, processWaiting, sendIdleHeartbeat).
@@ -77,6 +80,7 @@ class PullRequest:
     delivered: int = 0
     next_heartbeat_ns: int = 0
     initial_max_bytes: int = 0
+    arrival: int = 0  # its key in `WaitingQueue.requests` once queued (invariant 3)
 
     @property
     def byte_limited(self) -> bool:
@@ -123,7 +127,8 @@ class WaitingQueue:
 
     def __init__(self, config: ConsumerConfig) -> None:
         self.config = config
-        self.requests: dict[str, PullRequest] = {}  # by reply subject, in arrival order (FIFO)
+        self.requests: dict[int, PullRequest] = {}  # by arrival number, in arrival order (FIFO, invariant 3)
+        self._arrivals = 0
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -153,9 +158,11 @@ class WaitingQueue:
             return NO_MESSAGES
         if len(self.requests) >= config.max_waiting:
             self.expire(now_ns)
-        if len(self.requests) >= config.max_waiting or reply in self.requests:
+        if len(self.requests) >= config.max_waiting:
             return None if request.idle_heartbeat_ns else MAX_WAITING
-        self.requests[reply] = request
+        self._arrivals += 1
+        request.arrival = self._arrivals
+        self.requests[request.arrival] = request
         return None
 
     def head(self) -> PullRequest | None:
@@ -168,17 +175,17 @@ class WaitingQueue:
         if request.max_bytes:
             request.max_bytes = max(request.max_bytes - size, 0)
         if request.batch <= 0:
-            self.requests.pop(request.reply, None)
+            self.requests.pop(request.arrival, None)
         elif request.byte_limited and request.max_bytes == 0:
             # The request's byte budget is spent with messages still asked for (nats-server
             # `JsPullRequestRemainingBytesT`).
-            self.requests.pop(request.reply, None)
+            self.requests.pop(request.arrival, None)
             return pending_status(409, "Batch Completed", request.batch, 0)
         return None
 
     def too_large(self, request: PullRequest) -> Status:
         """The next message alone exceeds the request's `max_bytes` (nats-server removes the request)."""
-        self.requests.pop(request.reply, None)
+        self.requests.pop(request.arrival, None)
         return pending_status(409, "Message Size Exceeds MaxBytes", request.batch, request.max_bytes)
 
     def expire(self, now_ns: int, end_of_stream: bool = False) -> list[tuple[str, Status]]:
@@ -192,7 +199,7 @@ class WaitingQueue:
                 answers.append((request.reply, NO_MESSAGES))
             else:
                 continue
-            del self.requests[request.reply]
+            del self.requests[request.arrival]
         return answers
 
     def heartbeats(self, now_ns: int, last_consumer_seq: int, last_stream_seq: int) -> list[tuple[str, Status]]:
@@ -206,7 +213,7 @@ class WaitingQueue:
 
     def drain(self, status: Status) -> list[tuple[str, Status]]:
         """Answer every queued request with `status` (Consumer Deleted, Leadership Change) and empty it."""
-        answers = [(reply, status) for reply in self.requests]
+        answers = [(request.reply, status) for request in self.requests.values()]
         self.requests.clear()
         return answers
 

@@ -6,9 +6,12 @@ Owns: `ConsumerState` — `delivered` and `ack_floor` as (consumer_seq, stream_s
 stopped needing (for interest / work-queue retention) as inclusive `(first, last)` ranges.
 
 Invariants (checked by `check()` and the Hypothesis state-machine test):
-  1. The ack floor never moves back. With messages pending it is just below the first pending one
-     (`(cseq - 1, sseq - 1)` of the lowest pending stream seq, nats-server's explicit-ack rule); with
-     none pending it equals `delivered` (so for ack policy none, `ack_floor == delivered` always).
+  1. The ack floor never moves back, and moves only when an ack, a term, a give-up (max deliveries) or a
+     purge removes pending messages — never on a delivery (nats-server `processAckMsg`): with ack policy
+     explicit it moves when the lowest pending message goes, to just below the next pending one
+     (`(cseq - 1, sseq - 1)`) or, with none left, to `delivered`; with ack policy all an ack moves it to the
+     acked message (or to `delivered` when nothing is left pending); with ack policy none it equals
+     `delivered` always. So it is never above `(cseq - 1, sseq - 1)` of the lowest pending message.
   2. `ack_floor <= delivered` componentwise, and every pending stream seq is in
      `(ack_floor.stream_seq, delivered.stream_seq]` with its consumer seq in
      `(ack_floor.consumer_seq, delivered.consumer_seq]`.
@@ -75,6 +78,7 @@ class ConsumerState:
     def apply_delivered(self, records: Iterable[tuple[int, int, int, int]], ack_policy: AckPolicy,
                         max_deliver: int) -> list[Range]:
         released: list[Range] = []
+        lowest = self._lowest()
         for sseq, cseq, count, ts in records:
             if cseq <= self.ack_floor_consumer_seq:
                 continue  # a replay of something already acked (nats-server: "old leader replay")
@@ -84,8 +88,13 @@ class ConsumerState:
                     self.delivered_consumer_seq, self.delivered_stream_seq = cseq, sseq
                 continue
             released.extend(self._delivered_one(sseq, cseq, count, ts, max_deliver))
-        self._settle_floor()
+        if ack_policy is AckPolicy.none or (lowest is not None and lowest not in self.pending):
+            self._settle_floor()  # invariant 1: a delivery alone never moves it; a give-up of the lowest does
         return released
+
+    def _lowest(self) -> int | None:
+        """The lowest pending stream seq (invariant 3: the first key)."""
+        return next(iter(self.pending), None)
 
     def _delivered_one(self, sseq: int, cseq: int, count: int, ts: int, max_deliver: int) -> list[Range]:
         if sseq <= self.delivered_stream_seq:
@@ -117,25 +126,37 @@ class ConsumerState:
             if sseq not in self.pending:
                 continue
             if ack_policy is AckPolicy.all:
-                low = self.ack_floor_stream_seq + 1
+                low, cseq = self.ack_floor_stream_seq + 1, self.pending[sseq][0]
                 for seq in [s for s in self.pending if s <= sseq]:
                     del self.pending[seq]
                     self.redelivered.pop(seq, None)
                 released.append((low, sseq))
+                self._ack_all_floor(cseq, sseq)
             else:
+                lowest = self._lowest()
                 del self.pending[sseq]
                 released.append((sseq, sseq))
-            self._settle_floor()
+                if sseq == lowest:
+                    self._settle_floor()
         return released
+
+    def _ack_all_floor(self, cseq: int, sseq: int) -> None:
+        """Ack policy all: the floor moves to the acked message (nats-server `processAckMsg` AckAll)."""
+        if not self.pending:
+            self._settle_floor()
+        elif (cseq, sseq) > (self.ack_floor_consumer_seq, self.ack_floor_stream_seq):
+            self._move_floor((max(cseq, self.ack_floor_consumer_seq), max(sseq, self.ack_floor_stream_seq)))
 
     def apply_term(self, seqs: Iterable[int]) -> list[Range]:
         """`+TERM`: the message is done for this consumer, whatever the ack policy."""
         released: list[Range] = []
+        lowest = self._lowest()
         for sseq in seqs:
             if self.pending.pop(sseq, None) is not None:
                 self.redelivered.pop(sseq, None)
                 released.append((sseq, sseq))
-        self._settle_floor()
+        if lowest is not None and lowest not in self.pending:
+            self._settle_floor()
         return released
 
     def apply_skip(self, stream_seq: int) -> list[Range]:
@@ -143,8 +164,11 @@ class ConsumerState:
         if stream_seq <= self.delivered_stream_seq:
             return []
         released = [(self.delivered_stream_seq + 1, stream_seq)]
+        caught_up = (self.ack_floor_consumer_seq, self.ack_floor_stream_seq) == (
+            self.delivered_consumer_seq, self.delivered_stream_seq)
         self.delivered_stream_seq = stream_seq
-        self._settle_floor()
+        if caught_up:  # nothing outstanding (always so for ack policy none): the floor follows the cursor
+            self._settle_floor()
         return released
 
     def apply_purge(self, first_seq: int) -> None:
@@ -158,11 +182,14 @@ class ConsumerState:
         self._settle_floor()
 
     def _settle_floor(self) -> None:
+        """Move the floor as far as invariant 1 allows: below the lowest pending message, or to `delivered`."""
         if self.pending:
             sseq, (cseq, _) = next(iter(self.pending.items()))
-            floor = (cseq - 1, sseq - 1)
+            self._move_floor((cseq - 1, sseq - 1))
         else:
-            floor = (self.delivered_consumer_seq, self.delivered_stream_seq)
+            self._move_floor((self.delivered_consumer_seq, self.delivered_stream_seq))
+
+    def _move_floor(self, floor: tuple[int, int]) -> None:
         invariant(floor[0] >= self.ack_floor_consumer_seq and floor[1] >= self.ack_floor_stream_seq,
                   f"ack floor moved back: {floor} < ({self.ack_floor_consumer_seq}, {self.ack_floor_stream_seq})")
         if floor[1] > self.ack_floor_stream_seq and self.redelivered:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jsraft.consumer import ConsumerEntry, CreateOp, DeleteOp, num_pending
+from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
 from jsraft.errors import JsraftError
 from jsraft.jsapi import served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
@@ -63,17 +63,24 @@ _FIXED_ON_UPDATE = (
 
 
 def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
-    """nats-server `checkNewConsumerConfig` (pull consumers: a deliver subject cannot appear)."""
+    """nats-server `checkNewConsumerConfig` (a consumer cannot switch between pull and push)."""
     for field, why in _FIXED_ON_UPDATE:
         if getattr(old, field) != getattr(new, field):
             raise ConsumerCreateFailed(why)
     if old.is_pull and not new.is_pull:
         raise ConsumerCreateFailed("can not update pull consumer to push based")
+    if not old.is_pull and new.is_pull:
+        raise ConsumerCreateFailed("can not update push consumer to pull based")
 
 
-def served_config(config: ConsumerConfig) -> dict[str, Any]:
+def served_config(config: ConsumerConfig, paused_until_ns: int | None = None) -> dict[str, Any]:
     served = config.to_json()
-    served["metadata"] = served_metadata(config.metadata, required_level=1 if config.pause_until else 0,
+    if paused_until_ns is not None and paused_until_ns != config.pause_until_ns:
+        # A PAUSE request changed it (consumer_control): nats-server serves the config as it left it.
+        served.pop("pause_until", None)
+        if paused_until_ns:
+            served["pause_until"] = rfc3339(paused_until_ns)
+    served["metadata"] = served_metadata(config.metadata, required_level=1 if served.get("pause_until") else 0,
                                          server_version=NATS_VERSION)
     return served
 
@@ -94,7 +101,7 @@ def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store:
         ack_floor["last_active"] = rfc3339(leading.acked_ns)
     info: dict[str, Any] = {
         "stream_name": stream, "name": entry.name, "created": rfc3339(entry.created_ns),
-        "config": served_config(config), "delivered": delivered, "ack_floor": ack_floor,
+        "config": served_config(config, entry.paused_until_ns), "delivered": delivered, "ack_floor": ack_floor,
         "num_ack_pending": state.num_ack_pending,
         # nats-server reports no redeliveries for max_deliver 1: there are none to make.
         "num_redelivered": 0 if config.max_deliver == 1 else state.num_redelivered,
@@ -103,10 +110,26 @@ def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store:
     }
     if cluster is not None:
         info["cluster"] = cluster
+    if getattr(leading, "interest", False):
+        info["push_bound"] = True  # a push consumer with a subscriber (nats-server `isActive`)
     if entry.paused_until_ns > now_ns:
         info["paused"], info["pause_remaining"] = True, entry.paused_until_ns - now_ns
     info["ts"] = rfc3339(now_ns)
     return info
+
+
+async def leading_service(node: "Node", args: dict[str, Any]) -> ConsumerService:
+    """The consumer service of `args["stream"]` on this node, leading (invariant 1): `NotLeader` when this
+    node has no replica of it, `StreamNotFound` when the stream does not exist at all."""
+    name = validate_stream_name(str(args["stream"]))
+    replica = node.streams.replicas.get(name)
+    if replica is None:
+        node.require_stream(name, args)
+        raise NotLeader(None)
+    await replica.wait_leader(1.0)
+    replica.consumers.follow(replica.leader)
+    replica.consumers.require()
+    return replica.consumers
 
 
 class ConsumerAdmin:
@@ -120,16 +143,7 @@ class ConsumerAdmin:
                       "consumer.info": self.info, "consumer.names": self.names, "consumer.list": self.list})
 
     async def _service(self, args: dict[str, Any]) -> ConsumerService:
-        """Invariant 1."""
-        name = validate_stream_name(str(args["stream"]))
-        replica = self.node.streams.replicas.get(name)
-        if replica is None:
-            self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-            raise NotLeader(None)
-        await replica.wait_leader(1.0)
-        replica.consumers.follow(replica.leader)
-        replica.consumers.require()
-        return replica.consumers
+        return await leading_service(self.node, args)
 
     def _cluster(self, service: ConsumerService) -> dict[str, Any] | None:
         config = self.node.config
@@ -158,8 +172,6 @@ class ConsumerAdmin:
         machine = service.replica.machine
         assert machine is not None
         config, raw = parse_consumer_config(blobs[0], stream=machine.config)
-        if not config.is_pull:
-            raise ConsumerCreateFailed("push consumers are not supported by this server yet")
         consumers = service.replica.adapter.consumers.consumers  # type: ignore[union-attr]  # the ConsumerSet
         existing = consumers.consumers.get(name)
         if existing is not None:
@@ -176,7 +188,7 @@ class ConsumerAdmin:
         elif 0 < machine.config.max_consumers <= len(consumers.consumers):
             raise MaximumConsumers()
         consumers.check_create(name, config)
-        proposal = await service.propose([CreateOp(name=name, config=raw, created_ns=time.time_ns())])
+        proposal = await service.propose([consumers.create_op(name, config, raw, time.time_ns())])
         applied = await service.replica.runtime.outcome(service.replica.group, proposal)
         for refused, error in getattr(applied, "refused", ()):
             if refused == name:

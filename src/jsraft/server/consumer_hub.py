@@ -1,12 +1,15 @@
 """`ConsumerHub`: pull requests and acks on the client port, carried to the consumer's leader (layer L5).
 
 Owns: the node's internal subscriptions on `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` (pull
-requests) and `$JS.ACK.>` (acks: `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`),
-and getting each to the leader of its stream: straight into the local `ConsumerService` when this node
-leads, else over `$rpc` (`consumer.next`, `consumer.acks`, served here too). It also gives every
-service the node's `publish` — deliveries, statuses and double-ack answers go out through the client
-port, and cluster interest routing (`routes`) takes them to the requester's node — and serves the
-embedded JetStream context's pulls and double acks (`consumer.fetch`, `consumer.ack_sync`), whose
+requests), `$JS.ACK.>` (acks: `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`)
+and `$JS.FC.>` (push consumers' flow-control answers, `$JS.FC.<stream>.<consumer>.<id>`, which take the
+acks' lanes), and getting each to the leader of its stream: straight into the local `ConsumerService`
+when this node leads, else over `$rpc` (`consumer.next`, `consumer.acks`, served here too). It also
+gives every service the node's `publish` — deliveries, statuses and double-ack answers go out through
+the client port, and cluster interest routing (`routes`) takes them to the requester's node — and, for
+push consumers, `has_interest` (does a client subscription here or at a peer match a deliver subject);
+each stream replica's `ConsumerService.port` is this hub, so push deliveries need no request. It serves
+the embedded JetStream context's pulls and double acks (`consumer.fetch`, `consumer.ack_sync`), whose
 answers are collected here (`_collectors`, by reply subject) and returned over `$rpc` instead.
 
 Like the stream subjects (`stream_publish`), these subscriptions are local to each node (routes'
@@ -40,7 +43,7 @@ import trio
 
 from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.raft.errors import NotLeader
-from jsraft.server.client_server import ClientServer, InternalMsg
+from jsraft.server.client_server import ClientServer, InternalMsg, InternalSubscription
 from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.consumer_pull import Send
 from jsraft.server.consumer_service import ConsumerService
@@ -52,6 +55,7 @@ log = logging.getLogger("jsraft.server.consumers")
 
 NEXT_SUBJECT = "$JS.API.CONSUMER.MSG.NEXT.*.*"
 ACK_SUBJECT = "$JS.ACK.>"
+FC_SUBJECT = "$JS.FC.>"  # push consumers' flow-control answers: `$JS.FC.<stream>.<consumer>.<id>`
 NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
 ACK_LANE_MAX = 65536
 ACKS_PER_BATCH = 1024
@@ -72,6 +76,22 @@ class ConsumerHub:
                                     "consumer.fetch": self.fetch, "consumer.ack_sync": self.ack_sync})
         clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
         clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
+        # Flow-control answers take the acks' way to the leader (same lanes, same order, at most once).
+        clients.subscribe_internal(FC_SUBJECT, self._on_ack, sync=True)
+        streams = getattr(node, "streams", None)
+        if streams is not None:
+            streams.consumer_port = self  # push consumers publish through `publish`, ask `has_interest`
+
+    def has_interest(self, subject: str) -> bool:
+        """Whether a client subscription here or at a peer matches `subject` (push consumers deliver
+        only then; this node's internal subscriptions do not count)."""
+        result = self.clients.sublist.match(subject)
+        if any(type(sub) is not InternalSubscription for sub in result.plain):
+            return True
+        if any(type(sub) is not InternalSubscription for members in result.queues for sub in members):
+            return True
+        routes = getattr(self.node, "routes", None)
+        return routes is not None and bool(routes.interested_peers(subject))
 
     def publish(self, send: Send) -> None:
         collector = self._collectors.get(send.subject)
@@ -143,7 +163,10 @@ class ConsumerHub:
 
     def _on_ack(self, msg: InternalMsg) -> None:
         tokens = msg.subject.split(".")
-        stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
+        if tokens[1] == "FC":
+            stream = tokens[2] if len(tokens) == 5 else ""
+        else:
+            stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
         item = (msg.subject, msg.reply or "", bytes(msg.payload))
         msg.done()
         if not stream:

@@ -94,10 +94,8 @@ class Leading:
     def pull(self, reply: str, payload: bytes, store: StreamStore, now_ns: int) -> Send | None:
         """Queue one pull request; a status to send at once instead when nats-server answers at once."""
         self.active_ns = now_ns
-        # nats-py sends every fetch of a subscription with one reply subject, and the queue holds one
-        # request per reply: a new fetch replaces one still queued (whose client stopped waiting) rather
-        # than being refused 409 — and that one gets no late 408 that would end the new fetch early.
-        self.queue.requests.pop(reply, None)
+        # nats-py sends every fetch of a subscription with one reply subject: the queue keeps each request,
+        # as nats-server's waitQueue does (consumer/pull.py invariant 3).
         status = self.queue.submit(reply, payload, now_ns, int(self.available(store, now_ns)))
         return status_send(reply, status) if status is not None else None
 

@@ -4,8 +4,8 @@ state machine (layer L5).
 Owns: this replica's `ConsumerSet` (DESIGN §7: consumers are replicated through their stream's Raft
 group), applying each CONSUMER entry to it, the retention removals that follow (interest / work-queue:
 `StreamStateMachine.remove_for_retention` at the same index on every replica), the consumer hooks of the
-stream's own entries (interest retention after MSGS, `on_purge` after PURGE / EXPIRE, the stream config
-after CONFIG), and the consumers' part of a stream snapshot (its `extra`) and of a restore. The
+stream's own entries (interest retention after MSGS, `on_purge` after a PURGE of every subject, the
+stream config after CONFIG), and the consumers' part of a stream snapshot (its `extra`) and of a restore. The
 `StreamAdapter` calls it for every entry it applies and every snapshot it takes or restores.
 
 Invariants:
@@ -18,8 +18,18 @@ Invariants:
      together, in `StreamAdapter._apply_one`); a restore replaces the set with the snapshot's.
   4. `listener` (the stream leader's consumer service, when this node leads) is called synchronously
      after each entry that changed consumers or stored messages; it must not block or raise.
+  5. The consumers' reaction to a PURGE comes from the entry's own content (`purge_floor`), never from
+     the store's first seq: a store may be ahead of the entry (a restart's replay, a catch-up from a
+     source further along), and replicas must still agree. Only a purge of every subject without `keep`
+     determines the new head by itself; after the other purges and after EXPIRE the consumers keep their
+     pending messages, and the consumer leader terminates those it finds gone when they come due
+     (delivery.py rule 4), as nats-server's `checkPending` drops them lazily.
+  6. Retention removes, after a CONSUMER entry, only messages at or below the stream's last seq as the log
+     gives it at that index (`machine.last_seq`): a store that is ahead holds later messages, which a
+     consumer deletion would otherwise let an interest stream remove before the consumer created after it
+     (in the log) could claim them; those are judged when their own MSGS entry is replayed.
 
-Imports: stdlib, L0, L3 (`stream`, `consumer`). Reference: consumer/__init__.py (the integration guide).
+Imports: stdlib, L0, L1 (`subjects`), L3 (`stream`, `consumer`). Reference: consumer/__init__.py (the integration guide).
 """
 
 from __future__ import annotations
@@ -27,11 +37,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from jsraft import subjects
 from jsraft.consumer import ApplyResult as ConsumerApplied
 from jsraft.consumer import ConsumerEntry, ConsumerSet, encode_snapshot, restore_snapshot
 from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.jsapi.stream_config import Retention
 from jsraft.stream import ApplyResult, EntryKind, Health, StreamStateMachine
+from jsraft.stream.entries import PurgeEntry, decode_entry
 
 log = logging.getLogger("jsraft.server.consumers")
 
@@ -55,24 +67,29 @@ class ConsumerReplica:
         """Every consumer of the stream, by name."""
         return self.consumers.consumers
 
-    def on_applied(self, index: int, result: ApplyResult) -> ConsumerApplied | None:
-        """Invariant 1; returns the consumer set's result for a CONSUMER entry (the proposal's outcome)."""
+    def on_applied(self, index: int, result: ApplyResult,
+                   data: bytes | memoryview | None = None) -> ConsumerApplied | None:
+        """Invariant 1; returns the consumer set's result for a CONSUMER entry (the proposal's outcome).
+        `data` is the entry itself (needed for a PURGE: invariant 5)."""
         consumers, machine = self.consumers, self.machine
         consumers.store = machine.store  # a repair may have replaced the store
         kind = result.kind
         if kind is EntryKind.CONSUMER and result.consumer_body is not None:
             applied = consumers.apply(index, result.consumer_body)  # invariant 2: raises, never skips
-            if applied.removable:
-                self.removed += machine.remove_for_retention(index, applied.removable)
+            # Invariant 6: a message the log has not published by this index is not this entry's to remove.
+            removable = [seq for seq in applied.removable if seq <= machine.last_seq]
+            if removable:
+                self.removed += machine.remove_for_retention(index, removable)
             self.listener(index, applied)
             return applied
         if kind is EntryKind.MSGS:
             if consumers.retention is Retention.interest and result.finding is None:
                 self._interest_on_publish(index, result)
             self.listener(index, None)
-        elif kind in (EntryKind.PURGE, EntryKind.EXPIRE) and machine.health is Health.current:
-            state = machine.store.state()
-            consumers.on_purge(state.first_seq if state.msgs else state.last_seq + 1)
+        elif kind is EntryKind.PURGE and result.error is None and data is not None and consumers.consumers:
+            floor = purge_floor(data)
+            if floor:
+                consumers.on_purge(floor)
         elif kind is EntryKind.CONFIG and result.error is None:
             consumers.set_stream_config(machine.config)
         return None
@@ -115,3 +132,15 @@ class ConsumerReplica:
                       machine.applied_index, error)
             raise
         self.listener(machine.applied_index, None)
+
+
+def purge_floor(data: bytes | memoryview) -> int:
+    """The stream's first seq after a PURGE entry, when its content alone decides it (invariant 5), else 0:
+    a purge of every subject without `keep` removes every message below `seq`, or up to the `last_seq` the
+    leader stamped on it."""
+    entry = decode_entry(data)
+    if not isinstance(entry, PurgeEntry) or entry.keep is not None:
+        return 0
+    if entry.subject is not None and subjects.validate(entry.subject, wildcards=True) != ">":
+        return 0  # apply_ops.purge_bounded's test for "every subject"
+    return entry.seq if entry.seq is not None else entry.last_seq + 1

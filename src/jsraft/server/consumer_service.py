@@ -1,11 +1,14 @@
 """`ConsumerService`: the consumers of one stream, led by this node while it leads the stream (layer L5).
 
-Owns: following the stream's leadership (a `Leading` per pull consumer, built from the replicated state
-when the replica builds its `StreamLeader`, dropped — waiting requests answered `409 Leadership Change`
-— when it drops it), the task that serves waiting pull requests, redeliveries, request expiry, idle
-heartbeats and ephemeral inactivity (a trio timer on the earliest of them), the acks handed in by the
-node's consumer hub (batched into ACK / TERM / DELIVERED ops; a double ack is answered only once its op
-committed), and the leader's side of consumer create / delete / info (`consumer_admin`).
+Owns: following the stream's leadership (a `Leading` per pull consumer and a `PushLeading` per push
+consumer — `consumer_push` — built from the replicated state when the replica builds its `StreamLeader`,
+dropped — waiting requests answered `409 Leadership Change` — when it drops it), the task that serves
+waiting pull requests, push deliveries and their pacing, redeliveries, request expiry, idle heartbeats
+and ephemeral inactivity (a trio timer on the earliest of them), the acks and push flow-control answers
+(`$JS.FC...`) handed in by the node's consumer hub (batched into ACK / TERM / DELIVERED ops; a double
+ack is answered only once its op committed), and the leader's side of consumer create / delete / info
+(`consumer_admin`). Its `ConsumerEvents` (consumer_events) queues the consumer advisories and ack metrics
+the leader raises; the task publishes them, and its timer also wakes when a pause in force runs out.
 
 Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
 invariant 2), so CONSUMER entries enter the stream log in the order they were decided, between the
@@ -37,15 +40,19 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft.consumer import (
-    CONSUMER_DELETED, LEADERSHIP_CHANGE, AckKind, AckOp, ApplyResult, DeleteOp, TermOp, encode_ops,
+    CONSUMER_DELETED, LEADERSHIP_CHANGE, AckBody, AckKind, AckOp, ApplyResult, DeleteOp, TermOp, encode_ops,
     parse_ack_body, parse_ack_subject,
 )
+from jsraft.consumer.acks import ack_target
 from jsraft.consumer.ops import Op
+from jsraft.consumer.push import FC_PREFIX
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
 from jsraft.server.consumer_errors import ConsumerNotFound
+from jsraft.server.consumer_events import ConsumerEvents
 from jsraft.server.consumer_pull import Leading, Send, serve, status_send
+from jsraft.server.consumer_push import PushLeading, make_leading, serve_push
 from jsraft.stream import StreamLeader
 from jsraft.stream.entries import encode_consumer
 
@@ -57,6 +64,9 @@ log = logging.getLogger("jsraft.server.consumers")
 ACKS_QUEUED_MAX = 65536
 OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
 BARRIER_TIMEOUT_S = 2.0
+
+_PLAIN = (AckKind.ACK, AckKind.NEXT)
+_NEEDS_STATE = (b"-NAK", b"+WPI")  # the ack bodies (parse_ack_body) that read the replicated pending state  # acks that raise no advisory (only a sampled metric, if configured)
 
 Publish = Callable[[Send], Any]
 Ack = tuple[str, str, bytes]  # (ack subject, reply subject or "", body)
@@ -73,11 +83,16 @@ class ConsumerService:
         self.leading: dict[str, Leading] = {}
         self.built_for: StreamLeader | None = None
         self.publish: Publish = _drop  # the node's client port, attached by the hub with each request
+        # The node's consumer hub (set by the stream manager): push consumers publish through it without
+        # any request, and ask it whether a deliver subject has a subscriber (consumer_push invariant 1).
+        self.port: Any = None
         self.acks_dropped = 0
         self._acks: list[Ack] = []
         self._outbox: list[Send] = []  # invariant 3: sent by the task
         self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
         self._wake = trio.Event()
+        self.events = ConsumerEvents(self.stream, replica.repair.advisories, leader=replica.node_id,
+                                     peers=lambda: replica.peers)  # advisories and ack metrics
 
     # --- Leadership (invariant 1) ----------------------------------------------------------------------
 
@@ -106,10 +121,10 @@ class ConsumerService:
         assert adapter is not None
         adapter.consumers.listener = self._on_applied
         now_ns = time.time_ns()
-        self.leading = {name: Leading(self.stream, entry, now_ns)
-                        for name, entry in adapter.consumers.entries.items()
-                        if entry.config is not None and entry.config.is_pull}
+        self.leading = {name: self._leading_for(entry, now_ns)
+                        for name, entry in adapter.consumers.entries.items() if entry.config is not None}
         self.built_for = leader
+        self.events.on_elected(self.leading, now_ns)
         self.wake()
 
     def _step_down(self) -> None:
@@ -131,15 +146,22 @@ class ConsumerService:
                 leading = self.leading.get(name)
                 if leading is not None and leading.entry is entry:
                     leading.refresh_config()
-                elif entry is not None and entry.config is not None and entry.config.is_pull:
-                    self.leading[name] = Leading(self.stream, entry, time.time_ns())
+                elif entry is not None and entry.config is not None:
+                    self.leading[name] = self._leading_for(entry, time.time_ns())
             for name in applied.deleted:
                 gone = self.leading.pop(name, None)
                 if gone is not None:
                     self._outbox.extend(status_send(r, s) for r, s in gone.queue.drain(CONSUMER_DELETED))
+            self.events.on_applied(applied, consumers, time.time_ns())
             self.wake()
-        elif any(len(leading.queue) for leading in self.leading.values()):
-            self.wake()  # new messages: only a waiting pull request can take them (off the publish path)
+        elif any(len(leading.queue) or type(leading) is PushLeading for leading in self.leading.values()):
+            self.wake()  # new messages: a waiting pull request or a push consumer takes them (off the publish path)
+
+    def _leading_for(self, entry: Any, now_ns: int) -> Leading:
+        return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0))
+
+    def _interest(self, subject: str) -> bool:
+        return self.port is not None and self.port.has_interest(subject)
 
     def wake(self) -> None:
         self._wake.set()
@@ -194,19 +216,25 @@ class ConsumerService:
             await self._turn()
 
     def _next_due_ns(self) -> int | None:
-        return min((due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None),
-                   default=None)
+        dues = [due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None]
+        pause_end_ns = self.events.pause_due_ns(self.leading.values(), time.time_ns())  # delivery resumes then
+        return min(dues + ([pause_end_ns] if pause_end_ns is not None else []), default=None)
 
     async def _turn(self) -> None:
-        if self._acks:
+        if any(body.startswith(_NEEDS_STATE) for _, _, body in self._acks):
             # A NAK delay or a progress note applies to a delivery the replicated state holds: let the
             # deliveries proposed so far commit first (the client may ack faster than the log commits).
+            # Plain acks and terms need no wait: their ops follow the DELIVERED ops in the log anyway.
             await self.settled()
         self.replica._follow_leadership()  # builds a new StreamLeader at once if one is due; calls follow
+        if self.port is not None:
+            self.publish = self.port.publish
         self._flush_outbox()
+        self.events.flush()
         if not self.active:
             return
         now_ns = time.time_ns()
+        self.events.expire_pauses(self.leading, now_ns)
         ops: list[Op] = []
         sends: list[Send] = []
         confirm: list[str] = []
@@ -214,7 +242,10 @@ class ConsumerService:
         store = self.replica.store
         for leading in list(self.leading.values()):
             try:
-                served_ops, served = serve(leading, store, now_ns)
+                if type(leading) is PushLeading:
+                    served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))
+                else:
+                    served_ops, served = serve(leading, store, now_ns)
             except JsraftError as error:  # a damaged record met on the way: the repair worker sees it too
                 log.warning("stream %s: consumer %s not served: %s", self.stream, leading.name, error)
                 continue
@@ -233,6 +264,7 @@ class ConsumerService:
                 sends = [send for send in sends if send.reply is None]  # statuses still go out
         for send in sends:
             self.publish(send)
+        self.events.flush()
 
     def _flush_outbox(self) -> None:
         outbox, self._outbox = self._outbox, []
@@ -245,14 +277,19 @@ class ConsumerService:
         acked: dict[str, list[int]] = {}
         termed: dict[str, list[int]] = {}
         for subject, reply, body in acks:
-            where, what = parse_ack_subject(subject), parse_ack_body(body)
-            if where is None or what is None or where.stream != self.stream:
+            if subject.startswith(FC_PREFIX):
+                self._flow_control(subject)
+                continue
+            target, what = ack_target(subject), parse_ack_body(body)
+            if target is None or what is None or target[0] != self.stream:
                 continue  # nats-server ignores what it cannot parse
-            leading = self.leading.get(where.consumer)
+            leading = self.leading.get(target[1])
             if leading is None:
                 continue
             leading.active_ns = now_ns
-            seq, kind = where.stream_seq, what.kind
+            seq, kind = target[2], what.kind
+            if seq in leading.leader.deadlines:
+                self._ack_event(leading, subject, what, now_ns)
             if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
                 (termed if kind is AckKind.TERM else acked).setdefault(leading.name, []).append(seq)
                 if kind is AckKind.TERM:
@@ -276,6 +313,22 @@ class ConsumerService:
                 sends.append(Send(reply, b""))  # nats-server answers NAK and WPI at once
         ops.extend(AckOp(name=name, seqs=tuple(seqs)) for name, seqs in acked.items())
         ops.extend(TermOp(name=name, seqs=tuple(seqs)) for name, seqs in termed.items())
+
+    def _ack_event(self, leading: Leading, subject: str, what: AckBody, now_ns: int) -> None:
+        """An ack of a pending message: a NAK / TERM advisory or a sampled ack metric (events.on_ack). A plain
+        ack raises nothing unless the consumer samples, and only then is the full subject parsed."""
+        config = leading.entry.config
+        if what.kind not in _PLAIN or (config is not None and config.sample_freq):
+            where = parse_ack_subject(subject)
+            if where is not None:
+                self.events.on_ack(leading, where, what, True, now_ns)
+
+    def _flow_control(self, subject: str) -> None:
+        """A client answered a flow-control request (`$JS.FC.<stream>.<consumer>.<id>`)."""
+        tokens = subject.split(".")
+        leading = self.leading.get(tokens[3]) if len(tokens) == 5 and tokens[2] == self.stream else None
+        if type(leading) is PushLeading and leading.on_flow_control(subject):
+            leading.active_ns = time.time_ns()
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
         if not replies:

@@ -2,7 +2,8 @@
 
 Owns: the in-process API (`add_stream`, `update_stream`, `delete_stream`, `stream_info`, `streams`,
 `stream_names`, `purge_stream`, `publish`, `get_msg`, `delete_msg`; for consumers `add_consumer`,
-`consumer_info`, `consumers`, `delete_consumer`, `pull_subscribe`, `pull_subscribe_bind`) and its values
+`consumer_info`, `consumers`, `delete_consumer`, `pull_subscribe`, `pull_subscribe_bind`, `subscribe` — push,
+through a client connection to the node itself) and its values
 (`PubAck`, `StreamInfo`, `RawStreamMsg`, `ConsumerInfo`). Every call goes where it must be served: admin to the meta leader, data
 to the stream's leader (`Node.call_meta` / `Node.call_stream`), on this node or over `$rpc`.
 
@@ -28,13 +29,15 @@ import attrs
 import trio
 
 # The values and the request body are the ones `jsraft.client` uses: one definition for both contexts.
+from jsraft.client.connection import connect
 from jsraft.client.jetstream import config_bytes
+from jsraft.client.push import PushSubscription
 from jsraft.client.values import ConsumerInfo, PubAck, RawStreamMsg, consumer_info_from
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig, parse_stream_config
 from jsraft.jsapi.consumer_config import ConsumerConfig, validate_consumer_name
 from jsraft.server.consumer_errors import ConsumerNotFound
-from jsraft.server.errors import NoLeader
+from jsraft.server.errors import NoLeader, ServerError
 from jsraft.server.jetstream_pull import EmbeddedPull
 from jsraft.server.jsapi_consumer import generated_name, stored_consumer_config
 
@@ -160,8 +163,10 @@ class JetStreamContext:
         """Create (or update to `config`) a consumer, named `name`, else `durable_name`, else made up."""
         data = json.loads(config_bytes(config, params))
         data.setdefault("ack_policy", "explicit")  # as nats-py's ConsumerConfig (the server's default is none)
-        name = validate_consumer_name(data.get("name") or data.get("durable_name") or generated_name())
-        raw = stored_consumer_config(name, data)  # invariant 4
+        given = data.get("name") or data.get("durable_name")
+        name = validate_consumer_name(given or generated_name())
+        # invariant 4; an unnamed ephemeral's config keeps no name, as nats-server's (and the JetStream API's)
+        raw = stored_consumer_config(name, data, generated=not given)
         result, _ = await self._node.call_stream(stream, "consumer.create", {"name": name, "action": ""}, [raw])
         return consumer_info_from(result)
 
@@ -201,3 +206,19 @@ class JetStreamContext:
 
     def pull_subscribe_bind(self, consumer: str, stream: str) -> EmbeddedPull:
         return EmbeddedPull(self._node, stream, validate_consumer_name(consumer))
+
+    async def subscribe(self, subject: str, queue: str | None = None, **options: Any) -> PushSubscription:
+        """nats-py's `subscribe` (push), with the wire client's arguments (`jsraft.client.JetStreamContext
+        .subscribe`), through a client connection of its own to this node's client port: a push consumer
+        delivers NATS messages to subscribers of its deliver subject, which only a connection can hold.
+        `unsubscribe()` closes that connection."""
+        if self._node.url is None:
+            raise ServerError("the node's client port is not open: push consumers need it")
+        client = await connect(self._node.url)
+        try:
+            sub = await client.jetstream().subscribe(subject, queue, **options)
+        except BaseException:
+            await client.close()
+            raise
+        sub.owned_client = client
+        return sub

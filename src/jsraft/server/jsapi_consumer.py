@@ -1,5 +1,6 @@
 """The JetStream API's consumer endpoints: `CONSUMER.CREATE`, `CONSUMER.DURABLE.CREATE`, `CONSUMER.INFO`,
-`CONSUMER.DELETE`, `CONSUMER.NAMES` and `CONSUMER.LIST` (layer L5).
+`CONSUMER.DELETE`, `CONSUMER.NAMES`, `CONSUMER.LIST`, `CONSUMER.PAUSE` and `CONSUMER.LEADER.STEPDOWN`
+(layer L5).
 
 Owns: what the node receiving a request checks before anything is sent — the create request's shape
 (`{"stream_name", "config", "action", "pedantic"}`, decoded strictly), the names in the subject against
@@ -19,6 +20,12 @@ Invariants:
      page is `"consumers": []`.
   4. A listed consumer's config has no dynamic `_nats.ver` / `_nats.level` metadata (nats-server lists
      the stored config; INFO and CREATE answers serve them).
+  5. A consumer's leader is its stream's leader (DESIGN §7): `CONSUMER.LEADER.STEPDOWN` steps the stream
+     group's leader down (`jsapi.stream_stepdown`) once the consumer is known to exist; an R1 stream has
+     no other leader to hand over to and answers success, as a clustered nats-server does for an R1
+     consumer; a node that is not clustered answers 10010 as nats-server does.
+  6. `CONSUMER.PAUSE`: a body that is not a JSON object (empty, `{}`, anything else) resumes, as
+     nats-server takes it; a `pause_until` that is not an RFC 3339 string is 10025.
 
 Imports: stdlib, L0, L1 (`jsapi`), trio, server siblings. Reference: nats-server
 `server/jetstream_api.go` (jsConsumerCreateRequest, jsConsumerInfoRequest, jsConsumerDeleteRequest,
@@ -34,14 +41,14 @@ from typing import TYPE_CHECKING, Any
 
 from jsraft.errors import InvalidConfig, InvalidJSON, UnknownConfigField
 from jsraft.jsapi import listed_metadata
-from jsraft.jsapi.consumer_config import parse_consumer_config, validate_consumer_name
+from jsraft.jsapi.consumer_config import parse_consumer_config, rfc3339_to_ns, validate_consumer_name
 from jsraft.server.consumer_errors import (
     ConsumerNamePathSeparators, DurableNameNotInSubject, DurableNameNotMatchSubject, DurableNameNotSet,
     EphemeralWithDurableName, FilterSubjectMismatch, MultipleFiltersNotAllowed,
 )
 from jsraft.server.jsapi_codec import (
-    LIST_LIMIT, NAMES_LIMIT, NotEmptyRequest, PagedRequest, StreamMismatch, decode_request, is_empty_request,
-    is_json_object_or_array, load_json,
+    LIST_LIMIT, NAMES_LIMIT, ZERO_TIME, ClusterRequired, NotEmptyRequest, PagedRequest, StepdownRequest,
+    StreamMismatch, decode_request, is_empty_request, is_json_object_or_array, load_json,
 )
 from jsraft.server.jsapi_data import online
 
@@ -125,6 +132,42 @@ def stored_consumer_config(name: str, config: dict[str, Any], *, generated: bool
     return json.dumps(stored, separators=(",", ":")).encode()
 
 
+def decode_pause(payload: bytes) -> int:
+    """The `pause_until` of a PAUSE request as Unix ns; 0 resumes (invariant 6)."""
+    if not is_json_object_or_array(payload):
+        return 0
+    data = load_json(payload)
+    if not isinstance(data, dict):
+        raise InvalidJSON("invalid JSON: json: cannot unmarshal array into Go value of type "
+                          "api.JSApiConsumerPauseRequest")
+    unknown = sorted(set(data) - {"pause_until"})
+    if unknown:
+        raise InvalidJSON(f'invalid JSON: json: unknown field "{unknown[0]}"')
+    value = data.get("pause_until")
+    if value is None:
+        return 0
+    if not isinstance(value, str):
+        kind = {bool: "bool", list: "array", dict: "object"}.get(type(value), "number")
+        raise InvalidJSON(f"invalid JSON: json: cannot unmarshal {kind} into Go struct field "
+                          "JSApiConsumerPauseRequest.pause_until of type time.Time")
+    if value == ZERO_TIME:
+        return 0
+    try:
+        return max(rfc3339_to_ns(value), 0)
+    except (ValueError, OverflowError):
+        raise InvalidJSON(f'invalid JSON: parsing time {json.dumps(value)} as "2006-01-02T15:04:05Z07:00": '
+                          f'cannot parse {json.dumps(value)} as "2006"') from None
+
+
+def stepdown_args(payload: bytes) -> dict[str, Any]:
+    """A stepdown body's placement as `jsapi.stream_stepdown` takes it (as `jsapi_data` reads it)."""
+    body = decode_request(payload, StepdownRequest) if is_json_object_or_array(payload) else StepdownRequest()
+    placement = body.placement
+    if placement is None:
+        return {}
+    return {"preferred": placement.preferred, "cluster": placement.cluster, "tags": list(placement.tags)}
+
+
 class ConsumerEndpoints:
     def __init__(self, node: "Node") -> None:
         self.node = node
@@ -162,6 +205,25 @@ class ConsumerEndpoints:
             raise NotEmptyRequest()
         await online(self.node, request.name)
         await self.node.call_stream(request.name, "consumer.delete", {"name": request.subject.split(".")[5]})
+        return {"success": True}
+
+    async def pause(self, request: "ApiRequest") -> dict[str, Any]:
+        """`$JS.API.CONSUMER.PAUSE.<stream>.<consumer>` (invariant 6), answered by the stream leader."""
+        until_ns = decode_pause(request.payload)
+        await online(self.node, request.name)
+        result, _ = await self.node.call_stream(request.name, "consumer.pause",
+                                                {"name": request.subject.split(".")[5], "until_ns": until_ns})
+        return dict(result)
+
+    async def leader_stepdown(self, request: "ApiRequest") -> dict[str, Any]:
+        """`$JS.API.CONSUMER.LEADER.STEPDOWN.<stream>.<consumer>` (invariant 5)."""
+        if not self.node.config.clustered:
+            raise ClusterRequired()
+        args = stepdown_args(request.payload)
+        assignment = await online(self.node, request.name)
+        await self.node.call_stream(request.name, "consumer.info", {"name": request.subject.split(".")[6]})
+        if assignment.config is not None and assignment.config.num_replicas > 1:
+            await self.node.call_stream(request.name, "jsapi.stream_stepdown", args)
         return {"success": True}
 
     def _offset(self, payload: bytes) -> int:

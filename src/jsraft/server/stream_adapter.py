@@ -140,7 +140,7 @@ class StreamAdapter:
             if result.finding is not None:
                 self._on_change()
             # Invariant 7: a CONSUMER entry's outcome is the consumer set's result (what its proposer awaits).
-            applied = self.consumers.on_applied(entry.index, result)
+            applied = self.consumers.on_applied(entry.index, result, entry.data)
             if applied is not None:
                 return applied
         return result

@@ -58,6 +58,7 @@ class StreamManager:
         self.options = options or StreamOptions(tick_s=tick_s)
         self.call_peer = call_peer  # `$rpc` to another node: repairs and audits
         self.advisories = AdvisoryLog(node_id)  # every stream advisory this node raised
+        self.consumer_port: Any = None  # the node's consumer hub, given to each replica's consumers (push)
         self.disk = disk  # <store_dir>/streams
         self.runtime = runtime
         self.meta = meta
@@ -152,6 +153,7 @@ class StreamManager:
                                 raft_config=self.raft_config(), config_index=assignment.config_index,
                                 bootstrap=assignment.peers_unchanged, options=self.options,
                                 call_peer=self.call_peer, advisories=self.advisories)
+        replica.consumers.port = self.consumer_port
         try:
             await replica.open()
         except JsraftError as error:

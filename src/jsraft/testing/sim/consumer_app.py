@@ -4,8 +4,8 @@ Owns: `ConsumerApp` (the stream app with a retention policy drawn from the seed 
 work-queue — the consumer workload and the consumer checker) and `ConsumerMachine`, a `StreamStateMachine`
 that carries a real `server.consumer_replica.ConsumerReplica` the way `server.stream_adapter` does
 (its invariant 7): every entry the machine applies is handed to `ConsumerReplica.on_applied` right after
-(CONSUMER ops, retention removals at the same index, interest retention after MSGS, `on_purge` after
-PURGE / EXPIRE, the stream config after CONFIG); `snapshot()` carries `encode_snapshot(consumers)` as its
+(CONSUMER ops, retention removals at the same index, interest retention after MSGS, `on_purge` after a
+PURGE, from the entry's content, the stream config after CONFIG); `snapshot()` carries `encode_snapshot(consumers)` as its
 `extra`; every `restore()` (recovery, InstallSnapshot, resync) is followed by `ConsumerReplica.restored()`.
 Because the composition lives in the machine, every path of `stream_app` / `stream_repair` that applies,
 snapshots or restores takes the consumers along without knowing about them.
@@ -46,12 +46,10 @@ if TYPE_CHECKING:
     from jsraft.testing.sim.simulator import Simulation
 
 RETENTIONS = ("limits", "interest", "workqueue")
-_MOVES_HEAD = (EntryKind.PURGE, EntryKind.EXPIRE)  # `ConsumerReplica` calls `on_purge` with the store's head
 PROBE_NAME = "probe-"
 
 # (machine, index, CONSUMER body or None, phase) -> None; phase: "before" a CONSUMER entry applies to the
-# consumers, "after" any entry applied, "snapshot" / "restored" with a snapshot's bytes, "purge" after a
-# PURGE / EXPIRE moved the head of a stream with consumers (consumer_checks: a known bug).
+# consumers, "after" any entry applied, "snapshot" / "restored" with a snapshot's bytes.
 Observer = Callable[["ConsumerMachine", int, "bytes | None", str], None]
 
 
@@ -74,10 +72,8 @@ class ConsumerMachine(StreamStateMachine):
         if body is not None and self.observer is not None:
             self.observer(self, index, body, "before")  # the observer may look at the state it changes
         if body is None or not self.skip_consumer_ops:  # invariant 2: the mutant skips the consumers' part
-            self.consumer_replica.on_applied(index, result)
+            self.consumer_replica.on_applied(index, result, data)
         if self.observer is not None:
-            if result.kind in _MOVES_HEAD and self.consumer_replica.entries:
-                self.observer(self, index, None, "purge")
             self.observer(self, index, body, "after")
         return result
 
@@ -110,7 +106,6 @@ class ConsumerApp(StreamApp):
         skip = self.mutant == "consumer-skip-ops" and node_id == "n1"
 
         def build(store: StreamStore, config: StreamConfig, raw: bytes) -> ConsumerMachine:
-            self.checker.replay_created.discard(node_id)  # a new process: a new consumer set
             return ConsumerMachine(store, config, raw, node_id=node_id, observer=self.checker.on_replica,
                                    skip_consumer_ops=skip)
 

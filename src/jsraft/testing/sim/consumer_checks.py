@@ -17,14 +17,13 @@ and the stream audit compares those too), the consumer set it holds at each inde
                       applied state already counts as acknowledged (`consumer_clients`).
   stream-audit        (the stream checker's) the store states, retention removals included, agree.
 
-A replica's report is classified as the stream audits are (`StreamChecker.on_audit`): only reports of a
-current, fault-free, finished-replay replica outside an unverified or ahead window are held to equality
-("vouched"); a restore is always held to it (the consumer set comes whole from the snapshot). The others
-are counted (`consumer_reports_<status>`). Status `replay_created`: the node's consumer set went through
-a KNOWN, unfixed bug — a CREATE, PURGE or EXPIRE applied during a restart's replay, or while a catch-up's
-source was further along, reads a store that may be ahead of the entry (start position, `on_purge`), or
-the set came from a snapshot such a node took — so it is not held to equality until a clean snapshot
-replaces the set.
+Every replica's report is held to equality, whatever the state of its store: a consumer set is a
+function of the log alone (a CREATE carries its start and a PURGE its floor: consumer/machine.py
+invariant 5, server/consumer_replica.py invariant 5), so a replica replaying over a store that is ahead
+of the entry, one inside a catch-up's window, an unverified or an unhealthy one must agree too. Reports
+are still classified as the stream audits are (`StreamChecker.on_audit`: "vouched", "replaying",
+"ahead", "unverified", "unhealthy", and "restored" for a snapshot restore) and counted
+(`consumer_reports_<status>`), so a run shows how many of each the checks covered.
 
 Invariants:
   1. The checker changes nothing in the cluster; the reference only reads the committed log.
@@ -40,7 +39,7 @@ import zlib
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from jsraft.consumer import AckOp, CreateOp, DeliveredOp, decode_ops
+from jsraft.consumer import AckOp, DeliveredOp, decode_ops
 from jsraft.jsapi.consumer_config import AckPolicy
 from jsraft.store.memstore import MemStore
 from jsraft.stream.results import Health
@@ -70,10 +69,6 @@ class ConsumerChecker(StreamChecker):
         self.before: dict[str, set[int]] = {}  # pending seqs of acked consumers before the entry applies
         self.reports: list[tuple[str, int, tuple[int, Floors], str]] = []
         self.consumer_reports: Counter[str] = Counter()
-        # Nodes whose consumer set holds a consumer created while its machine replayed over a store that may
-        # be ahead (KNOWN BUG, see `on_replica`): not held to equality until a snapshot replaces the set.
-        self.replay_created: set[str] = set()
-        self.tainted_snapshots: set[int] = set()  # CRCs of snapshots such a node took
         self.view_indexes: list[int] = []  # the keys of `views`, ascending
         super().__init__(app)
         self._record(0, consumer_view(self.reference))
@@ -145,37 +140,10 @@ class ConsumerChecker(StreamChecker):
 
     def on_replica(self, machine: ConsumerMachine, index: int, body: bytes | None, phase: str) -> None:
         node_id = machine.node_id
-        if phase == "before":
-            # KNOWN BUG (reported, not fixed): `ConsumerSet._create` computes the start position from the
-            # store, which during a restart's replay may be ahead of the entry (later messages stored, later
-            # removals done): the replica's consumer then starts elsewhere than the group's (seed 17 of
-            # `--app consumer`: deliver_policy new started at the store's last seq 44, the log's was 41).
-            if self._store_ahead(machine, index) and any(isinstance(op, CreateOp) for op in decode_ops(body or b"")):
-                self.replay_created.add(node_id)
-            return
-        if phase == "purge":
-            # The same KNOWN BUG for `ConsumerReplica.on_applied`: after a PURGE / EXPIRE it calls
-            # `on_purge` with the store's first seq, which may be past the entry's (seed 22: during a replay,
-            # the floor went to 52, the log's is 50; seed 106: after a catch-up from a source further along).
-            if self._store_ahead(machine, index):
-                self.replay_created.add(node_id)
-            return
-        if phase == "after" and body is None:
-            return
-        if phase == "snapshot":
-            if node_id in self.replay_created:  # the known bug travels in the snapshot's consumer set
-                self.tainted_snapshots.add(zlib.crc32(body or b""))
+        if phase == "before" or phase == "snapshot" or (phase == "after" and body is None):
             return
         if phase == "restored":
-            # The snapshot's set replaces the node's (a replay after it may taint it again).
-            if zlib.crc32(body or b"") in self.tainted_snapshots:
-                self.replay_created.add(node_id)
-                status = "replay_created"
-            else:
-                self.replay_created.discard(node_id)
-                status = "restored"
-        elif node_id in self.replay_created:
-            status = "replay_created"
+            status = "restored"  # the snapshot's set replaces the node's: held to equality at its index
         elif machine.health is not Health.current or machine.store.faults():
             status = "unhealthy"
         elif machine.replaying:
@@ -187,11 +155,6 @@ class ConsumerChecker(StreamChecker):
         else:
             status = "vouched"
         self.reports.append((node_id, index, consumer_view(machine), status))
-
-    def _store_ahead(self, machine: ConsumerMachine, index: int) -> bool:
-        """The store may hold effects of entries after `index`: a restart's replay, or the window after a
-        catch-up from a source that had applied further (`StreamChecker.vouch_after`)."""
-        return machine.replaying or index <= self.vouch_after.get(machine.node_id, 0)
 
     def after_step(self, sim: Simulation) -> None:
         self._judge_reports(sim)  # first: a consumer divergence is named before the removals it causes
@@ -205,12 +168,11 @@ class ConsumerChecker(StreamChecker):
                 self.reports.append((node_id, index, view, status))
                 continue
             self.consumer_reports[status] += 1
-            if status in ("vouched", "restored"):
-                self._judge_consumers(node_id, index, view, status)
+            self._judge_consumers(node_id, index, view, status)
 
     def _judge_consumers(self, node_id: str, index: int, view: tuple[int, Floors], status: str) -> None:
         reference = self.view_at(index)
-        what = "after restoring a snapshot at" if status == "restored" else "at"
+        what = "after restoring a snapshot at" if status == "restored" else f"({status}) at"
         if view[1] != reference[1]:
             raise Violation("ack-floor", f"{node_id} {what} index {index} holds ack floors {view[1]}, the log "
                                          f"gives {reference[1]}")

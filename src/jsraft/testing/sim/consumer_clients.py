@@ -31,7 +31,7 @@ import json
 import random
 from typing import TYPE_CHECKING
 
-from jsraft.consumer import AckOp, ConsumerLeader, CreateOp, DeleteOp, PauseOp, TermOp, encode_ops
+from jsraft.consumer import AckOp, ConsumerLeader, DeleteOp, PauseOp, TermOp, encode_ops
 from jsraft.consumer.machine import ConsumerEntry, ConsumerSet
 from jsraft.errors import JsraftError
 from jsraft.jsapi.consumer_config import AckPolicy, parse_consumer_config
@@ -148,7 +148,7 @@ class ConsumerClients(StreamClients):
             self.counts[f"consumer_refused_{type(error).__name__}"] += 1
             return
         self.counts["consumer_creates"] += 1
-        self._propose_ops(driver, replica, [CreateOp(name=name, config=raw, created_ns=now_ns)])
+        self._propose_ops(driver, replica, [consumers.create_op(name, config, raw, now_ns)])
 
     def _deliver(self, sim: Simulation, driver: NodeDriver, replica: StreamReplica, entry: ConsumerEntry,
                  leader: ConsumerLeader, now_ns: int) -> bool:

@@ -1,0 +1,121 @@
+"""The per-message shortcuts of the leader's fetch/ack path give the same answers as the general way.
+
+Method: `ack_target` (the three fields the leader's ack path reads) against `parse_ack_subject` on
+Hypothesis-built subjects — valid v1 and v2 forms and every kind of broken one: None exactly together,
+the same fields otherwise; `parse_ack_body` of a plain ack is the shared `PLAIN_ACK` whatever the buffer
+type. Delivery of an unfiltered consumer, which tries `store.load(next_seq)` before `load_next`, is
+compared with a leader whose store answers `load` with NoMessageFound always (so it goes the general
+way): same deliveries over interior deletes, and past a damaged sequence whose `load` raises
+`DamagedSequence` while `load_next` passes it over (as FileStore does once the record is detached).
+"""
+
+from __future__ import annotations
+
+import hypothesis.strategies as st
+from consumer_kit import SECOND, Cluster, store_with
+from hypothesis import given, settings
+
+from jsraft.consumer import ConsumerLeader, ack_reply_subject, parse_ack_body, parse_ack_subject
+from jsraft.consumer.acks import PLAIN_ACK, AckKind, ack_target
+from jsraft.errors import DamagedSequence, NoMessageFound
+
+T0 = 5_000 * SECOND
+_num = st.one_of(st.integers(min_value=0, max_value=2**64).map(str), st.sampled_from(["", "-1", "x", "１", "²", "1.5"]))
+_name = st.one_of(st.text(alphabet="abcXYZ_-09", min_size=1, max_size=6), st.just(""))
+
+
+@st.composite
+def ack_subjects(draw) -> str:
+    numbers = [draw(_num) for _ in range(5)]
+    stream, consumer = draw(_name), draw(_name)
+    form = draw(st.sampled_from(["v1", "v2", "short", "prefix"]))
+    if form == "v1":
+        return ".".join(["$JS", "ACK", stream, consumer, *numbers])
+    if form == "v2":
+        return ".".join(["$JS", "ACK", draw(st.sampled_from(["_", "hub"])), "ACC", stream, consumer, *numbers,
+                         "tok"])
+    if form == "short":
+        return ".".join(["$JS", "ACK", stream, consumer, *numbers[:draw(st.integers(0, 4))]])
+    return ".".join([draw(st.sampled_from(["$JS.ACKS", "$JS.NAK", "JS.ACK"])), stream, consumer, *numbers])
+
+
+@settings(max_examples=400, deadline=None)
+@given(ack_subjects())
+def test_ack_target_agrees_with_parse_ack_subject(subject):
+    full, target = parse_ack_subject(subject), ack_target(subject)
+    assert (full is None) == (target is None)
+    if full is not None:
+        assert target == (full.stream, full.consumer, full.stream_seq)
+
+
+def test_ack_target_of_a_reply_subject_the_leader_made():
+    subject = ack_reply_subject("S", "C", 2, 17, 40, 1_700_000_000_000_000_000, 3)
+    assert ack_target(subject) == ("S", "C", 17)
+
+
+def test_a_plain_ack_is_one_shared_value():
+    for body in (b"", b"+ACK", b"+OK", bytearray(b"+ACK"), memoryview(b"+OK")):
+        assert parse_ack_body(body) is PLAIN_ACK
+    assert PLAIN_ACK.kind is AckKind.ACK
+    assert parse_ack_body(b"+ACK ") is None  # anything else still takes the general way
+    assert parse_ack_body(b"+TERM").kind is AckKind.TERM
+
+
+class GeneralWay:
+    """A store whose `load` never finds anything: the leader then always goes through `load_next`."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def load(self, seq):
+        raise NoMessageFound(f"no message at {seq}")
+
+
+class DamagedAt:
+    """A store where `seq` is damaged: `load` raises DamagedSequence and `load_next` passes it over."""
+
+    def __init__(self, store, seq: int) -> None:
+        self.store, self.damaged = store, seq
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def load(self, seq):
+        if seq == self.damaged:
+            raise DamagedSequence(seq, "corrupt")
+        return self.store.load(seq)
+
+    def load_next(self, filters, seq):
+        msg = self.store.load_next(filters, seq)
+        return self.store.load_next(filters, seq + 1) if msg.seq == self.damaged else msg
+
+
+def deliveries(store, batch: int = 3) -> list[tuple[int, int]]:
+    cluster = Cluster(store)
+    cluster.create("C", ack_policy="explicit")
+    leader = ConsumerLeader("S", cluster.set.consumers["C"], T0)
+    out = []
+    while True:
+        plan = leader.next_deliveries(store, T0, batch)
+        if not plan.deliveries:
+            return out
+        out += [(d.stream_seq, d.consumer_seq) for d in plan.deliveries]
+        cluster.apply(*plan.ops)
+
+
+def test_unfiltered_delivery_over_interior_deletes_is_the_general_way():
+    store = store_with(["a"] * 12)
+    for seq in (1, 4, 5, 9, 12):
+        store.delete(seq)
+    fast = deliveries(store)
+    assert fast == deliveries(GeneralWay(store))
+    assert [s for s, _ in fast] == [2, 3, 6, 7, 8, 10, 11]
+
+
+def test_a_damaged_sequence_is_passed_over_as_the_general_way_does():
+    store = store_with(["a"] * 6)
+    assert deliveries(DamagedAt(store, 3)) == deliveries(GeneralWay(DamagedAt(store, 3)))
+    assert [s for s, _ in deliveries(DamagedAt(store, 3))] == [1, 2, 4, 5, 6]

@@ -6,8 +6,9 @@ Owns: the internal subscriptions and the table from request subject to endpoint,
 "description"}}`), the API counters of `$JS.API.INFO` (`api.total`, `api.errors`), the account info
 itself, and the admin endpoints (stream create, update, info, delete, names, list). The data endpoints
 are in `jsapi_data`, direct gets in `jsapi_direct`, the leader-side work in `jsapi_stream`, the consumer
-endpoints in `jsapi_consumer` (their leader side in `consumer_admin`; pull requests and acks, which are
-not JSON API requests, in `consumer_hub`).
+endpoints in `jsapi_consumer` (their leader side in `consumer_admin` and `consumer_control`; pull requests
+and acks, which are not JSON API requests, in `consumer_hub`). It attaches the client port to the node's
+`AdvisoryLog`, which publishes the consumer events on it (`consumer_events`).
 
 Invariants:
   1. Every request on a known subject with a reply subject gets exactly one answer, whatever fails: an
@@ -51,11 +52,12 @@ from jsraft.jsapi import API_LEVEL, StorageType, listed_metadata
 from jsraft.meta import StreamAssignment
 from jsraft.server.client_server import ClientServer, InternalMsg
 from jsraft.server.consumer_admin import ConsumerAdmin
+from jsraft.server.consumer_control import ConsumerControl
 from jsraft.server.consumer_hub import ConsumerHub
 from jsraft.server.errors import NoLeader
 from jsraft.server.jetstream import decode_headers
 from jsraft.server.jsapi_codec import (
-    LIST_LIMIT, NAMES_LIMIT, SUBJECT_DETAILS_MAX, NotEmptyRequest, PagedRequest, StreamInfoRequest, StreamMismatch,
+    LIST_LIMIT, NAMES_LIMIT, ZERO_TIME, SUBJECT_DETAILS_MAX, NotEmptyRequest, PagedRequest, StreamInfoRequest, StreamMismatch,
     StreamNamePathSeparators, decode_request, decode_stream_config, dumps, is_empty_request,
     is_json_object_or_array, response_type,
 )
@@ -114,6 +116,8 @@ class JsApi:
         data = DataEndpoints(node)
         consumers = ConsumerEndpoints(node)
         ConsumerAdmin(node).register(node.handlers.table)
+        ConsumerControl(node).register(node.handlers.table)  # consumer.pause
+        node.streams.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
         self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
         self.direct = DirectGets(node, clients)
         self.routes = [
@@ -142,6 +146,10 @@ class JsApi:
                   error_fields=PAGED_ZERO + (("consumers", []),)),
             Route(("CONSUMER", "LIST", "*"), "consumer_list_response", consumers.list,
                   error_fields=PAGED_ZERO + (("consumers", []),)),
+            Route(("CONSUMER", "PAUSE", "*", "*"), "consumer_pause_response", consumers.pause,
+                  error_fields=(("paused", False), ("pause_until", ZERO_TIME))),
+            Route(("CONSUMER", "LEADER", "STEPDOWN", "*", "*"), "consumer_leader_stepdown_response",
+                  consumers.leader_stepdown),
         ]
         for subject in API_SUBJECTS:
             clients.subscribe_internal(subject, self.dispatch)

@@ -173,6 +173,62 @@ CONSUMER_STEPS: list[Step] = [
     api("c_stream_delete_wq", "STREAM.DELETE.WQ"),
 ]
 
+FAR_FUTURE = "2099-01-01T00:00:00Z"
+
+# Pause / resume, leader stepdown (one server: not clustered) and sampling, on a stream of their own (CTL).
+CONTROL_STEPS: list[Step] = [
+    api("k_stream", "STREAM.CREATE.CTL", {"name": "CTL", "subjects": ["ctl.>"]}),
+    pub("k_pub", "ctl.a", b"k1"),
+    consumer("k_create", "CONSUMER.CREATE.CTL.K", {"durable_name": "K", "ack_policy": "explicit"}),
+    consumer("k_create_paused", "CONSUMER.CREATE.CTL.KP",
+             {"durable_name": "KP", "ack_policy": "explicit", "pause_until": FAR_FUTURE}),
+    api("k_info_created_paused", "CONSUMER.INFO.CTL.KP"),
+    next_msg("k_next_created_paused", "CTL", "KP"),
+    api("k_pause", "CONSUMER.PAUSE.CTL.K", {"pause_until": FAR_FUTURE}),
+    api("k_info_paused", "CONSUMER.INFO.CTL.K"),
+    next_msg("k_next_while_paused", "CTL", "K"),
+    api("k_pause_past", "CONSUMER.PAUSE.CTL.K", {"pause_until": "2020-01-01T00:00:00Z"}),
+    api("k_info_pause_past", "CONSUMER.INFO.CTL.K"),
+    api("k_resume", "CONSUMER.PAUSE.CTL.K", {}),
+    api("k_resume_empty", "CONSUMER.PAUSE.CTL.K"),
+    api("k_info_resumed", "CONSUMER.INFO.CTL.K"),
+    next_msg("k_next_resumed", "CTL", "K"),
+    api("k_pause_unknown_field", "CONSUMER.PAUSE.CTL.K", {"bogus": 1}),
+    api("k_pause_bad_type", "CONSUMER.PAUSE.CTL.K", {"pause_until": 5}),
+    api("k_pause_bad_time", "CONSUMER.PAUSE.CTL.K", {"pause_until": "nope"}),
+    api("k_pause_not_found", "CONSUMER.PAUSE.CTL.NOPE"),
+    api("k_pause_stream_not_found", "CONSUMER.PAUSE.NOPE.K"),
+    api("k_stepdown", "CONSUMER.LEADER.STEPDOWN.CTL.K"),
+    api("k_stepdown_not_found", "CONSUMER.LEADER.STEPDOWN.CTL.NOPE"),
+    consumer("k_create_sampled", "CONSUMER.CREATE.CTL.KS",
+             {"durable_name": "KS", "ack_policy": "explicit", "sample_freq": "50%"}),
+    consumer("k_create_sampled_bare", "CONSUMER.CREATE.CTL.KB",
+             {"durable_name": "KB", "ack_policy": "explicit", "sample_freq": "30"}),
+    consumer("k_create_sampled_bad", "CONSUMER.CREATE.CTL.KX", {"durable_name": "KX", "sample_freq": "x%"}),
+    api("k_stream_delete", "STREAM.DELETE.CTL"),
+]
+
+# Per-message TTL (ADR-43) on a stream of its own (TTL); a TTL refused on DEF, which does not allow them.
+TTL_CONFIG = {"name": "TTL", "subjects": ["ttl.>"], "allow_msg_ttl": True}
+TTL_STEPS: list[Step] = [
+    api("t_create", "STREAM.CREATE.TTL", TTL_CONFIG),
+    pub("t_pub_hour", "ttl.a", b"t1", Nats_TTL="1h"),
+    pub("t_pub_seconds", "ttl.b", b"t2", Nats_TTL="90"),
+    pub("t_pub_never", "ttl.c", b"t3", Nats_TTL="never"),
+    pub("t_pub_zero", "ttl.a", b"x", Nats_TTL="0"),
+    pub("t_pub_sub_second", "ttl.a", b"x", Nats_TTL="500ms"),
+    pub("t_pub_garbled", "ttl.a", b"x", Nats_TTL="soon"),
+    pub("t_pub_disabled", "DEF", b"x", Nats_TTL="5s"),
+    api("t_msg_get", "STREAM.MSG.GET.TTL", {"seq": 1}),
+    api("t_info", "STREAM.INFO.TTL"),
+    api("t_update_disable", "STREAM.UPDATE.TTL", {**TTL_CONFIG, "allow_msg_ttl": False}),
+    api("t_create_marker_negative", "STREAM.CREATE.TTLM",
+        {"name": "TTLM", "subjects": ["ttlm"], "allow_msg_ttl": True, "subject_delete_marker_ttl": -1}),
+    api("t_create_marker_short", "STREAM.CREATE.TTLM",
+        {"name": "TTLM", "subjects": ["ttlm"], "allow_msg_ttl": True, "subject_delete_marker_ttl": 500_000_000}),
+    api("t_delete", "STREAM.DELETE.TTL"),
+]
+
 STEPS: list[Step] = [
     # --- stream admin ---------------------------------------------------------------------------------
     api("create_defaults", "STREAM.CREATE.DEF", {"name": "DEF"}),
@@ -191,6 +247,8 @@ STEPS: list[Step] = [
     api("names_subject_none", "STREAM.NAMES", {"subject": "nobody.*"}),
     api("list", "STREAM.LIST"),
     *CONSUMER_STEPS,
+    *CONTROL_STEPS,
+    *TTL_STEPS,
     # --- publishes ------------------------------------------------------------------------------------
     pub("pub_msgid", "orc.a", b"one", Nats_Msg_Id="m1"),
     pub("pub_msgid_dup", "orc.a", b"one again", Nats_Msg_Id="m1"),
@@ -315,6 +373,7 @@ IGNORED_KEYS = {
     "last_ts": "time of the last message",
     "time": "a stored message's time",
     "last_active": "a consumer's last delivery or ack time",
+    "pause_remaining": "the time left until a paused consumer resumes (depends on when it is asked)",
     "cluster": "cluster info: server and cluster names, peers (one nats-server vs one jsraft node)",
 }
 # Replaced by a placeholder before comparing: the value differs between servers, but whether the key is

@@ -34,7 +34,9 @@ REPLICAS_MAX = 5  # nats-server: StreamMaxReplicas
 _LIMIT_FIELDS = ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject", "max_msg_size")
 # Fields nats-server's `StreamConfig` tags `omitempty` whose empty value is also this class's default:
 # served without them when empty, as nats-server serves them (and still decoded strictly when sent).
-_OMITTED_WHEN_EMPTY = ("subjects", "no_ack", "duplicate_window", "first_seq", "discard_new_per_subject")
+_OMITTED_WHEN_EMPTY = ("subjects", "no_ack", "duplicate_window", "first_seq", "discard_new_per_subject",
+                       "subject_delete_marker_ttl")
+SECOND_NS = 1_000_000_000
 _NAME_FORBIDDEN = frozenset(" \t\r\n\f\v.*>/\\")
 
 
@@ -139,6 +141,9 @@ class StreamConfig:
     consumer_limits: ConsumerLimits | None = None
     metadata: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_frozen_metadata)
     template_owner: str | None = None
+    # ADR-43 per-message TTL: `Nats-TTL` headers are honoured only when this is on (never turned off again).
+    allow_msg_ttl: bool = False
+    subject_delete_marker_ttl: int = 0  # ns; markers are not implemented, so > 0 is refused by `validate`
 
     @classmethod
     def from_dict(cls, data: dict) -> "StreamConfig":
@@ -155,6 +160,11 @@ class StreamConfig:
         if self.duplicate_window == 0 and self.mirror is None:
             window = DUPLICATE_WINDOW_DEFAULT_NS
             changes["duplicate_window"] = min(window, self.max_age) if self.max_age > 0 else window
+        if self.subject_delete_marker_ttl > 0:
+            # nats-server outside pedantic mode turns on what subject delete markers need.
+            changes["allow_msg_ttl"] = True
+            if not self.allow_rollup_hdrs:
+                changes["allow_rollup_hdrs"], changes["deny_purge"] = True, False
         return attrs.evolve(self, **changes) if changes else self
 
     def validate(self) -> "StreamConfig":
@@ -169,6 +179,7 @@ class StreamConfig:
             raise InvalidConfig("mirrors and sources are not supported by this server")
         if self.republish is not None or self.subject_transform is not None:
             raise InvalidConfig("republish and subject transforms are not supported by this server")
+        _validate_marker_ttl(self)
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -215,6 +226,21 @@ def _validate_limits(config: StreamConfig) -> None:
         raise ReplicasCountCannotBeNegative()
     if config.num_replicas == 0:
         raise InvalidConfig("replicas must be at least 1 (0 is the default, made 1 by with_defaults)")
+
+
+def _validate_marker_ttl(config: StreamConfig) -> None:
+    """`subject_delete_marker_ttl`: nats-server's rules and words (`checkStreamCfg`), then jsraft's own
+    refusal, because it does not write subject delete markers (ADR-43 "limit markers") yet."""
+    ttl_ns = config.subject_delete_marker_ttl
+    if ttl_ns < 0:
+        raise InvalidConfig("subject delete marker TTL must not be negative")
+    if ttl_ns == 0:
+        return
+    if ttl_ns < SECOND_NS:
+        raise InvalidConfig("subject delete marker TTL must be at least 1 second")
+    if config.deny_purge and config.allow_rollup_hdrs:
+        raise InvalidConfig("roll-ups require the purge permission")
+    raise InvalidConfig("subject delete markers are not supported by this server")
 
 
 def _validate_subjects(config: StreamConfig) -> None:

@@ -71,6 +71,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> None:
         raise InvalidConfig(f"{_UPDATE_PREFIX} cancel deny message deletes")
     if old.deny_purge and not new.deny_purge:
         raise InvalidConfig(f"{_UPDATE_PREFIX} cancel deny purge")
+    if old.allow_msg_ttl and not new.allow_msg_ttl:
+        raise InvalidConfig("message TTL status can not be disabled")  # ADR-43: may be enabled, never disabled
     if _placement_key(old.placement) != _placement_key(new.placement):
         raise InvalidConfig(f"{_UPDATE_PREFIX} change placement (stream moves are not supported)")
 

@@ -36,6 +36,7 @@ import trio
 
 from jsraft.errors import JsraftError
 from jsraft.server.advisories import AdvisoryLog
+from jsraft.server.stream_expiry import run_expiry
 from jsraft.server.stream_options import StreamOptions
 from jsraft.stream import (
     DRIFT_REPAIRED_ADVISORY, AuditReport, AuditVerdict, Health, ReplicaBoard, ReplicaState, StreamLeader,
@@ -135,6 +136,7 @@ class AuditRunner:
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_task)
+            nursery.start_soon(run_expiry, self.replica, self.options.tick_s)  # max_age and Nats-TTL
             while True:
                 if self._audit_wanted:
                     await self._ask_for_audit()

@@ -17,7 +17,7 @@ Invariants:
 
 Imports: L0, stdlib. Reference: ADR-4 (NATS message headers); nats-server `server/stream.go`
 (`JSMsgId`, `JSExpectedStream`, `JSExpectedLastSeq`, `JSExpectedLastSubjSeq`, `JSExpectedLastMsgId`,
-`JSMsgRollup`).
+`JSMsgRollup`, `JSMessageTTL`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ EXPECTED_LAST_MSG_ID = "Nats-Expected-Last-Msg-Id"
 ROLLUP = "Nats-Rollup"
 ROLLUP_SUBJECT = "sub"
 ROLLUP_ALL = "all"
+TTL = "Nats-TTL"  # ADR-43 per-message TTL (see `stream.ttl`)
 
 _PREFIX = b"NATS/1.0"
 _MARKER = b"Nats-"

@@ -2,13 +2,15 @@
 
 Owns: accepting or rejecting publishes (DESIGN §2 step 2) and coalescing the accepted ones into MSGS
 entries with explicit sequences (step 3); the leader's other proposals: DELETE, PURGE (stamped with
-the stream's position), CONFIG, EXPIRE from `max_age` (replicas never expire on their own clocks), and
-the AUDIT schedule.
+the stream's position), CONFIG, EXPIRE from `max_age` and DELETE for messages whose `Nats-TTL` passed
+(`ttl_due`, from `stream.ttl.TtlSchedule`; replicas never expire on their own clocks), and the AUDIT
+schedule.
 
 Checks per publish, in nats-server's order: sealed (10109), sizes (10097 headers, 10054 message and
 `max_msg_size`), subject, headers framing, duplicate `Nats-Msg-Id` within `duplicate_window` (answered
 with the original's seq), `Nats-Expected-Stream` (10060), `-Last-Subject-Sequence` (10071),
-`-Last-Sequence` (10071), `-Last-Msg-Id` (10070), `Nats-Rollup` (10111), `discard: new` limits (10077).
+`-Last-Sequence` (10071), `-Last-Msg-Id` (10070), `Nats-Rollup` (10111), `Nats-TTL` (10166 when the
+stream does not allow TTLs, 10165 when invalid; ADR-43), `discard: new` limits (10077).
 
 Invariants:
   1. Every check counts in-flight proposals (`InFlight`): two publishes expecting the same last sequence
@@ -37,13 +39,14 @@ from jsraft.store.base import msg_size
 from jsraft.store.limits_check import check_purge_args
 from jsraft.stream import entries
 from jsraft.stream import headers as hdr
+from jsraft.stream import ttl as ttllib
 from jsraft.stream.inflight import InFlight, Proposal
 from jsraft.stream.leader_checks import DiscardNew, check_expected, rollup_flags, subject_last_seq
 from jsraft.stream.machine import StreamStateMachine
 from jsraft.stream.results import Health
 from jsraft.stream.outcomes import (
     ApiError, PubOutcome, bad_request, delete_failed, header_too_large, message_too_large, not_available,
-    purge_failed, rejected, sealed, update_failed,
+    purge_failed, rejected, sealed, ttl_disabled, ttl_invalid, update_failed,
 )
 
 AUDIT_INTERVAL_NS_DEFAULT = 5_000_000_000  # DESIGN §8: "every few seconds"
@@ -95,6 +98,9 @@ class StreamLeader:
         self._next_audit_id = machine.last_audit_id + 1
         self._last_audit_ns: int | None = None  # None: audit at once (a new leader follows a recovery)
         self._expire_cutoff_ns = 0  # cut-off of the last EXPIRE proposed
+        self.ttl_schedule = ttllib.TtlSchedule()  # ADR-43: rebuilt from the store by each new leader
+        if machine.config.allow_msg_ttl:
+            self.ttl_schedule.rebuild(machine.store)
 
     @property
     def last_seq(self) -> int:
@@ -155,7 +161,7 @@ class StreamLeader:
                        proposal: Proposal, batch: _Batch, limits_check: DiscardNew) -> PubOutcome:
         machine = self.machine
         last_seq = max(machine.last_seq, proposal.last_seq)
-        flags = 0
+        flags = ttl_s = 0
         if found:  # most publishes carry no `Nats-` header: skip the header checks entirely
             try:
                 error = check_expected(found, machine.config.name, subject, last_seq, self._last_msg_id,
@@ -168,6 +174,9 @@ class StreamLeader:
             if isinstance(checked, ApiError):
                 return rejected(checked)
             flags = checked
+            ttl_s = _message_ttl(found, machine.config.allow_msg_ttl)
+            if isinstance(ttl_s, ApiError):
+                return rejected(ttl_s)
         size = msg_size(len(subject.encode()), len(headers), len(payload))
         net = limits_check.admit(subject, size) if limits_check.active else (1, size)
         if isinstance(net, ApiError):
@@ -175,6 +184,8 @@ class StreamLeader:
         seq = last_seq + 1
         proposal.add(seq, subject, size, msg_id, net[0], net[1])
         batch.add(seq, subject, headers, payload, msg_id, flags)
+        if ttl_s > 0:
+            self.ttl_schedule.add(seq, batch.timestamp_ns, ttl_s)
         return PubOutcome(seq)
 
     def _duplicate(self, msg_id: str, now_ns: int) -> PubOutcome | None:
@@ -239,6 +250,15 @@ class StreamLeader:
         self._expire_cutoff_ns = cutoff_ns
         return entries.encode_expire(cutoff_ns, self.last_seq + 1)
 
+    def ttl_due(self, now_ns: int) -> list[bytes]:
+        """DELETE entries for the stored messages whose `Nats-TTL` has passed at `now_ns` (leader clock).
+
+        Not `propose_delete`: expiry removes messages even from a `deny_delete` stream (a KV bucket is
+        one), as nats-server's TTL expiry does."""
+        if not self.machine.config.allow_msg_ttl:
+            return []
+        return [entries.encode_delete(seq) for seq in self.ttl_schedule.due(self.machine.store, now_ns)]
+
     def request_audit(self) -> None:
         """Audit at the next `audit_due` (after a replica recovered or was repaired)."""
         self._last_audit_ns = None
@@ -250,3 +270,16 @@ class StreamLeader:
         audit_id = max(self._next_audit_id, self.machine.last_audit_id + 1)
         self._next_audit_id = audit_id + 1
         return entries.encode_audit(audit_id)
+
+
+def _message_ttl(found: dict[str, str], allowed: bool) -> int | ApiError:
+    """The publish's `Nats-TTL` in seconds (0 without one), or why it is refused (10166, 10165)."""
+    value = found.get(hdr.TTL)
+    if value is None:
+        return 0
+    if not allowed:
+        return ttl_disabled()
+    try:
+        return ttllib.parse_ttl(value)
+    except ttllib.InvalidTtl:
+        return ttl_invalid()

@@ -54,6 +54,14 @@ def message_too_large() -> ApiError:
     return ApiError(400, 10054, "message size exceeds maximum allowed")  # JSStreamMessageExceedsMaximumErr
 
 
+def ttl_invalid() -> ApiError:
+    return ApiError(400, 10165, "invalid per-message TTL")  # JSMessageTTLInvalidErr
+
+
+def ttl_disabled() -> ApiError:
+    return ApiError(400, 10166, "per-message TTL is disabled")  # JSMessageTTLDisabledErr
+
+
 def header_too_large() -> ApiError:
     return ApiError(400, 10097, "header size exceeds maximum allowed")  # JSStreamHeaderExceedsMaximumErr
 

@@ -33,7 +33,10 @@ Workloads (../shared/BENCH.md; nats-py's default asyncio loop, a fresh connectio
 Each publish run is bounded by a count and a time cap (`--time-cap`; the async runs stop sending at the
 cap and then wait for every ack outstanding); a fetch run by `--fetch-cap` (reaching it fails the run). A
 run uses a fresh stream (file storage), created and led before the clock starts and deleted after; the
-stream must hold exactly the acknowledged messages, or the run fails.
+stream must hold exactly the acknowledged messages, or the run fails. A JetStream API call or a fetch
+answered `503` (no responders yet, or "temporarily unavailable": a clustered nats-server's leaders and
+their interest reach n1 a moment after a change) is tried again for up to 30 s and counted
+(`unavailable`, printed per system), never hidden (`bench/nats_fetch.py`).
 
 Order: for each topology, one unrecorded warm-up per system, then `--rounds` rounds; in a round each
 workload runs once on every system, one after the other, the order of the systems rotating each round.
@@ -67,7 +70,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nats_fetch import confirm_acks, create_consumer, fetch_all  # noqa: E402
+from nats_fetch import confirm_acks, create_consumer, fetch_all, retry_unavailable  # noqa: E402
 from nats_servers import JsraftServers, NatsServers, find_nats_server, nats_server_version  # noqa: E402
 
 MB = 1_000_000  # decimal megabytes of payload, as the anchor figures
@@ -162,9 +165,11 @@ class Target:
         self.closing = False
         self.watch: Any = None  # an idle connection held for the whole topology: does the server keep it?
         self.watch_closing = False
+        self.unavailable: dict[str, int] = {}  # API calls answered 503 and tried again (nats_fetch), this run
 
     async def connect(self) -> None:
         self.closing = False
+        self.unavailable = {}
         self.nc = await self.open("run")
 
     async def open(self, role: str) -> Any:
@@ -200,14 +205,14 @@ class Target:
 
         js = self.nc.jetstream(timeout=30)
         try:
-            await js.delete_stream(STREAM)
+            await retry_unavailable(lambda: js.delete_stream(STREAM), counts=self.unavailable)
         except nats.js.errors.NotFoundError:
             pass
-        await js.add_stream(StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE,
-                                         num_replicas=self.replicas))
+        config = StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=self.replicas)
+        await retry_unavailable(lambda: js.add_stream(config), counts=self.unavailable)  # idempotent
         deadline = time.monotonic() + timeout_s
         while True:
-            info = await js.stream_info(STREAM)
+            info = await retry_unavailable(lambda: js.stream_info(STREAM), counts=self.unavailable)
             leader = info.cluster.leader if info.cluster else None
             if leader or (self.replicas == 1 and info.cluster is None):
                 return leader
@@ -216,10 +221,17 @@ class Target:
             await asyncio.sleep(0.05)
 
     async def stored(self) -> int:
-        return (await self.nc.jetstream(timeout=30).stream_info(STREAM)).state.messages
+        js = self.nc.jetstream(timeout=30)
+        return (await retry_unavailable(lambda: js.stream_info(STREAM), counts=self.unavailable)).state.messages
 
     async def delete_stream(self) -> None:
-        await self.nc.jetstream(timeout=60).delete_stream(STREAM)
+        import nats.js.errors
+
+        js = self.nc.jetstream(timeout=60)
+        try:
+            await retry_unavailable(lambda: js.delete_stream(STREAM), counts=self.unavailable)
+        except nats.js.errors.NotFoundError:  # a delete answered 503 that had done it, then tried again
+            pass
 
 
 async def sync_publish(target: Target, count: int, size: int, cap_s: float) -> tuple[int, int, list[float]]:
@@ -289,7 +301,7 @@ async def prefill(target: Target, count: int, size: int, args: argparse.Namespac
     stored = await target.stored()
     if errors or ok != count or stored != count:
         raise RuntimeError(f"{target.name} prefill: {ok} of {count} acknowledged, {errors} failed, {stored} stored")
-    psub = await create_consumer(target.nc.jetstream(timeout=30), STREAM)
+    psub = await create_consumer(target.nc.jetstream(timeout=30), STREAM, counts=target.unavailable)
     return psub, {"prefill_s": round(filled, 3), "prefill_msgs_per_s": round(count / filled, 1)}
 
 
@@ -299,6 +311,7 @@ async def fetch_workload(target: Target, psub: Any, count: int,
     tally = done["tally"]
     return tally.received, 0, done["latencies"], {
         "redelivered": tally.redelivered, "duplicates": tally.duplicates, "empty_fetches": done["empty_fetches"],
+        "unavailable_fetches": done["unavailable_fetches"],
         "batch": args.batch,
         "fetches": len(done["latencies"]), "payload_bytes": tally.nbytes}
 
@@ -325,7 +338,7 @@ async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
     client_cpu = time.process_time() - client_cpu
     idle_cpu = {other.name: round(other.meter.seconds() - idle_cpu[other.name], 3) for other in idle}
     if workload == "c_fetch_128":
-        extra |= await confirm_acks(target.nc.jetstream(timeout=30), STREAM, ok)
+        extra |= await confirm_acks(target.nc.jetstream(timeout=30), STREAM, ok, counts=target.unavailable)
         await psub.unsubscribe()
     stored = await target.stored()
     await target.delete_stream()
@@ -339,7 +352,8 @@ async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
             "p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99),
             "server_cpu_s_per_1000": round(server_cpu * per_1000, 4),
             "client_cpu_s_per_1000": round(client_cpu * per_1000, 4),
-            "idle_systems_cpu_s": idle_cpu, "stream_leader": leader, **extra}
+            "idle_systems_cpu_s": idle_cpu, "stream_leader": leader,
+            "unavailable_api_calls": target.unavailable.get("unavailable", 0), **extra}
 
 
 async def warm_up(target: Target, count: int) -> None:
@@ -435,6 +449,7 @@ def fetch_figures(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {"redelivered": sum(s["redelivered"] for s in samples),
             "duplicates": sum(s["duplicates"] for s in samples),
             "empty_fetches": sum(s["empty_fetches"] for s in samples),
+            "unavailable": sum(s.get("unavailable_fetches", 0) + s.get("unavailable_api_calls", 0) for s in samples),
             "prefill_msgs_per_s": round(statistics.median(s["prefill_msgs_per_s"] for s in samples), 1),
             "ack_confirm_s": round(statistics.median(s["ack_confirm_s"] for s in samples), 3)}
 
@@ -550,7 +565,8 @@ def print_table(result: dict[str, Any]) -> None:
                           f"fill {r['prefill_msgs_per_s']:,.0f} msgs/s (not timed), acks all applied "
                           f"{r['ack_confirm_s']} s after the clock stopped, {r['redelivered']} redelivered, "
                           f"{r['duplicates']} delivered again as new, "
-                          f"{r['empty_fetches']} empty fetches")
+                          f"{r['empty_fetches']} empty fetches, {r['unavailable']} fetches or API calls answered "
+                          f"503 and tried again")
 
 
 def main(argv: list[str] | None = None) -> int:

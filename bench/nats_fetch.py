@@ -15,7 +15,13 @@ Invariants (a run that breaks one raises, and compare_nats.py records it as FAIL
     a duplicate when it says 1 — JetStream delivers at least once, and a consumer leader that changes
     before its delivery records are replicated delivers those messages again as new;
   - after the timed part, the server reports `num_ack_pending` 0 and an ack floor at N within 30 s: every
-    ack sent reached the consumer. The time that takes is reported apart (`ack_confirm_s`), not in msgs/s.
+    ack sent reached the consumer. The time that takes is reported apart (`ack_confirm_s`), not in msgs/s;
+  - a `503` (nats-py `ServiceUnavailableError`: no responders, or "JetStream system temporarily
+    unavailable") is retried, counted, never hidden: a fetch answered 503 is tried again after
+    `UNAVAILABLE_PAUSE_S` (its time stays in the clock), an API call (`retry_unavailable`) until a deadline.
+    A clustered nats-server answers a pull request sent through n1 with "no responders" until the
+    consumer leader's interest in `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` has reached n1 over
+    the routes, which can take a moment after the consumer is created: that failed whole R3 runs before.
 
 Must not import jsraft (the bench drives servers over NATS only) nor compare_nats.py (which imports this).
 """
@@ -27,6 +33,8 @@ import time
 from typing import Any
 
 DURABLE = "CMPC"
+UNAVAILABLE_PAUSE_S = 0.05  # between tries after a 503
+UNAVAILABLE_FOR_S = 30.0  # a 503 that lasts longer fails the run
 V1_TOKENS = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
 
 
@@ -67,23 +75,43 @@ class Tally:
         return self.next_seq - 1
 
 
-async def create_consumer(js: Any, stream: str) -> Any:
+async def create_consumer(js: Any, stream: str, counts: dict[str, int] | None = None) -> Any:
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    await js.add_consumer(stream, ConsumerConfig(durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT,
-                                                 deliver_policy=DeliverPolicy.ALL, max_ack_pending=10_000,
-                                                 ack_wait=60))
+    config = ConsumerConfig(durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+                            max_ack_pending=10_000, ack_wait=60)
+    # Tried again after a 503: the same config again is a no-op for both servers.
+    await retry_unavailable(lambda: js.add_consumer(stream, config), counts=counts)
     return await js.pull_subscribe_bind(DURABLE, stream=stream)
+
+
+async def retry_unavailable(call: Any, limit_s: float = UNAVAILABLE_FOR_S, counts: dict[str, int] | None = None) -> Any:
+    """`await call()`, tried again while it raises `ServiceUnavailableError` (each retry counted in
+    `counts["unavailable"]`), for at most `limit_s`; then the last error is raised."""
+    import nats.js.errors
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        try:
+            return await call()
+        except nats.js.errors.ServiceUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            if counts is not None:
+                counts["unavailable"] = counts.get("unavailable", 0) + 1
+            await asyncio.sleep(UNAVAILABLE_PAUSE_S)
 
 
 async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float) -> dict[str, Any]:
     """The timed part: fetch and ack until `total` messages are received (or `cap_s` passes, which fails
     the run); returns the tally and the per-fetch latencies (s)."""
     import nats.errors
+    import nats.js.errors
 
-    tally, latencies, empty = Tally(total), [], 0
+    tally, latencies, empty, unavailable = Tally(total), [], 0, 0
     perf = time.perf_counter
     started = perf()
+    unavailable_since: float | None = None
     while tally.received < total:
         begun = perf()
         try:
@@ -91,6 +119,14 @@ async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float) ->
         except nats.errors.TimeoutError:
             empty += 1
             msgs = []
+        except nats.js.errors.ServiceUnavailableError:  # module docstring: counted, tried again
+            unavailable += 1
+            unavailable_since = unavailable_since or begun
+            if perf() - unavailable_since > UNAVAILABLE_FOR_S:
+                raise
+            await asyncio.sleep(UNAVAILABLE_PAUSE_S)
+            continue
+        unavailable_since = None
         latencies.append(perf() - begun)
         for msg in msgs:
             tally.take(msg.reply, len(msg.data))
@@ -102,14 +138,16 @@ async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float) ->
     if tally.received < total:
         raise RuntimeError(f"pull fetch received {tally.received} of {total} messages in {elapsed:.1f}s "
                            f"({empty} empty fetches)")
-    return {"tally": tally, "latencies": latencies, "seconds": elapsed, "empty_fetches": empty}
+    return {"tally": tally, "latencies": latencies, "seconds": elapsed, "empty_fetches": empty,
+            "unavailable_fetches": unavailable}
 
 
-async def confirm_acks(js: Any, stream: str, total: int, timeout_s: float = 30.0) -> dict[str, Any]:
+async def confirm_acks(js: Any, stream: str, total: int, timeout_s: float = 30.0,
+                       counts: dict[str, int] | None = None) -> dict[str, Any]:
     """Poll the consumer until every ack is applied: no ack pending, ack floor at `total`."""
     started = time.perf_counter()
     while True:
-        info = await js.consumer_info(stream, DURABLE)
+        info = await retry_unavailable(lambda: js.consumer_info(stream, DURABLE), counts=counts)
         floor = info.ack_floor.stream_seq
         if info.num_ack_pending == 0 and floor >= total:
             return {"ack_confirm_s": round(time.perf_counter() - started, 3), "ack_floor": floor,

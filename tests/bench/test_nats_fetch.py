@@ -3,11 +3,15 @@
 Method: `Tally` is fed ack reply subjects by hand, in the two forms a server may send (v1, 9 tokens, as
 nats-server 2.15 and jsraft send them; v2 with domain and account hash), as the fetch loop feeds it; a
 lost message must raise; one received again must be counted (a redelivery, or a duplicate
-when the server says it is a first delivery), not fail the run. No server is involved.
+when the server says it is a first delivery), not fail the run. The fetch loop and `retry_unavailable`
+run (asyncio, as the bench) against a fake subscription / call that answers 503 (nats-py's
+`ServiceUnavailableError`) a few times, then serves: the 503s are retried and counted; one that lasts past
+the limit still fails. No server is involved.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import pathlib
 
@@ -69,3 +73,71 @@ def test_a_gap_after_a_rewind_still_fails():
     tally.take(v1(1, 2, 4), 128)
     with pytest.raises(RuntimeError, match="a gap"):
         tally.take(v1(1, 5, 5), 128)
+
+
+class FakeMsg:
+    def __init__(self, seq: int) -> None:
+        self.reply, self.data, self.acked = v1(1, seq, seq), b"x" * 128, False
+
+    async def ack(self) -> None:
+        self.acked = True
+
+
+class FakeConn:
+    async def flush(self, timeout: float) -> None:
+        return None
+
+
+class UnavailableFirst:
+    """A pull subscription whose first `failures` fetches are answered 503, as a clustered nats-server
+    answers before the consumer leader's interest reached the client's server."""
+
+    def __init__(self, total: int, failures: int) -> None:
+        self.next, self.total, self.failures, self.calls = 1, total, failures, 0
+
+    async def fetch(self, batch: int, timeout: float) -> list[FakeMsg]:
+        import nats.js.errors
+
+        self.calls += 1
+        if self.failures:
+            self.failures -= 1
+            raise nats.js.errors.ServiceUnavailableError()
+        msgs = [FakeMsg(seq) for seq in range(self.next, min(self.next + batch, self.total + 1))]
+        self.next += len(msgs)
+        return msgs
+
+
+def test_a_fetch_answered_503_is_tried_again_and_counted(monkeypatch):
+    monkeypatch.setattr(nats_fetch, "UNAVAILABLE_PAUSE_S", 0.0)
+    psub = UnavailableFirst(total=10, failures=3)
+    done = asyncio.run(nats_fetch.fetch_all(FakeConn(), psub, 10, 4, cap_s=30))
+    assert done["tally"].received == 10 and done["unavailable_fetches"] == 3
+    assert len(done["latencies"]) == 3  # the fetches that answered: 4 + 4 + 2
+
+
+def test_a_503_that_lasts_fails_the_run(monkeypatch):
+    import nats.js.errors
+
+    monkeypatch.setattr(nats_fetch, "UNAVAILABLE_PAUSE_S", 0.0)
+    monkeypatch.setattr(nats_fetch, "UNAVAILABLE_FOR_S", -1.0)
+    with pytest.raises(nats.js.errors.ServiceUnavailableError):
+        asyncio.run(nats_fetch.fetch_all(FakeConn(), UnavailableFirst(total=10, failures=10**6), 10, 4, cap_s=30))
+
+
+def test_retry_unavailable_counts_and_returns_or_gives_up():
+    import nats.js.errors
+
+    answers = [nats.js.errors.ServiceUnavailableError(), nats.js.errors.ServiceUnavailableError(), "info"]
+
+    async def call() -> str:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    counts: dict[str, int] = {}
+    assert asyncio.run(nats_fetch.retry_unavailable(call, limit_s=30, counts=counts)) == "info"
+    assert counts == {"unavailable": 2}
+    answers[:] = [nats.js.errors.ServiceUnavailableError()] * 3
+    with pytest.raises(nats.js.errors.ServiceUnavailableError):
+        asyncio.run(nats_fetch.retry_unavailable(call, limit_s=-1.0))

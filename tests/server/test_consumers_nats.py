@@ -328,6 +328,27 @@ async def test_interest_stream_removes_a_message_once_every_consumer_acked_it(tm
 # --- Failover -----------------------------------------------------------------------------------------
 
 
+async def redeliveries_after_kill(cluster: Cluster, leader: str, receive: Any, want: int) -> dict[int, int]:
+    """Kill the stream leader `leader`, then ack what `await receive(timeout_s)` (a list of messages) hands
+    out until `want` distinct messages came back or 30 s passed: stream seq -> its delivery count. Used by
+    the pull and the push failover tests (test_consumers_push.py)."""
+    trio.from_thread.run(cluster.kill, leader)
+    redelivered: dict[int, int] = {}
+    deadline = time.monotonic() + 30
+    while len(redelivered) < want and time.monotonic() < deadline:
+        try:
+            msgs = await receive(3)
+        except (nats.errors.TimeoutError, asyncio.TimeoutError):
+            continue
+        for msg in msgs:
+            redelivered[msg.metadata.sequence.stream] = msg.metadata.num_delivered
+            try:
+                await msg.ack_sync()
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                pass  # answered by a leader that is gone: the message comes again
+    return redelivered
+
+
 async def test_failover_redelivers_every_unacked_message_and_keeps_committed_acks(tmp_path):
     async def scenario(cluster, url):
         admin = await nats_connect(url)
@@ -342,17 +363,7 @@ async def test_failover_redelivers_every_unacked_message_and_keeps_committed_ack
         for msg in first[:4]:
             await msg.ack_sync()  # committed before the leader dies
         await admin.close()
-        trio.from_thread.run(cluster.kill, leader)
-        redelivered: dict[int, int] = {}
-        deadline = time.monotonic() + 30
-        while len(redelivered) < 6 and time.monotonic() < deadline:
-            try:
-                msgs = await sub.fetch(10, timeout=3)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                continue
-            for msg in msgs:
-                redelivered[msg.metadata.sequence.stream] = msg.metadata.num_delivered
-                await msg.ack_sync()
+        redelivered = await redeliveries_after_kill(cluster, leader, lambda t: sub.fetch(10, timeout=t), 6)
         info = await js.consumer_info("F", "D")
         trio.from_thread.run(cluster.restart, leader)
 

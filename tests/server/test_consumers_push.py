@@ -25,7 +25,7 @@ from nats.js.api import ConsumerConfig
 
 from jsraft.testing.cluster import Cluster
 from nats_kit import nats_connect
-from test_consumers_nats import follower_connection, run_in_cluster, stream_leader
+from test_consumers_nats import follower_connection, redeliveries_after_kill, run_in_cluster, stream_leader
 
 STALLED = "Nats-Consumer-Stalled"
 
@@ -370,19 +370,11 @@ async def test_push_consumer_survives_stream_leader_kill(tmp_path):
         for msg in first[:4]:
             await msg.ack_sync()  # committed before the leader dies
         await admin.close()
-        trio.from_thread.run(cluster.kill, leader)
-        redelivered: dict[int, int] = {}
-        deadline = time.monotonic() + 30
-        while len(redelivered) < 6 and time.monotonic() < deadline:
-            try:
-                msg = await sub.next_msg(timeout=3)
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                continue
-            redelivered[msg.metadata.sequence.stream] = msg.metadata.num_delivered
-            try:
-                await msg.ack_sync()
-            except (nats.errors.TimeoutError, asyncio.TimeoutError):
-                pass  # answered by a leader that is gone: the message comes again
+
+        async def receive(timeout_s: float) -> list[Any]:
+            return [await sub.next_msg(timeout=timeout_s)]
+
+        redelivered = await redeliveries_after_kill(cluster, leader, receive, 6)
         info = await js.consumer_info("F", "D")
         await nc.close()
         return [m.metadata.sequence.stream for m in first], redelivered, info

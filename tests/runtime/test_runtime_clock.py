@@ -1,4 +1,5 @@
-"""Clocks: the skewable wall clock's arithmetic, and that wall-clock skew never reaches elections.
+"""Clocks: the skewable wall clock's arithmetic, the steady wall clock's slewing of steps, and that
+wall-clock skew never reaches elections.
 
 Method: the arithmetic is checked against a fake base clock whose readings the test sets. The election
 test runs a 3-node cluster under `autojump_clock` where every node's wall clock is a `SkewableClock`
@@ -15,7 +16,7 @@ import trio
 
 from runtime_harness import GROUP, Cluster, eventually
 
-from jsraft.runtime import NodeRuntime, SkewableClock, SystemClock
+from jsraft.runtime import NodeRuntime, SkewableClock, SteadyWall, SystemClock
 
 HOUR_NS = 3600 * 10**9
 EPOCH_NS = 1_750_000_000 * 10**9
@@ -86,6 +87,53 @@ def test_skew_leaves_monotonic_time_alone():
     assert clock.monotonic() == base.mono
     base.mono += 1.5
     assert clock.monotonic() == 6.5
+
+
+class Mono:
+    def __init__(self) -> None:
+        self.ns = 7 * 10**9
+
+    def __call__(self) -> int:
+        return self.ns
+
+
+def test_steady_wall_follows_a_sane_wall_clock_exactly():
+    base, mono = FakeBase(), Mono()
+    steady = SteadyWall(base, mono_ns=mono)
+    assert steady.wall_ns() == base.wall  # the first reading is the wall time itself
+    for step_ns in (10**9, 3 * 10**6, 0, 10**9 + 5 * 10**7):  # NTP-sized differences: within 10 %
+        mono.ns += step_ns
+        base.wall += step_ns + step_ns // 20
+        assert steady.wall_ns() == base.wall
+    assert steady.monotonic() == base.mono
+
+
+def test_steady_wall_slews_a_forward_step_and_never_goes_back():
+    base, mono = FakeBase(), Mono()
+    steady = SteadyWall(base, mono_ns=mono)
+    start = steady.wall_ns()
+    base.wall += 252 * 10**9  # the clock stepped 252 s forward (what broke chaos S12 seed 1)
+    assert steady.wall_ns() == start  # no monotonic time passed: no time passes
+    mono.ns += 5 * 10**9
+    base.wall += 5 * 10**9
+    assert steady.wall_ns() == start + 5_500_000_000  # 5 s later, at most 5.5 s on
+    base.wall -= 300 * 10**9  # now stepped back, below the last reading
+    mono.ns += 10**9
+    assert steady.wall_ns() == start + 5_500_000_000 + 900_000_000  # on at 0.9x: never backwards
+    readings = []
+    for _ in range(600):  # 49.4 s ahead of it: back on the wall clock after ~494 s at the slew rate
+        mono.ns += 10**9
+        base.wall += 10**9
+        readings.append(steady.wall_ns())
+    assert readings == sorted(readings) and readings[-1] == base.wall
+
+
+def test_steady_wall_keeps_moving_when_the_wall_clock_stops():
+    base, mono = FakeBase(), Mono()
+    steady = SteadyWall(base, mono_ns=mono)
+    first = steady.wall_ns()
+    mono.ns += 10 * 10**9  # the wall clock is stopped (SkewableClock rate 0)
+    assert steady.wall_ns() == first + 9 * 10**9
 
 
 async def test_system_clock_reads_trio_time_for_timers(autojump_clock):

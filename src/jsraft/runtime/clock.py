@@ -1,7 +1,8 @@
 """Clocks for the runtime: monotonic time for timers, wall time only for timestamps (layer L4).
 
 Owns: the `Clock` protocol the runtime and the layers above it read time through, `SystemClock` (the
-real one) and `SkewableClock` (a wall clock whose offset and rate a test can change while it runs).
+real one), `SkewableClock` (a wall clock whose offset and rate a test can change while it runs) and
+`SteadyWall` (wall time that absorbs a step of the clock under it: what the stream leader stamps with).
 
 Two kinds of time, never mixed:
   - `monotonic()` — seconds on trio's clock (`trio.current_time()`). It never jumps and is what the
@@ -18,6 +19,18 @@ Invariants:
      `sleep_until()`, and `SkewableClock` forwards both untouched to its base clock.
   2. `SkewableClock.wall_ns()` is continuous when the rate changes: a new rate applies from the moment
      it is set (re-anchored), so only an explicit offset makes wall time jump.
+  3. `SteadyWall.wall_ns()` never goes backwards, and between two readings it advances by the monotonic
+     time between them times a rate within `[1 - slew, 1 + slew]`: it follows its base's wall time while
+     that runs at a sane rate, and when the base steps (an operator or a bad NTP server moves the clock
+     minutes), it slews toward the new time instead of jumping there.
+
+Why `SteadyWall`: the stream leader stamps messages with wall time, and the duplicate window, `max_age`
+and `Nats-TTL` age by those stamps. A leader whose clock was stepped 250 s forward would stamp the next
+messages 250 s after the last ones, so every message id within the window looks expired at once, and a
+client's retry of a publish it never saw acknowledged is stored a second time (chaos S12 found exactly
+that). Slewing bounds how far a step can move the stamps: at 10 %, a retry 5 s later looks at most 5.5 s
+old. A node that *starts* with a wrong clock has no earlier reading to hold it: its stamps are its wall
+time, never before the last one in the log (stream/leader.py invariant 3).
 
 Imports: stdlib (`time`), trio. Reference: DESIGN.md §1 (runtime owns timers), §6 (`EXPIRE` decided by
 the leader); Jepsen "NATS 2.12.1" (clock skew as a fault).
@@ -26,6 +39,7 @@ the leader); Jepsen "NATS 2.12.1" (clock skew as a fault).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -113,3 +127,39 @@ class SkewableClock:
 
     def wall_ns(self) -> int:
         return self._skewed_without_offset(self.base.wall_ns()) + self._offset_ns
+
+
+class SteadyWall:
+    """Wall time from `base` with its steps slewed away (invariant 3); monotonic time is `base`'s.
+
+    Each reading is `clamp(base.wall_ns(), last + d * (1 - slew), last + d * (1 + slew))`, where `last` is
+    the previous reading and `d` the monotonic nanoseconds since it (`mono_ns`: the process's own
+    monotonic clock, not trio's, so that virtual time in a test does not drag wall time along).
+    """
+
+    SLEW = 0.1  # NTP slews by at most 500 ppm: anything faster is a step
+
+    def __init__(self, base: Clock, *, mono_ns: Callable[[], int] = time.monotonic_ns, slew: float = SLEW) -> None:
+        invariant(0.0 < slew < 1.0, "a slew is a fraction of the elapsed time")
+        self.base = base
+        self.slew = slew
+        self._mono_ns = mono_ns
+        self._last_ns: int | None = None
+        self._last_mono_ns = 0
+
+    def monotonic(self) -> float:
+        return self.base.monotonic()
+
+    async def sleep_until(self, deadline: float) -> None:
+        await self.base.sleep_until(deadline)
+
+    def wall_ns(self) -> int:
+        wall, mono = self.base.wall_ns(), self._mono_ns()
+        last = self._last_ns
+        if last is None:
+            now = wall
+        else:
+            elapsed = max(mono - self._last_mono_ns, 0)
+            now = min(max(wall, last + int(elapsed * (1.0 - self.slew))), last + int(elapsed * (1.0 + self.slew)))
+        self._last_ns, self._last_mono_ns = now, mono
+        return now

@@ -23,7 +23,6 @@ Reference: nats-server `server/consumer.go` (checkNewConsumerConfig, info), `ser
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +161,7 @@ class ConsumerAdmin:
         if entry.config is None:
             raise ConsumerOffline(f"consumer is offline: {entry.offline_reason}")
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
-                         self._cluster(service), time.time_ns())
+                         self._cluster(service), service.now_ns())
 
     # --- Methods ------------------------------------------------------------------------------------------
 
@@ -188,7 +187,7 @@ class ConsumerAdmin:
         elif 0 < machine.config.max_consumers <= len(consumers.consumers):
             raise MaximumConsumers()
         consumers.check_create(name, config)
-        proposal = await service.propose([consumers.create_op(name, config, raw, time.time_ns())])
+        proposal = await service.propose([consumers.create_op(name, config, raw, service.now_ns())])
         applied = await service.replica.runtime.outcome(service.replica.group, proposal)
         for refused, error in getattr(applied, "refused", ()):
             if refused == name:

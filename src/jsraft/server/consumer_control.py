@@ -19,7 +19,6 @@ Imports: stdlib, L1 (`jsapi`, `raft` errors), L3 (`consumer`), server siblings. 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +65,7 @@ class ConsumerControl:
         before_ns = entry.paused_until_ns
         proposal = await service.propose([PauseOp(name=name, until_ns=until_ns)])
         await service.replica.runtime.outcome(service.replica.group, proposal)  # invariant 2
-        now_ns = time.time_ns()
+        now_ns = service.now_ns()
         service.events.on_pause(name, before_ns, until_ns, now_ns)
         service.events.flush()
         service.wake()  # the task's timer follows the new pause end

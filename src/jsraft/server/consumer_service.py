@@ -33,7 +33,6 @@ Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processN
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -94,6 +93,12 @@ class ConsumerService:
         self.events = ConsumerEvents(self.stream, replica.repair.advisories, leader=replica.node_id,
                                      peers=lambda: replica.peers)  # advisories and ack metrics
 
+    def now_ns(self) -> int:
+        """Wall time for deliveries, ack deadlines and pauses: the node's steady wall clock (the one its
+        messages are stamped with, runtime/clock.py invariant 3), so a stepped clock does not make every
+        pending delivery due at once or never."""
+        return self.replica.runtime.clock.wall_ns()
+
     # --- Leadership (invariant 1) ----------------------------------------------------------------------
 
     @property
@@ -120,7 +125,7 @@ class ConsumerService:
         adapter = self.replica.adapter
         assert adapter is not None
         adapter.consumers.listener = self._on_applied
-        now_ns = time.time_ns()
+        now_ns = self.now_ns()
         self.leading = {name: self._leading_for(entry, now_ns)
                         for name, entry in adapter.consumers.entries.items() if entry.config is not None}
         self.built_for = leader
@@ -147,12 +152,12 @@ class ConsumerService:
                 if leading is not None and leading.entry is entry:
                     leading.refresh_config()
                 elif entry is not None and entry.config is not None:
-                    self.leading[name] = self._leading_for(entry, time.time_ns())
+                    self.leading[name] = self._leading_for(entry, self.now_ns())
             for name in applied.deleted:
                 gone = self.leading.pop(name, None)
                 if gone is not None:
                     self._outbox.extend(status_send(r, s) for r, s in gone.queue.drain(CONSUMER_DELETED))
-            self.events.on_applied(applied, consumers, time.time_ns())
+            self.events.on_applied(applied, consumers, self.now_ns())
             self.wake()
         elif any(len(leading.queue) or type(leading) is PushLeading for leading in self.leading.values()):
             self.wake()  # new messages: a waiting pull request or a push consumer takes them (off the publish path)
@@ -184,7 +189,7 @@ class ConsumerService:
         self.publish = publish
         leading = self.require(name)
         assert leading is not None
-        now_ns = time.time_ns()
+        now_ns = self.now_ns()
         answer = leading.pull(reply, payload, self.replica.store, now_ns)
         if answer is not None:
             publish(answer)
@@ -210,14 +215,14 @@ class ConsumerService:
             if due_ns is None:
                 await event.wait()
             else:
-                with trio.move_on_after(max(due_ns - time.time_ns(), 0) / 1e9):
+                with trio.move_on_after(max(due_ns - self.now_ns(), 0) / 1e9):
                     await event.wait()
             self._wake = trio.Event()
             await self._turn()
 
     def _next_due_ns(self) -> int | None:
         dues = [due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None]
-        pause_end_ns = self.events.pause_due_ns(self.leading.values(), time.time_ns())  # delivery resumes then
+        pause_end_ns = self.events.pause_due_ns(self.leading.values(), self.now_ns())  # delivery resumes then
         return min(dues + ([pause_end_ns] if pause_end_ns is not None else []), default=None)
 
     async def _turn(self) -> None:
@@ -233,7 +238,7 @@ class ConsumerService:
         self.events.flush()
         if not self.active:
             return
-        now_ns = time.time_ns()
+        now_ns = self.now_ns()
         self.events.expire_pauses(self.leading, now_ns)
         ops: list[Op] = []
         sends: list[Send] = []
@@ -328,7 +333,7 @@ class ConsumerService:
         tokens = subject.split(".")
         leading = self.leading.get(tokens[3]) if len(tokens) == 5 and tokens[2] == self.stream else None
         if type(leading) is PushLeading and leading.on_flow_control(subject):
-            leading.active_ns = time.time_ns()
+            leading.active_ns = self.now_ns()
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
         if not replies:

@@ -35,7 +35,7 @@ from jsraft.raft.errors import NotLeader
 from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
-from jsraft.runtime import NodeRuntime, SkewableClock, SystemClock
+from jsraft.runtime import NodeRuntime, SkewableClock, SteadyWall, SystemClock
 from jsraft.server.client_server import ClientServer
 from jsraft.server.config import NodeConfig
 from jsraft.server.handlers import Handlers
@@ -73,6 +73,10 @@ class Node:
         # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
         # monotonic time, which paces every timeout and election, is the system's, untouched).
         self.clock: SystemClock | SkewableClock = SkewableClock() if config.test_hooks else SystemClock()
+        # What the node stamps and ages messages and consumer deliveries with: that wall clock with its
+        # steps slewed away (runtime/clock.py invariant 3), so a clock stepped minutes forward cannot
+        # age every message id out of the duplicate window at once.
+        self.steady_clock = SteadyWall(self.clock)
         self._scope = trio.CancelScope()
 
     def raft_config(self) -> RaftConfig:
@@ -112,7 +116,7 @@ class Node:
     def _build(self, disk: OsDisk) -> None:
         config = self.config
         invariant(self.identity is not None, "identity is checked before the node is built (invariant 1)")
-        self.runtime = NodeRuntime(self.name, disk, self.clock, random.Random(), self._send_raft,
+        self.runtime = NodeRuntime(self.name, disk, self.steady_clock, random.Random(), self._send_raft,
                                    tick_ms=config.tick_ms)
         self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
                                      meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s,

@@ -7,8 +7,9 @@ stream's Raft group, one at a time, in order.
 Invariants:
   1. Only the leader proposes; every replica removes the messages when it applies the entries (DESIGN §6:
      "no replica mutates its store on its own timer"). A follower's task does nothing.
-  2. Time comes from `runtime.clock.wall_ns()`, the clock that stamped the messages (skewable by the test
-     hooks), never from a replica's own view at apply time.
+  2. Time comes from `runtime.clock.wall_ns()`, the clock that stamped the messages (the node's
+     `SteadyWall`: a stepped clock slews, runtime/clock.py invariant 3), never from a replica's own view
+     at apply time.
   3. A failed proposal is logged and retried at a later tick (the StreamLeader re-offers a due TTL after
      its retry interval; `expire_due` recomputes); it never stops the task.
 

@@ -279,7 +279,7 @@ class StreamReplica:
             if leader is None:
                 self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
                 return
-            # Timestamps come from the node's clock (a skewable one with the test hooks on).
+            # Timestamps come from the node's steady wall clock (its steps slewed: runtime/clock.py invariant 3).
             decision = leader.decide([(s, h, p) for s, h, p, _ in batch], self.runtime.clock.wall_ns())
             answers = self._batches.open([done for _, _, _, done in batch], decision.outcomes)
             failure: JsraftError | None = None

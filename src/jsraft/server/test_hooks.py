@@ -9,7 +9,8 @@ wall clock's skew:
   - `GET /test/replica_state?stream=S`, `GET /test/raft_state?group=meta|S`, `GET /test/meta_state` (its
     `consumers` are those of the local replicas: consumers live in their stream's group, DESIGN §7),
     `GET /test/consumer_state?stream=S&consumer=C`, `GET /test/streams`.
-  - `POST /test/clock?offset_s=X&rate=Y` (`GET` reads it): the node's `SkewableClock`.
+  - `POST /test/clock?offset_s=X&rate=Y` (`GET` reads it): the node's `SkewableClock`, and what its
+    `SteadyWall` (the time messages are stamped with) reads now.
 
 Invariants:
   1. Off unless the node runs with `test_hooks` (`jsraft serve --test-hooks`): the monitor routes `/test/`
@@ -246,4 +247,5 @@ class TestHooks:
                 raise HookRefused(400, f"bad offset_s/rate: {offset_s!r}, {rate!r}") from None
             except JsraftError as error:  # a negative rate
                 raise HookRefused(400, str(error)) from None
-        return {"offset_s": clock.offset_ns / 1e9, "rate": clock.rate, "wall_ns": clock.wall_ns()}
+        return {"offset_s": clock.offset_ns / 1e9, "rate": clock.rate, "wall_ns": clock.wall_ns(),
+                "steady_wall_ns": self.node.steady_clock.wall_ns()}

@@ -39,6 +39,27 @@ def test_chaos_smoke(scenario: str, tmp_path: Path) -> None:
     result = json.loads(lines[-1])
     summary = (out / f"{scenario}-seed1" / "summary.txt")
     text = summary.read_text() if summary.exists() else done.stdout[-3000:]
-    assert result["passed"] and done.returncode == 0, f"{text}\nerror: {result.get('error')}\n{done.stderr[-2000:]}"
+    assert result["passed"] and done.returncode == 0, (
+        f"{text}\n{_violations(out / f'{scenario}-seed1')}\nerror: {result.get('error')}\n{done.stderr[-2000:]}")
     report = result["report"]
     assert report["counts"]["acked"] > 0 and report["invariants"]["I1"]["valid"]
+
+
+def _violations(run_dir: Path) -> str:
+    """Each violated invariant's verdict (counts and samples) from report.json, and the faults log, so that
+    a failure on a CI machine, whose tmp_path is gone afterwards, can be read from its log alone."""
+    report_path, faults_path = run_dir / "report.json", run_dir / "faults.jsonl"
+    if not report_path.exists():
+        return "(no report.json)"
+    report = json.loads(report_path.read_text())
+    lines = [f"{name}: {json.dumps(verdict, sort_keys=True)[:3000]}"
+             for name, verdict in sorted(report.get("invariants", {}).items()) if not verdict.get("valid", True)]
+    lines += [f"{name}: {json.dumps(check, sort_keys=True)[:1500]}"
+              for name, check in sorted(report.get("scenario_checks", {}).items()) if not check.get("valid", True)]
+    if faults_path.exists():
+        lines.append("faults:\n" + faults_path.read_text()[-3000:])
+    for log_path in sorted((run_dir / "cluster" / "logs").glob("*.log")):
+        noted = [line[:600] for line in log_path.read_text(errors="replace").splitlines()
+                 if " WARNING " in line or " ERROR " in line]
+        lines.append(f"{log_path.name}: {len(noted)} warnings/errors, the last ones:\n" + "\n".join(noted[-25:]))
+    return "\n".join(lines)

@@ -24,7 +24,7 @@ import pytest
 
 from jsraft.testing.chaos import history
 from jsraft.testing.chaos.clients import META_FAIL_CODES, classify
-from jsraft.testing.chaos.final import run_final_phase, settled_verdict, wait_settled
+from jsraft.testing.chaos.final import run_final_phase, settled_verdict, store_standing, wait_settled
 from jsraft.testing.chaos.cluster import ChaosCluster
 from jsraft.testing.chaos.workloads import Rates, Workload, create_stream
 
@@ -95,6 +95,19 @@ def test_settled_needs_agreed_leaders_no_repair_and_equal_applied_at_least_the_l
     assert not settled_verdict(self_named_follower)[0]
     down = dict(good, n3=(OSError("refused"), OSError("refused")))
     assert not settled_verdict(down)[0]
+    # A store still fetching what a restored snapshot promised: its log is settled, its store is not.
+    fetching = dict(good, n3=(dict(good["n3"][0], store_repair="repair fetching; 12 entries held"), meta["n3"]))
+    assert "store repairing" in settled_verdict(fetching)[1]
+    assert settled_verdict(fetching, corrupted={"n3"})[0]  # given corrupted data: I10 judges it instead
+
+
+def test_store_standing_names_what_keeps_a_store_from_being_whole():
+    whole = {"health": "current", "faults": [], "repair": {"state": "idle", "held_entries": 0}}
+    assert store_standing(whole) is None
+    assert store_standing(dict(whole, health="repairing")) == "health repairing"
+    assert store_standing(dict(whole, repair={"state": "fetching", "held_entries": 3})) == \
+        "repair fetching; 3 entries held"
+    assert store_standing(dict(whole, faults=[[5, 5, "damaged"]])) == "faults [[5, 5, 'damaged']]"
 
 
 class FlappingHooks:
@@ -109,6 +122,9 @@ class FlappingHooks:
         self.calls[0] += 1
         leader = f"n{self.calls[0] // 3 % 3 + 1}" if self.flap else "n2"
         return raft(leader, 5, 5, role="leader" if self.name == leader else "follower")
+
+    def replica_state(self, stream: str) -> dict:
+        return {"health": "current", "faults": [], "repair": {"state": "idle", "held_entries": 0}}
 
 
 class FakeCluster:

@@ -2,7 +2,8 @@
 cluster settled, read what each node holds, drain the consumers, probe liveness, and write `final/`.
 
 Owns: `run_final_phase(cluster, writer, ...)`, in this order:
-  1. settle: poll every node's hooks until each replica of the stream is not repairing and all report the
+  1. settle: poll every node's hooks until each replica of the stream is not repairing (neither its log nor
+     its store, `store_standing`; a node given corrupted data may stay repairing) and all report the
      same applied index ≥ the leader's commit, every node naming the same stream leader and the same meta
      leader, each of which says it leads, on two polls in a row with the same leaders (`settled_verdict`,
      `wait_settled`; deadline `SETTLE_DEADLINE_S`);
@@ -66,14 +67,14 @@ async def run_final_phase(cluster: Any, writer: Any, *, workload: Any = None, co
     record = Recorder(writer)
     # First, so that a phase cut short still leaves the checker what the run expected.
     _write_nodes(writer.directory, names, stream, consumers, workload, corrupted)
-    settled = await wait_settled(cluster, names, stream, SETTLE_DEADLINE_S)
+    settled = await wait_settled(cluster, names, stream, SETTLE_DEADLINE_S, corrupted)
     acked, sent = await _probe(cluster, names, record, stream, seed)
     ready = settled["settled"] and acked == PROBES
     heal_to_ready_s = time.monotonic() - heal_t
     drained = await _drain_all(cluster, names, record, stream, consumers)
     # A cluster that never settled gets a short second chance only: its state is read as it is.
     resettled = await wait_settled(cluster, names, stream,
-                                   SETTLE_DEADLINE_S if settled["settled"] else RESETTLE_UNSETTLED_S)
+                                   SETTLE_DEADLINE_S if settled["settled"] else RESETTLE_UNSETTLED_S, corrupted)
     for name in names:
         await _dump_node(cluster, name, writer.directory, stream, consumers)
     leaders = resettled if resettled["settled"] else settled
@@ -101,7 +102,8 @@ async def _hook(cluster: Any, name: str, method: str, *args: Any) -> Any:
 
 
 async def _poll_states(cluster: Any, names: list[str], stream: str) -> dict[str, Any]:
-    """One round: every node's raft_state of the stream and of meta (a failed call gives the error)."""
+    """One round: every node's raft_state of the stream (with `store_repair`, what keeps its store from
+    being whole, or None) and of meta (a failed call gives the error)."""
     async def one(name: str) -> tuple[Any, Any]:
         results = []
         for group in (stream, "meta"):
@@ -109,16 +111,43 @@ async def _poll_states(cluster: Any, names: list[str], stream: str) -> dict[str,
                 results.append(await _hook(cluster, name, "raft_state", group))
             except Exception as error:
                 results.append(error)
+        if isinstance(results[0], dict):
+            try:
+                results[0] = dict(results[0], store_repair=store_standing(
+                    await _hook(cluster, name, "replica_state", stream)))
+            except Exception as error:
+                results[0] = error
         return results[0], results[1]
 
     answers = await asyncio.gather(*(one(name) for name in names))
     return dict(zip(names, answers))
 
 
-def settled_verdict(states: dict[str, tuple[Any, Any]]) -> tuple[bool, str, str | None, str | None]:
+def store_standing(replica_state: dict[str, Any]) -> str | None:
+    """Why a replica's store is not whole yet (a repair of the stream's store in progress: a plan from a
+    restored snapshot, a resync, held entries, known faults), or None. Raft's own `repairing` is about the
+    log; a store still fetching what a snapshot promised reads short, and judging it would report a
+    transient state as a loss."""
+    repair = replica_state.get("repair") or {}
+    reasons = []
+    if replica_state.get("health") not in (None, "current"):
+        reasons.append(f"health {replica_state.get('health')}")
+    if repair.get("state") not in (None, "idle"):
+        reasons.append(f"repair {repair.get('state')}")
+    if repair.get("held_entries"):
+        reasons.append(f"{repair['held_entries']} entries held")
+    if replica_state.get("faults"):
+        reasons.append(f"faults {replica_state['faults'][:3]}")
+    return "; ".join(reasons) or None
+
+
+def settled_verdict(states: dict[str, tuple[Any, Any]],
+                    corrupted: Any = ()) -> tuple[bool, str, str | None, str | None]:
     """(settled, why not, stream leader, meta leader) from one round of `_poll_states`: every node answers,
     all name the same stream leader and the same meta leader, each of those names itself leader, no
-    replica is repairing, and all have applied the same index, at least the leader's commit."""
+    replica is repairing (its log, or its store: `store_standing`, except on a node given corrupted data,
+    which may stay repairing for good: I10 judges it), and all have applied the same index, at least the
+    leader's commit."""
     errors = [f"{name}: {s!r}" for name, pair in states.items() for s in pair if isinstance(s, BaseException)]
     if errors:
         return False, "; ".join(errors)[:500], None, None
@@ -131,6 +160,10 @@ def settled_verdict(states: dict[str, tuple[Any, Any]]) -> tuple[bool, str, str 
     repairing = [name for name, (s, _) in states.items() if s.get("repairing")]
     if repairing:
         return False, f"repairing: {repairing}", leader, meta_leader
+    stores = [f"{name}: {s['store_repair']}" for name, (s, _) in states.items()
+              if s.get("store_repair") and name not in corrupted]
+    if stores:
+        return False, f"store repairing: {stores}", leader, meta_leader
     applied = {name: s.get("applied") for name, (s, _) in states.items()}
     commit = states[leader][0].get("commit")
     if len(set(applied.values())) != 1 or commit is None or min(applied.values()) < commit:
@@ -154,14 +187,15 @@ def _leaders(states: dict[str, tuple[Any, Any]], which: int) -> str:
     return ", ".join(f"{name}->{pair[which].get('leader')}" for name, pair in sorted(states.items()))
 
 
-async def wait_settled(cluster: Any, names: list[str], stream: str, deadline_s: float) -> dict[str, Any]:
+async def wait_settled(cluster: Any, names: list[str], stream: str, deadline_s: float,
+                       corrupted: Any = ()) -> dict[str, Any]:
     """Poll until `settled_verdict` holds on two polls in a row with the same leaders (a leadership that
     moves every few seconds is not settled), or `deadline_s` passed."""
     started = time.monotonic()
     verdict: tuple[bool, str, str | None, str | None] = (False, "not polled", None, None)
     previous = verdict
     while True:
-        verdict = settled_verdict(await _poll_states(cluster, names, stream))
+        verdict = settled_verdict(await _poll_states(cluster, names, stream), corrupted)
         if verdict[0] and previous[0] and verdict[2:] == previous[2:]:
             break
         if time.monotonic() - started >= deadline_s:

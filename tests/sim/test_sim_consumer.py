@@ -52,18 +52,10 @@ MUTANT_SEEDS_MAX = 20
 NOW_NS = 1_700_000_000_000_000_000
 
 
-def _fail_with_traces(batch) -> None:  # type: ignore[no-untyped-def]
-    if batch.failed:
-        first = batch.failures[0]
-        lines = [f"seed {f.seed}: [{f.invariant}] {f.detail}" for f in batch.failures]
-        raise AssertionError(f"{batch.summary()}\n" + "\n".join(lines) + f"\n--- trace of seed {first.seed} "
-                             f"---\n{first.trace}")
-
-
 def test_fixed_consumer_seeds_pass_with_all_faults() -> None:
     configs = [config_for(seed, nodes="mixed", app="consumer") for seed in SEEDS]
     batch = run_batch(configs, jobs=2)
-    _fail_with_traces(batch)
+    batch.raise_with_traces()
     assert batch.passed == len(SEEDS) and batch.steps >= len(SEEDS) * configs[0].steps
 
 

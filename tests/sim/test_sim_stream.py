@@ -67,18 +67,10 @@ SEEDS = range(0, 40)  # sized to the time budget of tests/sim (~0.8 CPU-s per st
 MUTANT_SEEDS_MAX = 40
 
 
-def _fail_with_traces(batch) -> None:  # type: ignore[no-untyped-def]
-    if batch.failed:
-        first = batch.failures[0]
-        lines = [f"seed {f.seed}: [{f.invariant}] {f.detail}" for f in batch.failures]
-        raise AssertionError(f"{batch.summary()}\n" + "\n".join(lines) + f"\n--- trace of seed {first.seed} "
-                             f"---\n{first.trace}")
-
-
 def test_fixed_stream_seeds_pass_with_all_faults() -> None:
     configs = [config_for(seed, nodes="mixed", app="stream") for seed in SEEDS]
     batch = run_batch(configs, jobs=2)
-    _fail_with_traces(batch)
+    batch.raise_with_traces()
     assert batch.passed == len(SEEDS) and batch.steps >= len(SEEDS) * configs[0].steps
 
 

@@ -40,6 +40,14 @@ class BatchResult:
     def summary(self) -> str:
         return f"{self.passed} passed, {self.failed} failed"
 
+    def raise_with_traces(self) -> None:
+        """For tests: an AssertionError naming every failed seed, with the first one's trace; else nothing."""
+        if self.failed:
+            first = self.failures[0]
+            lines = [f"seed {f.seed}: [{f.invariant}] {f.detail}" for f in self.failures]
+            raise AssertionError(f"{self.summary()}\n" + "\n".join(lines) +
+                                 f"\n--- trace of seed {first.seed} ---\n{first.trace}")
+
     def as_json(self) -> dict[str, object]:
         return {
             "seeds": self.seeds, "passed": self.passed, "failed": self.failed,

@@ -23,7 +23,7 @@ import nats.js.errors
 import pytest
 
 from jsraft.testing.chaos import history
-from jsraft.testing.chaos.clients import META_FAIL_CODES, classify
+from jsraft.testing.chaos.clients import CONNECT_TRY_S, META_FAIL_CODES, classify, connect_pinned
 from jsraft.testing.chaos.final import run_final_phase, settled_verdict, store_standing, wait_settled
 from jsraft.testing.chaos.cluster import ChaosCluster
 from jsraft.testing.chaos.workloads import Rates, Workload, create_stream
@@ -69,6 +69,17 @@ def test_a_meta_request_answered_no_leader_may_have_been_carried_out():
     assert classify(api_error(404, 10059), META_FAIL_CODES) == ("fail", {"code": "10059"})
     assert classify(api_error(400, 10005), META_FAIL_CODES) == ("fail", {"code": "10005"})  # placement
     assert classify(api_error(503, None), META_FAIL_CODES) == ("fail", {"code": "no_responders"})
+
+
+def test_connect_pinned_to_a_dead_node_gives_up_at_its_deadline():
+    import socket
+    with socket.socket() as sock:  # a port nobody listens on once this socket is closed
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(Exception):
+        asyncio.run(connect_pinned(f"nats://127.0.0.1:{port}", "dead", deadline=time.monotonic() + 0.5))
+    assert time.monotonic() - started < CONNECT_TRY_S + 3.0  # not nats-py's retry-for-ever
 
 
 def raft(leader, commit, applied, repairing=False, role="follower"):

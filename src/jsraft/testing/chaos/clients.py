@@ -37,6 +37,7 @@ import nats.js.errors
 
 PUBLISH_TIMEOUT_S = 2.0
 RECONNECT_WAIT_S = 0.25
+CONNECT_TRY_S = 5.0  # one first-connect try, nats-py's own retries included
 PUBLISH_FAIL_CODES = frozenset({10008, 20101, 20102, 20603, 10054})
 # Meta requests: not 10008, which the meta service also answers for a change it proposed but has not seen
 # applied ("was proposed but has not applied yet", "was created but is not visible here yet"); plus the
@@ -88,7 +89,9 @@ def classify(error: BaseException, fail_codes: frozenset[int] = PUBLISH_FAIL_COD
 
 async def connect_pinned(url: str, name: str, *, deadline: float | None = None) -> Any:
     """A nats-py connection to `url` only (invariant 1). Retries the first connect (the node may be down)
-    until `deadline` (time.monotonic), then raises the last error."""
+    until `deadline` (time.monotonic), then raises the last error. Each try is bounded here: with
+    `allow_reconnect` nats-py retries a refused *first* connect for ever itself (`_select_next_server`),
+    which hung a chaos run whose nodes had crashed at start."""
     netloc = urlparse(url).netloc
 
     def pin(servers: list[Any], info: Mapping[str, Any]) -> tuple[Any, float]:
@@ -100,10 +103,11 @@ async def connect_pinned(url: str, name: str, *, deadline: float | None = None) 
 
     while True:
         try:
-            return await nats.connect(
+            return await asyncio.wait_for(nats.connect(
                 servers=[url], name=name, dont_randomize=True, allow_reconnect=True,
                 max_reconnect_attempts=-1, reconnect_time_wait=RECONNECT_WAIT_S, connect_timeout=2,
-                ping_interval=2, max_outstanding_pings=2, reconnect_to_server_handler=pin, error_cb=quiet)
+                ping_interval=2, max_outstanding_pings=2, reconnect_to_server_handler=pin, error_cb=quiet),
+                CONNECT_TRY_S)
         except (asyncio.CancelledError, KeyboardInterrupt):
             raise
         except Exception:

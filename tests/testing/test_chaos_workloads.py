@@ -24,7 +24,7 @@ import pytest
 
 from jsraft.testing.chaos import history
 from jsraft.testing.chaos.clients import CONNECT_TRY_S, META_FAIL_CODES, classify, connect_pinned
-from jsraft.testing.chaos.final import run_final_phase, settled_verdict, store_standing, wait_settled
+from jsraft.testing.chaos.final import dump_torn, run_final_phase, settled_verdict, store_standing, wait_settled
 from jsraft.testing.chaos.cluster import ChaosCluster
 from jsraft.testing.chaos.workloads import Rates, Workload, create_stream
 
@@ -69,6 +69,17 @@ def test_a_meta_request_answered_no_leader_may_have_been_carried_out():
     assert classify(api_error(404, 10059), META_FAIL_CODES) == ("fail", {"code": "10059"})
     assert classify(api_error(400, 10005), META_FAIL_CODES) == ("fail", {"code": "10005"})  # placement
     assert classify(api_error(503, None), META_FAIL_CODES) == ("fail", {"code": "no_responders"})
+
+
+def test_a_store_read_is_judged_only_as_a_consistent_cut():
+    state = {"first_seq": 1, "last_seq": 3, "msgs": 3, "digest": "ab", "faults": []}
+    rows = [{"seq": s, "value": f"v{s}"} for s in (1, 2, 3)]
+    assert dump_torn(state, dict(state), rows) is None
+    assert "changed during the read" in dump_torn(state, dict(state, last_seq=4, msgs=4, digest="cd"), rows)
+    assert "read 2 messages" in dump_torn(state, dict(state), rows[:2])  # a hole the store does not have
+    damaged = dict(state, faults=[[2, 2, "damaged"]])
+    assert dump_torn(damaged, dict(damaged), rows) is None
+    assert dump_torn(None, state, rows) == "a state is missing"
 
 
 def test_connect_pinned_to_a_dead_node_gives_up_at_its_deadline():

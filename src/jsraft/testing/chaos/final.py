@@ -53,6 +53,7 @@ PROBES = 10
 PROBE_TRIES = 3
 READ_BATCH = 500
 READ_PAGES_MAX = 100_000
+DUMP_TRIES = 3
 
 
 async def run_final_phase(cluster: Any, writer: Any, *, workload: Any = None, corrupted: Any = (), seed: int = 0,
@@ -287,14 +288,39 @@ async def _drain(cluster: Any, node: str, process: str, record: Recorder, stream
 # --- 4, 5. Read each node -------------------------------------------------------------------------------
 
 async def _dump_node(cluster: Any, name: str, directory: Any, stream: str, consumers: list[str]) -> None:
-    try:
-        messages = await asyncio.to_thread(read_replica, cluster.hooks(name), stream)
-    except Exception as error:
-        history.write_final_replica(directory, name, stream, None, error=f"{type(error).__name__}: {error}")
-    else:
-        history.write_final_replica(directory, name, stream, messages)
-    state = await asyncio.to_thread(read_state, cluster.hooks(name), stream, consumers)
+    """Read the node's store and states; again (up to `DUMP_TRIES`) while the read was not a consistent
+    cut: the store's state tuple moved during the read, or the read holds another count than it says."""
+    for attempt in range(DUMP_TRIES):
+        messages, error = None, None
+        try:
+            before = await asyncio.to_thread(lambda: cluster.hooks(name).replica_state(stream))
+            messages = await asyncio.to_thread(read_replica, cluster.hooks(name), stream)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        state = await asyncio.to_thread(read_state, cluster.hooks(name), stream, consumers)
+        torn = error is None and dump_torn(before, state["replicas"].get(stream), messages)
+        if torn is None or attempt == DUMP_TRIES - 1:
+            break
+        await asyncio.sleep(1.0)
+    if torn is not None:
+        state["errors"].append(f"replica_read: not a consistent cut after {DUMP_TRIES} reads: {torn}")
+    history.write_final_replica(directory, name, stream, messages, **({"error": error} if error else {}))
     history.write_final_state(directory, name, state)
+
+
+def dump_torn(before: dict[str, Any] | None, after: dict[str, Any] | None,
+              messages: list[dict[str, Any]] | None) -> str | None:
+    """Why a store read between two `replica_state` answers is not a consistent cut, or None. A store that
+    changes while it is read (a repair that starts, an entry applied late) can show a hole or a mix of two
+    states: that is the harness reading badly, not the replica disagreeing."""
+    if before is None or after is None or messages is None:
+        return "a state is missing"
+    keys = ("first_seq", "last_seq", "msgs", "digest")
+    if tuple(before.get(k) for k in keys) != tuple(after.get(k) for k in keys):
+        return f"the store changed during the read: {[before.get(k) for k in keys]} -> {[after.get(k) for k in keys]}"
+    if not after.get("faults") and len(messages) != after.get("msgs"):  # a damaged seq is listed, maybe not counted
+        return f"read {len(messages)} messages, the store says {after.get('msgs')}"
+    return None
 
 
 def read_replica(hooks: Any, stream: str) -> list[dict[str, Any]]:

@@ -126,6 +126,16 @@ class MemStore:
             raise NoMessageFound(f"no message matches {subject_filter!r}")
         return self._stored(seq)
 
+    def load_run(self, start_seq: int, count_max: int, filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
+        """Successive `load_next` results (a memory store has no read to save: the contract only)."""
+        run: list[StoredMsg] = []
+        while len(run) < count_max:
+            try:
+                run.append(self.load_next(filters, run[-1].seq + 1 if run else start_seq))
+            except NoMessageFound:
+                break
+        return run
+
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
         self._check_open()
         names = [filters] if isinstance(filters, str) else [">"] if filters is None else filters

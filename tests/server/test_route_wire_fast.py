@@ -14,7 +14,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from jsraft.server.route_wire import Kind, Msgs, _decode_msg, decode, decode_msgs_fast, encode_msg, encode_msgs
+from jsraft.server.route_wire import Kind, Msgs, RoutedMsg, _decode_msg, decode, decode_msgs_fast, encode_msg, encode_msgs
 from jsraft.transport.binary import Reader
 from jsraft.transport.errors import TransportProtocolError
 from test_route_sync import test_malformed_frames_are_protocol_errors as malformed_cases
@@ -48,6 +48,13 @@ def test_a_delivery_burst_takes_the_fast_path():
     fast = decode_msgs_fast(frame)
     assert fast is not None and len(fast.messages) == 500 and fast == general(frame)
     assert fast.messages[7].subject == "_INBOX.x.y" and fast.messages[7].subject_bytes == b"orders.new"
+
+
+def test_a_delivery_is_encoded_as_the_format_says():
+    # flags (reply | shown) | subject u16+bytes | reply u16+bytes | shown u16+bytes | 0 queues | payload u32+bytes
+    expected = b"\x05\x03\x00_IN" + b"\x02\x00r1" + b"\x03\x00a.b" + b"\x00\x00" + b"\x02\x00\x00\x00pp"
+    assert encode_msg(b"_IN", b"r1", (), None, b"pp", b"a.b") == expected
+    assert decode(encode_msgs([expected])) == Msgs([RoutedMsg("_IN", b"a.b", b"r1", (), None, b"pp")])
 
 
 def test_queue_groups_and_truncations_are_declined():

@@ -62,6 +62,7 @@ _EPOCH_SEQ = struct.Struct("<QQ")
 _DIGEST = struct.Struct("<BQQIQ")  # kind, epoch, seq, count, digest
 _MSG_REPLY, _MSG_HEADERS, _MSG_SHOWN = 1, 2, 4
 _FLAGS_LENGTH = struct.Struct("<BH")  # a message's flags and subject length
+_NO_QUEUES_PAYLOAD = struct.Struct("<HI")  # queue count 0, payload length
 _STATE_FIRST, _STATE_LAST = 1, 2
 
 Key = tuple[str, str]  # (subject filter, queue name or "" for plain interest)
@@ -124,6 +125,10 @@ Frame = Msgs | Interest | Digest | Resync
 def encode_msg(subject: bytes, reply: bytes | None, queues: Sequence[str], headers: bytes | None,
                payload: bytes, shown: bytes | None = None) -> bytes:
     """One message of a MSGS frame; `subject`, `reply` and `shown` are wire bytes (`protocol.wire.wire_text`)."""
+    if not queues and headers is None and reply is not None and shown is not None:
+        # A JetStream delivery (most of what crosses a route while a consumer drains): one pack.
+        return b"".join((_FLAGS_LENGTH.pack(_MSG_REPLY | _MSG_SHOWN, len(subject)), subject, U16.pack(len(reply)),
+                         reply, U16.pack(len(shown)), shown, _NO_QUEUES_PAYLOAD.pack(0, len(payload)), payload))
     parts = [U8.pack(flag_bits(reply is not None, headers is not None, shown is not None)), U16.pack(len(subject)),
              subject]
     if reply is not None:

@@ -3,9 +3,9 @@
 Method: `ack_target` (the three fields the leader's ack path reads) against `parse_ack_subject` on
 Hypothesis-built subjects — valid v1 and v2 forms and every kind of broken one: None exactly together,
 the same fields otherwise; `parse_ack_body` of a plain ack is the shared `PLAIN_ACK` whatever the buffer
-type. Delivery of an unfiltered consumer, which tries `store.load(next_seq)` before `load_next`, is
-compared with a leader whose store answers `load` with NoMessageFound always (so it goes the general
-way): same deliveries over interior deletes, and past a damaged sequence whose `load` raises
+type. Delivery of an unfiltered consumer, which reads a run (`store.load_run`) and tries
+`store.load(next_seq)` before `load_next`, is compared with a leader whose store answers `load` with
+NoMessageFound and `load_run` with nothing always (so it goes the general way): same deliveries over interior deletes, and past a damaged sequence whose `load` raises
 `DamagedSequence` while `load_next` passes it over (as FileStore does once the record is detached).
 """
 
@@ -73,6 +73,9 @@ class GeneralWay:
     def load(self, seq):
         raise NoMessageFound(f"no message at {seq}")
 
+    def load_run(self, seq, count, filters=None):
+        return []  # a run that stops at once: the caller takes `load_next`
+
 
 class DamagedAt:
     """A store where `seq` is damaged: `load` raises DamagedSequence and `load_next` passes it over."""
@@ -91,6 +94,11 @@ class DamagedAt:
     def load_next(self, filters, seq):
         msg = self.store.load_next(filters, seq)
         return self.store.load_next(filters, seq + 1) if msg.seq == self.damaged else msg
+
+    def load_run(self, seq, count, filters=None):
+        # As FileStore's run (fs_run invariant 2): it stops before the damaged record.
+        run = self.store.load_run(seq, count, filters)
+        return [msg for msg in run if msg.seq < self.damaged] if seq <= self.damaged else run
 
 
 def deliveries(store, batch: int = 3) -> list[tuple[int, int]]:

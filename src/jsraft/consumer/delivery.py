@@ -232,10 +232,15 @@ class ConsumerLeader:
         tracks_acks = config.ack_policy is not AckPolicy.none
         filters = list(config.filters) or None
         deadline_ns = now_ns + self.wait_ns(1)
+        run: list = []  # read ahead by `_next_run`, last first: each is what `_next_message` would return
         while budget[0] > 0:
             if tracks_acks and 0 < config.max_ack_pending <= len(self.deadlines):
                 return
-            msg = _next_message(store, filters, self.next_seq)
+            if not run:
+                room = config.max_ack_pending - len(self.deadlines) if tracks_acks and config.max_ack_pending > 0 \
+                    else budget[0]
+                run = _next_run(store, filters, self.next_seq, min(budget[0], room))
+            msg = run.pop() if run else _next_message(store, filters, self.next_seq)
             if msg is None:
                 return
             if (config.deliver_policy is DeliverPolicy.last_per_subject and msg.seq <= entry.start_last_seq
@@ -252,6 +257,19 @@ class ConsumerLeader:
             self.next_seq, self.next_consumer_seq = msg.seq + 1, self.next_consumer_seq + 1
             if tracks_acks:
                 self.deadlines[msg.seq] = deadline_ns
+
+
+def _next_run(store: StreamStore, filters: list[str] | None, seq: int, count: int) -> list:
+    """For an unfiltered consumer, the next messages from `seq` in one store read (`load_run`), last
+    first; [] when the store has no batched read (a test double) or the run stops at once — then
+    `_next_message` takes the general way. Filtered consumers go message by message: a run over a
+    sparse filter would read spans of messages it does not deliver."""
+    load_run = getattr(store, "load_run", None)
+    if filters is not None or load_run is None or count <= 0:
+        return []
+    run = load_run(seq, count)
+    run.reverse()
+    return run
 
 
 def _next_message(store: StreamStore, filters: list[str] | None, seq: int):

@@ -121,6 +121,7 @@ class ConsumerState:
         if ack_policy is AckPolicy.none:
             return []  # nats-server: ErrNoAckPolicy; delivered == ack floor already
         released: list[Range] = []
+        lowest: int | None = None  # ack policy explicit: the lowest pending before this op's first ack
         for sseq in seqs:
             self.redelivered.pop(sseq, None)
             if sseq not in self.pending:
@@ -133,11 +134,14 @@ class ConsumerState:
                 released.append((low, sseq))
                 self._ack_all_floor(cseq, sseq)
             else:
-                lowest = self._lowest()
+                if lowest is None:
+                    lowest = self._lowest()
                 del self.pending[sseq]
                 released.append((sseq, sseq))
-                if sseq == lowest:
-                    self._settle_floor()
+        if lowest is not None and lowest not in self.pending:
+            # Settled once for the op, not once per ack: the floor only moves when the lowest pending
+            # message went, and then to just below the lowest left — the last per-ack move's outcome.
+            self._settle_floor()
         return released
 
     def _ack_all_floor(self, cseq: int, sseq: int) -> None:
@@ -190,8 +194,9 @@ class ConsumerState:
             self._move_floor((self.delivered_consumer_seq, self.delivered_stream_seq))
 
     def _move_floor(self, floor: tuple[int, int]) -> None:
-        invariant(floor[0] >= self.ack_floor_consumer_seq and floor[1] >= self.ack_floor_stream_seq,
-                  f"ack floor moved back: {floor} < ({self.ack_floor_consumer_seq}, {self.ack_floor_stream_seq})")
+        if floor[0] < self.ack_floor_consumer_seq or floor[1] < self.ack_floor_stream_seq:  # no message built per ack
+            invariant(False, f"ack floor moved back: {floor} < ({self.ack_floor_consumer_seq}, "
+                             f"{self.ack_floor_stream_seq})")
         if floor[1] > self.ack_floor_stream_seq and self.redelivered:
             # Counts below the floor are of no further use (nats-server `RemoveRedeliveredBelow`); dropping
             # them keeps `redelivered` bounded by the pending window.

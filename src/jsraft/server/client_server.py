@@ -30,6 +30,10 @@ Invariants:
      stream-subject and direct-get subscriptions and serves its own clients, so serving a peer's
      message again would answer a request twice or store a publish twice — and is never forwarded
      again, so a message crosses at most one link (the nodes form a full mesh, as nats-server routes do).
+  6. Ack shortcut (`set_ack_path`): a publish on `$JS.ACK.…` goes straight to the consumer hub's handler
+     (no sublist match, `InternalMsg` or `forward`) only while the hub's subscription is the only one
+     that could match, here or at a peer: `ack_rivals` counts the others, local and advertised by peers
+     (sublist observers on `sublist` and the routes' `remote`; `could_match_ack`). Else `route` as any.
 
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
 Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
@@ -122,6 +126,15 @@ class InternalMsg:
             self.server.internal_finished(self.origin)
 
 
+ACK_PREFIX = "$JS.ACK."
+
+
+def could_match_ack(subject: str) -> bool:
+    """Whether a subscription on `subject` could match a `$JS.ACK.…` subject (never False when it can)."""
+    tokens = subject.split(".", 2)
+    return tokens[0] == ">" or tokens[0] in ("$JS", "*") and len(tokens) > 1 and tokens[1] in ("ACK", "*", ">")
+
+
 Handler = Callable[[InternalMsg], Awaitable[None]]
 # (subject, reply, headers, payload, queue groups served on this node) -> whether any peer was sent it
 Forward = Callable[[str, str | None, bytes | None, bytes, Collection[str]], bool]
@@ -169,6 +182,10 @@ class ClientServer:
         self._internal_inflight = 0
         self._internal_last = trio.Event()
         self._internal_last.set()
+        self.ack_rivals = 0  # invariant 6
+        self._ack_sub: InternalSubscription | None = None
+        self._ack_handler: Callable[[str, str | None, bytes], None] | None = None
+        self.sublist.observers.append(self.count_ack_rival)
 
     # --- Lifecycle --------------------------------------------------------------------------------------
 
@@ -223,9 +240,13 @@ class ClientServer:
 
     def route(self, origin: ClientConn | None, subject: str, reply: str | None, headers: bytes | None,
               payload: bytes) -> bool:
-        """Deliver one publish (invariants 1, 2 and 5); True when it reached anyone, here or at a peer."""
+        """Deliver one publish (invariants 1, 2, 5 and 6); True when it reached anyone, here or at a peer."""
         for hook in self.before_route:
             hook()
+        if subject.startswith(ACK_PREFIX) and self._ack_handler is not None and not self.ack_rivals \
+                and self._nursery is not None and is_valid_subject(subject):
+            self._ack_handler(subject, reply, payload)  # invariant 6: only the hub's subscription matches
+            return True
         # A subject with wildcards, empty tokens or bytes that are not UTF-8 reaches nobody.
         result = self.sublist.match(subject) if is_valid_subject(subject) else None
         delivered = False
@@ -291,6 +312,23 @@ class ClientServer:
             if members[(start + offset) % len(members)].deliver(origin, subject, reply, headers, payload):
                 return True
         return False
+
+    # --- The ack shortcut (invariant 6) ------------------------------------------------------------------
+
+    def set_ack_path(self, sub: InternalSubscription, handler: Callable[[str, str | None, bytes], None]) -> None:
+        """`handler(subject, reply, payload)` takes the acks `sub` would while it has no rival (invariant 6)."""
+        if self._ack_sub is None and could_match_ack(sub.subject):
+            self.ack_rivals -= 1  # counted when it was inserted: it is the one allowed
+        self._ack_sub, self._ack_handler = sub, handler
+
+    def count_ack_rival(self, sub: Any, added: bool) -> None:
+        """Sublist observer (this port's, the routes' `remote`): count the shortcut's rivals (invariant 6)."""
+        if sub is self._ack_sub:
+            if not added:
+                self._ack_sub = self._ack_handler = None  # gone: every ack goes through `route`
+            return
+        if could_match_ack(sub.subject):
+            self.ack_rivals += 1 if added else -1
 
     # --- Internal subscriptions -------------------------------------------------------------------------
 

@@ -75,7 +75,8 @@ class ConsumerHub:
         node.handlers.table.update({"consumer.next": self.next_request, "consumer.acks": self.ack_batch,
                                     "consumer.fetch": self.fetch, "consumer.ack_sync": self.ack_sync})
         clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
-        clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
+        acks = clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
+        clients.set_ack_path(acks, self._ack)  # a client's ack straight here while nothing else matches
         # Flow-control answers take the acks' way to the leader (same lanes, same order, at most once).
         clients.subscribe_internal(FC_SUBJECT, self._on_ack, sync=True)
         streams = getattr(node, "streams", None)
@@ -162,13 +163,18 @@ class ConsumerHub:
     # --- Acks -------------------------------------------------------------------------------------------
 
     def _on_ack(self, msg: InternalMsg) -> None:
-        tokens = msg.subject.split(".")
+        msg.done()
+        self._ack(msg.subject, msg.reply, msg.payload)
+
+    def _ack(self, subject: str, reply: str | None, payload: bytes) -> None:
+        """One ack or flow-control answer, from `_on_ack` or straight from the client port's ack shortcut
+        (`ClientServer.set_ack_path`)."""
+        tokens = subject.split(".")
         if tokens[1] == "FC":
             stream = tokens[2] if len(tokens) == 5 else ""
         else:
             stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
-        item = (msg.subject, msg.reply or "", bytes(msg.payload))
-        msg.done()
+        item = (subject, reply or "", bytes(payload))
         if not stream:
             return
         service = self._local(stream)

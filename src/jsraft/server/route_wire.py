@@ -61,6 +61,8 @@ _HEAD = struct.Struct("<BQQ")  # kind, epoch, seq
 _EPOCH_SEQ = struct.Struct("<QQ")
 _DIGEST = struct.Struct("<BQQIQ")  # kind, epoch, seq, count, digest
 _MSG_REPLY, _MSG_HEADERS, _MSG_SHOWN = 1, 2, 4
+_FLAGS_LENGTH = struct.Struct("<BH")  # a message's flags and subject length
+_NO_QUEUES_PAYLOAD = struct.Struct("<HI")  # queue count 0, payload length
 _STATE_FIRST, _STATE_LAST = 1, 2
 
 Key = tuple[str, str]  # (subject filter, queue name or "" for plain interest)
@@ -74,6 +76,9 @@ class Kind(enum.IntEnum):
     DELTA = 3
     DIGEST = 4
     RESYNC = 5
+
+
+_MSGS_KIND = bytes([Kind.MSGS])
 
 
 class RoutedMsg(NamedTuple):
@@ -120,6 +125,10 @@ Frame = Msgs | Interest | Digest | Resync
 def encode_msg(subject: bytes, reply: bytes | None, queues: Sequence[str], headers: bytes | None,
                payload: bytes, shown: bytes | None = None) -> bytes:
     """One message of a MSGS frame; `subject`, `reply` and `shown` are wire bytes (`protocol.wire.wire_text`)."""
+    if not queues and headers is None and reply is not None and shown is not None:
+        # A JetStream delivery (most of what crosses a route while a consumer drains): one pack.
+        return b"".join((_FLAGS_LENGTH.pack(_MSG_REPLY | _MSG_SHOWN, len(subject)), subject, U16.pack(len(reply)),
+                         reply, U16.pack(len(shown)), shown, _NO_QUEUES_PAYLOAD.pack(0, len(payload)), payload))
     parts = [U8.pack(flag_bits(reply is not None, headers is not None, shown is not None)), U16.pack(len(subject)),
              subject]
     if reply is not None:
@@ -183,8 +192,12 @@ def encode_resync() -> bytes:
 # --- Decoding (invariants 1 and 2) ----------------------------------------------------------------------
 
 
-def decode(payload: bytes) -> Frame:
+def decode(payload: bytes | memoryview) -> Frame:
     """One `$route` frame from a peer; `TransportProtocolError` when it is malformed."""
+    if payload[:1] == _MSGS_KIND:
+        frame = decode_msgs_fast(payload if type(payload) is bytes else bytes(payload))
+        if frame is not None:
+            return frame
     reader = Reader(payload, TransportProtocolError)
     kind = reader.u8()
     if kind == Kind.MSGS:
@@ -221,6 +234,50 @@ def _decode_msg(reader: Reader) -> RoutedMsg:
     queues = tuple(_queue(reader) for _ in range(reader.u16()))
     headers = reader.blob32(reader.remaining, "headers") if flags & _MSG_HEADERS else None
     return RoutedMsg(subject, subject_bytes, reply, queues, headers, reader.blob32(reader.remaining, "payload"))
+
+
+def decode_msgs_fast(data: bytes) -> Msgs | None:
+    """A MSGS frame of messages without queue groups (a burst of deliveries), decoded inline with the
+    checks of `_decode_msg` (flag bits, lengths against what remains, UTF-8, literal subjects, no trailing
+    bytes); None for anything else, which `decode` then takes the general way (and its errors)."""
+    size = len(data)
+    if size < 5 or data[0] != Kind.MSGS:
+        return None
+    count = U32.unpack_from(data, 1)[0]
+    if count * _MSG_BYTES_MIN > size - 5:
+        return None
+    validate, at, messages = subjects.validate_literal_cached, 5, []
+    try:
+        for _ in range(count):
+            flags, length = _FLAGS_LENGTH.unpack_from(data, at)
+            subject_bytes = data[at + 3 : at + 3 + length]
+            at += 3 + length
+            if flags & ~(_MSG_REPLY | _MSG_HEADERS | _MSG_SHOWN) or len(subject_bytes) != length:
+                return None
+            subject = validate(subject_bytes.decode())
+            reply = None
+            if flags & _MSG_REPLY:
+                length = U16.unpack_from(data, at)[0]
+                reply, at = data[at + 2 : at + 2 + length], at + 2 + length
+            if flags & _MSG_SHOWN:
+                length = U16.unpack_from(data, at)[0]
+                subject_bytes, at = data[at + 2 : at + 2 + length], at + 2 + length
+                validate(subject_bytes.decode())
+            if U16.unpack_from(data, at)[0]:
+                return None  # queue groups: the general way
+            at += 2
+            headers = None
+            if flags & _MSG_HEADERS:
+                length = U32.unpack_from(data, at)[0]
+                headers, at = data[at + 4 : at + 4 + length], at + 4 + length
+            length = U32.unpack_from(data, at)[0]
+            body, at = data[at + 4 : at + 4 + length], at + 4 + length
+            if at > size:
+                return None  # a slice came up short: truncated somewhere
+            messages.append(RoutedMsg(subject, subject_bytes, reply, (), headers, body))
+    except (struct.error, UnicodeDecodeError, InvalidSubject):
+        return None
+    return Msgs(messages) if at == size else None
 
 
 def _literal(reader: Reader, data: bytes) -> str:

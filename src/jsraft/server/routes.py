@@ -136,6 +136,7 @@ class Routes:
         self._batch_bytes: dict[str, int] = {}
         self._wake = trio.Event()
         clients.sublist.observers.append(self._on_local_change)
+        self.remote.observers.append(clients.count_ack_rival)  # a peer's ack interest ends the ack shortcut
         clients.forward = self.forward
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

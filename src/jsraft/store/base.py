@@ -160,6 +160,13 @@ class StreamStore(Protocol):
         """The first live message at or after `start_seq` matching any filter (None or ">" = all)."""
         ...
 
+    def load_run(self, start_seq: int, count_max: int,
+                 filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
+        """Up to `count_max` messages that successive `load_next(filters, ...)` calls from `start_seq`
+        would return, each after the previous one; it may stop early (at a damaged, missing or moved
+        record, or the end of a block: ask `load_next` then), so `[]` says nothing about what follows."""
+        ...
+
     def delete(self, seq: int) -> bool: ...
 
     def erase(self, seq: int) -> bool:

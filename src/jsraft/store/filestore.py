@@ -34,7 +34,7 @@ from jsraft import subjects as subjectlib
 from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record, message_digest
 from jsraft.disk.base import Disk
 from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageFound, StoreClosed, invariant
-from jsraft.store import fs_append, fs_index, fs_ops, fs_remove, recovery
+from jsraft.store import fs_append, fs_index, fs_ops, fs_remove, fs_run, recovery
 from jsraft.store.base import (
     DIGEST_RANGE_SEQS,
     Fault,
@@ -230,6 +230,12 @@ class FileStore(Accounting):
         timestamp_ns = struct.unpack_from("<Q", record, 17)[0]
         return StoredMsg(subject=subject.decode(), seq=seq, headers=headers, payload=payload,
                          timestamp_ns=timestamp_ns)
+
+    def load_run(self, start_seq: int, count_max: int, filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
+        """Consecutive live messages from `start_seq` in one read; stops early at anything `load` treats
+        specially (`fs_run`)."""
+        self._check_open()
+        return fs_run.load_run(self, start_seq, count_max, filters)
 
     def subject_sizes(self, subject: str) -> Iterator[int]:
         """Sizes of `subject`'s live messages, oldest first (for the `discard: new` dry run)."""

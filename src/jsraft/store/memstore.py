@@ -126,6 +126,26 @@ class MemStore:
             raise NoMessageFound(f"no message matches {subject_filter!r}")
         return self._stored(seq)
 
+    def load_run(self, start_seq: int, count_max: int, filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
+        """Successive `load_next` results. Unfiltered, the sequences are probed one by one (at most
+        `2 * count_max` of them, then the run stops early) instead of a `load_next` per message."""
+        run: list[StoredMsg] = []
+        if filters is None or filters == ">":
+            self._check_open()
+            seq = max(start_seq, next(iter(self._msgs), start_seq))
+            for seq in range(seq, min(seq + 2 * count_max, self._last_seq + 1)):
+                if seq in self._msgs:
+                    run.append(self._stored(seq))
+                    if len(run) >= count_max:
+                        break
+            return run
+        while len(run) < count_max:
+            try:
+                run.append(self.load_next(filters, run[-1].seq + 1 if run else start_seq))
+            except NoMessageFound:
+                break
+        return run
+
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
         self._check_open()
         names = [filters] if isinstance(filters, str) else [">"] if filters is None else filters

@@ -1,0 +1,138 @@
+"""`load_run`: a run of consecutive live messages of a `FileStore` in one read (layer L2).
+
+Owns: the batched read a consumer's delivery pass makes (`FileStore.load_run`): the records of the
+live sequences from `start_seq` on, read from their block with one `read` (the cached block buffer when
+there is one, else one `pread` of the span), each checked as `load` checks it (length, CRC, sequence,
+kind) and decoded. It is a fast way for the clean case only: whatever `load` / `load_next` would treat
+specially ends the run, and the caller asks those for the next message, so the outcome is theirs.
+
+Invariants:
+  1. The run is what calling `load_next(filters, seq)` over and over would return, each call starting
+     after the previous message, cut short anywhere: the messages are live, in order, with no live
+     matching message between two of them (deleted sequences are passed over, non-matching subjects
+     too when `filters` is given).
+  2. It stops *before* a sequence the fault map holds, a record that does not verify, a sequence whose
+     live record was moved to another block (a repair), the end of the block and the end of the store.
+     It records nothing itself: the caller's `load` of that sequence reads it again and settles it (a
+     record that fails there is detached and reported, `FileStore` invariant 4), so a damaged record
+     is never served and never skipped silently.
+  3. Bounded: at most `count_max` messages, and a span of at most `RUN_BYTES_MAX` bytes read (one record
+     beyond the bound is still read when it is the first, so a large message does not stop the run).
+
+Imports: stdlib, crc32c, L0, L1 (`codec`, `subjects`), store siblings (`base`, `blocks`). Reference: nats-server
+`server/filestore.go` (`cacheLookup`: a block's records served from one buffer).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from crc32c import crc32c
+
+from jsraft import subjects as subjectlib
+from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body
+from jsraft.errors import CorruptRecord
+from jsraft.store.base import StoredMsg
+from jsraft.store.blocks import message_body, message_record_verifies
+
+if TYPE_CHECKING:
+    from jsraft.store.filestore import FileStore
+
+RUN_BYTES_MAX = 1 << 18  # one read's span: a run of small messages in one syscall, a bounded buffer
+_TIMESTAMP = struct.Struct("<Q")
+_HEADER = struct.Struct("<IIBQQ")  # length, CRC, kind, seq, timestamp (codec.records)
+_MSG_PREFIX = struct.Struct("<HI")  # a message body's subject and headers lengths
+_PLAIN_BYTES_MIN = HEADER_BYTES + _MSG_PREFIX.size
+
+
+def load_run(store: "FileStore", start_seq: int, count_max: int,
+             filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
+    """Live messages from `start_seq` on, in one read of their block (module invariants)."""
+    if count_max <= 0 or start_seq > store.last_seq:
+        return []
+    seq = max(start_seq, store.head, 1)
+    block = store.files.block_for(seq)
+    if block is None:
+        return []
+    spans = _spans(store, block, seq, count_max)
+    if not spans:
+        return []
+    first_offset = spans[0][1]
+    last_seq, last_offset, last_length = spans[-1]
+    data = store.read_record(block, first_offset, last_offset + last_length - first_offset)
+    names = [filters] if isinstance(filters, str) else list(filters) if filters is not None else []
+    match = None if not names or ">" in names else subjectlib.FilterSet(names).matches
+    run: list[StoredMsg] = []
+    view = memoryview(data)
+    for seq, offset, length in spans:
+        at = offset - first_offset
+        msg = _plain(data, view, at, length, seq) if length >= _PLAIN_BYTES_MIN else None
+        if msg is None:
+            msg = _decoded(seq, view[at : at + length])
+            if msg is None:
+                break  # invariant 2: the caller's `load` reads it again and settles it
+        if match is None or match(msg.subject):
+            run.append(msg)
+    return run
+
+
+def _spans(store: "FileStore", block, seq: int, count_max: int) -> list[tuple[int, int, int]]:
+    """`(seq, offset, length)` of the natural live records to read, from `seq` to where invariants 2
+    and 3 stop the run."""
+    offsets, lengths, base = block.offsets, block.lengths, block.first_seq
+    faults, moved = store.fault_map, store.moved
+    spans: list[tuple[int, int, int]] = []
+    first_offset = 0
+    end = min(block.last_seq, store.last_seq)
+    while seq <= end and len(spans) < count_max:
+        if faults and faults.kind_of(seq) is not None:
+            break
+        index = seq - base
+        offset = offsets[index]
+        if not offset:
+            if seq in moved:
+                break  # a repaired record lives elsewhere: `load` finds it
+            seq += 1  # deleted
+            continue
+        length = lengths[index]
+        if not spans:
+            first_offset = offset
+        elif offset + length - first_offset > RUN_BYTES_MAX or offset < first_offset:
+            break
+        spans.append((seq, offset, length))
+        seq += 1
+    return spans
+
+
+def _plain(data: bytes, view: memoryview, at: int, length: int, seq: int) -> StoredMsg | None:
+    """The hot case, inline: a verified plain `MSG` record at `at` (the checks of
+    `message_record_verifies`, and a body `decode_message_body` accepts), or None for anything else."""
+    size, crc, kind, record_seq, timestamp_ns = _HEADER.unpack_from(data, at)
+    end = at + length
+    if size != length or record_seq != seq or kind != Kind.MSG or \
+            crc32c(view[at + 8 : end], crc32c(view[at : at + 4])) != crc:
+        return None
+    start = at + HEADER_BYTES
+    subject_len, headers_len = _MSG_PREFIX.unpack_from(data, start)
+    start += _MSG_PREFIX.size
+    headers_at = start + subject_len
+    payload_at = headers_at + headers_len
+    if payload_at > end:
+        return None
+    return StoredMsg(subject=data[start:headers_at].decode(), seq=seq, headers=data[headers_at:payload_at],
+                     payload=data[payload_at:end], timestamp_ns=timestamp_ns)
+
+
+def _decoded(seq: int, record: memoryview) -> StoredMsg | None:
+    """Any other record, the way `FileStore.load` reads it; None where `load` would raise."""
+    if not message_record_verifies(record, len(record), seq):
+        return None
+    try:
+        body, _ = message_body(record, record[8])
+        subject, headers, payload = decode_message_body(body)
+    except CorruptRecord:
+        return None
+    return StoredMsg(subject=subject.decode(), seq=seq, headers=headers, payload=payload,
+                     timestamp_ns=_TIMESTAMP.unpack_from(record, 17)[0])

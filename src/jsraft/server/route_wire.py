@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 from jsraft import subjects
 from jsraft.errors import InvalidSubject
-from jsraft.transport.binary import U8, U16, U32, U64, Reader, flag_bits, str16
+from jsraft.transport.binary import U8, U16, U32, Reader, flag_bits, str16
 from jsraft.transport.errors import TransportProtocolError
 
 ROUTE_GROUP = "$route"

@@ -298,7 +298,7 @@ async def _dump_node(cluster: Any, name: str, directory: Any, stream: str, consu
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
         state = await asyncio.to_thread(read_state, cluster.hooks(name), stream, consumers)
-        torn = error is None and dump_torn(before, state["replicas"].get(stream), messages)
+        torn = dump_torn(before, state["replicas"].get(stream), messages) if error is None else f"read failed: {error}"
         if torn is None or attempt == DUMP_TRIES - 1:
             break
         await asyncio.sleep(1.0)

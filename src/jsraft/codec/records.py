@@ -63,6 +63,8 @@ class Kind(enum.IntEnum):
     WAL_SEGMENT_HEADER = 17  # a=first index of the segment, b=0
     HARD_STATE = 18  # a=sequence number of the slot write, b=0
     SNAPSHOT = 19  # a=last included index, b=last included term
+    # Node (`runtime.group_record`).
+    GROUP_RECORD = 24  # a=generation, b=0; body = JSON: the groups this storage started
 
 
 _KNOWN_KINDS = frozenset(int(k) for k in Kind)

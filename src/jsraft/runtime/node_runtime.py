@@ -67,6 +67,7 @@ from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
 from jsraft.runtime.group import Group, GroupStatus, SendFn
+from jsraft.runtime.group_record import GroupRecord
 from jsraft.runtime.persist import GROUP_MARKER, Job, Work, marker_contents, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.restore import prepare
@@ -89,7 +90,7 @@ class NodeRuntime:
     def __init__(self, node_id: str, disk: Disk, clock: Clock, rng: random.Random, send: SendFn, *,
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
-                 run_in_worker: WorkerFn = trio.to_thread.run_sync) -> None:
+                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
         invariant(fsync_threads_max >= 1, "at least one fsync thread")
@@ -102,6 +103,7 @@ class NodeRuntime:
         self.fsync_threads_max = fsync_threads_max
         self.wal_segment_bytes = wal_segment_bytes
         self._run_in_worker = run_in_worker
+        self.group_record = group_record  # what this storage started; None: the group markers only
         self._rng = rng
         self._send = send
         self._groups: dict[str, Group] = {}
@@ -119,13 +121,15 @@ class NodeRuntime:
     async def open_group(self, name: str, *, voters: Sequence[str] | None, state_machine: StateMachine,
                          raft_config: RaftConfig | None = None, disk: Disk | None = None,
                          snapshot_every_entries: int | None = None,
-                         proposals_in_flight_max: int | None = None) -> None:
+                         proposals_in_flight_max: int | None = None, assigned_index: int | None = None) -> None:
         """Open (recover, or create) group `name` on this node.
 
         Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members, used only
-        when the group has never been durably started here (see `restore`); None for a member that
-        waits to be added. `snapshot_every_entries`: snapshot the state machine and compact the log
-        after that many applied entries (None: only on `request_snapshot`).
+        when the group has never been durably started here (`restore`, `group_record`); None for a
+        member that waits to be added. `assigned_index`: the meta index that assigned the group here
+        (None for the meta group; `group_record` decision 2). `snapshot_every_entries`: snapshot the
+        state machine and compact the log after that many applied entries (None: only on
+        `request_snapshot`).
         """
         if not _GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")
@@ -138,7 +142,8 @@ class NodeRuntime:
         self._opening.add(name)
         try:
             # Recovery reads and may repair files: off the trio thread, like every other disk access.
-            group_disk, wal, recovered, formatted = await self._run_in_worker(self._open_storage, name, disk)
+            opened = await self._run_in_worker(self._open_storage, name, disk, assigned_index)
+            group_disk, wal, recovered, formatted = opened
         finally:
             self._opening.discard(name)
         try:
@@ -153,10 +158,14 @@ class NodeRuntime:
         self._groups[name] = group
         self._wake(group)
 
-    def _open_storage(self, name: str, disk: Disk | None) -> tuple[Disk, Wal, Recovered, bool]:
+    def _open_storage(self, name: str, disk: Disk | None,
+                      assigned_index: int | None) -> tuple[Disk, Wal, Recovered, bool]:
         group_disk = disk if disk is not None else self.disk.sub(f"groups/{name}")
         wal, recovered = Wal.open(group_disk, segment_bytes=self.wal_segment_bytes)
-        return group_disk, wal, recovered, group_disk.exists(GROUP_MARKER)
+        formatted = group_disk.exists(GROUP_MARKER)
+        if self.group_record is not None:  # a lost directory took the marker with it: ask the node's record
+            formatted = self.group_record.on_open(name, formatted=formatted, assigned_index=assigned_index)
+        return group_disk, wal, recovered, formatted
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
                      state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,

@@ -11,9 +11,10 @@ Decisions:
      member bootstraps the group (`RestoredState.bootstrap`); without, a blank member waits to be added.
   3. The WAL is empty but the marker exists (or the state machine holds applied state): this member lost
      its data after it may have voted and acknowledged. It restarts with `storage_uuid_changed`, which
-     makes the core a repairing member with no vote to trust; it never bootstraps again. (Losing the
-     whole group directory, marker included, is detected above the runtime: the node's storage UUID and
-     the meta group's assignment say this member existed.)
+     makes the core a repairing member with no vote to trust; it never bootstraps again. Losing the
+     whole group directory, marker included, is caught by the node's record of the groups its storage
+     started (`group_record`), which lives outside every group directory: `open_group` then passes
+     `formatted=True`, so the same decision applies.
   4. State machine: if the WAL holds a snapshot above the machine's `applied_index`, the machine is
      restored from it; the core is told the machine's applied index, so entries at or below it are not
      applied again (`state_machine` module docstring).

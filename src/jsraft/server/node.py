@@ -40,12 +40,13 @@ from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
 from jsraft.runtime import NodeRuntime, SkewableClock, SteadyWall, SystemClock
+from jsraft.runtime.group_record import GroupRecord
 from jsraft.server.client_server import ClientServer
 from jsraft.server.config import NodeConfig
 from jsraft.server.handlers import Handlers
 from jsraft.server.jetstream import JetStreamContext
 from jsraft.server.jsapi_handlers import JsApi
-from jsraft.server.identity import NodeIdentity, load_or_format
+from jsraft.server.identity import IDENTITY_FILE, NodeIdentity, load_or_format
 from jsraft.server.meta_adapter import MetaAdapter
 from jsraft.server.meta_service import META_GROUP, MetaService
 from jsraft.server.route_wire import ROUTE_GROUP
@@ -101,6 +102,10 @@ class Node:
                     await nursery.start(self.rpc.run)
                     await nursery.start(self.routes.run)
                     await self.meta_service.open(self.raft_config(), disk.sub("meta"))
+                    # A lost group record: the meta log's last index now is the floor below which every
+                    # assigned group counts as started here (runtime.group_record decision 2).
+                    last_index = self.runtime.status(META_GROUP).raft.last_index
+                    await trio.to_thread.run_sync(self.runtime.group_record.set_lost_floor, last_index)
                     await nursery.start(self.streams.run)
                     nursery.start_soon(self.meta_service.run)
                     self.client_address = await nursery.start(self.clients.run)
@@ -120,9 +125,11 @@ class Node:
         self._lock = await trio.to_thread.run_sync(acquire_store_lock, config.store_dir)
         try:
             disk = await trio.to_thread.run_sync(OsDisk, config.store_dir)
+            existed = await trio.to_thread.run_sync(disk.exists, IDENTITY_FILE)
             self.identity = await trio.to_thread.run_sync(load_or_format, disk, config.name, config.cluster_name)
+            record = await trio.to_thread.run_sync(lambda: GroupRecord.open(disk, node_existed=existed))
             self._disk = disk
-            self._build(disk)
+            self._build(disk, record)
         except BaseException:
             self.release_lock()
             raise
@@ -132,11 +139,11 @@ class Node:
         if self._lock is not None:
             self._lock.release()
 
-    def _build(self, disk: OsDisk) -> None:
+    def _build(self, disk: OsDisk, record: GroupRecord) -> None:
         config = self.config
         invariant(self.identity is not None, "identity is checked before the node is built (invariant 1)")
         self.runtime = NodeRuntime(self.name, disk, self.steady_clock, random.Random(), self._send_raft,
-                                   tick_ms=config.tick_ms)
+                                   tick_ms=config.tick_ms, group_record=record)
         self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
                                      meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s,
                                      options=StreamOptions.of(config),

@@ -83,7 +83,8 @@ async def _no_peers(peer: str, method: str, *args: Any, **kwargs: Any) -> tuple[
 class StreamReplica:
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
                  peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
-                 config_index: int = 0, bootstrap: bool = True, options: StreamOptions | None = None,
+                 config_index: int = 0, bootstrap: bool = True, assigned_index: int = 0,
+                 options: StreamOptions | None = None,
                  call_peer: CallPeer | None = None, advisories: AdvisoryLog | None = None) -> None:
         self.node_id, self.name, self.group = node_id, name, group
         self.options = options or StreamOptions()
@@ -95,6 +96,7 @@ class StreamReplica:
         self.peers = peers  # the assignment's peers: the group's voters, once its leader has made them so
         # Start the group with `peers` as its first voters (a new group); else join blank and be added.
         self.bootstrap = bootstrap
+        self.assigned_index = assigned_index  # the meta index that created the stream (runtime.group_record)
         self.leaving = False  # the assignment no longer has this node: run until the group let us go
         self.left = trio.Event()
         self._members_task = False
@@ -129,7 +131,8 @@ class StreamReplica:
         await self.runtime.open_group(self.group, voters=self.peers if self.bootstrap else None,
                                       state_machine=self.adapter,
                                       raft_config=self.raft_config, disk=self.disk.sub("raft"),
-                                      snapshot_every_entries=self.options.snapshot_every_entries)
+                                      snapshot_every_entries=self.options.snapshot_every_entries,
+                                      assigned_index=self.assigned_index)
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
 

@@ -151,7 +151,8 @@ class StreamManager:
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
                                 raft_config=self.raft_config(), config_index=assignment.config_index,
-                                bootstrap=assignment.peers_unchanged, options=self.options,
+                                bootstrap=assignment.peers_unchanged, assigned_index=assignment.created_index,
+                                options=self.options,
                                 call_peer=self.call_peer, advisories=self.advisories)
         replica.consumers.port = self.consumer_port
         try:
@@ -248,6 +249,9 @@ class StreamManager:
             return  # invariant 2: the directory belongs to another incarnation of the name
         self.disk.remove_tree(name)
         self.disk.sync_dir("")
+        if self.runtime.group_record is not None:
+            # Deleted on purpose: if this node is given the group again, it starts it as a new member.
+            self.runtime.group_record.discard(group)
 
     async def close_all(self, *, clean: bool) -> None:
         """At node shutdown, after the runtime stopped (it closed every group itself)."""

@@ -1,0 +1,152 @@
+"""The node's record of every Raft group its storage has started (layer L4).
+
+Owns: `<store_dir>/groups.rec`, the durable list of group names (the meta group and every stream group)
+this storage has opened as a member, and the rule that turns it into `open_group`'s decision between
+"bootstrap (or start blank)" and "a member that lost its storage".
+
+Why: a group's own marker (`group.json`, runtime `persist`) lives inside the group's directory. When an
+operator's slip or a disk fault removes `streams/<S>/` (or only `raft/`, or `meta/`), the marker goes with
+it, the WAL comes back empty, and the replica used to bootstrap a brand-new log at term 1 that could vote
+for a stale candidate — which then led without acknowledged messages (issue 14, hole 1). This record lives
+outside every group directory, so losing a group's directory no longer looks like "never started".
+
+Decisions (`lost_storage`):
+  1. The group is on the record: this storage started it, so a missing WAL/marker is lost storage.
+  2. The record was lost (missing while the node's `node.json` existed, or damaged): a group that was
+     assigned at or before `unknown_through_meta_index` — the meta log's last index when the record was
+     found lost — is treated as lost storage, since nothing proves this storage never started it; the
+     meta group too. That floor is written into the new record, so the rule survives a restart.
+  3. Otherwise the group was never started here: it may bootstrap, and is added to the record first.
+
+Invariants:
+  1. A group is on the record, durably (write-temp, fsync, rename, fsync directory), before its first
+     durable cycle: `add` runs in `open_group` before the group exists.
+  2. The file is `FILE_HEADER` + one CRC'd record (DESIGN §3); a file that does not verify is never
+     trusted and never silently replaced by an empty record: it counts as lost (decision 2).
+  3. Names leave the record only when their group's data is deleted on purpose (`discard`).
+
+Imports: stdlib, L0, L1 (`codec`, `disk`), L2 (`wal.format` headers).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, Kind, encode_record, read_record
+from jsraft.disk.base import Disk
+from jsraft.errors import BadFileFormat, CorruptRecord
+from jsraft.wal.format import file_header, file_header_ok
+
+log = logging.getLogger(__name__)
+
+GROUP_RECORD_FILE = "groups.rec"
+GROUP_RECORD_FILE_TYPE = 24
+_VERSION = 1
+
+
+class GroupRecord:
+    """The durable set of groups this storage started. Not thread-safe: use from one thread at a time."""
+
+    def __init__(self, disk: Disk, names: set[str], *, unknown_through_meta_index: int | None,
+                 generation: int) -> None:
+        self._disk = disk
+        self._names = names
+        self.unknown_through_meta_index = unknown_through_meta_index
+        self._generation = generation
+
+    @classmethod
+    def open(cls, disk: Disk, *, node_existed: bool) -> GroupRecord:
+        """Read the record of the node whose root is `disk`. `node_existed`: its `node.json` was there
+        before this start (a freshly formatted node has started nothing, so no record is no loss)."""
+        if not disk.exists(GROUP_RECORD_FILE):
+            if node_existed:
+                log.warning("%s is missing although this node has run before: every group it may have "
+                            "started is treated as having lost its storage (repairs from peers)", GROUP_RECORD_FILE)
+                return cls._lost(disk)
+            record = cls(disk, set(), unknown_through_meta_index=None, generation=0)
+            record._write()
+            return record
+        data = disk.read_file(GROUP_RECORD_FILE)
+        try:
+            return cls._parse(disk, data)
+        except (CorruptRecord, ValueError, KeyError, TypeError) as error:
+            log.warning("%s is damaged (%s): every group it may have listed is treated as having lost its "
+                        "storage (repairs from peers)", GROUP_RECORD_FILE, error)
+            return cls._lost(disk)
+
+    @classmethod
+    def _lost(cls, disk: Disk) -> GroupRecord:
+        # The floor is not known before the meta group opened (`set_lost_floor`); until then 2**63 keeps
+        # every group's decision on the safe side. Not written yet: the floor comes first.
+        return cls(disk, set(), unknown_through_meta_index=2**63, generation=0)
+
+    @classmethod
+    def _parse(cls, disk: Disk, data: bytes) -> GroupRecord:
+        if not file_header_ok(data, GROUP_RECORD_FILE_TYPE):
+            raise CorruptRecord("bad file header")
+        view = read_record(data, FILE_HEADER_BYTES)
+        if view.kind != Kind.GROUP_RECORD or view.offset + view.length != len(data):
+            raise CorruptRecord("not exactly one group record")
+        body = json.loads(bytes(data[view.offset + HEADER_BYTES: view.offset + view.length]))
+        if body.get("version") != _VERSION:
+            raise BadFileFormat(f"{GROUP_RECORD_FILE}: unknown version {body.get('version')!r}")
+        floor = body["unknown_through_meta_index"]
+        return cls(disk, {str(name) for name in body["groups"]},
+                   unknown_through_meta_index=None if floor is None else int(floor), generation=view.ident_a)
+
+    def _write(self) -> None:
+        self._generation += 1
+        body = json.dumps({"version": _VERSION, "groups": sorted(self._names),
+                           "unknown_through_meta_index": self.unknown_through_meta_index}, sort_keys=True)
+        self._disk.write_atomic(GROUP_RECORD_FILE, file_header(GROUP_RECORD_FILE_TYPE)
+                                + encode_record(Kind.GROUP_RECORD, self._generation, 0, body.encode()))
+
+    @property
+    def lost(self) -> bool:
+        return self.unknown_through_meta_index is not None
+
+    def set_lost_floor(self, meta_last_index: int) -> None:
+        """After a lost record: the meta log's last index at this start is the floor of decision 2."""
+        if self.unknown_through_meta_index == 2**63:
+            self.unknown_through_meta_index = meta_last_index
+            self._write()
+
+    def started(self, name: str) -> bool:
+        return name in self._names
+
+    def lost_storage(self, name: str, *, assigned_index: int | None) -> bool:
+        """True when group `name`, found with no WAL and no marker, must open as a member that lost its
+        storage (decisions 1, 2). `assigned_index`: the meta index that assigned it here (None for the
+        meta group itself, which every node that ran has started)."""
+        if name in self._names:
+            return True
+        if self.unknown_through_meta_index is None:
+            return False
+        return assigned_index is None or assigned_index <= self.unknown_through_meta_index
+
+    def on_open(self, name: str, *, formatted: bool, assigned_index: int | None) -> bool:
+        """`open_group`'s `formatted` for group `name` whose marker is there (`formatted`) or not: True
+        also when this storage started it (or cannot prove it did not) — restore decision 3, a member
+        that lost its storage, never a fresh bootstrap. Records the group before returning (invariant 1)."""
+        if not formatted and self.lost_storage(name, assigned_index=assigned_index):
+            log.warning("group %s: its group marker is gone although this storage started it: opening as a "
+                        "member that lost its storage (repairs from peers, votes only after)", name)
+            formatted = True
+        self.add(name)
+        return formatted
+
+    def add(self, name: str) -> None:
+        """Record `name` durably (invariant 1); a no-op when it is there."""
+        if name not in self._names:
+            self._names.add(name)
+            self._write()
+
+    def discard(self, name: str) -> None:
+        """Forget `name` after its group's data was deleted on purpose (invariant 3)."""
+        if name in self._names:
+            self._names.discard(name)
+            self._write()
+
+    def names(self) -> list[str]:
+        return sorted(self._names)

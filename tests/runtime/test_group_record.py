@@ -1,0 +1,66 @@
+"""The node's record of the groups its storage started (`runtime.group_record`).
+
+Method: a real `OsDisk` under a temporary directory. The record's decisions are checked directly: a fresh
+node starts with an empty record (written at once), a started group stays on it across reopening until it
+is discarded, and a record that is missing although the node ran before, or damaged (one flipped byte, a
+truncated file), is never trusted: every group assigned up to the meta floor counts as lost storage, and
+that floor survives a reopen.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jsraft.disk import OsDisk
+from jsraft.runtime.group_record import GROUP_RECORD_FILE, GroupRecord
+
+
+def test_a_fresh_node_records_what_it_starts_and_forgets_what_it_deleted(tmp_path):
+    disk = OsDisk(str(tmp_path))
+    record = GroupRecord.open(disk, node_existed=False)
+    assert os.path.exists(tmp_path / GROUP_RECORD_FILE) and not record.lost
+    assert not record.lost_storage("$meta", assigned_index=None)
+    record.add("$meta")
+    record.add("S-ORDERS-7")
+    reopened = GroupRecord.open(disk, node_existed=True)
+    assert reopened.names() == ["$meta", "S-ORDERS-7"] and not reopened.lost
+    assert reopened.lost_storage("S-ORDERS-7", assigned_index=7)
+    assert not reopened.lost_storage("S-NEW-9", assigned_index=9)
+    reopened.discard("S-ORDERS-7")
+    assert GroupRecord.open(disk, node_existed=True).names() == ["$meta"]
+
+
+def test_a_missing_record_of_a_node_that_ran_counts_every_older_group_as_lost(tmp_path):
+    disk = OsDisk(str(tmp_path))
+    record = GroupRecord.open(disk, node_existed=True)
+    assert record.lost
+    # Before the meta floor is known, every group is on the safe side.
+    assert record.lost_storage("$meta", assigned_index=None)
+    assert record.lost_storage("S-X-1000000", assigned_index=1_000_000)
+    record.set_lost_floor(40)
+    assert record.lost_storage("S-OLD-40", assigned_index=40)
+    assert not record.lost_storage("S-NEW-41", assigned_index=41)
+    record.add("S-NEW-41")
+    reopened = GroupRecord.open(disk, node_existed=True)  # the floor is durable
+    assert reopened.unknown_through_meta_index == 40
+    assert reopened.lost_storage("S-OLD-40", assigned_index=40) and reopened.lost_storage("S-NEW-41", assigned_index=41)
+    assert not reopened.lost_storage("S-NEWER-50", assigned_index=50)
+
+
+def test_a_damaged_record_is_never_trusted(tmp_path):
+    disk = OsDisk(str(tmp_path))
+    record = GroupRecord.open(disk, node_existed=False)
+    record.add("S-A-3")
+    path = tmp_path / GROUP_RECORD_FILE
+    data = bytearray(path.read_bytes())
+    for damage in ("flip", "truncate"):
+        broken = bytearray(data)
+        if damage == "flip":
+            broken[-3] ^= 0x01
+        else:
+            broken = broken[:-5]
+        path.write_bytes(bytes(broken))
+        reopened = GroupRecord.open(disk, node_existed=True)
+        assert reopened.lost, damage
+        assert reopened.lost_storage("S-A-3", assigned_index=3), damage
+        assert path.read_bytes() == bytes(broken), "a damaged record must not be replaced before the floor is known"

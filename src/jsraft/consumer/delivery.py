@@ -15,6 +15,10 @@ Rules (nats-server `consumer.go` getNextMsg / checkPending / hasMaxDeliveries):
   3. `last_per_subject`: up to the stream's last seq at creation only the last message of each subject.
   4. A pending message that is gone from the store is terminated (a TERM op), never delivered.
   5. Nothing is delivered while the consumer is paused (`pause_until` in the future).
+  6. Nothing is delivered or terminated from a store that knows of damage (`faults()`), and a read that
+     finds damage ends the pass with that message still pending or not yet delivered: such a replica
+     cannot tell a message that is gone from one it lost, so it waits for its repair (or hands its
+     leadership over) instead of terminating or skipping a message its peers still hold.
 After an election `ConsumerLeader.rebuild` starts from the replicated state: every pending message gets
 a fresh full deadline (a new leader cannot trust another node's clock), and delivery continues after
 `delivered`; deliveries the old leader sent but never committed are simply sent again (at-least-once).
@@ -162,7 +166,7 @@ class ConsumerLeader:
         """Up to `max_msgs` messages (and `max_bytes` bytes, 0: unbounded) to deliver now."""
         plan = DeliveryPlan()
         self._skipped_to = 0
-        if self.entry.paused_until_ns > now_ns or max_msgs <= 0:
+        if self.entry.paused_until_ns > now_ns or max_msgs <= 0 or store.faults():  # rules 5, 6
             return plan
         self._tidy(now_ns)
         records: list[tuple[int, int, int, int]] = []
@@ -218,6 +222,8 @@ class ConsumerLeader:
                 gone.append(seq)
                 self.forget([seq])
                 continue
+            except DamagedSequence:
+                return  # rule 6: it stays pending until the store is repaired
             size = msg_size(len(msg.subject), len(msg.headers), len(msg.payload))
             if not self._fits(size, plan, budget):
                 return
@@ -283,5 +289,5 @@ def _next_message(store: StreamStore, filters: list[str] | None, seq: int):
             pass
     try:
         return store.load_next(filters, seq)
-    except NoMessageFound:
-        return None
+    except (NoMessageFound, DamagedSequence):
+        return None  # nothing more now; damage (rule 6) is not skipped, only waited for

@@ -26,6 +26,7 @@ import pytest
 import trio
 
 from jsraft.server.meta_service import META_GROUP
+from jsraft.stream import Health
 from jsraft.testing.cluster import Cluster
 
 TICK_MS = 20
@@ -100,6 +101,8 @@ async def test_a_follower_that_lost_its_stream_directory_repairs_instead_of_voti
             await cluster.wait_until(lambda: "S" in cluster.node(wiped).streams.replicas, 10, what="replica open")
             group = cluster.node(wiped).streams.replicas["S"].group
             assert cluster.node(wiped).runtime.status(group).raft.repairing
+            # Monitoring says so too, although its store has nothing it knows to be missing.
+            assert cluster.node(wiped).streams.replicas["S"].repair.health() is Health.repairing
             survivor_js = cluster.node(lagger).jetstream()
             await nothing_acknowledged(lambda: survivor_js.publish("s.a", b"stale"), NO_LEADER_WINDOW_S)
             assert cluster.node(wiped).runtime.status(group).raft.repairing

@@ -216,4 +216,14 @@ def build_status(node: RaftNode) -> Status:
         halted_reason=halted_reason(node),
         voters=node.conf.voters,
         learners=node.conf.learners,
+        reachable_followers=_reachable_followers(node),
     )
+
+
+def _reachable_followers(node: RaftNode) -> tuple[str, ...]:
+    """`Status.reachable_followers`: voters whose progress says they answered lately, by match index."""
+    if node.role is not Role.LEADER:
+        return ()
+    live = [(progress.match_index, voter) for voter, progress in node.progress.items()
+            if voter != node.id and voter in node.conf.voters and progress.recent_active]
+    return tuple(voter for _, voter in sorted(live, key=lambda item: (-item[0], item[1])))

@@ -43,3 +43,7 @@ class Status:
     halted_reason: str | None
     voters: tuple[str, ...]
     learners: tuple[str, ...]
+    # On a leader: the other voters that answered within the current check-quorum window, the most
+    # caught-up first (ties by name) — where a leader that must hand over sends its leadership, instead
+    # of to a peer that is paused or cut off. Empty on every other role.
+    reachable_followers: tuple[str, ...] = ()

@@ -192,7 +192,7 @@ class Handlers:
         if replica is None or replica.machine is None:
             raise StreamNotFound(f"stream {name!r} is not open on {self.node.name}")
         machine, adapter = replica.machine, replica.adapter
-        return {"state": _state_json(replica.store.state()), "health": str(machine.health),
+        return {"state": _state_json(replica.store.state()), "health": str(replica.repair.health()),
                 "applied_index": machine.applied_index, "last_seq": machine.last_seq,
                 "leader": replica.leader_id(), "faults": len(replica.store.faults()),
                 "holding": adapter is not None and adapter.holding, "repair": replica.repair.describe(),

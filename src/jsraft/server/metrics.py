@@ -193,9 +193,9 @@ class NodeCollector:
                                       labels=labels)
         verdicts = CounterMetricFamily("jsraft_stream_audit_verdicts", "audit verdicts reached", labels=labels)
         for replica in replicas:
-            machine = replica.machine
+            shown = replica.repair.health() if replica.machine is not None else None
             for each in Health:
-                health.add_metric([replica.name, str(each)], 1 if machine is not None and machine.health is each else 0)
+                health.add_metric([replica.name, str(each)], 1 if shown is each else 0)
             leader.add_metric([replica.name], 1 if replica.leader_id() == self.node.name else 0)
             faults.add_metric([replica.name], len(replica.store.faults()))
             repairs.add_metric([replica.name], replica.repair.repairs)

@@ -158,7 +158,7 @@ def replica_view(replica: "StreamReplica") -> dict[str, Any] | None:
     view: dict[str, Any] = {"first_seq": state.first_seq, "last_seq": state.last_seq, "messages": state.msgs,
                             "bytes": state.bytes, "digest": f"{state.digest:016x}"}
     if replica.machine is not None:
-        view["health"] = str(replica.machine.health)
+        view["health"] = str(replica.repair.health())
     try:
         view["applied_index"] = replica.runtime.status(replica.group).raft.applied_index
     except JsraftError:

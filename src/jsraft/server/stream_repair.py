@@ -17,7 +17,10 @@ Invariants:
      may have moved); a session that failed verification (`CatchupFailed`) escalates to a resync from a
      fresh leader snapshot. Waits between tries grow to `repair_backoff_max_s`.
   4. A replica that cannot serve (under repair, drifted, with faults) and finds itself Raft leader hands
-     the leadership to another voter, at most once per election timeout.
+     the leadership to the most caught-up voter that answered within the last election timeout
+     (`Status.reachable_followers`), at most once per election timeout.
+  6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
+     replica as current whose log is short of what it acknowledged.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
      node, whatever number of tries it took.
 
@@ -99,7 +102,6 @@ class RepairWorker:
         self._findings_seen = 0
         self._recovery_noted = False
         self._last_transfer_s = float("-inf")
-        self._transfer_turn = 0
         self._wakeup = trio.Event()
 
     def wake(self) -> None:
@@ -333,16 +335,17 @@ class RepairWorker:
         if not waiting and (machine.can_lead or machine.replaying):  # a replay alone ends by itself
             return
         try:
-            leads = replica.runtime.status(replica.group).raft.role is Role.LEADER
+            status = replica.runtime.status(replica.group).raft
         except JsraftError:
             return
         election_timeout_s = replica.raft_config.election_ticks * self.options.tick_s
-        if not leads or trio.current_time() - self._last_transfer_s < election_timeout_s:
+        if status.role is not Role.LEADER or trio.current_time() - self._last_transfer_s < election_timeout_s:
             return
-        others = [peer for peer in replica.peers if peer != replica.node_id]
-        if others:
-            self.hand_over(others[self._transfer_turn % len(others)], f"it is {machine.health}")
-            self._transfer_turn += 1
+        # To a voter that answered within the last election timeout, the most caught-up first (as the
+        # stepdown API chooses among connected peers): a paused or cut-off peer would only cost another
+        # election timeout before anyone leads.
+        if status.reachable_followers:
+            self.hand_over(status.reachable_followers[0], f"it is {machine.health}")
 
     def hand_over(self, target: str, why: str) -> None:
         """Ask this node's Raft group to hand its leadership to `target` (a replica that can serve)."""
@@ -354,6 +357,18 @@ class RepairWorker:
             replica.runtime.transfer_leadership(replica.group, target)
         except JsraftError as error:
             log.info("stream %s: leadership transfer to %s not started: %s", replica.name, target, error)
+
+    def health(self) -> Health:
+        """Invariant 6: the state machine's health, but repairing while the Raft log repairs."""
+        replica = self.replica
+        health = replica.machine.health if replica.machine is not None else Health.repairing
+        if health is Health.current:
+            try:
+                if replica.runtime.status(replica.group).raft.repairing:
+                    return Health.repairing
+            except JsraftError:
+                pass
+        return health
 
     def describe(self) -> dict[str, Any]:
         """For `replica.state`: the repair's standing and what the current episode found (with a plan

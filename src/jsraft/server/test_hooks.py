@@ -168,7 +168,7 @@ class TestHooks:
                 "role": str(raft.role) if raft else None,
                 "repairing": bool(raft.repairing) if raft else None,
                 "leader": raft.leader_id if raft else None,
-                "health": str(machine.health) if machine is not None else None,
+                "health": str(replica.repair.health()) if machine is not None else None,
                 "faults": [[fault.first, fault.last, str(fault.kind)] for fault in replica.store.faults()],
                 "repair": replica.repair.describe()}
 

@@ -10,8 +10,10 @@ Owns: the storage-fault rules that are about a replica's own damage.
   Rule 4  `halted_reason` + `StatusProbe`: if the voters that are not repairing cannot form a quorum, the
           group halts and says so; `accept_data_loss` is the operator's explicit way out.
   Rule 7  `classify_restored_log`: a data directory whose storage UUID changed is a new member that may
-          have voted under its old identity: it is repairing, and when repaired it fences its vote for the
-          current term.
+          have voted under its old identity: it is repairing. `maybe_finish_repair`: every replica that
+          leaves repairing fences its vote for the current term (a damaged hard-state slot loses a vote
+          as surely as lost storage does). A vote lost in a term above any this replica learns of before
+          its repair ends is not fenced: nothing it can read names that term.
 
 Invariants:
   1. A repairing replica is never leader.
@@ -100,8 +102,10 @@ def maybe_finish_repair(node: RaftNode) -> None:
         return
     node.repairing = False
     node.repair_reason = None
-    if node.vote_unknown and node.voted_for is None:
-        # Rule 7: under its old storage this member may already have voted in the current term. Voting for
+    if node.voted_for is None:
+        # Rule 7, for every repair: whatever made this replica repair — a new storage UUID, a lost or
+        # damaged hard-state slot (recovery falls back to the older slot, which may predate a vote), a
+        # rolled-back write — a vote it cast in the current term may be among what it lost. Voting for
         # itself (a vote nobody receives) makes sure it grants no second vote in this term.
         node.voted_for = node.id
     node.vote_unknown = False

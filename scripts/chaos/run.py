@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Run chaos scenarios S01–S12 (../shared/CHAOS.md) against a real 3-node jsraft cluster.
+"""Run chaos scenarios S01–S12 (../shared/CHAOS.md) and S13 against a real 3-node jsraft cluster.
 
     python scripts/chaos/run.py --scenario S03 --seed 1 --duration 60 [--json] [--out DIR]
     python scripts/chaos/run.py --all --seed 1            # every scenario at its documented duration
-    python scripts/chaos/run.py --smoke --seed 1 --duration 20   # the CI set: S01 S02 S03 S04 S09 S10
+    python scripts/chaos/run.py --smoke --seed 1 --duration 20   # the CI set: S01 S02 S03 S04 S09 S10 S13
 
 Each run leaves `DIR/<scenario>-seed<N>/`: the history (history.jsonl, faults.jsonl, final/), node logs
 (cluster/logs/), the checker's report.json and summary.txt. Prints a summary per run and, last,
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="repeatable")
-    which.add_argument("--all", action="store_true", help="S01..S12")
+    which.add_argument("--all", action="store_true", help="S01..S13")
     which.add_argument("--smoke", action="store_true", help="the CI smoke set: " + " ".join(SMOKE))
     parser.add_argument("--seed", type=int, action="append", help="repeatable (default 1)")
     parser.add_argument("--duration", type=float, help="seconds of faults per scenario (default: documented)")

@@ -249,6 +249,16 @@ class Faults:
         self._corruptions[name] = detail
         self.log("corrupt", "instant", [name], detail)
 
+    async def lose_stream_dir(self, name: str) -> None:
+        """S13: an operator's slip — `name`'s whole stream directory (`streams/<stream>/`: Raft log,
+        group marker, messages, consumers) is removed while the node is down; its `node.json`, `meta/`
+        and `groups.rec` stay."""
+        if name not in self.dead:
+            raise RuntimeError(f"removing {name}'s stream directory while it runs")
+        path = self.cluster.stream_dir(name, self.stream)
+        await self._call(shutil.rmtree, path)
+        self.log("lose_dir", "instant", [name], {"path": os.path.relpath(path, self.cluster.base_dir)})
+
     def _corrupt(self, name: str, kind: str) -> dict[str, Any]:
         store_dir = self.cluster.store_dir(name, self.stream)
         wal_dir = self.cluster.wal_dir(name, self.stream)

@@ -20,6 +20,9 @@ Mutants and what they patch (and why there):
     damaged (`corrupt`), the store is truncated just below the first damaged one — NATS's behaviour in
     Jepsen's bit-flip test — instead of keeping the rest and repairing the range from a peer. A flipped
     bit in an older sealed block then throws away every later message held only in the store.
+  - `forget_lost_groups` — `jsraft.runtime.group_record.GroupRecord.lost_storage` answers False: a group
+    whose directory was lost (S13) bootstraps a new log at term 1 that votes, and a stale follower can
+    lead without what the others acknowledged.
 
 Invariants:
   1. Production code never imports this module (tests/test_architecture.py); a mutant exists only in a
@@ -79,9 +82,18 @@ def _truncate_at_corrupt() -> None:
     FileStore.open = classmethod(open_truncating)  # type: ignore[method-assign, assignment]
 
 
+def _forget_lost_groups() -> None:
+    from jsraft.runtime.group_record import GroupRecord
+
+    # MUTANT: the node's record of its groups is never consulted, so a group whose directory was lost
+    # bootstraps a fresh log that votes (the behaviour before issue 14's fix).
+    GroupRecord.lost_storage = lambda self, name, *, assigned_index: False  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     "ack_before_fsync": _ack_before_fsync,
     "truncate_at_corrupt": _truncate_at_corrupt,
+    "forget_lost_groups": _forget_lost_groups,
 }
 
 

@@ -1,4 +1,4 @@
-"""Scenarios S01–S12 of ../shared/CHAOS.md: what each one does to a running cluster, and when.
+"""Scenarios S01–S12 of ../shared/CHAOS.md, and S13 (issue 14): what each one does to a running cluster, and when.
 
 Owns: `SCENARIOS` (id → `Scenario`: name, documented duration, whether it needs the node-to-node network
 layer, which nodes get at-rest corruption, which invariants the checker must hold) and one coroutine per
@@ -220,6 +220,31 @@ async def s12_soak(f: Any, duration: float) -> None:
             await f.start(victim)
 
 
+async def s13_lost_stream_dir(f: Any, duration: float) -> None:
+    """Issue 14, hole 1, under load: one follower lags (down), the other acknowledges more with the leader,
+    then loses its whole stream directory; the leader goes down and only the lagger and the wiped
+    follower run for a while. The wiped follower must come back repairing and not vote, so the lagger
+    cannot lead without what the other two acknowledged (I1, I3); then the leader returns and all agree."""
+    deadline = time.monotonic() + duration
+    await f.sleep(duration * 0.15)
+    leader = await f.stream_leader()
+    followers = [name for name in f.names if name != leader]
+    if leader is None or len(followers) != 2:
+        await f.sleep(max(deadline - time.monotonic(), 0.0))
+        return
+    lagger, wiped = followers
+    await f.kill(lagger, tag="lagger")
+    await f.sleep(duration * 0.2)
+    await f.kill(wiped, tag="to be wiped")
+    await f.lose_stream_dir(wiped)
+    await f.kill(leader, tag="leader")
+    await f.start(lagger)
+    await f.start(wiped)
+    await f.sleep(duration * 0.25)  # only the stale and the wiped replica run
+    await f.start(leader)
+    await f.sleep(max(deadline - time.monotonic(), 1.0))
+
+
 _ALL = ("I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9")
 SCENARIOS: dict[str, Scenario] = {s.id: s for s in (
     Scenario("S01", "baseline", 60.0, s01_baseline),
@@ -241,9 +266,11 @@ SCENARIOS: dict[str, Scenario] = {s.id: s for s in (
              invariants=("I8", "I1", "I2", "I9")),
     Scenario("S12", "everything soak", 300.0, s12_soak, network=True, corrupts=True,
              invariants=_ALL + ("I10",)),
+    Scenario("S13", "lost follower stream directory, then an election with the stale follower", 60.0,
+             s13_lost_stream_dir),
 )}
 
-SMOKE = ("S01", "S02", "S03", "S04", "S09", "S10")
+SMOKE = ("S01", "S02", "S03", "S04", "S09", "S10", "S13")
 
 
 def scenario_rng(scenario_id: str, seed: int) -> random.Random:

@@ -100,7 +100,11 @@ class Faults:
                 state = hooks.replica_state(self.stream)
             except Exception:  # not open yet
                 state = {}
-            if state and not state.get("repairing") and not state.get("faults") and state.get("health") == "current":
+            # Whole only once the repair episode has ended too (its worker idle, nothing held): a replica
+            # can look current with no faults while the episode still fetches or has not closed.
+            repair = state.get("repair") or {}
+            if (state and not state.get("repairing") and not state.get("faults") and state.get("health") == "current"
+                    and repair.get("state") == "idle" and not repair.get("held_entries")):
                 whole = True
                 break
             time.sleep(0.2)

@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""Scale benchmark: how a 3-node cluster's cost grows with the number of streams (issue 18).
+
+For each system (`jsraft`: three `jsraft serve` processes via scripts/cluster.py; `nats`: three nats-server
+2.15.1 processes, `sync_interval: always`) and each count N in `--streams` (a fresh cluster per N):
+
+  1. Baseline: resident memory (RSS) of every server process, once the cluster is ready.
+  2. Create: N R3 file streams (`scale.<i>.>`), each with one durable pull consumer, from `--creators`
+     concurrent nats-py clients; the latency of each create pair (stream + consumer) is recorded.
+  3. Idle: after every stream answers `stream_info` with a leader, `--settle-s` seconds, then CPU time of
+     every server process over `--idle-s` seconds of no client traffic, as % of one core per node, and RSS
+     again: per-stream memory = (RSS now - baseline) / N, per node.
+  4. Failover (jsraft; nats with `--failover-nats`): SIGKILL one node, then poll `stream_info` of every
+     stream that node led until each has a live leader; the time to the last one, and its median.
+
+Everything is measured on this machine in one run; numbers are for `bench/README.md` with the command.
+The goals (issue 18): 1,000 idle R3 streams with a consumer each: idle CPU <= 5% of one core per node.
+
+Usage: python bench/scale_bench.py [--streams 10,100,1000] [--systems jsraft,nats] [--idle-s 20]
+       [--settle-s 5] [--creators 16] [--json] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import nats
+import psutil
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nats_servers import JsraftServers, NatsServers  # noqa: E402  (bench siblings)
+
+
+def rss_mib(pids: dict[str, int]) -> dict[str, float]:
+    return {name: psutil.Process(pid).memory_info().rss / 2**20 for name, pid in pids.items()}
+
+
+def cpu_s(pids: dict[str, int]) -> dict[str, float]:
+    out = {}
+    for name, pid in pids.items():
+        times = psutil.Process(pid).cpu_times()
+        out[name] = times.user + times.system + times.children_user + times.children_system
+    return out
+
+
+async def create_all(urls: list[str], count: int, creators: int) -> list[float]:
+    """Create `count` streams + consumers from `creators` clients; return each pair's latency (s)."""
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(count):
+        queue.put_nowait(i)
+
+    async def creator(k: int) -> None:
+        nc = await nats.connect(urls[k % len(urls)], connect_timeout=10, allow_reconnect=False)
+        js = nc.jetstream(timeout=60)
+        try:
+            while not queue.empty():
+                i = queue.get_nowait()
+                started = time.perf_counter()
+                await js.add_stream(name=f"SCALE{i}", subjects=[f"scale.{i}.>"], num_replicas=3)
+                await js.add_consumer(f"SCALE{i}", durable_name="C", ack_policy="explicit")
+                latencies.append(time.perf_counter() - started)
+        finally:
+            await nc.close()
+
+    await asyncio.gather(*(creator(k) for k in range(min(creators, count))))
+    return latencies
+
+
+async def leaders(url: str, names: list[str], timeout_s: float = 5.0) -> dict[str, str | None]:
+    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    js = nc.jetstream(timeout=timeout_s)
+    out: dict[str, str | None] = {}
+    try:
+        for name in names:
+            try:
+                info = await js.stream_info(name)
+                out[name] = info.cluster.leader if info.cluster else None
+            except Exception:
+                out[name] = None
+    finally:
+        await nc.close()
+    return out
+
+
+async def wait_all_led(url: str, names: list[str], deadline_s: float, dead: str | None = None) -> dict[str, float]:
+    """Poll until every stream has a leader (not `dead`); return when each first had one (s from now)."""
+    started = time.monotonic()
+    pending, led_at = list(names), {}
+    while pending and time.monotonic() - started < deadline_s:
+        found = await leaders(url, pending)
+        now = time.monotonic() - started
+        for name, leader in found.items():
+            if leader and leader != dead:
+                led_at[name] = now
+        pending = [name for name in pending if name not in led_at]
+        if pending:
+            await asyncio.sleep(0.1)
+    if pending:
+        raise RuntimeError(f"{len(pending)} streams without a leader after {deadline_s:g}s (e.g. {pending[:3]})")
+    return led_at
+
+
+def start(system: str, root: str) -> Any:
+    if system == "jsraft":
+        return JsraftServers(root, nodes=3, label="scale").start(timeout_s=120.0)
+    return NatsServers(root, nodes=3, sync_always=True, label="scale").start(timeout_s=60.0)
+
+
+def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dict[str, Any]:
+    servers = start(system, root)
+    try:
+        pids, urls = dict(servers.pids), list(servers.urls)
+        base_rss = rss_mib(pids)
+        wall = time.perf_counter()
+        latencies = asyncio.run(create_all(urls, count, args.creators))
+        create_wall_s = time.perf_counter() - wall
+        names = [f"SCALE{i}" for i in range(count)]
+        led = asyncio.run(leaders(urls[0], names, timeout_s=30.0))
+        if not all(led.values()):
+            asyncio.run(wait_all_led(urls[0], names, 120.0))
+            led = asyncio.run(leaders(urls[0], names, timeout_s=30.0))
+        time.sleep(args.settle_s)  # a measurement choice: let post-create work (snapshots, audits) pass
+        before, idle_started = cpu_s(pids), time.monotonic()
+        time.sleep(args.idle_s)
+        after, idle_s = cpu_s(pids), time.monotonic() - idle_started
+        rss = rss_mib(pids)
+        result: dict[str, Any] = {
+            "system": system, "streams": count,
+            "create_pair_ms_p50": round(statistics.median(latencies) * 1000, 1),
+            "create_pair_ms_p99": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000, 1),
+            "create_wall_s": round(create_wall_s, 2),
+            "idle_cpu_pct_per_node": {n: round(100 * (after[n] - before[n]) / idle_s, 2) for n in pids},
+            "rss_mib_per_node": {n: round(v, 1) for n, v in rss.items()},
+            "rss_kib_per_stream_per_node": {n: round((rss[n] - base_rss[n]) * 1024 / count, 1) for n in pids},
+        }
+        if system == "jsraft" or args.failover_nats:
+            victim = max(pids, key=lambda n: sum(1 for leader in led.values() if leader == n))
+            orphans = [name for name, leader in led.items() if leader == victim]
+            os.kill(pids[victim], signal.SIGKILL)
+            survivor = next(url for name, url in zip(servers.pids, urls) if name != victim)
+            led_at = asyncio.run(wait_all_led(survivor, orphans, 300.0, dead=victim)) if orphans else {}
+            result["failover"] = {"killed": victim, "streams_it_led": len(orphans),
+                                  "all_led_again_s": round(max(led_at.values(), default=0.0), 2),
+                                  "median_s": round(statistics.median(led_at.values()), 2) if led_at else 0.0}
+        return result
+    finally:
+        servers.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streams", default="10,100,1000", help="comma list of stream counts")
+    parser.add_argument("--systems", default="jsraft,nats", help="comma list: jsraft, nats")
+    parser.add_argument("--idle-s", type=float, default=20.0, help="idle CPU measuring window")
+    parser.add_argument("--settle-s", type=float, default=5.0, help="pause between creates and the idle window")
+    parser.add_argument("--creators", type=int, default=16, help="concurrent creating clients")
+    parser.add_argument("--failover-nats", action="store_true", help="also kill a nats-server node")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--keep", help="keep the clusters' data under this directory")
+    args = parser.parse_args(argv)
+    root = args.keep or tempfile.mkdtemp(prefix="jsraft-scale-")
+    results = []
+    try:
+        for count in [int(x) for x in args.streams.split(",")]:
+            for system in args.systems.split(","):
+                result = measure(system, count, args, os.path.join(root, f"{system}-{count}"))
+                results.append(result)
+                print(json.dumps(result), flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                                      "load": os.getloadavg()}, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -193,9 +193,13 @@ def test_audits_are_scheduled_by_interval_and_on_request(mem_maker):
     first = group.leader.audit_due(NOW)
     assert decode_entry(first).audit_id == 1  # a new leader audits at once
     assert group.leader.audit_due(NOW + SECOND) is None
-    assert decode_entry(group.leader.audit_due(NOW + 6 * SECOND)).audit_id == 2
-    group.leader.request_audit()
-    assert decode_entry(group.leader.audit_due(NOW + 7 * SECOND)).audit_id == 3
+    # An interval later with nothing applied since: nothing new to compare, no entry (and no fsyncs).
+    assert group.leader.audit_due(NOW + 6 * SECOND) is None
+    group.publish([pub("orders.a")])
+    assert group.leader.audit_due(NOW + 7 * SECOND) is None  # the interval counts from the skipped one
+    assert decode_entry(group.leader.audit_due(NOW + 12 * SECOND)).audit_id == 2
+    group.leader.request_audit()  # a requested audit runs even with nothing changed
+    assert decode_entry(group.leader.audit_due(NOW + 13 * SECOND)).audit_id == 3
 
 
 def test_delete_and_purge_proposals_respect_deny_and_sealed(mem_maker):

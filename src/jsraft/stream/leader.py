@@ -97,6 +97,7 @@ class StreamLeader:
         self.audit_interval_ns = audit_interval_ns
         self._next_audit_id = machine.last_audit_id + 1
         self._last_audit_ns: int | None = None  # None: audit at once (a new leader follows a recovery)
+        self._audited: tuple[int, ...] | None = None  # what the last audit proposed here covered
         self._expire_cutoff_ns = 0  # cut-off of the last EXPIRE proposed
         self.ttl_schedule = ttllib.TtlSchedule()  # ADR-43: rebuilt from the store by each new leader
         if machine.config.allow_msg_ttl:
@@ -264,9 +265,18 @@ class StreamLeader:
         self._last_audit_ns = None
 
     def audit_due(self, now_ns: int) -> bytes | None:
+        """An AUDIT entry to propose now, or None. Periodic audits skip a stream whose state tuple (and
+        last sequence) did not change since the last audit proposed here: every replica's tuple is
+        computed from the entries it applied, so with none applied there is nothing new to compare — an
+        idle stream would otherwise cost an entry and an fsync on every replica each interval. A
+        requested audit (after a recovery, a repair, a new leader) always runs."""
         if self._last_audit_ns is not None and now_ns - self._last_audit_ns < self.audit_interval_ns:
             return None
-        self._last_audit_ns = now_ns
+        covered = (self.machine.last_seq, *self.machine.store.state().agreement_key())
+        if self._last_audit_ns is not None and covered == self._audited:
+            self._last_audit_ns = now_ns
+            return None
+        self._last_audit_ns, self._audited = now_ns, covered
         audit_id = max(self._next_audit_id, self.machine.last_audit_id + 1)
         self._next_audit_id = audit_id + 1
         return entries.encode_audit(audit_id)

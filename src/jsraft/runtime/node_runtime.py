@@ -4,7 +4,8 @@ Owns: the group table, the one ticker for all groups, the ready loop with its gr
 public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
 `propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `leader_id`, `is_leader`,
 `close_group`, `run`).
-Per-group work is in `group`, the disk half of a cycle in `persist`.
+Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
+is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
 The ready loop, one cycle at a time:
   1. Collect: from every group that got an input since it was last looked at and has pending work, take
@@ -42,7 +43,7 @@ Invariants:
      Missed ticks are dropped, not replayed: a stalled event loop delays elections instead of firing
      them all at once.
 
-Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
 the transport calls `deliver`, and the runtime calls the `send` function it was given.
 Reference: DESIGN.md §2 (write path), §11 tier 3, §12 (group commit); etcd-io/raft `node.go`.
 """
@@ -67,10 +68,11 @@ from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
 from jsraft.runtime.group import Group, GroupStatus, SendFn
-from jsraft.runtime.persist import GROUP_MARKER, Job, Work, marker_contents, persist_jobs
+from jsraft.replica.persist import GROUP_MARKER, Work, marker_contents
+from jsraft.replica.restore import prepare
+from jsraft.replica.state_machine import StateMachine
+from jsraft.runtime.persist import Job, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
-from jsraft.runtime.restore import prepare
-from jsraft.runtime.state_machine import StateMachine
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)

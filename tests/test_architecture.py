@@ -357,3 +357,72 @@ def test_a_planted_import_cycle_fails_the_check(tmp_path):
         "from typing import TYPE_CHECKING\nimport jsraft.wal\nif TYPE_CHECKING:\n    from jsraft.wal import planted_d\n")
     (root / "wal" / "planted_d.py").write_text("from jsraft.wal import planted_c\n")
     assert import_cycles(root) == [["jsraft.stream.planted_a", "jsraft.stream.planted_b"]]
+
+
+# --- "Modules:" lines in package docstrings -----------------------------------------------------------
+
+# Packages whose `__init__` docstring does not list its modules yet. May only shrink. `server` is to be
+# regrouped into subpackages (issue #13), each with its own list.
+MODULES_LINE_EXEMPT = {"server"}
+
+
+def _unlisted_modules(package_dir: pathlib.Path) -> list[str] | None:
+    """The package's modules its `__init__` docstring's "Modules:" paragraph does not name (None: there is
+    no such paragraph)."""
+    init = package_dir / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    start = doc.find("Modules")
+    if start < 0:
+        return None
+    paragraph = doc[start:].split("\n\n")[0]
+    modules = sorted(p.stem for p in package_dir.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    modules += sorted(p.name for p in package_dir.iterdir() if (p / "__init__.py").exists())
+    return [m for m in modules if f"`{m}`" not in paragraph]
+
+
+@pytest.mark.parametrize("package_dir", sorted(p.parent for p in SRC.rglob("__init__.py") if p.parent != SRC),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_modules_lines_name_every_module(package_dir):
+    rel = str(package_dir.relative_to(SRC))
+    unlisted = _unlisted_modules(package_dir)
+    if rel in MODULES_LINE_EXEMPT:
+        assert unlisted, f"{rel} lists its modules now: remove it from MODULES_LINE_EXEMPT"
+        return
+    assert not unlisted, f"{rel}/__init__.py: its Modules paragraph does not name {unlisted}"
+
+
+def test_the_modules_line_check_has_teeth(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A package.\n\nModules: `a` (the first).\n"""\n')
+    (package / "a.py").write_text("")
+    assert _unlisted_modules(package) == []
+    (package / "b.py").write_text("")
+    assert _unlisted_modules(package) == ["b"]
+
+
+# --- docs/ARCHITECTURE.md -----------------------------------------------------------------------------
+
+DOC = SRC.parent.parent / "docs" / "ARCHITECTURE.md"
+
+
+def _doc_layers(text: str) -> dict[str, float]:
+    """package -> layer from the doc's table rows `| L<n> | `pkg`, `pkg` | ...`."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 4 or not cells[1].startswith("L"):
+            continue
+        layer = float(cells[1][1:].replace("½", ".5"))
+        for package in cells[2].split(","):
+            found[package.strip().strip("`")] = layer
+    return found
+
+
+def test_architecture_doc_lists_every_layer():
+    assert _doc_layers(DOC.read_text()) == LAYERS
+
+
+def test_the_doc_check_has_teeth():
+    table = "| L1 | `raft` | core | L0 |\n| L3½ | `replica`, `x` | cycle | L0–L3 |\n"
+    assert _doc_layers(table) == {"raft": 1.0, "replica": 3.5, "x": 3.5}

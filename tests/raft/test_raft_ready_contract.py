@@ -14,11 +14,11 @@ import pytest
 from raft_network import Cluster, MemStorage, check_ready_contract
 
 from jsraft.errors import InvariantViolation
-from jsraft.replica import Work, sync_work, write_work
 from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, Entry, RaftConfig, RaftNode, RequestVote, RequestVoteResponse,
     RestoredState,
 )
+from jsraft.replica import Work, sync_work, write_work
 
 
 def fresh(node_id="n1") -> RaftNode:

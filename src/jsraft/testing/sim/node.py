@@ -104,7 +104,11 @@ class SimMachine:
 
     def snapshot_ready(self) -> bool:
         """The app replica says whether it can snapshot by returning None from `snapshot_data`; the bytes
-        it did return are kept for `snapshot()`, asked right after in the same `take()`."""
+        it did return are kept for `snapshot()`, asked right after in the same `take()`. `has_work()` asks
+        first and `take()` again at the same index: the second answer is the kept one, so the replica
+        builds one snapshot (and syncs its store once) per compaction."""
+        if self._snapshot is not None and self._snapshot[0] == self.applied_index:
+            return True
         data = self.driver.replica.snapshot_data()
         self._snapshot = (self.applied_index, data) if data is not None else None
         return data is not None

@@ -1,28 +1,37 @@
 """The layer rules of DESIGN.md §1, enforced by reading every module's imports with `ast`.
 
 Method: parse each file under src/jsraft (no import, so a broken module still gets checked), collect
-what it imports, and compare with the table below. Also: deterministic cores import no trio, socket,
-time or threading and call no module-level `random` function; the durable layers (`store`, `wal`) do
-no file I/O except through `Disk`; production code never imports `jsraft.testing`; modules and
-functions stay under size ceilings, with an allowlist that may only shrink (an entry that is no longer
-needed, or a file that grew past its entry, fails the test).
+what it imports — `from jsraft import server` counts as importing `jsraft.server` — and compare with the
+table below. Also: deterministic cores (`raft`, `wal`, `store`, `stream`, `consumer`, `meta`, `protocol`,
+`replica`) import no trio, socket, time or threading and use no module-level `random` function (neither
+`random.choice(...)` nor `from random import choice`); the layers that own no files (`store`, `wal`,
+`raft`, `stream`, `consumer`, `meta`, `replica`) import no `os`, `io`, `pathlib`, ... and call no
+`open()`: file I/O goes through `Disk`; production code never imports `jsraft.testing`; no two
+production modules import each other in a cycle (a package's `__init__` importing its own modules is
+a hand-off, not a cycle; imports under `if TYPE_CHECKING:` are annotations, not dependencies); modules
+and functions stay under size ceilings, with an allowlist that may only shrink (an entry that is no
+longer needed, or a file that grew past its entry, fails the test). Every rule has teeth: a test plants
+each kind of violation in a temporary copy of the package and sees the check report it.
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import shutil
+import sys
 
 import pytest
 
 SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "jsraft"
 
 # package -> (layer, jsraft packages it may import besides lower layers' packages, third-party allowed)
-LAYERS: dict[str, int] = {
+LAYERS: dict[str, float] = {
     "errors": 0, "limits": 0,
     "codec": 1, "raft": 1, "subjects": 1, "disk": 1, "jsapi": 1,
     "wal": 2, "store": 2,
     "stream": 3, "consumer": 3, "meta": 3,
+    "replica": 3.5,
     "runtime": 4, "transport": 4, "protocol": 4, "client": 4,
     "server": 5,
     "cli": 6, "spark": 6,
@@ -38,13 +47,14 @@ THIRD_PARTY = {
     1: {"attrs", "cattrs", "crc32c", "zstandard"},
     2: {"attrs", "cattrs", "crc32c", "zstandard"},
     3: {"attrs", "cattrs", "crc32c", "zstandard"},
+    3.5: {"attrs", "cattrs", "crc32c", "zstandard"},
     4: {"attrs", "cattrs", "crc32c", "zstandard", "trio"},
     5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich"},
     6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark"},
 }
-DETERMINISTIC = {"raft", "wal", "store", "stream", "consumer", "meta", "protocol"}
+DETERMINISTIC = {"raft", "wal", "store", "stream", "consumer", "meta", "protocol", "replica"}
 FORBIDDEN_IN_DETERMINISTIC = {"trio", "socket", "time", "threading", "asyncio", "selectors"}
-NO_DIRECT_IO = {"store", "wal"}
+NO_DIRECT_IO = {"store", "wal", "raft", "stream", "consumer", "meta", "replica"}
 FORBIDDEN_IO_MODULES = {"os", "io", "pathlib", "shutil", "tempfile", "mmap"}
 
 MODULE_LINES_MAX = 400
@@ -55,27 +65,36 @@ MODULE_ALLOWLIST: dict[str, int] = {}
 FUNCTION_ALLOWLIST: dict[str, int] = {}
 
 
-def _modules() -> list[pathlib.Path]:
-    return sorted(p for p in SRC.rglob("*.py"))
+def _modules(root: pathlib.Path = SRC) -> list[pathlib.Path]:
+    return sorted(p for p in root.rglob("*.py"))
 
 
-def _package(path: pathlib.Path) -> str:
-    rel = path.relative_to(SRC)
+def _package(path: pathlib.Path, root: pathlib.Path = SRC) -> str:
+    rel = path.relative_to(root)
     return rel.parts[0].removesuffix(".py") if rel.parts else ""
 
 
-def _imports(tree: ast.AST, path: pathlib.Path) -> set[str]:
+def _imports(tree: ast.AST, path: pathlib.Path, root: pathlib.Path = SRC) -> set[str]:
+    """Every module name `tree` imports; for `from a import b`, both `a` and `a.b` (b may be a module)."""
     found: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
+            module = node.module
             if node.level:  # relative import: resolve against the module's package
-                base = ".".join(("jsraft",) + path.relative_to(SRC).parts[:-1][: max(0, len(path.relative_to(SRC).parts) - node.level)])
-                found.add(f"{base}.{node.module}" if node.module else base)
-            elif node.module:
-                found.add(node.module)
+                parts = path.relative_to(root).parts[:-1]
+                base = ".".join(("jsraft",) + parts[: max(0, len(parts) + 1 - node.level)])
+                module = f"{base}.{module}" if module else base
+            if module:
+                found.add(module)
+                found.update(f"{module}.{alias.name}" for alias in node.names if alias.name != "*")
     return found
+
+
+# The packages and modules directly under src/jsraft: `jsraft.<one of these>` is a module, any other
+# `jsraft.<name>` is an attribute of `jsraft/__init__.py`.
+_TOP_LEVEL = {p.name.removesuffix(".py") for p in SRC.iterdir() if p.suffix == ".py" or p.is_dir()} - {"__pycache__"}
 
 
 def _stdlib(name: str) -> bool:
@@ -90,8 +109,8 @@ def _check_import(package: str, name: str) -> str | None:
     top = name.split(".")[0]
     if top == "jsraft":
         target = name.split(".")[1] if "." in name else ""
-        if not target or target == package:
-            return None
+        if not target or target == package or target not in _TOP_LEVEL:
+            return None  # `jsraft` itself, or a name its `__init__` defines (`from jsraft import __version__`)
         if target == "testing":
             return f"{package} imports jsraft.testing (test kit is never imported by production code)"
         if package == "testing":
@@ -101,8 +120,8 @@ def _check_import(package: str, name: str) -> str | None:
             return f"{package} imports jsraft.{target}, which is not in the layer table"
         if layer is None:
             return f"{package} is not in the layer table"
-        ceiling = NARROWED.get(package, layer - 1)
-        if target_layer <= ceiling:
+        below = target_layer <= NARROWED[package] if package in NARROWED else target_layer < layer
+        if below:
             return None
         if (package, target) in SIBLING_ALLOWED:
             return None
@@ -121,32 +140,137 @@ def test_every_package_is_in_the_layer_table():
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
 def test_layer_rules(path):
-    package = _package(path)
+    problems = _module_problems(path)
+    assert not problems, "\n".join(problems)
+
+
+def _module_problems(path: pathlib.Path, root: pathlib.Path = SRC) -> list[str]:
+    package = _package(path, root)
     if package in ("__init__", "__main__"):
-        return
+        return []
     tree = ast.parse(path.read_text(), str(path))
-    problems = [msg for name in sorted(_imports(tree, path)) if (msg := _check_import(package, name))]
+    imports = _imports(tree, path, root)
+    problems = [msg for name in sorted(imports) if (msg := _check_import(package, name))]
     if package in DETERMINISTIC:
-        problems += [f"{package} imports {n}" for n in _imports(tree, path)
+        problems += [f"{package} imports {n}" for n in sorted(imports)
                      if n.split(".")[0] in FORBIDDEN_IN_DETERMINISTIC]
         problems += _module_random_calls(tree)
     if package in NO_DIRECT_IO:
-        problems += [f"{package} imports {n}: file I/O goes through Disk" for n in _imports(tree, path)
+        problems += [f"{package} imports {n}: file I/O goes through Disk" for n in sorted(imports)
                      if n.split(".")[0] in FORBIDDEN_IO_MODULES]
         problems += [f"{package} calls open() at line {n.lineno}: file I/O goes through Disk"
                      for n in ast.walk(tree)
                      if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "open"]
-    assert not problems, "\n".join(problems)
+    return problems
 
 
 def _module_random_calls(tree: ast.AST) -> list[str]:
-    """`random.choice(...)` and friends use the global RNG; only `random.Random` (injected) is allowed."""
-    return [
+    """`random.choice(...)` and friends use the global RNG; only `random.Random` (injected) is allowed —
+    whether reached as `random.x`, through `import random as r`, or as `from random import x`."""
+    aliases = {"random"}
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update(a.asname for a in node.names if a.name == "random" and a.asname)
+        elif isinstance(node, ast.ImportFrom) and node.module == "random" and not node.level:
+            problems += [f"from random import {a.name} at line {node.lineno}: inject a random.Random instead"
+                         for a in node.names if a.name != "Random"]
+    problems += [
         f"module-level random.{node.attr} at line {node.lineno}: inject a random.Random instead"
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and node.value.id == "random" and node.attr != "Random"
+        and node.value.id in aliases and node.attr != "Random"
     ]
+    return problems
+
+
+# --- Import cycles ------------------------------------------------------------------------------------
+
+def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
+    parts = ("jsraft",) + path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_imports(tree: ast.Module, path: pathlib.Path, root: pathlib.Path) -> set[str]:
+    """What the module imports when it runs: module level and inside functions, not `if TYPE_CHECKING:`."""
+    def type_only(node: ast.If) -> bool:
+        test = node.test
+        return getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING"
+
+    kept = ast.Module(body=[], type_ignores=[])
+    pending: list[ast.AST] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and type_only(node):
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            kept.body.append(node)  # type: ignore[arg-type]
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    return _imports(kept, path, root)
+
+
+def _import_graph(root: pathlib.Path) -> dict[str, set[str]]:
+    files = {_module_name(p, root): p for p in _modules(root)}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for imported in _runtime_imports(ast.parse(path.read_text(), str(path)), path, root):
+            while imported and imported not in files:
+                imported = imported.rpartition(".")[0]  # `a.b.Name` is module `a.b`
+            if imported and imported != name:
+                targets.add(imported)
+        if path.name == "__init__.py":  # a package handing off to its own modules is not a cycle
+            targets = {t for t in targets if not t.startswith(name + ".")}
+        graph[name] = targets
+    return graph
+
+
+def import_cycles(root: pathlib.Path = SRC, skip: tuple[str, ...] = ("jsraft.testing",)) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), outside the packages in `skip`."""
+    graph = {n: {t for t in ts if not t.startswith(skip)} for n, ts in _import_graph(root).items()
+             if not n.startswith(skip)}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in order:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], order[target])
+        if low[node] == order[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    try:
+        for node in sorted(graph):
+            if node not in order:
+                visit(node)
+    finally:
+        sys.setrecursionlimit(limit)
+    return cycles
+
+
+def test_no_import_cycles():
+    """The test kit (`jsraft.testing`) is left out: it is never imported by production code, and its
+    chaos network and simulator apps pick their backends with function-level imports."""
+    cycles = import_cycles()
+    assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
 
 
 def _function_sizes(tree: ast.AST):
@@ -184,5 +308,121 @@ def test_checker_has_teeth():
     assert _check_import("server", "jsraft.testing.sim") is not None
     assert _check_import("client", "jsraft.protocol") is None  # the one allowed sibling
     assert _check_import("transport", "jsraft.store") is not None  # narrowed L4
+    assert _check_import("runtime", "jsraft.replica") is None  # L4 on L3½
+    assert _check_import("replica", "jsraft.stream") is None  # L3½ on L3
+    assert _check_import("replica", "jsraft.runtime") is not None
+    assert _check_import("replica", "trio") is not None
     tree = ast.parse("import random\nx = random.random()\nr = random.Random(1)\n")
     assert len(_module_random_calls(tree)) == 1
+
+
+# Each planted file, and a fragment of the problem the checks must report for it.
+PLANTED = {
+    "stream/planted_layer.py": ("from jsraft import server\n", "stream (L3) imports server"),
+    "raft/planted_testing.py": ("from jsraft import testing\n", "imports jsraft.testing"),
+    "meta/planted_random.py": ("from random import choice\n", "from random import choice"),
+    "store/planted_random_alias.py": ("import random as rnd\nx = rnd.random()\n", "module-level random.random"),
+    "consumer/planted_os.py": ("import os\n", "consumer imports os: file I/O goes through Disk"),
+    "raft/planted_open.py": ("def f():\n    return open('x')\n", "raft calls open()"),
+    "replica/planted_trio.py": ("import trio\n", "replica imports trio"),
+    "replica/planted_runtime.py": ("from jsraft.runtime import NodeRuntime\n", "replica (L3.5) imports runtime"),
+    "replica/planted_server.py": ("from jsraft import server\n", "replica (L3.5) imports server"),
+}
+
+
+def _planted_copy(tmp_path: pathlib.Path) -> pathlib.Path:
+    root = tmp_path / "jsraft"
+    shutil.copytree(SRC, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_each_planted_violation_fails_the_check(tmp_path):
+    root = _planted_copy(tmp_path)
+    assert not any(_module_problems(p, root) for p in _modules(root))  # the clean copy passes
+    for rel, (text, expected) in PLANTED.items():
+        (root / rel).write_text(text)
+    for rel, (_, expected) in PLANTED.items():
+        problems = _module_problems(root / rel, root)
+        assert any(expected in problem for problem in problems), f"{rel}: {expected!r} not in {problems}"
+
+
+def test_a_planted_import_cycle_fails_the_check(tmp_path):
+    root = _planted_copy(tmp_path)
+    assert import_cycles(root) == []
+    (root / "stream" / "planted_a.py").write_text("from jsraft.stream import planted_b\n")
+    (root / "stream" / "planted_b.py").write_text("def f():\n    from jsraft.stream.planted_a import g\n")
+    # Annotations only (TYPE_CHECKING), and names reached through a package's `__init__` (which imports
+    # its own modules: a hand-off): neither is a cycle.
+    (root / "wal" / "planted_c.py").write_text(
+        "from typing import TYPE_CHECKING\nimport jsraft.wal\nif TYPE_CHECKING:\n    from jsraft.wal import planted_d\n")
+    (root / "wal" / "planted_d.py").write_text("from jsraft.wal import planted_c\n")
+    assert import_cycles(root) == [["jsraft.stream.planted_a", "jsraft.stream.planted_b"]]
+
+
+# --- "Modules:" lines in package docstrings -----------------------------------------------------------
+
+# Packages whose `__init__` docstring does not list its modules yet. May only shrink. `server` is to be
+# regrouped into subpackages (issue #13), each with its own list.
+MODULES_LINE_EXEMPT = {"server"}
+
+
+def _unlisted_modules(package_dir: pathlib.Path) -> list[str] | None:
+    """The package's modules its `__init__` docstring's "Modules:" paragraph does not name (None: there is
+    no such paragraph)."""
+    init = package_dir / "__init__.py"
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    start = doc.find("Modules")
+    if start < 0:
+        return None
+    paragraph = doc[start:].split("\n\n")[0]
+    modules = sorted(p.stem for p in package_dir.glob("*.py") if p.stem not in ("__init__", "__main__"))
+    modules += sorted(p.name for p in package_dir.iterdir() if (p / "__init__.py").exists())
+    return [m for m in modules if f"`{m}`" not in paragraph]
+
+
+@pytest.mark.parametrize("package_dir", sorted(p.parent for p in SRC.rglob("__init__.py") if p.parent != SRC),
+                         ids=lambda p: str(p.relative_to(SRC)))
+def test_modules_lines_name_every_module(package_dir):
+    rel = str(package_dir.relative_to(SRC))
+    unlisted = _unlisted_modules(package_dir)
+    if rel in MODULES_LINE_EXEMPT:
+        assert unlisted, f"{rel} lists its modules now: remove it from MODULES_LINE_EXEMPT"
+        return
+    assert not unlisted, f"{rel}/__init__.py: its Modules paragraph does not name {unlisted}"
+
+
+def test_the_modules_line_check_has_teeth(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A package.\n\nModules: `a` (the first).\n"""\n')
+    (package / "a.py").write_text("")
+    assert _unlisted_modules(package) == []
+    (package / "b.py").write_text("")
+    assert _unlisted_modules(package) == ["b"]
+
+
+# --- docs/ARCHITECTURE.md -----------------------------------------------------------------------------
+
+DOC = SRC.parent.parent / "docs" / "ARCHITECTURE.md"
+
+
+def _doc_layers(text: str) -> dict[str, float]:
+    """package -> layer from the doc's table rows `| L<n> | `pkg`, `pkg` | ...`."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) < 4 or not cells[1].startswith("L"):
+            continue
+        layer = float(cells[1][1:].replace("½", ".5"))
+        for package in cells[2].split(","):
+            found[package.strip().strip("`")] = layer
+    return found
+
+
+def test_architecture_doc_lists_every_layer():
+    assert _doc_layers(DOC.read_text()) == LAYERS
+
+
+def test_the_doc_check_has_teeth():
+    table = "| L1 | `raft` | core | L0 |\n| L3½ | `replica`, `x` | cycle | L0–L3 |\n"
+    assert _doc_layers(table) == {"raft": 1.0, "replica": 3.5, "x": 3.5}

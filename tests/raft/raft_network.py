@@ -1,12 +1,15 @@
 """A tiny in-memory cluster for Raft core tests: storage, application, network, contract checker.
 
 Method: every `RaftNode` gets a `MemStorage` that keeps two copies of what a WAL would hold — `written`
-(the page cache) and `durable` (what survives a crash). A `Ready` is applied to `written` and copied to
-`durable` only when `must_sync` is set; `crash` throws `written` away. Messages from a `Ready` are queued
-only after its persistence, exactly as the `Ready` contract demands, and `check_ready_contract` verifies
-that every message leaving a node is backed by durable state (a granted vote by a durable vote, an
-acknowledgement by durable entries and watermark). The network is a FIFO queue with partitions; nodes
-that are down receive nothing. Everything is deterministic for a given seed.
+(the page cache) and `durable` (what survives a crash) — behind the part of the `Wal` interface the
+production persistence steps use. Each node's `Ready`s go through the production cycle,
+`jsraft.replica.GroupCycle` (take → `write_work` / `sync_work` → send → apply → advance), so these tests
+exercise the order the runtime and the simulator run, not a copy of it: writes land in `written`,
+`Wal.sync()` copies them to `durable`, and a hard-state save is durable at once (its own fsync, as in the
+WAL); `crash` throws `written` away. `check_ready_contract` runs between the persistence and the first
+message and verifies that every message leaving a node is backed by durable state (a granted vote by a
+durable vote, an acknowledgement by durable entries and watermark). The network is a FIFO queue with
+partitions; nodes that are down receive nothing. Everything is deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import attrs
 from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, ConfState, Entry, EntryType, HardState, InstallSnapshot,
     InstallSnapshotResponse, Message, RaftConfig, RaftNode, Ready, RequestVote, RequestVoteResponse,
-    RestoredState, Snapshot, StatusProbe, StatusProbeResponse, TimeoutNow, decode_conf_change,
+    RestoredState, Snapshot, SnapshotMeta, StatusProbe, StatusProbeResponse, TimeoutNow, decode_conf_change,
 )
+from jsraft.replica import GroupCycle, Work
 
 
 @attrs.define
@@ -48,7 +52,7 @@ class StorageState:
 
 
 class MemStorage:
-    """What a WAL holds for one node; `apply` follows the `Ready` contract step 1 literally."""
+    """What a WAL holds for one node, behind the `Wal` methods `replica.persist` calls."""
 
     def __init__(self, bootstrap_conf: ConfState | None) -> None:
         # An initial member bootstraps the group when its storage is empty; a node added later does not.
@@ -62,32 +66,69 @@ class MemStorage:
         # Every version of every entry ever written here: what a rolled-back write can bring back.
         self.history: dict[int, list[Entry]] = {}
 
-    def apply(self, rd: Ready) -> None:
+    # --- The part of `Wal` that `replica.persist` uses -------------------------------------------
+
+    @property
+    def hard_state(self) -> HardState:
+        return self.written.hard_state
+
+    def save_hard_state(self, hard_state: HardState) -> None:
+        """Durable before returning, like the WAL's two-slot file (its own fsync)."""
+        self.written.hard_state = hard_state
+        self.durable.hard_state = hard_state
+
+    def first_index(self) -> int:
+        return self.written.snapshot_index + 1
+
+    def last_index(self) -> int:
+        return self.written.last_index
+
+    def term(self, index: int) -> int | None:
+        """None for a faulty entry: this model keeps no successor's claim of its term (the WAL may, and
+        then `put_repaired` cuts a suffix it proves divergent; tests/sim covers that path)."""
         state = self.written
-        if rd.snapshot is not None:
-            index = rd.snapshot.meta.index
-            state.snapshot = rd.snapshot
-            state.entries = [e for e in state.entries if e.index > index]
-            state.faulty = {f for f in state.faulty if f > index}
-        if rd.truncate_from is not None:
-            self.truncations.append(rd.truncate_from)
-            state.entries = [e for e in state.entries if e.index < rd.truncate_from]
-            state.faulty = {f for f in state.faulty if f < rd.truncate_from}
-        for entry in rd.entries + rd.repaired_entries:
+        if index in state.faulty:
+            return None
+        if index == state.snapshot_index and state.snapshot is not None:
+            return state.snapshot.meta.term
+        position = index - state.snapshot_index - 1
+        return state.entries[position].term if 0 <= position < len(state.entries) else None
+
+    def faulty(self) -> frozenset[int]:
+        return frozenset(self.written.faulty)
+
+    def truncate_from(self, index: int) -> None:
+        """Durable before returning, like `Wal.truncate_from` (which syncs, then cuts)."""
+        self.truncations.append(index)
+        self.sync()
+        for state in (self.written, self.durable):
+            state.entries = [e for e in state.entries if e.index < index]
+            state.faulty = {f for f in state.faulty if f < index}
+
+    def save_snapshot(self, meta: SnapshotMeta, data: bytes) -> None:
+        self.written.snapshot = Snapshot(meta=meta, data=data)
+
+    def compact(self, index: int) -> None:
+        state = self.written
+        state.entries = [e for e in state.entries if e.index > index]
+        state.faulty = {f for f in state.faulty if f > index}
+
+    def append(self, entries: list[Entry]) -> None:
+        state = self.written
+        assert entries[0].index == state.last_index + 1, (
+            f"Ready appends at {entries[0].index} but storage ends at {state.last_index}")
+        for entry in entries:
             self.history.setdefault(entry.index, []).append(entry)
-        if rd.entries:
-            assert rd.entries[0].index == state.last_index + 1, (
-                f"Ready appends at {rd.entries[0].index} but storage ends at {state.last_index}")
-            state.entries.extend(rd.entries)
-        for entry in rd.repaired_entries:
+        state.entries.extend(entries)
+
+    def replace(self, entries: list[Entry]) -> None:
+        state = self.written
+        for entry in entries:
             assert entry.index in state.faulty, f"repaired entry {entry.index} was not faulty in storage"
+            self.history.setdefault(entry.index, []).append(entry)
             state.entries[entry.index - state.snapshot_index - 1] = entry
             state.faulty.discard(entry.index)
             self.rewrites.append(entry.index)
-        if rd.hard_state is not None:
-            state.hard_state = rd.hard_state
-        if rd.must_sync:
-            self.sync()
 
     def sync(self) -> None:
         self.durable = copy.deepcopy(self.written)
@@ -178,6 +219,37 @@ class App:
         return "\n".join(self.values).encode()
 
 
+class AppMachine:
+    """An `App` as the production cycle's `StateMachine` (`jsraft.replica.state_machine`)."""
+
+    def __init__(self, cluster: Cluster, node_id: str) -> None:
+        self.cluster, self.node_id = cluster, node_id
+        self._installing: SnapshotMeta | None = None
+
+    @property
+    def app(self) -> App:
+        return self.cluster.apps[self.node_id]
+
+    @property
+    def applied_index(self) -> int:
+        return self.app.applied_index
+
+    def apply(self, entries: Iterable[Entry]) -> list[None]:
+        entries = list(entries)
+        self.app.apply(entries)
+        return [None] * len(entries)
+
+    def prepare_install(self, meta: SnapshotMeta) -> None:
+        self._installing = meta
+
+    def restore(self, data: bytes) -> None:
+        assert self._installing is not None, "a snapshot is announced before it is restored"
+        self.app.install(Snapshot(meta=self._installing, data=data))
+
+    def snapshot(self) -> bytes:
+        return self.app.snapshot_data()
+
+
 def check_ready_contract(node_id: str, rd: Ready, storage: MemStorage) -> None:
     """After `rd` was persisted: every message it carries must be backed by durable state (rules 1, 2)."""
     durable = storage.durable
@@ -219,6 +291,7 @@ class Cluster:
         self.node_class = dict(node_class or {})
         conf = ConfState(voters=tuple(sorted(voters)), learners=tuple(sorted(learners)))
         self.nodes: dict[str, RaftNode] = {}
+        self.cycles: dict[str, GroupCycle] = {}
         self.storages: dict[str, MemStorage] = {}
         self.apps: dict[str, App] = {}
         self.down: set[str] = set()
@@ -251,6 +324,10 @@ class Cluster:
         app = self.apps[node_id] = App()
         if restored.snapshot is not None:
             app.install(Snapshot(meta=restored.snapshot, data=restored.snapshot_data or b""))
+        # The production cycle; the test drives compaction itself (`node.compact`), so none is scheduled.
+        self.cycles[node_id] = GroupCycle(
+            name="test", node=node, wal=self.storages[node_id], disk=None,  # type: ignore[arg-type]
+            state_machine=AppMachine(self, node_id), marker=None, snapshot_every_entries=None)
         self._observe(node_id)
         return node
 
@@ -278,19 +355,23 @@ class Cluster:
         node = self.nodes[node_id]
         if node_id in self.down or not node.has_ready():
             return False
-        rd = node.ready()
-        self.storages[node_id].apply(rd)
-        check_ready_contract(node_id, rd, self.storages[node_id])
-        self.queue.extend(rd.messages)
+        storage = self.storages[node_id]
+
+        def persisted(work: Work) -> None:
+            assert work.ready is not None
+            check_ready_contract(node_id, work.ready, storage)
+
+        work = self.cycles[node_id].run(self._send, persisted)
+        assert work.ready is not None
         app = self.apps[node_id]
-        if rd.snapshot is not None:
-            app.install(rd.snapshot)
-        app.apply(rd.committed_entries)
-        app.read_states.extend((r.index, r.ctx) for r in rd.read_states)
-        for read in rd.read_states:
+        app.read_states.extend((r.index, r.ctx) for r in work.ready.read_states)
+        for read in work.ready.read_states:
             self.events.append(f"{node_id}: read-state index={read.index} ctx={read.ctx.decode()}")
-        node.advance(rd)
         self._observe(node_id)
+        return True
+
+    def _send(self, to_id: str, group: str, message: Message) -> bool:
+        self.queue.append(message)
         return True
 
     def deliver_one(self) -> Message | None:

@@ -15,9 +15,10 @@ from raft_network import Cluster, MemStorage, check_ready_contract
 
 from jsraft.errors import InvariantViolation
 from jsraft.raft import (
-    AppendEntries, AppendEntriesResponse, Entry, RaftConfig, RaftNode, Ready, RequestVote, RequestVoteResponse,
+    AppendEntries, AppendEntriesResponse, Entry, RaftConfig, RaftNode, RequestVote, RequestVoteResponse,
     RestoredState,
 )
+from jsraft.replica import Work, sync_work, write_work
 
 
 def fresh(node_id="n1") -> RaftNode:
@@ -96,15 +97,18 @@ def test_messages_to_self_are_never_emitted():
 
 
 def test_the_checker_rejects_a_message_sent_before_its_state_is_durable():
-    """The contract has teeth: the same Ready applied without fsync fails the check."""
+    """The contract has teeth: the same Ready after the production cycle's writes but before its fsync and
+    hard-state save (`replica.persist.sync_work`) fails the check; after them it passes."""
     node = fresh("n2")
     node.step(RequestVote(from_id="n1", to_id="n2", term=2, last_log_index=3, last_log_term=1))
     rd = node.ready()
+    assert rd.must_sync and rd.hard_state is not None
     storage = MemStorage(None)
-    storage.apply(Ready(hard_state=rd.hard_state, must_sync=False))
+    work = Work(ready=rd, hard_state=rd.hard_state)
+    write_work(storage, None, work)  # type: ignore[arg-type]
     with pytest.raises(AssertionError, match="not durable"):
         check_ready_contract("n2", rd, storage)
-    storage.sync()
+    sync_work(storage, None, work)  # type: ignore[arg-type]
     check_ready_contract("n2", rd, storage)
 
 

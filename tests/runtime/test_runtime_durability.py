@@ -21,7 +21,7 @@ from runtime_harness import GROUP, Cluster, DurabilityChecker, ListMachine, even
 
 from jsraft.raft import Entry, EntryType
 from jsraft.runtime import NodeRuntime
-from jsraft.runtime.persist import write_work
+from jsraft.replica.persist import write_work
 
 
 class SendBeforePersistRuntime(NodeRuntime):

@@ -16,7 +16,7 @@ from jsraft.disk import OsDisk
 from jsraft.raft import HardState
 from jsraft.raft.core import RaftNode
 from jsraft.raft.config import RaftConfig
-from jsraft.runtime.restore import prepare
+from jsraft.replica.restore import prepare
 from jsraft.wal import Wal
 from jsraft.wal.format import HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS
 

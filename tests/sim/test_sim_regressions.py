@@ -18,7 +18,8 @@ version of the simulator, whose seed numbering later changed — and make the ca
      and the replica refuses to vote until repaired.
   4. The core replaces a faulty entry in place with the leader's copy even when the WAL knows (from the
      successor's record) another term for it; the WAL refuses that ("use truncate_from"). The successor is
-     then provably not in the leader's log, so the driver cuts it (`NodeDriver._replace`). (Seed 3632 of
+     then provably not in the leader's log, so the cycle cuts it (`replica.persist.write_work`, through
+     `wal.repaired.put_repaired`). (Seed 3632 of
      the 5000-seed run: `crash`, replace(400): term conflict.)
 """
 
@@ -29,7 +30,10 @@ import random
 import pytest
 
 from jsraft.errors import InvariantViolation
-from jsraft.raft import Entry, HardState, RaftConfig, RaftNode, RequestVote, RequestVoteResponse, RestoredState
+from jsraft.raft import (
+    Entry, HardState, RaftConfig, RaftNode, Ready, RequestVote, RequestVoteResponse, RestoredState,
+)
+from jsraft.replica import Work, write_work
 from jsraft.testing.sim import SafetyChecker, SimNetwork
 from jsraft.testing.sim.node import NodeDriver, NodeSetup
 from jsraft.testing.sim.trace import Trace
@@ -124,6 +128,6 @@ def test_the_driver_cuts_a_suffix_the_wal_proves_divergent_before_a_repair() -> 
     leaders_copy = Entry(index=4, term=1, data=b"leader's 4")
     with pytest.raises(InvariantViolation):
         driver.wal.replace([leaders_copy])  # the WAL's contract: a conflict with the claimed term
-    driver._replace((leaders_copy,))
+    write_work(driver.wal, driver.disk, Work(ready=Ready(repaired_entries=(leaders_copy,))))  # production's step
     assert driver.wal.last_index() == 4 and driver.wal.faulty() == frozenset()
     assert driver.wal.entries(4, 5) == [leaders_copy]

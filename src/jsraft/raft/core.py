@@ -289,6 +289,18 @@ class RaftNode(SafetyRules):
         invariant(self.role is Role.LEADER, "only the leader appends its own entries")
         self.log.append(entries)
 
+    # Hand-offs from `replication`, the module the other role modules build on: it reaches `snapshot`,
+    # `readindex` and `election` through the node, so no two role modules import each other in a cycle.
+
+    def send_snapshot(self, peer: str) -> bool:
+        return snapshot.send_snapshot(self, peer)
+
+    def on_leadership_confirmed(self) -> None:
+        readindex.on_leadership_confirmed(self)
+
+    def send_timeout_now_if_caught_up(self, peer: str) -> None:
+        election.send_timeout_now_if_caught_up(self, peer)
+
     def on_commit_advanced(self) -> None:
         """The commit index advanced, or a faulty entry at or below it was repaired."""
         conf_before = self.conf

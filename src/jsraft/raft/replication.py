@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jsraft.raft import election, membership, readindex, repair, snapshot
+from jsraft.raft import membership, repair
 from jsraft.raft.errors import PeerProtocolError
 from jsraft.raft.messages import AppendEntries, AppendEntriesResponse
 from jsraft.raft.progress import Progress, ProgressState
@@ -43,7 +43,7 @@ def send_append(node: RaftNode, peer: str, *, allow_empty: bool = False, force: 
     prev_term = log.term_at(prev_index)
     if prev_term is None:
         # The entries it needs were compacted away: only a snapshot can bring it up to date.
-        return snapshot.send_snapshot(node, peer)
+        return node.send_snapshot(peer)
     entries = log.slice(progress.next_index, node.config.max_entries_per_msg, node.config.max_bytes_per_msg)
     if not entries and not allow_empty:
         return False
@@ -102,7 +102,7 @@ def handle_append_entries_response(node: RaftNode, message: AppendEntriesRespons
     repair.note_peer_repairing(node, message.from_id, message.repairing)
     if message.read_round > progress.read_round_acked:
         progress.read_round_acked = message.read_round
-        readindex.on_leadership_confirmed(node)
+        node.on_leadership_confirmed()
     if not message.success:
         _handle_reject(node, message.from_id, progress, message)
         return
@@ -133,7 +133,7 @@ def _on_match_advanced(node: RaftNode, peer: str, progress: Progress) -> None:
         send_all_pending(node, peer)
         if progress.sent_commit < min(node.log.commit_index, progress.match_index):
             send_append(node, peer, allow_empty=True)  # it has the entries but not the news
-    election.send_timeout_now_if_caught_up(node, peer)
+    node.send_timeout_now_if_caught_up(peer)
 
 
 def _handle_reject(node: RaftNode, peer: str, progress: Progress, message: AppendEntriesResponse) -> None:

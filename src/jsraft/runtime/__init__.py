@@ -1,20 +1,25 @@
 """Runtime (layer L4): the trio driver for many Raft groups on one node.
 
-Public surface: `NodeRuntime` (open groups, deliver messages, propose, run), the `StateMachine` protocol
-a group applies to, the clocks (`Clock`, `SystemClock`, `SkewableClock`, `SteadyWall`), `GroupStatus`, and the
-runtime's errors. Modules: `node_runtime` (the ticker, the ready loop and group commit), `group` (one
-group's inputs and the trio half of a cycle), `persist` (the worker-thread half), `proposals`
-(backpressure and waiters), `restore` (start-up decisions), `state_machine`, `clock`, `errors`.
+The thin trio shell around `jsraft.replica`: the Ready cycle, its persistence order, the start-up
+decisions and the `StateMachine` contract live there (shared with the simulator); this package adds the
+ticker, worker threads for the fsyncs, proposal intake with backpressure, and the group table.
 
-Imports: L0–L3 and trio. Never `transport`: the transport calls `NodeRuntime.deliver` and is called
+Public surface: `NodeRuntime` (open groups, deliver messages, propose, run), the `StateMachine` protocol
+a group applies to (re-exported from `replica`), the clocks (`Clock`, `SystemClock`, `SkewableClock`,
+`SteadyWall`), `GroupStatus`, and the runtime's errors. Modules: `node_runtime` (the ticker, the ready
+loop and group commit), `group` (one group's inputs, busy while its cycle is in flight), `persist` (the
+worker-thread batching of a cycle's disk half), `proposals` (backpressure and waiters), `clock`, `errors`.
+
+Imports: L0–L3½ and trio. Never `transport`: the transport calls `NodeRuntime.deliver` and is called
 through the `send` function the runtime is given.
 """
 
 from jsraft.runtime.clock import Clock, SkewableClock, SteadyWall, SystemClock
 from jsraft.runtime.errors import GroupClosed, GroupError, GroupExists, GroupNotFound, OutcomeUnknown
-from jsraft.runtime.group import GroupStatus, SendFn
+from jsraft.replica.cycle import SendFn
+from jsraft.replica.state_machine import StateMachine
+from jsraft.runtime.group import GroupStatus
 from jsraft.runtime.node_runtime import NodeRuntime
-from jsraft.runtime.state_machine import StateMachine
 
 __all__ = [
     "Clock", "GroupClosed", "GroupError", "GroupExists", "GroupNotFound", "GroupStatus", "NodeRuntime",

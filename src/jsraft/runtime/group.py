@@ -1,11 +1,10 @@
 """`Group`: one Raft group on this node — its core, WAL, state machine, inbox and proposals (layer L4).
 
-Owns: everything the runtime does for one group on the trio thread: feeding inputs (ticks, messages,
-proposals, leadership transfers) to the `RaftNode`, taking a cycle's `Work` out of it, and after the
-worker thread made that work durable, sending its messages, applying its committed entries, settling
-proposals and calling `advance()`; taking its own snapshots when due (and when the state machine, through
-an optional `snapshot_ready()`, says it can vouch for its state). The disk half of a cycle is `persist`;
-the cycle itself is `node_runtime`.
+Owns: the trio side of one group: feeding inputs (ticks, messages, proposals, leadership transfers) to
+the `RaftNode` — or holding them while a cycle is in flight — and settling proposals. The cycle itself
+(take the work, persist, send, apply, advance, own snapshots) is `replica.cycle.GroupCycle`, the same
+object the simulator drives; this class only marks the group busy between `take_work` and `finish`, and
+`node_runtime` runs the persistence on a worker thread (`persist`).
 
 Invariants:
   1. The `RaftNode` is never stepped, ticked or proposed to while one of its `Ready`s is being persisted
@@ -16,11 +15,11 @@ Invariants:
      doing it"; a conflicting AppendEntries stepped mid-write could otherwise ask storage to truncate
      below a commit the same in-flight write is recording.
   2. `send_messages` runs only after the work's persistence returned (the Ready contract), and
-     `finish` (apply, then `advance`) only after `send_messages`.
-  3. The state machine's `applied_index` equals the core's after every `advance()` (checked).
-  4. A failed or closed group never touches its core or WAL again; its proposals all settle.
+     `finish` (apply, then `advance`) only after `send_messages` (`GroupCycle` invariants 2 and 3).
+  3. A failed or closed group never touches its core or WAL again; its proposals all settle.
 
-Imports: L0, L1 (`raft`), L2 (`wal`), siblings, trio. Reference: etcd-io/raft `rawnode.go` usage.
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio. Reference: etcd-io/raft
+`rawnode.go` usage.
 """
 
 from __future__ import annotations
@@ -34,23 +33,19 @@ import trio
 
 from jsraft.disk.base import Disk
 from jsraft.errors import invariant
-from jsraft.raft import membership
 from jsraft.raft.core import RaftNode
 from jsraft.raft.errors import BadConfChange, NotLeader, PeerProtocolError, ProposalDropped, RaftError
 from jsraft.raft.membership import ConfChange
 from jsraft.raft.messages import Message, validate_message
-from jsraft.raft.ready import Ready, Snapshot
 from jsraft.raft.status import Role, Status
-from jsraft.raft.types import HardState, SnapshotMeta
+from jsraft.replica.cycle import GroupCycle, SendFn
+from jsraft.replica.persist import Work
+from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.errors import GroupClosed
-from jsraft.runtime.persist import Work
 from jsraft.runtime.proposals import Proposal, ProposalBook, ProposalState
-from jsraft.runtime.state_machine import StateMachine
 from jsraft.wal import Wal
 
 log = logging.getLogger(__name__)
-
-SendFn = Callable[[str, str, Message], bool]
 
 
 @attrs.frozen(kw_only=True)
@@ -73,31 +68,28 @@ class Group:
     def __init__(self, *, name: str, node: RaftNode, wal: Wal, disk: Disk, state_machine: StateMachine,
                  book: ProposalBook, marker: bytes | None, snapshot_every_entries: int | None,
                  inbox_messages_max: int) -> None:
-        invariant(snapshot_every_entries is None or snapshot_every_entries >= 1, "snapshot interval >= 1")
         self.name = name
+        self.book = book
+        self.cycle = GroupCycle(name=name, node=node, wal=wal, disk=disk, state_machine=state_machine,
+                                marker=marker, snapshot_every_entries=snapshot_every_entries,
+                                on_snapshot=book.on_snapshot,
+                                on_applied=lambda entries, results: book.on_applied(entries, results, self._lost))
         self.node = node
         self.wal = wal
         self.disk = disk
         self.state_machine = state_machine
-        self.book = book
-        self.snapshot_every_entries = snapshot_every_entries
         self.inbox_messages_max = inbox_messages_max
         self.busy = False
         self.idle = trio.Event()  # set whenever the group is not busy (close waits on it)
         self.idle.set()
         self.closing = False  # close_group is waiting for the cycle that holds this group
         self.closed_reason: str | None = None
-        self._marker = marker  # written with the first durable cycle, then None
         self._inbox: collections.deque[Message | Proposal] = collections.deque()
         self._transfer_to: str | None = None  # a leadership transfer asked for while busy (latest wins)
         self._inbox_messages = 0
         self._ticks_pending = 0
         # Ticks kept while busy: enough for an election timeout to pass, bounded all the same.
         self._ticks_pending_max = 2 * node.config.election_ticks
-        self._unsaved_hard_state: HardState | None = None
-        self._snapshot_requested = False
-        invariant(state_machine.applied_index == node.log.applied_index,
-                  "the state machine starts where the core thinks it is (invariant 3)")
 
     # --- Inputs ---------------------------------------------------------------------------------
 
@@ -138,7 +130,7 @@ class Group:
             self.node.transfer_leadership(to)
 
     def request_snapshot(self) -> None:
-        self._snapshot_requested = True
+        self.cycle.request_snapshot()
 
     async def propose(self, data: bytes, wake: Callable[[], None],
                       change: ConfChange | None = None) -> object:
@@ -210,75 +202,28 @@ class Group:
     def has_work(self) -> bool:
         if self.busy or self.stopped():
             return False
-        return self.node.has_ready() or self._compaction_index() is not None
+        return self.cycle.has_work()
 
     def take_work(self) -> Work:
-        """Take this cycle's work out of the core; the group is busy until `finish`."""
+        """Take this cycle's work out of the core (`GroupCycle.take`); the group is busy until `finish`."""
         invariant(not self.busy and not self.stopped(), "work is taken from an idle, open group")
-        compaction = self._compaction()
-        rd = self.node.ready() if self.node.has_ready() else None
-        hard_state = None
-        if rd is not None and rd.must_sync:
-            hard_state = rd.hard_state if rd.hard_state is not None else self._unsaved_hard_state
-            self._unsaved_hard_state = None
-        elif rd is not None and rd.hard_state is not None:
-            # Only the commit hint changed (must_sync covers every durable field). It is safe to lose, so
-            # it rides along with the next fsync instead of costing one of its own.
-            self._unsaved_hard_state = rd.hard_state
-        marker = None
-        if self._marker is not None and rd is not None and rd.must_sync:
-            marker, self._marker = self._marker, None
+        work = self.cycle.take()
         self.busy = True
         self.idle = trio.Event()
-        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker)
+        return work
 
     def send_messages(self, work: Work, send: SendFn) -> None:
-        """Step 2 of the Ready contract; call only once the work is durable (invariant 2)."""
-        if work.ready is None:
-            return
-        name = self.name
-        for message in work.ready.messages:
-            # A full link drops the message; Raft's retransmission and heartbeats cover the loss.
-            send(message.to_id, name, message)
+        """Step 3 of the cycle; call only once the work is durable (invariant 2)."""
+        self.cycle.send(work, send)
 
     def finish(self, work: Work) -> None:
-        """Step 3 and `advance()`; then the inputs that waited. Exceptions from the state machine
-        propagate: the caller fails the group (its core is left mid-Ready and is never used again)."""
-        rd = work.ready
-        if rd is not None:
-            self._apply(rd)
-            self.node.advance(rd)
-            invariant(self.state_machine.applied_index == self.node.log.applied_index,
-                      "state machine and core agree on the applied index (invariant 3)")
-        if work.compaction is not None:
-            self.node.compact(work.compaction.meta.index, work.compaction.data)
+        """Step 4 and `advance()` (`GroupCycle.finish`); then the inputs that waited. Exceptions from the
+        state machine propagate: the caller fails the group (its core is never used again)."""
+        self.cycle.finish(work)
         self.busy = False
         self.idle.set()
         if not self.closing:  # a closing group's waiting proposals are settled by close(), not proposed
             self._drain()
-
-    def _apply(self, rd: Ready) -> None:
-        sm = self.state_machine
-        if rd.snapshot is not None:
-            meta = rd.snapshot.meta
-            if meta.index > sm.applied_index:  # a machine with durable state may already hold it
-                sm.restore(rd.snapshot.data)
-                invariant(sm.applied_index == meta.index, f"restore() reached snapshot index {meta.index}")
-            self.book.on_snapshot(meta.index)
-        entries = rd.committed_entries
-        start = 0
-        while start < len(entries) and entries[start].index <= sm.applied_index:
-            start += 1  # covered by the snapshot installed just above
-        if start == len(entries):
-            return
-        if start:
-            entries = entries[start:]
-        invariant(entries[0].index == sm.applied_index + 1, f"apply continues at {sm.applied_index + 1}, "
-                  f"not {entries[0].index}")
-        results = sm.apply(entries)
-        invariant(len(results) == len(entries), "apply() returns one result per entry")
-        invariant(sm.applied_index == entries[-1].index, f"apply() reached index {entries[-1].index}")
-        self.book.on_applied(entries, results, self._lost)
 
     def _drain(self) -> None:
         """Feed what arrived while busy: ticks (time passed first), messages and proposals in arrival
@@ -303,45 +248,10 @@ class Group:
             except RaftError as error:
                 log.info("group %s: leadership transfer to %s not started: %s", self.name, to, error)
 
-    # --- Snapshots ------------------------------------------------------------------------------
-
-    def _compaction_index(self) -> int | None:
-        """The applied index to snapshot and compact through now, or None (not due, or not possible)."""
-        node, log_ = self.node, self.node.log
-        index = self.state_machine.applied_index
-        if index <= log_.snapshot_index:
-            return None
-        every = self.snapshot_every_entries
-        if not self._snapshot_requested and (every is None or index - log_.snapshot_index < every):
-            return None
-        # The core compacts only applied, durable entries whose membership changes it has applied.
-        if index != log_.applied_index or index > log_.stable_index or index > node.conf_applied_index:
-            return None
-        if log_.term_at(index) is None or not self._machine_can_snapshot():
-            return None
-        return index
-
-    def _machine_can_snapshot(self) -> bool:
-        """A state machine may say it cannot snapshot now, through an optional `snapshot_ready()`: a
-        stream replica under repair holds no state it could vouch for, and a `snapshot()` that raised
-        would stop the group. Asked last, after the cheap checks, because it may look at storage."""
-        ready = getattr(self.state_machine, "snapshot_ready", None)
-        return ready is None or bool(ready())
-
-    def _compaction(self) -> Snapshot | None:
-        index = self._compaction_index()
-        if index is None:
-            return None
-        self._snapshot_requested = False
-        term = self.node.log.term_at(index)
-        invariant(term is not None, "a compaction point has a known term")
-        meta = SnapshotMeta(index=index, term=term or 0, conf=membership.conf_at(self.node, index))
-        return Snapshot(meta=meta, data=self.state_machine.snapshot())
-
     # --- Closing --------------------------------------------------------------------------------
 
     def close(self, reason: str) -> None:
-        """Stop for good: settle every proposal with `GroupClosed`, close the WAL (invariant 4)."""
+        """Stop for good: settle every proposal with `GroupClosed`, close the WAL (invariant 3)."""
         if self.closed_reason is not None:
             return
         self.closed_reason = reason

@@ -4,7 +4,8 @@ Owns: the group table, the one ticker for all groups, the ready loop with its gr
 public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
 `propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `leader_id`, `is_leader`,
 `close_group`, `run`).
-Per-group work is in `group`, the disk half of a cycle in `persist`.
+Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
+is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
 The ready loop, one cycle at a time:
   1. Collect: from every group that got an input since it was last looked at and has pending work, take
@@ -42,7 +43,7 @@ Invariants:
      Missed ticks are dropped, not replayed: a stalled event loop delays elections instead of firing
      them all at once.
 
-Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
 the transport calls `deliver`, and the runtime calls the `send` function it was given.
 Reference: DESIGN.md §2 (write path), §11 tier 3, §12 (group commit); etcd-io/raft `node.go`.
 """
@@ -67,11 +68,12 @@ from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
 from jsraft.runtime.group import Group, GroupStatus, SendFn
+from jsraft.replica.persist import GROUP_MARKER, Work, marker_contents
+from jsraft.replica.restore import prepare
+from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import GROUP_MARKER, Job, Work, marker_contents, persist_jobs
+from jsraft.runtime.persist import Job, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
-from jsraft.runtime.restore import prepare
-from jsraft.runtime.state_machine import StateMachine
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
@@ -126,10 +128,8 @@ class NodeRuntime:
 
         Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members, used only
         when the group has never been durably started here (`restore`, `group_record`); None for a
-        member that waits to be added. `assigned_index`: the meta index that assigned the group here
-        (None for the meta group; `group_record` decision 2). `snapshot_every_entries`: snapshot the
-        state machine and compact the log after that many applied entries (None: only on
-        `request_snapshot`).
+        member that waits to be added. `assigned_index`: the meta index that assigned it here (None:
+        the meta group). `snapshot_every_entries`: snapshot and compact after that many applied entries.
         """
         if not _GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")
@@ -158,13 +158,12 @@ class NodeRuntime:
         self._groups[name] = group
         self._wake(group)
 
-    def _open_storage(self, name: str, disk: Disk | None,
-                      assigned_index: int | None) -> tuple[Disk, Wal, Recovered, bool]:
+    def _open_storage(self, name: str, disk: Disk | None, assigned: int | None) -> tuple[Disk, Wal, Recovered, bool]:
         group_disk = disk if disk is not None else self.disk.sub(f"groups/{name}")
         wal, recovered = Wal.open(group_disk, segment_bytes=self.wal_segment_bytes)
         formatted = group_disk.exists(GROUP_MARKER)
         if self.group_record is not None:  # a lost directory took the marker with it: ask the node's record
-            formatted = self.group_record.on_open(name, formatted=formatted, assigned_index=assigned_index)
+            formatted = self.group_record.on_open(name, formatted=formatted, assigned_index=assigned)
         return group_disk, wal, recovered, formatted
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,

@@ -34,7 +34,7 @@ from jsraft.raft.errors import NotLeader
 from jsraft.server.client_server import NATS_VERSION
 from jsraft.server.consumer_errors import (
     ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, ConsumerOffline,
-    MaximumConsumers,
+    MaximumConsumersLimit,
 )
 from jsraft.server.consumer_pull import Leading
 from jsraft.server.consumer_service import ConsumerService
@@ -159,7 +159,7 @@ class ConsumerAdmin:
         if entry is None:
             raise ConsumerNotFound()
         if entry.config is None:
-            raise ConsumerOffline(f"consumer is offline: {entry.offline_reason}")
+            raise ConsumerOffline(entry.offline_reason)
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
                          self._cluster(service), service.now_ns())
 
@@ -175,7 +175,7 @@ class ConsumerAdmin:
         existing = consumers.consumers.get(name)
         if existing is not None:
             if existing.config is None:
-                raise ConsumerOffline(f"consumer is offline: {existing.offline_reason}")
+                raise ConsumerOffline(existing.offline_reason)
             if existing.config == config:
                 await service.settled()
                 return self._info(service, name), ()
@@ -185,7 +185,7 @@ class ConsumerAdmin:
         elif action == "update":
             raise ConsumerDoesNotExist()
         elif 0 < machine.config.max_consumers <= len(consumers.consumers):
-            raise MaximumConsumers()
+            raise MaximumConsumersLimit()
         consumers.check_create(name, config)
         proposal = await service.propose([consumers.create_op(name, config, raw, service.now_ns())])
         applied = await service.replica.runtime.outcome(service.replica.group, proposal)

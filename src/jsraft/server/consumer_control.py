@@ -61,7 +61,7 @@ class ConsumerControl:
         if entry is None:
             raise ConsumerNotFound()
         if entry.config is None:
-            raise ConsumerOffline(f"consumer is offline: {entry.offline_reason}")
+            raise ConsumerOffline(entry.offline_reason)
         before_ns = entry.paused_until_ns
         proposal = await service.propose([PauseOp(name=name, until_ns=until_ns)])
         await service.replica.runtime.outcome(service.replica.group, proposal)  # invariant 2

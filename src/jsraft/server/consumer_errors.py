@@ -1,27 +1,31 @@
 """The JetStream API's consumer errors, with nats-server's `code`, `err_code` and description (layer L5).
 
 Owns: the errors the consumer endpoints and the consumer leader raise that have no home lower down (the
-refusals of a consumer *config* are `jsapi.consumer_checks.ConsumerConfigError`). Class names are
-distinct from every other `JsraftError`'s: `$rpc` rebuilds a relayed error by class name (rpc.py).
+refusals of a consumer *config* are `jsapi.consumer_checks.ConsumerConfigError`). The ones the meta
+state machine raises too — `ConsumerNotFound`, `ConsumerAlreadyExists`, `ConsumerOffline`,
+`MaximumConsumersLimit` — are defined once, in `meta.errors`, and re-exported here: `$rpc` rebuilds a
+relayed error by class name (rpc.py), so a twin class would be caught by one handler and not the other.
+Every `JsraftError` class name is unique across the package (tests/test_errors_unique.py).
 
 Invariants:
   1. Each class is exactly one of nats-server's `jetstream_errors_generated.go` entries: same numbers,
      same words (`{err}` templates filled by the raiser).
 
-Imports: L0 (`errors`). Reference: nats-server `server/jetstream_errors_generated.go`.
+Imports: L0 (`errors`), L3 (`meta.errors`). Reference: nats-server `server/jetstream_errors_generated.go`.
 """
 
 from __future__ import annotations
 
 from jsraft.errors import BadRequest, JsraftError
+from jsraft.meta.errors import ConsumerAlreadyExists, ConsumerNotFound, ConsumerOffline, MaximumConsumersLimit
 
+__all__ = [
+    "ConsumerAlreadyExists", "ConsumerCreateFailed", "ConsumerDoesNotExist", "ConsumerNamePathSeparators",
+    "ConsumerNotFound", "ConsumerOffline", "DurableNameNotInSubject", "DurableNameNotMatchSubject",
+    "DurableNameNotSet", "EphemeralWithDurableName", "FilterSubjectMismatch", "MaximumConsumersLimit",
+    "MultipleFiltersNotAllowed",
+]
 
-class ConsumerNotFound(JsraftError):
-    """JSConsumerNotFoundErr."""
-
-    err_code = 10014
-    http_code = 404
-    default_description = "consumer not found"
 
 
 class ConsumerCreateFailed(JsraftError):
@@ -31,12 +35,6 @@ class ConsumerCreateFailed(JsraftError):
     http_code = 500
     default_description = "consumer create failed"
 
-
-class ConsumerAlreadyExists(BadRequest):
-    """JSConsumerAlreadyExists: action `create` for an existing consumer with another config."""
-
-    err_code = 10148
-    default_description = "consumer already exists"
 
 
 class ConsumerDoesNotExist(BadRequest):
@@ -80,17 +78,3 @@ class ConsumerNamePathSeparators(BadRequest):
     err_code = 10127
     default_description = "Consumer name can not contain path separators"
 
-
-class ConsumerOffline(JsraftError):
-    """JSConsumerOfflineReasonErrF (DESIGN §9): a consumer whose stored config this build cannot read."""
-
-    err_code = 10195
-    http_code = 500
-    default_description = "consumer is offline"
-
-
-class MaximumConsumers(BadRequest):
-    """JSMaximumConsumersLimitErr: the stream's `max_consumers` is reached."""
-
-    err_code = 10026
-    default_description = "maximum consumers limit reached"

@@ -237,6 +237,10 @@ class FileStore(Accounting):
         self._check_open()
         return fs_run.load_run(self, start_seq, count_max, filters)
 
+    def subject_first(self, subject: str) -> int:
+        """`subject`'s first live sequence, 0 if none (`fs_remove` reaches `fs_ops` through this)."""
+        return fs_ops.subject_first(self, subject)
+
     def subject_sizes(self, subject: str) -> Iterator[int]:
         """Sizes of `subject`'s live messages, oldest first (for the `discard: new` dry run)."""
         return fs_ops.subject_sizes(self, subject)

@@ -8,6 +8,9 @@ Invariants:
   1. A block file is removed only when every sequence in it is below the first live message, it is not
      the newest block, and it holds no repair record still in use.
   2. A removal updates the digest, counts and subject index in the same call as the maps.
+
+Imports: L0, L1 (`codec`), siblings but `fs_ops` (which imports this module; its searches are reached
+through the `FileStore`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import TYPE_CHECKING
 from jsraft.errors import invariant
 from jsraft.codec.records import Kind, encode_record
 from jsraft.store.base import UNLIMITED, Discard
-from jsraft.store import fs_ops
 from jsraft.store.blocks import Block
 
 if TYPE_CHECKING:
@@ -166,7 +168,7 @@ def enforce_limits(store: "FileStore", touched_subjects: set[str]) -> None:
         for subject in sorted(touched_subjects):  # a set of str: its order changes with the hash seed
             entry = store.psim.get(subject)
             while entry is not None and entry[0] > config.max_msgs_per_subject:
-                first = fs_ops.subject_first(store, subject)
+                first = store.subject_first(subject)
                 # A count above the subject's live messages is broken accounting: fail, never spin for ever.
                 invariant(bool(first) and remove(store, first),
                           f"subject {subject!r} counts {entry[0]} messages but its first live one is missing")

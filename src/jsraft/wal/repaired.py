@@ -1,8 +1,9 @@
 """Putting a repairing replica's repaired entries into its WAL: `put_repaired` (layer L2).
 
-Owns: `truncate` (a cut that records the repairing flag first) and the one step between the Raft core's `Ready.repaired_entries` and `Wal.replace`, shared by every
-driver of a Raft node (the runtime's persistence step and the simulator's node driver), bridging two gaps
-between what the core knows and what the WAL knows:
+Owns: `truncate` (a cut that records the repairing flag first) and the one step between the Raft core's
+`Ready.repaired_entries` and `Wal.replace`, called from the one persistence step every driver of a Raft
+node runs (`replica.persist.write_work`: the runtime's and the simulator's), bridging two gaps between
+what the core knows and what the WAL knows:
 
   1. The WAL may now read an entry as good with the same term (a transient read error at recovery made it
      look damaged): the record on disk already is this entry (one (index, term) names one entry), so it

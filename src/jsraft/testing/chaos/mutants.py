@@ -5,10 +5,10 @@ node's own code is not changed, the patch is applied in this process before the 
     python -m jsraft.testing.chaos.mutants MUTANT serve ARGS...     (ChaosCluster(mutant=MUTANT) does this)
 
 Mutants and what they patch (and why there):
-  - `ack_before_fsync` — `jsraft.runtime.persist.sync_work`, step 2 of a persist cycle (`Wal.sync()`, the
+  - `ack_before_fsync` — `jsraft.replica.persist.sync_work`, step 2 of a persist cycle (`Wal.sync()`, the
     fsync of the entries just appended) is skipped for STREAM groups (their WAL lives under
-    `streams/<name>/raft`); the hard state and the meta group are untouched. `persist_jobs` looks
-    `sync_work` up as a module global on every call, so the patch takes effect for every group. The
+    `streams/<name>/raft`); the hard state and the meta group are untouched. `runtime.persist.persist_jobs`
+    looks `sync_work` up on `replica.persist` on every call, so the patch takes effect for every group. The
     runtime then reports the entries durable, the leader counts the follower's (and its own) append as
     persisted, commits, applies, and the publish is acked — before anything reached the disk. A
     coordinated power cut (shadow disk, `drop`) then loses acked messages on every node: the store's
@@ -44,7 +44,7 @@ log = logging.getLogger("jsraft.testing.chaos.mutants")
 
 
 def _ack_before_fsync() -> None:
-    from jsraft.runtime import persist
+    from jsraft.replica import persist
 
     original = persist.sync_work
 

@@ -5,14 +5,15 @@ state machine), checking safety invariants after every step and liveness after h
 
 Modules, one concept each: `config` (SimConfig, per-seed knobs, sub-generators), `network` (SimNetwork),
 `clock` (SimClock), `app` (the replicated application a run drives: `--app register|stream|meta`),
-`register` (the default, tiny replicated state machine), `node` (NodeDriver: the Ready contract on a real
-Wal + SimDisk), `atlas` (which disks may be corrupted, and how), `faults` (FaultScheduler), `clients`,
+`register` (the default, tiny replicated state machine), `node` (NodeDriver: the production Ready cycle,
+`jsraft.replica.GroupCycle`, on a real Wal + SimDisk), `atlas` (which disks may be corrupted, and how), `faults` (FaultScheduler), `clients`,
 `membership`, `checkers` (SafetyChecker), `availability` (term inflation), `liveness` (the final phase and
 end-of-run checks), `violation`, `trace`, `mutants` (Raft mutants), `app_mutants` (broken state
 machines), `simulator` (the step loop and `run_seed`), `batch` (many seeds; what the CLI and tests call),
 `cli` (`python -m jsraft.testing.sim`). The stream app: `stream_app` (replicas on a FileStore),
 `stream_clients` (workload), `stream_repair` (catch-up and resync), `stream_checks` (audits, reference
-replica); the meta app: `meta_app`, `meta_clients`.
+replica); the consumer app (the stream app with consumers): `consumer_app`, `consumer_clients`,
+`consumer_checks`; the meta app: `meta_app`, `meta_clients`.
 
 Public API: `SimConfig`, `run_seed`, `SeedResult`, `run_batch`, `BatchResult`, `MUTANTS`, `APPS`,
 `APP_MUTANTS`, `SimNetwork`,

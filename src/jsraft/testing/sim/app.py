@@ -1,6 +1,6 @@
 """The replicated application a simulated cluster runs: `App` (one per run) and its per-node `Replica`s.
 
-Owns: the seam between the node driver (the Raft Ready contract, `node`) and the state machine committed
+Owns: the seam between the node driver (`node`: the production Ready cycle) and the state machine committed
 entries are applied to, so one simulator drives the tiny `Register` (`--app register`, the default), the
 stream state machine (`--app stream`, `stream_app`; with its consumers: `--app consumer`, `consumer_app`)
 or the meta state machine (`--app meta`, `meta_app`).

@@ -13,8 +13,8 @@ model), so the simulator does not inject it. Nor does it flip the format-version
 a version that reads as newer than the build makes the WAL refuse to open at all (`BadFileFormat`, DESIGN.md
 §9: a newer format is never read as damage) — a known trade-off, reported, not a silent loss: the node stays
 down, which the liveness phase would report on every such seed (seed 925 of the first 1000 showed it).
-Node metadata (`node.json`) is likewise never damaged: it is
-what tells a formatted directory from a new one.
+The group marker (`replica.GROUP_MARKER`) is likewise never damaged: it is what tells a formatted
+directory from a new one.
 
 Invariants:
   1. The atlas holds at most `(nodes - 1) // 2` initial voters for the whole run (config invariant 2), so

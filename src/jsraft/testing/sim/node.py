@@ -1,59 +1,54 @@
-"""`NodeDriver`: one simulated node — a real `RaftNode`, its real `Wal` on its own `SimDisk`, an app `Replica`.
+"""`NodeDriver`: one simulated node — a real `RaftNode`, its real `Wal` on its own `SimDisk`, an app `Replica`,
+joined by the production Ready cycle (`jsraft.replica.GroupCycle`).
 
-Owns: the life of one node (start from whatever its disk holds, run, crash) and the `Ready` contract,
-followed exactly as a production runtime must:
-  1. persist: the truncation (extended down to the snapshot's index if the WAL's entry there conflicts with
-     the snapshot), the snapshot (the replica is told first, `prepare_install`: the WAL is about to drop
-     the entries it covers), the appended entries, the rewritten faulty entries (`wal.repaired`,
-     shared with the runtime), the hard state; `Wal.sync()` when
-     `must_sync`;
-  2. only then hand the messages to the network;
-  3. install the snapshot in the replica, apply committed entries, answer client proposals that applied;
-  4. `advance()`.
-The replica is the run's application (`app`: the register, the stream or the meta state machine).
-It also compacts: every `compact_every_entries` applied entries it snapshots the replica, makes the
-snapshot durable in the WAL and tells the core (so InstallSnapshot paths run), and it writes `node.json`
-(the server's "this directory was formatted" marker) once the first `Ready` is durable.
+Owns: the life of one node (start from whatever its disk holds, run, crash) and `SimMachine`, the adapter
+that presents the run's app replica (`app`: the register, the stream or the meta state machine) as the
+`StateMachine` the production cycle applies to. The driver has no Ready loop of its own: `pump` runs
+`GroupCycle.run` — take, `replica.persist.write_work` / `sync_work` (truncation guards, WAL sync before the
+hard state, repaired entries, the group marker), send, apply, advance, own snapshots when due — exactly
+the code the runtime runs on its worker threads, inline. What the driver adds is observation: the
+checkers see every persisted `Ready` (`on_persist`, between the fsync and the first message), every
+message sent, every entry applied and every snapshot installed.
 
-Restart: `Wal.open` → `RestoredState` (hard state, snapshot, entries, faulty, and as repair reasons every
-finding of the WAL that means damage, `Recovered.damage_findings`) → a new `RaftNode`; the app opens the
-replica from the snapshot (and, for the stream, its store on this disk) and re-applies the committed
-entries the core hands out. A disk whose WAL came back empty although `node.json` exists lost everything:
-it restarts as a repairing member with no vote to trust (`storage_uuid_changed`), never re-bootstraps.
+Restart: `Wal.open` → `Recovered` → `replica.restored_state` (the runtime's start-up rules: bootstrap, a
+blank member, a restart, or a member whose WAL came back empty although its group marker exists — it
+restarts repairing with no vote to trust, `storage_uuid_changed`, never re-bootstraps) → a new
+`RaftNode`; the app opens the replica from the snapshot (and, for the stream, its store on this disk) and
+re-applies the committed entries the core hands out.
 
 Invariants:
-  1. No message of a `Ready` reaches the network before that `Ready` is persisted (and fsynced when asked).
-  2. The replica's applied index equals the core's applied index after every `advance()`.
+  1. No message of a `Ready` reaches the network before that `Ready` is persisted (and fsynced when asked):
+     `GroupCycle` invariant 2.
+  2. The replica's applied index equals the core's applied index after every `advance()` (`GroupCycle`
+     invariant 3; a breach is an `InvariantViolation`, reported as `crash`).
   3. Each node's randomness (core RNG per incarnation, disk faults) comes from its own sub-generator.
 
-Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.testing.simdisk`, siblings.
+Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.replica`, `jsraft.testing.simdisk`, siblings.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from jsraft.errors import CorruptRecord
-from jsraft.raft import (
-    ConfState, Entry, HardState, NotLeader, ProposalDropped, RaftConfig, RaftNode, Ready, RequestVoteResponse,
-    RestoredState, SnapshotMeta, membership,
-)
+from jsraft.errors import CorruptRecord, invariant
+from jsraft.raft import Entry, NotLeader, ProposalDropped, RaftConfig, RaftNode, RequestVoteResponse, SnapshotMeta
+from jsraft.raft.messages import Message
+from jsraft.replica import GROUP_MARKER, GroupCycle, Work, marker_contents, restored_state
 from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.violation import Violation
 from jsraft.testing.simdisk import SimDisk
-from jsraft.wal import Recovered, Wal
-from jsraft.wal.repaired import put_repaired, truncate
+from jsraft.wal import Wal
 
 if TYPE_CHECKING:
     from jsraft.testing.sim.checkers import SafetyChecker
     from jsraft.testing.sim.network import SimNetwork
     from jsraft.testing.sim.trace import Trace
 
-FORMATTED_MARKER = "node.json"
+GROUP = "sim"  # the one group a simulated node runs (the name in its marker and on its messages)
 READY_LOOPS_MAX = 64
 PROPOSED_KEPT_MAX = 2000
 
@@ -71,6 +66,63 @@ class NodeSetup:
     compact_every_entries: int
 
 
+class SimMachine:
+    """The app replica as the production `StateMachine` (`jsraft.replica.state_machine`), seen by the checkers.
+
+    The app's replicas apply one entry at a time and report a digest, and `App.install` may return a new
+    replica object: the adapter keeps `driver.replica` current and hands each digest to `SafetyChecker`.
+    """
+
+    def __init__(self, driver: NodeDriver) -> None:
+        self.driver = driver
+        self._installing: SnapshotMeta | None = None
+        self._snapshot: tuple[int, bytes] | None = None  # taken by `snapshot_ready`, returned by `snapshot`
+
+    @property
+    def applied_index(self) -> int:
+        return self.driver.replica.applied_index
+
+    def apply(self, entries: Sequence[Entry]) -> list[object]:
+        driver = self.driver
+        for entry in entries:
+            digest = driver.replica.apply(entry)
+            driver.checker.on_apply(driver.node_id, entry, digest)
+        return [None] * len(entries)
+
+    def prepare_install(self, meta: SnapshotMeta) -> None:
+        self._installing = meta
+        self.driver.replica.prepare_install(meta.index)
+
+    def restore(self, data: bytes) -> None:
+        meta, self._installing = self._installing, None
+        invariant(meta is not None, "a leader's snapshot is announced (prepare_install) before it is restored")
+        assert meta is not None
+        driver = self.driver
+        driver.replica = driver.app.install(driver, driver.replica, data, meta.index)
+        driver.checker.on_install(driver.node_id, meta, driver.replica.digest)
+        driver.trace.add(f"{driver.node_id} installed snapshot {meta.index}/{meta.term}")
+
+    def snapshot_ready(self) -> bool:
+        """The app replica says whether it can snapshot by returning None from `snapshot_data`; the bytes
+        it did return are kept for `snapshot()`, asked right after in the same `take()`. `has_work()` asks
+        first and `take()` again at the same index: the second answer is the kept one, so the replica
+        builds one snapshot (and syncs its store once) per compaction."""
+        if self._snapshot is not None and self._snapshot[0] == self.applied_index:
+            return True
+        data = self.driver.replica.snapshot_data()
+        self._snapshot = (self.applied_index, data) if data is not None else None
+        return data is not None
+
+    def snapshot(self) -> bytes:
+        kept, self._snapshot = self._snapshot, None
+        index = self.applied_index
+        data = kept[1] if kept is not None and kept[0] == index else self.driver.replica.snapshot_data()
+        invariant(data is not None, "snapshot() follows a snapshot_ready() that said yes")
+        assert data is not None
+        self.driver.trace.add(f"{self.driver.node_id} compacted through {index}")
+        return data
+
+
 class NodeDriver:
     def __init__(self, setup: NodeSetup, rng: random.Random, disk: SimDisk, network: SimNetwork,
                  checker: SafetyChecker, trace: Trace, app: object | None = None) -> None:
@@ -83,10 +135,13 @@ class NodeDriver:
         self.trace = trace
         self.node: RaftNode | None = None
         self.wal: Wal | None = None
+        self.cycle: GroupCycle | None = None
+        self._acked: list[tuple[int, int, bytes]] = []
         self.app: Any = app if app is not None else RegisterApp()
         self.replica: Any = self.app.open(self, 0, None) if self.app.name == "register" else None
         self.proposed: dict[tuple[int, int], bytes] = {}
         self.incarnation = 0
+        self._now = 0
         self.verbose = False
         # Told when this node sends a granted (non-pre) vote: the fault scheduler may crash it right after.
         self.on_vote_granted: Callable[[str], None] | None = None
@@ -101,44 +156,31 @@ class NodeDriver:
         """Open the WAL and build a core from what it recovered (module docstring, Restart)."""
         wal, recovered = Wal.open(self.disk, segment_bytes=self.setup.segment_bytes)
         self.checker.on_restart(self.node_id, recovered, self.setup.corruptible)
-        restored = self._restored(recovered)
+        snapshot = recovered.snapshot
+        index, data = (snapshot[0].index, snapshot[1]) if snapshot is not None else (0, None)
+        formatted = self.disk.exists(GROUP_MARKER)
+        restored = restored_state(recovered, index, voters=self.setup.bootstrap_voters, formatted=formatted)
         self.incarnation += 1
         core_rng = random.Random(self.rng.getrandbits(64))
-        self.node = self.setup.node_class(self.setup.raft_config, core_rng, restored)
+        self.node = node = self.setup.node_class(self.setup.raft_config, core_rng, restored)
         self.wal = wal
-        snapshot = restored.snapshot
-        self.replica = self.app.open(self, snapshot.index if snapshot is not None else 0,
-                                     (restored.snapshot_data or b"") if snapshot is not None else None)
+        self.replica = self.app.open(self, index, data)
         self.proposed = {}
-        status = self.node.status()
+        self.cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=self.disk, state_machine=SimMachine(self),
+                                marker=None if formatted else marker_contents(GROUP, self.node_id),
+                                snapshot_every_entries=self.setup.compact_every_entries,
+                                on_applied=self._on_applied)
+        status = node.status()
         why = f" repairing ({status.repair_reason})" if status.repairing else ""
         self.trace.add(f"{self.node_id} start #{self.incarnation} term={status.current_term} "
                        f"last={status.last_index} commit={status.commit_index} snap={status.snapshot_index}{why}")
-
-    def _restored(self, recovered: Recovered) -> RestoredState:
-        snapshot = recovered.snapshot
-        meta, data = snapshot if snapshot is not None else (None, None)
-        empty = (meta is None and not recovered.entries and not recovered.faulty
-                 and recovered.hard_state == HardState())
-        formatted = self.disk.exists(FORMATTED_MARKER)
-        if empty and not formatted:
-            if self.setup.bootstrap_voters is not None:
-                return RestoredState.bootstrap(self.setup.bootstrap_voters)
-            return RestoredState()
-        reasons = recovered.damage_findings()
-        return RestoredState(
-            hard_state=recovered.hard_state,
-            conf_state=meta.conf if meta is not None else ConfState(voters=()),
-            snapshot=meta, snapshot_data=data, entries=recovered.entries, faulty=recovered.faulty,
-            repair_reasons=reasons,
-            # Everything was lost although this directory was formatted: a member that may have voted.
-            storage_uuid_changed=empty and formatted)
 
     def crash(self, *, torn: bool) -> None:
         """Power loss for this node: everything not fsynced is gone; the process is gone."""
         counts = self.disk.crash(torn=torn)
         self.node = None
         self.wal = None
+        self.cycle = None
         self.proposed = {}
         self.trace.add(f"{self.node_id} crash torn={torn} {counts}")
 
@@ -175,120 +217,51 @@ class NodeDriver:
             self.proposed = {k: v for k, v in self.proposed.items() if k[0] > applied}
         return index
 
-    # --- The Ready contract -------------------------------------------------------------------------
+    # --- The Ready cycle (production's `GroupCycle`) -------------------------------------------------
 
     def pump(self, now: int) -> list[tuple[int, int, bytes]]:
-        """Process every pending Ready; returns the client proposals acknowledged (index, term, value)."""
-        node = self.node
-        acked: list[tuple[int, int, bytes]] = []
-        if node is None:
+        """Run the cycle until the core has no work; returns the client proposals acknowledged (index,
+        term, value)."""
+        node, cycle = self.node, self.cycle
+        self._acked = acked = []
+        if node is None or cycle is None:
             return acked
+        self._now = now
         for _ in range(READY_LOOPS_MAX):
-            if not node.has_ready():
-                self._maybe_compact()
+            if not cycle.has_work():
                 return acked
-            rd = node.ready()
             try:
-                self._persist(rd)
+                cycle.run(self._send, self._persisted)
             except CorruptRecord as error:
-                # A read-time fault found while running: a real runtime stops the group and restarts it.
+                # A read-time fault found while running: the runtime stops the group, which restarts.
                 self.trace.add(f"{self.node_id} wal error while running: {error}; restarting")
                 self.crash(torn=False)
                 self.start()
                 return acked
-            self.checker.on_persist(self.node_id, node, rd)
-            for message in rd.messages:
-                self.checker.on_message(self.node_id, node, message)
-                if (self.on_vote_granted is not None and isinstance(message, RequestVoteResponse)
-                        and message.vote_granted and not message.pre_vote):
-                    self.on_vote_granted(self.node_id)
-                if self.verbose:
-                    self.trace.message(f"send {describe(message)}")
-                self.network.send(message, now)
-            acked.extend(self._apply(rd))
-            node.advance(rd)
-            if self.replica.applied_index != node.log.applied_index:
-                raise Violation("crash", f"{self.node_id}: the core counts {node.log.applied_index} applied, "
-                                         f"it handed out entries through {self.replica.applied_index}")
         raise Violation("crash", f"{self.node_id}: Ready loop did not settle in {READY_LOOPS_MAX} rounds")
 
-    def _persist(self, rd: Ready) -> None:
-        wal = self.wal
-        assert wal is not None
-        truncate_from = rd.truncate_from
-        if rd.snapshot is not None:
-            meta = rd.snapshot.meta
-            known = wal.term(meta.index) if meta.index <= wal.last_index() else None
-            if known is not None and known != meta.term:
-                truncate_from = meta.index if truncate_from is None else min(truncate_from, meta.index)
-        if truncate_from is not None and truncate_from > wal.last_index():
-            truncate_from = None
-        if truncate_from is not None and wal.first_index() <= truncate_from:
+    def _persisted(self, work: Work) -> None:
+        if work.ready is not None:
             assert self.node is not None
-            truncate(wal, truncate_from, repairing=self.node.repairing)
-        if rd.snapshot is not None:
-            self.replica.prepare_install(rd.snapshot.meta.index)  # before the WAL drops entries for it
-            wal.save_snapshot(rd.snapshot.meta, rd.snapshot.data)
-            wal.compact(rd.snapshot.meta.index)
-        if rd.entries:
-            wal.append(list(rd.entries))
-        if rd.repaired_entries:
-            self._replace(rd.repaired_entries)
-        if rd.hard_state is not None:
-            wal.save_hard_state(rd.hard_state)
-        if rd.must_sync:
-            wal.sync()
-        if rd.must_sync and not self.disk.exists(FORMATTED_MARKER):
-            self.disk.write_atomic(FORMATTED_MARKER, f'{{"node": "{self.node_id}"}}'.encode())
+            self.checker.on_persist(self.node_id, self.node, work.ready)
 
-    def _replace(self, entries: tuple[Entry, ...]) -> None:
-        """The core's repaired entries, through the same step the runtime uses (`wal.repaired`)."""
-        wal, node = self.wal, self.node
-        assert wal is not None and node is not None
-        cut_from = put_repaired(wal, entries, repairing=node.repairing)
-        if cut_from is not None:
-            self.trace.add(f"{self.node_id} cut a divergent suffix from {cut_from} before repairing "
-                           f"{cut_from - 1}: the leader's entry there has another term than its successor claims")
+    def _send(self, to_id: str, group: str, message: Message) -> bool:
+        node = self.node
+        assert node is not None
+        self.checker.on_message(self.node_id, node, message)
+        if (self.on_vote_granted is not None and isinstance(message, RequestVoteResponse)
+                and message.vote_granted and not message.pre_vote):
+            self.on_vote_granted(self.node_id)
+        if self.verbose:
+            self.trace.message(f"send {describe(message)}")
+        self.network.send(message, self._now)
+        return True
 
-    def _apply(self, rd: Ready) -> list[tuple[int, int, bytes]]:
-        acked: list[tuple[int, int, bytes]] = []
-        if rd.snapshot is not None:
-            meta = rd.snapshot.meta
-            self.replica = self.app.install(self, self.replica, rd.snapshot.data, meta.index)
-            self.checker.on_install(self.node_id, meta, self.replica.digest)
-            self.trace.add(f"{self.node_id} installed snapshot {meta.index}/{meta.term}")
-        for entry in rd.committed_entries:
-            if rd.snapshot is not None and entry.index <= rd.snapshot.meta.index:
-                continue  # covered by the snapshot installed in this same Ready
-            digest = self.replica.apply(entry)
-            self.checker.on_apply(self.node_id, entry, digest)
+    def _on_applied(self, entries: Sequence[Entry], results: Sequence[object]) -> None:
+        for entry in entries:
             value = self.proposed.pop((entry.index, entry.term), None)
             if value is not None and value == entry.data:
-                acked.append((entry.index, entry.term, value))
-        return acked
-
-    def _maybe_compact(self) -> None:
-        """Snapshot the replica every `compact_every_entries` applied entries: durably first, then the core."""
-        node, wal = self.node, self.wal
-        assert node is not None and wal is not None
-        index = self.replica.applied_index
-        log = node.log
-        if index - log.snapshot_index < self.setup.compact_every_entries:
-            return
-        if (index != log.applied_index or index > log.stable_index or index > node.conf_applied_index
-                or node.ready_outstanding):
-            return
-        term = log.term_at(index)
-        if term is None:
-            return
-        data = self.replica.snapshot_data()
-        if data is None:
-            return  # the replica cannot snapshot now (e.g. a stream replica that is not current)
-        meta = SnapshotMeta(index=index, term=term, conf=membership.conf_at(node, index))
-        wal.save_snapshot(meta, data)
-        node.compact(index, data)
-        wal.compact(index)
-        self.trace.add(f"{self.node_id} compacted through {index}/{term}")
+                self._acked.append((entry.index, entry.term, value))
 
 
 def describe(message: object) -> str:

@@ -1,4 +1,4 @@
-"""From what a WAL recovered to a Raft core's `RestoredState` and a restored state machine (layer L4).
+"""From what a WAL recovered to a Raft core's `RestoredState` and a restored state machine (layer L3½).
 
 Owns: the decision, at `open_group`, of how a replica starts — a new group's member (bootstrap), a member
 added later (blank), a restart from its WAL, or a member that lost its storage — and bringing the state
@@ -19,11 +19,14 @@ Decisions:
      restored from it; the core is told the machine's applied index, so entries at or below it are not
      applied again (`state_machine` module docstring).
 
+The runtime calls `prepare` (restore the machine, then decide); the simulator, whose replicas open from
+the snapshot themselves, calls `restored_state` with the index its replica opened at. One set of rules
+for both.
+
 Invariants:
   1. After `prepare`, `state_machine.applied_index >= snapshot index` (checked).
 
-Imports: L0, L1 (`raft`), L2 (`wal`), sibling `state_machine`. Reference: the simulator's
-`NodeDriver._restored` (same rules).
+Imports: L0, L1 (`raft`), L2 (`wal`), sibling `state_machine`. Never trio.
 """
 
 from __future__ import annotations
@@ -33,26 +36,35 @@ from collections.abc import Sequence
 from jsraft.errors import invariant
 from jsraft.raft.config import RestoredState
 from jsraft.raft.types import ConfState, HardState
-from jsraft.runtime.state_machine import StateMachine
+from jsraft.replica.state_machine import StateMachine
 from jsraft.wal import Recovered
 
 
 def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequence[str] | None,
             formatted: bool) -> RestoredState:
-    """The core's `RestoredState`, after restoring `state_machine` from the WAL's snapshot if needed."""
+    """The core's `RestoredState`, after restoring `state_machine` from the WAL's snapshot if needed
+    (decision 4; an empty WAL has no snapshot, so a new member is never restored)."""
+    snapshot = recovered.snapshot
+    applied = state_machine.applied_index
+    if snapshot is not None and applied < snapshot[0].index:
+        meta, data = snapshot
+        state_machine.restore(data)
+        applied = state_machine.applied_index
+        invariant(applied == meta.index, f"restore() of snapshot {meta.index} set applied_index {applied}")
+    return restored_state(recovered, applied, voters=voters, formatted=formatted)
+
+
+def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] | None,
+                   formatted: bool) -> RestoredState:
+    """The core's `RestoredState` for a state machine already at `applied` (decisions 1–3)."""
     snapshot = recovered.snapshot
     meta, data = snapshot if snapshot is not None else (None, None)
     empty = (meta is None and not recovered.entries and not recovered.faulty
              and recovered.hard_state == HardState())
-    applied = state_machine.applied_index
     if empty and not formatted and applied == 0:
         if voters:
             return RestoredState.bootstrap(tuple(voters))
         return RestoredState()
-    if meta is not None and data is not None and applied < meta.index:
-        state_machine.restore(data)
-        applied = state_machine.applied_index
-        invariant(applied == meta.index, f"restore() of snapshot {meta.index} set applied_index {applied}")
     snapshot_index = meta.index if meta is not None else 0
     return RestoredState(
         hard_state=recovered.hard_state,

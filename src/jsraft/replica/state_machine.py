@@ -1,4 +1,4 @@
-"""`StateMachine`: what a Raft group applies its committed entries to (layer L4).
+"""`StateMachine`: what a Raft group applies its committed entries to (layer L3½).
 
 Owns: the contract between the runtime and an application state machine — the stream and consumer
 state machine of a stream group, the meta state machine of the meta group — so that any of them plugs
@@ -25,10 +25,16 @@ Invariants (checked by the runtime with `invariant()`):
   2. `apply` and `restore` are deterministic: every replica that applies the same entries reaches the
      same state (DESIGN §1: state machines take no time, randomness or I/O besides their own storage).
   3. `applied_index` never decreases except through `restore`, which sets it to the snapshot's index.
-  4. All methods run on the runtime's trio thread, between persistence cycles; none of them is ever
-     called concurrently with another, or from a worker thread.
+  4. All methods run on the driver's thread (the runtime's trio thread, the simulator's loop), between
+     persistence cycles; none of them is ever called concurrently with another, or from a worker thread.
 
-Imports: L1 (`raft.types`), stdlib. Reference: hashicorp/raft `FSM` (Apply / Snapshot / Restore);
+Optional hooks, looked up with `getattr` by `replica.cycle.GroupCycle`:
+  - `snapshot_ready() -> bool`: may the cycle take our own snapshot now? (A replica under repair cannot
+    vouch for its state.) Asked only when a snapshot is otherwise due.
+  - `prepare_install(meta: SnapshotMeta)`: a leader's snapshot is about to be written to the WAL, which
+    then drops the entries it covers; called before that write, `restore` follows in the same cycle.
+
+Imports: L1 (`raft.types`), stdlib. Never trio. Reference: hashicorp/raft `FSM` (Apply / Snapshot / Restore);
 etcd-io/raft `Ready.CommittedEntries`.
 """
 

@@ -1,0 +1,25 @@
+"""Replica (layer L3½): the deterministic node side of a Raft group, driven by the runtime and the simulator.
+
+Public surface: `GroupCycle` (one group's synchronous Ready cycle: take → persist → send → apply →
+advance, written once), `Work` and the persistence steps `write_work` / `sync_work` with their order,
+`prepare` / `restored_state` (how a replica starts from what its WAL recovered), and the `StateMachine`
+contract. Modules: `cycle`, `persist`, `restore`, `state_machine`.
+
+Why a layer of its own: every safety claim the simulator makes must be about the code that ships. The
+production runtime (`jsraft.runtime`, trio: fsync worker threads, timers, proposal intake) and the
+simulator (`jsraft.testing.sim`: `SimDisk`, a simulated network, a seeded clock) both drive these same
+objects; neither has a Ready loop of its own.
+
+Imports: L0–L3 (`errors`, `raft`, `disk`, `wal`, ...), attrs. Never trio, `runtime`, `transport` or
+`server`; nothing here blocks on anything but the `Disk` it is given.
+"""
+
+from jsraft.replica.cycle import GroupCycle, SendFn
+from jsraft.replica.persist import GROUP_MARKER, Work, marker_contents, sync_work, write_work
+from jsraft.replica.restore import prepare, restored_state
+from jsraft.replica.state_machine import StateMachine
+
+__all__ = [
+    "GROUP_MARKER", "GroupCycle", "SendFn", "StateMachine", "Work", "marker_contents", "prepare",
+    "restored_state", "sync_work", "write_work",
+]

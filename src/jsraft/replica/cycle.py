@@ -1,0 +1,197 @@
+"""`GroupCycle`: one Raft group's synchronous Ready cycle — persist → send → apply, written once (layer L3½).
+
+Owns: what a node does with one group's `Ready`, in the order the `Ready` contract (raft/ready.py) and
+DESIGN §2/§4 demand, for every driver: the production runtime (a trio shell that runs `persist` on a
+worker thread and many groups per fsync) and the simulator (inline, on `SimDisk`, with a seeded clock
+and network) drive these same objects. One cycle:
+
+  1. `take()` — on the driving thread: the core's `Ready` (if any) and, when due, our own snapshot to save
+     and compact through; the hard state to save (a commit-hint-only change is deferred to the next
+     fsync: it is a restart hint, safe to lose); the group marker on the first durable cycle. A leader's
+     snapshot in the `Ready` is announced to the state machine first (`prepare_install`, optional): the
+     WAL is about to drop the entries it covers.
+  2. `persist.write_work` then `persist.sync_work` (module `persist`: writes, fsync, hard state, marker).
+  3. `send()` — only after step 2 returned: the `Ready`'s messages.
+  4. `finish()` — install the leader's snapshot in the state machine, apply the committed entries, tell the
+     proposal owner (`on_snapshot`, `on_applied`), `advance()`; then our own compaction reaches the core.
+`run()` does 1–4 inline, for drivers without worker threads (the simulator).
+
+Invariants:
+  1. At most one cycle is outstanding: `take()` is not called again before `finish()` of the previous
+     cycle (the core's own `ready()`/`advance()` invariant, checked there). The driver keeps every other
+     input (steps, ticks, proposals) away from the core meanwhile (runtime `group` invariant 1).
+  2. `send` runs only after the work's persistence returned, `finish` only after `send` (the Ready
+     contract: a message may depend on what this cycle made durable).
+  3. The state machine's `applied_index` equals the core's after every `advance()` (checked).
+  4. Our own snapshot is taken only of applied, durable entries whose membership changes the core has
+     applied, and only when the state machine can vouch for its state (`snapshot_ready()`, optional).
+
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), siblings. Never trio, `runtime` or `server`.
+Reference: etcd-io/raft `rawnode.go` usage; DESIGN §2, §4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from jsraft.disk.base import Disk
+from jsraft.errors import invariant
+from jsraft.raft import membership
+from jsraft.raft.core import RaftNode
+from jsraft.raft.messages import Message
+from jsraft.raft.ready import Ready, Snapshot
+from jsraft.raft.types import Entry, HardState, SnapshotMeta
+from jsraft.replica import persist
+from jsraft.replica.persist import Work
+from jsraft.replica.state_machine import StateMachine
+from jsraft.wal import Wal
+
+# send(to_id, group_name, message) -> accepted. A refused message is lost; Raft retransmits.
+SendFn = Callable[[str, str, Message], bool]
+AppliedFn = Callable[[Sequence[Entry], Sequence[object]], None]
+
+
+def _ignore(*_args: object) -> None:
+    return None
+
+
+class GroupCycle:
+    """One group's core, WAL and state machine, and the cycle that joins them (module docstring)."""
+
+    def __init__(self, *, name: str, node: RaftNode, wal: Wal, disk: Disk, state_machine: StateMachine,
+                 marker: bytes | None, snapshot_every_entries: int | None,
+                 on_snapshot: Callable[[int], None] = _ignore, on_applied: AppliedFn = _ignore) -> None:
+        invariant(snapshot_every_entries is None or snapshot_every_entries >= 1, "snapshot interval >= 1")
+        invariant(state_machine.applied_index == node.log.applied_index,
+                  "the state machine starts where the core thinks it is (invariant 3)")
+        self.name = name
+        self.node = node
+        self.wal = wal
+        self.disk = disk
+        self.state_machine = state_machine
+        self.snapshot_every_entries = snapshot_every_entries
+        self.on_snapshot = on_snapshot  # a leader's snapshot through this index was installed
+        self.on_applied = on_applied  # these entries were applied, with these results
+        self._marker = marker  # written with the first durable cycle, then None
+        self._unsaved_hard_state: HardState | None = None
+        self._snapshot_requested = False
+
+    def request_snapshot(self) -> None:
+        self._snapshot_requested = True
+
+    # --- One cycle ------------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return self.node.has_ready() or self._compaction_index() is not None
+
+    def take(self) -> Work:
+        """Step 1: this cycle's work out of the core (and our own snapshot, when due)."""
+        compaction = self._compaction()
+        rd = self.node.ready() if self.node.has_ready() else None
+        hard_state = None
+        if rd is not None and rd.must_sync:
+            hard_state = rd.hard_state if rd.hard_state is not None else self._unsaved_hard_state
+            self._unsaved_hard_state = None
+        elif rd is not None and rd.hard_state is not None:
+            # Only the commit hint changed (must_sync covers every durable field). It is safe to lose, so
+            # it rides along with the next fsync instead of costing one of its own.
+            self._unsaved_hard_state = rd.hard_state
+        marker = None
+        if self._marker is not None and rd is not None and rd.must_sync:
+            marker, self._marker = self._marker, None
+        if rd is not None and rd.snapshot is not None:
+            prepare = getattr(self.state_machine, "prepare_install", None)
+            if prepare is not None:
+                prepare(rd.snapshot.meta)  # before the WAL drops the entries the snapshot covers
+        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker)
+
+    def send(self, work: Work, send: SendFn) -> None:
+        """Step 3; call only once the work is durable (invariant 2)."""
+        if work.ready is None:
+            return
+        name = self.name
+        for message in work.ready.messages:
+            # A full link drops the message; Raft's retransmission and heartbeats cover the loss.
+            send(message.to_id, name, message)
+
+    def finish(self, work: Work) -> None:
+        """Step 4 and `advance()`. Exceptions from the state machine propagate: the caller stops the
+        group (its core is left mid-Ready and is never used again)."""
+        rd = work.ready
+        if rd is not None:
+            self._apply(rd)
+            self.node.advance(rd)
+            invariant(self.state_machine.applied_index == self.node.log.applied_index,
+                      f"state machine ({self.state_machine.applied_index}) and core "
+                      f"({self.node.log.applied_index}) agree on the applied index (invariant 3)")
+        if work.compaction is not None:
+            self.node.compact(work.compaction.meta.index, work.compaction.data)
+
+    def run(self, send: SendFn, persisted: Callable[[Work], None] = _ignore) -> Work:
+        """One whole cycle inline (steps 1–4), for a driver without worker threads. `persisted(work)` is
+        called between the fsync and the first message (an observer: the simulator's checkers)."""
+        work = self.take()
+        persist.write_work(self.wal, self.disk, work)
+        persist.sync_work(self.wal, self.disk, work)
+        persisted(work)
+        self.send(work, send)
+        self.finish(work)
+        return work
+
+    def _apply(self, rd: Ready) -> None:
+        sm = self.state_machine
+        if rd.snapshot is not None:
+            meta = rd.snapshot.meta
+            if meta.index > sm.applied_index:  # a machine with durable state may already hold it
+                sm.restore(rd.snapshot.data)
+                invariant(sm.applied_index == meta.index, f"restore() reached snapshot index {meta.index}")
+            self.on_snapshot(meta.index)
+        entries = rd.committed_entries
+        start = 0
+        while start < len(entries) and entries[start].index <= sm.applied_index:
+            start += 1  # covered by the snapshot installed just above
+        if start == len(entries):
+            return
+        if start:
+            entries = entries[start:]
+        invariant(entries[0].index == sm.applied_index + 1, f"apply continues at {sm.applied_index + 1}, "
+                  f"not {entries[0].index}")
+        results = sm.apply(entries)
+        invariant(len(results) == len(entries), "apply() returns one result per entry")
+        invariant(sm.applied_index == entries[-1].index, f"apply() reached index {entries[-1].index}")
+        self.on_applied(entries, results)
+
+    # --- Own snapshots --------------------------------------------------------------------------
+
+    def _compaction_index(self) -> int | None:
+        """The applied index to snapshot and compact through now, or None (not due, or not possible)."""
+        node, log_ = self.node, self.node.log
+        index = self.state_machine.applied_index
+        if index <= log_.snapshot_index:
+            return None
+        every = self.snapshot_every_entries
+        if not self._snapshot_requested and (every is None or index - log_.snapshot_index < every):
+            return None
+        # The core compacts only applied, durable entries whose membership changes it has applied.
+        if index != log_.applied_index or index > log_.stable_index or index > node.conf_applied_index:
+            return None
+        if log_.term_at(index) is None or not self._machine_can_snapshot():
+            return None
+        return index
+
+    def _machine_can_snapshot(self) -> bool:
+        """A state machine may say it cannot snapshot now, through an optional `snapshot_ready()`: a
+        stream replica under repair holds no state it could vouch for, and a `snapshot()` that raised
+        would stop the group. Asked last, after the cheap checks, because it may look at storage."""
+        ready = getattr(self.state_machine, "snapshot_ready", None)
+        return ready is None or bool(ready())
+
+    def _compaction(self) -> Snapshot | None:
+        index = self._compaction_index()
+        if index is None:
+            return None
+        self._snapshot_requested = False
+        term = self.node.log.term_at(index)
+        invariant(term is not None, "a compaction point has a known term")
+        meta = SnapshotMeta(index=index, term=term or 0, conf=membership.conf_at(self.node, index))
+        return Snapshot(meta=meta, data=self.state_machine.snapshot())

@@ -1,0 +1,136 @@
+"""Making one cycle's work durable: step 1 of the Ready contract, written once (layer L3½).
+
+Owns: `Work` (what one group must make durable in one cycle: its `Ready`, the hard state to save, an
+own snapshot to save and compact to, the group marker), `write_work` and `sync_work`. Nothing here
+touches a `RaftNode` or a state machine: `cycle.GroupCycle` builds a `Work`, these two functions write
+it (the production runtime runs them on a worker thread, the simulator inline), then the cycle sends,
+applies and advances.
+
+Order within one group's work, and why (DESIGN §2, §4):
+  1. `write_work` — writes to the page cache: our own snapshot and the log compaction it allows; before a
+     cut, the WAL's hard state told what the core knows (a commit hint that went down, a repairing flag
+     that went up: the WAL refuses to truncate below its stored commit hint unless it knows the replica
+     is repairing, DESIGN §4 "never truncate a committed entry"); the truncation (a leader's snapshot
+     that conflicts with the log truncates it first); the leader's snapshot; the appended entries; the
+     rewritten faulty entries (`wal.repaired.put_repaired`).
+  2. `sync_work` — `Wal.sync()`: one fsync per touched segment, then the directory if a segment was created.
+  3. The hard state (its own fsync) — after the entries, because its acked watermark vouches for them:
+     saved first, a crash in between would leave a durable watermark above a shorter log, which the
+     next restart must treat as lost data (repairing). Term and vote are durable before any message is
+     sent either way (the cycle sends only after `sync_work` returned).
+  4. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
+     not a new group (`restore`).
+
+Why this order and not the simulator's old one (issue #13): the simulator's own Ready loop saved the
+hard state first and synced the WAL after, and it recorded only the repairing flag before a cut while
+the runtime lowered only the commit hint. A hard state saved before the entries it vouches for turns a
+crash between the two fsyncs into a false "lost acknowledged data" finding (DESIGN §4, acked watermark),
+so 2 → 3 is the order kept; before a cut both facts the WAL's guard reads are recorded, which covers both
+drivers' cases (a repairing replica whose hint covers stale copies, and one that just became repairing).
+Both guards only ever make the WAL more conservative: the flag is only raised here, the hint only lowered.
+
+A runtime that batches groups does step 1 of every group before step 2 of any (group commit: one fsync
+per touched file per cycle); within one group the order above always holds.
+
+Invariants:
+  1. Only one thread touches a group's `Wal` while its work is written (the cycle is busy until `finish`).
+  2. `sync_work` runs only after `write_work` of the same `Work` returned.
+
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), attrs. Never trio. Reference: etcd-io/raft `Ready`
+handling; DESIGN §2, §4.
+"""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from jsraft.disk.base import Disk
+from jsraft.raft.ready import Ready, Snapshot
+from jsraft.raft.types import HardState
+from jsraft.wal import Wal
+from jsraft.wal.repaired import put_repaired
+
+# Written in a group's directory after its first durable cycle (see `restore`).
+GROUP_MARKER = "group.json"
+
+
+@attrs.frozen(kw_only=True)
+class Work:
+    """One group's share of a cycle. One per group per cycle, so attrs' cost does not matter here."""
+
+    ready: Ready | None
+    # The hard state to save with this cycle's fsync: the Ready's, or a commit hint deferred earlier.
+    hard_state: HardState | None = None
+    # Our own state machine snapshot, to save before the Ready and compact the WAL through.
+    compaction: Snapshot | None = None
+    # Contents of `GROUP_MARKER`, on the group's first durable cycle.
+    marker: bytes | None = None
+
+    @property
+    def must_sync(self) -> bool:
+        return self.ready is not None and self.ready.must_sync
+
+    @property
+    def needs_disk(self) -> bool:
+        """Does this work touch storage at all? If not, a runtime may skip the worker thread for it."""
+        rd = self.ready
+        writes = rd is not None and bool(rd.entries or rd.repaired_entries or rd.snapshot is not None
+                                         or rd.truncate_from is not None)
+        return (writes or self.must_sync or self.hard_state is not None or self.compaction is not None
+                or self.marker is not None)
+
+
+def marker_contents(group_name: str, node_id: str) -> bytes:
+    return json.dumps({"group": group_name, "node": node_id}, sort_keys=True).encode()
+
+
+def write_work(wal: Wal, disk: Disk, work: Work) -> None:
+    """Step 1: every write of `work` to the page cache (and the rare ones that are durable at once)."""
+    if work.compaction is not None:
+        meta = work.compaction.meta
+        wal.save_snapshot(meta, work.compaction.data)
+        wal.compact(meta.index)
+    rd = work.ready
+    if rd is None:
+        return
+    hard_state = work.hard_state
+    repairing = hard_state.repairing if hard_state is not None else wal.hard_state.repairing
+    truncate_from = rd.truncate_from
+    if rd.snapshot is not None:
+        meta = rd.snapshot.meta
+        known = wal.term(meta.index) if meta.index <= wal.last_index() else None
+        if known is not None and known != meta.term:
+            truncate_from = meta.index if truncate_from is None else min(truncate_from, meta.index)
+    if truncate_from is not None and wal.first_index() <= truncate_from <= wal.last_index():
+        _before_cut(wal, hard_state)
+        wal.truncate_from(truncate_from)
+    if rd.snapshot is not None:
+        wal.save_snapshot(rd.snapshot.meta, rd.snapshot.data)
+        wal.compact(rd.snapshot.meta.index)
+    if rd.entries:
+        wal.append(list(rd.entries))
+    if rd.repaired_entries:
+        put_repaired(wal, rd.repaired_entries, repairing=repairing)
+
+
+def _before_cut(wal: Wal, hard_state: HardState | None) -> None:
+    """Tell the WAL, before a cut, the two facts its committed-entry guard reads (module docstring, 1)."""
+    if hard_state is None:
+        return
+    stored = wal.hard_state
+    commit_index = min(stored.commit_index, hard_state.commit_index)
+    repairing = stored.repairing or hard_state.repairing
+    if commit_index != stored.commit_index or repairing != stored.repairing:
+        wal.save_hard_state(attrs.evolve(stored, commit_index=commit_index, repairing=repairing))
+
+
+def sync_work(wal: Wal, disk: Disk, work: Work) -> None:
+    """Steps 2–4: the fsyncs, the hard state, the marker."""
+    if work.must_sync:
+        wal.sync()
+    if work.hard_state is not None:
+        wal.save_hard_state(work.hard_state)
+    if work.marker is not None:
+        disk.write_atomic(GROUP_MARKER, work.marker)

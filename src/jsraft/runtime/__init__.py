@@ -8,7 +8,8 @@ Public surface: `NodeRuntime` (open groups, deliver messages, propose, run), the
 a group applies to (re-exported from `replica`), the clocks (`Clock`, `SystemClock`, `SkewableClock`,
 `SteadyWall`), `GroupStatus`, and the runtime's errors. Modules: `node_runtime` (the ticker, the ready
 loop and group commit), `group` (one group's inputs, busy while its cycle is in flight), `persist` (the
-worker-thread batching of a cycle's disk half), `proposals` (backpressure and waiters), `clock`, `errors`.
+worker-thread batching of a cycle's disk half), `proposals` (backpressure and waiters), `group_record` (the groups this storage started: a lost group
+directory never bootstraps again), `clock`, `errors`.
 
 Imports: L0–L3½ and trio. Never `transport`: the transport calls `NodeRuntime.deliver` and is called
 through the `send` function the runtime is given.

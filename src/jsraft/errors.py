@@ -166,6 +166,14 @@ class BadFileFormat(CorruptRecord):
     default_description = "bad file format"
 
 
+class StoreLocked(JsraftError):
+    """Another live process holds the store directory (`disk.lock`): refuse to open it rather than let
+    two processes append to the same files."""
+
+    err_code = 20020
+    default_description = "store directory is in use by another process"
+
+
 class UnknownConfigField(InvalidConfig):
     """Strict decoding met a field this version does not know."""
 

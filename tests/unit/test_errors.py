@@ -37,6 +37,7 @@ from jsraft.errors import (
     NoMessageFound,
     SequenceOutOfOrder,
     StoreClosed,
+    StoreLocked,
     StoreFailed,
     StreamNotFound,
     UnknownConfigField,
@@ -59,6 +60,7 @@ EXPECTED: dict[type[JsraftError], tuple[int, int]] = {
     CorruptRecord: (20010, 500),
     DamagedSequence: (20011, 500),
     BadFileFormat: (20012, 500),
+    StoreLocked: (20020, 500),
 }
 
 # Classes that share their parent's code on purpose: nats-server reports these conditions with the

@@ -4,6 +4,9 @@ Owns: every byte jsraft's durable layers (`wal`, `store`) read or write. They re
 open files themselves (a test enforces it), so the simulator can substitute `SimDisk` and the chaos
 tests can run the real node on the shadow disk that makes power cuts reproducible.
 
+`disk.lock` holds `<store_dir>/LOCK` for the life of a node, so a second process (or a second node in
+this one) on the same directory is refused with `StoreLocked` before anything is written.
+
 Paths are relative POSIX paths under the disk's root (`"streams/ORDERS/msgs/00000001.blk"`); `".."`
 and absolute paths are refused.
 

@@ -8,7 +8,10 @@ or to a stream's leader (data). The JetStream API on top is in `jetstream`; the 
 `routes`.
 
 Invariants:
-  1. The store directory's identity is checked before anything else touches it (identity invariant 2).
+  1. The store directory is locked for this node (`disk.lock`: a second process, or a second `Node` in
+     this one, is refused with `StoreLocked`), then its identity is checked, before anything else
+     touches it (identity invariant 2). The lock is released when `run` ends, after the stores closed —
+     also after `kill()`, as the kernel drops it when a crashed process dies.
   2. Group names starting with `$` are reserved for the node (`$meta`, `$rpc`, `$route`); stream groups
      are `S-<name>-<index>`, so no stream can shadow them.
   3. Stopping: cancelling `run` stops the runtime first (it closes every group and waits for its fsync
@@ -30,6 +33,7 @@ import trio
 
 from jsraft import subjects
 from jsraft.disk import OsDisk
+from jsraft.disk.lock import StoreLock, acquire_store_lock
 from jsraft.errors import StreamNotFound, invariant
 from jsraft.raft.errors import NotLeader
 from jsraft.meta import MetaStateMachine
@@ -66,6 +70,7 @@ class Node:
         self.name = config.name
         self.tick_s = config.tick_ms / 1000
         self.identity: NodeIdentity | None = None
+        self._lock: StoreLock | None = None
         self.cluster_address: tuple[str, int] | None = None
         self.client_address: tuple[str, int] | None = None
         self.killed = False
@@ -102,16 +107,30 @@ class Node:
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)
             finally:
-                await self.streams.close_all(clean=not self.killed)
+                try:
+                    await self.streams.close_all(clean=not self.killed)
+                finally:
+                    self.release_lock()
 
     async def prepare(self) -> None:
-        """Check (or format) the store directory's identity and build the parts; raises
-        `IdentityMismatch` before anything runs (invariant 1). `run` calls it when not done yet."""
+        """Lock the store directory, check (or format) its identity and build the parts; raises
+        `StoreLocked` or `IdentityMismatch` before anything runs (invariant 1). `run` calls it when not
+        done yet."""
         config = self.config
-        disk = await trio.to_thread.run_sync(OsDisk, config.store_dir)
-        self.identity = await trio.to_thread.run_sync(load_or_format, disk, config.name, config.cluster_name)
-        self._disk = disk
-        self._build(disk)
+        self._lock = await trio.to_thread.run_sync(acquire_store_lock, config.store_dir)
+        try:
+            disk = await trio.to_thread.run_sync(OsDisk, config.store_dir)
+            self.identity = await trio.to_thread.run_sync(load_or_format, disk, config.name, config.cluster_name)
+            self._disk = disk
+            self._build(disk)
+        except BaseException:
+            self.release_lock()
+            raise
+
+    def release_lock(self) -> None:
+        """Give the store directory up (invariant 1); safe to call more than once."""
+        if self._lock is not None:
+            self._lock.release()
 
     def _build(self, disk: OsDisk) -> None:
         config = self.config

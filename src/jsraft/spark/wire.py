@@ -1,0 +1,200 @@
+"""The data source's conversations with a cluster, over `jsraft.client` (layer L6).
+
+Owns: connecting to the first answering server of a `servers` list, the stream's state (one
+`STREAM.INFO`), the sequence at a time (a binary search of single direct gets), reading a sequence range
+as Arrow batches (batched direct gets, ADR-31), and publishing rows with every acknowledgement awaited.
+Each public function is synchronous: it runs its own `trio.run`, because Spark calls the data source from
+plain Python worker processes; a connection lives for one call and is never pickled.
+
+Invariants:
+  1. A range read returns exactly the live messages with `first <= seq <= last` matching the filters,
+     in sequence order, each once: batches start after the previous batch's last sequence, replies past
+     `last` are dropped (nats-server does not bound a batch by `up_to_seq`), overlapping filters are
+     read separately and merged by sequence. Deleted and purged sequences are stepped over by the server.
+  2. The read ends only on a definite answer: an end-of-batch past `last` or with nothing pending, or
+     `404` (nothing at or after the start). Anything else — another status, a malformed reply, silence
+     past `REPLY_TIMEOUT_S`, dropped replies — raises `ReadFailed`; never a short read.
+  3. `publish` returns only when every row has its acknowledgement (stored or duplicate); the first
+     error answer, a missing stream or a timeout raises `WriteFailed` (the Spark task fails and its retry
+     publishes the same message ids, which the stream drops as duplicates).
+
+Imports: stdlib, trio, L4 `client`, L0, L6 siblings. Never `jsraft.server`.
+Reference: ADR-31 (batched direct get), nats-server `server/stream.go` (`getDirectRequest`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import trio
+
+from jsraft.client import Client, ClientError, connect
+from jsraft.spark.arrow import RowBuffer, header_fields, parse_direct_reply
+from jsraft.spark.errors import ReadFailed, WriteFailed
+
+REQUEST_MSGS_MAX = 4096  # one batched direct get: bounds the subscription buffer it fills
+REQUEST_BYTES_MAX = 4 << 20
+REPLY_TIMEOUT_S = 30.0
+PUBLISH_WINDOW = 2048  # publishes awaiting their acknowledgement at once
+T = TypeVar("T")
+
+
+def run(servers: Sequence[str], body: Callable[[Client], Awaitable[T]], *, rotate: int = 0) -> T:
+    """`body(client)` on a fresh connection to the first server that answers (starting at `rotate`)."""
+    async def main() -> T:
+        errors = []
+        order = [servers[(rotate + i) % len(servers)] for i in range(len(servers))]
+        for url in order:
+            try:
+                client = await connect(url, name="jsraft-spark", pending_msgs_max=REQUEST_MSGS_MAX + 64)
+            except ClientError as error:
+                errors.append(str(error))
+                continue
+            try:
+                return await body(client)
+            finally:
+                await client.close()
+        raise ReadFailed(f"no server of {', '.join(servers)} answered: {'; '.join(errors)}")
+
+    return trio.run(main)
+
+
+def stream_state(servers: Sequence[str], stream: str) -> dict[str, Any]:
+    """The stream's `state` (`first_seq`, `last_seq`, `messages`, ...) and `allow_direct`: one request."""
+    async def body(client: Client) -> dict[str, Any]:
+        info = await client.jetstream(timeout=10).stream_info(stream)
+        return {**info.state, "allow_direct": bool(info.config.allow_direct)}
+
+    return run(servers, body)
+
+
+async def _direct(client: Client, sub: Any, stream: str, request: dict[str, Any]) -> tuple[list[Any], int]:
+    """One batched direct get: `([(subject, seq, ts_ns, header lines, data)], pending)`; pending -1: 404."""
+    await client.publish(f"$JS.API.DIRECT.GET.{stream}", json.dumps(request).encode(), reply=sub.subject)
+    got = []
+    while True:
+        try:
+            msg = await sub.next_msg(timeout=REPLY_TIMEOUT_S)
+        except ClientError as error:
+            raise ReadFailed(f"stream {stream}: batch from seq {request['seq']} broke off: {error}") from None
+        raw = msg.headers_raw or b""
+        if raw.startswith(b"NATS/1.0 "):
+            status = raw[9:12]
+            if status == b"204":
+                fields = dict(line.split(b": ", 1) for line in raw[:-4].split(b"\r\n")[1:])
+                return got, int(fields.get(b"Nats-Num-Pending", b"0"))
+            if status == b"404" and not got:
+                return got, -1
+            raise ReadFailed(f"stream {stream}: direct get answered {raw.splitlines()[0].decode()!r}")
+        subject, seq, ts_ns, lines = parse_direct_reply(raw)
+        got.append((subject, seq, ts_ns, lines, msg.data))
+
+
+async def _read_filter(client: Client, sub: Any, stream: str, first: int, last: int, subject_filter: str | None,
+                       rows: RowBuffer, batches: list[pa.RecordBatch]) -> None:
+    seq = first
+    while seq <= last:
+        request: dict[str, Any] = {"seq": seq, "batch": min(REQUEST_MSGS_MAX, last - seq + 1),
+                                   "max_bytes": REQUEST_BYTES_MAX}
+        if subject_filter:
+            request["next_by_subj"] = subject_filter
+        got, pending = await _direct(client, sub, stream, request)
+        for subject, msg_seq, ts_ns, lines, data in got:
+            if msg_seq > last:
+                return
+            rows.add(msg_seq, subject, data, header_fields(lines), ts_ns)
+            if len(rows) >= 16_384:
+                batches.append(rows.take())
+        if pending <= 0 or not got:
+            return
+        seq = got[-1][1] + 1
+
+
+def read_range(servers: Sequence[str], stream: str, first: int, last: int, filters: Sequence[str],
+               *, rotate: int = 0) -> list[pa.RecordBatch]:
+    """The live messages `first..last` matching any of `filters` (all when empty) as Arrow batches
+    (invariants 1 and 2)."""
+    async def body(client: Client) -> list[pa.RecordBatch]:
+        sub = await client.subscribe(f"_INBOX.jsraft_spark.{secrets.token_hex(8)}",
+                                     pending_msgs_max=REQUEST_MSGS_MAX + 64)
+        batches: list[pa.RecordBatch] = []
+        rows = RowBuffer(stream)
+        for subject_filter in filters or [None]:
+            await _read_filter(client, sub, stream, first, last, subject_filter, rows, batches)
+        if len(rows):
+            batches.append(rows.take())
+        await sub.unsubscribe()
+        return batches
+
+    batches = run(servers, body, rotate=rotate)
+    if len(filters) > 1:  # invariant 1: overlapping filters, read one after the other, merged by seq
+        table = pa.Table.from_batches(batches, schema=batches[0].schema if batches else None)
+        if table.num_rows:
+            table = table.sort_by("seq")
+            seqs = table.column("seq").to_pylist()
+            keep = [i for i, s in enumerate(seqs) if i == 0 or seqs[i - 1] != s]
+            batches = table.take(pa.array(keep)).combine_chunks().to_batches()
+    return batches
+
+
+def seq_at_time(servers: Sequence[str], stream: str, first: int, last: int, ts_ns: int) -> int:
+    """The first live sequence stored at or after `ts_ns` (`last + 1` when none): a binary search with
+    single-message batches (stream timestamps rise with the sequence: the leader stamps them in order)."""
+    async def body(client: Client) -> int:
+        sub = await client.subscribe(f"_INBOX.jsraft_spark.{secrets.token_hex(8)}", pending_msgs_max=64)
+        low, high = first, last + 1
+        while low < high:
+            mid = (low + high) // 2
+            got, _ = await _direct(client, sub, stream, {"seq": mid, "batch": 1})
+            if not got or got[0][2] >= ts_ns:
+                high = mid if not got else min(mid, got[0][1])
+            else:
+                low = got[0][1] + 1
+        return low
+
+    return run(servers, body)
+
+
+def publish(servers: Sequence[str], rows: Iterable[tuple[str, bytes, list[tuple[str, str]], str]]) -> tuple[int, int]:
+    """Publish `(subject, data, header fields, msg_id)` rows, `PUBLISH_WINDOW` at a time; return
+    `(stored, duplicates)` once every row is acknowledged (invariant 3)."""
+    async def body(client: Client) -> tuple[int, int]:
+        prefix = f"_INBOX.jsraft_spark_w.{secrets.token_hex(8)}"
+        sub = await client.subscribe(prefix + ".*", pending_msgs_max=PUBLISH_WINDOW + 64)
+        counts = [0, 0]
+        in_flight: dict[str, str] = {}
+
+        async def settle_one() -> None:
+            try:
+                msg = await sub.next_msg(timeout=REPLY_TIMEOUT_S)
+            except ClientError as error:
+                raise WriteFailed(f"{len(in_flight)} publishes not acknowledged: {error}") from None
+            subject = in_flight.pop(msg.subject, None)
+            if subject is None:
+                return
+            if msg.headers_raw and msg.headers_raw.startswith(b"NATS/1.0 503"):
+                raise WriteFailed(f"no stream stores subject {subject!r} (no responders)")
+            try:
+                ack = json.loads(msg.data)
+            except ValueError:
+                raise WriteFailed(f"publish to {subject!r}: unreadable acknowledgement {msg.data[:200]!r}") from None
+            if "error" in ack:
+                raise WriteFailed(f"publish to {subject!r} refused: {ack['error'].get('description')} "
+                                  f"(err_code {ack['error'].get('err_code')})")
+            counts[1 if ack.get("duplicate") else 0] += 1
+
+        for index, (subject, data, fields, msg_id) in enumerate(rows):
+            while len(in_flight) >= PUBLISH_WINDOW:
+                await settle_one()
+            reply = f"{prefix}.{index}"
+            in_flight[reply] = subject
+            await client.publish(subject, data, reply=reply, headers=[*fields, ("Nats-Msg-Id", msg_id)])
+        while in_flight:
+            await settle_one()
+        return counts[0], counts[1]
+
+    return run(servers, body)

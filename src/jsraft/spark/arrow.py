@@ -1,8 +1,10 @@
 """The rows a read yields, as Arrow record batches (layer L6).
 
-Owns: the read schema (`SCHEMA_DDL`, its Arrow twin `ARROW_SCHEMA`), `RowBuffer` (columns appended one
-message at a time, emitted as `pyarrow.RecordBatch`es of at most `BATCH_ROWS_MAX` rows), and the parsing of
-a batched direct get reply's header block into the message's subject, sequence, timestamp and own headers.
+Owns: the read schema (`SCHEMA_DDL`, its Arrow twin `ARROW_SCHEMA`), `decode_bulk` (one packed chunk of
+`$JSRAFT.BULK.GET` as a `RecordBatch`, its columns taken from the payload's buffers without a Python loop
+per message), `RowBuffer` (columns appended one message at a time, for the offline reader), and the
+parsing of a batched direct get reply's header block into the message's subject, sequence, timestamp and
+own headers.
 
 Invariants:
   1. Every batch has exactly `ARROW_SCHEMA`: stream string, seq int64, subject string, data binary,
@@ -23,6 +25,7 @@ import datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from jsraft.spark.errors import ReadFailed
 
@@ -110,3 +113,56 @@ class RowBuffer:
         ]
         self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+BULK_MAGIC = b"JSB1"
+
+
+def _offsets(lengths: pa.Array) -> pa.Buffer:
+    """Arrow's int32 offsets (count + 1, from 0) for values of the given lengths (a chunk < 2 GiB)."""
+    sums = pc.cumulative_sum(lengths.cast(pa.int64())).cast(pa.int32())
+    return pa.concat_arrays([pa.array([0], pa.int32()), sums]).buffers()[1]
+
+
+def _bulk_headers(blob: bytes, lengths: list[int]) -> pa.Array:
+    """The `headers` column: null for a message without headers (invariant 2), else its fields."""
+    cells: list[Any] = []
+    at = 0
+    for length in lengths:
+        if length:
+            block = blob[at:at + length]
+            cells.append(header_fields(block[:-4].split(b"\r\n")[1:]))
+            at += length
+        else:
+            cells.append(None)
+    return pa.array(cells, HEADERS_TYPE)
+
+
+def decode_bulk(stream: str, payload: bytes) -> pa.RecordBatch:
+    """One bulk chunk (layout in `jsraft.server.bulk_get`) as a batch of `ARROW_SCHEMA` (invariant 1)."""
+    view = memoryview(payload)
+    if bytes(view[:4]) != BULK_MAGIC or len(view) < 8:
+        raise ReadFailed(f"stream {stream}: not a bulk chunk ({bytes(view[:8])!r})")
+    count = int.from_bytes(view[4:8], "little")
+    at = 8
+
+    def column(kind: pa.DataType, width: int) -> pa.Array:
+        nonlocal at
+        buffer = pa.py_buffer(view[at:at + width * count])
+        at += width * count
+        return pa.Array.from_buffers(kind, count, [None, buffer])
+
+    seqs, ts_ns = column(pa.int64(), 8), column(pa.int64(), 8)
+    lengths = [column(pa.uint32(), 4) for _ in range(3)]
+    totals = [int(pc.sum(c).as_py() or 0) for c in lengths]
+    if at + sum(totals) != len(view):
+        raise ReadFailed(f"stream {stream}: bulk chunk of {len(view)} bytes does not add up")
+    subjects = pa.Array.from_buffers(pa.string(), count, [None, _offsets(lengths[0]), pa.py_buffer(view[at:at + totals[0]])])
+    at += totals[0]
+    headers = (_bulk_headers(payload[at:at + totals[1]], lengths[1].to_pylist()) if totals[1]
+               else pa.nulls(count, HEADERS_TYPE))
+    at += totals[1]
+    datas = pa.Array.from_buffers(pa.binary(), count, [None, _offsets(lengths[2]), pa.py_buffer(view[at:])])
+    stamps = pc.divide(ts_ns, 1000).cast(pa.timestamp("us", tz="UTC"))
+    return pa.RecordBatch.from_arrays([pa.repeat(stream, count).cast(pa.string()), seqs, subjects, datas, headers,
+                                       stamps, ts_ns], schema=ARROW_SCHEMA)

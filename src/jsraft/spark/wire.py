@@ -1,25 +1,25 @@
-"""The data source's conversations with a cluster, over `jsraft.client` (layer L6).
+"""The data source's conversations with a cluster (layer L6).
 
-Owns: connecting to the first answering server of a `servers` list, the stream's state (one
-`STREAM.INFO`), the sequence at a time (a binary search of single direct gets), reading a sequence range
-as Arrow batches (batched direct gets, ADR-31), and publishing rows with every acknowledgement awaited.
-Each public function is synchronous: it runs its own `trio.run`, because Spark calls the data source from
-plain Python worker processes; a connection lives for one call and is never pickled.
+Owns: the stream's state (one `STREAM.INFO`, over `jsraft.client`), reading a sequence range as Arrow
+batches (`$JSRAFT.BULK.GET`, jsraft's columnar read, over a blocking `bulk.BulkConnection`), the sequence
+at a time (a binary search of single batched direct gets, ADR-31), and publishing rows with every
+acknowledgement awaited (over `jsraft.client`). Each public function is synchronous, because Spark calls
+the data source from plain Python worker processes; a connection lives for one call and is never pickled.
 
 Invariants:
   1. A range read returns exactly the live messages with `first <= seq <= last` matching the filters,
-     in sequence order, each once: batches start after the previous batch's last sequence, replies past
-     `last` are dropped (nats-server does not bound a batch by `up_to_seq`), overlapping filters are
-     read separately and merged by sequence. Deleted and purged sequences are stepped over by the server.
-  2. The read ends only on a definite answer: an end-of-batch past `last` or with nothing pending, or
-     `404` (nothing at or after the start). Anything else — another status, a malformed reply, silence
-     past `REPLY_TIMEOUT_S`, dropped replies — raises `ReadFailed`; never a short read.
+     in sequence order, each once: the server bounds a bulk read by `last_seq` and steps over deleted and
+     purged sequences; each request resumes after the previous one's last sequence; overlapping filters
+     are read separately and merged by sequence.
+  2. The read ends only on a definite answer: an end-of-batch saying the range is done. Anything else — an
+     error status, a malformed chunk, silence past `REPLY_TIMEOUT_S`, a closed connection — raises
+     `ReadFailed`; never a short read.
   3. `publish` returns only when every row has its acknowledgement (stored or duplicate); the first
      error answer, a missing stream or a timeout raises `WriteFailed` (the Spark task fails and its retry
      publishes the same message ids, which the stream drops as duplicates).
 
-Imports: stdlib, trio, L4 `client`, L0, L6 siblings. Never `jsraft.server`.
-Reference: ADR-31 (batched direct get), nats-server `server/stream.go` (`getDirectRequest`).
+Imports: stdlib, trio, pyarrow, L4 `client`, L0, L6 siblings. Never `jsraft.server`.
+Reference: ADR-31 (batched direct get); `jsraft.server.bulk_get` (the bulk chunk's layout).
 """
 
 from __future__ import annotations
@@ -33,11 +33,11 @@ import pyarrow as pa
 import trio
 
 from jsraft.client import Client, ClientError, connect
-from jsraft.spark.arrow import RowBuffer, header_fields, parse_direct_reply
+from jsraft.spark.arrow import ARROW_SCHEMA, decode_bulk, parse_direct_reply
+from jsraft.spark.bulk import BulkConnection
 from jsraft.spark.errors import ReadFailed, WriteFailed
 
-REQUEST_MSGS_MAX = 4096  # one batched direct get: bounds the subscription buffer it fills
-REQUEST_BYTES_MAX = 4 << 20
+BULK_MSGS_MAX = 65_536  # one bulk request: about 10 MB of 128-byte messages in chunks of 8,192
 REPLY_TIMEOUT_S = 30.0
 PUBLISH_WINDOW = 2048  # publishes awaiting their acknowledgement at once
 T = TypeVar("T")
@@ -50,7 +50,7 @@ def run(servers: Sequence[str], body: Callable[[Client], Awaitable[T]], *, rotat
         order = [servers[(rotate + i) % len(servers)] for i in range(len(servers))]
         for url in order:
             try:
-                client = await connect(url, name="jsraft-spark", pending_msgs_max=REQUEST_MSGS_MAX + 64)
+                client = await connect(url, name="jsraft-spark", pending_msgs_max=PUBLISH_WINDOW + 64)
             except ClientError as error:
                 errors.append(str(error))
                 continue
@@ -72,16 +72,24 @@ def stream_state(servers: Sequence[str], stream: str) -> dict[str, Any]:
     return run(servers, body)
 
 
-async def _direct(client: Client, sub: Any, stream: str, request: dict[str, Any]) -> tuple[list[Any], int]:
-    """One batched direct get: `([(subject, seq, ts_ns, header lines, data)], pending)`; pending -1: 404."""
-    await client.publish(f"$JS.API.DIRECT.GET.{stream}", json.dumps(request).encode(), reply=sub.subject)
-    got = []
-    while True:
+def _bulk(servers: Sequence[str], rotate: int) -> BulkConnection:
+    """A blocking connection to the first server that answers, starting at `rotate`."""
+    errors = []
+    for i in range(len(servers)):
+        url = servers[(rotate + i) % len(servers)]
         try:
-            msg = await sub.next_msg(timeout=REPLY_TIMEOUT_S)
-        except ClientError as error:
-            raise ReadFailed(f"stream {stream}: batch from seq {request['seq']} broke off: {error}") from None
-        raw = msg.headers_raw or b""
+            return BulkConnection(url, timeout_s=REPLY_TIMEOUT_S)
+        except ReadFailed as error:
+            errors.append(error.description)
+    raise ReadFailed(f"no server of {', '.join(servers)} answered: {'; '.join(errors)}")
+
+
+def _direct(conn: BulkConnection, stream: str, request: dict[str, Any]) -> tuple[list[Any], int]:
+    """One batched direct get: `([(subject, seq, ts_ns, header lines, data)], pending)`; pending -1: 404."""
+    conn.request(f"$JS.API.DIRECT.GET.{stream}", request)
+    got = []
+    for msg in conn.replies():
+        raw = msg.headers or b""
         if raw.startswith(b"NATS/1.0 "):
             status = raw[9:12]
             if status == b"204":
@@ -91,48 +99,44 @@ async def _direct(client: Client, sub: Any, stream: str, request: dict[str, Any]
                 return got, -1
             raise ReadFailed(f"stream {stream}: direct get answered {raw.splitlines()[0].decode()!r}")
         subject, seq, ts_ns, lines = parse_direct_reply(raw)
-        got.append((subject, seq, ts_ns, lines, msg.data))
+        got.append((subject, seq, ts_ns, lines, msg.payload))
+    raise ReadFailed(f"stream {stream}: the reply stream ended without an end of batch")  # pragma: no cover
 
 
-async def _read_filter(client: Client, sub: Any, stream: str, first: int, last: int, subject_filter: str | None,
-                       rows: RowBuffer, batches: list[pa.RecordBatch]) -> None:
+def _read_filter(conn: BulkConnection, stream: str, first: int, last: int, subject_filter: str | None,
+                 batches: list[pa.RecordBatch]) -> None:
+    """`first..last` through `$JSRAFT.BULK.GET` (jsraft's columnar read; same messages, same order as
+    batched direct gets): chunk messages, then the EOB saying where it stopped and whether that is the end."""
     seq = first
     while seq <= last:
-        request: dict[str, Any] = {"seq": seq, "batch": min(REQUEST_MSGS_MAX, last - seq + 1),
-                                   "max_bytes": REQUEST_BYTES_MAX}
+        request: dict[str, Any] = {"seq": seq, "last_seq": last, "batch": BULK_MSGS_MAX}
         if subject_filter:
             request["next_by_subj"] = subject_filter
-        got, pending = await _direct(client, sub, stream, request)
-        for subject, msg_seq, ts_ns, lines, data in got:
-            if msg_seq > last:
+        conn.request(f"$JSRAFT.BULK.GET.{stream}", request)
+        for msg in conn.replies():
+            raw = msg.headers or b""
+            if raw.startswith(b"NATS/1.0\r\nJsraft-Bulk-Count: "):
+                batches.append(decode_bulk(stream, msg.payload))
+                continue
+            if not raw.startswith(b"NATS/1.0 204"):
+                raise ReadFailed(f"stream {stream}: bulk get answered {raw.splitlines()[0].decode()!r}")
+            fields = dict(line.split(b": ", 1) for line in raw[:-4].split(b"\r\n")[1:])
+            if fields.get(b"Jsraft-Bulk-End") != b"0":
                 return
-            rows.add(msg_seq, subject, data, header_fields(lines), ts_ns)
-            if len(rows) >= 16_384:
-                batches.append(rows.take())
-        if pending <= 0 or not got:
-            return
-        seq = got[-1][1] + 1
+            seq = int(fields[b"Nats-Last-Sequence"]) + 1
+            break
 
 
 def read_range(servers: Sequence[str], stream: str, first: int, last: int, filters: Sequence[str],
                *, rotate: int = 0) -> list[pa.RecordBatch]:
     """The live messages `first..last` matching any of `filters` (all when empty) as Arrow batches
     (invariants 1 and 2)."""
-    async def body(client: Client) -> list[pa.RecordBatch]:
-        sub = await client.subscribe(f"_INBOX.jsraft_spark.{secrets.token_hex(8)}",
-                                     pending_msgs_max=REQUEST_MSGS_MAX + 64)
-        batches: list[pa.RecordBatch] = []
-        rows = RowBuffer(stream)
+    batches: list[pa.RecordBatch] = []
+    with _bulk(servers, rotate) as conn:
         for subject_filter in filters or [None]:
-            await _read_filter(client, sub, stream, first, last, subject_filter, rows, batches)
-        if len(rows):
-            batches.append(rows.take())
-        await sub.unsubscribe()
-        return batches
-
-    batches = run(servers, body, rotate=rotate)
+            _read_filter(conn, stream, first, last, subject_filter, batches)
     if len(filters) > 1:  # invariant 1: overlapping filters, read one after the other, merged by seq
-        table = pa.Table.from_batches(batches, schema=batches[0].schema if batches else None)
+        table = pa.Table.from_batches(batches, schema=ARROW_SCHEMA)
         if table.num_rows:
             table = table.sort_by("seq")
             seqs = table.column("seq").to_pylist()
@@ -144,19 +148,16 @@ def read_range(servers: Sequence[str], stream: str, first: int, last: int, filte
 def seq_at_time(servers: Sequence[str], stream: str, first: int, last: int, ts_ns: int) -> int:
     """The first live sequence stored at or after `ts_ns` (`last + 1` when none): a binary search with
     single-message batches (stream timestamps rise with the sequence: the leader stamps them in order)."""
-    async def body(client: Client) -> int:
-        sub = await client.subscribe(f"_INBOX.jsraft_spark.{secrets.token_hex(8)}", pending_msgs_max=64)
+    with _bulk(servers, 0) as conn:
         low, high = first, last + 1
         while low < high:
             mid = (low + high) // 2
-            got, _ = await _direct(client, sub, stream, {"seq": mid, "batch": 1})
+            got, _ = _direct(conn, stream, {"seq": mid, "batch": 1})
             if not got or got[0][2] >= ts_ns:
                 high = mid if not got else min(mid, got[0][1])
             else:
                 low = got[0][1] + 1
         return low
-
-    return run(servers, body)
 
 
 def publish(servers: Sequence[str], rows: Iterable[tuple[str, bytes, list[tuple[str, str]], str]]) -> tuple[int, int]:

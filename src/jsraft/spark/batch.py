@@ -10,7 +10,8 @@ Invariants:
      reads exactly the rows its first attempt did (sequences below the pin never change, except by
      deletion).
   2. Partitions are contiguous, ordered, non-overlapping sequence ranges; each task reads its own range
-     from any server of the list (rotated by partition so the work spreads), in Arrow batches.
+     in Arrow batches, connected to the stream leader known at planning when it is in the list (no hop
+     between nodes), else to any server (rotated by partition).
   3. A row's message id is the user's `msg_id` when given, else derived from the write's identity
      (a job id fixed when the write is planned; a streaming sink's id and batch id), the partition, the
      row's content and its occurrence among identical rows of that partition: a retried task, which sees
@@ -37,11 +38,12 @@ from jsraft.spark.options import ReadOptions, WriteOptions, split_range
 
 
 class SeqRange(InputPartition):
-    """Sequences `first..last` of `stream` (both included), the `index`-th range of the read."""
+    """Sequences `first..last` of `stream` (both included), the `index`-th range of the read; `leader`: the
+    server the read prefers (the stream leader when planned)."""
 
-    def __init__(self, first: int, last: int, index: int) -> None:
+    def __init__(self, first: int, last: int, index: int, leader: str = "") -> None:
         super().__init__((first, last, index))
-        self.first, self.last, self.index = first, last, index
+        self.first, self.last, self.index, self.leader = first, last, index, leader
 
 
 def check_direct(state: dict[str, Any], stream: str) -> None:
@@ -73,14 +75,15 @@ class BatchReader(DataSourceReader):
         ranges = split_range(plan_start(options, state), end, options.partitions)
         if not ranges:
             return [SeqRange(1, 0, 0)]  # Spark wants a partition; this one reads nothing
-        return [SeqRange(first, last, index) for index, (first, last) in enumerate(ranges)]
+        leader = str(state.get("leader") or "")
+        return [SeqRange(first, last, index, leader) for index, (first, last) in enumerate(ranges)]
 
     def read(self, partition: SeqRange) -> Iterator[pa.RecordBatch]:
         if partition.last < partition.first:
             return
         options = self.options
         yield from wire.read_range(options.servers, options.stream, partition.first, partition.last,
-                                   options.subjects, rotate=partition.index)
+                                   options.subjects, rotate=partition.index, prefer=partition.leader)
 
 
 # --- Writing --------------------------------------------------------------------------------------------

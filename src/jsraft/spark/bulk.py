@@ -66,8 +66,10 @@ class BulkConnection:
 
     def _handshake(self) -> None:
         events = self._events()
-        if not isinstance(next(events), Info):
+        info = next(events)
+        if not isinstance(info, Info):
             raise ReadFailed(f"{self.url} did not start with INFO")
+        self.server_name = str(info.options.get("server_name", ""))
         options = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True, "protocol": 1,
                    "echo": False, "lang": "python-jsraft-spark", "name": "jsraft-spark"}
         self.sock.sendall(self.protocol.send(Connect(options)) + self.protocol.send(Sub(self.inbox, "1"))

@@ -21,7 +21,8 @@ import attrs
 from jsraft.spark.errors import BadOption
 
 PARTITIONS_MAX = 256
-SEQS_PER_PARTITION = 250_000  # default partitioning: one task per this many sequences
+SEQS_PER_PARTITION = 125_000  # default partitioning: one task per this many sequences (more tasks than
+# cores keeps the server busy while a task's rows are handed to Spark)
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:

@@ -104,14 +104,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         after, last = int(start["seq"]), int(end["seq"])
         if last <= after:
             return []
-        self._check_loss(after, self._state())
-        return [SeqRange(first, stop, index)
+        state = self._state()
+        self._check_loss(after, state)
+        leader = str(state.get("leader") or "")
+        return [SeqRange(first, stop, index, leader)
                 for index, (first, stop) in enumerate(split_range(after + 1, last, self.options.partitions))]
 
     def read(self, partition: SeqRange) -> Iterator[pa.RecordBatch]:
         options = self.options
         yield from wire.read_range(options.servers, options.stream, partition.first, partition.last,
-                                   options.subjects, rotate=partition.index)
+                                   options.subjects, rotate=partition.index, prefer=partition.leader)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the position lives in Spark's checkpoint, not in a consumer."""

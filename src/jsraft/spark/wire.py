@@ -64,23 +64,38 @@ def run(servers: Sequence[str], body: Callable[[Client], Awaitable[T]], *, rotat
 
 
 def stream_state(servers: Sequence[str], stream: str) -> dict[str, Any]:
-    """The stream's `state` (`first_seq`, `last_seq`, `messages`, ...) and `allow_direct`: one request."""
+    """The stream's `state` (`first_seq`, `last_seq`, `messages`, ...), `allow_direct` and the leader's
+    name: one request."""
     async def body(client: Client) -> dict[str, Any]:
         info = await client.jetstream(timeout=10).stream_info(stream)
-        return {**info.state, "allow_direct": bool(info.config.allow_direct)}
+        return {**info.state, "allow_direct": bool(info.config.allow_direct),
+                "leader": str((info.cluster or {}).get("leader") or "")}
 
     return run(servers, body)
 
 
-def _bulk(servers: Sequence[str], rotate: int) -> BulkConnection:
-    """A blocking connection to the first server that answers, starting at `rotate`."""
-    errors = []
+def _bulk(servers: Sequence[str], rotate: int, prefer: str = "") -> BulkConnection:
+    """A blocking connection to the server named `prefer` (the stream leader: the bulk read is then
+    served where it is read, with no hop between nodes), else to the first that answers from `rotate`."""
+    errors: list[str] = []
+    fallback: BulkConnection | None = None
     for i in range(len(servers)):
         url = servers[(rotate + i) % len(servers)]
         try:
-            return BulkConnection(url, timeout_s=REPLY_TIMEOUT_S)
+            conn = BulkConnection(url, timeout_s=REPLY_TIMEOUT_S)
         except ReadFailed as error:
             errors.append(error.description)
+            continue
+        if not prefer or conn.server_name == prefer:
+            if fallback is not None:
+                fallback.close()
+            return conn
+        if fallback is None:
+            fallback = conn
+        else:
+            conn.close()
+    if fallback is not None:
+        return fallback
     raise ReadFailed(f"no server of {', '.join(servers)} answered: {'; '.join(errors)}")
 
 
@@ -128,11 +143,11 @@ def _read_filter(conn: BulkConnection, stream: str, first: int, last: int, subje
 
 
 def read_range(servers: Sequence[str], stream: str, first: int, last: int, filters: Sequence[str],
-               *, rotate: int = 0) -> list[pa.RecordBatch]:
+               *, rotate: int = 0, prefer: str = "") -> list[pa.RecordBatch]:
     """The live messages `first..last` matching any of `filters` (all when empty) as Arrow batches
     (invariants 1 and 2)."""
     batches: list[pa.RecordBatch] = []
-    with _bulk(servers, rotate) as conn:
+    with _bulk(servers, rotate, prefer) as conn:
         for subject_filter in filters or [None]:
             _read_filter(conn, stream, first, last, subject_filter, batches)
     if len(filters) > 1:  # invariant 1: overlapping filters, read one after the other, merged by seq

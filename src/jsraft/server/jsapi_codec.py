@@ -127,13 +127,15 @@ class PurgeRequest:
 @attrs.frozen(kw_only=True)
 class MsgGetRequest:
     """`STREAM.MSG.GET` and `DIRECT.GET`: one message by `seq`, last on a subject, or next from `seq`.
-    `batch` and `max_bytes` are decoded so they can be refused, as nats-server's MSG.GET refuses them."""
+    `batch`, `max_bytes` and `up_to_seq` are a batched direct get's (`direct_batch`); MSG.GET refuses them,
+    as nats-server's does."""
 
     seq: int = 0
     last_by_subj: str = ""
     next_by_subj: str = ""
     batch: int = 0
     max_bytes: int = 0
+    up_to_seq: int = 0
     no_hdr: bool = False
 
     def conflicting(self) -> bool:

@@ -63,6 +63,7 @@ from jsraft.server.jsapi_codec import (
 )
 from jsraft.server.jsapi_consumer import ConsumerEndpoints
 from jsraft.server.jsapi_data import DataEndpoints, meta_barrier, online
+from jsraft.server.bulk_get import BulkGets
 from jsraft.server.jsapi_direct import DirectGets
 from jsraft.server.jsapi_stream import LeaderSide, config_json
 
@@ -120,6 +121,7 @@ class JsApi:
         node.streams.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
         self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
         self.direct = DirectGets(node, clients)
+        self.bulk = BulkGets(node, clients)  # $JSRAFT.BULK.GET.<stream>, the Spark reader's path
         self.routes = [
             Route(("INFO",), "account_info_response", self.account_info),
             Route(("STREAM", "CREATE", "*"), "stream_create_response", self.stream_create),

@@ -1,8 +1,9 @@
 """The JetStream API's leader-side work: stream info, message reads and leader stepdowns, served at the
 leader of the group concerned (layer L5).
 
-Owns: the request methods `jsapi.stream_info`, `jsapi.msg_get`, `jsapi.stream_stepdown` (at the stream
-leader), `jsapi.meta_stepdown` and `jsapi.meta_index` (at the meta leader), added to the node's request table (`Handlers`)
+Owns: the request methods `jsapi.stream_info`, `jsapi.msg_get`, `jsapi.msg_batch` (a batched direct get's
+chunk), `jsapi.msg_bulk` (a bulk get's chunk), `jsapi.stream_stepdown` (at the stream leader),
+`jsapi.meta_stepdown` and `jsapi.meta_index` (at the meta leader), added to the node's request table (`Handlers`)
 so that they travel by `$rpc` like every other method; and the JSON a stream info is made of (nats-server
 `StreamInfo`: `config`, `created`, `state`, `cluster`, `ts`).
 
@@ -39,6 +40,8 @@ from jsraft.meta import ClusterNoPeers
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.server.client_server import NATS_VERSION
+from jsraft.server.bulk_get import pack_chunk
+from jsraft.server.direct_batch import read_chunk
 from jsraft.server.errors import NoLeader
 from jsraft.server.jsapi_codec import RaftGeneral, rfc3339
 from jsraft.server.meta_service import META_GROUP
@@ -111,6 +114,7 @@ class LeaderSide:
 
     def register(self, table: dict[str, Any]) -> None:
         table.update({"jsapi.stream_info": self.stream_info, "jsapi.msg_get": self.msg_get,
+                      "jsapi.msg_batch": self.msg_batch, "jsapi.msg_bulk": self.msg_bulk,
                       "jsapi.stream_stepdown": self.stream_stepdown, "jsapi.meta_stepdown": self.meta_stepdown,
                       "jsapi.meta_index": self.meta_index})
 
@@ -169,6 +173,16 @@ class LeaderSide:
         except NoMessageFound:  # the store's own words name the sequence or subject; the API's do not
             raise NoMessageFound() from None
         return {"subject": msg.subject, "seq": msg.seq, "time_ns": msg.timestamp_ns}, (msg.headers, msg.payload)
+
+    async def msg_batch(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """One chunk of a batched direct get (`direct_batch.read_chunk`), read at the leader."""
+        replica = await self._leading(args)
+        return read_chunk(replica.store, args)
+
+    async def msg_bulk(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """One packed chunk of a `$JSRAFT.BULK.GET` (`bulk_get.pack_chunk`), read at the leader."""
+        replica = await self._leading(args)
+        return pack_chunk(replica.store, args)
 
     # --- Meta reads ------------------------------------------------------------------------------------
 

@@ -1,0 +1,201 @@
+"""The `jsraft` PySpark data source against a real 3-node cluster: batch read, streaming read, batch and
+streaming write (exactly once through an injected commit failure), data loss both ways, offline read.
+
+Method: one cluster of three `jsraft serve` processes for the module (`spark_kit.servers.JsraftServers`,
+free ports) and the session's `local[2]` SparkSession (conftest). Streams are R3 with `allow_direct`. What
+Spark returns is compared with what the cluster holds, read independently with nats-py (`get_msg`
+sequence by sequence, or a stream's state). Streaming queries run with `trigger(availableNow=True)`, so
+each run ends by itself once it has read up to the target frozen at its start (`awaitTermination` with a
+deadline); restarts reuse the checkpoint directory. A micro-batch's rows are seen through `foreachBatch`,
+which runs in this process. The offline read runs last: it stops the cluster and reads a node's directory.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+
+from jsraft.spark import wire
+from jsraft.spark.arrow import ARROW_SCHEMA, SCHEMA_DDL
+from jsraft.spark.batch import BatchWriter
+from jsraft.spark.options import WriteOptions
+from jsraft.testing.spark_faults import FailingCommitDataSource
+from spark_kit import create_stream, get_all, publish, rows_of, run_nats, servers
+
+QUERY_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("spark_cluster")
+    with servers.JsraftServers(str(root), nodes=3, label="spark") as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def orders(cluster):
+    """ORDERS: 400 messages on five subjects (every 7th with headers), sequences 3, 50..52 and 377
+    deleted, the head purged up to 20 (first sequence 21)."""
+    urls = cluster.urls
+    create_stream(urls, "ORDERS", ["orders.>"])
+    publish(urls, [(f"orders.{i % 5}", b"order-%d" % i, {"K": str(i), "Shop": "eu"} if i % 7 == 0 else None)
+                   for i in range(400)])
+
+    async def damage(js, nc):
+        for seq in (3, 50, 51, 52, 377):
+            await js.delete_msg("ORDERS", seq)
+        await js.purge_stream("ORDERS", seq=21)
+    run_nats(urls, damage)
+    return urls
+
+
+def read(spark, urls, stream, **options):
+    reader = spark.read.format("jsraft").option("servers", ",".join(urls)).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    return reader.load()
+
+
+def test_batch_read_equals_get_msg_with_interior_deletes_and_a_purged_head(spark, orders):
+    expected = get_all(orders, "ORDERS", 1, 400)
+    assert expected[0][0] == 21 and len(expected) == 400 - 20 - 4  # 3 was purged with the head
+    df = read(spark, orders, "ORDERS", partitions=3)
+    assert df.schema.simpleString() == spark.createDataFrame([], SCHEMA_DDL).schema.simpleString()
+    got = rows_of(df)
+    assert [(s, subj, data, {k: v[0] for k, v in h.items()} if h else None) for s, subj, data, h in got] == expected
+    row = df.filter("seq = 21").collect()[0]
+    assert row.stream == "ORDERS" and row.ts_ns // 1000 == int(row.timestamp.timestamp() * 1_000_000)
+    # The worker's Arrow batches carry exactly the schema, whatever the range.
+    batches = wire.read_range(orders, "ORDERS", 40, 60, ())
+    assert batches and all(batch.schema == ARROW_SCHEMA for batch in batches)
+    assert sum(b.num_rows for b in batches) == 21 - 3
+
+
+def test_filtered_read_and_start_seq(spark, orders):
+    expected = [row for row in get_all(orders, "ORDERS", 1, 400) if row[1] in ("orders.1", "orders.3")]
+    got = rows_of(read(spark, orders, "ORDERS", subjects="orders.1,orders.3", partitions=2))
+    assert [(s, subj) for s, subj, _, _ in got] == [(s, subj) for s, subj, _, _ in expected]
+    overlapping = rows_of(read(spark, orders, "ORDERS", subjects="orders.*,orders.1"))
+    assert len(overlapping) == len(get_all(orders, "ORDERS", 1, 400))  # each message once
+    late = rows_of(read(spark, orders, "ORDERS", startSeq=390))
+    assert [r[0] for r in late] == [s for s in range(390, 401) if s != 377]
+
+
+def test_a_read_pinned_to_end_seq_ignores_later_publishes(spark, cluster):
+    urls = cluster.urls
+    create_stream(urls, "PINNED", ["pinned.>"])
+    publish(urls, [(f"pinned.{i}", b"p", None) for i in range(50)])
+    df = read(spark, urls, "PINNED", endSeq=50)
+    publish(urls, [("pinned.late", b"late", None) for _ in range(25)])
+    assert df.count() == 50 and [r[0] for r in rows_of(df)] == list(range(1, 51))
+    assert read(spark, urls, "PINNED").count() == 75
+
+
+def _stream_query(spark, urls, stream, checkpoint, seen, **options):
+    reader = spark.readStream.format("jsraft").option("servers", ",".join(urls)).option("stream", stream)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+
+    def collect(batch_df, batch_id):
+        seen.append((batch_id, [r.seq for r in batch_df.select("seq").orderBy("seq").collect()]))
+
+    query = (reader.load().writeStream.foreachBatch(collect).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "streaming query did not finish"
+    return query
+
+
+def test_streaming_max_records_and_available_now_deliver_each_sequence_once_in_order(spark, cluster, tmp_path):
+    urls = cluster.urls
+    create_stream(urls, "TICKS", ["ticks.>"])
+    publish(urls, [(f"ticks.{i % 3}", b"t%d" % i, None) for i in range(130)])
+    checkpoint = str(tmp_path / "checkpoint")
+    seen: list = []
+    _stream_query(spark, urls, "TICKS", checkpoint, seen, maxRecordsPerTrigger=40)
+    assert [len(seqs) for _, seqs in seen] == [40, 40, 40, 10]
+    publish(urls, [("ticks.more", b"m", None) for _ in range(55)])
+    _stream_query(spark, urls, "TICKS", checkpoint, seen, maxRecordsPerTrigger=40)  # restart: same checkpoint
+    delivered = [seq for _, seqs in seen for seq in seqs]
+    assert delivered == list(range(1, 186))  # every sequence once, in order, across the restart
+    assert all(len(seqs) <= 40 for _, seqs in seen)
+    assert [batch_id for batch_id, _ in seen] == sorted({batch_id for batch_id, _ in seen})
+
+
+def test_fail_on_data_loss_both_ways(spark, cluster, tmp_path):
+    urls = cluster.urls
+    create_stream(urls, "LOSSY", ["lossy.>"])
+    publish(urls, [("lossy.a", b"x", None) for _ in range(20)])
+    checkpoint = str(tmp_path / "checkpoint")
+    seen: list = []
+    _stream_query(spark, urls, "LOSSY", checkpoint, seen)
+    publish(urls, [("lossy.a", b"y", None) for _ in range(15)])  # 21..35, then purged unread
+
+    async def purge(js, nc):
+        await js.purge_stream("LOSSY")
+    run_nats(urls, purge)
+    publish(urls, [("lossy.a", b"z", None) for _ in range(5)])  # 36..40
+    with pytest.raises(Exception, match=r"sequences 21\.\.35 are gone"):
+        _stream_query(spark, urls, "LOSSY", checkpoint, seen)
+    _stream_query(spark, urls, "LOSSY", checkpoint, seen, failOnDataLoss="false")
+    assert [seq for _, seqs in seen for seq in seqs] == list(range(1, 21)) + list(range(36, 41))
+
+
+def test_batch_write_appends_once_even_when_a_task_is_retried(spark, cluster):
+    urls = cluster.urls
+    create_stream(urls, "WRITTEN", ["written.>"])
+    df = spark.createDataFrame([(f"written.{i % 4}", f"row-{i}", {"H": [str(i)]}) for i in range(300)],
+                               "subject STRING, data STRING, headers MAP<STRING, ARRAY<STRING>>")
+    df.write.format("jsraft").option("servers", ",".join(urls)).option("stream", "WRITTEN").mode("append").save()
+    written = get_all(urls, "WRITTEN", 1, 300)
+    assert sorted(row[2] for row in written) == sorted(b"row-%d" % i for i in range(300))
+    assert all(row[3]["H"] == row[2].decode().removeprefix("row-") for row in written)
+    with pytest.raises(Exception, match="save mode overwrite is not supported"):
+        df.write.format("jsraft").option("servers", ",".join(urls)).mode("overwrite").save()
+    # A retried task: the same writer (same job id) writes the same partition's rows again, reordered.
+    writer = BatchWriter(WriteOptions(servers=tuple(urls), stream="WRITTEN"))
+    rows = pa.RecordBatch.from_pydict({"subject": ["written.r"] * 3, "data": [b"a", b"b", b"a"]})
+    first = writer.write(iter([rows]))
+    again = writer.write(iter([rows.take(pa.array([2, 1, 0]))]))
+    assert (first.stored, first.duplicates) == (3, 0) and (again.stored, again.duplicates) == (0, 3)
+    assert len(get_all(urls, "WRITTEN", 301, 310)) == 3
+
+
+def test_streaming_write_exactly_once_through_a_failed_commit(spark, cluster, tmp_path):
+    urls = cluster.urls
+    create_stream(urls, "SRC", ["src.>"])
+    create_stream(urls, "OUT", ["out.>"])
+    publish(urls, [(f"src.{i % 3}", b"e%d" % i, None) for i in range(120)])
+    spark.dataSource.register(FailingCommitDataSource)
+    checkpoint, flag = str(tmp_path / "checkpoint"), str(tmp_path / "failed-once")
+
+    def run_query():
+        source = (spark.readStream.format("jsraft").option("servers", ",".join(urls)).option("stream", "SRC")
+                  .option("maxRecordsPerTrigger", "50").load())
+        out = source.selectExpr("concat('out.', subject) AS subject", "data")
+        query = (out.writeStream.format("jsraft_failing_commit").option("servers", ",".join(urls))
+                 .option("stream", "OUT").option("failCommitFlag", flag).option("checkpointLocation", checkpoint)
+                 .trigger(availableNow=True).start())
+        return query.awaitTermination(QUERY_TIMEOUT_S)
+
+    with pytest.raises(Exception, match="injected commit failure of micro-batch 1"):
+        run_query()
+    assert os.path.exists(flag)
+    stored_after_failure = get_all(urls, "OUT", 1, 200)
+    assert len(stored_after_failure) == 100  # batches 0 and 1 were published; 1's commit failed
+    assert run_query()  # restart from the checkpoint: batch 1 is replayed, then batch 2
+    out = get_all(urls, "OUT", 1, 300)
+    assert sorted(row[2] for row in out) == sorted(b"e%d" % i for i in range(120))  # no duplicate, no gap
+    assert {row[1] for row in out} == {"out.src.0", "out.src.1", "out.src.2"}
+
+
+def test_offline_read_of_a_stopped_node_equals_the_online_read(spark, cluster, orders):
+    online = rows_of(read(spark, orders, "ORDERS"))
+    node_dir = os.path.join(cluster.root, "n1")
+    with pytest.raises(Exception, match="in use|LOCK|pid"):
+        spark.read.format("jsraft").option("stream", "ORDERS").load(node_dir).count()
+    cluster.stop()
+    offline = spark.read.format("jsraft").option("stream", "ORDERS").load(node_dir)
+    assert rows_of(offline) == online
+    assert offline.filter("subject = 'orders.2'").count() == sum(1 for r in online if r[1] == "orders.2")

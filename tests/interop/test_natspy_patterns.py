@@ -1,0 +1,148 @@
+"""nats-py's everyday patterns against real `jsraft serve` processes, one node and three, as nats-py's own
+test suite (`tests/test_js.py` of nats.py v2.15.0) and its users write them — no retries, no name flags.
+
+Method: one module-scoped jsraft system per topology (`bench/nats_servers.py`'s `JsraftServers`: one
+`jsraft serve` process per node started by `scripts/cluster.py up`, polled until ready). Each scenario
+runs under `asyncio.run` with its own timeout, on streams and subjects of its own, so scenarios do not see
+each other. In the three-node system the publisher and the subscriber sit on different nodes where the
+scenario is about routing, and the JetStream client talks to a node chosen to not be the stream's leader
+when it matters (every stream here is R3 there). Each scenario fails on the first wrong answer: a
+503 / no-responders, a missing or extra message, or a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import pathlib
+import sys
+import uuid
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+
+
+def _load_servers():
+    spec = importlib.util.spec_from_file_location("bench_nats_servers", BENCH / "nats_servers.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_nats_servers", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+servers = _load_servers()
+nats = pytest.importorskip("nats")
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy  # noqa: E402
+
+
+@pytest.fixture(scope="module", params=[1, 3], ids=["one-node", "three-nodes"])
+def system(request, tmp_path_factory):
+    root = tmp_path_factory.mktemp(f"natspy{request.param}")
+    with servers.JsraftServers(str(root), nodes=request.param) as jsraft_system:
+        yield jsraft_system
+
+
+def run(scenario, *args, timeout_s: float = 60.0):
+    return asyncio.run(asyncio.wait_for(scenario(*args), timeout_s))
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:8].upper()}"
+
+
+async def connect(url: str):
+    return await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+
+
+def replicas(system) -> int:
+    return len(system.urls)
+
+
+# --- Core NATS: publishes whose subject has wildcard tokens ----------------------------------------------
+
+
+async def wildcard_publishes(publisher_url: str, subscriber_url: str) -> dict[str, list[str]]:
+    pub, sub = await connect(publisher_url), await connect(subscriber_url)
+    try:
+        got: dict[str, list[str]] = {}
+        for pattern in ("t.*.>", "t.a.b", "t.>", "t.*.b", "t.a.*"):
+            got[pattern] = []
+
+            async def take(msg, pattern=pattern):
+                got[pattern].append(msg.subject)
+
+            await sub.subscribe(pattern, cb=take)
+        await sub.flush()
+        # The subscriber's node must have told the publisher's node of these subscriptions before it
+        # publishes: interest travels in order, so a request to a responder subscribed after them is
+        # answered once theirs has arrived there too.
+        async def answer(msg):
+            await msg.respond(b"ok")
+
+        responder = await sub.subscribe("u.ready", cb=answer)
+        await sub.flush()
+        for _ in range(200):
+            try:
+                await pub.request("u.ready", b"", timeout=0.5)
+                break
+            except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+                await asyncio.sleep(0.05)
+        await responder.unsubscribe()
+        for subject in ("t.a.>", "t.*.b", "t.>", "t.*", "t.a.b"):
+            await pub.publish(subject, b"x")
+        await pub.flush()
+        expected = sum(len(v) for v in EXPECTED_ROUTING.values())
+        for _ in range(400):
+            if sum(len(v) for v in got.values()) >= expected:
+                break
+            await asyncio.sleep(0.01)
+        await sub.flush()
+        return got
+    finally:
+        await pub.close()
+        await sub.close()
+
+
+# What nats-server 2.15.1 delivers for the publishes above (seen against it): a `*` or `>` token of a
+# published subject is matched only by a wildcard in the subscription.
+EXPECTED_ROUTING = {
+    "t.*.>": ["t.a.>", "t.*.b", "t.a.b"],
+    "t.a.b": ["t.a.b"],
+    "t.>": ["t.a.>", "t.*.b", "t.>", "t.*", "t.a.b"],
+    "t.*.b": ["t.*.b", "t.a.b"],
+    "t.a.*": ["t.a.>", "t.a.b"],
+}
+
+
+def test_publishes_with_wildcard_tokens_are_routed_as_nats_server_routes_them(system):
+    got = run(wildcard_publishes, system.urls[0], system.urls[-1])
+    assert got == EXPECTED_ROUTING
+
+
+# --- Pull consumers on wildcard filters, fetched right after create ---------------------------------------
+
+
+async def pull_on_filter(url: str, num_replicas: int, filter_token: str, durable: bool, count: int) -> list[str]:
+    nc = await connect(url)
+    try:
+        js = nc.jetstream()
+        name = unique("WC")
+        await js.add_stream(name=name, subjects=[f"{name}.>"], num_replicas=num_replicas)
+        for i in range(count):
+            await js.publish(f"{name}.s{i}.x" if filter_token == ">" else f"{name}.s{i}", b"m")
+        durable_name = "worker" if durable else None
+        psub = await js.pull_subscribe(f"{name}.{filter_token}", durable=durable_name)
+        msgs = await psub.fetch(count, timeout=10)  # the first fetch right after create: no retry
+        for msg in msgs:
+            await msg.ack()
+        return [msg.subject for msg in msgs]
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("filter_token", [">", "*"])
+@pytest.mark.parametrize("durable", [True, False], ids=["durable", "ephemeral"])
+def test_pull_subscribe_on_a_wildcard_filter_fetches_at_once(system, filter_token, durable):
+    subjects = run(pull_on_filter, system.urls[-1], replicas(system), filter_token, durable, 5)
+    assert len(subjects) == 5 and len(set(subjects)) == 5, subjects

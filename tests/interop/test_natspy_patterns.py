@@ -146,3 +146,33 @@ async def pull_on_filter(url: str, num_replicas: int, filter_token: str, durable
 def test_pull_subscribe_on_a_wildcard_filter_fetches_at_once(system, filter_token, durable):
     subjects = run(pull_on_filter, system.urls[-1], replicas(system), filter_token, durable, 5)
     assert len(subjects) == 5 and len(set(subjects)) == 5, subjects
+
+
+# --- Interest before the answer: publish and fetch right after the create answers -------------------------
+
+
+async def use_right_after_create(url: str, num_replicas: int, rounds: int) -> list[int]:
+    """Create a stream, publish to it, create a durable and an ephemeral pull consumer and fetch from each
+    — every step right after the answer of the one before, with no retry."""
+    nc = await connect(url)
+    fetched = []
+    try:
+        js = nc.jetstream()
+        for _ in range(rounds):
+            name = unique("RA")
+            await js.add_stream(name=name, subjects=[f"{name}.*"], num_replicas=num_replicas)
+            await js.publish(f"{name}.a", b"first")
+            for durable in ("d", None):
+                psub = await js.pull_subscribe(f"{name}.a", durable=durable, stream=name)
+                (msg,) = await psub.fetch(1, timeout=10)
+                await msg.ack()
+                fetched.append(msg.metadata.sequence.stream)
+                await psub.unsubscribe()
+    finally:
+        await nc.close()
+    return fetched
+
+
+def test_a_stream_and_its_consumers_serve_right_after_their_create_answers(system):
+    for url in system.urls:  # the client on every node: leader and followers alike
+        assert run(use_right_after_create, url, replicas(system), 3, timeout_s=120) == [1] * 6

@@ -270,7 +270,7 @@ class JsApi:
         """Invariant 4: the stream info, with the config the meta leader answered."""
         with trio.move_on_after(SETTLE_TIMEOUT_S):
             while name not in self.node.meta.names():
-                await trio.sleep(self.node.tick_s / 2)
+                await trio.sleep(self.node.tick_s / 20)
             info = await self.info(name)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level)
             return info

@@ -50,6 +50,7 @@ from jsraft.runtime.proposals import Proposal
 from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError
+from jsraft.server.first_election import FirstElection
 from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
@@ -132,6 +133,8 @@ class StreamReplica:
                                       snapshot_every_entries=self.options.snapshot_every_entries)
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
+        self.first_election = FirstElection(self.runtime, self.group, self.node_id,
+                                            self.peers if self.bootstrap else (), self.raft_config.election_ticks)
 
     def _open_files(self) -> None:
         if not self.disk.exists("group"):
@@ -197,6 +200,7 @@ class StreamReplica:
                 nursery.start_soon(self.consumers.run)
                 ticks = 0
                 while True:
+                    self.first_election.tick()
                     self._follow_leadership()
                     if self._config_due() and not self._config_task:
                         self._config_task = True

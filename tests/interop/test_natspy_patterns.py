@@ -176,3 +176,43 @@ async def use_right_after_create(url: str, num_replicas: int, rounds: int) -> li
 def test_a_stream_and_its_consumers_serve_right_after_their_create_answers(system):
     for url in system.urls:  # the client on every node: leader and followers alike
         assert run(use_right_after_create, url, replicas(system), 3, timeout_s=120) == [1] * 6
+
+
+# --- The plain pull loop over a large stream ----------------------------------------------------------------
+
+
+async def pull_loop(url: str, num_replicas: int, total: int) -> tuple[int, int]:
+    """The issue's loop: `total` x 128 B published with `publish_async`, then `fetch(500, timeout=5)` with
+    an ack for each message until all arrived. nats-py's `pull_subscribe` sets the subject as the
+    consumer's filter: the filtered read path (a stall after ~1,500 messages, each fetch slower than the
+    last, when every read listed the rest of its block) is the one under test."""
+    nc = await connect(url)
+    try:
+        js = nc.jetstream()
+        name = unique("PL")
+        await js.add_stream(name=name, subjects=[f"{name}.x"], num_replicas=num_replicas)
+        for _ in range(total):
+            await js.publish_async(f"{name}.x", b"x" * 128)
+        await js.publish_async_completed()
+        config = ConsumerConfig(ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
+                                max_ack_pending=10_000, ack_wait=60)
+        psub = await js.pull_subscribe(f"{name}.x", durable="A", stream=name, config=config)
+        received, timeouts, seen = 0, 0, set()
+        while received < total and timeouts < 3:
+            try:
+                msgs = await psub.fetch(500, timeout=5)
+            except nats.errors.TimeoutError:
+                timeouts += 1
+                continue
+            for msg in msgs:
+                seen.add(msg.metadata.sequence.stream)
+                await msg.ack()
+            received += len(msgs)
+        assert seen == set(range(1, total + 1)), f"{len(seen)} distinct of {total}"
+        return received, timeouts
+    finally:
+        await nc.close()
+
+
+def test_the_nats_py_pull_loop_receives_30000_without_a_stall(system):
+    assert run(pull_loop, system.urls[-1], replicas(system), 30_000, timeout_s=300) == (30_000, 0)

@@ -216,3 +216,32 @@ async def pull_loop(url: str, num_replicas: int, total: int) -> tuple[int, int]:
 
 def test_the_nats_py_pull_loop_receives_30000_without_a_stall(system):
     assert run(pull_loop, system.urls[-1], replicas(system), 30_000, timeout_s=300) == (30_000, 0)
+
+
+# --- Read-your-writes for stream updates ---------------------------------------------------------------------
+
+
+async def update_then_read(url: str, num_replicas: int) -> list[tuple[int, int]]:
+    """`update_stream(max_msgs=500)` on a stream of 2,000: what the update answers, then what an
+    immediate `stream_info` answers — (messages, first_seq) each."""
+    nc = await connect(url)
+    try:
+        js = nc.jetstream()
+        name = unique("UP")
+        await js.add_stream(name=name, subjects=[f"{name}.x"], num_replicas=num_replicas)
+        for _ in range(2000):
+            await js.publish_async(f"{name}.x", b"m")
+        await js.publish_async_completed()
+        answered = await js.update_stream(name=name, subjects=[f"{name}.x"], num_replicas=num_replicas,
+                                          max_msgs=500)
+        info = await js.stream_info(name)
+        assert answered.config.max_msgs == info.config.max_msgs == 500
+        return [(answered.state.messages, answered.state.first_seq), (info.state.messages, info.state.first_seq)]
+    finally:
+        await nc.close()
+
+
+def test_a_stream_update_is_read_your_writes(system):
+    for url in system.urls:
+        for _ in range(2):
+            assert run(update_then_read, url, replicas(system)) == [(500, 1501), (500, 1501)]

@@ -245,3 +245,45 @@ def test_a_stream_update_is_read_your_writes(system):
     for url in system.urls:
         for _ in range(2):
             assert run(update_then_read, url, replicas(system)) == [(500, 1501), (500, 1501)]
+
+
+# --- An ordered push consumer (flow control and idle heartbeats) ---------------------------------------------
+
+
+async def ordered_consumer(url: str, num_replicas: int) -> tuple[int, bytes]:
+    """nats-py's `test_ordered_consumer`: 1 MiB published as 1,024 chunks of 1 KiB (with a header),
+    concurrently, to an ordered consumer (flow control and a 0.3 s idle heartbeat, as nats-py sets them)."""
+    nc = await connect(url)
+    try:
+        js = nc.jetstream()
+        name = unique("OC")
+        await js.add_stream(name=name, subjects=[name], num_replicas=num_replicas)
+        received: list = []
+
+        async def take(msg):
+            received.append(msg)
+            await msg.ack()
+
+        sub = await js.subscribe(name, cb=take, ordered_consumer=True, idle_heartbeat=0.3)
+        payload = bytes(range(256)) * 4096
+        tasks = []
+        for at in range(0, len(payload), 1024):
+            tasks.append(asyncio.create_task(js.publish(name, payload[at:at + 1024], headers={"data": "true"})))
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        for _ in range(500):  # a deadline, not a sleep: done as soon as the last chunk arrived
+            if len(received) >= 1024:
+                break
+            await asyncio.sleep(0.01)
+        sequences = [msg.metadata.sequence.stream for msg in received]
+        assert sequences == sorted(set(sequences)), "out of order or duplicated"
+        info = await sub.consumer_info()
+        assert info.num_pending == 0
+        return len(received), b"".join(msg.data for msg in received)
+    finally:
+        await nc.close()
+
+
+def test_an_ordered_consumer_receives_1024_of_1024_with_flow_control(system):
+    count, data = run(ordered_consumer, system.urls[-1], replicas(system))
+    assert count == 1024 and data == bytes(range(256)) * 4096

@@ -70,7 +70,7 @@ from typing import Any
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nats_fetch import confirm_acks, create_consumer, fetch_all, retry_unavailable  # noqa: E402
+from nats_fetch import UNAVAILABLE_FOR_S, confirm_acks, create_consumer, fetch_all, retry_unavailable  # noqa: E402
 from nats_servers import JsraftServers, NatsServers, find_nats_server, nats_server_version  # noqa: E402
 
 MB = 1_000_000  # decimal megabytes of payload, as the anchor figures
@@ -166,6 +166,12 @@ class Target:
         self.watch: Any = None  # an idle connection held for the whole topology: does the server keep it?
         self.watch_closing = False
         self.unavailable: dict[str, int] = {}  # API calls answered 503 and tried again (nats_fetch), this run
+        # How long a 503 is tried again: never for jsraft (module docstring), 30 s for nats-server.
+        self.unavailable_for_s = 0.0 if name == "jsraft" else UNAVAILABLE_FOR_S
+
+    async def api(self, call: Any) -> Any:
+        """A JetStream API call, a 503 tried again as this system's `unavailable_for_s` allows."""
+        return await retry_unavailable(call, counts=self.unavailable, limit_s=self.unavailable_for_s)
 
     async def connect(self) -> None:
         self.closing = False
@@ -205,14 +211,14 @@ class Target:
 
         js = self.nc.jetstream(timeout=30)
         try:
-            await retry_unavailable(lambda: js.delete_stream(STREAM), counts=self.unavailable)
+            await self.api(lambda: js.delete_stream(STREAM))
         except nats.js.errors.NotFoundError:
             pass
         config = StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=self.replicas)
-        await retry_unavailable(lambda: js.add_stream(config), counts=self.unavailable)  # idempotent
+        await self.api(lambda: js.add_stream(config))  # idempotent
         deadline = time.monotonic() + timeout_s
         while True:
-            info = await retry_unavailable(lambda: js.stream_info(STREAM), counts=self.unavailable)
+            info = await self.api(lambda: js.stream_info(STREAM))
             leader = info.cluster.leader if info.cluster else None
             if leader or (self.replicas == 1 and info.cluster is None):
                 return leader
@@ -222,14 +228,14 @@ class Target:
 
     async def stored(self) -> int:
         js = self.nc.jetstream(timeout=30)
-        return (await retry_unavailable(lambda: js.stream_info(STREAM), counts=self.unavailable)).state.messages
+        return (await self.api(lambda: js.stream_info(STREAM))).state.messages
 
     async def delete_stream(self) -> None:
         import nats.js.errors
 
         js = self.nc.jetstream(timeout=60)
         try:
-            await retry_unavailable(lambda: js.delete_stream(STREAM), counts=self.unavailable)
+            await self.api(lambda: js.delete_stream(STREAM))
         except nats.js.errors.NotFoundError:  # a delete answered 503 that had done it, then tried again
             pass
 
@@ -301,13 +307,15 @@ async def prefill(target: Target, count: int, size: int, args: argparse.Namespac
     stored = await target.stored()
     if errors or ok != count or stored != count:
         raise RuntimeError(f"{target.name} prefill: {ok} of {count} acknowledged, {errors} failed, {stored} stored")
-    psub = await create_consumer(target.nc.jetstream(timeout=30), STREAM, counts=target.unavailable)
+    psub = await create_consumer(target.nc.jetstream(timeout=30), STREAM, counts=target.unavailable,
+                                 limit_s=target.unavailable_for_s)
     return psub, {"prefill_s": round(filled, 3), "prefill_msgs_per_s": round(count / filled, 1)}
 
 
 async def fetch_workload(target: Target, psub: Any, count: int,
                          args: argparse.Namespace) -> tuple[int, int, list[float], dict[str, Any]]:
-    done = await fetch_all(target.nc, psub, count, args.batch, args.fetch_cap)
+    done = await fetch_all(target.nc, psub, count, args.batch, args.fetch_cap,
+                           unavailable_for_s=target.unavailable_for_s)
     tally = done["tally"]
     return tally.received, 0, done["latencies"], {
         "redelivered": tally.redelivered, "duplicates": tally.duplicates, "empty_fetches": done["empty_fetches"],
@@ -338,7 +346,8 @@ async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
     client_cpu = time.process_time() - client_cpu
     idle_cpu = {other.name: round(other.meter.seconds() - idle_cpu[other.name], 3) for other in idle}
     if workload == "c_fetch_128":
-        extra |= await confirm_acks(target.nc.jetstream(timeout=30), STREAM, ok, counts=target.unavailable)
+        extra |= await confirm_acks(target.nc.jetstream(timeout=30), STREAM, ok, counts=target.unavailable,
+                                    limit_s=target.unavailable_for_s)
         await psub.unsubscribe()
     stored = await target.stored()
     await target.delete_stream()

@@ -17,7 +17,8 @@ Invariants (a run that breaks one raises, and compare_nats.py records it as FAIL
   - after the timed part, the server reports `num_ack_pending` 0 and an ack floor at N within 30 s: every
     ack sent reached the consumer. The time that takes is reported apart (`ack_confirm_s`), not in msgs/s;
   - a `503` (nats-py `ServiceUnavailableError`: no responders, or "JetStream system temporarily
-    unavailable") is retried, counted, never hidden: a fetch answered 503 is tried again after
+    unavailable") is retried for at most the caller's `limit_s` / `unavailable_for_s` (0 for jsraft: its
+    first 503 fails the run), counted, never hidden: a fetch answered 503 is tried again after
     `UNAVAILABLE_PAUSE_S` (its time stays in the clock), an API call (`retry_unavailable`) until a deadline.
     A clustered nats-server answers a pull request sent through n1 with "no responders" until the
     consumer leader's interest in `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` has reached n1 over
@@ -75,13 +76,14 @@ class Tally:
         return self.next_seq - 1
 
 
-async def create_consumer(js: Any, stream: str, counts: dict[str, int] | None = None) -> Any:
+async def create_consumer(js: Any, stream: str, counts: dict[str, int] | None = None,
+                          limit_s: float = UNAVAILABLE_FOR_S) -> Any:
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
     config = ConsumerConfig(durable_name=DURABLE, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
                             max_ack_pending=10_000, ack_wait=60)
     # Tried again after a 503: the same config again is a no-op for both servers.
-    await retry_unavailable(lambda: js.add_consumer(stream, config), counts=counts)
+    await retry_unavailable(lambda: js.add_consumer(stream, config), counts=counts, limit_s=limit_s)
     return await js.pull_subscribe_bind(DURABLE, stream=stream)
 
 
@@ -95,14 +97,15 @@ async def retry_unavailable(call: Any, limit_s: float = UNAVAILABLE_FOR_S, count
         try:
             return await call()
         except nats.js.errors.ServiceUnavailableError:
-            if time.monotonic() > deadline:
+            if time.monotonic() >= deadline:
                 raise
             if counts is not None:
                 counts["unavailable"] = counts.get("unavailable", 0) + 1
             await asyncio.sleep(UNAVAILABLE_PAUSE_S)
 
 
-async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float) -> dict[str, Any]:
+async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float,
+                    unavailable_for_s: float = UNAVAILABLE_FOR_S) -> dict[str, Any]:
     """The timed part: fetch and ack until `total` messages are received (or `cap_s` passes, which fails
     the run); returns the tally and the per-fetch latencies (s)."""
     import nats.errors
@@ -122,7 +125,7 @@ async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float) ->
         except nats.js.errors.ServiceUnavailableError:  # module docstring: counted, tried again
             unavailable += 1
             unavailable_since = unavailable_since or begun
-            if perf() - unavailable_since > UNAVAILABLE_FOR_S:
+            if perf() - unavailable_since >= unavailable_for_s:
                 raise
             await asyncio.sleep(UNAVAILABLE_PAUSE_S)
             continue
@@ -143,11 +146,11 @@ async def fetch_all(nc: Any, psub: Any, total: int, batch: int, cap_s: float) ->
 
 
 async def confirm_acks(js: Any, stream: str, total: int, timeout_s: float = 30.0,
-                       counts: dict[str, int] | None = None) -> dict[str, Any]:
+                       counts: dict[str, int] | None = None, limit_s: float = UNAVAILABLE_FOR_S) -> dict[str, Any]:
     """Poll the consumer until every ack is applied: no ack pending, ack floor at `total`."""
     started = time.perf_counter()
     while True:
-        info = await retry_unavailable(lambda: js.consumer_info(stream, DURABLE), counts=counts)
+        info = await retry_unavailable(lambda: js.consumer_info(stream, DURABLE), counts=counts, limit_s=limit_s)
         floor = info.ack_floor.stream_seq
         if info.num_ack_pending == 0 and floor >= total:
             return {"ack_confirm_s": round(time.perf_counter() - started, 3), "ack_floor": floor,

@@ -6,7 +6,7 @@ lost message must raise; one received again must be counted (a redelivery, or a 
 when the server says it is a first delivery), not fail the run. The fetch loop and `retry_unavailable`
 run (asyncio, as the bench) against a fake subscription / call that answers 503 (nats-py's
 `ServiceUnavailableError`) a few times, then serves: the 503s are retried and counted; one that lasts past
-the limit still fails. No server is involved.
+the limit still fails, and with jsraft's limit (0) the first one fails. No server is involved.
 """
 
 from __future__ import annotations
@@ -115,13 +115,15 @@ def test_a_fetch_answered_503_is_tried_again_and_counted(monkeypatch):
     assert len(done["latencies"]) == 3  # the fetches that answered: 4 + 4 + 2
 
 
-def test_a_503_that_lasts_fails_the_run(monkeypatch):
+@pytest.mark.parametrize("unavailable_for_s, failures", [(0.0, 1), (0.05, 10**6)], ids=["jsraft", "lasting"])
+def test_a_503_fails_a_jsraft_run_at_once_and_any_run_when_it_lasts(monkeypatch, unavailable_for_s, failures):
     import nats.js.errors
 
     monkeypatch.setattr(nats_fetch, "UNAVAILABLE_PAUSE_S", 0.0)
-    monkeypatch.setattr(nats_fetch, "UNAVAILABLE_FOR_S", -1.0)
+    psub = UnavailableFirst(total=10, failures=failures)
     with pytest.raises(nats.js.errors.ServiceUnavailableError):
-        asyncio.run(nats_fetch.fetch_all(FakeConn(), UnavailableFirst(total=10, failures=10**6), 10, 4, cap_s=30))
+        asyncio.run(nats_fetch.fetch_all(FakeConn(), psub, 10, 4, cap_s=30, unavailable_for_s=unavailable_for_s))
+    assert psub.calls == 1 if unavailable_for_s == 0.0 else psub.calls > 1
 
 
 def test_retry_unavailable_counts_and_returns_or_gives_up():

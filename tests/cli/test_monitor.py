@@ -25,7 +25,7 @@ from jsraft.server.monitor import HttpError, Monitor, format_uptime, parse_reque
 
 def config(tmp_path) -> NodeConfig:
     return NodeConfig(name="m1", store_dir=str(tmp_path / "data"), cluster_name="mon", cluster_port=0,
-                      client_port=0, tick_ms=20, election_ticks=5, test_mode=True)
+                      client_port=0, tick_ms=20, election_ticks=5, test_mode=True, cluster_listen=True)
 
 
 async def raw_request(address: tuple[str, int], data: bytes, *, close_write: bool = True) -> tuple[int, dict, bytes]:

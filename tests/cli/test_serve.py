@@ -94,7 +94,7 @@ def stop(process: subprocess.Popen, signum: int = signal.SIGTERM) -> tuple[int, 
     ("node.toml", 'name = "a"\nstore_dir = "{dir}"\n', ["--routes", "n2"], "NAME=HOST:PORT"),
     ("node.toml", 'name = "a"\nstore_dir = "{dir}"\n', ["--monitor-port", "70000"], "monitor_port"),
     ("node.toml", 'name = "a"\nstore_dir = "{dir}"\n[peers]\nn2 = "nowhere"\n', [], "peers.n2"),
-    (None, "", ["--name", "a"], "--store-dir required"),
+    (None, "", ["--name", "a", "-sd", "{dir}", "-p", "-2"], "client_port must be 0..65535"),
     (None, "", ["-n", "a", "--routes", "nats://127.0.0.1:6223"], "needs its node's name"),
     ("missing.toml", None, [], "cannot read"),
 ])
@@ -106,7 +106,8 @@ def test_configuration_errors_exit_2_and_touch_nothing(tmp_path, name, text, arg
         if text is not None:
             path.write_text(text.format(dir=data))
         config_args = ["--config", str(path)]
-    result = subprocess.run([sys.executable, "-m", "jsraft", "serve", *config_args, *args],
+    result = subprocess.run([sys.executable, "-m", "jsraft", "serve", *config_args,
+                             *(arg.format(dir=data) for arg in args)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "configuration error" in result.stderr
@@ -163,7 +164,7 @@ def test_serve_from_a_config_file_with_flags_on_top_then_stop_cleanly(tmp_path, 
     finally:
         returncode, stderr = stop(process, signum)
     assert returncode == 0, stderr
-    assert f"received {signal.Signals(signum).name}: stopping" in stderr
+    assert f"Trapped {signal.Signals(signum).name} signal: stopping" in stderr
     assert "stopped cleanly (stores closed)" in stderr
     assert os.path.exists(index), "the store was not closed cleanly"
     assert trio.run(read_stream, store_dir) == [f"order {i}".encode() for i in range(100)]
@@ -258,7 +259,7 @@ def test_jetstream_flag_is_accepted(argv):
 @pytest.mark.parametrize("argv", [["-D"], ["--debug"], ["-debug"], ["--log-level", "debug"]])
 def test_debug_flag_sets_the_log_level(argv):
     assert parse_serve(*argv)[0].log_level == "debug"
-    assert parse_serve()[0].log_level == "info"
+    assert parse_serve()[0].log_level is None  # the default: startup lines, then warnings only
 
 
 @pytest.mark.parametrize("argv, host, port", [

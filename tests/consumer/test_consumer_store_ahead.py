@@ -203,6 +203,19 @@ def test_num_pending_of_a_filtered_consumer_below_the_head_reads_no_message() ->
     assert _Counting.loads <= 10
 
 
+def test_num_pending_of_a_filter_matching_every_message_reads_no_message() -> None:
+    """nats-py's `pull_subscribe(subject)` filters on the stream's one subject: counted as unfiltered."""
+    store = _Counting()
+    for seq in range(1, 2001):
+        store.append(seq, "s.a", b"", b"m", T0 + seq)
+    _Counting.loads = 0
+    for filters in (["s.a"], ["s.*"], ["s.a", "s.>"]):
+        assert num_pending(store, filters, 1000) == 1000 == _walk(store, filters, 1000)
+    assert _Counting.loads == 3 * 1001  # the three walks of the check, none of num_pending's
+    store.delete(1500)  # an interior delete: still exact
+    assert num_pending(store, ["s.a"], 1000) == 999 == _walk(store, ["s.a"], 1000)
+
+
 # --- Retention after a consumer deletion, on a store that is ahead --------------------------------
 
 

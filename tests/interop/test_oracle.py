@@ -100,9 +100,6 @@ ACCEPTED = [
              f"{KNOWN_BUG}: deleting a sequence past the stream's last is 500/10057 'stream store EOF' on "
              "nats-server (its file store's ErrStoreEOF); jsraft's stream leader refuses it before proposing "
              "(src/jsraft/stream/leader.py propose_delete) with 'no message found' (code and err_code agree)"),
-    Accepted("*", "*config.consumer_limits",
-             f"{KNOWN_BUG}: jsraft's StreamConfig.to_json leaves an unset consumer_limits out "
-             "(src/jsraft/jsapi/stream_config.py); nats-server always serves the (empty) object"),
 ]
 
 # The steps the oracle (nats-server) answers with an error: checked, so the script tests what it says.

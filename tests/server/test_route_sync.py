@@ -65,7 +65,7 @@ def test_interest_frames_round_trip_and_a_large_state_is_chunked():
     (b"", "truncated"),
     (b"\x09", "unknown route frame kind"),
     (encode_resync() + b"x", "trailing"),
-    (msg(b"a.*", None, (), None, b""), "invalid subject"),
+    (msg(b"a.>.b", None, (), None, b""), "invalid subject"),
     (msg(b"a..b", None, (), None, b""), "invalid subject"),
     (msg(b"\xff", None, (), None, b""), "UTF-8"),
     (msg(b"a", None, ("bad queue",), None, b""), "invalid queue"),
@@ -83,6 +83,16 @@ def test_interest_frames_round_trip_and_a_large_state_is_chunked():
 def test_malformed_frames_are_protocol_errors(payload, why):
     with pytest.raises(TransportProtocolError, match=why):
         decode(payload)
+
+
+@pytest.mark.parametrize("subject", [b"t.a.>", b"t.*.b", b"*"])
+def test_a_message_published_on_wildcard_tokens_travels(subject):
+    """A client may publish on `t.a.>` (nats-server routes it to `t.*.>`): the peer must take it, not
+    close the link over it."""
+    (routed,) = decode(msg(subject, None, (), None, b"x")).messages  # the fast path (no queue groups)
+    assert (routed.subject, routed.payload) == (subject.decode(), b"x")
+    (queued,) = decode(msg(subject, None, ("q",), None, b"y")).messages  # the general path
+    assert (queued.subject, queued.queues) == (subject.decode(), ("q",))
 
 
 # --- Interest sets and the receiver's state machine ------------------------------------------------------

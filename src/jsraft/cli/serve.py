@@ -15,6 +15,9 @@ Invariants:
      closes every group and the stream stores are closed, then the process exits 0.
   3. The node listens for NATS clients on the client port (`-p`; the node starts the listener itself);
      `/varz` reports the port bound.
+  4. `Server is ready` and the ports file come only once every listener is bound and the node is ready
+     (`Node.wait_ready`: a meta leader, caught up), so a harness that waits for either can use the node
+     at once; the ports file is removed when the node stops.
 
 Imports: stdlib, L0, L5 (`server`), trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -22,20 +25,30 @@ Imports: stdlib, L0, L5 (`server`), trio. Reference: nats-server command-line fl
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
+import os
 import signal
 import sys
+import tempfile
 from typing import Any
 
 import trio
 
+from jsraft import __version__
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
+from jsraft.server.client_server import NATS_VERSION
+from jsraft.server.identity import default_node_name
 from jsraft.server.monitor import Monitor
 
 log = logging.getLogger("jsraft.serve")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# nats-server keeps JetStream under <tmp>/nats/jetstream when given no store directory; jsraft beside it.
+DEFAULT_STORE_DIR = os.path.join(tempfile.gettempdir(), "jsraft", "jetstream")
+RANDOM_PORT = -1  # nats-server's `-p -1`: any free port
 # flag dest -> NodeConfig field, for flags that map one to one
 _FIELDS = ("name", "store_dir", "client_host", "client_port", "cluster_port", "monitor_host", "monitor_port",
            "cluster_name", "tick_ms", "election_ticks", "test_hooks")
@@ -61,13 +74,13 @@ def add_parser(sub: Any) -> None:
     _flag(serve, ("-a", "--client-host", "--addr", "--net"), ("addr", "net"), dest="client_host", metavar="HOST",
           help="client listener host (default 127.0.0.1)")
     _flag(serve, ("-p", "--client-port", "--port"), ("port",), dest="client_port", type=int, metavar="PORT",
-          help="NATS client port (default 4222; 0 picks a free port)")
+          help="NATS client port (default 4222; 0 or -1 picks a free port)")
     serve.add_argument("--cluster-port", type=int, metavar="PORT", help="cluster (node-to-node) listener port "
-                       "(default 6222)")
+                       "(default 6222; opened only with peers, --cluster or this flag)")
     _flag(serve, ("--cluster", "--cluster_listen"), ("cluster", "cluster_listen"), dest="cluster",
           metavar="[nats://]HOST:PORT", help="cluster listener address")
     _flag(serve, ("-m", "--monitor-port", "--http_port"), ("http_port",), dest="monitor_port", type=int,
-          metavar="PORT", help="monitoring HTTP port (/healthz, /varz, /jsz); off unless given")
+          metavar="PORT", help="monitoring HTTP port (/healthz, /varz, /jsz; -1 picks a free port); off unless given")
     serve.add_argument("--monitor-host", metavar="HOST", help="monitoring HTTP host (default 127.0.0.1)")
     _flag(serve, ("--routes", "--peers"), ("routes",), dest="peers", action="append",
           metavar="NAME=HOST:PORT,...",
@@ -81,9 +94,12 @@ def add_parser(sub: Any) -> None:
           help="accepted for nats-server parity; always on")
     serve.add_argument("--test-hooks", action="store_true", default=None,
                        help="serve the chaos test hooks under /test/ on the monitor port (tests only)")
-    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    _flag(serve, ("-D", "--debug"), ("debug",), dest="log_level", action="store_const", const="debug",
-          help="the same as --log-level debug (nats-server's spelling)")
+    _flag(serve, ("--ports_file_dir",), ("ports_file_dir",), dest="ports_file_dir", metavar="DIR",
+          help="write nats-server's ports file (nats-server_<pid>.ports) there once ready")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                       help="every logger at this level (default: the startup lines, then warnings only)")
+    _flag(serve, ("-D", "--debug", "-DV", "-VD"), ("debug",), dest="log_level", action="store_const",
+          const="debug", help="the same as --log-level debug (nats-server's spelling; -DV also traces there)")
     serve.set_defaults(func=cmd_serve)
 
 
@@ -121,8 +137,13 @@ def parse_cluster(text: str) -> tuple[str, int]:
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The NodeConfig fields the command line sets (unset flags are absent, so a file's value stands)."""
     overrides = {field: getattr(args, field) for field in _FIELDS if getattr(args, field) is not None}
+    for field in ("client_port", "monitor_port", "cluster_port"):
+        if overrides.get(field) == RANDOM_PORT:
+            overrides[field] = 0
     if args.cluster is not None:
         overrides["cluster_host"], overrides["cluster_port"] = parse_cluster(args.cluster)
+    if args.cluster is not None or args.cluster_port is not None:
+        overrides["cluster_listen"] = True  # asked for: listen even before peers are known
     if args.peers is not None:
         overrides["peers"] = parse_peers(args.peers)
     return overrides
@@ -132,18 +153,39 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
     overrides = overrides_from_args(args)
     if args.config is not None:
         return NodeConfig.from_file(args.config, overrides)
-    missing = [flag for flag, field in (("--name", "name"), ("--store-dir", "store_dir")) if field not in overrides]
-    if missing:
-        raise InvalidConfig(f"{' and '.join(missing)} required (or give a --config FILE)")
-    return NodeConfig.from_dict(overrides)
+    return NodeConfig.from_dict(with_defaults(overrides))
 
 
-def setup_logging(node_name: str, level: str) -> None:
+def with_defaults(fields: dict[str, Any]) -> dict[str, Any]:
+    """nats-server needs neither a name nor a store directory: the default store directory, and the name
+    that directory already holds (else a new one), for whichever is not given."""
+    store_dir = fields.get("store_dir") or DEFAULT_STORE_DIR
+    return {"store_dir": store_dir, "name": fields.get("name") or default_node_name(store_dir), **fields}
+
+
+_LEVELS = {"DEBUG": "DBG", "INFO": "INF", "WARNING": "WRN", "ERROR": "ERR", "CRITICAL": "FTL"}
+
+
+class _NatsFormatter(logging.Formatter):
+    """nats-server's line: `[pid] 2006/01/02 15:04:05.000000 [INF] message` (other loggers name themselves)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage() if record.name == log.name else f"{record.name}: {record.getMessage()}"
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        stamp = self.formatTime(record, "%Y/%m/%d %H:%M:%S") + f".{int(record.msecs * 1000):06d}"
+        return f"[{record.process}] {stamp} [{_LEVELS.get(record.levelname, record.levelname)}] {message}"
+
+
+def setup_logging(level: str | None) -> None:
+    """`level` None: `serve`'s own lines (startup, readiness, stop) and every warning, as nats-server's
+    default; a level: every logger at it."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{node_name}] %(name)s: %(message)s"))
+    handler.setFormatter(_NatsFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level.upper())
+    root.setLevel((level or "warning").upper())
+    log.setLevel((level or "info").upper())
 
 
 def _leaf(error: BaseException) -> BaseException:
@@ -160,9 +202,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         where = f" in {args.config}" if args.config and args.config not in str(error) else ""
         print(f"jsraft serve: configuration error{where}: {error}", file=sys.stderr)
         return EXIT_USAGE
-    setup_logging(config.name, args.log_level)
+    setup_logging(args.log_level)
     try:
-        trio.run(serve, config)
+        trio.run(serve, config, args.ports_file_dir)
     except BaseException as raised:  # noqa: BLE001 — reported below, or re-raised if not ours
         error = _leaf(raised)
         if isinstance(error, (JsraftError, OSError)):
@@ -173,9 +215,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def serve(config: NodeConfig) -> None:
-    """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariant 2)."""
+async def serve(config: NodeConfig, ports_file_dir: str | None = None) -> None:
+    """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariants 2, 4)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        log_startup(config)
         node = Node(config)
         await node.prepare()  # a foreign store directory fails here, before any listener opens
         monitor = Monitor(node, config.monitor_host, config.monitor_port) if config.monitor_port is not None else None
@@ -187,23 +230,63 @@ async def serve(config: NodeConfig) -> None:
             finally:
                 node_done.set()
 
+        ports_file = None
         async with trio.open_nursery() as nursery:
-            monitor_url = "off"
+            monitor_url = None
             if monitor is not None:
                 host, port = await nursery.start(monitor.run)
                 monitor_url = f"http://{host}:{port}"
+                log.info("Starting http monitor on %s:%d", host, port)
             await nursery.start(run_node)
+            if node.cluster_address is not None:
+                log.info("Cluster %s: listening for route connections on %s:%d, peers %s", config.cluster_name,
+                         *node.cluster_address, ",".join(sorted(config.peers)) or "none yet")
+            if not config.clustered:  # a cluster's meta leader needs its peers: do not wait for them here
+                await node.wait_ready(timeout_s=60.0)
             if monitor is not None:
                 monitor.mark_running()
-            log.info("node %s serving: cluster %s on %s:%s, monitor %s, NATS clients on %s, peers %s", config.name,
-                     config.cluster_name, *node.cluster_address, monitor_url, node.url,
-                     ",".join(sorted(config.peers)) or "none")
-            async for signum in signals:
-                log.info("received %s: stopping", signal.Signals(signum).name)
-                break
-            if monitor is not None:
-                monitor.mark_stopped()
-            node.stop()
-            await node_done.wait()
-            nursery.cancel_scope.cancel()
+            log.info("Listening for client connections on %s:%d", *node.client_address)
+            if ports_file_dir is not None:
+                ports_file = write_ports_file(ports_file_dir, node.url, monitor_url,
+                                              node.cluster_address)
+            log.info("Server is ready")
+            try:
+                async for signum in signals:
+                    log.info("Trapped %s signal: stopping", signal.Signals(signum).name)
+                    break
+                if monitor is not None:
+                    monitor.mark_stopped()
+                node.stop()
+                await node_done.wait()
+                nursery.cancel_scope.cancel()
+            finally:
+                if ports_file is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(ports_file)
     log.info("node %s stopped cleanly (stores closed)", config.name)
+
+
+def log_startup(config: NodeConfig) -> None:
+    log.info("Starting jsraft %s (speaking nats-server %s's client protocol)", __version__, NATS_VERSION)
+    log.info("  Name:     %s", config.name)
+    log.info("  Store Directory: %r", config.store_dir)
+    if config.store_dir == DEFAULT_STORE_DIR:
+        log.warning("Temporary storage directory used, data could be lost on system reboot")
+
+
+def write_ports_file(directory: str, client_url: str | None, monitor_url: str | None,
+                     cluster_address: tuple[str, int] | None) -> str:
+    """nats-server's ports file, `<dir>/nats-server_<pid>.ports` (the name a launcher that started
+    `nats-server` looks for): `{"nats": [...], "monitoring": [...], "cluster": [...]}`, written whole
+    (temp file, then rename) so a reader never sees half of it."""
+    ports: dict[str, list[str]] = {"nats": [client_url] if client_url else []}
+    if monitor_url is not None:
+        ports["monitoring"] = [monitor_url]
+    if cluster_address is not None:
+        ports["cluster"] = [f"nats://{cluster_address[0]}:{cluster_address[1]}"]
+    path = os.path.join(directory, f"nats-server_{os.getpid()}.ports")
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as file:
+        json.dump(ports, file)
+    os.replace(temporary, path)
+    return path

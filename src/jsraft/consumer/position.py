@@ -17,7 +17,8 @@ Invariants:
      known, so it counts as a message (a start on it, one more pending) — never fewer deliveries.
   4. `num_pending` answers exactly what a walk over the matching messages above `after_seq` would; for a
      filtered consumer it uses the store's per-subject counts (`subject_counts`) and walks at most the
-     shorter side of `after_seq` (the leader calls it once per delivery batch and for every info).
+     shorter side of `after_seq` (the leader calls it once per delivery batch and for every info) — and
+     not at all when the filter matches every message in the store, which is then counted as unfiltered.
 
 Imports: L0, L1 (`jsapi`, `subjects`), L2 (`store`). Reference: nats-server `server/consumer.go`
 (selectStartingSeqNo, numPending / streamNumPending).
@@ -138,6 +139,11 @@ def num_pending(store: StreamStore, filters: Sequence[str], after_seq: int) -> i
     state = store.state()
     if after_seq >= state.last_seq or state.msgs == 0:
         return 0
+    total = _total_matching(store, filters) if filters else state.msgs
+    if total == state.msgs:
+        # The filter matches every message (nats-py's `pull_subscribe(subject)` sets the stream's one
+        # subject as its filter): count as unfiltered, O(1) without a walk over the store.
+        filters = ()
     if not filters and after_seq < state.first_seq:
         return state.msgs
     if not filters and state.num_deleted == 0:
@@ -145,7 +151,6 @@ def num_pending(store: StreamStore, filters: Sequence[str], after_seq: int) -> i
     wanted = list(filters) or None
     if after_seq >= state.first_seq and state.last_seq - after_seq <= after_seq - state.first_seq + 1:
         return _count_matching(store, wanted, after_seq + 1, state.last_seq)
-    total = _total_matching(store, filters) if filters else state.msgs
     if after_seq < state.first_seq:
         return total
     return total - _count_matching(store, wanted, state.first_seq, after_seq)

@@ -188,12 +188,15 @@ class StreamConfig:
         data = unstructure(self)
         data["metadata"] = dict(self.metadata)
         for key in ("description", "placement", "mirror", "sources", "republish", "subject_transform",
-                    "consumer_limits", "template_owner"):
+                    "template_owner"):
             if data.get(key) is None:
                 data.pop(key, None)
         for key in _OMITTED_WHEN_EMPTY:
             if not data[key]:
                 del data[key]
+        # nats-server always serves StreamConsumerLimits, an empty object when unset: both its fields are
+        # `omitempty` (a client reads a served 0 as a limit of zero).
+        data["consumer_limits"] = {key: value for key, value in (data.get("consumer_limits") or {}).items() if value}
         if not data["metadata"]:
             del data["metadata"]
         return data

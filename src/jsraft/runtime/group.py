@@ -86,6 +86,7 @@ class Group:
         self.closed_reason: str | None = None
         self._inbox: collections.deque[Message | Proposal] = collections.deque()
         self._transfer_to: str | None = None  # a leadership transfer asked for while busy (latest wins)
+        self._campaign_asked = False  # an election asked for while busy (`campaign`)
         self._inbox_messages = 0
         self._ticks_pending = 0
         # Ticks kept while busy: enough for an election timeout to pass, bounded all the same.
@@ -128,6 +129,15 @@ class Group:
             self._transfer_to = to
         else:
             self.node.transfer_leadership(to)
+
+    def campaign(self) -> None:
+        """Start an election now rather than after an election timeout (the core ignores it where it
+        may not: a leader, a repairing replica); while busy, at the end of the cycle."""
+        self.check_open()
+        if self.busy:
+            self._campaign_asked = True
+        else:
+            self.node.campaign()
 
     def request_snapshot(self) -> None:
         self.cycle.request_snapshot()
@@ -247,6 +257,9 @@ class Group:
                 self.node.transfer_leadership(to)
             except RaftError as error:
                 log.info("group %s: leadership transfer to %s not started: %s", self.name, to, error)
+        if self._campaign_asked:
+            self._campaign_asked = False
+            self.node.campaign()
 
     # --- Closing --------------------------------------------------------------------------------
 

@@ -265,6 +265,12 @@ class NodeRuntime:
         group.transfer_leadership(to)
         self._wake(group)
 
+    def campaign(self, group_name: str) -> None:
+        """Have this node stand for election in `group_name` now (a new group's named first leader)."""
+        group = self._group(group_name)
+        group.campaign()
+        self._wake(group)
+
     def request_snapshot(self, group_name: str) -> None:
         """Snapshot the state machine and compact the log at the next cycle (when the core allows)."""
         group = self._group(group_name)

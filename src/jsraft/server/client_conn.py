@@ -368,3 +368,9 @@ def is_valid_subject(subject: str, *, wildcards: bool = False) -> bool:
     except (InvalidSubject, UnicodeEncodeError):
         return False
     return True
+
+
+def is_published_subject(subject: str) -> bool:
+    """A subject a client may publish on: literal, or with wildcard tokens (nats-server routes those to
+    the subscriptions with a wildcard at each such token)."""
+    return is_valid_subject(subject) or is_valid_subject(subject, wildcards=True)

@@ -11,7 +11,8 @@ Invariants:
   1. A publish reaches each matching plain subscription once and exactly one live member of each
      matching queue group, chosen at random (nats-server does the same); never the publisher's own
      subscriptions when it connected with `echo: false`. In a cluster a member on this node is
-     preferred; only a group no member here took is left to the peers (invariant 5).
+     preferred; only a group no member here took is left to the peers (invariant 5). Wildcard tokens
+     are routed as nats-server's (`t.a.>` reaches `t.*.>`, not `t.a.b`); invalid subjects reach nobody.
   2. No-responders: a publish with a reply subject that reached nobody, here or at a peer (`forward`
      sent it nowhere), from a client whose CONNECT had `headers` and `no_responders`, is answered with
      `HMSG <reply> <sid> 16 16` + `NATS/1.0 503` on the client's own subscription matching the reply
@@ -53,7 +54,7 @@ import trio
 from jsraft import limits, subjects
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
-from jsraft.server.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_valid_subject
+from jsraft.server.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_published_subject, is_valid_subject
 from jsraft.server.sublist import Sublist
 
 log = logging.getLogger("jsraft.server.clients")
@@ -247,8 +248,7 @@ class ClientServer:
                 and self._nursery is not None and is_valid_subject(subject):
             self._ack_handler(subject, reply, payload)  # invariant 6: only the hub's subscription matches
             return True
-        # A subject with wildcards, empty tokens or bytes that are not UTF-8 reaches nobody.
-        result = self.sublist.match(subject) if is_valid_subject(subject) else None
+        result = self.sublist.match(subject) if is_published_subject(subject) else None
         delivered = False
         served: list[str] = []  # queue groups a member on this node took: peers must not serve them too
         if result is not None and (result.plain or result.queues):

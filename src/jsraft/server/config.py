@@ -51,6 +51,10 @@ class NodeConfig:
     cluster_name: str = "jsraft"
     cluster_host: str = "127.0.0.1"
     cluster_port: int = 6222
+    # Whether to open the cluster listener: None listens only when the node has peers (a standalone node,
+    # like a nats-server without `cluster {}`, opens no cluster port, so two can share a machine); True
+    # always (a node peers will be added to); False never, which a node with peers cannot be.
+    cluster_listen: bool | None = None
     # The NATS client listener (`server.client_server`); port 0 picks a free port (`Node.client_port`).
     client_host: str = "127.0.0.1"
     client_port: int = 4222
@@ -109,6 +113,10 @@ class NodeConfig:
     def clustered(self) -> bool:
         return bool(self.peers)
 
+    @property
+    def listens_for_cluster(self) -> bool:
+        return self.clustered if self.cluster_listen is None else self.cluster_listen
+
     def peer_addresses(self) -> dict[str, tuple[str, int]]:
         return {name: parse_address(address, f"peers.{name}") for name, address in sorted(self.peers.items())}
 
@@ -126,6 +134,8 @@ class NodeConfig:
             raise InvalidConfig("node config: store_dir is required")
         if self.name in self.peers:
             raise InvalidConfig(f"node config: peers must not list this node ({self.name!r})")
+        if self.cluster_listen is False and self.peers:
+            raise InvalidConfig("node config: a node with peers needs its cluster listener (cluster_listen)")
         for port_field in ("cluster_port", "client_port", "monitor_port"):
             port = getattr(self, port_field)
             if port is not None and not 0 <= port <= 65535:

@@ -41,7 +41,8 @@ REPLICA_STATE_TIMEOUT_S = 1.0
 
 def assignment_json(assignment: StreamAssignment) -> dict[str, Any]:
     return {"name": assignment.name, "group": assignment.group, "peers": list(assignment.peers),
-            "config": assignment.config_raw.decode(), "offline": assignment.offline_reason}
+            "config": assignment.config_raw.decode(), "offline": assignment.offline_reason,
+            "config_index": assignment.config_index}
 
 
 class Handlers:

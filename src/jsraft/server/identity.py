@@ -1,7 +1,8 @@
 """Node identity: `<store_dir>/node.json` — node name, cluster name, storage UUID (layer L5).
 
-Owns: formatting a store directory once (the storage UUID is made then and never again) and refusing to
-start on a directory that belongs to another node or cluster.
+Owns: formatting a store directory once (the storage UUID is made then and never again), refusing to
+start on a directory that belongs to another node or cluster, and the name a node started without one
+takes (`default_node_name`: the one its store directory already holds, else a new nats-server-style id).
 
 Invariants:
   1. `node.json` is written only when absent, atomically through `Disk.write_atomic`; a restart reads it
@@ -17,6 +18,8 @@ Imports: stdlib, L0, L1 (`disk`), server siblings. Reference: DESIGN.md §3.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import uuid
 
 import attrs
@@ -67,3 +70,19 @@ def _parse(data: bytes) -> NodeIdentity:
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise IdentityMismatch(f"{IDENTITY_FILE} is unreadable: {error}") from None
     return identity
+
+
+_ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"  # base32, as nats-server's server ids
+_ID_CHARS = 56
+
+
+def default_node_name(store_dir: str) -> str:
+    """The name of a node started without one (nats-server needs none): the name `store_dir`'s identity
+    file holds, so a restart keeps it, else a new id shaped like nats-server's (`N` + 55 base32 chars).
+    Only reads: the directory is formatted later, by `load_or_format`."""
+    try:
+        with open(os.path.join(store_dir, IDENTITY_FILE), "rb") as file:
+            return _parse(file.read()).node_name
+    except (FileNotFoundError, IdentityMismatch):
+        # An unreadable identity file is refused by `load_or_format` when the node starts, with the reason.
+        return "N" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(_ID_CHARS - 1))

@@ -47,7 +47,7 @@ async def meta_barrier(node: "Node", timeout_s: float = BARRIER_TIMEOUT_S) -> No
     target = int(result["commit_index"])
     with trio.move_on_after(timeout_s):
         while node.meta.applied_index < target:
-            await trio.sleep(node.tick_s / 2)
+            await trio.sleep(node.tick_s / 20)
         return
     raise NoLeader(f"the meta state on {node.name} is behind the meta leader's")
 

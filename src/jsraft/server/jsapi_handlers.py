@@ -22,7 +22,8 @@ Invariants:
      names and lists, "stream not found" — is answered after a read barrier (`jsapi_data.meta_barrier`):
      every stream created or deleted through any node before the request arrived is seen.
   4. A create or update is answered with the stream info of the config the meta leader committed, once
-     this node's meta state holds the stream (so the caller's next request here finds it).
+     this node's meta state holds that config (so the caller's next request here finds it, and reads
+     the new limits: jsapi_stream invariant 6) and the group applied it.
   5. An error answer carries, besides `type` and `error`, the fields nats-server's response struct
      always serializes, at their zero value: `total`/`offset`/`limit` 0 for stream info, names and list,
      `"streams": null` (names) or `[]` (list), `"purged": 0` for a purge.
@@ -270,17 +271,19 @@ class JsApi:
 
     async def _settled_info(self, name: str, result: dict[str, Any]) -> dict[str, Any]:
         """Invariant 4: the stream info, with the config the meta leader answered."""
+        version = int(result.get("config_index", 0))  # this node's meta must hold the answered config
         with trio.move_on_after(SETTLE_TIMEOUT_S):
-            while name not in self.node.meta.names():
-                await trio.sleep(self.node.tick_s / 2)
+            while name not in self.node.meta.names() or self.node.meta.stream(name).config_index < version:
+                await trio.sleep(self.node.tick_s / 20)
             info = await self.info(name)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level)
             return info
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 
     async def info(self, name: str, subjects_filter: str = "") -> dict[str, Any]:
-        await online(self.node, name)
-        result, _ = await self.node.call_stream(name, "jsapi.stream_info", {"subjects_filter": subjects_filter})
+        assignment = await online(self.node, name)  # its config version: read-your-writes (jsapi_stream 6)
+        result, _ = await self.node.call_stream(name, "jsapi.stream_info", {
+            "subjects_filter": subjects_filter, "config_index": assignment.config_index})
         return dict(result)
 
     async def stream_info(self, request: ApiRequest) -> dict[str, Any]:

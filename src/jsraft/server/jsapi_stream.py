@@ -17,6 +17,9 @@ Invariants:
   4. A served config is the stored config with the defaults nats-server fills in and the `_nats.*`
      metadata of ADR-44 (`served_metadata`); durations are nanoseconds.
   5. Errors answered here use nats-server's descriptions exactly, not the store's more detailed ones.
+  6. Read-your-writes: a stream info carries the config version (`config_index`) the asking node's meta
+     state holds, and the leader answers once its group applied that config (an update's new limits
+     already enforced), or `NotLeader` after `CONFIG_WAIT_S`, which the caller's router retries.
 
 Imports: stdlib, L0, L1 (`jsapi`, `raft` status and errors), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsStreamInfoRequest`, `jsMsgGetRequest`,
@@ -105,6 +108,19 @@ def cluster_json(cluster_name: str, group: str | None, leader: str, replicas: di
     return out
 
 
+CONFIG_WAIT_S = 2.0
+
+
+async def _config_applied(replica: StreamReplica, config_index: int) -> None:
+    """Invariant 6: wait until the group applied the config of meta index `config_index` (the leader
+    proposes it as soon as its own meta state has it: stream_replica invariant 5)."""
+    with trio.move_on_after(CONFIG_WAIT_S):
+        while replica.machine is None or replica.machine.config_meta_index < config_index:
+            await trio.sleep(0.002)
+        return
+    raise NotLeader(None)
+
+
 class LeaderSide:
     """The `jsapi.*` request methods; `register` adds them to a node's request table."""
 
@@ -132,6 +148,7 @@ class LeaderSide:
 
     async def stream_info(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         replica = await self._leading(args)
+        await _config_applied(replica, int(args.get("config_index", 0)))
         # The replicas' standing, collected by the node's own stream info (it asks every peer).
         base, _ = await self.node.handlers.handle(self.node.name, "stream.info", {"stream": replica.name}, [])
         replica = await self._leading(args)  # still leading after those awaits

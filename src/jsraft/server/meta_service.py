@@ -40,6 +40,7 @@ from jsraft.raft.membership import ConfChange, ConfChangeType
 from jsraft.raft.status import Role
 from jsraft.runtime import NodeRuntime
 from jsraft.server.errors import NoLeader
+from jsraft.server.first_election import FirstElection
 from jsraft.server.meta_adapter import MetaAdapter
 from jsraft.server.meta_members import MetaMembers
 
@@ -76,6 +77,8 @@ class MetaService:
         await self.runtime.open_group(META_GROUP, voters=self.voters, state_machine=self.adapter,
                                       raft_config=raft_config, disk=disk,
                                       snapshot_every_entries=self.snapshot_every_entries)
+        self.first_election = FirstElection(self.runtime, META_GROUP, self.node_id, self.voters,
+                                            raft_config.election_ticks)
 
     def leader_id(self) -> str | None:
         return self.runtime.status(META_GROUP).raft.leader_id
@@ -90,6 +93,7 @@ class MetaService:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._run_members, nursery)
             while True:
+                self.first_election.tick()
                 status = self.runtime.status(META_GROUP).raft
                 if status.role is Role.LEADER:
                     self._led_term = status.current_term

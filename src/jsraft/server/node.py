@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import random
+from functools import partial
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -97,7 +98,8 @@ class Node:
         with self._scope:
             try:
                 async with trio.open_nursery() as nursery:
-                    self.cluster_address = await nursery.start(self.transport.run)
+                    listen = partial(self.transport.run, listen=config.listens_for_cluster)
+                    self.cluster_address = await nursery.start(listen)
                     await nursery.start(self.runtime.run)
                     await nursery.start(self.rpc.run)
                     await nursery.start(self.routes.run)

@@ -26,8 +26,8 @@ Invariants:
   1. Decoding never trusts a length: every count and size is checked against what remains (the shared
      `binary.Reader`), and every malformed frame raises `TransportProtocolError` — the transport closes
      that one link (transport invariant 2).
-  2. A decoded message's subject is a valid literal subject and a decoded interest subject a valid
-     filter; queue names are valid literal subjects (as `ClientConn` accepts them); a STATE entry has a
+  2. A decoded message's subject is a valid subject — literal, or with wildcard tokens, which a client
+     may publish on (client_server invariant 7) — and a decoded interest subject a valid filter; queue names are valid literal subjects (as `ClientConn` accepts them); a STATE entry has a
      positive weight. Nothing a peer sends reaches the sublist unchecked.
   3. `encode_state` and `encode_delta` split many entries into frames of at most `STATE_CHUNK_BYTES_MAX`
      bytes of entries, numbered with consecutive sequences (a STATE's first chunk flagged FIRST, its last
@@ -226,11 +226,11 @@ def decode(payload: bytes | memoryview) -> Frame:
 def _decode_msg(reader: Reader) -> RoutedMsg:
     flags = reader.flags(_MSG_REPLY | _MSG_HEADERS | _MSG_SHOWN)
     subject_bytes = reader.raw(reader.u16())
-    subject = _literal(reader, subject_bytes)
+    subject = _message_subject(reader, subject_bytes)
     reply = reader.raw(reader.u16()) if flags & _MSG_REPLY else None
     if flags & _MSG_SHOWN:
         subject_bytes = reader.raw(reader.u16())
-        _literal(reader, subject_bytes)
+        _message_subject(reader, subject_bytes)
     queues = tuple(_queue(reader) for _ in range(reader.u16()))
     headers = reader.blob32(reader.remaining, "headers") if flags & _MSG_HEADERS else None
     return RoutedMsg(subject, subject_bytes, reply, queues, headers, reader.blob32(reader.remaining, "payload"))
@@ -246,7 +246,7 @@ def decode_msgs_fast(data: bytes) -> Msgs | None:
     count = U32.unpack_from(data, 1)[0]
     if count * _MSG_BYTES_MIN > size - 5:
         return None
-    validate, at, messages = subjects.validate_literal_cached, 5, []
+    validate, at, messages = _published, 5, []
     try:
         for _ in range(count):
             flags, length = _FLAGS_LENGTH.unpack_from(data, at)
@@ -280,10 +280,18 @@ def decode_msgs_fast(data: bytes) -> Msgs | None:
     return Msgs(messages) if at == size else None
 
 
-def _literal(reader: Reader, data: bytes) -> str:
+def _published(subject: str) -> str:
+    """A subject a client may publish on: literal (the common case, cached) or with wildcard tokens."""
+    try:
+        return subjects.validate_literal_cached(subject)
+    except InvalidSubject:
+        return subjects.validate(subject, wildcards=True)
+
+
+def _message_subject(reader: Reader, data: bytes) -> str:
     subject = _text(reader, data, "subject")
     try:
-        subjects.validate_literal_cached(subject)
+        _published(subject)
     except InvalidSubject:
         raise reader.fail(f"forwarded message on invalid subject {subject[:64]!r}") from None
     return subject

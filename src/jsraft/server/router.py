@@ -6,7 +6,8 @@ locally when the leader is this node.
 
 Invariants:
   1. Each attempt is one hop (rpc invariant 4); the number of attempts is bounded by `deadline_s` and a
-     pause of one tick between attempts that found no leader.
+     pause between attempts that found no leader: a tenth of a tick at first (a group that was just
+     created has its leader within milliseconds: `first_election`), doubling up to one tick.
   2. Only answers that prove the request was not carried out are retried: `NotLeader` (the handler
      refused before proposing), `RpcRefused` (never sent, or refused unread), and `NoLeader`.
      `RpcTimeout` and every other error go back to the caller: retrying an admin request or a publish
@@ -48,6 +49,7 @@ class Router:
         """Serve `method` at the leader that `hint()` names (or a candidate); see the invariants."""
         told: str | None = None
         rotation = 0
+        pause_s = self.tick_s / 10
         # Built only when an attempt fails: an exception is not cheap, and most calls succeed at once.
         last_error: JsraftError | None = None
         with trio.move_on_after(self.deadline_s):
@@ -66,7 +68,8 @@ class Router:
                         told = error.leader_id if isinstance(error, NotLeader) else None
                         if told is not None and told != target:
                             continue  # a fresh hint: follow it at once
-                await trio.sleep(self.tick_s)
+                await trio.sleep(pause_s)
+                pause_s = min(pause_s * 2, self.tick_s)
         if last_error is None:
             raise NoLeader()
         if isinstance(last_error, NotLeader):

@@ -50,6 +50,7 @@ from jsraft.runtime.proposals import Proposal
 from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError
+from jsraft.server.first_election import FirstElection
 from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
@@ -135,6 +136,8 @@ class StreamReplica:
                                       assigned_index=self.assigned_index)
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
+        self.first_election = FirstElection(self.runtime, self.group, self.node_id,
+                                            self.peers if self.bootstrap else (), self.raft_config.election_ticks)
 
     def _open_files(self) -> None:
         if not self.disk.exists("group"):
@@ -200,6 +203,7 @@ class StreamReplica:
                 nursery.start_soon(self.consumers.run)
                 ticks = 0
                 while True:
+                    self.first_election.tick()
                     self._follow_leadership()
                     if self._config_due() and not self._config_task:
                         self._config_task = True

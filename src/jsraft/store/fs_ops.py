@@ -136,10 +136,11 @@ def _find(store: "FileStore", match, start: int, subject_hint: str | None = None
     for block in store.blocks:
         if block.last_seq < start or not _block_may_match(block, match, subject_hint):
             continue
-        for seq in _live_in_block(store, block, start):
-            if _matches(store, match, seq):
-                found = seq
-                break
+        # Lazily, stopping at the first match: a filtered consumer reading in order asks once per
+        # message, and listing the rest of the block each time made that quadratic.
+        offsets, base = block.offsets, block.first_seq
+        found = next((base + i for i in range(max(start, base) - base, block.last_seq - base + 1)
+                      if offsets[i] and _matches(store, match, base + i)), 0)
         if found:
             break
     moved = _moved_matching(store, match, start, found - 1 if found else store.last_seq)

@@ -107,24 +107,28 @@ class Transport:
 
     # --- Public API ---------------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen, dial every peer, serve links until cancelled (invariant 4)."""
-        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host)
-        if len(listeners) != 1:
+    async def run(self, *, listen: bool = True,
+                  task_status: trio.TaskStatus[Address | None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen (unless `listen` is False: a node with no peers opens no cluster port), dial every peer,
+        serve links until cancelled (invariant 4). Reports the address listened on, or None."""
+        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host) if listen else []
+        if listen and len(listeners) != 1:
             # A name resolving to several addresses (IPv4 and IPv6) would listen on several ports when
             # `listen_port` is 0, and peers are given one address: insist on one.
             for listener in listeners:
                 await listener.aclose()
             raise InvalidConfig(f"transport: listen_host {self.listen_host!r} must be a single address")
-        self.listen_port = listeners[0].socket.getsockname()[1]
+        if listeners:
+            self.listen_port = listeners[0].socket.getsockname()[1]
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(trio.serve_listeners, self._handle_inbound, listeners)
+                if listeners:
+                    await nursery.start(trio.serve_listeners, self._handle_inbound, listeners)
+                    log.info("transport %s listening on %s:%d", self.node_id, self.listen_host, self.listen_port)
                 self._nursery = nursery
                 for peer in self._peers.values():
                     self._start_dialer(peer)
-                log.info("transport %s listening on %s:%d", self.node_id, self.listen_host, self.listen_port)
-                task_status.started(self.listen_address)
+                task_status.started(self.listen_address if listeners else None)
         finally:
             self._nursery = None
             # Every dialer ran in the nursery that just closed; a later run() starts fresh ones.

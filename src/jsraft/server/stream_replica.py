@@ -26,8 +26,7 @@ Invariants:
      anything else — so an update survives a leader change between the meta apply and the proposal, and a
      new group's first entry fixes its config for every replica's replay.
 
-Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio,
-server siblings.
+Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio, siblings.
 Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
 """
 
@@ -85,8 +84,8 @@ class StreamReplica:
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
                  peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
                  config_index: int = 0, bootstrap: bool = True, assigned_index: int = 0,
-                 options: StreamOptions | None = None,
-                 call_peer: CallPeer | None = None, advisories: AdvisoryLog | None = None) -> None:
+                 options: StreamOptions | None = None, call_peer: CallPeer | None = None,
+                 advisories: AdvisoryLog | None = None) -> None:
         self.node_id, self.name, self.group = node_id, name, group
         self.options = options or StreamOptions()
         # Repairs (stream_repair) and audits (stream_audit): this replica's own tasks, over `$rpc`.

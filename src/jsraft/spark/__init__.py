@@ -7,7 +7,8 @@
 Modules: `source` (`JsraftDataSource`, format `jsraft`), `batch` (batch read by sequence ranges, batch
 write with deterministic message ids), `streaming` (offsets `{"seq": N}`, exactly-once sink), `offline`
 (`load(path)` of a stopped node's directory, CRC-checked), `wire` (the cluster conversations, over
-`jsraft.client`: batched direct gets, pipelined publishes), `arrow` (schema and record batches),
+`jsraft.client`: batched direct gets, pipelined publishes), `bulk` (the columnar bulk reader),
+`arrow` (schema and record batches),
 `options`, `errors` (codes 21000–21099).
 
 Invariants: everything handed to Spark is plain and picklable; connections are opened inside

@@ -73,13 +73,9 @@ class Accepted:
 ACCEPTED = [
     # --- Differences of version and scope, by design -------------------------------------------------------
     Accepted("*", "*config.metadata._nats.level",
-             "jsraft reports JetStream API level 0 on purpose (src/jsraft/jsapi/api_level.py: none of the "
-             "level-1+ features exist yet); nats-server 2.15 reports 5"),
+             "jsraft reports the JetStream API level of the features it serves, 1 (per-message TTL, consumer "
+             "pause: src/jsraft/jsapi/api_level.py FEATURES); nats-server 2.15 reports 5"),
     Accepted("account_info|account_info_consumers", "api.level", "the same API level, in the account info"),
-    Accepted("t_create|t_info", "config.metadata._nats.req.level",
-             "a stream allowing per-message TTLs needs API level 1 on nats-server; jsraft implements the TTLs "
-             "but not the rest of level 1 (subject delete markers among them), so it stays at level 0 and "
-             "stamps 0 (src/jsraft/jsapi/api_level.py)"),
     Accepted("create_limits_again", "did_create",
              "a single nats-server sets did_create on every successful create, even of an identical existing "
              "stream; a clustered nats-server (checked: 3 nodes, 2.15.1) sets it only when the stream is new, "

@@ -82,9 +82,23 @@ def add_parser(sub: Any) -> None:
     serve.add_argument("--test-hooks", action="store_true", default=None,
                        help="serve the chaos test hooks under /test/ on the monitor port (tests only)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _add_api_level_flag(serve)
     _flag(serve, ("-D", "--debug"), ("debug",), dest="log_level", action="store_const", const="debug",
           help="the same as --log-level debug (nats-server's spelling)")
     serve.set_defaults(func=cmd_serve)
+
+
+# --- ADR-44: the API level a node runs at ----------------------------------------------------------------
+
+def _add_api_level_flag(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--api-level", type=int, metavar="N", dest="api_level",
+                       help="run at JetStream API level N, below this build's (tests, downgrade rehearsals): "
+                            "streams and consumers needing more are loaded offline")
+
+
+def _api_level_override(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
+    if getattr(args, "api_level", None) is not None:
+        overrides["api_level"] = args.api_level
 
 
 def _strip_scheme(text: str) -> str:
@@ -125,6 +139,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["cluster_host"], overrides["cluster_port"] = parse_cluster(args.cluster)
     if args.peers is not None:
         overrides["peers"] = parse_peers(args.peers)
+    _api_level_override(args, overrides)
     return overrides
 
 

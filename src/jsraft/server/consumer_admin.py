@@ -28,10 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
 from jsraft.errors import JsraftError
-from jsraft.jsapi import served_metadata, validate_stream_name
+from jsraft.jsapi import consumer_required_level, served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
 from jsraft.raft.errors import NotLeader
-from jsraft.server.client_server import NATS_VERSION
 from jsraft.server.consumer_errors import (
     ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, ConsumerOffline,
     MaximumConsumers,
@@ -72,20 +71,20 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
         raise ConsumerCreateFailed("can not update push consumer to pull based")
 
 
-def served_config(config: ConsumerConfig, paused_until_ns: int | None = None) -> dict[str, Any]:
+def served_config(config: ConsumerConfig, paused_until_ns: int | None = None, *, api_level: int) -> dict[str, Any]:
     served = config.to_json()
     if paused_until_ns is not None and paused_until_ns != config.pause_until_ns:
         # A PAUSE request changed it (consumer_control): nats-server serves the config as it left it.
         served.pop("pause_until", None)
         if paused_until_ns:
             served["pause_until"] = rfc3339(paused_until_ns)
-    served["metadata"] = served_metadata(config.metadata, required_level=1 if served.get("pause_until") else 0,
-                                         server_version=NATS_VERSION)
+    level = consumer_required_level(config, paused_until_ns)
+    served["metadata"] = served_metadata(config.metadata, required_level=level, api_level=api_level)
     return served
 
 
 def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store: Any,
-              cluster: dict[str, Any] | None, now_ns: int) -> dict[str, Any]:
+              cluster: dict[str, Any] | None, now_ns: int, api_level: int) -> dict[str, Any]:
     """nats-server `ConsumerInfo`, in its field order."""
     config, state = entry.config, entry.state
     assert config is not None
@@ -100,7 +99,7 @@ def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store:
         ack_floor["last_active"] = rfc3339(leading.acked_ns)
     info: dict[str, Any] = {
         "stream_name": stream, "name": entry.name, "created": rfc3339(entry.created_ns),
-        "config": served_config(config, entry.paused_until_ns), "delivered": delivered, "ack_floor": ack_floor,
+        "config": served_config(config, entry.paused_until_ns, api_level=api_level), "delivered": delivered, "ack_floor": ack_floor,
         "num_ack_pending": state.num_ack_pending,
         # nats-server reports no redeliveries for max_deliver 1: there are none to make.
         "num_redelivered": 0 if config.max_deliver == 1 else state.num_redelivered,
@@ -161,7 +160,7 @@ class ConsumerAdmin:
         if entry.config is None:
             raise ConsumerOffline(f"consumer is offline: {entry.offline_reason}")
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
-                         self._cluster(service), service.now_ns())
+                         self._cluster(service), service.now_ns(), self.node.config.api_level)
 
     # --- Methods ------------------------------------------------------------------------------------------
 

@@ -209,7 +209,7 @@ class JsApi:
         return {"memory": used[StorageType.memory], "storage": used[StorageType.file],
                 "reserved_memory": reserved[StorageType.memory], "reserved_storage": reserved[StorageType.file],
                 "streams": len(assignments), "consumers": consumers, "limits": dict(UNLIMITED),
-                "api": {"level": API_LEVEL, "total": self.total, "errors": self.errors}}
+                "api": {"level": self.node.config.api_level, "total": self.total, "errors": self.errors}}
 
     async def _consumer_count(self, assignment: StreamAssignment) -> int:
         """The stream's consumers (they live in its Raft group, not in the meta state): this node's
@@ -272,7 +272,8 @@ class JsApi:
             while name not in self.node.meta.names():
                 await trio.sleep(self.node.tick_s / 2)
             info = await self.info(name)
-            info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level)
+            info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
+                                         self.node.config.api_level)
             return info
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 

@@ -38,7 +38,6 @@ from jsraft.jsapi import parse_stream_config, served_metadata, validate_stream_n
 from jsraft.meta import ClusterNoPeers
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
-from jsraft.server.client_server import NATS_VERSION
 from jsraft.server.errors import NoLeader
 from jsraft.server.jsapi_codec import RaftGeneral, rfc3339
 from jsraft.server.meta_service import META_GROUP
@@ -52,12 +51,11 @@ STEPDOWN_ELECTION_TIMEOUTS = 4  # how long a stepdown may take, in election time
 SUBJECTS_MAX = 100_000  # subject counts one stream info carries (nats-server JSMaxSubjectDetails)
 
 
-def config_json(raw: bytes | str, required_level: int) -> dict[str, Any]:
-    """The config a response serves (invariant 4)."""
+def config_json(raw: bytes | str, required_level: int, api_level: int) -> dict[str, Any]:
+    """The config a response serves by a node at `api_level` (invariant 4)."""
     config, _ = parse_stream_config(raw.encode() if isinstance(raw, str) else raw)
     served = config.to_json()
-    served["metadata"] = served_metadata(config.metadata, required_level=required_level,
-                                         server_version=NATS_VERSION)
+    served["metadata"] = served_metadata(config.metadata, required_level=required_level, api_level=api_level)
     return served
 
 
@@ -139,7 +137,7 @@ class LeaderSide:
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
         config = self.node.config
         info = {
-            "config": config_json(base["config"], assignment.required_level),
+            "config": config_json(base["config"], assignment.required_level, config.api_level),
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),

@@ -324,7 +324,14 @@ class Monitor:
             "start": _iso(self.started_wall_s) if self.started_wall_s is not None else None,
             "now": _iso(time.time()), "uptime": format_uptime(self.uptime_s()),
             "uptime_s": round(self.uptime_s(), 3),
+            "jetstream": {"config": {"store_dir": config.store_dir}, "stats": {"api": self._api_stats()}},
         }
+
+    def _api_stats(self) -> dict[str, int]:
+        """nats-server `JetStreamAPIStats`: the API level this node runs at and the requests answered."""
+        jsapi = getattr(self.node, "jsapi", None)
+        return {"level": self.node.config.api_level, "total": getattr(jsapi, "total", 0),
+                "errors": getattr(jsapi, "errors", 0)}
 
     def _peers(self) -> list[dict[str, Any]]:
         configured = self.node.config.peers
@@ -363,4 +370,5 @@ class Monitor:
                              "term": status.current_term, "cluster_size": len(voters), "peers": list(voters),
                              "applied_index": node.meta.applied_index},
             "streams": streams,
+            "api": self._api_stats(),
         }

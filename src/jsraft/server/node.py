@@ -51,6 +51,7 @@ from jsraft.server.rpc import RPC_GROUP, Rpc
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
+from jsraft.server.versioning import log_banner
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
 
 log = logging.getLogger("jsraft.server")
@@ -69,7 +70,7 @@ class Node:
         self.cluster_address: tuple[str, int] | None = None
         self.client_address: tuple[str, int] | None = None
         self.killed = False
-        self.meta = MetaStateMachine(clustered=config.clustered)
+        self.meta = MetaStateMachine(clustered=config.clustered, api_level=config.api_level)
         # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
         # monotonic time, which paces every timeout and election, is the system's, untouched).
         self.clock: SystemClock | SkewableClock = SkewableClock() if config.test_hooks else SystemClock()
@@ -95,6 +96,7 @@ class Node:
                     await nursery.start(self.runtime.run)
                     await nursery.start(self.rpc.run)
                     await nursery.start(self.routes.run)
+                    log_banner(config)
                     await self.meta_service.open(self.raft_config(), disk.sub("meta"))
                     await nursery.start(self.streams.run)
                     nursery.start_soon(self.meta_service.run)

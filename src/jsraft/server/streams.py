@@ -44,6 +44,7 @@ from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_repair import CallPeer
 from jsraft.server.stream_replica import StreamReplica
+from jsraft.server.versioning import OfflineWarnings, offline_advisory
 
 log = logging.getLogger("jsraft.server.streams")
 
@@ -58,6 +59,7 @@ class StreamManager:
         self.options = options or StreamOptions(tick_s=tick_s)
         self.call_peer = call_peer  # `$rpc` to another node: repairs and audits
         self.advisories = AdvisoryLog(node_id)  # every stream advisory this node raised
+        self.offline_warnings = OfflineWarnings()  # streams and consumers this node loaded offline
         self.consumer_port: Any = None  # the node's consumer hub, given to each replica's consumers (push)
         self.disk = disk  # <store_dir>/streams
         self.runtime = runtime
@@ -85,9 +87,17 @@ class StreamManager:
         if applied.stream is None:
             return
         if applied.kind in (EntryKind.CREATE_STREAM, EntryKind.UPDATE_STREAM):
+            self._note_offline(applied.stream.name, applied.stream.offline_reason)
             self._follow(applied.stream)
         elif applied.kind is EntryKind.DELETE_STREAM:
+            self._note_offline(applied.stream.name, None)
             self._push("delete", applied.stream)
+
+    def _note_offline(self, name: str, reason: str | None) -> None:
+        """Every node warns about a stream it loaded offline (versioning invariant 1) and raises the
+        asset-offline advisory, whether or not it holds a replica."""
+        if self.offline_warnings.stream(name, reason):
+            self.advisories.publish(*offline_advisory(self.node_id, name, None, str(reason)))
 
     def _follow(self, assignment: StreamAssignment) -> None:
         """Open (or reconfigure) a replica this node is a peer of; leave one it no longer is."""
@@ -99,6 +109,8 @@ class StreamManager:
     def on_restored(self, replaced: list[tuple[str, str]]) -> None:
         """The meta state machine restored a snapshot; `replaced`: the `(stream, group)` pairs of the state
         it replaced (invariant 4)."""
+        for assignment in self.meta.streams():
+            self._note_offline(assignment.name, assignment.offline_reason)
         self._push("restored", replaced)
 
     def _push(self, kind: str, payload: Any) -> None:

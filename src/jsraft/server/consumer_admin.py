@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
-from jsraft.errors import JsraftError
 from jsraft.jsapi import consumer_required_level, served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
+from jsraft.meta import StreamOffline
 from jsraft.raft.errors import NotLeader
 from jsraft.server.consumer_errors import (
     ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, ConsumerOffline,
@@ -39,6 +39,7 @@ from jsraft.server.consumer_pull import Leading
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.jsapi_codec import LIST_LIMIT, rfc3339
 from jsraft.server.jsapi_stream import cluster_json
+from jsraft.server.versioning import consumer_offline_reason
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -157,8 +158,9 @@ class ConsumerAdmin:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
-        if entry.config is None:
-            raise ConsumerOffline(f"consumer is offline: {entry.offline_reason}")
+        reason = consumer_offline_reason(entry, self.node.config.api_level)
+        if reason is not None:
+            raise ConsumerOffline(f"consumer is offline: {reason}")
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
                          self._cluster(service), service.now_ns(), self.node.config.api_level)
 
@@ -172,9 +174,12 @@ class ConsumerAdmin:
         config, raw = parse_consumer_config(blobs[0], stream=machine.config)
         consumers = service.replica.adapter.consumers.consumers  # type: ignore[union-attr]  # the ConsumerSet
         existing = consumers.consumers.get(name)
+        offline = consumer_offline_reason(existing, self.node.config.api_level) if existing is not None else None
+        if offline is not None:
+            raise ConsumerOffline(f"consumer is offline: {offline}")
+        if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
+            raise StreamOffline(service.replica.stopped_reason)
         if existing is not None:
-            if existing.config is None:
-                raise ConsumerOffline(f"consumer is offline: {existing.offline_reason}")
             if existing.config == config:
                 await service.settled()
                 return self._info(service, name), ()
@@ -222,6 +227,6 @@ class ConsumerAdmin:
         for name in names[offset:offset + LIST_LIMIT]:
             try:
                 infos.append(self._info(service, name))
-            except JsraftError as error:
-                offline[name] = error.description
+            except ConsumerOffline as error:  # nats-server's `offline` map holds the reason alone
+                offline[name] = error.description.removeprefix("consumer is offline: ")
         return {"total": len(names), "offset": offset, "infos": infos, "offline": offline}, ()

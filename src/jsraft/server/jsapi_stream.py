@@ -35,7 +35,7 @@ import trio
 
 from jsraft.errors import JsraftError, NoMessageFound
 from jsraft.jsapi import parse_stream_config, served_metadata, validate_stream_name
-from jsraft.meta import ClusterNoPeers
+from jsraft.meta import ClusterNoPeers, StreamOffline
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.server.errors import NoLeader
@@ -120,6 +120,9 @@ class LeaderSide:
             self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
             raise NotLeader(None)  # it exists, but is not open here
         await replica.wait_leader(1.0)
+        stopped = replica.stopped_reason
+        if stopped is not None:  # stream_replica invariant 6
+            raise StreamOffline(stopped)
         return replica
 
     # --- Stream info -----------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ class StreamManager:
         """Every node warns about a stream it loaded offline (versioning invariant 1) and raises the
         asset-offline advisory, whether or not it holds a replica."""
         if self.offline_warnings.stream(name, reason):
-            self.advisories.publish(*offline_advisory(self.node_id, name, None, str(reason)))
+            self.advisories.queue(*offline_advisory(self.node_id, name, None, str(reason)))
 
     def _follow(self, assignment: StreamAssignment) -> None:
         """Open (or reconfigure) a replica this node is a peer of; leave one it no longer is."""
@@ -144,6 +144,7 @@ class StreamManager:
                     await handler(payload)
                     self._events.popleft()
                     self.handled += 1
+                self.advisories.flush()  # what the meta apply raised (advisories invariant 3)
                 await self._wakeup.wait()
 
     def _current(self, assignment: StreamAssignment) -> bool:
@@ -164,7 +165,8 @@ class StreamManager:
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
                                 raft_config=self.raft_config(), config_index=assignment.config_index,
                                 bootstrap=assignment.peers_unchanged, options=self.options,
-                                call_peer=self.call_peer, advisories=self.advisories)
+                                call_peer=self.call_peer, advisories=self.advisories,
+                                offline_warnings=self.offline_warnings)
         replica.consumers.port = self.consumer_port
         try:
             await replica.open()

@@ -2,7 +2,8 @@
 
 Owns: the JSON and subjects of `$JS.EVENT.ADVISORY.STREAM.{CREATED,UPDATED,DELETED}.<stream>`
 (`io.nats.jetstream.advisory.v1.stream_action`) and `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`
-(`io.nats.jetstream.advisory.v1.stream_leader_elected`), and the subject each of jsraft's own stream
+(`io.nats.jetstream.advisory.v1.stream_leader_elected`; a replica is `current` when it is a voter, not
+a learner still catching up), and the subject each of jsraft's own stream
 advisories (`io.jsraft.advisory.v1.*`: stream_drift, stream_drift_repaired, stream_audit_split,
 asset_offline) is published on: `$JS.EVENT.ADVISORY.JSRAFT.<KIND>.<stream>`.
 

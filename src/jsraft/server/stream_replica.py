@@ -58,7 +58,7 @@ from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
 from jsraft.server.stream_options import StreamOptions
-from jsraft.server.stream_repair import CallPeer, RepairWorker
+from jsraft.server.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.server.stream_events import leader_elected
 from jsraft.server.stream_members import check_members
 from jsraft.server.versioning import OfflineWarnings, StoppedWatch
@@ -81,10 +81,6 @@ def api_error(error: ApiError) -> RemoteError:
     return RemoteError(error.code, error.err_code, error.description, "ApiError")
 
 
-async def _no_peers(peer: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, list[bytes]]:
-    raise NotLeader(None)  # a replica built without `$rpc` (a single node in a test) has no one to ask
-
-
 class StreamReplica:
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
                  peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
@@ -94,7 +90,7 @@ class StreamReplica:
         self.node_id, self.name, self.group = node_id, name, group
         self.options = options or StreamOptions()
         # Repairs (stream_repair) and audits (stream_audit): this replica's own tasks, over `$rpc`.
-        call_peer = call_peer or _no_peers
+        call_peer = call_peer or no_peers
         advisories = advisories if advisories is not None else AdvisoryLog(node_id)
         self.repair = RepairWorker(self, call_peer=call_peer, advisories=advisories, options=self.options)
         self.audit = AuditRunner(self, call_peer=call_peer, advisories=advisories, options=self.options)
@@ -115,7 +111,7 @@ class StreamReplica:
         self.machine: StreamStateMachine | None = None
         self.adapter: StreamAdapter | None = None
         self.leader: StreamLeader | None = None
-        self._advised_leader: StreamLeader | None = None
+        self._advised_term = 0
         self._queue: list[Queued] = []
         self._batches = InFlightBatches(lambda: RemoteError(
             503, 10008, "publish outcome unknown: its entry did not apply here", "OutcomeUnknown"))
@@ -213,8 +209,7 @@ class StreamReplica:
                 while True:
                     self._follow_leadership()
                     self.stopped.note(self.adapter.consumers.consumers if self.adapter is not None else None)
-                    self._advise_leader()
-                    self.repair.advisories.flush()  # what the apply path raised (advisories invariant 3)
+                    self._advise()
                     if self._config_due() and not self._config_task:
                         self._config_task = True
                         nursery.start_soon(self._reconcile_task)
@@ -223,12 +218,15 @@ class StreamReplica:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
 
-    def _advise_leader(self) -> None:
-        """nats-server's stream leader elected advisory, once per `StreamLeader` of a replicated stream."""
-        if self.leader is not None and self.leader is not self._advised_leader and len(self.peers) > 1:
-            self._advised_leader = self.leader
-            voters = self.runtime.status(self.group).raft.voters
-            self.repair.advisories.queue(*leader_elected(self.name, self.node_id, self.peers, voters))
+    def _advise(self) -> None:
+        """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),
+        then whatever the apply path raised (advisories invariant 3)."""
+        if self.leader is not None and len(self.peers) > 1:
+            status = self.runtime.status(self.group).raft
+            if status.current_term != self._advised_term:
+                self._advised_term = status.current_term
+                self.repair.advisories.queue(*leader_elected(self.name, self.node_id, self.peers, status.voters))
+        self.repair.advisories.flush()
 
     async def wait_leader(self, timeout_s: float) -> StreamLeader:
         with trio.move_on_after(timeout_s):

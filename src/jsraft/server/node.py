@@ -41,6 +41,7 @@ from jsraft.server.config import NodeConfig
 from jsraft.server.handlers import Handlers
 from jsraft.server.jetstream import JetStreamContext
 from jsraft.server.jsapi_handlers import JsApi
+from jsraft.server.readiness import Readiness
 from jsraft.server.identity import NodeIdentity, load_or_format
 from jsraft.server.meta_adapter import MetaAdapter
 from jsraft.server.meta_service import META_GROUP, MetaService
@@ -78,6 +79,7 @@ class Node:
         # steps slewed away (runtime/clock.py invariant 3), so a clock stepped minutes forward cannot
         # age every message id out of the duplicate window at once.
         self.steady_clock = SteadyWall(self.clock)
+        self.readiness = Readiness(self)
         self._scope = trio.CancelScope()
 
     def raft_config(self) -> RaftConfig:
@@ -155,17 +157,10 @@ class Node:
         return host if self.config.test_hooks and host not in ("", "0.0.0.0", "::") else None
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Wait until the meta group has a leader, this node applied what it had committed when last
-        looked at, and every applied meta entry was handled (stream groups opened or removed)."""
+        """Wait until the node is ready (`readiness.Readiness`: the one definition `/varz`, `/healthz`
+        and every harness share)."""
         with trio.fail_after(timeout_s):
-            while True:
-                status = self.runtime.status(META_GROUP).raft
-                # A leader is caught up once its own term's no-op applied; a follower once it applied
-                # what the leader told it is committed.
-                caught_up = (self.meta_adapter.noop_term == status.current_term if status.leader_id == self.name
-                             else status.commit_index > 0 and self.meta.applied_index >= status.commit_index)
-                if status.leader_id is not None and caught_up and not self.streams.pending:
-                    return
+            while self.readiness.reason() is not None:
                 await trio.sleep(self.tick_s / 2)
 
     @property

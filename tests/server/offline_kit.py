@@ -61,6 +61,7 @@ async def check_at_level_zero(url: str) -> dict[str, Any]:
         "update_p": await api_error(js.update_stream(name="P", subjects=["p.>"], description="x")),
         "overlap": await api_error(js.add_stream(name="X", subjects=["t.x"])),
         "publish_p": await api_error(js.publish("p.4", b"refused")),
+        "publish_t": await api_error(js.publish("t.3", b"refused")),
         "info_c": await api_error(js.consumer_info("P", "C")),
         "consumers": await raw(nc, f"{API}.CONSUMER.LIST.P"),
         "create_e": await api_error(js.add_consumer("P", durable_name="E")),
@@ -84,6 +85,7 @@ def assert_offline_seen(seen: dict[str, Any]) -> None:
     assert seen["update_t"][0] == 10194 and seen["update_p"][0] == 10194
     assert seen["overlap"][0] == 10065  # an offline stream's subjects stay guarded
     assert seen["publish_p"] == (10194, f"stream is offline: {STOPPED_REASON}")
+    assert seen["publish_t"] == (10194, f"stream is offline: {LEVEL_REASON}")  # at once, not after a timeout
     assert seen["info_c"] == (10195, f"consumer is offline: {LEVEL_REASON}")
     assert seen["consumers"]["offline"] == {"C": LEVEL_REASON}
     assert [info["name"] for info in seen["consumers"]["consumers"]] == ["D"]

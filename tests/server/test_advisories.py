@@ -24,7 +24,7 @@ import jsraft.client
 from jsraft.server.stream_events import ACTION_TYPE, LEADER_ELECTED_TYPE
 from jsraft.server.versioning import OFFLINE_TYPE
 from jsraft.stream import DRIFT_REPAIRED_ADVISORY
-from drift_kit import converged, setup_stream, start, with_store
+from drift_kit import change_body, converged, setup_stream, start, with_store
 from nats_kit import interest
 
 ALL = "$JS.EVENT.ADVISORY.>"
@@ -117,16 +117,7 @@ async def test_a_drift_repair_is_announced(tmp_path):
             sub = await client.subscribe("$JS.EVENT.ADVISORY.JSRAFT.>")
             await client.flush()
             await cluster.stop(follower)
-            target = COUNT - 10
-
-            def rewrite(store: Any) -> None:
-                tail = [store.load(seq) for seq in range(target, COUNT + 1)]
-                store.truncate(target - 1)
-                changed = [(m.seq, m.subject, m.headers, m.payload, m.timestamp_ns) for m in tail]
-                changed[0] = (target, tail[0].subject, tail[0].headers, b"changed on disk", tail[0].timestamp_ns)
-                store.append_batch(changed)
-
-            with_store(cluster, follower, rewrite)
+            with_store(cluster, follower, change_body(COUNT - 10, COUNT))
             await cluster.start_node(follower)  # its recovery's audit finds the changed message
             await cluster.wait_until(lambda: converged(cluster, max(acked.values())), 30, what="repaired")
             await _collect(sub, seen, lambda s: any(b["type"] == DRIFT_REPAIRED_ADVISORY for _, b in s))

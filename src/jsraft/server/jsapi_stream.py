@@ -133,7 +133,7 @@ class LeaderSide:
         base, _ = await self.node.handlers.handle(self.node.name, "stream.info", {"stream": replica.name}, [])
         replica = await self._leading(args)  # still leading after those awaits
         assignment = self.node.meta.stream(replica.name)
-        state, first_ts_ns, last_ts_ns = _read_state(replica)  # invariant 2: no await from here on
+        state, first_ts_ns, last_ts_ns = read_state(replica)  # invariant 2: no await from here on
         subjects = None
         if args.get("subjects_filter"):
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
@@ -233,7 +233,7 @@ class LeaderSide:
         return self._rng.choice(candidates)
 
 
-def _read_state(replica: StreamReplica) -> tuple[Any, int, int]:
+def read_state(replica: StreamReplica) -> tuple[Any, int, int]:
     """The store's state and the timestamps of its first and last live messages (0: none)."""
     store = replica.store
     state = store.state()

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft.errors import BadRequest, InvalidSubject, JsraftError
+from jsraft.meta import StreamOffline
 from jsraft.raft.errors import NotLeader, ProposalDropped
 from jsraft.server import publish_batch
 from jsraft.server.client_server import ClientOptions, ClientServer, InternalMsg, InternalSubscription
@@ -141,7 +142,17 @@ class StreamPublishes:
             if replica is not None and replica.can_enqueue():
                 self._enqueue_local(stream, replica, msg, 0.0)
                 return
+        offline = self._offline_reason(stream)
+        if offline is not None:  # loaded offline here (DESIGN §9): no replica runs it, none will answer
+            self._answer_error(stream, msg, StreamOffline(offline))
+            return
         self._to_lane(stream, msg, trio.current_time() + self._node.router.deadline_s)
+
+    def _offline_reason(self, stream: str) -> str | None:
+        try:
+            return self._node.meta.stream(stream).offline_reason
+        except JsraftError:
+            return None
 
     def _local_done(self, stream: str, msg: InternalMsg, answer: Any, deadline: float) -> None:
         """A local leader's answer. `deadline`: the carrying deadline of a publish from the lane (0: it

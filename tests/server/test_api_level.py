@@ -99,3 +99,16 @@ async def test_a_node_at_level_0_serves_and_checks_level_0(tmp_path, caplog):
 def test_a_level_outside_the_build_is_refused(tmp_path, level):
     with pytest.raises(jsraft.errors.InvalidConfig, match="api_level"):
         single(tmp_path, api_level=level).validate()
+
+
+def test_serve_api_level_flag(tmp_path):
+    from jsraft.cli import build_parser
+    from jsraft.cli.serve import config_from_args
+
+    args = build_parser().parse_args(["serve", "-n", "s1", "-sd", str(tmp_path), "--api-level", "0"])
+    assert config_from_args(args).api_level == 0
+    default = build_parser().parse_args(["serve", "-n", "s1", "-sd", str(tmp_path)])
+    assert config_from_args(default).api_level == API_LEVEL
+    too_high = build_parser().parse_args(["serve", "-n", "s1", "-sd", str(tmp_path), "--api-level", "9"])
+    with pytest.raises(jsraft.errors.InvalidConfig, match="api_level must be 0..1"):
+        config_from_args(too_high)

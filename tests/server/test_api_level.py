@@ -90,8 +90,11 @@ async def test_a_node_at_level_0_serves_and_checks_level_0(tmp_path, caplog):
         seen = await in_asyncio(_scenario, node.url)
     assert seen["info"]["api"]["level"] == 0
     assert "  API Level:       0" in caplog.messages
-    # It cannot promise level 1, so a request that needs it is refused before anything is created.
+    # It cannot promise level 1, so a request that needs it is refused before anything is created, and it
+    # makes no asset it could not run: a paused consumer (level 1) is refused with both levels named.
     assert seen["ttl"]["error"]["err_code"] == 10185
+    assert (seen["paused"]["error"]["err_code"], seen["paused"]["error"]["description"]) == (
+        10185, "JetStream minimum api level required: the consumer needs API level 1, this server is at 0")
     assert seen["plain"]["config"]["metadata"] == {"_nats.req.level": "0", "_nats.ver": "2.10.0", "_nats.level": "0"}
 
 

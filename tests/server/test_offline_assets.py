@@ -9,7 +9,8 @@ would load them. Every behaviour is checked through nats-py and raw API requests
 log is checked for nats-server's "Detected unsupported ..." warning and the node's advisory log for the
 asset-offline advisory; then the nodes restart at the full level and every asset is online with its
 messages and consumer state intact (the raw config was kept byte for byte). The same on one node and on
-a 3-node cluster (all nodes at level 0, then one).
+a 3-node cluster (all nodes at level 0, then one). Last, an update a level-0 node cannot run, made through
+a node that can, stops that node's replica while the other two carry the stream on.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import trio
 import jsraft
 from jsraft.server.versioning import OFFLINE_TYPE
 from jsraft.testing.cluster import Cluster
-from nats_kit import in_asyncio, single
+from nats_kit import in_asyncio, nats_connect, single
 from offline_kit import (
-    LEVEL_REASON, PAUSED_UNTIL, assert_offline_seen, check_at_level_zero, check_online, create_level_one_assets,
-    delete_the_unsupported,
+    LEVEL_REASON, PAUSED_UNTIL, api_error, assert_offline_seen, check_at_level_zero, check_online,
+    create_level_one_assets, delete_the_unsupported, raw,
 )
 
 ONLINE = {"t": (2, 2, True), "p": (3, 3), "c_paused": (True, PAUSED_UNTIL), "list_offline": None}
@@ -92,3 +93,65 @@ async def test_three_nodes_at_level_zero_then_one_then_upgraded(tmp_path, caplog
     # Every node warned at level 0 (the first restart), n1 once more in the mixed cluster.
     stream_warnings = [m for m in _warned(caplog) if m.startswith("Detected unsupported stream '$G > T'")]
     assert len(stream_warnings) == 4
+
+
+async def _info_error(url: str, stream: str) -> tuple[int, str]:
+    nc = await nats_connect(url)
+    try:
+        return await api_error(nc.jetstream(timeout=10).stream_info(stream))
+    finally:
+        await nc.close()
+
+
+async def _create_u(url: str) -> None:
+    nc = await nats_connect(url)
+    js = nc.jetstream(timeout=10)
+    await js.add_stream(name="U", subjects=["u.>"], num_replicas=3)
+    await js.publish("u.1", b"before")
+    await nc.close()
+
+
+async def _update_u(url: str) -> dict:
+    """Through a node at the full level: the update that makes U need level 1; then a publish."""
+    nc = await nats_connect(url)
+    updated = await raw(nc, "$JS.API.STREAM.UPDATE.U", {"name": "U", "subjects": ["u.>"], "num_replicas": 3,
+                                                         "allow_msg_ttl": True})
+    if "error" not in updated:
+        updated["after"] = (await nc.jetstream(timeout=10).publish("u.2", b"after")).seq
+    await nc.close()
+    return updated
+
+
+async def _away_from_n1(cluster: Cluster) -> None:
+    """Move meta leadership off n1 (level 0) if it has it."""
+    if cluster.node("n2").meta_leader() == "n1":
+        await cluster.node("n2").call_meta("jsapi.meta_stepdown", {"preferred": "n2"})
+    await cluster.wait_until(lambda: cluster.node("n2").meta_leader() not in (None, "n1"), 20)
+
+
+async def test_an_update_a_node_cannot_run_stops_its_replica(tmp_path, caplog):
+    """The update needs a meta leader that can run it. A level-0 meta leader refuses it (10185, naming both
+    levels) — checked whenever leadership is on n1 when the update arrives, which is then moved and the
+    update asked again (at most 5 times)."""
+    caplog.set_level(logging.INFO, logger="jsraft.server")
+    refused = []
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=20, election_ticks=10) as cluster:
+            await cluster.wait_for_meta_leader()
+            await _restart(cluster, ["n1"], 0)
+            await cluster.wait_ready(20)
+            await in_asyncio(_create_u, cluster.node("n2").url, timeout_s=60)
+            for _ in range(5):
+                await _away_from_n1(cluster)
+                updated = await in_asyncio(_update_u, cluster.node("n2").url, timeout_s=60)
+                if updated.get("error", {}).get("err_code") != 10185:
+                    break
+                refused.append(updated["error"]["description"])
+            await cluster.wait_until(lambda: "U" not in cluster.node("n1").streams.replicas, 20,
+                                     what="n1 stopped its replica of U")
+            info = await in_asyncio(lambda url: _info_error(url, "U"), cluster.node("n1").url)
+    assert "error" not in updated, updated
+    assert (updated["config"]["metadata"]["_nats.req.level"], updated["after"]) == ("1", 2)  # U goes on
+    assert info == (10194, f"stream is offline: {LEVEL_REASON}")
+    assert any(m.startswith("Detected unsupported stream '$G > U'") for m in _warned(caplog))
+    assert all("stream 'U' needs API level 1, this server is at 0" in text for text in refused), refused

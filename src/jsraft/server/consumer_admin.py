@@ -39,7 +39,7 @@ from jsraft.server.consumer_pull import Leading
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.jsapi_codec import LIST_LIMIT, rfc3339
 from jsraft.server.jsapi_stream import cluster_json
-from jsraft.server.versioning import consumer_offline_reason
+from jsraft.server.versioning import check_consumer_level, consumer_offline_reason
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -172,6 +172,7 @@ class ConsumerAdmin:
         machine = service.replica.machine
         assert machine is not None
         config, raw = parse_consumer_config(blobs[0], stream=machine.config)
+        check_consumer_level(config, config.pause_until_ns, self.node.config.api_level)
         consumers = service.replica.adapter.consumers.consumers  # type: ignore[union-attr]  # the ConsumerSet
         existing = consumers.consumers.get(name)
         offline = consumer_offline_reason(existing, self.node.config.api_level) if existing is not None else None

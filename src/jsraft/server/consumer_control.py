@@ -28,7 +28,7 @@ from jsraft.server.consumer_admin import leading_service
 from jsraft.server.consumer_errors import ConsumerNotFound, ConsumerOffline
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.jsapi_codec import rfc3339
-from jsraft.server.versioning import consumer_offline_reason
+from jsraft.server.versioning import check_consumer_level, consumer_offline_reason
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -67,6 +67,7 @@ class ConsumerControl:
             raise ConsumerOffline(f"consumer is offline: {offline}")
         if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
             raise StreamOffline(service.replica.stopped_reason)
+        check_consumer_level(entry.config, until_ns, self.node.config.api_level)
         before_ns = entry.paused_until_ns
         proposal = await service.propose([PauseOp(name=name, until_ns=until_ns)])
         await service.replica.runtime.outcome(service.replica.group, proposal)  # invariant 2

@@ -120,6 +120,8 @@ class LeaderSide:
             self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
             raise NotLeader(None)  # it exists, but is not open here
         await replica.wait_leader(1.0)
+        if replica.closed or self.node.streams.replicas.get(name) is not replica:
+            raise NotLeader(None)  # stopped or replaced while we waited: whoever leads now answers
         stopped = replica.stopped_reason
         if stopped is not None:  # stream_replica invariant 6
             raise StreamOffline(stopped)

@@ -154,8 +154,15 @@ class StreamManager:
             return False
 
     async def _open(self, assignment: StreamAssignment) -> None:
-        if not self._current(assignment) or assignment.config is None:
-            return  # invariant 3 (an offline stream is not started: DESIGN §9)
+        if not self._current(assignment):
+            return  # invariant 3
+        if assignment.config is None:  # offline (DESIGN §9): not started, and stopped if an update made it so
+            replica = self.replicas.pop(assignment.name, None)
+            if replica is not None:
+                log.warning("stream %s: stopped on this node, which cannot run its new config (files kept)",
+                            assignment.name)
+                await self._stop(replica)
+            return
         replica = self.replicas.get(assignment.name)
         if replica is not None and replica.group == assignment.group:
             await self._update(replica, assignment)

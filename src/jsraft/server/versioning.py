@@ -27,7 +27,8 @@ from typing import Any
 
 from jsraft.consumer import ConsumerEntry, ConsumerSet
 from jsraft.jsapi import consumer_required_level
-from jsraft.meta import level_reason
+from jsraft.jsapi.consumer_config import ConsumerConfig
+from jsraft.meta import RequiredApiLevel, level_reason
 from jsraft.server.config import NodeConfig
 from jsraft.server.stream_events import JSRAFT_TYPE_PREFIX, jsraft_subject, now_rfc3339
 
@@ -45,6 +46,15 @@ def consumer_offline_reason(entry: ConsumerEntry, api_level: int) -> str | None:
     if entry.config is None:
         return entry.offline_reason
     return level_reason(consumer_required_level(entry.config, entry.paused_until_ns), api_level)
+
+
+def check_consumer_level(config: ConsumerConfig, paused_until_ns: int, api_level: int) -> None:
+    """A leader at a lower API level than a consumer (or its pause) needs does not make it: it could not run
+    it (the stream would stop at once). `RequiredApiLevel` (10185) names both levels."""
+    needed = consumer_required_level(config, paused_until_ns)
+    if needed > api_level:
+        raise RequiredApiLevel(f"JetStream minimum api level required: the consumer needs API level {needed}, "
+                               f"this server is at {api_level}")
 
 
 def stream_stopped_reason(entries: Mapping[str, ConsumerEntry], api_level: int) -> str | None:

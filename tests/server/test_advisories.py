@@ -7,7 +7,8 @@ Method: a real 3-node `Cluster` (real TCP, real files); a `jsraft.client` connec
 `$JS.EVENT.ADVISORY.>` on one node and the test waits (polling, with a deadline) until every node routes
 that interest before acting. Actions are driven through the JetStream API of another node: a create, an
 update, a leader stepdown, a consumer create and delete, a stream delete; then one node runs at API level
-0 and a paused consumer (level 1) is created, which that node must announce as an offline asset; then a
+0 and a paused consumer (level 1) is created through a stream leader that can run it (one at level 0
+refuses it: the leadership is then moved), which the level-0 node must announce as an offline asset; then a
 follower's copy of a message is changed on disk while it is stopped, and its repair after the restart is
 announced. Every advisory the subscriber got is collected until the expected ones arrived (or the deadline).
 """
@@ -87,8 +88,14 @@ async def test_lifecycle_leader_offline_and_drift_advisories(tmp_path):
             await cluster.wait_ready(20)
             await _interest_everywhere(cluster, "$JS.EVENT.ADVISORY.JSRAFT.ASSET_OFFLINE.P.C", "n2")
             await js.add_stream(name="P", subjects=["p.>"], num_replicas=3)
-            await client.request("$JS.API.CONSUMER.CREATE.P.C", json.dumps({"stream_name": "P", "config": {
-                "durable_name": "C", "pause_until": "2999-01-01T00:00:00Z"}}).encode(), timeout=10)
+            paused = json.dumps({"stream_name": "P", "config": {"durable_name": "C",
+                                                                 "pause_until": "2999-01-01T00:00:00Z"}}).encode()
+            for _ in range(5):  # a level-0 stream leader (n1) refuses a level-1 consumer: move it and ask again
+                answer = json.loads((await client.request("$JS.API.CONSUMER.CREATE.P.C", paused, timeout=10)).data)
+                if answer.get("error", {}).get("err_code") != 10185:
+                    break
+                await client.request("$JS.API.STREAM.LEADER.STEPDOWN.P", b"", timeout=10)
+            assert "error" not in answer, answer
             await _collect(sub, seen, lambda s: _has(s, "$JS.EVENT.ADVISORY.JSRAFT.ASSET_OFFLINE.P.C", OFFLINE_TYPE,
                                                       server="n1", stream="P", consumer="C"))
             await client.close()

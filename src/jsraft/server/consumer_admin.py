@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
 from jsraft.jsapi import consumer_required_level, served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
-from jsraft.meta import StreamOffline
+from jsraft.meta import ConsumerOffline, StreamOffline  # both take the reason alone (10195, 10194)
 from jsraft.raft.errors import NotLeader
 from jsraft.server.consumer_errors import (
-    ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, ConsumerOffline,
+    ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound,
     MaximumConsumers,
 )
 from jsraft.server.consumer_pull import Leading
@@ -160,7 +160,7 @@ class ConsumerAdmin:
             raise ConsumerNotFound()
         reason = consumer_offline_reason(entry, self.node.config.api_level)
         if reason is not None:
-            raise ConsumerOffline(f"consumer is offline: {reason}")
+            raise ConsumerOffline(reason)
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
                          self._cluster(service), service.now_ns(), self.node.config.api_level)
 
@@ -177,7 +177,7 @@ class ConsumerAdmin:
         existing = consumers.consumers.get(name)
         offline = consumer_offline_reason(existing, self.node.config.api_level) if existing is not None else None
         if offline is not None:
-            raise ConsumerOffline(f"consumer is offline: {offline}")
+            raise ConsumerOffline(offline)
         if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
             raise StreamOffline(service.replica.stopped_reason)
         if existing is not None:
@@ -229,5 +229,5 @@ class ConsumerAdmin:
             try:
                 infos.append(self._info(service, name))
             except ConsumerOffline as error:  # nats-server's `offline` map holds the reason alone
-                offline[name] = error.description.removeprefix("consumer is offline: ")
+                offline[name] = error.reason
         return {"total": len(names), "offset": offset, "infos": infos, "offline": offline}, ()

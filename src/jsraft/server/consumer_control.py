@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jsraft.consumer import PauseOp
-from jsraft.meta import StreamOffline
+from jsraft.meta import ConsumerOffline, StreamOffline
 from jsraft.server.consumer_admin import leading_service
-from jsraft.server.consumer_errors import ConsumerNotFound, ConsumerOffline
+from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.jsapi_codec import rfc3339
 from jsraft.server.versioning import check_consumer_level, consumer_offline_reason
@@ -64,7 +64,7 @@ class ConsumerControl:
             raise ConsumerNotFound()
         offline = consumer_offline_reason(entry, self.node.config.api_level)
         if offline is not None:
-            raise ConsumerOffline(f"consumer is offline: {offline}")
+            raise ConsumerOffline(offline)
         if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
             raise StreamOffline(service.replica.stopped_reason)
         check_consumer_level(entry.config, until_ns, self.node.config.api_level)

@@ -8,7 +8,8 @@
 `up` starts nodes n1..nN as `python -m jsraft serve` with client ports P, P+1, ... (default P = 4222),
 cluster ports P+2000, ... and monitoring ports P+4000, ... (so 4222/6222/8222, nats-server's defaults, for
 the first node), data in D/<name> and logs in D/<name>.log. It records the processes in D/cluster.json,
-waits (with a deadline) until every node's `/jsz` names the same meta leader, and prints one line per node:
+waits (with a deadline) until every node's `/jsz` names the same meta leader and its `/healthz` is 200, and
+prints one line per node:
 
     n1 12345 nats://127.0.0.1:4222 http://127.0.0.1:8222
 
@@ -176,7 +177,8 @@ def _log_tail(path: str, lines: int = 15) -> str:
 
 
 def wait_for_leader(nodes: list[dict[str, Any]], processes: dict[str, subprocess.Popen], timeout_s: float) -> str:
-    """The meta leader every node's /jsz names; raises RuntimeError if a node exits or time runs out."""
+    """The meta leader every node's /jsz names, once every /healthz is 200; raises RuntimeError if a node
+    exits or time runs out."""
     deadline = time.monotonic() + timeout_s
     leaders: dict[str, str | None] = {}
     while time.monotonic() < deadline:
@@ -187,7 +189,9 @@ def wait_for_leader(nodes: list[dict[str, Any]], processes: dict[str, subprocess
                                    f"{_log_tail(node['log'])}")
         leaders = meta_leaders(nodes)
         agreed = set(leaders.values())
-        if len(agreed) == 1 and None not in agreed:
+        # Agreed on a leader, and every node ready and its replicas current (its /healthz says so).
+        if len(agreed) == 1 and None not in agreed and all(
+                get_json(f"http://127.0.0.1:{node['monitor_port']}/healthz")[0] == 200 for node in nodes):
             return agreed.pop()
         time.sleep(POLL_S)
     raise RuntimeError(f"no meta leader agreed within {timeout_s:g}s: {leaders}")

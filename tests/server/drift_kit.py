@@ -193,3 +193,15 @@ async def setup_stream(cluster: Cluster, count: int) -> tuple[Any, dict[int, int
     for name in cluster.names:  # every message lives only in the stores now, not in any WAL
         await compact(cluster, name)
     return cluster.node(leader).jetstream(), acked, leader, follower
+
+
+def change_body(target: int, last: int) -> Callable[[FileStore], None]:
+    """A `with_store` change: message `target`'s body rewritten (the messages after it kept), every record's
+    CRC still valid — a drift only a content comparison (an audit) finds."""
+    def rewrite(store: FileStore) -> None:
+        tail = [store.load(seq) for seq in range(target, last + 1)]
+        store.truncate(target - 1)
+        changed = [(m.seq, m.subject, m.headers, m.payload, m.timestamp_ns) for m in tail]
+        changed[0] = (target, tail[0].subject, tail[0].headers, b"changed on disk", tail[0].timestamp_ns)
+        store.append_batch(changed)
+    return rewrite

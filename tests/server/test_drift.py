@@ -25,7 +25,7 @@ import os
 
 import trio
 from drift_kit import (
-    advisories, block_numbers, check_identical, converged, drift_of, msgs_dir, payload, publish_range,
+    advisories, block_numbers, change_body, check_identical, converged, drift_of, msgs_dir, payload, publish_range,
     replica, repaired_of, setup_stream, start, with_store,
 )
 
@@ -156,15 +156,7 @@ async def test_a_changed_body_at_an_equal_sequence_is_found_by_the_audit_and_rep
             js, acked, leader, follower = await setup_stream(cluster, COUNT)
             await cluster.stop(follower)
             target = COUNT - 40
-
-            def rewrite(store: FileStore) -> None:
-                tail = [store.load(seq) for seq in range(target, COUNT + 1)]
-                store.truncate(target - 1)
-                changed = [(m.seq, m.subject, m.headers, m.payload, m.timestamp_ns) for m in tail]
-                changed[0] = (target, tail[0].subject, tail[0].headers, b"changed on disk", tail[0].timestamp_ns)
-                store.append_batch(changed)
-
-            with_store(cluster, follower, rewrite)
+            with_store(cluster, follower, change_body(target, COUNT))
             changed = read_only_store(cluster, follower)
             assert changed.state().last_seq == COUNT and not changed.faults()  # every CRC still verifies
             changed.close()

@@ -98,9 +98,23 @@ def add_parser(sub: Any) -> None:
           help="write nats-server's ports file (nats-server_<pid>.ports) there once ready")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="every logger at this level (default: the startup lines, then warnings only)")
+    _add_api_level_flag(serve)
     _flag(serve, ("-D", "--debug", "-DV", "-VD"), ("debug",), dest="log_level", action="store_const",
           const="debug", help="the same as --log-level debug (nats-server's spelling; -DV also traces there)")
     serve.set_defaults(func=cmd_serve)
+
+
+# --- ADR-44: the API level a node runs at ----------------------------------------------------------------
+
+def _add_api_level_flag(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument("--api-level", type=int, metavar="N", dest="api_level",
+                       help="run at JetStream API level N, below this build's (tests, downgrade rehearsals): "
+                            "streams and consumers needing more are loaded offline")
+
+
+def _api_level_override(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
+    if getattr(args, "api_level", None) is not None:
+        overrides["api_level"] = args.api_level
 
 
 def _strip_scheme(text: str) -> str:
@@ -146,6 +160,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
         overrides["cluster_listen"] = True  # asked for: listen even before peers are known
     if args.peers is not None:
         overrides["peers"] = parse_peers(args.peers)
+    _api_level_override(args, overrides)
     return overrides
 
 

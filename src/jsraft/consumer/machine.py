@@ -67,7 +67,9 @@ class ConsumerEntry:
         try:
             self.config = parse_consumer_config(raw_config, defaults_from=stream)[0]
         except JsraftError as error:
-            self.config, self.offline_reason, self._filters = None, error.description, None
+            # nats-server's words for a stored config it cannot decode (PR #7158).
+            self.config, self._filters = None, None
+            self.offline_reason = f"unsupported - config error: {error.description}"
             return
         self.offline_reason = ""
         self._filters = subjectlib.FilterSet(self.config.filters) if self.config.filters else None

@@ -5,10 +5,15 @@ Field names are exactly the JetStream JSON API's, so code, JSON, CLI and docs li
 
 from jsraft.jsapi.api_level import (
     API_LEVEL,
+    FEATURES,
     REQUIRED_LEVEL_KEY,
+    SERVER_LEVEL_KEY,
+    SERVER_VERSION_KEY,
+    consumer_required_level,
     listed_metadata,
     served_metadata,
     stream_required_level,
+    version_for_level,
     without_dynamic_metadata,
 )
 from jsraft.jsapi.stream_config import (
@@ -26,7 +31,11 @@ from jsraft.jsapi.stream_config import (
 
 __all__ = [
     "API_LEVEL",
+    "FEATURES",
     "REQUIRED_LEVEL_KEY",
+    "SERVER_LEVEL_KEY",
+    "SERVER_VERSION_KEY",
+    "consumer_required_level",
     "DUPLICATE_WINDOW_DEFAULT_NS",
     "Discard",
     "Placement",
@@ -40,5 +49,6 @@ __all__ = [
     "served_metadata",
     "stream_required_level",
     "validate_stream_name",
+    "version_for_level",
     "without_dynamic_metadata",
 ]

@@ -11,7 +11,7 @@ Reference: DESIGN.md §5 and §9.
 """
 
 from jsraft.meta.apply import Applied
-from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment, load_consumer, load_stream
+from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment, level_reason, load_consumer, load_stream
 from jsraft.meta.entries import (
     CreateConsumer,
     CreateStream,
@@ -74,6 +74,6 @@ __all__ = [
     "ReplicasNotSupported", "RequiredApiLevel", "RestorePlan", "ServerReadmit", "ServerReadmitRefused",
     "StreamAssignment", "StreamNameExist",
     "StreamOffline", "StreamSubjectOverlap", "UpdateStream", "decode_entry", "encode_entry", "group_name",
-    "list_quarantined", "load_consumer", "load_stream", "place", "plan_restore",
+    "level_reason", "list_quarantined", "load_consumer", "load_stream", "place", "plan_restore",
     "quarantine_unknown_streams", "replace_peer", "restore_quarantined",
 ]

@@ -72,8 +72,9 @@ from jsraft.meta.placement import PeerInfo, place, replace_peer
 from jsraft.meta.rules import check_no_overlap, check_update
 from jsraft.meta.state import MetaState
 
-# Consumers: no consumer feature above level 0 exists in this build (see `jsapi.api_level`); the strict
-# ConsumerConfig of the consumer package computes the real level when it lands.
+# The meta consumer entries are not proposed by the running node: consumers are replicated through their
+# stream's group (DESIGN §7), whose replicas compute a consumer's level from its config and pause state
+# (`jsapi.consumer_required_level`). An entry proposed here checks only that the config is a JSON object.
 CONSUMER_REQUIRED_LEVEL = 0
 
 

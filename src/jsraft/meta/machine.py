@@ -32,10 +32,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 
 from jsraft.errors import invariant
-from jsraft.jsapi import API_LEVEL
+from jsraft.jsapi import API_LEVEL, stream_required_level
 from jsraft.meta.apply import Applied, apply_entry
-from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment
+from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment, parse_config
 from jsraft.meta.entries import PeerSeen, ServerReadmit, decode_entry
+from jsraft.meta.errors import RequiredApiLevel
 from jsraft.meta.leader import Proposal, Proposer
 from jsraft.meta.placement import PeerInfo
 from jsraft.meta.rules import check_request_level
@@ -92,10 +93,21 @@ class MetaStateMachine:
 
     def propose_create_stream(self, name: str, config_raw: bytes, *, now_ns: int,
                               online: Collection[str]) -> Proposal:
+        self._check_level(name, config_raw)
         return self._proposer.create_stream(name, config_raw, now_ns=now_ns, online=online)
 
     def propose_update_stream(self, name: str, config_raw: bytes, *, online: Collection[str]) -> Proposal:
+        if name not in self.offline():  # an offline stream's update is refused as such (StreamOffline)
+            self._check_level(name, config_raw)
         return self._proposer.update_stream(name, config_raw, online=online)
+
+    def _check_level(self, name: str, config_raw: bytes) -> None:
+        """A leader at a lower API level than a config needs does not make the asset: it could not run it
+        (it would load it offline at once). `RequiredApiLevel` (10185) names both levels."""
+        needed = stream_required_level(parse_config(name, config_raw))
+        if needed > self.api_level:
+            raise RequiredApiLevel(f"JetStream minimum api level required: stream {name!r} needs API level "
+                                   f"{needed}, this server is at {self.api_level}")
 
     def propose_delete_stream(self, name: str) -> Proposal:
         return self._proposer.delete_stream(name)

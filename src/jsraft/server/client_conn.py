@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -91,6 +92,8 @@ class ClientConn:
         self.verbose = self.pedantic = self.headers = self.no_responders = False
         self.echo = True
         self.name = self.lang = self.version = ""
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_ns = time.time_ns()
         self.closed = False
         self.close_reason = ""
         self.pings_out = 0
@@ -183,7 +186,11 @@ class ClientConn:
         sub.delivered += 1
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self._unsubscribe(sub)
+        sent = len(payload) + (len(headers) if headers else 0)  # as nats-server counts: headers and payload
+        self.out_msgs += 1  # /connz and /varz (monitor_views)
+        self.out_bytes += sent
         self.server.stats.out_msgs += 1
+        self.server.stats.out_bytes += sent
         self._queued(size)
         return True
 
@@ -286,10 +293,23 @@ class ClientConn:
         if self.verbose:
             self.send(OK)
 
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued for this client and not yet written (/connz `pending_bytes`)."""
+        return self._out_bytes + self._inflight_bytes
+
+    def idle_s(self) -> float:
+        """Seconds since this client last sent anything (/connz `idle`, `last_activity`)."""
+        return trio.current_time() - self._last_in_s
+
     def _on_pub(self, event: Pub) -> None:
         if self.verbose:
             self.send(OK)
         self.server.stats.in_msgs += 1
+        received = len(event.payload) + (len(event.headers) if event.headers else 0)
+        self.server.stats.in_bytes += received
+        self.in_msgs += 1  # /connz and /varz (monitor_views)
+        self.in_bytes += received
         if self.pedantic and not is_valid_subject(event.subject):
             self.send(err_line(texts.ERR_INVALID_PUBLISH_SUBJECT))
         self.server.route(self, event.subject, event.reply, event.headers, event.payload)

@@ -55,6 +55,7 @@ from jsraft import limits, subjects
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
 from jsraft.server.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_published_subject, is_valid_subject
+from jsraft.server.client_stats import ClientStats
 from jsraft.server.sublist import Sublist
 
 log = logging.getLogger("jsraft.server.clients")
@@ -82,17 +83,6 @@ class ClientOptions:
                    pending_bytes_max=config.client_pending_bytes_max,
                    ping_interval_s=config.client_ping_interval_ms / 1000, pings_out_max=config.client_pings_out_max,
                    write_deadline_s=config.client_write_deadline_ms / 1000)
-
-
-@attrs.define
-class ClientStats:
-    connections: int = 0
-    in_msgs: int = 0
-    out_msgs: int = 0
-    slow_consumers: int = 0
-    stale_connections: int = 0
-    protocol_errors: int = 0
-    internal_dropped: int = 0
 
 
 class InternalMsg:

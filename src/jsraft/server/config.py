@@ -15,7 +15,7 @@ Invariants (checked by `validate()`):
   5. The client settings are in range: `max_payload` within `limits.payload_bytes_max`, a pending bound
      that holds at least one message, positive intervals and counts.
 
-Imports: L0 (`errors`, `limits`), L1 (`codec`), L3 (`stream.catchup_wire` bounds, `meta`'s snapshot
+Imports: L0 (`errors`, `limits`), L1 (`codec`, `jsapi`), L3 (`stream.catchup_wire` bounds, `meta`'s snapshot
 interval), attrs, `config_file`.
 Reference: DESIGN.md §10 (CLI flags map onto these fields); hashicorp/raft `Config.validate`.
 """
@@ -29,6 +29,7 @@ import attrs
 from jsraft import limits
 from jsraft.codec import structure
 from jsraft.errors import InvalidConfig
+from jsraft.jsapi import API_LEVEL
 from jsraft.meta import META_SNAPSHOT_ENTRIES
 from jsraft.server.config_file import load_config_file, merge_overrides
 from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX
@@ -88,6 +89,10 @@ class NodeConfig:
     stream_repair_backoff_max_ms: int = 2000
     # The meta group: a snapshot and WAL compaction every this many applied entries (0: only when asked).
     meta_snapshot_every_entries: int = META_SNAPSHOT_ENTRIES
+    # The JetStream API level this node runs at (ADR-44): the build's `API_LEVEL` unless lowered, which
+    # makes the node behave as an older server would — assets needing more are loaded offline. For tests
+    # and for rehearsing a downgrade; never above the build's level.
+    api_level: int = API_LEVEL
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeConfig":
@@ -155,6 +160,8 @@ class NodeConfig:
                                 "must be at least 0")
         if self.meta_snapshot_every_entries < 0:
             raise InvalidConfig("node config: meta_snapshot_every_entries must be at least 0")
+        if not 0 <= self.api_level <= API_LEVEL:
+            raise InvalidConfig(f"node config: api_level must be 0..{API_LEVEL} (this build's level)")
         if not limits.block_bytes_min <= self.stream_block_bytes <= limits.block_bytes_max:
             raise InvalidConfig(f"node config: stream_block_bytes must be {limits.block_bytes_min}.."
                                 f"{limits.block_bytes_max}")

@@ -27,19 +27,18 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
-from jsraft.errors import JsraftError
-from jsraft.jsapi import served_metadata, validate_stream_name
+from jsraft.jsapi import consumer_required_level, served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
+from jsraft.meta import ConsumerOffline, StreamOffline  # both take the reason alone (10195, 10194)
 from jsraft.raft.errors import NotLeader
-from jsraft.server.client_server import NATS_VERSION
 from jsraft.server.consumer_errors import (
-    ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, ConsumerOffline,
-    MaximumConsumersLimit,
+    ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, MaximumConsumersLimit,
 )
 from jsraft.server.consumer_pull import Leading
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.jsapi_codec import LIST_LIMIT, rfc3339
 from jsraft.server.jsapi_stream import cluster_json
+from jsraft.server.versioning import check_consumer_level, consumer_offline_reason
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -72,20 +71,20 @@ def check_update(old: ConsumerConfig, new: ConsumerConfig) -> None:
         raise ConsumerCreateFailed("can not update push consumer to pull based")
 
 
-def served_config(config: ConsumerConfig, paused_until_ns: int | None = None) -> dict[str, Any]:
+def served_config(config: ConsumerConfig, paused_until_ns: int | None = None, *, api_level: int) -> dict[str, Any]:
     served = config.to_json()
     if paused_until_ns is not None and paused_until_ns != config.pause_until_ns:
         # A PAUSE request changed it (consumer_control): nats-server serves the config as it left it.
         served.pop("pause_until", None)
         if paused_until_ns:
             served["pause_until"] = rfc3339(paused_until_ns)
-    served["metadata"] = served_metadata(config.metadata, required_level=1 if served.get("pause_until") else 0,
-                                         server_version=NATS_VERSION)
+    level = consumer_required_level(config, paused_until_ns)
+    served["metadata"] = served_metadata(config.metadata, required_level=level, api_level=api_level)
     return served
 
 
 def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store: Any,
-              cluster: dict[str, Any] | None, now_ns: int) -> dict[str, Any]:
+              cluster: dict[str, Any] | None, now_ns: int, api_level: int) -> dict[str, Any]:
     """nats-server `ConsumerInfo`, in its field order."""
     config, state = entry.config, entry.state
     assert config is not None
@@ -100,7 +99,7 @@ def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store:
         ack_floor["last_active"] = rfc3339(leading.acked_ns)
     info: dict[str, Any] = {
         "stream_name": stream, "name": entry.name, "created": rfc3339(entry.created_ns),
-        "config": served_config(config, entry.paused_until_ns), "delivered": delivered, "ack_floor": ack_floor,
+        "config": served_config(config, entry.paused_until_ns, api_level=api_level), "delivered": delivered, "ack_floor": ack_floor,
         "num_ack_pending": state.num_ack_pending,
         # nats-server reports no redeliveries for max_deliver 1: there are none to make.
         "num_redelivered": 0 if config.max_deliver == 1 else state.num_redelivered,
@@ -158,10 +157,11 @@ class ConsumerAdmin:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
-        if entry.config is None:
-            raise ConsumerOffline(entry.offline_reason)
+        reason = consumer_offline_reason(entry, self.node.config.api_level)
+        if reason is not None:
+            raise ConsumerOffline(reason)
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
-                         self._cluster(service), service.now_ns())
+                         self._cluster(service), service.now_ns(), self.node.config.api_level)
 
     # --- Methods ------------------------------------------------------------------------------------------
 
@@ -171,11 +171,15 @@ class ConsumerAdmin:
         machine = service.replica.machine
         assert machine is not None
         config, raw = parse_consumer_config(blobs[0], stream=machine.config)
+        check_consumer_level(config, config.pause_until_ns, self.node.config.api_level)
         consumers = service.replica.adapter.consumers.consumers  # type: ignore[union-attr]  # the ConsumerSet
         existing = consumers.consumers.get(name)
+        offline = consumer_offline_reason(existing, self.node.config.api_level) if existing is not None else None
+        if offline is not None:
+            raise ConsumerOffline(offline)
+        if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
+            raise StreamOffline(service.replica.stopped_reason)
         if existing is not None:
-            if existing.config is None:
-                raise ConsumerOffline(existing.offline_reason)
             if existing.config == config:
                 await service.settled()
                 return self._info(service, name), ()
@@ -223,6 +227,6 @@ class ConsumerAdmin:
         for name in names[offset:offset + LIST_LIMIT]:
             try:
                 infos.append(self._info(service, name))
-            except JsraftError as error:
-                offline[name] = error.description
+            except ConsumerOffline as error:  # nats-server's `offline` map holds the reason alone
+                offline[name] = error.reason
         return {"total": len(names), "offset": offset, "infos": infos, "offline": offline}, ()

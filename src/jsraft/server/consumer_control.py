@@ -23,10 +23,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jsraft.consumer import PauseOp
+from jsraft.meta import ConsumerOffline, StreamOffline
 from jsraft.server.consumer_admin import leading_service
-from jsraft.server.consumer_errors import ConsumerNotFound, ConsumerOffline
+from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.consumer_service import ConsumerService
 from jsraft.server.jsapi_codec import rfc3339
+from jsraft.server.versioning import check_consumer_level, consumer_offline_reason
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -60,8 +62,12 @@ class ConsumerControl:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
-        if entry.config is None:
-            raise ConsumerOffline(entry.offline_reason)
+        offline = consumer_offline_reason(entry, self.node.config.api_level)
+        if offline is not None:
+            raise ConsumerOffline(offline)
+        if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
+            raise StreamOffline(service.replica.stopped_reason)
+        check_consumer_level(entry.config, until_ns, self.node.config.api_level)
         before_ns = entry.paused_until_ns
         proposal = await service.propose([PauseOp(name=name, until_ns=until_ns)])
         await service.replica.runtime.outcome(service.replica.group, proposal)  # invariant 2

@@ -236,7 +236,7 @@ class ConsumerService:
             self.publish = self.port.publish
         self._flush_outbox()
         self.events.flush()
-        if not self.active:
+        if not self.active or self.replica.stopped_reason is not None:  # stream_replica invariant 6
             return
         now_ns = self.now_ns()
         self.events.expire_pauses(self.leading, now_ns)

@@ -179,7 +179,7 @@ class ConsumerEndpoints:
         given = _names(request.subject, request.name, config)
         name = validate_consumer_name(given or generated_name())
         raw = stored_consumer_config(name, config, generated=not given)
-        assignment = await online(self.node, request.name)
+        assignment = await online(self.node, request.name, stopped_ok=True)
         try:
             parse_consumer_config(raw, stream=assignment.config)  # invariant 1: refused here, not later
         except InvalidJSON:
@@ -195,7 +195,7 @@ class ConsumerEndpoints:
     async def info(self, request: "ApiRequest") -> dict[str, Any]:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
-        await online(self.node, request.name)
+        await online(self.node, request.name, stopped_ok=True)
         result, _ = await self.node.call_stream(request.name, "consumer.info",
                                                 {"name": request.subject.split(".")[5]})
         return dict(result)
@@ -203,14 +203,14 @@ class ConsumerEndpoints:
     async def delete(self, request: "ApiRequest") -> dict[str, Any]:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
-        await online(self.node, request.name)
+        await online(self.node, request.name, stopped_ok=True)
         await self.node.call_stream(request.name, "consumer.delete", {"name": request.subject.split(".")[5]})
         return {"success": True}
 
     async def pause(self, request: "ApiRequest") -> dict[str, Any]:
         """`$JS.API.CONSUMER.PAUSE.<stream>.<consumer>` (invariant 6), answered by the stream leader."""
         until_ns = decode_pause(request.payload)
-        await online(self.node, request.name)
+        await online(self.node, request.name, stopped_ok=True)
         result, _ = await self.node.call_stream(request.name, "consumer.pause",
                                                 {"name": request.subject.split(".")[5], "until_ns": until_ns})
         return dict(result)
@@ -220,7 +220,7 @@ class ConsumerEndpoints:
         if not self.node.config.clustered:
             raise ClusterRequired()
         args = stepdown_args(request.payload)
-        assignment = await online(self.node, request.name)
+        assignment = await online(self.node, request.name, stopped_ok=True)
         await self.node.call_stream(request.name, "consumer.info", {"name": request.subject.split(".")[6]})
         if assignment.config is not None and assignment.config.num_replicas > 1:
             await self.node.call_stream(request.name, "jsapi.stream_stepdown", args)
@@ -232,7 +232,7 @@ class ConsumerEndpoints:
 
     async def names(self, request: "ApiRequest") -> dict[str, Any]:
         offset = self._offset(request.payload)
-        await online(self.node, request.name)
+        await online(self.node, request.name, stopped_ok=True)
         result, _ = await self.node.call_stream(request.name, "consumer.names", {})
         names = list(result["names"])
         offset = min(offset, len(names))
@@ -241,7 +241,7 @@ class ConsumerEndpoints:
 
     async def list(self, request: "ApiRequest") -> dict[str, Any]:
         offset = self._offset(request.payload)
-        await online(self.node, request.name)
+        await online(self.node, request.name, stopped_ok=True)
         result, _ = await self.node.call_stream(request.name, "consumer.list", {"offset": offset})
         infos = [dict(info) for info in result["infos"]]
         for info in infos:  # nats-server lists the stored config: no dynamic `_nats.*` metadata (invariant 4)

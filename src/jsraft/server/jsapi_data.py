@@ -52,9 +52,11 @@ async def meta_barrier(node: "Node", timeout_s: float = BARRIER_TIMEOUT_S) -> No
     raise NoLeader(f"the meta state on {node.name} is behind the meta leader's")
 
 
-async def online(node: "Node", name: str) -> StreamAssignment:
+async def online(node: "Node", name: str, *, stopped_ok: bool = False) -> StreamAssignment:
     """The stream's assignment; `StreamNotFound` (10059) if there is none — said only after a read
-    barrier — and `StreamOffline` (10194) for a stream loaded offline (DESIGN §9)."""
+    barrier — and `StreamOffline` (10194) for a stream loaded offline (DESIGN §9), or, unless
+    `stopped_ok` (the consumer endpoints, which answer for each consumer), stopped on this node by a
+    consumer it cannot run (stream_replica invariant 6)."""
     try:
         assignment = node.meta.stream(name)
     except StreamNotFound:
@@ -62,6 +64,10 @@ async def online(node: "Node", name: str) -> StreamAssignment:
         assignment = node.meta.stream(name)
     if assignment.offline_reason is not None:
         raise StreamOffline(assignment.offline_reason)
+    replica = node.streams.replicas.get(name)
+    stopped = replica.stopped_reason if replica is not None and not stopped_ok else None
+    if stopped is not None:
+        raise StreamOffline(stopped)
     return assignment
 
 

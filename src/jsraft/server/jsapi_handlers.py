@@ -50,7 +50,7 @@ import trio
 from jsraft import subjects
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.jsapi import API_LEVEL, StorageType, listed_metadata
-from jsraft.meta import StreamAssignment
+from jsraft.meta import StreamAssignment, StreamOffline
 from jsraft.server.client_server import ClientServer, InternalMsg
 from jsraft.server.consumer_admin import ConsumerAdmin
 from jsraft.server.consumer_control import ConsumerControl
@@ -67,6 +67,7 @@ from jsraft.server.jsapi_data import DataEndpoints, meta_barrier, online
 from jsraft.server.bulk_get import BulkGets
 from jsraft.server.jsapi_direct import DirectGets
 from jsraft.server.jsapi_stream import LeaderSide, config_json
+from jsraft.server.stream_events import stream_action
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -212,7 +213,7 @@ class JsApi:
         return {"memory": used[StorageType.memory], "storage": used[StorageType.file],
                 "reserved_memory": reserved[StorageType.memory], "reserved_storage": reserved[StorageType.file],
                 "streams": len(assignments), "consumers": consumers, "limits": dict(UNLIMITED),
-                "api": {"level": API_LEVEL, "total": self.total, "errors": self.errors}}
+                "api": {"level": self.node.config.api_level, "total": self.total, "errors": self.errors}}
 
     async def _consumer_count(self, assignment: StreamAssignment) -> int:
         """The stream's consumers (they live in its Raft group, not in the meta state): this node's
@@ -259,6 +260,7 @@ class JsApi:
         info = await self._settled_info(request.name, result)
         if not existed:
             info["did_create"] = True
+            self._advise(*stream_action(request.name, "create"))
         return info
 
     async def stream_update(self, request: ApiRequest) -> dict[str, Any]:
@@ -266,8 +268,17 @@ class JsApi:
         config.with_defaults().validate()
         if config.name != request.name:
             raise StreamMismatch()
+        replica = self.node.streams.replicas.get(request.name)
+        if replica is not None and replica.stopped_reason is not None:  # only deletes while stopped
+            raise StreamOffline(replica.stopped_reason)
         result, _ = await self.node.call_meta("stream.update", {"name": request.name}, [raw])
-        return await self._settled_info(request.name, result)
+        info = await self._settled_info(request.name, result)
+        self._advise(*stream_action(request.name, "modify"))
+        return info
+
+    def _advise(self, subject: str, body: dict[str, Any]) -> None:
+        """A stream action advisory, published by the node that answered the request (once per change)."""
+        self.node.streams.advisories.publish(subject, body)
 
     async def _settled_info(self, name: str, result: dict[str, Any]) -> dict[str, Any]:
         """Invariant 4: the stream info, with the config the meta leader answered."""
@@ -276,7 +287,8 @@ class JsApi:
             while name not in self.node.meta.names() or self.node.meta.stream(name).config_index < version:
                 await trio.sleep(self.node.tick_s / 20)
             info = await self.info(name)
-            info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level)
+            info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
+                                         self.node.config.api_level)
             return info
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 
@@ -308,6 +320,7 @@ class JsApi:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
         await self.node.call_meta("stream.delete", {"name": request.name})
+        self._advise(*stream_action(request.name, "delete"))
         return {"success": True}
 
     # --- Listings -----------------------------------------------------------------------------------
@@ -339,7 +352,10 @@ class JsApi:
                 # nats-server lists the stored config: no dynamic `_nats.*` metadata (api_level rule 4).
                 info["config"]["metadata"] = listed_metadata(info["config"].get("metadata", {}))
                 infos[name] = info
-            except JsraftError as error:  # listed under `missing`, as nats-server does for silent streams
+            except JsraftError as error:
+                if error.err_code == StreamOffline.err_code:  # stopped by a consumer it cannot run
+                    offline[name] = error.description.removeprefix("stream is offline: ")
+                    return  # listed under `missing`, as nats-server does for silent streams
                 log.info("stream list: %s did not answer: %s", name, error)
 
         async with trio.open_nursery() as nursery:

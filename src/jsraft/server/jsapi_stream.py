@@ -39,10 +39,9 @@ import trio
 
 from jsraft.errors import JsraftError, NoMessageFound
 from jsraft.jsapi import parse_stream_config, served_metadata, validate_stream_name
-from jsraft.meta import ClusterNoPeers
+from jsraft.meta import ClusterNoPeers, StreamOffline
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
-from jsraft.server.client_server import NATS_VERSION
 from jsraft.server.bulk_get import pack_chunk
 from jsraft.server.direct_batch import read_chunk
 from jsraft.server.errors import NoLeader
@@ -58,12 +57,11 @@ STEPDOWN_ELECTION_TIMEOUTS = 4  # how long a stepdown may take, in election time
 SUBJECTS_MAX = 100_000  # subject counts one stream info carries (nats-server JSMaxSubjectDetails)
 
 
-def config_json(raw: bytes | str, required_level: int) -> dict[str, Any]:
-    """The config a response serves (invariant 4)."""
+def config_json(raw: bytes | str, required_level: int, api_level: int) -> dict[str, Any]:
+    """The config a response serves by a node at `api_level` (invariant 4)."""
     config, _ = parse_stream_config(raw.encode() if isinstance(raw, str) else raw)
     served = config.to_json()
-    served["metadata"] = served_metadata(config.metadata, required_level=required_level,
-                                         server_version=NATS_VERSION)
+    served["metadata"] = served_metadata(config.metadata, required_level=required_level, api_level=api_level)
     return served
 
 
@@ -142,6 +140,11 @@ class LeaderSide:
             self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
             raise NotLeader(None)  # it exists, but is not open here
         await replica.wait_leader(1.0)
+        if replica.closed or self.node.streams.replicas.get(name) is not replica:
+            raise NotLeader(None)  # stopped or replaced while we waited: whoever leads now answers
+        stopped = replica.stopped_reason
+        if stopped is not None:  # stream_replica invariant 6
+            raise StreamOffline(stopped)
         return replica
 
     # --- Stream info -----------------------------------------------------------------------------------
@@ -153,14 +156,14 @@ class LeaderSide:
         base, _ = await self.node.handlers.handle(self.node.name, "stream.info", {"stream": replica.name}, [])
         replica = await self._leading(args)  # still leading after those awaits
         assignment = self.node.meta.stream(replica.name)
-        state, first_ts_ns, last_ts_ns = _read_state(replica)  # invariant 2: no await from here on
+        state, first_ts_ns, last_ts_ns = read_state(replica)  # invariant 2: no await from here on
         subjects = None
         if args.get("subjects_filter"):
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
         config = self.node.config
         info = {
-            "config": config_json(base["config"], assignment.required_level),
+            "config": config_json(base["config"], assignment.required_level, config.api_level),
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
@@ -263,7 +266,7 @@ class LeaderSide:
         return self._rng.choice(candidates)
 
 
-def _read_state(replica: StreamReplica) -> tuple[Any, int, int]:
+def read_state(replica: StreamReplica) -> tuple[Any, int, int]:
     """The store's state and the timestamps of its first and last live messages (0: none)."""
     store = replica.store
     state = store.state()

@@ -15,9 +15,8 @@ Invariants:
      only differ because the node changed. Counters (`_total`) are the node's monotonic counters.
   3. A part of the node that is not built or open yet (before `Node.run`, a group closing) is left out
      of the scrape, never an error: the scrape still answers.
-  4. `node_ready` is `Node.wait_ready`'s condition, without the waiting: a meta leader is known, this node
-     applied what it knows is committed (a leader: its own term's first entry), and no stream group is
-     still being opened or removed.
+  4. `node_ready` is `Node.wait_ready`'s condition, without the waiting: `readiness.Readiness`, the one
+     definition of readiness (a meta leader known, this node caught up once in its term).
 
 Not here: fsync or group-commit cycle counts (the runtime keeps none today), and publish-ack counts (the
 publish path keeps none); both need a counter where the work is done.
@@ -38,7 +37,6 @@ from prometheus_client.metrics_core import Metric
 from jsraft import __version__
 from jsraft.errors import JsraftError
 from jsraft.raft.status import Role
-from jsraft.server.meta_service import META_GROUP
 from jsraft.stream.results import Health
 
 if TYPE_CHECKING:
@@ -73,21 +71,9 @@ _CLIENT_COUNTERS = (  # (metric name without _total, ClientStats field, help)
 
 
 def node_ready(node: "Node") -> str | None:
-    """None when the node is ready, else why not (invariant 4)."""
-    try:
-        status = node.runtime.status(META_GROUP).raft
-    except (AttributeError, JsraftError):
-        return "the meta group is not open"
-    if status.leader_id is None:
-        return "no meta leader is known"
-    if status.leader_id == node.name:
-        if node.meta_adapter.noop_term != status.current_term:
-            return "the meta leader has not applied its term's first entry"
-    elif status.commit_index == 0 or node.meta.applied_index < status.commit_index:
-        return "this node has not applied the meta entries it knows are committed"
-    if node.streams.pending:
-        return "stream groups are still being opened or removed"
-    return None
+    """None when the node is ready, else why not (invariant 4: `readiness.Readiness`, defined once)."""
+    readiness = getattr(node, "readiness", None)
+    return readiness.reason() if readiness is not None else "the node is not built yet"
 
 
 class NodeCollector:

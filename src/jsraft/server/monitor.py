@@ -1,19 +1,21 @@
-"""`Monitor`: the node's monitoring HTTP listener — `/healthz`, `/varz`, `/jsz`, `/metrics` (layer L5).
+"""`Monitor`: the node's monitoring HTTP listener — `/healthz`, `/varz`, `/jsz`, `/connz`, `/metrics`
+(layer L5).
 
 Owns: a plain trio TCP listener speaking just enough HTTP/1.0 (one request per connection, `GET` and
-`HEAD`, JSON bodies — Prometheus text for `/metrics` —, `Connection: close`), and the views, built from
-the node's existing attributes:
-  - `/healthz`: 200 `{"status": "ok"}` while the node runs (`mark_running` .. `mark_stopped`), else 503;
-    503 too, with the reason, once the meta leader told this server it was removed (`meta_members`).
-    Liveness: it says the process serves, not that the node is ready.
-  - `/varz`: name, version, ports (client, cluster, monitor), cluster name, peers and their links, start
-    time and uptime — served only once the node has been ready (`metrics.node_ready`: a meta leader is
-    known and this node caught up); before that 503 with the reason, so a harness can poll it to know
-    when clients may start.
-  - `/jsz`: the meta group (leader, term, size) and every stream in the meta state with its placement, its
-    leader as this node sees it, and, where this node holds a replica, that replica's state tuple
-    (first_seq, last_seq, messages, bytes, digest), health and applied index. 503 while not running: a
-    stopped node's view is stale.
+`HEAD`, JSON bodies — Prometheus text for `/metrics` —, `Connection: close`), and routing to the views,
+whose bodies have nats-server's shapes (`monitor_views`, jsraft's own fields under `jsraft`):
+  - `/healthz`: nats-server's `HealthStatus` and parameters: `?js-enabled-only` — 200 while the node runs
+    (`mark_running` .. `mark_stopped`), the liveness the harnesses poll; `?js-server-only` — and it is
+    ready (`readiness`); by default also every replica it holds has a leader and is current. 503 with
+    the reason otherwise, and once the meta leader told this server it was removed (`meta_members`).
+  - `/varz`: nats-server's `Varz` (server id and name, ports, limits, the `jetstream` block with its
+    config, stats and API level, connections, message and byte counts, memory, cpu, uptime) — served
+    only once the node has been ready (`readiness`); before that 503 with the reason.
+  - `/jsz`: nats-server's `JSInfo` (`?accounts`, `?streams`, `?consumers`, `?config` add the account,
+    stream and consumer details) with `meta_cluster`; under `jsraft.streams` every stream in the meta
+    state with its placement, its leader as this node sees it, and this node's replica's state tuple
+    (first_seq, last_seq, messages, bytes, digest), health and applied index. 503 while not running.
+  - `/connz`: nats-server's `Connz`: this node's client connections, paged by `?offset` and `?limit`.
   - `/metrics`: Prometheus text format from the node's own registry (`metrics.node_registry`).
   - `/test/...`: the chaos test hooks (`test_hooks`), routed there only when the node runs with
     `test_hooks` on (else 404); `POST` is taken there only (for `/test/clock`).
@@ -30,12 +32,11 @@ Invariants:
      latched, so a meta election later on does not make the node's description disappear.
 
 Imports: stdlib, L0, trio, server siblings. Reference: nats-server monitoring endpoints (`/healthz`,
-`/varz`, `/jsz`); Prometheus exposition format; DESIGN.md §10.
+`/varz`, `/jsz`, `/connz`); Prometheus exposition format; DESIGN.md §10.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import logging
 import re
@@ -45,15 +46,15 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft import __version__
 from jsraft.errors import JsraftError
+from jsraft.server import monitor_views as views
 from jsraft.server.meta_service import META_GROUP
 from jsraft.server.metrics import CONTENT_TYPE, node_ready, node_registry, render
+from jsraft.server.monitor_views import format_uptime  # noqa: F401  (re-exported: its readers import it here)
 from jsraft.server.test_hooks import PREFIX as TEST_PREFIX, TestHooks
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
-    from jsraft.server.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.monitor")
 
@@ -70,7 +71,7 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
-ENDPOINTS = ("/healthz", "/varz", "/jsz", "/metrics")
+ENDPOINTS = ("/healthz", "/varz", "/jsz", "/connz", "/metrics")
 
 
 class Text:
@@ -131,41 +132,6 @@ def render_response(status: int, body: Body | None, *, head_only: bool = False,
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head_only else payload)
 
 
-def format_uptime(seconds: float) -> str:
-    """nats-server's uptime spelling: `1d2h3m4s`, `5m0s`, `12s`."""
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{days}d"] if days else []
-    if days or hours:
-        parts.append(f"{hours}h")
-    if days or hours or minutes:
-        parts.append(f"{minutes}m")
-    parts.append(f"{secs}s")
-    return "".join(parts)
-
-
-def _iso(wall_s: float) -> str:
-    return datetime.datetime.fromtimestamp(wall_s, datetime.timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def replica_view(replica: "StreamReplica") -> dict[str, Any] | None:
-    """This node's replica of one stream: its state tuple, health and applied index (None if not open)."""
-    if replica.store is None:
-        return None
-    state = replica.store.state()
-    view: dict[str, Any] = {"first_seq": state.first_seq, "last_seq": state.last_seq, "messages": state.msgs,
-                            "bytes": state.bytes, "digest": f"{state.digest:016x}"}
-    if replica.machine is not None:
-        view["health"] = str(replica.repair.health())
-    try:
-        view["applied_index"] = replica.runtime.status(replica.group).raft.applied_index
-    except JsraftError:
-        view["applied_index"] = None  # the group is closing or not open yet
-    return view
-
-
 class Monitor:
     def __init__(self, node: "Node", host: str = "127.0.0.1", port: int = 0) -> None:
         self.node = node
@@ -177,6 +143,7 @@ class Monitor:
         self.refused = 0  # requests answered 4xx, and connections closed for being over the bound
         self.registry = node_registry(node, running=lambda: self.running)  # this node's own (not global)
         self.ready_seen = False  # invariant 3
+        self.http_requests: dict[str, int] = {}  # /varz `http_req_stats`
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
         # `/test/` only with the node's test hooks on (test_hooks invariant 1).
         self.test_hooks = TestHooks(node) if getattr(getattr(node, "config", None), "test_hooks", False) else None
@@ -282,49 +249,37 @@ class Monitor:
         if method not in ("GET", "HEAD"):
             raise HttpError(405, f"method {method} not allowed")
         views = {"/": self.index, "/healthz": self.healthz, "/varz": self.varz, "/jsz": self.jsz,
-                 "/metrics": self.metrics}
+                 "/connz": self.connz, "/metrics": self.metrics}
         view = views.get(path)
         if view is None:
             raise HttpError(404, f"no such endpoint: {path}")
+        self.http_requests[path] = self.http_requests.get(path, 0) + 1
         try:
-            return view()
+            return view(query or {})
         except Exception:
             log.exception("monitor: building %s failed", path)
             return 500, {"error": f"building {path} failed; see the node's log"}
 
-    def index(self) -> tuple[int, dict[str, Any]]:
+    def index(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         return 200, {"server_name": self.node.name, "endpoints": list(ENDPOINTS)}
 
-    def healthz(self) -> tuple[int, dict[str, Any]]:
-        if self.running and self.node.meta_service.members.notice is not None:  # meta_members rule 2
-            return 503, {"status": "unavailable", "error": self.node.meta_service.members.notice.describe()}
-        if self.running:
-            return 200, {"status": "ok"}
-        return 503, {"status": "unavailable", "error": "node is not running"}
+    def healthz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        return views.healthz(self.node, self.running, query or {})
 
     def uptime_s(self) -> float:
         return time.monotonic() - self.running_since_s if self.running_since_s is not None else 0.0
 
-    def varz(self) -> tuple[int, dict[str, Any]]:
-        node, config = self.node, self.node.config
+    def varz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        node = self.node
         if not self.ready_seen:  # invariant 3
             reason = node_ready(node)
             if reason is not None:
                 return 503, {"server_name": node.name, "error": f"node is not ready: {reason}"}
             self.ready_seen = True
-        cluster_port = node.cluster_address[1] if node.cluster_address else config.cluster_port
-        return 200, {
-            "server_name": node.name, "version": __version__, "running": self.running,
-            "host": config.client_host, "port": node.client_port or config.client_port,
-            "client_listener": node.client_address is not None,
-            "http_host": self.host, "http_port": self.address[1] if self.address else self.port,
-            "cluster": {"name": config.cluster_name, "host": config.cluster_host, "port": cluster_port,
-                        "peers": self._peers()},
-            "store_dir": config.store_dir, "tick_ms": config.tick_ms, "election_ticks": config.election_ticks,
-            "start": _iso(self.started_wall_s) if self.started_wall_s is not None else None,
-            "now": _iso(time.time()), "uptime": format_uptime(self.uptime_s()),
-            "uptime_s": round(self.uptime_s(), 3),
-        }
+        http = (self.host, self.address[1] if self.address else self.port)
+        body = views.varz(node, http, self.started_wall_s, self.uptime_s(), self._peers(), self.http_requests)
+        body["jsraft"]["running"] = self.running
+        return 200, body
 
     def _peers(self) -> list[dict[str, Any]]:
         configured = self.node.config.peers
@@ -336,31 +291,17 @@ class Monitor:
                  "connected": bool(links[name].connected) if name in links else False}
                 for name, address in sorted(configured.items())]
 
-    def metrics(self) -> tuple[int, Text]:
+    def metrics(self, query: dict[str, str] | None = None) -> tuple[int, Text]:
         return 200, Text(render(self.registry), CONTENT_TYPE)
 
-    def jsz(self) -> tuple[int, dict[str, Any]]:
+    def jsz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         if not self.running:
             return 503, {"server_name": self.node.name, "error": "node is not running"}
-        node = self.node
         try:
-            status = node.runtime.status(META_GROUP).raft
+            self.node.runtime.status(META_GROUP)
         except JsraftError:
-            return 503, {"server_name": node.name, "error": "the meta group is not open yet"}
-        streams = []
-        for assignment in node.meta.streams():
-            replica = node.streams.replicas.get(assignment.name)
-            streams.append({
-                "name": assignment.name, "group": assignment.group, "subjects": list(assignment.subjects),
-                "replicas": list(assignment.peers), "offline_reason": assignment.offline_reason,
-                "leader": replica.leader_id() if replica is not None else None,
-                "local": replica_view(replica) if replica is not None else None,
-            })
-        voters = node.config.voters()
-        return 200, {
-            "server_name": node.name,
-            "meta_cluster": {"name": node.config.cluster_name, "leader": status.leader_id,
-                             "term": status.current_term, "cluster_size": len(voters), "peers": list(voters),
-                             "applied_index": node.meta.applied_index},
-            "streams": streams,
-        }
+            return 503, {"server_name": self.node.name, "error": "the meta group is not open yet"}
+        return 200, views.jsz(self.node, query or {})
+
+    def connz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        return 200, views.connz(self.node, query or {})

@@ -47,6 +47,7 @@ from jsraft.server.config import NodeConfig
 from jsraft.server.handlers import Handlers
 from jsraft.server.jetstream import JetStreamContext
 from jsraft.server.jsapi_handlers import JsApi
+from jsraft.server.readiness import Readiness
 from jsraft.server.identity import IDENTITY_FILE, NodeIdentity, load_or_format
 from jsraft.server.meta_adapter import MetaAdapter
 from jsraft.server.meta_service import META_GROUP, MetaService
@@ -57,6 +58,7 @@ from jsraft.server.rpc import RPC_GROUP, Rpc
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
+from jsraft.server.versioning import log_banner
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
 
 log = logging.getLogger("jsraft.server")
@@ -76,7 +78,7 @@ class Node:
         self.cluster_address: tuple[str, int] | None = None
         self.client_address: tuple[str, int] | None = None
         self.killed = False
-        self.meta = MetaStateMachine(clustered=config.clustered)
+        self.meta = MetaStateMachine(clustered=config.clustered, api_level=config.api_level)
         # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
         # monotonic time, which paces every timeout and election, is the system's, untouched).
         self.clock: SystemClock | SkewableClock = SkewableClock() if config.test_hooks else SystemClock()
@@ -84,6 +86,7 @@ class Node:
         # steps slewed away (runtime/clock.py invariant 3), so a clock stepped minutes forward cannot
         # age every message id out of the duplicate window at once.
         self.steady_clock = SteadyWall(self.clock)
+        self.readiness = Readiness(self)
         self._scope = trio.CancelScope()
 
     def raft_config(self) -> RaftConfig:
@@ -103,6 +106,7 @@ class Node:
                     await nursery.start(self.runtime.run)
                     await nursery.start(self.rpc.run)
                     await nursery.start(self.routes.run)
+                    log_banner(config)
                     await self.meta_service.open(self.raft_config(), disk.sub("meta"))
                     # A lost group record: the meta log's last index now is the floor below which every
                     # assigned group counts as started here (runtime.group_record decision 2).
@@ -181,17 +185,10 @@ class Node:
         return host if self.config.test_hooks and host not in ("", "0.0.0.0", "::") else None
 
     async def wait_ready(self, timeout_s: float = 10.0) -> None:
-        """Wait until the meta group has a leader, this node applied what it had committed when last
-        looked at, and every applied meta entry was handled (stream groups opened or removed)."""
+        """Wait until the node is ready (`readiness.Readiness`: the one definition `/varz`, `/healthz`
+        and every harness share)."""
         with trio.fail_after(timeout_s):
-            while True:
-                status = self.runtime.status(META_GROUP).raft
-                # A leader is caught up once its own term's no-op applied; a follower once it applied
-                # what the leader told it is committed.
-                caught_up = (self.meta_adapter.noop_term == status.current_term if status.leader_id == self.name
-                             else status.commit_index > 0 and self.meta.applied_index >= status.commit_index)
-                if status.leader_id is not None and caught_up and not self.streams.pending:
-                    return
+            while self.readiness.reason() is not None:
                 await trio.sleep(self.tick_s / 2)
 
     @property

@@ -36,8 +36,8 @@ async def run_expiry(replica: "StreamReplica", tick_s: float) -> None:
     while True:
         await trio.sleep(tick_s)
         leader = replica.leader
-        if leader is None or replica.closed:
-            continue
+        if leader is None or replica.closed or replica.stopped_reason is not None:
+            continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)
         now_ns = replica.runtime.clock.wall_ns()
         due = [entry for entry in (leader.expire_due(now_ns),) if entry is not None]
         due.extend(leader.ttl_due(now_ns))

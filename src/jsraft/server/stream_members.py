@@ -1,7 +1,8 @@
 """A stream group's Raft membership follows its meta assignment's peers (layer L5).
 
 Owns: `next_change` (pure: the one membership step that moves a group's configuration toward the
-assignment's peers) and `reconcile_members` (the stream leader carries that step out), used for scaling a
+assignment's peers), `reconcile_members` (the stream leader carries that step out) and `check_members` (a
+replica's periodic look: start a step while it leads, notice its own removal while leaving), used for scaling a
 stream up (R1 → R3) and down (R3 → R1) and for re-placing a removed peer.
 
 The order of steps, one at a time (the Raft core refuses a second change while one is in flight):
@@ -15,15 +16,17 @@ Invariants:
   1. Only the group's leader proposes membership changes, and only changes toward the assignment.
   2. A group never loses a voter before its replacement is a voter (scale-down happens after scale-up).
 
-Imports: L0, L1 (`raft`), L4 (`runtime`), stdlib. Reference: Raft thesis §4 (single-server changes).
+Imports: L0, L1 (`raft`), L4 (`runtime`), stdlib, trio. Reference: Raft thesis §4 (single-server changes).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from typing import Any
 
 import attrs
+import trio
 
 from jsraft.errors import JsraftError
 from jsraft.raft.membership import ConfChange, ConfChangeType
@@ -75,3 +78,27 @@ async def reconcile_members(runtime: NodeRuntime, group: str, desired: Collectio
         log.debug("group %s: %s %s not taken yet: %s", group, step.type.name, step.node_id, error)
         return None
     return f"{step.type.name} {step.node_id}"
+
+
+def check_members(replica: Any, nursery: trio.Nursery) -> None:
+    """A `StreamReplica`'s periodic membership look: a leaving replica whose removal the group applied is
+    let go (`left`: the manager closes it and removes its files); a leader starts one step (at a time)."""
+    try:
+        status = replica.runtime.status(replica.group).raft
+    except JsraftError:
+        return
+    if replica.leaving and replica.node_id not in status.voters + status.learners:
+        replica.left.set()
+        return
+    if status.role is Role.LEADER and not replica._members_task:
+        replica._members_task = True
+        nursery.start_soon(_members_step, replica)
+
+
+async def _members_step(replica: Any) -> None:
+    try:
+        done = await reconcile_members(replica.runtime, replica.group, replica.peers)
+        if done is not None:
+            log.info("stream %s: membership: %s", replica.name, done)
+    finally:
+        replica._members_task = False

@@ -2,13 +2,13 @@
 
 Owns: one value derived from `NodeConfig` once, at node start, and handed to each `StreamReplica`: how
 often its Raft group snapshots and compacts, how often its leader audits, the store's block size, the
-catch-up chunk budget and the repair retry bounds.
+catch-up chunk budget, the repair retry bounds, and the API level the node runs at.
 
 Invariants:
   1. A value of 0 in the config turns the periodic action off (`snapshot_every_entries` None, audits only
      when asked); everything else was range-checked by `NodeConfig.validate` (config invariant 4).
 
-Imports: L3 (`stream.catchup_wire`), attrs, server siblings (`config`).
+Imports: L1 (`jsapi`), L3 (`stream.catchup_wire`), attrs, server siblings (`config`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import attrs
 
 from jsraft import limits
+from jsraft.jsapi import API_LEVEL
 from jsraft.server.config import NodeConfig
 from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT
 
@@ -33,6 +34,7 @@ class StreamOptions:
     repair_backoff_max_s: float = 2.0
     rpc_timeout_s: float = 5.0
     tick_s: float = 0.1
+    api_level: int = API_LEVEL  # the node's JetStream API level: a consumer needing more stops its stream
 
     @classmethod
     def of(cls, config: NodeConfig) -> "StreamOptions":
@@ -44,4 +46,4 @@ class StreamOptions:
                    catchup_chunk_bytes=config.stream_catchup_chunk_bytes,
                    repair_backoff_min_s=min(tick_s, config.stream_repair_backoff_max_ms / 1000),
                    repair_backoff_max_s=config.stream_repair_backoff_max_ms / 1000,
-                   rpc_timeout_s=2.0 if config.test_mode else 5.0, tick_s=tick_s)
+                   rpc_timeout_s=2.0 if config.test_mode else 5.0, tick_s=tick_s, api_level=config.api_level)

@@ -21,7 +21,8 @@ Invariants:
   1. Before a publish is routed, the internal subscriptions match the streams of the meta state applied
      at that moment (`meta.applied_index` is compared on each route, rebuilt when it moved), so a
      publish right after `add_stream` returned on this node is stored, not answered "no responders".
-  2. A publish without a reply subject is stored all the same and answered to nobody (nats-server).
+  2. A publish without a reply subject, or to a `no_ack` stream, is stored all the same and answered to
+     nobody, not even with an error (nats-server).
   3. Publishes of one stream from this node reach its leader in the order they arrived while the leader
      does not change: a publish goes straight to a local leader only when the stream's lane is empty
      (nothing older is still being carried), and a lane's batches are queued at the leader in the order
@@ -51,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft.errors import BadRequest, InvalidSubject, JsraftError
+from jsraft.meta import StreamOffline
 from jsraft.raft.errors import NotLeader, ProposalDropped
 from jsraft.server import publish_batch
 from jsraft.server.client_server import ClientOptions, ClientServer, InternalMsg, InternalSubscription
@@ -140,7 +142,17 @@ class StreamPublishes:
             if replica is not None and replica.can_enqueue():
                 self._enqueue_local(stream, replica, msg, 0.0)
                 return
+        offline = self._offline_reason(stream)
+        if offline is not None:  # loaded offline here (DESIGN §9): no replica runs it, none will answer
+            self._answer_error(stream, msg, StreamOffline(offline))
+            return
         self._to_lane(stream, msg, trio.current_time() + self._node.router.deadline_s)
+
+    def _offline_reason(self, stream: str) -> str | None:
+        try:
+            return self._node.meta.stream(stream).offline_reason
+        except JsraftError:
+            return None
 
     def _local_done(self, stream: str, msg: InternalMsg, answer: Any, deadline: float) -> None:
         """A local leader's answer. `deadline`: the carrying deadline of a publish from the lane (0: it
@@ -160,15 +172,26 @@ class StreamPublishes:
         else:
             self._answer(stream, msg, answer.seq, answer.duplicate)
 
+    def _acks(self, stream: str, msg: InternalMsg) -> bool:
+        """Whether `msg` is answered: it asked (a reply subject) and the stream is not `no_ack`, which
+        answers nothing, not even an error (nats-server `processInboundJetStreamMsg`)."""
+        if not msg.reply:
+            return False
+        try:
+            config = self._node.meta.stream(stream).config
+        except JsraftError:
+            return True
+        return config is None or not config.no_ack
+
     def _answer(self, stream: str, msg: InternalMsg, seq: int, duplicate: bool) -> None:
-        if msg.reply:
+        if self._acks(stream, msg):
             msg.respond(b'{"stream":%s,"seq":%d%s}' % (_json_name(stream), seq, _DUPLICATE if duplicate else b""))
         msg.done()
 
     def _answer_error(self, stream: str, msg: InternalMsg, error: JsraftError) -> None:
         log.debug("publish on %s to stream %s failed: %s", msg.subject, stream, error)
         answer = {"error": error.to_api(), "stream": stream, "seq": 0}
-        if msg.reply:
+        if self._acks(stream, msg):
             msg.respond(json.dumps(answer, separators=(",", ":")).encode())
         msg.done()
 

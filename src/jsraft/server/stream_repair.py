@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from jsraft.errors import JsraftError
+from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.stream_options import StreamOptions
@@ -56,6 +57,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("jsraft.server.repair")
 
 CallPeer = Callable[..., Awaitable[tuple[Any, list[bytes]]]]
+
+
+async def no_peers(peer: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, list[bytes]]:
+    """The `CallPeer` of a replica built without `$rpc` (a single node in a test): no one to ask."""
+    raise NotLeader(None)
 _FINDINGS_MAX = 32  # per advisory
 
 

@@ -25,6 +25,9 @@ Invariants:
      that set `raw`) is above the machine's `config_meta_index`, the leader proposes CONFIG before deciding
      anything else — so an update survives a leader change between the meta apply and the proposal, and a
      new group's first entry fixes its config for every replica's replay.
+  6. While a consumer this node cannot run exists (`stopped_reason`, PR #7158) the stream is stopped here:
+     as leader it decides no publish (answered 10194), delivers nothing, proposes no expiry — only the
+     consumer's deletion. The group still replicates what a leader that can run it commits (one log).
 
 Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio, siblings.
 Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
@@ -41,6 +44,7 @@ import trio
 from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
+from jsraft.meta import StreamOffline
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
@@ -54,8 +58,10 @@ from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
 from jsraft.server.stream_options import StreamOptions
-from jsraft.server.stream_repair import CallPeer, RepairWorker
-from jsraft.server.stream_members import reconcile_members
+from jsraft.server.stream_repair import CallPeer, RepairWorker, no_peers
+from jsraft.server.stream_events import leader_elected
+from jsraft.server.stream_members import check_members
+from jsraft.server.versioning import OfflineWarnings, StoppedWatch
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
@@ -67,8 +73,7 @@ DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump tur
 MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
 
 
-# Called once with a queued publish's answer: its `PubOutcome`, or the exception that failed it.
-Done = Callable[[Any], None]
+Done = Callable[[Any], None]  # called once with a queued publish's `PubOutcome`, or what failed it
 Queued = tuple[str, bytes, bytes, Done]
 
 
@@ -76,27 +81,22 @@ def api_error(error: ApiError) -> RemoteError:
     return RemoteError(error.code, error.err_code, error.description, "ApiError")
 
 
-async def _no_peers(peer: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, list[bytes]]:
-    raise NotLeader(None)  # a replica built without `$rpc` (a single node in a test) has no one to ask
-
-
 class StreamReplica:
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
                  peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
-                 config_index: int = 0, bootstrap: bool = True, assigned_index: int = 0,
-                 options: StreamOptions | None = None, call_peer: CallPeer | None = None,
-                 advisories: AdvisoryLog | None = None) -> None:
+                 config_index: int = 0, bootstrap: bool = True, options: StreamOptions | None = None,
+                 call_peer: CallPeer | None = None, advisories: AdvisoryLog | None = None,
+                 offline_warnings: OfflineWarnings | None = None) -> None:
         self.node_id, self.name, self.group = node_id, name, group
         self.options = options or StreamOptions()
         # Repairs (stream_repair) and audits (stream_audit): this replica's own tasks, over `$rpc`.
-        call_peer = call_peer or _no_peers
+        call_peer = call_peer or no_peers
         advisories = advisories if advisories is not None else AdvisoryLog(node_id)
         self.repair = RepairWorker(self, call_peer=call_peer, advisories=advisories, options=self.options)
         self.audit = AuditRunner(self, call_peer=call_peer, advisories=advisories, options=self.options)
         self.peers = peers  # the assignment's peers: the group's voters, once its leader has made them so
         # Start the group with `peers` as its first voters (a new group); else join blank and be added.
         self.bootstrap = bootstrap
-        self.assigned_index = assigned_index  # the meta index that created the stream (runtime.group_record)
         self.leaving = False  # the assignment no longer has this node: run until the group let us go
         self.left = trio.Event()
         self._members_task = False
@@ -111,6 +111,7 @@ class StreamReplica:
         self.machine: StreamStateMachine | None = None
         self.adapter: StreamAdapter | None = None
         self.leader: StreamLeader | None = None
+        self._advised_term = 0
         self._queue: list[Queued] = []
         self._batches = InFlightBatches(lambda: RemoteError(
             503, 10008, "publish outcome unknown: its entry did not apply here", "OutcomeUnknown"))
@@ -120,19 +121,19 @@ class StreamReplica:
         self.scope = trio.CancelScope()
         self.closed = False
         self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)
+        # Invariant 6: a consumer this node cannot run (its API level, its config) stops the stream here.
+        self.stopped = StoppedWatch(name, node_id, self.options.api_level, offline_warnings, advisories.queue)
 
     # --- Opening and closing ----------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Write the replica's identity files, recover the store, open the Raft group."""
+    async def open(self, assigned_index: int = 0) -> None:
+        """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record)."""
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
-        await self.runtime.open_group(self.group, voters=self.peers if self.bootstrap else None,
-                                      state_machine=self.adapter,
-                                      raft_config=self.raft_config, disk=self.disk.sub("raft"),
-                                      snapshot_every_entries=self.options.snapshot_every_entries,
-                                      assigned_index=self.assigned_index)
+        voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries
+        await self.runtime.open_group(self.group, voters=voters, state_machine=self.adapter, raft_config=self.raft_config,
+                                      disk=self.disk.sub("raft"), assigned_index=assigned_index, snapshot_every_entries=every)
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
         self.first_election = FirstElection(self.runtime, self.group, self.node_id,
@@ -158,6 +159,11 @@ class StreamReplica:
             self.store.close()
 
     # --- Leadership ---------------------------------------------------------------------------------
+
+    @property
+    def stopped_reason(self) -> str | None:
+        """Why this stream is stopped on this node (invariant 6), or None while it runs."""
+        return self.stopped.reason(self.adapter.consumers.consumers if self.adapter is not None else None)
 
     def leader_id(self) -> str | None:
         """The group's leader as this node knows it; O(1): publishes ask it for every message."""
@@ -204,13 +210,25 @@ class StreamReplica:
                 while True:
                     self.first_election.tick()
                     self._follow_leadership()
+                    self.stopped.note(self.adapter.consumers.consumers if self.adapter is not None else None)
+                    self._advise()
                     if self._config_due() and not self._config_task:
                         self._config_task = True
                         nursery.start_soon(self._reconcile_task)
                     ticks += 1
                     if ticks % MEMBERS_EVERY_TICKS == 0:
-                        self._check_members(nursery)
+                        check_members(self, nursery)
                     await trio.sleep(tick_s)
+
+    def _advise(self) -> None:
+        """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),
+        then whatever the apply path raised (advisories invariant 3)."""
+        if self.leader is not None and len(self.peers) > 1:
+            status = self.runtime.status(self.group).raft
+            if status.current_term != self._advised_term:
+                self._advised_term = status.current_term
+                self.repair.advisories.queue(*leader_elected(self.name, self.node_id, self.peers, status.voters))
+        self.repair.advisories.flush()
 
     async def wait_leader(self, timeout_s: float) -> StreamLeader:
         with trio.move_on_after(timeout_s):
@@ -285,6 +303,10 @@ class StreamReplica:
             if leader is None:
                 self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
                 return
+            stopped = self.stopped_reason
+            if stopped is not None:  # invariant 6
+                self._settle(batch, [StreamOffline(stopped)] * len(batch))
+                return
             # Timestamps come from the node's steady wall clock (its steps slewed: runtime/clock.py invariant 3).
             decision = leader.decide([(s, h, p) for s, h, p, _ in batch], self.runtime.clock.wall_ns())
             answers = self._batches.open([done for _, _, _, done in batch], decision.outcomes)
@@ -339,28 +361,6 @@ class StreamReplica:
         if leader is None or machine is None or self.config_index <= machine.config_meta_index:
             return
         await self._propose_decided(leader.propose_config(self.raw, self.config_index))
-
-    # --- Membership follows the assignment's peers (stream_members) -----------------------------------
-
-    def _check_members(self, nursery: trio.Nursery) -> None:
-        try:
-            status = self.runtime.status(self.group).raft
-        except JsraftError:
-            return
-        if self.leaving and self.node_id not in status.voters + status.learners:
-            self.left.set()  # the group applied our removal: the manager closes us and removes the files
-            return
-        if status.role is Role.LEADER and not self._members_task:
-            self._members_task = True
-            nursery.start_soon(self._members_step)
-
-    async def _members_step(self) -> None:
-        try:
-            done = await reconcile_members(self.runtime, self.group, self.peers)
-            if done is not None:
-                log.info("stream %s: membership: %s", self.name, done)
-        finally:
-            self._members_task = False
 
     # --- Other leader operations -------------------------------------------------------------------
 

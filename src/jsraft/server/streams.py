@@ -44,6 +44,7 @@ from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_repair import CallPeer
 from jsraft.server.stream_replica import StreamReplica
+from jsraft.server.versioning import OfflineWarnings, offline_advisory
 
 log = logging.getLogger("jsraft.server.streams")
 
@@ -58,6 +59,7 @@ class StreamManager:
         self.options = options or StreamOptions(tick_s=tick_s)
         self.call_peer = call_peer  # `$rpc` to another node: repairs and audits
         self.advisories = AdvisoryLog(node_id)  # every stream advisory this node raised
+        self.offline_warnings = OfflineWarnings()  # streams and consumers this node loaded offline
         self.consumer_port: Any = None  # the node's consumer hub, given to each replica's consumers (push)
         self.disk = disk  # <store_dir>/streams
         self.runtime = runtime
@@ -85,9 +87,17 @@ class StreamManager:
         if applied.stream is None:
             return
         if applied.kind in (EntryKind.CREATE_STREAM, EntryKind.UPDATE_STREAM):
+            self._note_offline(applied.stream.name, applied.stream.offline_reason)
             self._follow(applied.stream)
         elif applied.kind is EntryKind.DELETE_STREAM:
+            self._note_offline(applied.stream.name, None)
             self._push("delete", applied.stream)
+
+    def _note_offline(self, name: str, reason: str | None) -> None:
+        """Every node warns about a stream it loaded offline (versioning invariant 1) and raises the
+        asset-offline advisory, whether or not it holds a replica."""
+        if self.offline_warnings.stream(name, reason):
+            self.advisories.queue(*offline_advisory(self.node_id, name, None, str(reason)))
 
     def _follow(self, assignment: StreamAssignment) -> None:
         """Open (or reconfigure) a replica this node is a peer of; leave one it no longer is."""
@@ -99,6 +109,8 @@ class StreamManager:
     def on_restored(self, replaced: list[tuple[str, str]]) -> None:
         """The meta state machine restored a snapshot; `replaced`: the `(stream, group)` pairs of the state
         it replaced (invariant 4)."""
+        for assignment in self.meta.streams():
+            self._note_offline(assignment.name, assignment.offline_reason)
         self._push("restored", replaced)
 
     def _push(self, kind: str, payload: Any) -> None:
@@ -132,6 +144,7 @@ class StreamManager:
                     await handler(payload)
                     self._events.popleft()
                     self.handled += 1
+                self.advisories.flush()  # what the meta apply raised (advisories invariant 3)
                 await self._wakeup.wait()
 
     def _current(self, assignment: StreamAssignment) -> bool:
@@ -141,8 +154,15 @@ class StreamManager:
             return False
 
     async def _open(self, assignment: StreamAssignment) -> None:
-        if not self._current(assignment) or assignment.config is None:
-            return  # invariant 3 (an offline stream is not started: DESIGN §9)
+        if not self._current(assignment):
+            return  # invariant 3
+        if assignment.config is None:  # offline (DESIGN §9): not started, and stopped if an update made it so
+            replica = self.replicas.pop(assignment.name, None)
+            if replica is not None:
+                log.warning("stream %s: stopped on this node, which cannot run its new config (files kept)",
+                            assignment.name)
+                await self._stop(replica)
+            return
         replica = self.replicas.get(assignment.name)
         if replica is not None and replica.group == assignment.group:
             await self._update(replica, assignment)
@@ -151,12 +171,12 @@ class StreamManager:
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
                                 raft_config=self.raft_config(), config_index=assignment.config_index,
-                                bootstrap=assignment.peers_unchanged, assigned_index=assignment.created_index,
-                                options=self.options,
-                                call_peer=self.call_peer, advisories=self.advisories)
+                                bootstrap=assignment.peers_unchanged, options=self.options,
+                                call_peer=self.call_peer, advisories=self.advisories,
+                                offline_warnings=self.offline_warnings)
         replica.consumers.port = self.consumer_port
         try:
-            await replica.open()
+            await replica.open(assigned_index=assignment.created_index)
         except JsraftError as error:
             log.error("stream %s: cannot open replica: %s", assignment.name, error)
             return

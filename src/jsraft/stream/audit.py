@@ -37,7 +37,7 @@ from jsraft.errors import invariant
 from jsraft.stream.drift import Finding
 from jsraft.stream.results import AuditReport, Health
 
-ADVISORY_PREFIX = "io.nats.jetstream.advisory.v1."
+ADVISORY_PREFIX = "io.jsraft.advisory.v1."  # jsraft's own: not in nats-server's namespace
 DRIFT_ADVISORY = ADVISORY_PREFIX + "stream_drift"
 DRIFT_REPAIRED_ADVISORY = ADVISORY_PREFIX + "stream_drift_repaired"
 AUDIT_SPLIT_ADVISORY = ADVISORY_PREFIX + "stream_audit_split"

@@ -100,9 +100,11 @@ class Hooks:
         return list(self.call("streams")["streams"])
 
     def healthz(self) -> bool:
-        """True when the node's monitor answers `/healthz` 200 (no `HookError`: a poll helper)."""
+        """True when the node's monitor answers `/healthz?js-enabled-only=true` 200 — the process serves,
+        whether or not it is ready yet (nats-server's liveness parameter; no `HookError`: a poll helper)."""
         try:
-            with urllib.request.urlopen(f"{self.base_url}/healthz", timeout=self.timeout_s) as answer:
+            with urllib.request.urlopen(f"{self.base_url}/healthz?js-enabled-only=true",
+                                        timeout=self.timeout_s) as answer:
                 return answer.status == 200
         except (urllib.error.URLError, http.client.HTTPException, OSError, TimeoutError):
             return False

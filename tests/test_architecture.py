@@ -39,8 +39,8 @@ THIRD_PARTY = {
     2: {"attrs", "cattrs", "crc32c", "zstandard"},
     3: {"attrs", "cattrs", "crc32c", "zstandard"},
     4: {"attrs", "cattrs", "crc32c", "zstandard", "trio"},
-    5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich"},
-    6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark"},
+    5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "bcrypt", "cryptography"},
+    6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark", "bcrypt", "cryptography"},
 }
 DETERMINISTIC = {"raft", "wal", "store", "stream", "consumer", "meta", "protocol"}
 FORBIDDEN_IN_DETERMINISTIC = {"trio", "socket", "time", "threading", "asyncio", "selectors"}

@@ -113,7 +113,8 @@ class NodeConfig:
     @classmethod
     def from_file(cls, path: str, overrides: dict[str, Any] | None = None) -> "NodeConfig":
         """Read a JSON or TOML config file, apply `overrides` (command-line flags) on top, decode strictly."""
-        return cls.from_dict(merge_overrides(load_config_file(path), overrides or {}))
+        names = [field.name for field in attrs.fields(cls)]
+        return cls.from_dict(merge_overrides(load_config_file(path, names), overrides or {}))
 
     @property
     def routes(self) -> dict[str, str]:

@@ -14,28 +14,17 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
 import bcrypt
+from test_serve import free_ports, poll
 
 SECRETS = {"user password": "pw-Aq7-zz-user", "bcrypt password": "pw-Bc9-zz-hashed",
            "cluster secret": "cs-Kx2-zz-cluster-secret", "monitor token": "mt-Wd4-zz-monitor-token"}
 HASH = bcrypt.hashpw(SECRETS["bcrypt password"].encode(), bcrypt.gensalt(rounds=4)).decode()
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def get(port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
@@ -48,15 +37,6 @@ def get(port: int, path: str, token: str | None = None) -> tuple[int, bytes]:
         return error.code, error.read()
     except OSError:
         return 0, b""
-
-
-def poll(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout_s}s")
 
 
 async def clients(port: int) -> list[str]:

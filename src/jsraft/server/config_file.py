@@ -32,12 +32,12 @@ from collections.abc import Collection
 from typing import Any
 
 from jsraft.errors import InvalidConfig
-from jsraft.server.nats_conf import parse_nats_conf
+from jsraft.server.nats_conf import FILE_BYTES_MAX, parse_nats_conf, read_text
 from jsraft.server.nats_conf_map import node_fields
 
 log = logging.getLogger("jsraft.config")
 
-CONFIG_FILE_BYTES_MAX = 1 << 20  # a node config is a few hundred bytes; refuse to read a runaway file
+CONFIG_FILE_BYTES_MAX = FILE_BYTES_MAX  # a node config is a few hundred bytes; refuse to read a runaway file
 _PEER_KEYS = ("peers", "routes")
 
 
@@ -78,17 +78,7 @@ def parse_config_text(text: str, fmt: str, where: str) -> dict[str, Any]:
 
 def load_config_file(path: str, field_names: Collection[str] = ()) -> dict[str, Any]:
     """Read and parse the config file at `path` (invariant 1); `field_names`: `NodeConfig`'s."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(CONFIG_FILE_BYTES_MAX + 1)
-    except OSError as error:
-        raise InvalidConfig(f"node config file {path}: cannot read: {error.strerror or error}") from None
-    if len(raw) > CONFIG_FILE_BYTES_MAX:
-        raise InvalidConfig(f"node config file {path}: larger than {CONFIG_FILE_BYTES_MAX} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidConfig(f"node config file {path}: not UTF-8 (byte {error.start})") from None
+    text = read_text(path)
     fmt = config_format(path, text, field_names)
     if fmt != "nats":
         return parse_config_text(text, fmt, path)

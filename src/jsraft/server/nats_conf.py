@@ -33,17 +33,18 @@ _VALUE_END = set(" \t\r\n,}]#;")
 
 
 def read_text(path: str) -> str:
+    """A config file's text: bounded (invariant 3), UTF-8, or an `InvalidConfig` naming the file."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read(FILE_BYTES_MAX + 1)
     except OSError as error:
-        raise InvalidConfig(f"config file {path}: cannot read: {error.strerror or error}") from None
+        raise InvalidConfig(f"node config file {path}: cannot read: {error.strerror or error}") from None
     if len(raw) > FILE_BYTES_MAX:
-        raise InvalidConfig(f"config file {path}: larger than {FILE_BYTES_MAX} bytes")
+        raise InvalidConfig(f"node config file {path}: larger than {FILE_BYTES_MAX} bytes")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise InvalidConfig(f"config file {path}: not UTF-8 (byte {error.start})") from None
+        raise InvalidConfig(f"node config file {path}: not UTF-8 (byte {error.start})") from None
 
 
 def parse_nats_conf(text: str, path: str, *, depth: int = 0, scopes: list[dict[str, Any]] | None = None) -> dict[str, Any]:

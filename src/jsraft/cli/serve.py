@@ -3,7 +3,9 @@
 Owns: the `serve` flags (jsraft's spellings, plus nats-server's where they mean the same: `-a/--addr/--net`,
 `-p/--port`, `-n/--name/--server_name`, `-m/--http_port`, `-c/--config`, `-sd/--store_dir`, `-js/--jetstream`,
 `--cluster/--cluster_listen`, `--routes`, `--cluster_name`, `-D/--debug`, each also in the single-dash long
-form Go's flag package accepts, e.g. `-port`, `-store_dir=DIR`), turning them into a `NodeConfig` (a config
+form Go's flag package accepts, e.g. `-port`, `-store_dir=DIR`; and the security flags `--user`, `--pass`,
+`--auth`, `--tls`, `--tlscert`, `--tlskey`, `--tlsverify`, `--tlscacert`, `--cluster-secret-file`,
+`--monitor-token-file`), turning them into a `NodeConfig` (a config
 file first, flags on top), logging to stderr, running the node with its monitor, and stopping on SIGTERM or
 SIGINT. nats-server's routes are bare URLs; jsraft's name each node (`NAME=nats://HOST:PORT`), because its
 Raft voters are named before any connection is made.

@@ -49,8 +49,9 @@ THIRD_PARTY = {
     3: {"attrs", "cattrs", "crc32c", "zstandard"},
     3.5: {"attrs", "cattrs", "crc32c", "zstandard"},
     4: {"attrs", "cattrs", "crc32c", "zstandard", "trio"},
-    5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich"},
-    6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark", "pyarrow"},
+    5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "bcrypt", "cryptography"},
+    6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark", "pyarrow", "bcrypt",
+        "cryptography"},
 }
 DETERMINISTIC = {"raft", "wal", "store", "stream", "consumer", "meta", "protocol", "replica"}
 FORBIDDEN_IN_DETERMINISTIC = {"trio", "socket", "time", "threading", "asyncio", "selectors"}

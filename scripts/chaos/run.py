@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", help="start nodes with a mutant (jsraft.testing.chaos.mutants): the run "
                         "should then FAIL")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run instead of text")
+    parser.add_argument("--secure-links", action="store_true", help="mutual TLS and a cluster secret on the "
+                        "node-to-node links (certificates made for the run under <out>/<run>/pki)")
     args = parser.parse_args(argv)
     ids = sorted(SCENARIOS) if args.all else list(SMOKE) if args.smoke else args.scenario
     seeds = args.seed or [1]
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     passed = failed = 0
     for scenario_id in ids:
         for seed in seeds:
-            result = run_scenario(scenario_id, seed, args.duration, out, rate=args.rate, mutant=args.mutant)
+            result = run_scenario(scenario_id, seed, args.duration, out, rate=args.rate, mutant=args.mutant,
+                                  secure_links=args.secure_links)
             if args.json:
                 print(json.dumps({"scenario": scenario_id, "seed": seed, "passed": result.passed,
                                   "out_dir": result.out_dir, "error": result.error,

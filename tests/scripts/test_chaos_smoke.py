@@ -6,7 +6,8 @@ consumers, a meta churner; then heal, the final phase and the checker, ../shared
 passes only if the script exits 0 and its JSON says the checker found every judged invariant held; on a
 failure the run's summary is printed and its output directory (history, node logs, report) is kept under
 pytest's tmp_path. The full scenarios, three seeds at their documented durations, are run by hand
-(scripts/chaos/README.md); that the checks have teeth is shown there with the mutant launcher.
+(scripts/chaos/README.md); that the checks have teeth is shown there with the mutant launcher. S02 runs
+once more with `--secure-links`: mutual TLS and a cluster secret on every node-to-node link (issue #20).
 """
 
 from __future__ import annotations
@@ -29,9 +30,21 @@ TIMEOUT_S = 420  # one scenario, with setup, heal, final phase and checker, on a
 
 @pytest.mark.parametrize("scenario", SMOKE)
 def test_chaos_smoke(scenario: str, tmp_path: Path) -> None:
+    run_smoke(scenario, tmp_path)
+
+
+def test_chaos_smoke_with_mutual_tls_links(tmp_path: Path) -> None:
+    """S02 (kill loop: links torn down and re-established over and over) with mutual TLS and a cluster
+    secret on every node-to-node link (issue #20)."""
+    run_smoke("S02", tmp_path, "--secure-links")
+    configs = list((tmp_path / "chaos" / "S02-seed1" / "cluster" / "configs").glob("*.json"))
+    assert configs and all("cluster_tls" in json.loads(path.read_text()) for path in configs)
+
+
+def run_smoke(scenario: str, tmp_path: Path, *extra: str) -> None:
     out = tmp_path / "chaos"
     argv = [sys.executable, str(SCRIPT), "--scenario", scenario, "--seed", "1", "--duration", str(DURATION_S),
-            "--json", "--out", str(out)]
+            "--json", "--out", str(out), *extra]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S, cwd=ROOT,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

@@ -3,7 +3,9 @@
 Owns: the `serve` flags (jsraft's spellings, plus nats-server's where they mean the same: `-a/--addr/--net`,
 `-p/--port`, `-n/--name/--server_name`, `-m/--http_port`, `-c/--config`, `-sd/--store_dir`, `-js/--jetstream`,
 `--cluster/--cluster_listen`, `--routes`, `--cluster_name`, `-D/--debug`, each also in the single-dash long
-form Go's flag package accepts, e.g. `-port`, `-store_dir=DIR`), turning them into a `NodeConfig` (a config
+form Go's flag package accepts, e.g. `-port`, `-store_dir=DIR`; and the security flags `--user`, `--pass`,
+`--auth`, `--tls`, `--tlscert`, `--tlskey`, `--tlsverify`, `--tlscacert`, `--cluster-secret-file`,
+`--monitor-token-file`), turning them into a `NodeConfig` (a config
 file first, flags on top), logging to stderr, running the node with its monitor, and stopping on SIGTERM or
 SIGINT. nats-server's routes are bare URLs; jsraft's name each node (`NAME=nats://HOST:PORT`), because its
 Raft voters are named before any connection is made.
@@ -18,6 +20,11 @@ Invariants:
   4. `Server is ready` and the ports file come only once every listener is bound and the node is ready
      (`Node.wait_ready`: a meta leader, caught up), so a harness that waits for either can use the node
      at once; the ports file is removed when the node stops.
+  5. SIGHUP reloads the TLS certificate files of every port (new connections use them; a reload that
+     fails keeps the old ones and says so); it never stops the node.
+  6. Secrets do not travel on the command line where jsraft chose the flag: the cluster secret and the
+     monitor token are read from files (`--cluster-secret-file`, `--monitor-token-file`). `--pass` and
+     `--auth` exist because nats-server (and nats-py's tests) use them.
 
 Imports: stdlib, L0, L5 (`server`), trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -101,6 +108,7 @@ def add_parser(sub: Any) -> None:
     _add_api_level_flag(serve)
     _flag(serve, ("-D", "--debug", "-DV", "-VD"), ("debug",), dest="log_level", action="store_const",
           const="debug", help="the same as --log-level debug (nats-server's spelling; -DV also traces there)")
+    _add_security_flags(serve)
     serve.set_defaults(func=cmd_serve)
 
 
@@ -115,6 +123,61 @@ def _add_api_level_flag(serve: argparse.ArgumentParser) -> None:
 def _api_level_override(args: argparse.Namespace, overrides: dict[str, Any]) -> None:
     if getattr(args, "api_level", None) is not None:
         overrides["api_level"] = args.api_level
+
+
+def _add_security_flags(serve: argparse.ArgumentParser) -> None:
+    """nats-server's authentication and TLS flags, and jsraft's cluster secret and monitor token."""
+    group = serve.add_argument_group("security (nats-server spellings where they exist)")
+    group.add_argument("--user", help="the one user clients must authenticate as (with --pass)")
+    group.add_argument("--pass", dest="password", metavar="PASSWORD", help="that user's password (plain or bcrypt)")
+    group.add_argument("--auth", dest="token", metavar="TOKEN", help="a token clients must present")
+    group.add_argument("--tls", action="store_true", default=None, help="TLS on the client port (needs "
+                       "--tlscert and --tlskey)")
+    group.add_argument("--tlscert", metavar="FILE", help="server certificate (PEM)")
+    group.add_argument("--tlskey", metavar="FILE", help="server private key (PEM)")
+    group.add_argument("--tlsverify", action="store_true", default=None,
+                       help="require client certificates signed by --tlscacert")
+    group.add_argument("--tlscacert", metavar="FILE", help="CA certificate to verify clients with (PEM)")
+    group.add_argument("--cluster-secret-file", "--cluster_secret_file", dest="cluster_secret_file",
+                       metavar="FILE", help="file holding the shared cluster secret every node proves when it "
+                       "links (not on the command line, where ps shows it)")
+    group.add_argument("--monitor-token-file", dest="monitor_token_file", metavar="FILE",
+                       help="file holding a bearer token the monitoring port requires")
+
+
+def _read_secret(path: str, flag: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            secret = handle.read().strip()
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidConfig(f"{flag}: cannot read {path}: {getattr(error, 'strerror', None) or error}") from None
+    if not secret:
+        raise InvalidConfig(f"{flag}: {path} is empty")
+    return secret
+
+
+def security_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The security fields the command line sets (nats-server: --user/--pass/--auth/--tls…)."""
+    overrides: dict[str, Any] = {}
+    if args.user is not None or args.password is not None:
+        if args.user is None or args.password is None or args.token is not None:
+            raise InvalidConfig("--user and --pass go together, and not with --auth")
+        overrides["client_auth"] = {"users": [{"user": args.user, "password": args.password}]}
+    elif args.token is not None:
+        overrides["client_auth"] = {"token": args.token}
+    tls_flags = (args.tls, args.tlscert, args.tlskey, args.tlsverify, args.tlscacert)
+    if any(flag is not None for flag in tls_flags):
+        if not args.tlscert or not args.tlskey:
+            raise InvalidConfig("--tls needs --tlscert and --tlskey")
+        tls: dict[str, Any] = {"cert_file": args.tlscert, "key_file": args.tlskey, "verify": bool(args.tlsverify)}
+        if args.tlscacert:
+            tls["ca_file"] = args.tlscacert
+        overrides["client_tls"] = tls
+    if args.cluster_secret_file is not None:
+        overrides["cluster_secret"] = _read_secret(args.cluster_secret_file, "--cluster-secret-file")
+    if args.monitor_token_file is not None:
+        overrides["monitor_token"] = _read_secret(args.monitor_token_file, "--monitor-token-file")
+    return overrides
 
 
 def _strip_scheme(text: str) -> str:
@@ -161,6 +224,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.peers is not None:
         overrides["peers"] = parse_peers(args.peers)
     _api_level_override(args, overrides)
+    overrides.update(security_overrides(args))
     return overrides
 
 
@@ -232,7 +296,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 async def serve(config: NodeConfig, ports_file_dir: str | None = None) -> None:
     """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariants 2, 4)."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         log_startup(config)
         node = Node(config)
         await node.prepare()  # a foreign store directory fails here, before any listener opens
@@ -267,6 +331,12 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None) -> None:
             log.info("Server is ready")
             try:
                 async for signum in signals:
+                    if signum == signal.SIGHUP:  # invariant 5
+                        log.info("Trapped SIGHUP signal: reloading TLS certificates")
+                        node.reload_tls()
+                        if monitor is not None:
+                            monitor.reload_tls()
+                        continue
                     log.info("Trapped %s signal: stopping", signal.Signals(signum).name)
                     break
                 if monitor is not None:

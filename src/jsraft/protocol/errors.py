@@ -31,6 +31,8 @@ ERR_SLOW_CONSUMER = "Slow Consumer"
 ERR_BAD_CLIENT_PROTOCOL = "invalid client protocol"
 ERR_NO_RESPONDERS_REQUIRES_HEADERS = "no responders requires headers support"
 ERR_MAX_CONNECTIONS = "maximum connections exceeded"
+ERR_AUTHORIZATION = "Authorization Violation"
+ERR_AUTH_TIMEOUT = "Authentication Timeout"
 # Not fatal: nats-server sends these and keeps the connection.
 ERR_INVALID_SUBJECT = "Invalid Subject"
 ERR_INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"

@@ -21,6 +21,13 @@ Invariants:
      its final `-ERR`; `run` returns after that is flushed or `write_deadline_s` passed.
   6. Reading pauses while this connection has `INTERNAL_INFLIGHT_MAX` messages in internal handlers (a
      client publishing to a stream faster than it stores cannot queue unbounded work).
+  7. With authentication required, nothing but CONNECT is processed until its credentials passed (in a
+     worker thread: bcrypt is slow on purpose); a refused CONNECT, another operation first or no CONNECT
+     in time gets `-ERR 'Authorization Violation'` (`'Authentication Timeout'`) and is closed; the log
+     names the client and the reason, never a secret (`client_auth`).
+  8. A user's permissions are enforced on every PUB and SUB, and a subscription overlapping its deny list
+     never delivers a denied subject (`permissions`); a refusal gets `-ERR 'Permissions Violation for …'`
+     and the connection stays open, as nats-server keeps it.
 
 Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings.
 Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
@@ -30,18 +37,17 @@ Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `proc
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft import limits, subjects
-from jsraft.errors import InvalidSubject
 from jsraft.protocol import NEED_DATA, Connect, Ping, Pong, Pub, RemoteProtocolError, ServerConnection, Sub, Unsub
 from jsraft.protocol import errors as texts
 from jsraft.protocol.headers import NO_RESPONDERS_HEADERS
 from jsraft.protocol.wire import CRLF, OK, PING, PONG, msg_head, wire_text
+from jsraft.server.client_auth import ConnSecurity, err_line
+from jsraft.server.client_subs import ClientSubscription, is_published_subject, is_valid_subject
 
 if TYPE_CHECKING:
     from jsraft.server.client_server import ClientServer
@@ -54,32 +60,7 @@ _BOOL_OPTIONS = ("verbose", "pedantic", "headers", "no_responders", "echo")
 _STR_OPTIONS = ("name", "lang", "version")
 
 
-def err_line(text: str) -> bytes:
-    return b"-ERR '%s'\r\n" % text.encode()
-
-
-class ClientSubscription:
-    """`SUB <subject> [queue] <sid>` of one connection; delivered through it."""
-
-    __slots__ = ("conn", "sid", "subject", "queue", "sid_bytes", "max_msgs", "delivered")
-
-    def __init__(self, conn: "ClientConn", sid: str, subject: str, queue: str | None) -> None:
-        self.conn = conn
-        self.sid = sid
-        self.subject = subject
-        self.queue = queue
-        self.sid_bytes = wire_text(sid)
-        self.max_msgs = 0  # 0: no limit (UNSUB <sid> <max> sets it)
-        self.delivered = 0
-
-    def deliver(self, origin: Any, subject: bytes, reply: bytes | None, headers: bytes | None,
-                payload: bytes) -> bool:
-        if origin is self.conn and not self.conn.echo:
-            return False
-        return self.conn.deliver(self, subject, reply, headers, payload)
-
-
-class ClientConn:
+class ClientConn(ConnSecurity):
     def __init__(self, server: "ClientServer", stream: trio.SocketStream, cid: int, peer: str) -> None:
         options = server.options
         self.server = server
@@ -96,6 +77,7 @@ class ClientConn:
         self.start_ns = time.time_ns()
         self.closed = False
         self.close_reason = ""
+        self.init_security(server.authenticator is not None)  # invariants 7, 8
         self.pings_out = 0
         self.internal_inflight = 0
         self.internal_last = trio.Event()  # the internal-dispatch chain (ClientServer.dispatch_internal)
@@ -118,11 +100,14 @@ class ClientConn:
 
     # --- Lifecycle --------------------------------------------------------------------------------------
 
-    async def run(self, info: bytes) -> None:
-        """Serve the connection until it closes (invariant 5); the caller has registered it."""
-        self.send(info)
+    async def run(self, info: bytes | None) -> None:
+        """Serve until closed (invariant 5); the caller registered it. `info`: None if sent before TLS."""
+        if info is not None:
+            self.send(info)
         try:
             async with trio.open_nursery() as nursery:
+                if not self.authed:
+                    nursery.start_soon(self._auth_timer)
                 nursery.start_soon(self._write_loop)
                 nursery.start_soon(self._ping_loop)
                 nursery.start_soon(self._read_loop)
@@ -175,6 +160,8 @@ class ClientConn:
             return False
         if headers is not None and not self.headers:
             headers = None  # nats-server strips headers for a client that did not ask for them
+        if reply and self.responses is not None:
+            self.responses.received(reply.decode("utf-8", "surrogateescape"), trio.current_time())
         out = self._out
         out.append(msg_head(subject, sub.sid_bytes, reply, headers, len(payload)))
         size = len(out[-1]) + len(payload) + 2
@@ -250,15 +237,21 @@ class ClientConn:
                 self._last_in_s = trio.current_time()
                 self.protocol.receive_data(data)
                 self._process_events()
+                while self._pending_connect is not None and not self.closed:  # invariant 7
+                    await self._authenticate(self._pending_connect)
+                    self._process_events()
                 while self.internal_inflight >= INTERNAL_INFLIGHT_MAX and not self.closed:  # invariant 6
                     self._internal_room = trio.Event()
                     await self._internal_room.wait()
 
     def _process_events(self) -> None:
         try:
-            while not self.closed:
+            while not self.closed and self._pending_connect is None:
                 event = self.protocol.next_event()
                 if event is NEED_DATA:
+                    return
+                if not self.authed and type(event) is not Connect:
+                    self._auth_violation(f"{type(event).__name__.upper()} before CONNECT")
                     return
                 self._handlers[type(event)](event)
         except RemoteProtocolError as error:  # invariant 3
@@ -290,6 +283,9 @@ class ClientConn:
         if self.no_responders and not self.headers:
             self.close("no_responders without headers", texts.ERR_NO_RESPONDERS_REQUIRES_HEADERS)
             return
+        if not self.authed:
+            self._pending_connect = options  # checked off the event loop, then OK (invariant 7)
+            return
         if self.verbose:
             self.send(OK)
 
@@ -303,6 +299,8 @@ class ClientConn:
         return trio.current_time() - self._last_in_s
 
     def _on_pub(self, event: Pub) -> None:
+        if self.perms is not None and not self._may_publish(event.subject):  # invariant 8
+            return
         if self.verbose:
             self.send(OK)
         self.server.stats.in_msgs += 1
@@ -323,7 +321,11 @@ class ClientConn:
             if len(self.subs) >= self.options.subscriptions_max:
                 self.send(err_line(texts.ERR_MAX_SUBSCRIPTIONS))
                 return
+            if self.perms is not None and not self._may_subscribe(event.subject, event.queue):  # invariant 8
+                return
             sub = ClientSubscription(self, event.sid, event.subject, event.queue)
+            if self.perms is not None:
+                sub.deny = self.perms.delivery_deny(event.subject)
             self.subs[event.sid] = sub
             self.server.sublist.insert(sub)
         if self.verbose:
@@ -366,31 +368,3 @@ class ClientConn:
                     return
                 self.pings_out += 1
                 self.send(PING)
-
-
-# An ASCII literal subject that `subjects.validate` accepts: non-empty tokens without whitespace, none of
-# them a wildcard. Checked first because reply subjects (`_INBOX.<id>.<n>`) are new on every message, so
-# the validation cache never holds them; anything this does not match gets the full validation.
-_LITERAL = re.compile(r"(?![*>](?:\.|$))[^ \t\r\n\f\v.]+(?:\.(?![*>](?:\.|$))[^ \t\r\n\f\v.]+)*")
-
-
-def is_valid_subject(subject: str, *, wildcards: bool = False) -> bool:
-    """A valid subject (a filter when `wildcards`). Bytes that are not UTF-8 arrive surrogate-escaped
-    (protocol events invariant 1); jsraft's subjects are text, so such a subject is not valid here."""
-    if not wildcards and len(subject) <= limits.subject_bytes_max and subject.isascii() \
-            and _LITERAL.fullmatch(subject) is not None:
-        return True
-    try:
-        if wildcards:
-            subjects.validate(subject, wildcards=True)
-        else:
-            subjects.validate_literal_cached(subject)
-    except (InvalidSubject, UnicodeEncodeError):
-        return False
-    return True
-
-
-def is_published_subject(subject: str) -> bool:
-    """A subject a client may publish on: literal, or with wildcard tokens (nats-server routes those to
-    the subscriptions with a wildcard at each such token)."""
-    return is_valid_subject(subject) or is_valid_subject(subject, wildcards=True)

@@ -36,6 +36,9 @@ Invariants:
      that could match, here or at a peer: `ack_rivals` counts the others, local and advertised by peers
      (sublist observers on `sublist` and the routes' `remote`; `could_match_ack`). Else `route` as any.
 
+  7. With an `Authenticator` or `TlsContexts`, a client is accepted as `client_auth.accept_client` says:
+     TLS first where configured, INFO with `auth_required`/`nonce`/`tls_required`, authentication first.
+
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
 Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
 """
@@ -54,8 +57,12 @@ import trio
 from jsraft import limits, subjects
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
+from jsraft.server.auth import Authenticator
+from jsraft.server.client_accept import accept_client
+from jsraft.server.client_auth import security_info
 from jsraft.server.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_published_subject, is_valid_subject
 from jsraft.server.client_stats import ClientStats
+from jsraft.server.tls import TlsContexts
 from jsraft.server.sublist import Sublist
 
 log = logging.getLogger("jsraft.server.clients")
@@ -155,8 +162,11 @@ class InternalSubscription:
 
 class ClientServer:
     def __init__(self, options: ClientOptions, *, server_id: str, server_name: str,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None, authenticator: Authenticator | None = None,
+                 tls: TlsContexts | None = None) -> None:
         self.options = options
+        self.authenticator = authenticator
+        self.tls = tls
         self.server_id = server_id
         self.server_name = server_name
         self.sublist = Sublist()
@@ -194,31 +204,14 @@ class ClientServer:
             self._nursery = None  # closed: `start_soon` and internal dispatch say no from now on
 
     async def _serve_client(self, stream: trio.SocketStream) -> None:
-        self._next_cid += 1
-        cid = self._next_cid
-        try:
-            peer = "%s:%d" % stream.socket.getpeername()[:2]
-        except OSError:
-            peer = "?"
-        if len(self.clients) >= self.options.connections_max:
-            log.warning("refusing client %s: %d connections", peer, len(self.clients))
-            with trio.move_on_after(1.0):
-                await stream.send_all(err_line(texts.ERR_MAX_CONNECTIONS))
-            await trio.aclose_forcefully(stream)
-            return
-        conn = ClientConn(self, stream, cid, peer)
-        self.clients[cid] = conn
-        self.stats.connections += 1
-        try:
-            await conn.run(self.info_line(conn))
-        finally:
-            del self.clients[cid]
+        await accept_client(self, stream)  # TLS, INFO, then the connection (invariant 7)
 
     def info(self, conn: ClientConn) -> dict[str, Any]:
         host, port = self.address or (self.options.host, self.options.port)
         return {"server_id": self.server_id, "server_name": self.server_name, "version": NATS_VERSION,
                 "proto": 1, "host": host, "port": port, "headers": True, "max_payload": self.options.max_payload,
-                "jetstream": True, "client_id": conn.cid, "client_ip": conn.peer.rpartition(":")[0]}
+                "jetstream": True, "client_id": conn.cid, "client_ip": conn.peer.rpartition(":")[0],
+                **security_info(self, conn)}
 
     def info_line(self, conn: ClientConn) -> bytes:
         return b"INFO %s\r\n" % json.dumps(self.info(conn), separators=(",", ":")).encode()

@@ -14,6 +14,9 @@ Invariants (checked by `validate()`):
      size the store accepts, a catch-up chunk within the wire's bound.
   5. The client settings are in range: `max_payload` within `limits.payload_bytes_max`, a pending bound
      that holds at least one message, positive intervals and counts.
+  6. Security settings (`auth_config`) are valid; a secret (`cluster_secret`, `monitor_token`, passwords,
+     tokens) never appears in the config's `repr` and is at least `SECRET_CHARS_MIN` long where it guards
+     a port (cluster secret, monitor token).
 
 Imports: L0 (`errors`, `limits`), L1 (`codec`, `jsapi`), L3 (`stream.catchup_wire` bounds, `meta`'s snapshot
 interval), attrs, `config_file`.
@@ -31,10 +34,12 @@ from jsraft.codec import structure
 from jsraft.errors import InvalidConfig
 from jsraft.jsapi import API_LEVEL
 from jsraft.meta import META_SNAPSHOT_ENTRIES
+from jsraft.server.auth_config import ClientAuthConfig, TlsConfig
 from jsraft.server.config_file import load_config_file, merge_overrides
 from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT, CHUNK_BYTES_MAX
 
 _NAME_BYTES_MAX = 255  # the transport handshake's str8
+SECRET_CHARS_MIN = 8
 
 
 def parse_address(text: str, where: str) -> tuple[str, int]:
@@ -93,6 +98,15 @@ class NodeConfig:
     # makes the node behave as an older server would — assets needing more are loaded offline. For tests
     # and for rehearsing a downgrade; never above the build's level.
     api_level: int = API_LEVEL
+    # Security (`auth_config`; invariant 6). Client port: who may connect and do what, and TLS. Cluster
+    # links: a shared secret every node proves in the handshake (a challenge-response HMAC; the secret
+    # never crosses the wire), and/or mutual TLS. Monitor: a bearer token for every endpoint, and TLS.
+    client_auth: ClientAuthConfig | None = None
+    client_tls: TlsConfig | None = None
+    cluster_secret: str | None = attrs.field(default=None, repr=False)
+    cluster_tls: TlsConfig | None = None
+    monitor_token: str | None = attrs.field(default=None, repr=False)
+    monitor_tls: TlsConfig | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "NodeConfig":
@@ -108,7 +122,8 @@ class NodeConfig:
     @classmethod
     def from_file(cls, path: str, overrides: dict[str, Any] | None = None) -> "NodeConfig":
         """Read a JSON or TOML config file, apply `overrides` (command-line flags) on top, decode strictly."""
-        return cls.from_dict(merge_overrides(load_config_file(path), overrides or {}))
+        names = [field.name for field in attrs.fields(cls)]
+        return cls.from_dict(merge_overrides(load_config_file(path, names), overrides or {}))
 
     @property
     def routes(self) -> dict[str, str]:
@@ -152,7 +167,22 @@ class NodeConfig:
             raise InvalidConfig("node config: election_ticks must be at least 3")
         self._validate_stream_fields()
         self._validate_client_fields()
+        self._validate_security_fields()
         return self
+
+    def _validate_security_fields(self) -> None:
+        if self.client_auth is not None:
+            self.client_auth.validate()
+        for field in ("client_tls", "cluster_tls", "monitor_tls"):
+            tls = getattr(self, field)
+            if tls is not None:
+                tls.validate(f"node config: {field}")
+        if self.cluster_tls is not None and not self.cluster_tls.ca_file:
+            raise InvalidConfig("node config: cluster_tls needs a ca_file (cluster links verify each other)")
+        for field in ("cluster_secret", "monitor_token"):
+            value = getattr(self, field)
+            if value is not None and len(value) < SECRET_CHARS_MIN:
+                raise InvalidConfig(f"node config: {field} must be at least {SECRET_CHARS_MIN} characters")
 
     def _validate_stream_fields(self) -> None:
         if self.stream_snapshot_every_entries < 0 or self.stream_audit_interval_ms < 0:

@@ -1,6 +1,8 @@
-"""Node config files: JSON or TOML on disk -> the JSON-shaped dict `NodeConfig.from_dict` decodes (layer L5).
+"""Node config files: JSON, TOML or nats-server's format -> the dict `NodeConfig.from_dict` decodes (layer L5).
 
-Owns: reading a config file, telling its format (`.json` / `.toml` by name, else by its first character),
+Owns: reading a config file, telling its format (`config_format`: `.json` / `.toml` by name; otherwise
+JSON when it parses as a JSON object, TOML when it parses as TOML and uses only `NodeConfig`'s field
+names, else nats-server's format, so `jsraft serve -c nats.conf` reads what nats-server reads),
 turning every parse failure into `InvalidConfig` naming the file and the position, and laying command-line
 overrides over a file's settings (`merge_overrides`). Field names and their meaning are `NodeConfig`'s: a
 file uses exactly the field names (`name`, `store_dir`, `cluster_port`, `peers` or `routes`, ...), and an
@@ -12,29 +14,51 @@ Invariants:
   2. An override of the peer list replaces the file's whole list, whichever spelling (`peers`, `routes`)
      either side used, so a flag never merges with a file into a cluster nobody wrote down.
 
-Imports: stdlib (`json`, `tomllib`), L0 (`errors`). Reference: nats-server's refusal of unknown config
+A nats-server file's keys are translated by `nats_conf_map`; what it does not support is logged as a
+warning (logging's last-resort handler prints it to stderr before `jsraft serve` sets up its own).
+
+Imports: stdlib (`json`, `tomllib`, `logging`), L0 (`errors`), server siblings (`nats_conf`,
+`nats_conf_map`). Reference: nats-server's refusal of unknown config
 fields; DESIGN.md §10.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tomllib
+from collections.abc import Collection
 from typing import Any
 
 from jsraft.errors import InvalidConfig
+from jsraft.server.nats_conf import FILE_BYTES_MAX, parse_nats_conf, read_text
+from jsraft.server.nats_conf_map import node_fields
 
-CONFIG_FILE_BYTES_MAX = 1 << 20  # a node config is a few hundred bytes; refuse to read a runaway file
+log = logging.getLogger("jsraft.config")
+
+CONFIG_FILE_BYTES_MAX = FILE_BYTES_MAX  # a node config is a few hundred bytes; refuse to read a runaway file
 _PEER_KEYS = ("peers", "routes")
 
 
-def config_format(path: str, text: str) -> str:
-    """`"json"` or `"toml"`: by the file name's suffix, else by the first non-blank character."""
+def config_format(path: str, text: str, field_names: Collection[str] = ()) -> str:
+    """`"json"`, `"toml"` or `"nats"`: by the file name's suffix, else by what the text parses as (see
+    the module docstring); `field_names` are `NodeConfig`'s."""
     suffix = os.path.splitext(path)[1].lower()
     if suffix in (".json", ".toml"):
         return suffix[1:]
-    return "json" if text.lstrip().startswith("{") else "toml"
+    if text.lstrip().startswith("{"):
+        try:
+            if isinstance(json.loads(text), dict):
+                return "json"
+        except json.JSONDecodeError:
+            pass
+        return "nats"
+    try:
+        keys = set(tomllib.loads(text))
+    except tomllib.TOMLDecodeError:
+        return "nats"
+    return "toml" if not field_names or keys <= {*field_names, "routes"} else "nats"
 
 
 def parse_config_text(text: str, fmt: str, where: str) -> dict[str, Any]:
@@ -52,20 +76,16 @@ def parse_config_text(text: str, fmt: str, where: str) -> dict[str, Any]:
     return data
 
 
-def load_config_file(path: str) -> dict[str, Any]:
-    """Read and parse the config file at `path` (invariant 1)."""
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(CONFIG_FILE_BYTES_MAX + 1)
-    except OSError as error:
-        raise InvalidConfig(f"node config file {path}: cannot read: {error.strerror or error}") from None
-    if len(raw) > CONFIG_FILE_BYTES_MAX:
-        raise InvalidConfig(f"node config file {path}: larger than {CONFIG_FILE_BYTES_MAX} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise InvalidConfig(f"node config file {path}: not UTF-8 (byte {error.start})") from None
-    return parse_config_text(text, config_format(path, text), path)
+def load_config_file(path: str, field_names: Collection[str] = ()) -> dict[str, Any]:
+    """Read and parse the config file at `path` (invariant 1); `field_names`: `NodeConfig`'s."""
+    text = read_text(path)
+    fmt = config_format(path, text, field_names)
+    if fmt != "nats":
+        return parse_config_text(text, fmt, path)
+    fields, notes = node_fields(parse_nats_conf(text, path), set(field_names))
+    for note in notes:
+        log.warning("config file %s: %s", path, note)
+    return fields
 
 
 def merge_overrides(data: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,9 @@ Invariants:
      test hooks' wall clock skew, exists only with the test hooks on).
   3. `/varz` answers 503 until the first time the node is seen ready, and 200 from then on: readiness is
      latched, so a meta election later on does not make the node's description disappear.
+  4. With `monitor_token` every endpoint but `/healthz` answers 401 without `Authorization: Bearer
+     <token>` (constant-time compare); with `monitor_tls` the port speaks HTTPS only; no view includes a
+     secret. A monitor on a non-loopback address without a token is warned about at start.
 
 Imports: stdlib, L0, trio, server siblings. Reference: nats-server monitoring endpoints (`/healthz`,
 `/varz`, `/jsz`, `/connz`); Prometheus exposition format; DESIGN.md §10.
@@ -37,6 +40,7 @@ Imports: stdlib, L0, trio, server siblings. Reference: nats-server monitoring en
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import re
@@ -52,6 +56,7 @@ from jsraft.server.meta_service import META_GROUP
 from jsraft.server.metrics import CONTENT_TYPE, node_ready, node_registry, render
 from jsraft.server.monitor_views import format_uptime  # noqa: F401  (re-exported: its readers import it here)
 from jsraft.server.test_hooks import PREFIX as TEST_PREFIX, TestHooks
+from jsraft.server.tls import TlsContexts, handshake
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -67,7 +72,7 @@ LINGER_S = 1.0
 LINGER_BYTES_MAX = 1 << 20
 _RECEIVE_BYTES = 4096
 _REQUEST_LINE = re.compile(r"(?P<method>[A-Z]{1,16}) (?P<target>/[!-~]*) HTTP/(?P<version>1\.[01])")
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
             431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 
@@ -147,6 +152,13 @@ class Monitor:
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
         # `/test/` only with the node's test hooks on (test_hooks invariant 1).
         self.test_hooks = TestHooks(node) if getattr(getattr(node, "config", None), "test_hooks", False) else None
+        self._token: str | None = getattr(getattr(node, "config", None), "monitor_token", None)  # invariant 4
+        tls = getattr(getattr(node, "config", None), "monitor_tls", None)
+        self.tls = TlsContexts(tls, "monitor_tls") if tls is not None else None
+
+    def reload_tls(self) -> None:
+        if self.tls is not None:
+            self.tls.reload()
 
     # --- The node's lifecycle, as told by whoever runs it --------------------------------------------
 
@@ -167,7 +179,10 @@ class Monitor:
         """Listen, report `started(address)`, serve until cancelled."""
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.address = listeners[0].socket.getsockname()[:2]
-        log.info("monitor for %s listening on http://%s:%d", self.node.name, *self.address)
+        log.info("monitor for %s listening on http%s://%s:%d", self.node.name, "s" * bool(self.tls), *self.address)
+        if self._token is None and self.host not in ("127.0.0.1", "::1", "localhost"):
+            log.warning("monitor on %s without a monitor token: anyone who reaches it reads the node's state",
+                        self.host)
         task_status.started(self.address)
         await trio.serve_listeners(self._handle, listeners)
 
@@ -179,7 +194,12 @@ class Monitor:
             await trio.aclose_forcefully(stream)
             return
         try:
+            if self.tls is not None:
+                stream = await handshake(stream, self.tls.server, server_side=True,  # type: ignore[assignment]
+                                         timeout_s=self.tls.handshake_timeout_s)
             await self._serve_one(stream)
+        except trio.TooSlowError:
+            pass  # a TLS handshake that did not finish in time
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the client went away; nothing to answer
         except Exception:  # invariant 1: a bug in a view is logged, never raised into the node
@@ -204,6 +224,7 @@ class Monitor:
         self.requests += 1
         try:
             method, path = parse_request_head(head)
+            self._check_token(path, head)
             status, body = self.respond(method, path, parse_query(head))
             head_only = method == "HEAD"
             extra: tuple[str, ...] = ()
@@ -234,6 +255,18 @@ class Monitor:
         with trio.move_on_after(LINGER_S):
             while drained <= LINGER_BYTES_MAX and (chunk := await stream.receive_some(_RECEIVE_BYTES * 16)):
                 drained += len(chunk)
+
+    def _check_token(self, path: str, head: bytes) -> None:
+        """Invariant 4: `HttpError(401)` unless the request carries the monitor token."""
+        if self._token is None or path == "/healthz":
+            return
+        for line in head.split(b"\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                scheme, _, given = value.strip().partition(b" ")
+                if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self._token.encode()):
+                    return
+        raise HttpError(401, "this monitor requires a token (Authorization: Bearer …)")
 
     # --- Routing and views -----------------------------------------------------------------------------
 

@@ -59,7 +59,9 @@ from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
 from jsraft.server.versioning import log_banner
+from jsraft.server.tls import TlsContexts
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
+from jsraft.transport.cluster_auth import ClusterAuth
 
 log = logging.getLogger("jsraft.server")
 
@@ -159,7 +161,9 @@ class Node:
         self.transport = Transport(
             self.name, config.cluster_name, self.identity.storage_uuid, config.cluster_host, config.cluster_port,
             config.peer_addresses(), on_message=self._on_message, on_link=self._on_link,
-            config=_TEST_TRANSPORT if config.test_mode else None, bind_host=self._outgoing_host())
+            config=_TEST_TRANSPORT if config.test_mode else None, bind_host=self._outgoing_host(),
+            auth=ClusterAuth(config.cluster_secret, config.cluster_name) if config.cluster_secret else None,
+            tls=TlsContexts(config.cluster_tls, "cluster_tls", mutual=True) if config.cluster_tls else None)
         self.handlers = Handlers(self)
         self.rpc = Rpc(self.transport.send, self.handlers.handle)
         self.router = Router(self.name, self.rpc, self.handlers.handle, tick_s=self.tick_s,
@@ -200,6 +204,13 @@ class Node:
     def url(self) -> str | None:
         """`nats://host:port` for any NATS client, once running."""
         return f"nats://{self.client_address[0]}:{self.client_address[1]}" if self.client_address else None
+
+    def reload_tls(self) -> None:
+        """Reload the certificate files of the client port and the cluster links (SIGHUP): new
+        connections use them; a reload that fails keeps the old ones (tls invariant 1)."""
+        for tls in (self.clients.tls, self.transport.tls):
+            if tls is not None:
+                tls.reload()
 
     def stop(self) -> None:
         self._scope.cancel()

@@ -55,7 +55,9 @@ from jsraft.errors import BadRequest, InvalidSubject, JsraftError
 from jsraft.meta import StreamOffline
 from jsraft.raft.errors import NotLeader, ProposalDropped
 from jsraft.server import publish_batch
+from jsraft.server.auth import Authenticator
 from jsraft.server.client_server import ClientOptions, ClientServer, InternalMsg, InternalSubscription
+from jsraft.server.tls import TlsContexts
 from jsraft.server.errors import NoLeader, RpcRefused
 from jsraft.server.stream_replica import api_error
 
@@ -75,7 +77,9 @@ def client_service(node: "Node") -> ClientServer:
     """The node's client port, with stream-subject publishes routed to the streams."""
     config = node.config
     storage_uuid = node.identity.storage_uuid if node.identity is not None else str(uuid.UUID(int=0))
-    clients = ClientServer(ClientOptions.of(config), server_id=server_id(storage_uuid), server_name=node.name)
+    clients = ClientServer(ClientOptions.of(config), server_id=server_id(storage_uuid), server_name=node.name,
+                           authenticator=Authenticator(config.client_auth) if config.client_auth else None,
+                           tls=TlsContexts(config.client_tls, "client_tls") if config.client_tls else None)
     StreamPublishes(node, clients)
     return clients
 

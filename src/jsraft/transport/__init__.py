@@ -3,7 +3,8 @@
 Modules: `transport` (the `Transport` a node runs), `config` (`TransportConfig`), `peer` (per-peer state,
 the duplicate-connection rule, `PeerStatus`), `link` (one connection's handshake and read/write loops),
 `send_queue` (bounded per-peer queue), `backoff` (reconnect delays), `wire` (sans-IO frame format,
-decoder, handshake), `raft_codec` (binary encoding of Raft messages), `binary` (strict reader), `errors`.
+decoder, handshake), `cluster_auth` (the cluster secret's challenge-response proof before HELLO),
+`raft_codec` (binary encoding of Raft messages), `binary` (strict reader), `errors`.
 
 Imports: L0–L1 and trio only (DESIGN.md §1).
 """

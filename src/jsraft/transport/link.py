@@ -24,6 +24,7 @@ TigerBeetle's bounded message bus.
 from __future__ import annotations
 
 import enum
+import ssl
 from collections.abc import Callable
 
 import trio
@@ -116,6 +117,12 @@ class Link:
         """The peer is known now: allow full-size frames (wire invariant 3)."""
         self.remote = remote
         self.decoder.allow_frames_up_to(frame_bytes_max)
+
+    async def start_tls(self, context: ssl.SSLContext, *, server_side: bool) -> None:
+        """Run the rest of this connection over TLS (the caller bounds it with the handshake timeout)."""
+        tls_stream = trio.SSLStream(self.stream, context, server_side=server_side, https_compatible=True)
+        await tls_stream.do_handshake()
+        self.stream = tls_stream  # type: ignore[assignment]
 
     async def send_hello(self, hello: Hello) -> None:
         await self.stream.send_all(encode_hello(hello))

@@ -16,6 +16,10 @@ Invariants:
   3. Only a peer in the current peer table is served, and its identity is what its HELLO said; messages
      are delivered with that identity.
   4. Cancelling `run()` closes the listener and every link; no task outlives it.
+  5. With a cluster secret (`auth`), no frame of a connection is read past the proof exchange
+     (`cluster_auth`) unless the other side proved the secret; with TLS (`tls`), every connection is
+     TLS with verified certificates on both ends before its first frame. A refused connection is logged
+     with the peer's address and never reaches HELLO, so it can neither join, vote nor append.
 
 `on_link(peer_id, up)`, when given, is called synchronously when a link to `peer_id` becomes current
 (`up`: every link, a replacement of a live one included, so a layer that keeps per-link state resends
@@ -39,11 +43,13 @@ import random
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache, partial
+from typing import Any
 
 import trio
 
 from jsraft.errors import InvalidConfig, JsraftError, invariant
 from jsraft.transport.backoff import Backoff
+from jsraft.transport.cluster_auth import ClusterAuth, secure_inbound, secure_outbound
 from jsraft.transport.config import TransportConfig
 from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, LinkClosed, TransportProtocolError
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
@@ -73,7 +79,8 @@ class Transport:
     def __init__(self, node_id: str, cluster_name: str, storage_uuid: uuid.UUID | str, listen_host: str,
                  listen_port: int, peers: Mapping[str, Address], *, on_message: OnMessage,
                  config: TransportConfig | None = None, bind_host: str | None = None,
-                 rng: random.Random | None = None, on_link: OnLink | None = None) -> None:
+                 rng: random.Random | None = None, on_link: OnLink | None = None,
+                 auth: ClusterAuth | None = None, tls: Any = None) -> None:
         self.config = config if config is not None else TransportConfig()
         self.config.validate()
         check_name(node_id, "node id")
@@ -89,6 +96,11 @@ class Transport:
         self.bind_host = bind_host
         self._on_message = on_message
         self._on_link = on_link
+        self.auth = auth
+        # Duck-typed (the server's `TlsContexts`): `.server`/`.client` ssl contexts, read per connection
+        # so a reload takes effect on the next one; `.handshake_timeout_s`.
+        self.tls = tls
+        self.refused_auth = 0
         self._rng = rng if rng is not None else random.Random()
         self._peers: dict[str, Peer] = {}
         self._nursery: trio.Nursery | None = None
@@ -229,6 +241,7 @@ class Transport:
         link = Link(stream, Direction.OUTBOUND)
         try:
             with trio.fail_after(self.config.handshake_timeout_s):
+                await secure_outbound(link, self.auth, self.tls)
                 await link.send_hello(self.hello)
                 remote = await link.receive_hello()
             check_hello(self.hello, remote, expected_node=peer.node_id)
@@ -284,6 +297,11 @@ class Transport:
         self._inbound_handshakes += 1
         try:
             with trio.fail_after(self.config.handshake_timeout_s):
+                refusal = await secure_inbound(link, self.auth, self.tls)
+                if refusal is not None:
+                    self.refused_auth += 1
+                    log.warning("transport %s: refused connection from %s: %s", self.node_id, where, refusal)
+                    return None
                 remote = await link.receive_hello()
             check_hello(self.hello, remote, known_nodes=self._peers)
             link.accept_remote(remote, self.config.frame_bytes_max)

@@ -9,7 +9,8 @@ Owns: the bytes two jsraft nodes exchange on one TCP connection. Every frame is:
 
 A connection starts with a handshake. The dialer sends `HELLO`; the acceptor answers `HELLO` or `REFUSE`
 (reason) and closes. After that both sides send `DATA` (u16 group name length, group name, payload: one
-message of the Raft group named) and `PING` (empty; keeps an idle link provably alive).
+message of the Raft group named) and `PING` (empty; keeps an idle link provably alive). When the cluster
+has a shared secret, `CHALLENGE` and `PROOF` frames come before HELLO (`cluster_auth`).
 
 HELLO body: `protocol_version u16 | cluster str8 | node str8 | storage_uuid 16 bytes | incarnation u64`.
 The version comes first and stays first in every future version, so a peer of another version is refused
@@ -76,6 +77,8 @@ class FrameKind(enum.IntEnum):
     REFUSE = 2
     DATA = 3
     PING = 4
+    CHALLENGE = 5  # cluster-secret proof exchange before HELLO (`cluster_auth`)
+    PROOF = 6
 
 
 _KNOWN_KINDS = frozenset(int(kind) for kind in FrameKind)

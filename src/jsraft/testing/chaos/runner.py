@@ -51,7 +51,9 @@ class RunResult:
 
 
 def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root: str, *,
-                 rate: float | None = None, mutant: str | None = None) -> RunResult:
+                 rate: float | None = None, mutant: str | None = None, secure_links: bool = False) -> RunResult:
+    """One scenario run. `secure_links`: the nodes' links use mutual TLS (a CA and a certificate made for
+    the run under `<out>/pki`) and prove a shared cluster secret, as a production cluster would."""
     scenario = SCENARIOS[scenario_id]
     duration = scenario.duration_s if duration_s is None else duration_s
     out_dir = os.path.join(out_root, f"{scenario_id}-seed{seed}")
@@ -60,7 +62,8 @@ def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root
     error: str | None = None
     started = time.monotonic()
     try:
-        error = asyncio.run(_run(scenario, seed, duration, out_dir, rate=rate, mutant=mutant))
+        config = secure_config(os.path.join(out_dir, "pki")) if secure_links else NODE_CONFIG
+        error = asyncio.run(_run(scenario, seed, duration, out_dir, rate=rate, mutant=mutant, config=config))
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # the run broke: record why; the verdict is then a failure
@@ -90,8 +93,18 @@ def _log_to(out_dir: str) -> logging.Handler:
     return handler
 
 
+def secure_config(pki_dir: str) -> dict[str, Any]:
+    """NODE_CONFIG with mutual TLS and a cluster secret on the node-to-node links."""
+    from jsraft.testing.certs import TestCa
+
+    ca = TestCa(pki_dir, "chaos CA")
+    cert_file, key_file = ca.issue("node")
+    return {**NODE_CONFIG, "cluster_secret": os.urandom(16).hex(),
+            "cluster_tls": {"cert_file": cert_file, "key_file": key_file, "ca_file": ca.ca_file}}
+
+
 async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, rate: float | None,
-               mutant: str | None) -> str | None:
+               mutant: str | None, config: dict[str, Any]) -> str | None:
     """One run; returns why the scenario itself could not finish (it still heals, and the final phase
     and the checker still run, so a stuck cluster is judged too), or None."""
     from jsraft.testing.chaos.cluster import ChaosCluster
@@ -103,7 +116,7 @@ async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, 
     writer = HistoryWriter(out_dir)
     network = _network(scenario, writer)
     cluster = ChaosCluster(os.path.join(out_dir, "cluster"), nodes=3, seed=seed, shadow_disk=True, relay=network,
-                           faults_log=writer.fault, config=NODE_CONFIG, mutant=mutant)
+                           faults_log=writer.fault, config=config, mutant=mutant)
     if network is not None:  # the relay forwards each node's routes to where that node really listens
         for name in cluster.names:
             network.set_target(name, f"{cluster.hosts[name]}:{cluster.ports[name]['cluster']}")

@@ -1,0 +1,128 @@
+"""nats-server's configuration file format read by `NodeConfig.from_file` (`nats_conf`, `nats_conf_map`).
+
+Method: config files written to tmp_path in nats-server's syntax (every separator, comments, includes,
+variables, sizes, durations) and decoded into `NodeConfig`s whose fields are compared with what the
+file said; unsupported keys must show up as warnings (caplog), unsafe ones as `InvalidConfig` naming
+the key. The format chooser must keep JSON and TOML files with `NodeConfig`'s names working.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from jsraft.errors import InvalidConfig
+from jsraft.server import NodeConfig
+from jsraft.server.config_file import config_format
+from jsraft.server.nats_conf import parse_nats_conf
+
+FULL = """
+# a nats-server style file
+server_name: n1
+listen: 127.0.0.1:4333   // trailing comment
+http_port = 8333
+max_payload 2MB
+ping_interval: "30s"
+jetstream {
+  store_dir: "{dir}"
+  max_file_store: 1GB
+}
+SECRET = "route-secret-value"
+cluster {
+  name: "east"
+  listen: "127.0.0.1:6333"
+  routes = [
+    nats://n2@127.0.0.1:6334
+    "n3=nats://127.0.0.1:6335"
+  ]
+  authorization { user: route, password: $SECRET }
+}
+authorization {
+  users = [
+    {user: admin, password: "admin-pw"}
+    {user: reader, password: "$2a$04$abcdefghijklmnopqrstuu5wM1rB7Ad1cGJ8uyo4I6VIlpbu8NMV2",
+     permissions: {publish: ["$JS.API.STREAM.INFO.*"], subscribe: {allow: "_INBOX.>", deny: ["secret.>"]},
+                   allow_responses: {max: 2, expires: "1m"}}}
+  ]
+  timeout: 1.5
+}
+tls {
+  cert_file: "./server-cert.pem"
+  key_file: "./server-key.pem"
+  ca_file: "./ca.pem"
+  verify: true
+  handshake_first: true
+  timeout: 3
+}
+include "extra.conf"
+debug: true
+"""
+
+
+def write(tmp_path, text: str, name: str = "server.conf"):
+    path = tmp_path / name
+    path.write_text(text.replace("{dir}", str(tmp_path / "data")))
+    return str(path)
+
+
+def test_a_full_nats_server_file(tmp_path, caplog):
+    (tmp_path / "extra.conf").write_text("write_deadline: 5s\n")
+    with caplog.at_level(logging.WARNING, logger="jsraft.config"):
+        config = NodeConfig.from_file(write(tmp_path, FULL))
+    assert (config.name, config.client_host, config.client_port, config.monitor_port) == ("n1", "127.0.0.1", 4333, 8333)
+    assert config.store_dir == str(tmp_path / "data") and config.max_payload == 2 << 20
+    assert config.client_ping_interval_ms == 30_000 and config.client_write_deadline_ms == 5000
+    assert (config.cluster_name, config.cluster_host, config.cluster_port) == ("east", "127.0.0.1", 6333)
+    assert config.peers == {"n2": "127.0.0.1:6334", "n3": "127.0.0.1:6335"}
+    assert config.cluster_secret == "route:route-secret-value"
+    auth = config.client_auth
+    assert [user.user for user in auth.users] == ["admin", "reader"] and auth.timeout_ms == 1500
+    reader = auth.users[1].permissions
+    assert reader.publish.allow == ("$JS.API.STREAM.INFO.*",) and reader.subscribe.deny == ("secret.>",)
+    assert reader.subscribe.allow == ("_INBOX.>",)
+    assert (reader.allow_responses.max, reader.allow_responses.expires_ms) == (2, 60_000)
+    tls = config.client_tls
+    assert (tls.cert_file, tls.verify, tls.handshake_first, tls.timeout_ms) == ("./server-cert.pem", True, True, 3000)
+    warnings = " ".join(record.getMessage() for record in caplog.records)
+    assert "jetstream.max_file_store is not supported" in warnings and "debug is not supported" in warnings
+    assert "route-secret-value" not in repr(config) and "admin-pw" not in repr(config)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("authorization { user: a, password: b, colour: red }", "authorization: unsupported key(s) colour"),
+    ("tls { cert_file: a, key_file: b, verify_and_map: true }", "tls: unsupported key(s) verify_and_map"),
+    ("authorization { users: [ {user: a, password: b, permissions: {publsh: x}} ] }", "publsh"),
+    ("operator: ./op.jwt", "JWT/operator authentication is not supported"),
+    ("accounts { a { users: [{user: x}] }, b { users: [{user: y}] } }", "2 accounts"),
+    ("cluster { routes: [ nats://127.0.0.1:6222 ] }", "must name its node"),
+    ("port: $NOT_DEFINED_ANYWHERE_XYZ", "variable $NOT_DEFINED_ANYWHERE_XYZ is not defined"),
+    ("cluster { name: x", "not closed"),
+    ("https_port: 8443", "https_port needs a tls"),
+])
+def test_unsafe_or_malformed_files_are_refused(tmp_path, text, message):
+    with pytest.raises(InvalidConfig, match=".*") as raised:
+        NodeConfig.from_file(write(tmp_path, text + "\n"), {"name": "n1", "store_dir": str(tmp_path / "d")})
+    assert message in str(raised.value)
+
+
+def test_syntax_details():
+    conf = parse_nats_conf("a = 1; b: $a\nc { d 64MB, e: [1, 'x' # c\n y], f 1k }\nlisten: 127.0.0.1:4222\n"
+                           "g: yes\nh = 2.5\nblock\n{\n k: v\n}\n", "x.conf")
+    assert conf == {"a": 1, "b": 1, "c": {"d": 64 << 20, "e": [1, "x", "y"], "f": 1000},
+                    "listen": "127.0.0.1:4222", "g": True, "h": 2.5, "block": {"k": "v"}}
+
+
+def test_include_cycles_are_bounded(tmp_path):
+    (tmp_path / "loop.conf").write_text("include loop.conf\n")
+    with pytest.raises(InvalidConfig, match="nest deeper"):
+        parse_nats_conf("include loop.conf\n", str(tmp_path / "main.conf"))
+
+
+@pytest.mark.parametrize("name, text, fmt", [
+    ("n.json", "{}", "json"), ("n.toml", "port = 1", "toml"), ("n.conf", '{"name": "a"}', "json"),
+    ("n.conf", 'name = "a"\nclient_port = 1\n', "toml"), ("n.conf", "port = 4222\n", "nats"),
+    ("n", "port: 4222\n", "nats"), ("n.cfg", "cluster { name: x }\n", "nats"),
+])
+def test_the_format_is_told_apart(name, text, fmt):
+    assert config_format(name, text, ["name", "client_port"]) == fmt

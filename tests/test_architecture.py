@@ -40,7 +40,7 @@ THIRD_PARTY = {
     3: {"attrs", "cattrs", "crc32c", "zstandard"},
     4: {"attrs", "cattrs", "crc32c", "zstandard", "trio"},
     5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich"},
-    6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark"},
+    6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark", "click"},
 }
 DETERMINISTIC = {"raft", "wal", "store", "stream", "consumer", "meta", "protocol"}
 FORBIDDEN_IN_DETERMINISTIC = {"trio", "socket", "time", "threading", "asyncio", "selectors"}

@@ -28,6 +28,7 @@ from typing import Any
 import click
 
 from jsraft import __version__
+from jsraft.cli.backup_cmd import backup, restore, stream_backup, stream_restore
 from jsraft.cli.check_cmd import EXIT_DAMAGED, EXIT_USAGE, check, check_store, find_stores
 from jsraft.cli.cluster_cmd import cluster
 from jsraft.cli.consumer_cmd import consumer
@@ -88,8 +89,10 @@ def demo(directory: str | None, messages: int | None, store: bool) -> int:
     return run_cluster_demo(directory, messages or 5_000)
 
 
-for command in (check, stream, consumer, pub, sub, req, account, cluster, server):
+for command in (check, stream, consumer, pub, sub, req, account, backup, restore, cluster, server):
     cli.add_command(command)
+stream.add_command(stream_backup)
+stream.add_command(stream_restore)
 
 
 def _broken_pipe(error: BaseException) -> bool:

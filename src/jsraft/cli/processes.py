@@ -171,6 +171,9 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
     import socket
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the node's own listener does (trio sets SO_REUSEADDR): a port whose last connections linger
+        # in TIME_WAIT is free to it, and a port another process listens on is not.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

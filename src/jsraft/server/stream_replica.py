@@ -49,7 +49,7 @@ from jsraft.runtime import NodeRuntime
 from jsraft.runtime.proposals import Proposal
 from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.consumer_service import ConsumerService
-from jsraft.server.errors import RemoteError
+from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
@@ -358,11 +358,17 @@ class StreamReplica:
 
     # --- Other leader operations -------------------------------------------------------------------
 
-    async def propose_entry(self, entry: bytes) -> object:
-        """Propose an entry the StreamLeader made outside a decision (an AUDIT), in order (invariant 2)."""
+    async def propose_entry(self, entry: bytes, *, expect_last_seq: int | None = None) -> object:
+        """Propose an entry the StreamLeader made outside a decision (an AUDIT, a restored MSGS run), in
+        order (invariant 2). `expect_last_seq`: refuse (`StreamRestoreRace`) unless the stream's last
+        sequence, counting in-flight proposals, is that — checked under the lock, so no publish decided
+        before it can take the sequences the entry carries."""
         async with self._propose_lock:
             if self.leader is None:
                 raise NotLeader(self.leader_id())
+            if expect_last_seq is not None and self.leader.last_seq != expect_last_seq:
+                raise StreamRestoreRace(f"restore failed: the stream's last sequence is {self.leader.last_seq}, "
+                                        f"not {expect_last_seq} (was it written to during the restore?)")
             try:
                 return await self.runtime.outcome(self.group, await self._submit(entry))
             except JsraftError:

@@ -48,6 +48,7 @@ def _config_options(function: Any) -> Any:
         click.option("--allow-rollup/--no-allow-rollup", default=None, help="allow Nats-Rollup headers"),
         click.option("--deny-delete/--allow-delete", default=None, help="refuse message deletes"),
         click.option("--deny-purge/--allow-purge", default=None, help="refuse purges"),
+        click.option("--ack/--no-ack", default=None, help="acknowledge publishes (default) or not"),
         click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
                      help="a JSON file with the whole stream config (flags override it)"),
     )
@@ -71,6 +72,8 @@ def apply_flags(base: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
     for flag, field in simple.items():
         if flags.get(flag) is not None:
             config[field] = flags[flag]
+    if flags.get("ack") is not None:
+        config["no_ack"] = not flags["ack"]
     if flags.get("subjects") is not None:
         config["subjects"] = [s.strip() for s in flags["subjects"].split(",") if s.strip()]
     if flags.get("retention") is not None:

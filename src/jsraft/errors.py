@@ -174,3 +174,9 @@ class UnknownConfigField(InvalidConfig):
         self.where = where
         names = ", ".join(sorted(fields))
         super().__init__(f"unknown field(s) in {where}: {names}")
+
+
+def listen_error(error: OSError, role: str, host: str, port: int) -> OSError:
+    """`error` from opening a listener, saying which one: "[Errno 98] Address already in use (client port
+    4222 on 127.0.0.1)". Still an `OSError` with the same errno, so callers handle it as before."""
+    return OSError(error.errno, f"{error.strerror} ({role} port {port} on {host})")

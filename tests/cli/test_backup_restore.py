@@ -195,3 +195,24 @@ def test_progress_bar_on_a_terminal_only(small, tmp_path):
     assert restoring.wait() == 0, restoring.text
     assert "Restoring SHOWN" in restoring.text and "━" in restoring.text and "Restored stream SHOWN" in restoring.text
     assert small.json("stream", "info", "SHOWN")["state"]["messages"] == 2000
+
+
+def test_account_backup_and_restore(small, tmp_path):
+    make_stream(small, "ACCOUNT_A")
+    small.ok("stream", "add", "ACCOUNT_B", "--subjects", "account_b", "--defaults")  # empty
+    small.ok("consumer", "add", "ACCOUNT_A", "WORKER", "--pull", "--filter", "ACCOUNT_A.x", "--defaults")
+    names = small.ok("stream", "ls", "--names").split()  # with what earlier tests left, if anything
+    assert {"ACCOUNT_A", "ACCOUNT_B"} <= set(names)
+    keys = ("messages", "bytes", "first_seq", "last_seq")
+    before = {name: {k: small.json("stream", "info", name)["state"][k] for k in keys} for name in names}
+    directory = str(tmp_path / "account")
+    out = small.ok("backup", directory, "--no-progress")
+    assert all(f"Backed up stream {name}" in out for name in names), out
+    refused = small.js("restore", directory, "--no-progress")
+    assert refused.returncode == 1 and f"exist already: {', '.join(sorted(names))}; nothing restored" in refused.stderr
+    for name in names:
+        small.ok("stream", "rm", name, "-f")
+    small.ok("restore", directory, "--no-progress")
+    after = {name: {k: small.json("stream", "info", name)["state"][k] for k in keys} for name in names}
+    assert after == before
+    assert small.json("consumer", "info", "ACCOUNT_A", "WORKER")["config"]["filter_subject"] == "ACCOUNT_A.x"

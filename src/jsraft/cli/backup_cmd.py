@@ -196,12 +196,14 @@ async def backup(session: Session, directory: str, progress: bool) -> None:
 @_progress_option
 @client_command
 async def restore(session: Session, directory: str, progress: bool) -> None:
-    """Restore every stream backed up in DIR/<stream> by `jsraft backup DIR`."""
+    """Restore every stream backed up in DIR/<stream> by `jsraft backup DIR` (none may exist yet)."""
     found = sorted(entry for entry in os.listdir(directory) if os.path.isfile(os.path.join(directory, entry, MANIFEST)))
     if not found:
         raise click.UsageError(f"no stream backup under {directory}")
-    for entry in found:  # every chunk of every stream is checked before the first is restored
-        read_backup(os.path.join(directory, entry))
+    names = [read_backup(os.path.join(directory, entry))[0]["config"]["name"] for entry in found]
+    existing = sorted(set(names) & set(await session.pages("STREAM.NAMES", "streams")))
+    if existing:  # every stream is checked (chunks and names) before the first is restored
+        raise Failed(f"these streams exist already: {', '.join(existing)}; nothing restored")
     for entry in found:
         info = await restore_stream(session, os.path.join(directory, entry), progress)
         click.echo(f"Restored stream {info['config']['name']}: {_state_line(info['state'])}")

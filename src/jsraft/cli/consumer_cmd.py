@@ -75,8 +75,9 @@ def build_config(name: str | None, flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def _prompt_missing(config: dict[str, Any], flags: dict[str, Any]) -> None:
-    """What `nats con add` asks for; without a terminal, pull-or-push must be given."""
-    if not flags["pull"] and "deliver_subject" not in config:
+    """What `nats con add` asks for; without a terminal, pull-or-push must be given (a --config file
+    without a deliver subject is a pull consumer)."""
+    if not flags["pull"] and not flags.get("config_file") and "deliver_subject" not in config:
         target = ask("--pull or --target", "Delivery target (empty for Pull Consumers)", default="")
         if target:
             config["deliver_subject"] = target

@@ -99,7 +99,8 @@ class TupleSum:
 
     def to_json(self, last_seq: int) -> dict[str, Any]:
         """The tuple; `last_seq` is the stream's (its tail may be deleted messages)."""
-        first = self.first_seq if self.messages else last_seq + 1
+        # An empty store's first sequence is the one after its last, and 0 when it never held one.
+        first = self.first_seq if self.messages else (last_seq + 1 if last_seq else 0)
         return {"first_seq": first, "last_seq": last_seq, "messages": self.messages, "bytes": self.bytes,
                 "digest": f"{self.digest:016x}"}
 

@@ -51,7 +51,6 @@ import attrs
 import trio
 
 from jsraft import limits, subjects
-from jsraft.errors import listen_error
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
 from jsraft.server.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_valid_subject
@@ -192,10 +191,7 @@ class ClientServer:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, report `started((host, port))`, serve clients until cancelled."""
-        try:
-            listeners = await trio.open_tcp_listeners(self.options.port, host=self.options.host)
-        except OSError as error:  # name the port: "address in use" alone does not say which
-            raise listen_error(error, "client", self.options.host, self.options.port) from None
+        listeners = await trio.open_tcp_listeners(self.options.port, host=self.options.host)
         self.address = (self.options.host, listeners[0].socket.getsockname()[1])
         try:
             async with trio.open_nursery() as nursery:

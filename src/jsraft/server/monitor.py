@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft import __version__
-from jsraft.errors import JsraftError, listen_error
+from jsraft.errors import JsraftError, naming_port
 from jsraft.server.meta_service import META_GROUP
 from jsraft.server.metrics import CONTENT_TYPE, node_ready, node_registry, render
 from jsraft.server.test_hooks import PREFIX as TEST_PREFIX, TestHooks
@@ -198,10 +198,8 @@ class Monitor:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, report `started(address)`, serve until cancelled."""
-        try:
+        with naming_port("monitoring", self.host, self.port):  # "address in use" alone does not say which
             listeners = await trio.open_tcp_listeners(self.port, host=self.host)
-        except OSError as error:  # name the port: "address in use" alone does not say which
-            raise listen_error(error, "monitoring", self.host, self.port) from None
         self.address = listeners[0].socket.getsockname()[:2]
         log.info("monitor for %s listening on http://%s:%d", self.node.name, *self.address)
         task_status.started(self.address)

@@ -42,7 +42,7 @@ from functools import lru_cache, partial
 
 import trio
 
-from jsraft.errors import InvalidConfig, JsraftError, invariant, listen_error
+from jsraft.errors import InvalidConfig, JsraftError, invariant, naming_port
 from jsraft.transport.backoff import Backoff
 from jsraft.transport.config import TransportConfig
 from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, LinkClosed, TransportProtocolError
@@ -109,10 +109,8 @@ class Transport:
 
     async def run(self, *, task_status: trio.TaskStatus[Address] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, dial every peer, serve links until cancelled (invariant 4)."""
-        try:
+        with naming_port("cluster", self.listen_host, self.listen_port):  # "address in use" alone does not say which
             listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host)
-        except OSError as error:  # name the port: "address in use" alone does not say which
-            raise listen_error(error, "cluster", self.listen_host, self.listen_port) from None
         if len(listeners) != 1:
             # A name resolving to several addresses (IPv4 and IPv6) would listen on several ports when
             # `listen_port` is 0, and peers are given one address: insist on one.

@@ -121,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("Aborted!", err=True)
         return EXIT_DAMAGED
+    except KeyboardInterrupt:  # ^C is how `jsraft sub` without --count ends
+        return 130
     except BaseException as error:  # noqa: BLE001 — only a closed pipe is swallowed
         if not _broken_pipe(error):
             raise

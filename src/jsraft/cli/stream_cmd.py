@@ -252,11 +252,10 @@ async def stream_purge(session: Session, name: str, subject: str | None, seq: in
 @client_command
 async def stream_get(session: Session, name: str, seq: int | None, last_for: str | None) -> None:
     """Print message SEQ of stream NAME (or the last one on --last-for SUBJECT)."""
-    if (seq is None) == (last_for is None):
-        if last_for is None and seq is None:
-            seq = int(ask("SEQ", "Message Sequence to retrieve", kind=int))
-        else:
-            raise click.UsageError("give SEQ or --last-for, not both")
+    if seq is not None and last_for is not None:
+        raise click.UsageError("give SEQ or --last-for, not both")
+    if seq is None and last_for is None:
+        seq = int(ask("SEQ", "Message Sequence to retrieve", kind=int))
     body = {"seq": seq} if seq is not None else {"last_by_subj": last_for}
     answer = await session.api(f"STREAM.MSG.GET.{name}", body)
     if session.out.as_json:

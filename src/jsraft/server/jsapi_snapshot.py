@@ -8,8 +8,9 @@ receiving of the chunks (the bytes are `snapshot_format`'s; the stream leader's 
 Snapshot: the request `{"deliver_subject", "chunk_size", "window_size", "no_consumers", "jsck"}` is answered
 `{"config", "state"}`; then chunks go to `deliver_subject`, each with the reply subject
 `$JS.SNAPSHOT.ACK.<stream>.<id>.<size>.<index>` which the client acknowledges (any message); past
-`window_size` unacknowledged bytes the sender waits. The end is an empty message with no reply; a failure
-part way is an empty message with the header status line `NATS/1.0 500 <description>`.
+`window_size` unacknowledged bytes the sender waits. The last, partial chunk has no reply subject; the end is
+an empty message with no reply and the status line `NATS/1.0 204`; a failure part way is an empty message
+with the status line `NATS/1.0 500 <description>` (as nats-server 2.15 sends them).
 
 Restore: the request `{"config", "state"}` is answered `{"deliver_subject":
 "$JS.SNAPSHOT.RESTORE.<stream>.<id>"}`; the client sends chunks there, each with a reply subject, and each
@@ -224,10 +225,12 @@ class _ChunkSender:
         await trio.lowlevel.checkpoint()
 
     async def close(self) -> None:
+        """The last, partial chunk goes without a reply subject, then the end marker (status 204), as
+        nats-server 2.15 sends them."""
         if self.buffer:
-            await self._chunk(bytes(self.buffer))
+            self.clients.publish(self.deliver, bytes(self.buffer))
             self.buffer.clear()
-        self.clients.publish(self.deliver, b"")
+        self.clients.publish(self.deliver, b"", headers=b"NATS/1.0 204\r\n\r\n")
 
     def fail(self, description: str) -> None:
         self.clients.publish(self.deliver, b"", headers=f"NATS/1.0 500 {description}\r\n\r\n".encode())

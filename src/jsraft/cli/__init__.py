@@ -3,7 +3,8 @@
 Owns: the top-level group (`jsraft --version`, `--help`), `demo`, the hand-off of `serve`'s raw arguments to
 its argparse parser (`serve` keeps nats-server's spellings — `-sd`, `-js`, Go-style `-port=4222` — which
 click cannot parse), `main` (exit status from any command), and the quiet end of a command whose output
-pipe was closed (`jsraft demo | head`). Subcommands:
+pipe was closed (`jsraft demo | head`). The commands' functions are named `*_command` where a submodule has the
+command's name (`jsraft.cli.demo`, `jsraft.cli.serve` stay the modules). Subcommands:
   - `check DIR` (`check_cmd`): offline verification of a store or data directory. Exit 0/1/2.
   - `serve …` (`serve`): one node as a process. Exit 0 clean stop, 1 node failed, 2 configuration error.
   - `demo [--dir D] [--messages N] [--store]` (`demo`, `store_demo`): the quick-start job.
@@ -60,7 +61,7 @@ def cli() -> None:
 @cli.command("serve", add_help_option=False,
              context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def serve(args: tuple[str, ...]) -> int:
+def serve_command(args: tuple[str, ...]) -> int:
     """Run one node (flags and/or --config FILE; nats-server's spellings work). `jsraft serve --help` lists
     the flags."""
     try:
@@ -75,7 +76,7 @@ def serve(args: tuple[str, ...]) -> int:
               help="data directory (default: a temporary one, removed after a pass); `jsraft check D` reads it")
 @click.option("--messages", type=int, metavar="N", help="messages to publish first (default 5000; --store: 20000)")
 @click.option("--store", is_flag=True, help="the single-store demo instead (write, reopen, verify)")
-def demo(directory: str | None, messages: int | None, store: bool) -> int:
+def demo_command(directory: str | None, messages: int | None, store: bool) -> int:
     """A local 3-node cluster loses its stream leader, and no acknowledged message."""
     if messages is not None and messages < 1:
         click.echo("jsraft demo: --messages must be at least 1", err=True)

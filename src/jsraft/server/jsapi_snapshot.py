@@ -247,9 +247,12 @@ class _Restore:
         self.name = request.name
         self.deliver_subject = f"$JS.SNAPSHOT.RESTORE.{self.name}.{token}"
         directory = os.path.join(owner.node.config.store_dir, "restore")
-        os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, f"{self.name}.{token}.part")
-        self.file = open(self.path, "wb")
+        try:
+            os.makedirs(directory, exist_ok=True)
+            self.file = open(self.path, "wb")
+        except OSError as error:  # an operating error answers this request; it never ends the node
+            raise RestoreFailed(f"restore failed: cannot stage the snapshot: {error}") from None
         self.reader = SnapshotReader()
         self.received = 0
         self.last_chunk = trio.current_time()
@@ -306,7 +309,10 @@ class _Restore:
         self.received += len(payload)
         if self.received > RESTORE_BYTES_MAX:
             raise RestoreFailed(f"restore failed: more than {RESTORE_BYTES_MAX} bytes")
-        self.file.write(payload)
+        try:
+            self.file.write(payload)
+        except OSError as error:
+            raise RestoreFailed(f"restore failed: cannot stage the snapshot: {error}") from None
         self.reader.feed(payload)
         for _ in self.reader.messages():  # verified, then dropped: the file has them (bounded memory)
             pass
@@ -315,7 +321,10 @@ class _Restore:
         msg.respond(dumps({"type": response_type("stream_create_response"), **answer}))
 
     async def _finish(self) -> dict[str, Any]:
-        self.file.flush()
+        try:
+            self.file.flush()
+        except OSError as error:
+            raise RestoreFailed(f"restore failed: cannot stage the snapshot: {error}") from None
         end = self.reader.finish()  # invariant 1: verified before anything is made
         state = self.body.get("state") or {}
         # The stream info's `first_seq` of an empty stream is not the store's (nats-server's shape): only
@@ -345,7 +354,11 @@ class _Restore:
         """Second pass over the staged file: the messages to the leader, then the tuple check (invariant 2)."""
         reader = SnapshotReader()
         node = self.owner.node
-        with open(self.path, "rb") as staged:
+        try:
+            staged = open(self.path, "rb")
+        except OSError as error:
+            raise RestoreFailed(f"restore failed: the staged snapshot is gone: {error}") from None
+        with staged:
             while data := staged.read(APPEND_BYTES):
                 reader.feed(data)
                 records = [encode_message(seq, ts, subject.encode(errors="surrogateescape"), headers, payload)[0]

@@ -101,3 +101,22 @@ def test_demo_into_a_closed_pipe_ends_quietly(tmp_path):
     _, stderr = demo.communicate(timeout=300)
     assert first.startswith(b"jsraft demo:")
     assert demo.returncode == 0 and b"Traceback" not in stderr and b"BrokenPipe" not in stderr, stderr
+
+
+def test_a_node_is_believed_only_when_it_is_the_process_on_its_ports():
+    """What `cluster up` checks before it reports success: the very process it started holds each port."""
+    from jsraft.cli.cluster_cmd import _impostors
+    from jsraft.cli.processes import listens_on
+
+    sock, port = _held_port()
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert listens_on(os.getpid(), port) is True
+        assert listens_on(stranger.pid, port) is False
+        node = {"name": "n1", "pid": stranger.pid, "client_port": port, "cluster_port": port, "monitor_port": port}
+        problems = _impostors([node])
+        assert f"n1 (pid {stranger.pid}) is not the process listening on its client port {port}" in problems
+    finally:
+        stranger.kill()
+        stranger.wait()
+        sock.close()

@@ -201,6 +201,9 @@ def test_account_backup_and_restore(small, tmp_path):
     make_stream(small, "ACCOUNT_A")
     small.ok("stream", "add", "ACCOUNT_B", "--subjects", "account_b", "--defaults")  # empty
     small.ok("consumer", "add", "ACCOUNT_A", "WORKER", "--pull", "--filter", "ACCOUNT_A.x", "--defaults")
+    small.ok("consumer", "next", "ACCOUNT_A", "WORKER", "--count", "5")  # acknowledges 5: its floor is 5
+    worker = small.json("consumer", "info", "ACCOUNT_A", "WORKER")
+    assert (worker["ack_floor"]["stream_seq"], worker["num_pending"]) == (5, 1995)
     names = small.ok("stream", "ls", "--names").split()  # with what earlier tests left, if anything
     assert {"ACCOUNT_A", "ACCOUNT_B"} <= set(names)
     keys = ("messages", "bytes", "first_seq", "last_seq")
@@ -215,4 +218,7 @@ def test_account_backup_and_restore(small, tmp_path):
     small.ok("restore", directory, "--no-progress")
     after = {name: {k: small.json("stream", "info", name)["state"][k] for k in keys} for name in names}
     assert after == before
-    assert small.json("consumer", "info", "ACCOUNT_A", "WORKER")["config"]["filter_subject"] == "ACCOUNT_A.x"
+    restored = small.json("consumer", "info", "ACCOUNT_A", "WORKER")
+    assert restored["config"]["filter_subject"] == "ACCOUNT_A.x"
+    assert (restored["ack_floor"]["stream_seq"], restored["num_pending"]) == (5, 1995)  # it resumes after 5
+    assert "message 6 " in small.ok("consumer", "next", "ACCOUNT_A", "WORKER")

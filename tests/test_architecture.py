@@ -51,7 +51,7 @@ THIRD_PARTY = {
     4: {"attrs", "cattrs", "crc32c", "zstandard", "trio"},
     5: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "bcrypt", "cryptography"},
     6: {"attrs", "cattrs", "crc32c", "zstandard", "trio", "prometheus_client", "rich", "pyspark", "pyarrow", "bcrypt",
-        "cryptography"},
+        "cryptography", "click"},
 }
 DETERMINISTIC = {"raft", "wal", "store", "stream", "consumer", "meta", "protocol", "replica"}
 FORBIDDEN_IN_DETERMINISTIC = {"trio", "socket", "time", "threading", "asyncio", "selectors"}

@@ -17,6 +17,9 @@ Imports: stdlib only.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 
 class InvariantViolation(AssertionError):
     """A bug: an internal invariant did not hold. Never caught by jsraft code."""
@@ -182,3 +185,14 @@ class UnknownConfigField(InvalidConfig):
         self.where = where
         names = ", ".join(sorted(fields))
         super().__init__(f"unknown field(s) in {where}: {names}")
+
+
+
+@contextlib.contextmanager
+def naming_port(role: str, host: str, port: int) -> Iterator[None]:
+    """Re-raise an `OSError` from opening a listener saying which one: "[Errno 98] Address already in use
+    (client port 4222 on 127.0.0.1)". Still an `OSError` with the same errno, so callers handle it as before."""
+    try:
+        yield
+    except OSError as error:
+        raise OSError(error.errno, f"{error.strerror} ({role} port {port} on {host})") from None

@@ -41,6 +41,7 @@ import fnmatch
 import attrs
 import pytest
 
+from bench_servers import servers
 from oracle_script import MISSING, STEPS, compare, play
 from servers_kit import needs_nats_server, servers
 

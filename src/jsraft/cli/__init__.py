@@ -1,136 +1,135 @@
-"""The `jsraft` command (layer L6).
+"""The `jsraft` command (layer L6): a click group of subcommands, each in its own module.
 
-Owns: argument parsing and presentation. Subcommands:
-  - `jsraft check DIR [--json]`: offline verification of a store directory, or of every store under a
-    node data directory (`streams/<name>/msgs`). Changes nothing on disk. Exit 0 clean, 1 damage found,
-    2 usage error.
-  - `jsraft serve [flags] [--config FILE]`: one node as a process, with its monitoring HTTP (`serve`).
-    Exit 0 after a clean stop (SIGTERM/SIGINT), 1 if the node failed, 2 configuration error.
-  - `jsraft demo [--dir D] [--messages N]`: the quick-start job: a local 3-node cluster loses its stream
-    leader and loses no acknowledged message (`demo`). Exit 0 when every check passed, 1 otherwise.
-    `jsraft demo --store` runs the older single-store demo (`store_demo`).
+Owns: the top-level group (`jsraft --version`, `--help`), `demo`, the hand-off of `serve`'s raw arguments to
+its argparse parser (`serve` keeps nats-server's spellings — `-sd`, `-js`, Go-style `-port=4222` — which
+click cannot parse), `main` (exit status from any command), and the quiet end of a command whose output
+pipe was closed (`jsraft demo | head`). The commands' functions are named `*_command` where a submodule has the
+command's name (`jsraft.cli.demo`, `jsraft.cli.serve` stay the modules). Subcommands:
+  - `check DIR` (`check_cmd`): offline verification of a store or data directory. Exit 0/1/2.
+  - `serve …` (`serve`): one node as a process. Exit 0 clean stop, 1 node failed, 2 configuration error.
+  - `demo [--dir D] [--messages N] [--store]` (`demo`, `store_demo`): the quick-start job.
+  - `stream …`, `consumer …` (`stream_cmd`, `consumer_cmd`, `report_cmd`): administration like the `nats`
+    CLI; `pub`, `sub`, `req`, `account info` (`msg_cmd`); `stream backup|restore`, `backup`, `restore`
+    (`backup_cmd`); `cluster up|down|status` (`cluster_cmd`); `server report` (`report_cmd`).
 
-Imports: stdlib, L2 (`store`, `disk`: for `check`), L5 (`server`), cli siblings.
+Invariants:
+  1. Exit status: 0 success, 1 failure, 2 usage error, for every subcommand (session invariant 1).
+  2. A closed stdout (the reader went away) ends the command without a traceback, after its cleanup ran.
+
+Imports: stdlib, click, L5 (`server`, through `serve` and `demo`), cli siblings.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+from typing import Any
 
+import click
+
+from jsraft import __version__
+from jsraft.cli.backup_cmd import backup, restore, stream_backup, stream_restore
+from jsraft.cli.check_cmd import EXIT_DAMAGED, EXIT_USAGE, check, check_store, find_stores
+from jsraft.cli.cluster_cmd import cluster
+from jsraft.cli.consumer_cmd import consumer
+from jsraft.cli.msg_cmd import account, pub, req, sub
+from jsraft.cli.report_cmd import server
 from jsraft.cli.serve import add_parser as add_serve_parser
-from jsraft.disk import OsDisk
-from jsraft.errors import JsraftError
-from jsraft.store import StoreConfig
-from jsraft.store.blocks import parse_block_name
-from jsraft.store.filestore import FileStore
+from jsraft.cli.stream_cmd import stream
 
-EXIT_CLEAN, EXIT_DAMAGED, EXIT_USAGE = 0, 1, 2
-
-
-def _is_store_dir(path: str) -> bool:
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    return any(parse_block_name(name) is not None for name in names) or "index" in names
-
-
-def find_stores(root: str) -> list[tuple[str, str]]:
-    """`(name, directory)` of every store at or under `root` (a store dir or a node data dir)."""
-    if _is_store_dir(root):
-        return [(os.path.basename(os.path.abspath(root)), root)]
-    stores: list[tuple[str, str]] = []
-    streams = os.path.join(root, "streams")
-    if os.path.isdir(streams):
-        for name in sorted(os.listdir(streams)):
-            msgs = os.path.join(streams, name, "msgs")
-            if _is_store_dir(msgs):
-                stores.append((name, msgs))
-    return stores
-
-
-def check_store(name: str, directory: str) -> dict:
-    """Verify every record of one store without changing it; return the JSON report entry."""
-    store = FileStore.open(OsDisk(directory, read_only=True), StoreConfig(), read_only=True,
-                           use_index=False)
-    state = store.state()
-    faults = [{"first": f.first, "last": f.last, "kind": str(f.kind)} for f in store.faults()]
-    torn = store.recovery_report.get("torn_bytes_cut", 0)
-    store.close()
-    return {
-        "name": name, "first_seq": state.first_seq, "last_seq": state.last_seq, "msgs": state.msgs,
-        "bytes": state.bytes, "digest": f"{state.digest:016x}", "faults": faults,
-        "torn_tail_bytes": torn,
-    }
-
-
-def cmd_check(args: argparse.Namespace) -> int:
-    if not os.path.isdir(args.dir):
-        print(f"jsraft check: no such directory: {args.dir}", file=sys.stderr)
-        return EXIT_USAGE
-    stores = find_stores(args.dir)
-    if not stores:
-        print(f"jsraft check: no store found under {args.dir}", file=sys.stderr)
-        return EXIT_USAGE
-    reports = [check_store(name, directory) for name, directory in stores]
-    damaged = any(report["faults"] for report in reports)
-    if args.json:
-        print(json.dumps({"streams": reports, "clean": not damaged}, indent=2))
-    else:
-        for r in reports:
-            print(f"{r['name']}: first_seq={r['first_seq']} last_seq={r['last_seq']} msgs={r['msgs']} "
-                  f"bytes={r['bytes']} digest={r['digest']}")
-            for fault in r["faults"]:
-                print(f"  DAMAGED {fault['first']}..{fault['last']} ({fault['kind']})")
-            if r["torn_tail_bytes"]:
-                print(f"  torn tail: {r['torn_tail_bytes']} unsynced bytes would be cut on open")
-        print("clean" if not damaged else "damage found: these sequences must be repaired from a peer")
-    return EXIT_DAMAGED if damaged else EXIT_CLEAN
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    if args.messages is not None and args.messages < 1:
-        print("jsraft demo: --messages must be at least 1", file=sys.stderr)
-        return EXIT_USAGE
-    if args.store:
-        from jsraft.cli.store_demo import run_demo
-
-        return run_demo(args.dir or "demo-data", args.messages or 20_000)
-    from jsraft.cli.demo import run_cluster_demo
-
-    return run_cluster_demo(args.dir, args.messages or 5_000)
+__all__ = ["build_parser", "check_store", "cli", "find_stores", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser `jsraft serve`'s raw arguments are handed to (`serve` owns its flags)."""
     parser = argparse.ArgumentParser(prog="jsraft", description="jsraft: a JetStream-compatible store")
-    sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="verify a store or node data directory offline")
-    check.add_argument("dir")
-    check.add_argument("--json", action="store_true", help="print a JSON report")
-    check.set_defaults(func=cmd_check)
-    demo = sub.add_parser("demo", help="a local 3-node cluster loses its stream leader, and no acked message")
-    demo.add_argument("--dir", help="data directory (default: a temporary one, removed after a pass)")
-    demo.add_argument("--messages", type=int, help="messages to publish first (default 5000; --store: 20000)")
-    demo.add_argument("--store", action="store_true", help="the single-store demo instead (write, reopen, verify)")
-    demo.set_defaults(func=cmd_demo)
-    add_serve_parser(sub)
+    sub_parsers = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(sub_parsers)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="jsraft", message="%(prog)s %(version)s")
+def cli() -> None:
+    """jsraft: a JetStream-compatible, Raft-replicated message store, and its operator's tool.
+
+    Client commands find the cluster with --server (comma-separated URLs) or $NATS_URL.
+    """
+
+
+@cli.command("serve", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve_command(args: tuple[str, ...]) -> int:
+    """Run one node (flags and/or --config FILE; nats-server's spellings work). `jsraft serve --help` lists
+    the flags."""
     try:
-        args = parser.parse_args(argv)
+        namespace = build_parser().parse_args(["serve", *args])
     except SystemExit as exit_:
-        return EXIT_USAGE if exit_.code else EXIT_CLEAN
+        return EXIT_USAGE if exit_.code else 0
+    return namespace.func(namespace)
+
+
+@cli.command("demo")
+@click.option("--dir", "directory", metavar="D",
+              help="data directory (default: a temporary one, removed after a pass); `jsraft check D` reads it")
+@click.option("--messages", type=int, metavar="N", help="messages to publish first (default 5000; --store: 20000)")
+@click.option("--store", is_flag=True, help="the single-store demo instead (write, reopen, verify)")
+def demo_command(directory: str | None, messages: int | None, store: bool) -> int:
+    """A local 3-node cluster loses its stream leader, and no acknowledged message."""
+    if messages is not None and messages < 1:
+        click.echo("jsraft demo: --messages must be at least 1", err=True)
+        return EXIT_USAGE
+    if store:
+        from jsraft.cli.store_demo import run_demo
+
+        return run_demo(directory or "demo-data", messages or 20_000)
+    from jsraft.cli.demo import run_cluster_demo
+
+    return run_cluster_demo(directory, messages or 5_000)
+
+
+for command in (check, stream, consumer, pub, sub, req, account, backup, restore, cluster, server):
+    cli.add_command(command)
+stream.add_command(stream_backup)
+stream.add_command(stream_restore)
+
+
+def _broken_pipe(error: BaseException) -> bool:
+    if isinstance(error, BrokenPipeError):
+        return True
+    if isinstance(error, BaseExceptionGroup):
+        return all(_broken_pipe(inner) for inner in error.exceptions)
+    return False
+
+
+def _quiet_stdout() -> None:
+    """Invariant 2: point stdout at /dev/null so the interpreter's final flush does not complain."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `jsraft` with `argv` (default: the process's arguments) and return its exit status."""
     try:
-        return args.func(args)
-    except JsraftError as error:
-        print(f"jsraft {args.command}: {error} (err_code {error.err_code})", file=sys.stderr)
+        result: Any = cli.main(args=argv, prog_name="jsraft", standalone_mode=False)
+    except click.exceptions.Exit as exit_:
+        return exit_.exit_code
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
         return EXIT_DAMAGED
+    except KeyboardInterrupt:  # ^C is how `jsraft sub` without --count ends
+        return 130
+    except BaseException as error:  # noqa: BLE001 — only a closed pipe is swallowed
+        if not _broken_pipe(error):
+            raise
+        _quiet_stdout()
+        return 0
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

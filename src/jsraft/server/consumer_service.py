@@ -171,6 +171,15 @@ class ConsumerService:
     def wake(self) -> None:
         self._wake.set()
 
+    def restart_from_state(self, name: str) -> None:
+        """Rebuild consumer `name`'s leading bookkeeping from its replicated state (after a SKIP this node
+        proposed for a restore moved it); its waiting requests stay."""
+        leading, entry = self.leading.get(name), self.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
+        if leading is not None and entry is not None and entry.config is not None:
+            self.leading[name] = self._leading_for(entry, self.now_ns())
+            self.leading[name].queue = leading.queue
+        self.wake()
+
     def require(self, name: str | None = None) -> Leading | None:
         """`NotLeader` unless leading; with `name`, its `Leading` or `ConsumerNotFound`."""
         if not self.active:

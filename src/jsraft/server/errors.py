@@ -72,3 +72,16 @@ class RemoteError(JsraftError):
         self.err_code = err_code
         self.kind = kind  # the remote exception's class name, for logs and tests
         super().__init__(description)
+
+
+class RestoreFailed(JsraftError):
+    """A stream restore (`$JS.API.STREAM.RESTORE`) that cannot complete: nothing restored, or the stream
+    made for it removed again. nats-server's "restore failed: ..." family (`JSStreamRestoreErrF`)."""
+
+    err_code = 10062
+    http_code = 500
+    default_description = "restore failed"
+
+
+class StreamRestoreRace(RestoreFailed):
+    """The stream being restored was written to by someone else: its sequences are no longer the backup's."""

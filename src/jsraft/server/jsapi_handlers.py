@@ -5,7 +5,7 @@ Owns: the internal subscriptions and the table from request subject to endpoint,
 (`{"type": "io.nats.jetstream.api.v1.<kind>", ...}` or `{"type": ..., "error": {"code", "err_code",
 "description"}}`), the API counters of `$JS.API.INFO` (`api.total`, `api.errors`), the account info
 itself, and the admin endpoints (stream create, update, info, delete, names, list). The data endpoints
-are in `jsapi_data`, direct gets in `jsapi_direct`, the leader-side work in `jsapi_stream`, the consumer
+are in `jsapi_data`, snapshot and restore in `jsapi_snapshot`, direct gets in `jsapi_direct`, the leader-side work in `jsapi_stream`, the consumer
 endpoints in `jsapi_consumer` (their leader side in `consumer_admin` and `consumer_control`; pull requests
 and acks, which are not JSON API requests, in `consumer_hub`). It attaches the client port to the node's
 `AdvisoryLog`, which publishes the consumer events on it (`consumer_events`).
@@ -66,6 +66,8 @@ from jsraft.server.jsapi_consumer import ConsumerEndpoints
 from jsraft.server.jsapi_data import DataEndpoints, meta_barrier, online
 from jsraft.server.bulk_get import BulkGets
 from jsraft.server.jsapi_direct import DirectGets
+from jsraft.server.jsapi_snapshot import Endpoints, SnapshotEndpoints
+from jsraft.server.snapshot_leader import SnapshotLeaderSide
 from jsraft.server.jsapi_stream import LeaderSide, config_json
 from jsraft.server.stream_events import stream_action
 
@@ -120,6 +122,10 @@ class JsApi:
         consumers = ConsumerEndpoints(node)
         ConsumerAdmin(node).register(node.handlers.table)
         ConsumerControl(node).register(node.handlers.table)  # consumer.pause
+        SnapshotLeaderSide(node).register(node.handlers.table)  # snapshot.read, restore.append/finish
+        snapshots = SnapshotEndpoints(node, clients, Endpoints(
+            stream_info=self.stream_info, stream_create=self.stream_create, stream_delete=self.stream_delete,
+            consumer_create=consumers.create, consumer_list=consumers.list))
         node.streams.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
         self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
         self.direct = DirectGets(node, clients)
@@ -137,6 +143,8 @@ class JsApi:
             Route(("STREAM", "PURGE", "*"), "stream_purge_response", data.purge, error_fields=(("purged", 0),)),
             Route(("STREAM", "MSG", "GET", "*"), "stream_msg_get_response", data.msg_get, success_counted=False),
             Route(("STREAM", "MSG", "DELETE", "*"), "stream_msg_delete_response", data.msg_delete),
+            Route(("STREAM", "SNAPSHOT", "*"), "stream_snapshot_response", snapshots.snapshot),
+            Route(("STREAM", "RESTORE", "*"), "stream_restore_response", snapshots.restore),
             Route(("STREAM", "LEADER", "STEPDOWN", "*"), "stream_leader_stepdown_response", data.stream_stepdown),
             Route(("STREAM", "PEER", "REMOVE", "*"), "stream_remove_peer_response", data.stream_peer_remove),
             Route(("META", "LEADER", "STEPDOWN"), "meta_leader_stepdown_response", data.meta_stepdown),

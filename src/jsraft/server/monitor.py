@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft.errors import JsraftError
+from jsraft.errors import JsraftError, naming_port
 from jsraft.server import monitor_views as views
 from jsraft.server.meta_service import META_GROUP
 from jsraft.server.metrics import CONTENT_TYPE, node_ready, node_registry, render
@@ -177,7 +177,8 @@ class Monitor:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, report `started(address)`, serve until cancelled."""
-        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        with naming_port("monitoring", self.host, self.port):  # "address in use" alone does not say which
+            listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.address = listeners[0].socket.getsockname()[:2]
         log.info("monitor for %s listening on http%s://%s:%d", self.node.name, "s" * bool(self.tls), *self.address)
         if self._token is None and self.host not in ("127.0.0.1", "::1", "localhost"):

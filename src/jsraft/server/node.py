@@ -35,7 +35,7 @@ import trio
 from jsraft import subjects
 from jsraft.disk import OsDisk
 from jsraft.disk.lock import StoreLock, acquire_store_lock
-from jsraft.errors import StreamNotFound, invariant
+from jsraft.errors import StreamNotFound, invariant, naming_port
 from jsraft.raft.errors import NotLeader
 from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
@@ -116,7 +116,8 @@ class Node:
                     await trio.to_thread.run_sync(self.runtime.group_record.set_lost_floor, last_index)
                     await nursery.start(self.streams.run)
                     nursery.start_soon(self.meta_service.run)
-                    self.client_address = await nursery.start(self.clients.run)
+                    with naming_port("client", config.client_host, config.client_port):
+                        self.client_address = await nursery.start(self.clients.run)
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)
             finally:

@@ -52,11 +52,12 @@ from jsraft.runtime import NodeRuntime
 from jsraft.runtime.proposals import Proposal
 from jsraft.server.advisories import AdvisoryLog
 from jsraft.server.consumer_service import ConsumerService
-from jsraft.server.errors import RemoteError
+from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.first_election import FirstElection
 from jsraft.server.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.server.stream_audit import AuditRunner
+from jsraft.server.stream_config_follow import ConfigFollowing
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.server.stream_events import leader_elected
@@ -81,7 +82,7 @@ def api_error(error: ApiError) -> RemoteError:
     return RemoteError(error.code, error.err_code, error.description, "ApiError")
 
 
-class StreamReplica:
+class StreamReplica(ConfigFollowing):
     def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
                  peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
                  config_index: int = 0, bootstrap: bool = True, options: StreamOptions | None = None,
@@ -337,38 +338,19 @@ class StreamReplica:
         for (_, _, _, done), answer in zip(batch, answers):
             done(answer)
 
-    # --- The group's config follows the meta assignment (invariant 5) --------------------------------
-
-    def _config_due(self) -> bool:
-        return (self.leader is not None and self.machine is not None
-                and self.config_index > self.machine.config_meta_index)
-
-    async def _reconcile_task(self) -> None:
-        try:
-            await self.reconcile_config_now()
-        except JsraftError as error:
-            log.warning("stream %s: config %d not proposed yet: %s", self.name, self.config_index, error)
-        finally:
-            self._config_task = False
-
-    async def reconcile_config_now(self) -> None:
-        async with self._propose_lock:
-            await self.reconcile_config()
-
-    async def reconcile_config(self) -> None:
-        """Under `_propose_lock`: propose the meta assignment's config if the group's is older."""
-        leader, machine = self.leader, self.machine
-        if leader is None or machine is None or self.config_index <= machine.config_meta_index:
-            return
-        await self._propose_decided(leader.propose_config(self.raw, self.config_index))
-
     # --- Other leader operations -------------------------------------------------------------------
 
-    async def propose_entry(self, entry: bytes) -> object:
-        """Propose an entry the StreamLeader made outside a decision (an AUDIT), in order (invariant 2)."""
+    async def propose_entry(self, entry: bytes, *, expect_last_seq: int | None = None) -> object:
+        """Propose an entry the StreamLeader made outside a decision (an AUDIT, a restored MSGS run), in
+        order (invariant 2). `expect_last_seq`: refuse (`StreamRestoreRace`) unless the stream's last
+        sequence, counting in-flight proposals, is that — checked under the lock, so no publish decided
+        before it can take the sequences the entry carries."""
         async with self._propose_lock:
             if self.leader is None:
                 raise NotLeader(self.leader_id())
+            if expect_last_seq is not None and self.leader.last_seq != expect_last_seq:
+                raise StreamRestoreRace(f"restore failed: the stream's last sequence is {self.leader.last_seq}, "
+                                        f"not {expect_last_seq} (was it written to during the restore?)")
             try:
                 return await self.runtime.outcome(self.group, await self._submit(entry))
             except JsraftError:

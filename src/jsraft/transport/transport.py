@@ -47,7 +47,7 @@ from typing import Any
 
 import trio
 
-from jsraft.errors import InvalidConfig, JsraftError, invariant
+from jsraft.errors import InvalidConfig, JsraftError, invariant, naming_port
 from jsraft.transport.backoff import Backoff
 from jsraft.transport.cluster_auth import ClusterAuth, secure_inbound, secure_outbound
 from jsraft.transport.config import TransportConfig
@@ -123,7 +123,10 @@ class Transport:
                   task_status: trio.TaskStatus[Address | None] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen (unless `listen` is False: a node with no peers opens no cluster port), dial every peer,
         serve links until cancelled (invariant 4). Reports the address listened on, or None."""
-        listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host) if listen else []
+        listeners = []
+        if listen:
+            with naming_port("cluster", self.listen_host, self.listen_port):  # "address in use" alone does not say which
+                listeners = await trio.open_tcp_listeners(self.listen_port, host=self.listen_host)
         if listen and len(listeners) != 1:
             # A name resolving to several addresses (IPv4 and IPv6) would listen on several ports when
             # `listen_port` is 0, and peers are given one address: insist on one.

@@ -48,23 +48,28 @@ def _monitor_options(function: Any) -> Any:
 
 
 def jsz_streams(urls: list[str]) -> dict[str, dict[str, Any] | None]:
-    """node URL -> its /jsz body (None: no answer). The body is nats-server's `JSInfo`; this node's name
-    is `meta_cluster.peer`, and jsraft's per-replica views are under `jsraft.streams` (`node_name`,
-    `replica_views`)."""
-    found = {}
+    """node URL -> its /jsz body (None: no answer), with `server_name` set (from /varz if /jsz lacks it)."""
+    found: dict[str, dict[str, Any] | None] = {}
     for url in urls:
         code, body = get_json(f"{url}/jsz", timeout_s=2.0)
-        found[url] = body if code == 200 and isinstance(body, dict) else None
+        if code != 200 or not isinstance(body, dict):
+            found[url] = None
+            continue
+        if not body.get("server_name"):
+            _, varz = get_json(f"{url}/varz", timeout_s=2.0)
+            body["server_name"] = (varz or {}).get("server_name") or (body.get("meta_cluster") or {}).get("peer") or url
+        found[url] = body
     return found
 
 
-def node_name(body: dict[str, Any], url: str) -> str:
-    return str((body.get("meta_cluster") or {}).get("peer") or url)
-
-
-def replica_views(body: dict[str, Any]) -> list[dict[str, Any]]:
-    streams = (body.get("jsraft") or {}).get("streams")
-    return streams if isinstance(streams, list) else []
+def stream_views(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """jsraft's own per-stream views in a /jsz body: under `jsraft.streams` (the nats-server-shaped /jsz,
+    whose top-level `streams` is a count) or, from an older node, the top-level `streams` list."""
+    nested = body.get("jsraft")
+    if isinstance(nested, dict) and isinstance(nested.get("streams"), list):
+        return nested["streams"]
+    top = body.get("streams")
+    return top if isinstance(top, list) else []
 
 
 def replica_rows(name: str, answers: dict[str, dict[str, Any] | None]) -> list[tuple[Any, ...]]:
@@ -76,9 +81,9 @@ def replica_rows(name: str, answers: dict[str, dict[str, Any] | None]) -> list[t
         if body is None:
             silent.append(url)
             continue
-        for entry in replica_views(body):
+        for entry in stream_views(body):
             if entry.get("name") == name and isinstance(entry.get("local"), dict):
-                local[node_name(body, url)] = entry["local"]
+                local[str(body.get("server_name", url))] = entry["local"]
                 leader = entry.get("leader") or leader
     leader_last = (local.get(leader) or {}).get("last_seq")
     rows: list[tuple[Any, ...]] = []
@@ -142,9 +147,9 @@ def server_report(monitor: str | None, directory: str | None, as_json: bool) -> 
             rows.append((url, "no answer", code or "no answer", "", "", "", ""))
             continue
         meta = body.get("meta_cluster") or {}
-        streams = replica_views(body)
+        streams = stream_views(body)
         behind = [s["name"] for s in streams if (s.get("local") or {}).get("health", "current") != "current"]
-        rows.append((node_name(body, url), url, code, meta.get("leader"), meta.get("term"), len(streams),
+        rows.append((body.get("server_name", url), url, code, meta.get("leader"), meta.get("term"), len(streams),
                      ", ".join(behind) or "none"))
     out.table("Server Report", ("Server", "Monitor", "Health", "Meta Leader", "Term", "Streams", "Not Current"), rows)
     return 0 if all(body is not None for body in answers.values()) else 1

@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
                         "should then FAIL")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run instead of text")
     parser.add_argument("--secure-links", action="store_true", help="mutual TLS and a cluster secret on the "
-                        "node-to-node links (certificates made for the run under <out>/<run>/pki)")
+                        "node-to-node links (certificates made for the run under <out>/<run>/pki), and "
+                        "clients authenticating as a user")
     args = parser.parse_args(argv)
     ids = sorted(SCENARIOS) if args.all else list(SMOKE) if args.smoke else args.scenario
     seeds = args.seed or [1]

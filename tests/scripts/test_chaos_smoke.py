@@ -7,7 +7,8 @@ passes only if the script exits 0 and its JSON says the checker found every judg
 failure the run's summary is printed and its output directory (history, node logs, report) is kept under
 pytest's tmp_path. The full scenarios, three seeds at their documented durations, are run by hand
 (scripts/chaos/README.md); that the checks have teeth is shown there with the mutant launcher. S02 runs
-once more with `--secure-links`: mutual TLS and a cluster secret on every node-to-node link (issue #20).
+once more with `--secure-links`: mutual TLS and a cluster secret on every node-to-node link, clients
+authenticating as a user (issue #20).
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ def test_chaos_smoke(scenario: str, tmp_path: Path) -> None:
 
 def test_chaos_smoke_with_mutual_tls_links(tmp_path: Path) -> None:
     """S02 (kill loop: links torn down and re-established over and over) with mutual TLS and a cluster
-    secret on every node-to-node link (issue #20)."""
+    secret on every node-to-node link, and every client authenticating (issue #20)."""
     run_smoke("S02", tmp_path, "--secure-links")
     configs = list((tmp_path / "chaos" / "S02-seed1" / "cluster" / "configs").glob("*.json"))
-    assert configs and all("cluster_tls" in json.loads(path.read_text()) for path in configs)
+    assert configs and all({"cluster_tls", "cluster_secret", "client_auth"} <= set(json.loads(path.read_text()))
+                           for path in configs)
 
 
 def run_smoke(scenario: str, tmp_path: Path, *extra: str) -> None:

@@ -12,6 +12,7 @@ calls.
 from __future__ import annotations
 
 import json
+import logging
 import ssl
 
 import pytest
@@ -136,7 +137,8 @@ async def https_get(address, context: ssl.SSLContext, path: str, token: str | No
     return int(data.split(b" ", 2)[1])
 
 
-async def test_monitor_over_tls_with_a_token(tmp_path, pki):
+async def test_monitor_over_tls_with_a_token(tmp_path, pki, caplog):
+    caplog.set_level(logging.WARNING, logger="jsraft.server.monitor")
     cert, key = pki["server"]
     config = single(tmp_path, monitor_tls=TlsConfig(cert_file=cert, key_file=key), monitor_token="monitor-token-1")
     async with jsraft.open_node(config) as node:
@@ -157,3 +159,4 @@ async def test_monitor_over_tls_with_a_token(tmp_path, pki):
             assert b"HTTP/1.1 200" not in reply
             await tcp.aclose()
             nursery.cancel_scope.cancel()
+    assert not [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]

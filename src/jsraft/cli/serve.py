@@ -49,6 +49,7 @@ from jsraft.server import Node, NodeConfig
 from jsraft.server.client_server import NATS_VERSION
 from jsraft.server.identity import default_node_name
 from jsraft.server.monitor import Monitor
+from jsraft.server.tls import check_tls_files
 
 log = logging.getLogger("jsraft.serve")
 
@@ -277,6 +278,7 @@ def _leaf(error: BaseException) -> BaseException:
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
+        check_tls_files(config)  # invariant 1: a bad certificate file is a configuration error
     except InvalidConfig as error:  # invariant 1
         where = f" in {args.config}" if args.config and args.config not in str(error) else ""
         print(f"jsraft serve: configuration error{where}: {error}", file=sys.stderr)

@@ -152,9 +152,9 @@ class Monitor:
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
         # `/test/` only with the node's test hooks on (test_hooks invariant 1).
         self.test_hooks = TestHooks(node) if getattr(getattr(node, "config", None), "test_hooks", False) else None
-        self._token: str | None = getattr(getattr(node, "config", None), "monitor_token", None)  # invariant 4
-        tls = getattr(getattr(node, "config", None), "monitor_tls", None)
-        self.tls = TlsContexts(tls, "monitor_tls") if tls is not None else None
+        config = getattr(node, "config", None)
+        self._token: str | None = getattr(config, "monitor_token", None)  # invariant 4
+        self.tls = TlsContexts(config.monitor_tls, "monitor_tls") if getattr(config, "monitor_tls", None) else None
 
     def reload_tls(self) -> None:
         if self.tls is not None:
@@ -182,8 +182,7 @@ class Monitor:
         self.address = listeners[0].socket.getsockname()[:2]
         log.info("monitor for %s listening on http%s://%s:%d", self.node.name, "s" * bool(self.tls), *self.address)
         if self._token is None and self.host not in ("127.0.0.1", "::1", "localhost"):
-            log.warning("monitor on %s without a monitor token: anyone who reaches it reads the node's state",
-                        self.host)
+            log.warning("monitor on %s without a token: whoever reaches it reads the node's state", self.host)
         task_status.started(self.address)
         await trio.serve_listeners(self._handle, listeners)
 
@@ -251,7 +250,8 @@ class Monitor:
             self.refused += 1
         with trio.move_on_after(REQUEST_TIMEOUT_S):  # a client that never reads must not pin the task
             await stream.send_all(render_response(status, body, **kwargs))
-            await stream.send_eof()
+            if isinstance(stream, trio.abc.HalfCloseableStream):  # not under TLS (invariant 4)
+                await stream.send_eof()
         drained = 0
         with trio.move_on_after(LINGER_S):
             while drained <= LINGER_BYTES_MAX and (chunk := await stream.receive_some(_RECEIVE_BYTES * 16)):

@@ -78,6 +78,15 @@ class TlsContexts:
         return True
 
 
+def check_tls_files(config: object) -> None:
+    """Load every TLS file a `NodeConfig` names, so a missing or mismatched file is a configuration
+    error (`InvalidConfig`) before anything starts."""
+    for field, mutual in (("client_tls", False), ("cluster_tls", True), ("monitor_tls", False)):
+        tls = getattr(config, field, None)
+        if tls is not None:
+            TlsContexts(tls, field, mutual=mutual)
+
+
 async def handshake(stream: trio.abc.Stream, context: ssl.SSLContext, *, server_side: bool,
                     timeout_s: float) -> trio.SSLStream:
     """`stream` wrapped in TLS, handshake done; raises `trio.TooSlowError`, `trio.BrokenResourceError`

@@ -168,7 +168,13 @@ class ChaosCluster:
         return os.path.join(self.data_dir(name), "streams", stream, "raft")
 
     def client_url(self, name: str) -> str:
-        return f"nats://{self.hosts[name]}:{self.ports[name]['client']}"
+        """The node's client URL, with the first configured user's credentials (or the token) in it when
+        the nodes require authentication: every workload client connects through here."""
+        auth = self.extra_config.get("client_auth") or {}
+        user = (auth.get("users") or [{}])[0]
+        credentials = f"{user['user']}:{user['password']}@" if user.get("password") else \
+            f"{auth['token']}@" if auth.get("token") else ""
+        return f"nats://{credentials}{self.hosts[name]}:{self.ports[name]['client']}"
 
     def monitor_url(self, name: str) -> str:
         return f"http://{self.hosts[name]}:{self.ports[name]['monitor']}"

@@ -53,7 +53,8 @@ class RunResult:
 def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root: str, *,
                  rate: float | None = None, mutant: str | None = None, secure_links: bool = False) -> RunResult:
     """One scenario run. `secure_links`: the nodes' links use mutual TLS (a CA and a certificate made for
-    the run under `<out>/pki`) and prove a shared cluster secret, as a production cluster would."""
+    the run under `<out>/pki`) and prove a shared cluster secret, and clients must authenticate, as in a
+    production cluster."""
     scenario = SCENARIOS[scenario_id]
     duration = scenario.duration_s if duration_s is None else duration_s
     out_dir = os.path.join(out_root, f"{scenario_id}-seed{seed}")
@@ -94,13 +95,15 @@ def _log_to(out_dir: str) -> logging.Handler:
 
 
 def secure_config(pki_dir: str) -> dict[str, Any]:
-    """NODE_CONFIG with mutual TLS and a cluster secret on the node-to-node links."""
+    """NODE_CONFIG with mutual TLS and a cluster secret on the node-to-node links, and a client user the
+    workloads authenticate as (`ChaosCluster.client_url` carries its credentials)."""
     from jsraft.testing.certs import TestCa
 
     ca = TestCa(pki_dir, "chaos CA")
     cert_file, key_file = ca.issue("node")
     return {**NODE_CONFIG, "cluster_secret": os.urandom(16).hex(),
-            "cluster_tls": {"cert_file": cert_file, "key_file": key_file, "ca_file": ca.ca_file}}
+            "cluster_tls": {"cert_file": cert_file, "key_file": key_file, "ca_file": ca.ca_file},
+            "client_auth": {"users": [{"user": "chaos", "password": os.urandom(12).hex()}]}}
 
 
 async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, rate: float | None,

@@ -275,6 +275,8 @@ class JsApi:
                 await trio.sleep(self.node.tick_s / 20)
             info = await self.info(name)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level)
+            if not self.node.config.clustered:
+                info.pop("cluster", None)  # a standalone nats-server's create/update answer has none
             return info
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 

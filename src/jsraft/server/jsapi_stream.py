@@ -160,8 +160,9 @@ class LeaderSide:
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
-            "cluster": cluster_json(config.cluster_name, replica.group if config.clustered else None,
-                                    self.node.name, base["cluster"]["replicas"]),
+            # A standalone nats-server names only itself, as the leader (no cluster name, no group).
+            "cluster": cluster_json(config.cluster_name, replica.group, self.node.name, base["cluster"]["replicas"])
+            if config.clustered else {"leader": self.node.name},
             "ts": rfc3339(time.time_ns()),
         }
         return info, ()

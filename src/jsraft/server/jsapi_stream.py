@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft.errors import JsraftError, NoMessageFound
+from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound
 from jsraft.jsapi import parse_stream_config, served_metadata, validate_stream_name
 from jsraft.meta import ClusterNoPeers
 from jsraft.raft.errors import NotLeader
@@ -184,7 +184,8 @@ class LeaderSide:
                 msg = store.load(seq)
             else:
                 raise NoMessageFound()
-        except NoMessageFound:  # the store's own words name the sequence or subject; the API's do not
+        except (NoMessageFound, InvalidSubject):  # the store's own words name the seq or subject; the API's
+            # do not. nats-server answers a subject no message can have (`$O.b.M.`, `a b`) the same way.
             raise NoMessageFound() from None
         return {"subject": msg.subject, "seq": msg.seq, "time_ns": msg.timestamp_ns}, (msg.headers, msg.payload)
 

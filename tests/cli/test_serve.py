@@ -35,6 +35,7 @@ import trio
 import jsraft
 from jsraft.errors import InvalidConfig
 from jsraft.server import NodeConfig
+from proc_sockets import ESTABLISHED, owned_ports
 
 
 def free_ports(count: int) -> list[int]:
@@ -388,6 +389,9 @@ def test_a_killed_serve_restarts_at_once_on_the_same_ports(tmp_path):
     try:
         poll(lambda: get(monitor, "/varz")[0] == 200, 30, "first run ready")
         held = hold_connections(ports)
+        # Killed before the node accepted a connection, the kernel resets it (no TIME_WAIT): wait until
+        # the process owns an established socket on each port.
+        poll(lambda: set(ports) <= owned_ports(first.pid, ESTABLISHED), 30, "every held connection accepted")
         first.kill()
         first.wait(timeout=30)
         close_after_peer(held)

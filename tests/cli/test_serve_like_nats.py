@@ -13,7 +13,6 @@ nats-server's warning.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
@@ -25,8 +24,10 @@ import urllib.request
 
 import pytest
 
-from jsraft.cli.serve import DEFAULT_STORE_DIR, config_from_args
+from proc_sockets import LISTEN, owned_ports
+
 from jsraft.cli import build_parser
+from jsraft.cli.serve import DEFAULT_STORE_DIR, config_from_args
 
 DEADLINE_S = 60.0
 
@@ -53,26 +54,6 @@ def ports_file(directory, pid: int) -> dict | None:
             return json.load(file)
     except FileNotFoundError:
         return None
-
-
-def listening_ports(pid: int) -> set[int]:
-    """TCP ports in LISTEN state whose socket is one of `pid`'s open files."""
-    inodes = set()
-    for fd in glob.glob(f"/proc/{pid}/fd/*"):
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with open(table) as file:
-            for line in file.readlines()[1:]:
-                fields = line.split()
-                if fields[3] == "0A" and fields[9] in inodes:
-                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports
 
 
 def nats_info(url: str) -> dict:
@@ -119,8 +100,8 @@ def test_a_harness_command_line_without_name_starts_and_keeps_its_name(tmp_path)
             varz = json.loads(response.read())
         assert varz["server_name"] == info["server_name"] and info["server_name"].startswith("N")
         client_port, monitor_port = int(client_url.rsplit(":", 1)[1]), int(monitor_url.rsplit(":", 1)[1])
-        assert listening_ports(first.pid) == {client_port, monitor_port}
-        assert len(listening_ports(second.pid)) == 1
+        assert owned_ports(first.pid, LISTEN) == {client_port, monitor_port}
+        assert len(owned_ports(second.pid, LISTEN)) == 1
         assert f"Listening for client connections on 127.0.0.1:{client_port}" in lines[-2]
     finally:
         stop(second)

@@ -270,6 +270,8 @@ STEPS: list[Step] = [
     api("msg_get_headers", "STREAM.MSG.GET.ORC", {"seq": 2}),
     api("msg_get_last_by_subj", "STREAM.MSG.GET.ORC", {"last_by_subj": "orc.a"}),
     api("msg_get_next_by_subj", "STREAM.MSG.GET.ORC", {"seq": 2, "next_by_subj": "orc.a"}),
+    # nats-py's object store asks for `$O.<bucket>.M.` (an empty name): no message, not a bad request.
+    api("msg_get_last_by_subj_empty_token", "STREAM.MSG.GET.ORC", {"last_by_subj": "orc."}),
     api("msg_get_empty_payload", "STREAM.MSG.GET.ORC", {"last_by_subj": "orc.e"}),
     api("msg_get_missing_seq", "STREAM.MSG.GET.ORC", {"seq": 999}),
     api("msg_get_missing_subject", "STREAM.MSG.GET.ORC", {"last_by_subj": "orc.zzz"}),

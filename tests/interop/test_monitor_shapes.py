@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from servers_kit import needs_nats_server, servers
+from bench_servers import needs_nats_server, servers
 
 pytestmark = needs_nats_server
 

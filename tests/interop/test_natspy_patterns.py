@@ -13,25 +13,12 @@ when it matters (every stream here is R3 there). Each scenario fails on the firs
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import pathlib
-import sys
 import uuid
 
 import pytest
+from bench_servers import load_servers
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load_servers():
-    spec = importlib.util.spec_from_file_location("bench_nats_servers", BENCH / "nats_servers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_nats_servers", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-servers = _load_servers()
+servers = load_servers()
 nats = pytest.importorskip("nats")
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy  # noqa: E402
 

@@ -297,6 +297,8 @@ class JsApi:
             info = await self.info(name)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
                                          self.node.config.api_level)
+            if not self.node.config.clustered:
+                info.pop("cluster", None)  # a standalone nats-server's create/update answer has none
             return info
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 

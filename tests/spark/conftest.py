@@ -4,8 +4,8 @@ and one SparkSession for the whole run.
 Method: `SPARK_LOCAL_IP=127.0.0.1` (loopback only), `PYSPARK_PYTHON=sys.executable` (Spark's Python
 workers run this venv's Python, so they import this worktree's jsraft), `TZ=UTC` (timestamps); one
 session-scoped `local[2]` SparkSession with the UI off and two shuffle partitions, `JsraftDataSource`
-registered once. Spark is a required part of these tests: without pyspark/pyarrow or Java they fail,
-they never skip (`.ci/run` installs the `spark` extra and Java).
+registered once. `.ci/run` installs the `spark` extra and Java and sets `CI=true`, under which a missing
+piece fails the module instead of skipping it (test_spark_source.py's guard).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ import time
 
 import pytest
 
-os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-os.environ["PYSPARK_PYTHON"] = sys.executable
-os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ["TZ"] = "UTC"
-time.tzset()
-
 
 @pytest.fixture(scope="session")
 def spark():
+    # Set here, before the JVM starts (getOrCreate below), and only when a Spark test runs.
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     from pyspark.sql import SparkSession
 
     from jsraft.spark import JsraftDataSource

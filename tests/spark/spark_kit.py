@@ -42,7 +42,7 @@ def run_nats(urls: list[str], scenario: Any, *args: Any, timeout_s: float = TIME
 
 def create_stream(urls: list[str], name: str, subjects: list[str], **config: Any) -> None:
     async def scenario(js, nc):
-        await js.add_stream(name=name, subjects=subjects, num_replicas=3, allow_direct=True, **config)
+        await js.add_stream(name=name, subjects=subjects, num_replicas=3, **config)
     run_nats(urls, scenario)
 
 

@@ -127,8 +127,8 @@ class PurgeRequest:
 @attrs.frozen(kw_only=True)
 class MsgGetRequest:
     """`STREAM.MSG.GET` and `DIRECT.GET`: one message by `seq`, last on a subject, or next from `seq`.
-    `batch`, `max_bytes` and `up_to_seq` are a batched direct get's (`direct_batch`); MSG.GET refuses them,
-    as nats-server's does."""
+    `batch`, `max_bytes`, `up_to_seq` and `multi_last` are a batched direct get's (`direct_batch`); MSG.GET
+    refuses them, as nats-server's does."""
 
     seq: int = 0
     last_by_subj: str = ""
@@ -136,6 +136,7 @@ class MsgGetRequest:
     batch: int = 0
     max_bytes: int = 0
     up_to_seq: int = 0
+    multi_last: tuple[str, ...] = ()
     no_hdr: bool = False
 
     def conflicting(self) -> bool:

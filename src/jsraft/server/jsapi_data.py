@@ -90,7 +90,7 @@ class DataEndpoints:
         if is_empty_request(request.payload):
             raise BadRequest()
         body = decode_request(request.payload, MsgGetRequest)
-        if body.batch > 0 or body.max_bytes > 0 or body.up_to_seq > 0 or body.conflicting():
+        if body.batch > 0 or body.max_bytes > 0 or body.up_to_seq > 0 or body.multi_last or body.conflicting():
             raise BadRequest()  # batches are direct gets only; exactly one way to pick the message
         await online(self.node, request.name)
         result, blobs = await self.node.call_stream(request.name, "jsapi.msg_get", body.rpc_args())

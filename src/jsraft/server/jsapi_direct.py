@@ -12,10 +12,11 @@ Invariants:
      and its requester gets no-responders, as from nats-server (which subscribes exactly those).
   2. The message is read at the stream leader (`jsapi.msg_get`), so a direct get never serves a
      follower's stale copy; the answer is exactly what `STREAM.MSG.GET` would return.
-  3. A batch (`batch` with `seq` or `next_by_subj`, optional `max_bytes` and `up_to_seq`) is served by
-     `direct_batch.serve_batch`, as nats-server serves it. Multi-subject and time-based gets
-     (`multi_last`, `up_to_time`, `start_time`) are not: fields this build does not know are answered
-     `408 Malformed Request`, and a batch by `last_by_subj` `408 Bad Request`, never a partial batch.
+  3. A batch (`batch` with `seq` or `next_by_subj`, optional `max_bytes` and `up_to_seq`) and a
+     `multi_last` get (optional `up_to_seq`, `batch`) are served by `direct_batch`, as nats-server serves
+     them. Time-based gets (`up_to_time`, `start_time`) are not: fields this build does not know are
+     answered `408 Malformed Request`, and a batch by `last_by_subj` `408 Bad Request`, never a partial
+     batch.
 
 Imports: stdlib, L0, server siblings. Reference: ADR-31 (JetStream direct get), nats-server
 `server/stream.go` (`processDirectGetRequest`, `processDirectGetLastBySubjectRequest`, `getDirectRequest`).
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound, StreamNotFound
 from jsraft.server.client_server import ClientServer, InternalMsg, InternalSubscription
-from jsraft.server.direct_batch import serve_batch
+from jsraft.server.direct_batch import serve_batch, serve_multi_last
 from jsraft.server.jetstream import decode_headers
 from jsraft.server.jsapi_codec import MsgGetRequest, decode_request, direct_headers, status_headers
 
@@ -81,6 +82,11 @@ class DirectGets:
         if isinstance(request, bytes):
             msg.respond(b"", headers=request)
             return
+        if request.multi_last:
+            await serve_multi_last(self._node.call_stream, lambda payload, block: msg.respond(payload, headers=block),
+                                   stream, filters=request.multi_last, up_to_seq=request.up_to_seq,
+                                   batch=request.batch)
+            return
         if request.batch > 0:
             max_bytes = request.max_bytes or self._node.config.client_pending_bytes_max
             await serve_batch(self._node.call_stream, lambda payload, block: msg.respond(payload, headers=block),
@@ -110,6 +116,9 @@ class DirectGets:
                 request = decode_request(payload, MsgGetRequest)
             except JsraftError:
                 return status_headers(408, "Malformed Request")
+            if request.multi_last:
+                plain = not (request.seq or request.last_by_subj or request.next_by_subj or request.max_bytes)
+                return request if plain else status_headers(408, "Bad Request")
             if request.seq == 0 and not request.last_by_subj and not request.next_by_subj:
                 return status_headers(408, "Empty Request")
             if request.conflicting() or (request.batch and request.last_by_subj):

@@ -43,7 +43,7 @@ from jsraft.meta import ClusterNoPeers, StreamOffline
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.server.bulk_get import pack_chunk
-from jsraft.server.direct_batch import read_chunk
+from jsraft.server.direct_batch import read_chunk, read_multi_last
 from jsraft.server.errors import NoLeader
 from jsraft.server.jsapi_codec import RaftGeneral, rfc3339
 from jsraft.server.meta_service import META_GROUP
@@ -129,6 +129,7 @@ class LeaderSide:
     def register(self, table: dict[str, Any]) -> None:
         table.update({"jsapi.stream_info": self.stream_info, "jsapi.msg_get": self.msg_get,
                       "jsapi.msg_batch": self.msg_batch, "jsapi.msg_bulk": self.msg_bulk,
+                      "jsapi.msg_multi_last": self.msg_multi_last,
                       "jsapi.stream_stepdown": self.stream_stepdown, "jsapi.meta_stepdown": self.meta_stepdown,
                       "jsapi.meta_index": self.meta_index})
 
@@ -200,6 +201,11 @@ class LeaderSide:
         """One chunk of a batched direct get (`direct_batch.read_chunk`), read at the leader."""
         replica = await self._leading(args)
         return read_chunk(replica.store, args)
+
+    async def msg_multi_last(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """The last message of each subject of a `multi_last` direct get, read at the leader."""
+        replica = await self._leading(args)
+        return read_multi_last(replica.store, args)
 
     async def msg_bulk(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         """One packed chunk of a `$JSRAFT.BULK.GET` (`bulk_get.pack_chunk`), read at the leader."""

@@ -2,26 +2,22 @@
 
 Owns: the read schema (`SCHEMA_DDL`, its Arrow twin `ARROW_SCHEMA`), `decode_bulk` (one packed chunk of
 `$JSRAFT.BULK.GET` as a `RecordBatch`, its columns taken from the payload's buffers without a Python loop
-per message), `RowBuffer` (columns appended one message at a time, for the offline reader), and the
-parsing of a batched direct get reply's header block into the message's subject, sequence, timestamp and
-own headers.
+per message), and `RowBuffer` (columns appended one message at a time, for the offline reader).
 
 Invariants:
   1. Every batch has exactly `ARROW_SCHEMA`: stream string, seq int64, subject string, data binary,
      headers map<string, list<string>>, timestamp timestamp[us, UTC], ts_ns int64, every field nullable
      (Spark's DDL default). `timestamp` is `ts_ns // 1000` (Spark keeps microseconds); `ts_ns` keeps the
      nanoseconds.
-  2. `headers` is null for a message stored without headers, else every field of its own header block
-     (repeated names keep every value, in order); the fields the server adds to a direct get reply
-     (`Nats-Stream` … `Nats-Last-Sequence`, always the last six lines) are never among them.
+  2. `headers` is null for a message stored without headers, else every field of its stored header
+     block (repeated names keep every value, in order).
 
 Imports: stdlib, pyarrow, L6 siblings.
-Reference: ADR-31 (the batched direct get's headers), Spark's Python Data Source API (Arrow batches).
+Reference: `jsraft.server.bulk_get` (the chunk layout), Spark's Python Data Source API (Arrow batches).
 """
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -38,8 +34,6 @@ ARROW_SCHEMA = pa.schema([
 ])
 BATCH_ROWS_MAX = 16_384
 
-_SERVER_LINES = 6  # Nats-Stream, -Subject, -Sequence, -Time-Stamp, -Num-Pending, -Last-Sequence
-_EPOCH_SECONDS: dict[bytes, int] = {}
 
 
 def header_fields(lines: list[bytes]) -> list[tuple[str, list[str]]] | None:
@@ -51,30 +45,6 @@ def header_fields(lines: list[bytes]) -> list[tuple[str, list[str]]] | None:
         name, _, value = line.decode("utf-8", "replace").partition(":")
         grouped.setdefault(name.strip(), []).append(value.strip())
     return list(grouped.items())
-
-
-def parse_timestamp_ns(text: bytes) -> int:
-    """Go's RFC 3339 with nanoseconds in UTC (`2026-11-27T09:49:48.645133614Z`) to ns since the epoch."""
-    head = text[:19]
-    seconds = _EPOCH_SECONDS.get(head)
-    if seconds is None:
-        moment = datetime.datetime.strptime(head.decode(), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.UTC)
-        seconds = _EPOCH_SECONDS[head] = int(moment.timestamp())
-        if len(_EPOCH_SECONDS) > 100_000:  # bounded: a long read sees a new second every second
-            _EPOCH_SECONDS.clear()
-    fraction = text[20:-1] if len(text) > 20 else b""
-    return seconds * 1_000_000_000 + (int(fraction.ljust(9, b"0")) if fraction else 0)
-
-
-def parse_direct_reply(headers_raw: bytes) -> tuple[str, int, int, list[bytes]]:
-    """`(subject, seq, ts_ns, own header lines)` of one batched direct get reply (invariant 2)."""
-    lines = headers_raw[:-4].split(b"\r\n")
-    if len(lines) < _SERVER_LINES + 1 or not lines[-4].startswith(b"Nats-Sequence: "):
-        raise ReadFailed(f"unexpected direct get reply headers: {headers_raw[:200]!r}")
-    subject = lines[-5][len(b"Nats-Subject: "):].decode()
-    seq = int(lines[-4][len(b"Nats-Sequence: "):])
-    ts_ns = parse_timestamp_ns(lines[-3][len(b"Nats-Time-Stamp: "):])
-    return subject, seq, ts_ns, lines[1:-_SERVER_LINES]
 
 
 class RowBuffer:

@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceReader, InputPartition, WriterCommitMessage
 
 from jsraft.spark import wire
-from jsraft.spark.errors import BadOption, ReadFailed
+from jsraft.spark.errors import BadOption
 from jsraft.spark.options import ReadOptions, WriteOptions, split_range
 
 
@@ -44,12 +44,6 @@ class SeqRange(InputPartition):
     def __init__(self, first: int, last: int, index: int, leader: str = "") -> None:
         super().__init__((first, last, index))
         self.first, self.last, self.index, self.leader = first, last, index, leader
-
-
-def check_direct(state: dict[str, Any], stream: str) -> None:
-    if not state.get("allow_direct"):
-        raise ReadFailed(f"stream {stream} does not allow direct gets, which the jsraft reader uses: update "
-                         f"it with allow_direct: true (nats stream edit {stream} --allow-direct)")
 
 
 def plan_start(options: ReadOptions, state: dict[str, Any]) -> int:
@@ -70,7 +64,6 @@ class BatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
         state = wire.stream_state(options.servers, options.stream)
-        check_direct(state, options.stream)
         end = int(state.get("last_seq", 0)) if options.end_seq is None else options.end_seq  # invariant 1
         ranges = split_range(plan_start(options, state), end, options.partitions)
         if not ranges:

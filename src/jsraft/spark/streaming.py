@@ -41,7 +41,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from jsraft.spark import wire
-from jsraft.spark.batch import SeqRange, WriteReceipt, check_direct, messages, task_partition
+from jsraft.spark.batch import SeqRange, WriteReceipt, messages, task_partition
 from jsraft.spark.errors import BadOption, DataLoss
 from jsraft.spark.options import ReadOptions, WriteOptions, parse_time_ns, split_range
 
@@ -56,7 +56,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _state(self) -> dict[str, Any]:
         state = wire.stream_state(self.options.servers, self.options.stream)
-        check_direct(state, self.options.stream)
         return state
 
     def initialOffset(self) -> dict:

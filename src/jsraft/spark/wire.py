@@ -2,8 +2,8 @@
 
 Owns: the stream's state (one `STREAM.INFO`, over `jsraft.client`), reading a sequence range as Arrow
 batches (`$JSRAFT.BULK.GET`, jsraft's columnar read, over a blocking `bulk.BulkConnection`), the sequence
-at a time (a binary search of single batched direct gets, ADR-31), and publishing rows with every
-acknowledgement awaited (over `jsraft.client`). Each public function is synchronous, because Spark calls
+at a time (a binary search of one-message bulk reads), and publishing rows with every acknowledgement
+awaited (over `jsraft.client`). No stream needs `allow_direct`: the bulk read is jsraft's own. Each public function is synchronous, because Spark calls
 the data source from plain Python worker processes; a connection lives for one call and is never pickled.
 
 Invariants:
@@ -19,7 +19,7 @@ Invariants:
      publishes the same message ids, which the stream drops as duplicates).
 
 Imports: stdlib, trio, pyarrow, L4 `client`, L0, L6 siblings. Never `jsraft.server`.
-Reference: ADR-31 (batched direct get); `jsraft.server.bulk_get` (the bulk chunk's layout).
+Reference: `jsraft.server.bulk_get` (the bulk chunk's layout).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pyarrow as pa
 import trio
 
 from jsraft.client import Client, ClientError, connect
-from jsraft.spark.arrow import ARROW_SCHEMA, decode_bulk, parse_direct_reply
+from jsraft.spark.arrow import ARROW_SCHEMA, decode_bulk
 from jsraft.spark.bulk import BulkConnection
 from jsraft.spark.errors import ReadFailed, WriteFailed
 
@@ -64,12 +64,10 @@ def run(servers: Sequence[str], body: Callable[[Client], Awaitable[T]], *, rotat
 
 
 def stream_state(servers: Sequence[str], stream: str) -> dict[str, Any]:
-    """The stream's `state` (`first_seq`, `last_seq`, `messages`, ...), `allow_direct` and the leader's
-    name: one request."""
+    """The stream's `state` (`first_seq`, `last_seq`, `messages`, ...) and the leader's name: one request."""
     async def body(client: Client) -> dict[str, Any]:
         info = await client.jetstream(timeout=10).stream_info(stream)
-        return {**info.state, "allow_direct": bool(info.config.allow_direct),
-                "leader": str((info.cluster or {}).get("leader") or "")}
+        return {**info.state, "leader": str((info.cluster or {}).get("leader") or "")}
 
     return run(servers, body)
 
@@ -97,25 +95,6 @@ def _bulk(servers: Sequence[str], rotate: int, prefer: str = "") -> BulkConnecti
     if fallback is not None:
         return fallback
     raise ReadFailed(f"no server of {', '.join(servers)} answered: {'; '.join(errors)}")
-
-
-def _direct(conn: BulkConnection, stream: str, request: dict[str, Any]) -> tuple[list[Any], int]:
-    """One batched direct get: `([(subject, seq, ts_ns, header lines, data)], pending)`; pending -1: 404."""
-    conn.request(f"$JS.API.DIRECT.GET.{stream}", request)
-    got = []
-    for msg in conn.replies():
-        raw = msg.headers or b""
-        if raw.startswith(b"NATS/1.0 "):
-            status = raw[9:12]
-            if status == b"204":
-                fields = dict(line.split(b": ", 1) for line in raw[:-4].split(b"\r\n")[1:])
-                return got, int(fields.get(b"Nats-Num-Pending", b"0"))
-            if status == b"404" and not got:
-                return got, -1
-            raise ReadFailed(f"stream {stream}: direct get answered {raw.splitlines()[0].decode()!r}")
-        subject, seq, ts_ns, lines = parse_direct_reply(raw)
-        got.append((subject, seq, ts_ns, lines, msg.payload))
-    raise ReadFailed(f"stream {stream}: the reply stream ended without an end of batch")  # pragma: no cover
 
 
 def _read_filter(conn: BulkConnection, stream: str, first: int, last: int, subject_filter: str | None,
@@ -160,18 +139,34 @@ def read_range(servers: Sequence[str], stream: str, first: int, last: int, filte
     return batches
 
 
+def _first_from(conn: BulkConnection, stream: str, seq: int) -> tuple[int, int] | None:
+    """`(seq, ts_ns)` of the first live message at or after `seq`, or None: a one-message bulk get."""
+    conn.request(f"$JSRAFT.BULK.GET.{stream}", {"seq": seq, "batch": 1})
+    found = None
+    for msg in conn.replies():
+        raw = msg.headers or b""
+        if raw.startswith(b"NATS/1.0\r\nJsraft-Bulk-Count: "):
+            batch = decode_bulk(stream, msg.payload)
+            found = (batch.column("seq")[0].as_py(), batch.column("ts_ns")[0].as_py())
+        elif raw.startswith(b"NATS/1.0 204"):
+            return found
+        else:
+            raise ReadFailed(f"stream {stream}: bulk get answered {raw.splitlines()[0].decode()!r}")
+    return found  # pragma: no cover (replies() only ends by raising)
+
+
 def seq_at_time(servers: Sequence[str], stream: str, first: int, last: int, ts_ns: int) -> int:
-    """The first live sequence stored at or after `ts_ns` (`last + 1` when none): a binary search with
-    single-message batches (stream timestamps rise with the sequence: the leader stamps them in order)."""
+    """The first live sequence stored at or after `ts_ns` (`last + 1` when none): a binary search of
+    one-message reads (stream timestamps rise with the sequence: the leader stamps them in order)."""
     with _bulk(servers, 0) as conn:
         low, high = first, last + 1
         while low < high:
             mid = (low + high) // 2
-            got, _ = _direct(conn, stream, {"seq": mid, "batch": 1})
-            if not got or got[0][2] >= ts_ns:
-                high = mid if not got else min(mid, got[0][1])
+            found = _first_from(conn, stream, mid)
+            if found is None or found[1] >= ts_ns:
+                high = mid if found is None else min(mid, found[0])
             else:
-                low = got[0][1] + 1
+                low = found[0] + 1
         return low
 
 

@@ -147,8 +147,13 @@ class StreamConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "StreamConfig":
-        """Strictly structure JSON-shaped data (no defaults filled, nothing validated)."""
-        return structure(data, cls, where="stream config")
+        """Strictly structure JSON-shaped data (no defaults filled, nothing validated). An empty
+        `consumer_limits` (what `to_json` serves for unset, as nats-server does) reads back as unset, so a
+        served config round-trips and creating with it again is the same config."""
+        config = structure(data, cls, where="stream config")
+        if config.consumer_limits == ConsumerLimits():
+            config = attrs.evolve(config, consumer_limits=None)
+        return config
 
     def with_defaults(self) -> "StreamConfig":
         """The config with the defaults nats-server fills in (`checkStreamCfg`)."""

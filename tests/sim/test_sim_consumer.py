@@ -29,6 +29,11 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      to equality, replaying, ahead, unverified and unhealthy ones included.
   4. A `DamagedSequence` escaped `position.start_position` (seed 24): a damaged record now counts as a
      message there.
+  5. The simulator's own resync (`sim/stream_repair`) took a *replaying* replica as its source: its store
+     held messages of entries it had not replayed yet, the catch-up handed them out as the group's state
+     at the snapshot's index, and the resynced replica's last sequence ran two ahead of the group's
+     (seed 115, `state-machine-safety`, once the production Ready cycle changed the run's path). A source
+     is never replaying now, as in production (which serves only from the leader).
 """
 
 from __future__ import annotations
@@ -50,6 +55,12 @@ from jsraft.testing.sim.batch import config_for
 SEEDS = range(0, 20)  # sized to the time budget of tests/sim (~1.5 CPU-s per consumer seed)
 MUTANT_SEEDS_MAX = 20
 NOW_NS = 1_700_000_000_000_000_000
+
+
+def test_a_replaying_replica_is_never_a_resync_source() -> None:
+    """Bug 5: seed 115 resynced n5 from a replaying n1 and failed `state-machine-safety`."""
+    result = run_seed(config_for(115, nodes="mixed", app="consumer"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"
 
 
 def test_fixed_consumer_seeds_pass_with_all_faults() -> None:

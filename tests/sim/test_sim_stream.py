@@ -37,6 +37,10 @@ limit changes by CONFIG, read-time bit flips reaching the store):
      (tests/store/test_filestore_read_errors.py). Per-subject limits are applied in sorted subject order:
      a set's order changed with the hash seed, and with it which read a flip hit (a run was not a
      function of its seed).
+  6. `StreamLeader.decide` let a `DamagedSequence` escape when the `discard: new` dry run read a flipped
+     record to size the message a publish would evict (seed 191, `crash`, once the production Ready
+     cycle changed the run's path); the publish is now refused as unavailable (10008) and the store
+     lists the fault (stream/leader.py invariant 4).
 And two fixed in `stream/machine.py`: `snapshot()` let a `DamagedSequence` found while it read the store
 escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose only
 earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
@@ -189,6 +193,13 @@ def test_a_snapshot_that_finds_a_damaged_record_refuses() -> None:
     with pytest.raises(StreamNotHealthy, match="damaged at sequence 7"):
         machine.snapshot()
     assert [f.first for f in store.faults()] == [7] and not machine.can_lead
+
+
+def test_stream_seed_191_passes() -> None:
+    """Bug 6: a read-time flip hits the record `load` reads for the dry run (the scan that found it had
+    read it intact), so only a whole run reaches it; it crashed with `DamagedSequence` before the fix."""
+    result = run_seed(config_for(191, nodes="mixed", app="stream"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"
 
 
 def test_a_store_whose_only_change_is_a_moved_head_is_replayed() -> None:

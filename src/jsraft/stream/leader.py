@@ -18,7 +18,10 @@ Invariants:
   2. Accepted messages get `last_seq + 1 ...` in arrival order; a rejected one consumes no sequence.
   3. Timestamps never go backwards in the log: each is `max(now, last assigned)`. Expiry and the dedupe
      window age by them, so they must be ordered.
-  4. Construct a `StreamLeader` only once the machine has applied every entry of earlier terms (the new
+  4. A stored record found damaged while a check reads it (the `discard: new` dry run sizes the message
+     a publish would evict) rejects that publish as unavailable (10008) instead of escaping `decide`: the
+     store now lists the fault, the replica stops leading and is repaired, and the publish lost nothing.
+  5. Construct a `StreamLeader` only once the machine has applied every entry of earlier terms (the new
      term's no-op committed and applied); drop it when leadership is lost. Its in-flight state is then
      either applied or gone with the term.
 
@@ -33,7 +36,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from jsraft import limits, subjects
-from jsraft.errors import JsraftError
+from jsraft.errors import DamagedSequence, JsraftError
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.store.base import msg_size
 from jsraft.store.limits_check import check_purge_args
@@ -179,7 +182,10 @@ class StreamLeader:
             if isinstance(ttl_s, ApiError):
                 return rejected(ttl_s)
         size = msg_size(len(subject.encode()), len(headers), len(payload))
-        net = limits_check.admit(subject, size) if limits_check.active else (1, size)
+        try:
+            net = limits_check.admit(subject, size) if limits_check.active else (1, size)
+        except DamagedSequence:  # invariant 4
+            return rejected(not_available())
         if isinstance(net, ApiError):
             return rejected(net)
         seq = last_seq + 1

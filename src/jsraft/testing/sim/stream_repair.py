@@ -102,7 +102,11 @@ def _qualifies(sim: Simulation, replica: StreamReplica, node_id: str, min_index:
         return False
     source = driver.replica
     machine = source.machine
-    if (source.pending is not None or source.buffered or not machine.can_lead
+    # Never a replaying machine: its store may hold messages of entries it has not replayed yet, and a
+    # catch-up served from it would hand those out as the group's state at the snapshot's index
+    # (seed 115 of `--app consumer`). Production serves only from the stream leader, which is built only
+    # once the replay is over (server/repair_serve.py, stream_replica invariant 1).
+    if (source.pending is not None or source.buffered or not machine.can_lead or machine.replaying
             or machine.applied_index < min_index or machine.applied_index != source.applied_index):
         return False
     network = sim.network

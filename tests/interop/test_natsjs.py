@@ -17,7 +17,6 @@ missing, on a machine without them; under CI (`CI=true`) missing npm packages ar
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -27,6 +26,7 @@ import sys
 
 import pytest
 import trio
+from bench_servers import servers
 
 import jsraft
 from jsraft.server import NodeConfig
@@ -52,18 +52,6 @@ TIMEOUT_S = 60
 COUNT = 20
 
 
-def _load_servers():
-    """`bench/nats_servers.py` (starts the real nats-server), shared with test_oracle.py under one name."""
-    if "bench_nats_servers" not in sys.modules:
-        path = pathlib.Path(__file__).resolve().parents[2] / "bench" / "nats_servers.py"
-        spec = importlib.util.spec_from_file_location("bench_nats_servers", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["bench_nats_servers"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["bench_nats_servers"]
-
-
-servers = _load_servers()
 
 if NODE is not None and MISSING and os.environ.get("CI") == "true":
     raise RuntimeError(f"nats.js packages {MISSING} not installed under CI: `.ci/run` must run `npm ci` in {NATSJS}")

@@ -22,7 +22,6 @@ import os
 import pathlib
 import shutil
 import subprocess
-import sys
 
 import pytest
 import trio

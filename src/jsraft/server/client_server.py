@@ -55,6 +55,7 @@ import attrs
 import trio
 
 from jsraft import limits, subjects
+from jsraft.jsapi.api_level import API_LEVEL, version_for_level
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
 from jsraft.server.auth import Authenticator
@@ -67,7 +68,10 @@ from jsraft.server.sublist import Sublist
 
 log = logging.getLogger("jsraft.server.clients")
 
-NATS_VERSION = "2.10.0"  # the nats-server version whose client protocol and INFO this speaks
+# The nats-server version this node advertises (INFO's and /varz's `version`): the release that introduced
+# the JetStream API level it serves, so a client's version checks and `_nats.ver` agree with the features
+# actually served. jsraft's own version is under /varz's `jsraft` key.
+NATS_VERSION = version_for_level(API_LEVEL)
 
 
 @attrs.frozen(kw_only=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 
 import pytest
@@ -83,3 +84,30 @@ def test_advertised_version_is_the_version_of_the_features_served(systems):
         if system is jsraft_system:
             assert info_version == "2.11.0"  # nats-server's release of API level 1, the level jsraft serves
             assert varz["jsraft"]["version"] == jsraft.__version__
+
+
+def test_info_lists_the_cluster_client_urls_and_nats_py_pools_them(systems):
+    nodes, nats_system, jsraft_system = systems
+
+    async def scenario(url):
+        nc = await nats.connect(url)
+        try:
+            return nc._server_info.get("connect_urls"), sorted(server.netloc for server in nc.servers)
+        finally:
+            await nc.close()
+
+    for system in (nats_system, jsraft_system):
+        all_urls = sorted(url.removeprefix("nats://") for url in system.urls)
+        deadline = time.monotonic() + 30
+        while True:  # the cluster learns its nodes' client URLs after its routes come up
+            connect_urls, pool = run(scenario, system.urls[0])
+            if nodes == 1 or sorted(connect_urls or ()) == all_urls or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if nodes == 1:
+            assert connect_urls is None  # a standalone server advertises none
+            assert pool == all_urls
+        else:
+            assert sorted(connect_urls) == all_urls
+            assert connect_urls[0] == system.urls[0].removeprefix("nats://")  # its own first
+            assert pool == all_urls  # nats-py learned the other nodes from INFO

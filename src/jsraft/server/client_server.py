@@ -181,6 +181,8 @@ class ClientServer:
         self.before_route: list[Callable[[], None]] = []
         # Set by the cluster routes (`routes.Routes`): offers each publish to the peers with interest.
         self.forward: Forward | None = None
+        # Set by `cluster_urls.ClusterUrls` on a clustered node: INFO's `connect_urls`; None leaves it out.
+        self.connect_urls: list[str] | None = None
         self._rng = rng or random.Random()
         self._next_cid = 0
         self._nursery: trio.Nursery | None = None
@@ -215,7 +217,15 @@ class ClientServer:
         return {"server_id": self.server_id, "server_name": self.server_name, "version": NATS_VERSION,
                 "proto": 1, "host": host, "port": port, "headers": True, "max_payload": self.options.max_payload,
                 "jetstream": True, "client_id": conn.cid, "client_ip": conn.peer.rpartition(":")[0],
-                **security_info(self, conn)}
+                **security_info(self, conn),
+                **({"connect_urls": list(self.connect_urls)} if self.connect_urls is not None else {})}
+
+    def announce_info(self) -> None:
+        """Send INFO again to every client past its handshake (`cluster_urls` invariant 4): the cluster's
+        `connect_urls` changed."""
+        for conn in list(self.clients.values()):
+            if conn.handshaken and not conn.closed:
+                conn.send(self.info_line(conn))
 
     def info_line(self, conn: ClientConn) -> bytes:
         return b"INFO %s\r\n" % json.dumps(self.info(conn), separators=(",", ":")).encode()

@@ -58,6 +58,7 @@ from jsraft.server.rpc import RPC_GROUP, Rpc
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
+from jsraft.server.cluster_urls import ClusterUrls
 from jsraft.server.versioning import log_banner
 from jsraft.server.tls import TlsContexts
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
@@ -118,6 +119,7 @@ class Node:
                     nursery.start_soon(self.meta_service.run)
                     with naming_port("client", config.client_host, config.client_port):
                         self.client_address = await nursery.start(self.clients.run)
+                    nursery.start_soon(self.cluster_urls.run)  # INFO's connect_urls
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)
             finally:
@@ -177,6 +179,8 @@ class Node:
                                         online_uuids=self.online_storage_uuids, call_peer=self.rpc.call)
         self.clients: ClientServer = client_service(self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
+        self.cluster_urls = ClusterUrls(self, refresh_s=0.2 if config.test_mode else 1.0)
+        self.cluster_urls.register(self.handlers.table)  # node.client_url
         # Subject interest and messages between nodes; a short digest interval in tests bounds how long
         # a lost interest frame can go unnoticed there.
         self.routes = Routes(self.name, self.clients, self.transport.send,

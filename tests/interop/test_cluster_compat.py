@@ -13,6 +13,7 @@ jsraft's is the release of the API level it serves). Skipped when no nats-server
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import time
 import uuid
@@ -111,3 +112,44 @@ def test_info_lists_the_cluster_client_urls_and_nats_py_pools_them(systems):
             assert sorted(connect_urls) == all_urls
             assert connect_urls[0] == system.urls[0].removeprefix("nats://")  # its own first
             assert pool == all_urls  # nats-py learned the other nodes from INFO
+
+
+def test_stream_cluster_info_carries_leader_since_and_replica_activity(systems):
+    nodes, nats_system, jsraft_system = systems
+
+    async def scenario(url):
+        nc = await nats.connect(url)
+        try:
+            name = f"C{uuid.uuid4().hex[:8].upper()}"
+            await api(nc, f"$JS.API.STREAM.CREATE.{name}",
+                      {"name": name, "subjects": [name.lower()], "num_replicas": nodes})
+            for i in range(20):
+                await nc.request(name.lower(), b"x", timeout=10)
+            deadline = time.monotonic() + 30
+            while True:  # replicas catch up and are heard from
+                cluster = (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["cluster"]
+                replicas = cluster.get("replicas", [])
+                if all(peer["current"] and peer["active"] > 0 for peer in replicas) or time.monotonic() > deadline:
+                    return cluster
+                await asyncio.sleep(0.05)
+        finally:
+            await nc.close()
+
+    expected, served = run(scenario, nats_system.urls[0]), run(scenario, jsraft_system.urls[0])
+    if nodes == 1:
+        assert list(served) == list(expected) == ["leader"]  # a standalone server names only itself
+        return
+    assert [key for key in served if key in expected] == [key for key in expected if key in served]
+    assert set(expected) - set(served) == {"system_account", "traffic_account"}  # accounts: not served
+    assert set(served) - set(expected) == set()
+    for cluster in (expected, served):
+        since = datetime.datetime.fromisoformat(cluster["leader_since"].replace("Z", "+00:00"))
+        assert abs(datetime.datetime.now(datetime.timezone.utc) - since) < datetime.timedelta(minutes=2)
+        assert len(cluster["replicas"]) == 2 and cluster["leader"] not in {p["name"] for p in cluster["replicas"]}
+        for peer in cluster["replicas"]:
+            # Heard from within the last 10 s (nats-server's followers answer every heartbeat).
+            assert peer["current"] is True and 0 < peer["active"] < 10_000_000_000 and "lag" not in peer
+    for peer in served["replicas"]:
+        assert set(peer) == {"name", "current", "active", "peer", "status"}  # status: jsraft's own (DESIGN §8)
+    for peer in expected["replicas"]:
+        assert set(peer) == {"name", "current", "active", "peer"}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from functools import partial
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -81,6 +82,8 @@ class Node:
         self.cluster_address: tuple[str, int] | None = None
         self.client_address: tuple[str, int] | None = None
         self.killed = False
+        # Raft group -> peer -> monotonic ns of the last Raft message from it: what a leader last heard.
+        self.raft_heard_ns: dict[str, dict[str, int]] = {}
         self.meta = MetaStateMachine(clustered=config.clustered, api_level=config.api_level)
         # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
         # monotonic time, which paces every timeout and election, is the system's, untouched).
@@ -239,6 +242,10 @@ class Node:
             return
         # A payload that does not decode raises RaftCodecError: the transport closes that link.
         self.runtime.deliver(group, decode_message(payload))
+        heard = self.raft_heard_ns.get(group)
+        if heard is None:
+            heard = self.raft_heard_ns[group] = {}
+        heard[from_node] = time.monotonic_ns()  # stream info's per-replica `active`
 
     def _on_link(self, peer: str, up: bool) -> None:
         self.rpc.on_link(peer, up)

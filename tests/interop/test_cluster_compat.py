@@ -44,15 +44,19 @@ async def api(nc, subject: str, body: dict | None = None) -> dict:
     return json.loads(msg.data)
 
 
+async def create_stream(nc, prefix: str, **fields) -> tuple[str, dict]:
+    """A stream of a fresh name (`prefix` + hex) on the subject of its lower-cased name; (name, answer)."""
+    name = f"{prefix}{uuid.uuid4().hex[:8].upper()}"
+    return name, await api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()], **fields})
+
+
 def test_too_many_replicas_is_refused_as_nats_server_does(systems):
     nodes, nats_system, jsraft_system = systems
 
     async def scenario(url):
         nc = await nats.connect(url)
         try:
-            name = f"R{uuid.uuid4().hex[:8].upper()}"
-            answer = await api(nc, f"$JS.API.STREAM.CREATE.{name}",
-                               {"name": name, "subjects": [name.lower()], "num_replicas": 5 if nodes == 3 else 3})
+            _, answer = await create_stream(nc, "R", num_replicas=5 if nodes == 3 else 3)
             return answer.get("error")
         finally:
             await nc.close()
@@ -71,8 +75,7 @@ def test_advertised_version_is_the_version_of_the_features_served(systems):
     async def scenario(url):
         nc = await nats.connect(url)
         try:
-            name = f"V{uuid.uuid4().hex[:8].upper()}"
-            created = await api(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": [name.lower()]})
+            _, created = await create_stream(nc, "V")
             return nc._server_info["version"], created["config"]["metadata"]["_nats.ver"]
         finally:
             await nc.close()
@@ -120,9 +123,7 @@ def test_stream_cluster_info_carries_leader_since_and_replica_activity(systems):
     async def scenario(url):
         nc = await nats.connect(url)
         try:
-            name = f"C{uuid.uuid4().hex[:8].upper()}"
-            await api(nc, f"$JS.API.STREAM.CREATE.{name}",
-                      {"name": name, "subjects": [name.lower()], "num_replicas": nodes})
+            name, _ = await create_stream(nc, "C", num_replicas=nodes)
             for i in range(20):
                 await nc.request(name.lower(), b"x", timeout=10)
             deadline = time.monotonic() + 30

@@ -5,7 +5,8 @@ the registry of `ClientConn`s, the `Sublist` of every subscription, `route` (one
 interested: plain subscriptions, one member per queue group, internal subscriptions, peers through
 `forward`; no-responders otherwise), `deliver_routed` (a message a peer forwarded), and the hook later
 work serves `$JS.API.>` and stream subjects through: `subscribe_internal(subject, handler)`, where
-`handler(msg)` is awaited with an `InternalMsg` that can `respond(...)`.
+`handler(msg)` is awaited with an `InternalMsg` that can `respond(...)`; and INFO (`info`, with the
+`connect_urls` that `cluster_urls` keeps, sent again to handshaken clients by `announce_info`).
 
 Invariants:
   1. A publish reaches each matching plain subscription once and exactly one live member of each

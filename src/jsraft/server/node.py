@@ -1,7 +1,8 @@
 """`Node`: one jsraft node — disk, identity, transport, runtime, the meta group and its stream groups (L5).
 
 Owns: wiring the layers together and their lifecycle (`run`, `open_node`), the node's message
-dispatch (Raft messages by group name, `$rpc` frames to the request layer, `$route` frames and link
+dispatch (Raft messages by group name, stamping when each peer was last heard per group in
+`raft_heard_ns` for stream info's `active`; `$rpc` frames to the request layer, `$route` frames and link
 changes to the NATS cluster routes), and the two routes a request can take: to the meta leader (admin)
 or to a stream's leader (data). The JetStream API on top is in `jetstream`; the NATS client port
 (`clients`, `url`) in `client_server` and `stream_publish`, its interest and messages between nodes in

@@ -12,7 +12,7 @@ from meta_helpers import NODES3, NODES5, commit, config, create, new_cluster
 
 from jsraft.errors import InvalidConfig, InvalidJSON
 from jsraft.meta import (
-    InsufficientResources,
+    ClusterNoPeers,
     MaximumConsumersLimit,
     MaximumStreamsLimit,
     MetaProposalsFull,
@@ -78,7 +78,7 @@ def test_in_flight_creates_spread_over_peers():
 def test_pending_peer_remove_takes_the_peer_out_of_placement():
     machine = new_cluster(NODES3)
     machine.propose_peer_remove("n1", online=ONLINE)
-    with pytest.raises(InsufficientResources):  # the cluster is about to have two peers
+    with pytest.raises(ClusterNoPeers):  # the cluster is about to have two peers
         machine.propose_create_stream("S", config("S", num_replicas=3), now_ns=1, online=ONLINE)
     assert machine.propose_create_stream("T", config("T"), now_ns=1, online=ONLINE).entry.peers == ("n2",)
 

@@ -26,7 +26,7 @@ import attrs
 
 from jsraft.errors import invariant
 from jsraft.jsapi import Placement
-from jsraft.meta.errors import ClusterNoPeers, InsufficientResources, ReplicasNotSupported
+from jsraft.meta.errors import ClusterNoPeers, ReplicasNotSupported
 
 
 @attrs.frozen(kw_only=True)
@@ -81,16 +81,16 @@ def place(
 ) -> tuple[str, ...]:
     """`replicas` peers: `keep` first, then the eligible peers with the fewest assets (invariants 1–3).
 
-    Raises `ReplicasNotSupported` (10074) for R>1 on a node that is not clustered,
-    `InsufficientResources` (10023) when the cluster has fewer peers than replicas at all, and
-    `ClusterNoPeers` (10005) when it has enough but too few are online and eligible.
+    Raises `ReplicasNotSupported` (10074) for R>1 on a node that is not clustered, and
+    `ClusterNoPeers` (10005) when too few peers are online and eligible. A cluster with fewer peers than
+    replicas at all gets nats-server's own 400/10005 "no suitable peers for placement" (nats-server 2.15.1
+    answers R5 on three nodes so), not 10023.
     """
     invariant(replicas >= 1 and len(keep) <= replicas, "place: 1 <= replicas and keep fits in replicas")
     if replicas > 1 and not clustered:
         raise ReplicasNotSupported()
     if replicas > len(peers):
-        raise InsufficientResources(
-            f"insufficient resources: {replicas} replicas requested, the cluster has {len(peers)} peers")
+        raise ClusterNoPeers()
     needed = replicas - len(keep)
     eligible, refused = eligible_peers(peers, online, placement, exclude=keep)
     if len(eligible) < needed:

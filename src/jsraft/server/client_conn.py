@@ -77,6 +77,8 @@ class ClientConn(ConnSecurity):
         self.start_ns = time.time_ns()
         self.closed = False
         self.close_reason = ""
+        # A PONG was sent: the client is past its CONNECT handshake and reads INFO at any time from now on.
+        self.handshaken = False
         self.init_security(server.authenticator is not None)  # invariants 7, 8
         self.pings_out = 0
         self.internal_inflight = 0
@@ -348,6 +350,7 @@ class ClientConn(ConnSecurity):
 
     def _on_ping(self, event: Ping) -> None:
         self.send(PONG)
+        self.handshaken = True
 
     def _on_pong(self, event: Pong) -> None:
         self.pings_out = 0

@@ -5,7 +5,8 @@ the registry of `ClientConn`s, the `Sublist` of every subscription, `route` (one
 interested: plain subscriptions, one member per queue group, internal subscriptions, peers through
 `forward`; no-responders otherwise), `deliver_routed` (a message a peer forwarded), and the hook later
 work serves `$JS.API.>` and stream subjects through: `subscribe_internal(subject, handler)`, where
-`handler(msg)` is awaited with an `InternalMsg` that can `respond(...)`.
+`handler(msg)` is awaited with an `InternalMsg` that can `respond(...)`; and INFO (`info`, with the
+`connect_urls` that `cluster_urls` keeps, sent again to handshaken clients by `announce_info`).
 
 Invariants:
   1. A publish reaches each matching plain subscription once and exactly one live member of each
@@ -55,6 +56,7 @@ import attrs
 import trio
 
 from jsraft import limits, subjects
+from jsraft.jsapi.api_level import API_LEVEL, version_for_level
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
 from jsraft.server.auth import Authenticator
@@ -67,7 +69,10 @@ from jsraft.server.sublist import Sublist
 
 log = logging.getLogger("jsraft.server.clients")
 
-NATS_VERSION = "2.10.0"  # the nats-server version whose client protocol and INFO this speaks
+# The nats-server version this node advertises (INFO's and /varz's `version`): the release that introduced
+# the JetStream API level it serves, so a client's version checks and `_nats.ver` agree with the features
+# actually served. jsraft's own version is under /varz's `jsraft` key.
+NATS_VERSION = version_for_level(API_LEVEL)
 
 
 @attrs.frozen(kw_only=True)
@@ -177,6 +182,8 @@ class ClientServer:
         self.before_route: list[Callable[[], None]] = []
         # Set by the cluster routes (`routes.Routes`): offers each publish to the peers with interest.
         self.forward: Forward | None = None
+        # Set by `cluster_urls.ClusterUrls` on a clustered node: INFO's `connect_urls`; None leaves it out.
+        self.connect_urls: list[str] | None = None
         self._rng = rng or random.Random()
         self._next_cid = 0
         self._nursery: trio.Nursery | None = None
@@ -211,7 +218,15 @@ class ClientServer:
         return {"server_id": self.server_id, "server_name": self.server_name, "version": NATS_VERSION,
                 "proto": 1, "host": host, "port": port, "headers": True, "max_payload": self.options.max_payload,
                 "jetstream": True, "client_id": conn.cid, "client_ip": conn.peer.rpartition(":")[0],
-                **security_info(self, conn)}
+                **security_info(self, conn),
+                **({"connect_urls": list(self.connect_urls)} if self.connect_urls is not None else {})}
+
+    def announce_info(self) -> None:
+        """Send INFO again to every client past its handshake (`cluster_urls` invariant 4): the cluster's
+        `connect_urls` changed."""
+        for conn in list(self.clients.values()):
+            if conn.handshaken and not conn.closed:
+                conn.send(self.info_line(conn))
 
     def info_line(self, conn: ClientConn) -> bytes:
         return b"INFO %s\r\n" % json.dumps(self.info(conn), separators=(",", ":")).encode()

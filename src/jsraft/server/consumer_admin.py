@@ -151,7 +151,10 @@ class ConsumerAdmin:
         peers = self.node.meta.stream(service.stream).peers
         replicas = {peer: {"current": True, "status": "current"} if peer in online
                     else {"offline": True, "status": "offline"} for peer in peers}
-        return cluster_json(config.cluster_name, None, self.node.name, replicas)
+        # A consumer lives in its stream's group and is led by the stream's leader (DESIGN §6).
+        return cluster_json(config.cluster_name, None, self.node.name, replicas,
+                            leader_since_ns=service.replica.leader_since_ns,
+                            heard_ns=self.node.raft_heard_ns.get(service.replica.group))
 
     def _info(self, service: ConsumerService, name: str) -> dict[str, Any]:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]

@@ -81,19 +81,26 @@ def state_json(state: Any, first_ts_ns: int, last_ts_ns: int, consumers: int,
     return out
 
 
-def cluster_json(cluster_name: str, group: str | None, leader: str, replicas: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """nats-server `ClusterInfo`: the leader, and every other peer with its standing. Each peer also
-    carries jsraft's `status` (current, lag, repairing, drifted, offline: DESIGN §8)."""
+def cluster_json(cluster_name: str, group: str | None, leader: str, replicas: dict[str, dict[str, Any]], *,
+                 leader_since_ns: int | None = None, heard_ns: dict[str, int] | None = None) -> dict[str, Any]:
+    """nats-server `ClusterInfo`: the leader, since when it leads (`leader_since_ns`, wall clock), and every
+    other peer with its standing; a peer's `active` is the nanoseconds since the leader last heard from it
+    (`heard_ns`: peer -> monotonic ns), 0 when it never did, as nats-server serves a peer not yet heard.
+    Each peer also carries jsraft's `status` (current, lag, repairing, drifted, offline: DESIGN §8)."""
     out: dict[str, Any] = {"name": cluster_name}
     if group is not None:
         out["raft_group"] = group
     out["leader"] = leader
+    if leader_since_ns is not None:
+        out["leader_since"] = rfc3339(leader_since_ns)
+    now_ns, heard_ns = time.monotonic_ns(), heard_ns or {}
     peers = []
     for name in sorted(replicas):
         if name == leader:
             continue
         answer = replicas[name]
-        peer: dict[str, Any] = {"name": name, "current": bool(answer.get("current")), "active": 0}
+        active_ns = now_ns - heard_ns[name] if name in heard_ns else 0
+        peer: dict[str, Any] = {"name": name, "current": bool(answer.get("current")), "active": active_ns}
         if answer.get("offline") or answer.get("status") == "offline":
             peer["offline"] = True
         if int(answer.get("lag") or 0):
@@ -169,7 +176,9 @@ class LeaderSide:
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
             # A standalone nats-server names only itself, as the leader (no cluster name, no group).
-            "cluster": cluster_json(config.cluster_name, replica.group, self.node.name, base["cluster"]["replicas"])
+            "cluster": cluster_json(config.cluster_name, replica.group, self.node.name, base["cluster"]["replicas"],
+                                    leader_since_ns=replica.leader_since_ns,
+                                    heard_ns=self.node.raft_heard_ns.get(replica.group))
             if config.clustered else {"leader": self.node.name},
             "ts": rfc3339(time.time_ns()),
         }

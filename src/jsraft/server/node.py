@@ -1,7 +1,8 @@
 """`Node`: one jsraft node — disk, identity, transport, runtime, the meta group and its stream groups (L5).
 
 Owns: wiring the layers together and their lifecycle (`run`, `open_node`), the node's message
-dispatch (Raft messages by group name, `$rpc` frames to the request layer, `$route` frames and link
+dispatch (Raft messages by group name, stamping when each peer was last heard per group in
+`raft_heard_ns` for stream info's `active`; `$rpc` frames to the request layer, `$route` frames and link
 changes to the NATS cluster routes), and the two routes a request can take: to the meta leader (admin)
 or to a stream's leader (data). The JetStream API on top is in `jetstream`; the NATS client port
 (`clients`, `url`) in `client_server` and `stream_publish`, its interest and messages between nodes in
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from functools import partial
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -58,6 +60,7 @@ from jsraft.server.rpc import RPC_GROUP, Rpc
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_publish import client_service
 from jsraft.server.streams import StreamManager
+from jsraft.server.cluster_urls import ClusterUrls
 from jsraft.server.versioning import log_banner
 from jsraft.server.tls import TlsContexts
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
@@ -80,6 +83,8 @@ class Node:
         self.cluster_address: tuple[str, int] | None = None
         self.client_address: tuple[str, int] | None = None
         self.killed = False
+        # Raft group -> peer -> monotonic ns of the last Raft message from it: what a leader last heard.
+        self.raft_heard_ns: dict[str, dict[str, int]] = {}
         self.meta = MetaStateMachine(clustered=config.clustered, api_level=config.api_level)
         # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
         # monotonic time, which paces every timeout and election, is the system's, untouched).
@@ -118,6 +123,7 @@ class Node:
                     nursery.start_soon(self.meta_service.run)
                     with naming_port("client", config.client_host, config.client_port):
                         self.client_address = await nursery.start(self.clients.run)
+                    nursery.start_soon(self.cluster_urls.run)  # INFO's connect_urls
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)
             finally:
@@ -177,6 +183,8 @@ class Node:
                                         online_uuids=self.online_storage_uuids, call_peer=self.rpc.call)
         self.clients: ClientServer = client_service(self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
+        self.cluster_urls = ClusterUrls(self, refresh_s=0.2 if config.test_mode else 1.0)
+        self.cluster_urls.register(self.handlers.table)  # node.client_url
         # Subject interest and messages between nodes; a short digest interval in tests bounds how long
         # a lost interest frame can go unnoticed there.
         self.routes = Routes(self.name, self.clients, self.transport.send,
@@ -235,6 +243,10 @@ class Node:
             return
         # A payload that does not decode raises RaftCodecError: the transport closes that link.
         self.runtime.deliver(group, decode_message(payload))
+        heard = self.raft_heard_ns.get(group)
+        if heard is None:
+            heard = self.raft_heard_ns[group] = {}
+        heard[from_node] = time.monotonic_ns()  # stream info's per-replica `active`
 
     def _on_link(self, peer: str, up: bool) -> None:
         self.rpc.on_link(peer, up)

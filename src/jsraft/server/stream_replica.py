@@ -36,6 +36,7 @@ Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -112,6 +113,9 @@ class StreamReplica(ConfigFollowing):
         self.machine: StreamStateMachine | None = None
         self.adapter: StreamAdapter | None = None
         self.leader: StreamLeader | None = None
+        # Wall-clock time this node took over as leader (its first StreamLeader of this Raft leadership):
+        # stream info's `cluster.leader_since`; None while it does not lead.
+        self.leader_since_ns: int | None = None
         self._advised_term = 0
         self._queue: list[Queued] = []
         self._batches = InFlightBatches(lambda: RemoteError(
@@ -189,11 +193,14 @@ class StreamReplica(ConfigFollowing):
             if self.leader is not None:
                 log.info("stream %s: %s no longer leads", self.name, self.node_id)
             self.leader = None
+            self.leader_since_ns = None
             if self._queue:
                 self._fail_queue(NotLeader(self.runtime.leader_id(self.group)))
         elif self.leader is None and self._leader_ready():
             assert self.machine is not None
             self.leader = StreamLeader(self.machine)
+            if self.leader_since_ns is None:  # kept while Raft leadership is (an audit may rebuild the leader)
+                self.leader_since_ns = time.time_ns()
             # Everything in the log has applied, and whatever of the old chain is still queued has a
             # failed or lost predecessor (that is why the old leader went) and will be dropped.
             self._chain = None

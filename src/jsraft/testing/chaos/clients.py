@@ -7,8 +7,8 @@ over `HistoryWriter.event`), and the payload hash.
 
 Invariants:
   1. A pinned client never talks to another node: its server pool is that node's URL only, and the
-     reconnect handler always picks it (jsraft sends no `connect_urls`, and even if it did, a discovered
-     server would never be chosen). Per-node behaviour is what the history shows.
+     reconnect handler always picks it (jsraft's INFO lists the other nodes in `connect_urls`, as
+     nats-server's does, and nats-py adds them to the pool, but a discovered server is never chosen). Per-node behaviour is what the history shows.
   2. `fail` means *definitely not stored / not carried out*: only no-responders (no subscription took the
      request, so nothing routed it) and the err_codes in `PUBLISH_FAIL_CODES` (the server answers them
      only for a request refused before it entered any log: NoLeader 10008 — the router gave up on

@@ -1,0 +1,89 @@
+"""The client URLs of the cluster's nodes, for INFO's `connect_urls` (L5).
+
+Owns: the `node.client_url` request (this node's client `host:port`), learning each connected peer's
+with it, the list INFO advertises (`ClusterUrls.connect_urls`: this node's first, then its connected
+peers' in name order, as nats-server lists its own first), and the asynchronous INFO sent to the
+clients when that list changes, so a client learns of a node that came up after it connected — what
+nats-server does when a route comes or goes. nats-py adds every listed URL to its server pool and
+reconnects to one of them when its server goes away.
+
+Invariants:
+  1. Only connected peers' URLs are advertised: a peer whose link went down drops out at the next
+     refresh, and is asked again once it is back (its port may have changed).
+  2. A standalone node advertises none (INFO has no `connect_urls`, as a standalone nats-server's).
+  3. A node bound to a wildcard host (`0.0.0.0`, `::`) advertises no URL of its own: it cannot know
+     which of its addresses a client can reach (nats-server's `client_advertise` is not supported).
+  4. The asynchronous INFO goes only to clients past their handshake (`ClientConn.handshaken`: a PONG
+     was sent), so it never lands between a client's CONNECT and its first PONG.
+
+Imports: stdlib, L0, trio, server siblings (through the node). Reference: nats-server `server/route.go`
+(`addConnectURLsAndSendINFOToClients`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from jsraft.errors import JsraftError
+
+if TYPE_CHECKING:
+    from jsraft.server.node import Node
+
+ASK_TIMEOUT_S = 1.0
+_WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+class ClusterUrls:
+    """Learns the peers' client URLs and keeps the node's clients told (module docstring)."""
+
+    def __init__(self, node: "Node", *, refresh_s: float) -> None:
+        self.node = node
+        self.refresh_s = refresh_s
+        self.peer_urls: dict[str, str] = {}  # connected peer -> its client host:port
+        self.connect_urls: list[str] | None = None  # None: not clustered, INFO has no key (invariant 2)
+
+    def register(self, table: dict[str, Any]) -> None:
+        table["node.client_url"] = self.client_url
+
+    def own_url(self) -> str:
+        """This node's client `host:port`, or "" when it is bound to a wildcard host (invariant 3)."""
+        address = self.node.client_address
+        if address is None or address[0] in _WILDCARD_HOSTS:
+            return ""
+        host = f"[{address[0]}]" if ":" in address[0] else address[0]
+        return f"{host}:{address[1]}"
+
+    async def client_url(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, tuple[()]]:
+        return {"url": self.own_url()}, ()
+
+    async def run(self) -> None:
+        """Refresh every `refresh_s` until cancelled."""
+        if not self.node.config.clustered:
+            return
+        while True:
+            await self.refresh()
+            await trio.sleep(self.refresh_s)
+
+    async def refresh(self) -> None:
+        online = self.node.online() - {self.node.name}
+        self.peer_urls = {peer: url for peer, url in self.peer_urls.items() if peer in online}  # invariant 1
+        async with trio.open_nursery() as nursery:
+            for peer in sorted(online - set(self.peer_urls)):
+                nursery.start_soon(self._ask, peer)
+        own = self.own_url()
+        urls = ([own] if own else []) + [self.peer_urls[peer] for peer in sorted(self.peer_urls)]
+        if urls != self.connect_urls:
+            self.connect_urls = urls
+            self.node.clients.connect_urls = urls
+            self.node.clients.announce_info()
+
+    async def _ask(self, peer: str) -> None:
+        try:
+            answer, _ = await self.node.rpc.call(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
+        except JsraftError:
+            return  # asked again at the next refresh
+        url = str(answer.get("url") or "") if isinstance(answer, dict) else ""
+        if url:
+            self.peer_urls[peer] = url

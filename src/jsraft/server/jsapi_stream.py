@@ -113,16 +113,23 @@ def cluster_json(cluster_name: str, group: str | None, leader: str, replicas: di
     return out
 
 
-CONFIG_WAIT_S = 2.0
+# Below the router's attempt timeout (2 s in test mode, 5 s otherwise): a leader that cannot apply in time
+# answers NotLeader, which the caller retries, instead of leaving the caller to time out.
+CONFIG_WAIT_S = 1.0
 
 
 async def _config_applied(replica: StreamReplica, config_index: int) -> None:
     """Invariant 6: wait until the group applied the config of meta index `config_index` (the leader
-    proposes it as soon as its own meta state has it: stream_replica invariant 5)."""
+    proposes it as soon as its own meta state has it: stream_replica invariant 5). A replica that closes
+    or stops meanwhile (an update this node cannot run stops it: stream_replica invariant 6) will never
+    apply it: `NotLeader` at once, and whoever leads next answers."""
     with trio.move_on_after(CONFIG_WAIT_S):
         while replica.machine is None or replica.machine.config_meta_index < config_index:
+            if replica.closed or replica.stopped_reason is not None:
+                break
             await trio.sleep(0.002)
-        return
+        else:
+            return
     raise NotLeader(None)
 
 

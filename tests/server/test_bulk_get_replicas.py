@@ -18,26 +18,13 @@ from typing import Any
 
 import trio
 
-from jsraft.cli.local_cluster import free_ports
-from jsraft.server import NodeConfig
 from jsraft.server.bulk_get import readable_store
 from jsraft.testing.chaos.relay import Relay
-from jsraft.testing.cluster import Cluster
+from jsraft.testing.cluster import Cluster, relayed_configs
 from nats_kit import in_asyncio, nats_connect
 from test_bulk_get import bulk
 
 NAMES = ["n1", "n2", "n3"]
-
-
-def _configs(tmp_path: Any, relay: Relay) -> dict[str, NodeConfig]:
-    configs = {}
-    for name, port in zip(NAMES, free_ports(len(NAMES)), strict=True):
-        relay.set_target(name, f"127.0.0.1:{port}")
-        configs[name] = NodeConfig(
-            name=name, store_dir=str(tmp_path / name), cluster_name="bulk", cluster_port=port, client_port=0,
-            tick_ms=20, election_ticks=10, test_mode=True,
-            peers={peer: relay.peer_address(name, peer) for peer in NAMES if peer != name})
-    return configs
 
 
 async def _publish(url: str, first: int, create: bool) -> None:
@@ -74,7 +61,7 @@ def _held(cluster: Cluster, name: str, last: int) -> list[tuple[int, str, bytes]
 async def test_a_follower_serves_what_it_applied_and_never_part_of_what_it_has_not(tmp_path):
     with Relay(NAMES) as relay:
         async with trio.open_nursery() as nursery:
-            cluster = Cluster(nursery, _configs(tmp_path, relay))
+            cluster = Cluster(nursery, relayed_configs(tmp_path, relay, NAMES, cluster_name="bulk"))
             try:
                 for name in NAMES:
                     await cluster.start_node(name)

@@ -10,7 +10,8 @@ an R3 stream BENCH (`allow_direct`) and publishes `--messages` messages of `--si
 
   read       `spark.read.format("jsraft")` of the whole stream, after an untimed warm-up read of 10,000:
              `count()` `--rounds` times (median reported), then `groupBy(subject).count()` (each a full
-             read of every message); rows/s = messages / seconds, per action.
+             read of every message); rows/s = messages / seconds, per action; per node, how many bulk
+             chunks it read from its own replica and how many at the stream leader (`/jsz`).
   baseline   the same messages read by a plain nats-py loop: a durable pull consumer (ack none),
              `fetch(1000)` until every message came, rows appended as tuples, then
              `spark.createDataFrame(rows, schema).count()`; rows/s over the whole thing.
@@ -145,6 +146,16 @@ def bench_write(spark, urls: list[str], rows: int, size: int) -> dict:
     return {"rows": rows, "write_s": round(write_s, 2), "rows_per_s": round(rows / write_s)}
 
 
+def bulk_chunks(cluster) -> dict:
+    """Per node, where the bulk chunks it answered were read: `local` (its own replica), `leader` (at the
+    stream leader, over a route), from `/jsz`'s `jsraft.bulk_get` counters."""
+    chunks = {}
+    for name, url in cluster.monitor_urls.items():
+        counters = nats_servers.get_json(f"{url}/jsz")[1]["jsraft"]["bulk_get"]
+        chunks[name] = {"local": counters["local_chunks"], "leader": counters["leader_chunks"]}
+    return chunks
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=1_000_000)
@@ -173,6 +184,7 @@ def main() -> int:
         spark.dataSource.register(JsraftDataSource)
         try:
             figures["read"] = bench_read(spark, cluster.urls, args.messages, args.partitions, args.rounds)
+            figures["read"]["bulk_chunks"] = bulk_chunks(cluster)
             print("read", figures["read"], file=sys.stderr)
             figures["baseline"] = bench_baseline(spark, cluster.urls, args.messages)
             figures["read_vs_baseline"] = round(figures["read"]["count_rows_per_s"]

@@ -44,14 +44,14 @@ def unpack(payload: bytes) -> list[tuple[int, str, bytes, bytes]]:
     return out
 
 
-async def _collect(nc: Any, subject: str, body: Any) -> list[Any]:
+async def _collect(nc: Any, subject: str, body: Any, timeout_s: float = 10) -> list[Any]:
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
     await nc.flush()
     await nc.publish(subject, body if isinstance(body, bytes) else json.dumps(body).encode(), reply=inbox)
     replies = []
     while True:
-        msg = await sub.next_msg(timeout=10)
+        msg = await sub.next_msg(timeout=timeout_s)
         replies.append(msg)
         if msg.headers and msg.headers.get("Status"):
             break
@@ -59,8 +59,8 @@ async def _collect(nc: Any, subject: str, body: Any) -> list[Any]:
     return replies
 
 
-async def bulk(nc: Any, body: Any, stream: str = "S") -> tuple[list[Any], int, dict[str, str]]:
-    replies = await _collect(nc, f"$JSRAFT.BULK.GET.{stream}", body)
+async def bulk(nc: Any, body: Any, stream: str = "S", timeout_s: float = 10) -> tuple[list[Any], int, dict[str, str]]:
+    replies = await _collect(nc, f"$JSRAFT.BULK.GET.{stream}", body, timeout_s)
     rows = [row for msg in replies[:-1] for row in unpack(msg.data)]
     return rows, len(replies) - 1, dict(replies[-1].headers)
 

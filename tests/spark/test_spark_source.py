@@ -1,5 +1,6 @@
 """The `jsraft` PySpark data source against a real 3-node cluster: batch read, streaming read, batch and
-streaming write (exactly once through an injected commit failure), data loss both ways, offline read.
+streaming write (exactly once through an injected commit failure), data loss both ways, `startingOffsets`
+`latest` and a time, partitions read from followers, offline read (and its refusal of a damaged record).
 
 Method: one cluster of three `jsraft serve` processes for the module (`spark_kit.servers.JsraftServers`,
 free ports) and the session's `local[2]` SparkSession (conftest). Streams are R3 (no `allow_direct`). What
@@ -7,7 +8,9 @@ Spark returns is compared with what the cluster holds, read independently with n
 sequence by sequence, or a stream's state). Streaming queries run with `trigger(availableNow=True)`, so
 each run ends by itself once it has read up to the target frozen at its start (`awaitTermination` with a
 deadline); restarts reuse the checkpoint directory. A micro-batch's rows are seen through `foreachBatch`,
-which runs in this process. The offline read runs last: it stops the cluster and reads a node's directory.
+which runs in this process. Where a bulk read was served is seen in each node's `/jsz` counters
+(`jsraft.bulk_get`: chunks read from its own replica, chunks read at the stream leader). The offline read
+runs last: it stops the cluster, reads a node's directory, then flips a payload byte in its block file.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import datetime
 import importlib.util
 import os
 import shutil
+import time
 
 import pytest
 
@@ -146,6 +150,63 @@ def test_streaming_max_records_and_available_now_deliver_each_sequence_once_in_o
     assert [batch_id for batch_id, _ in seen] == sorted({batch_id for batch_id, _ in seen})
 
 
+def test_starting_offsets_latest_and_a_time(spark, cluster, tmp_path):
+    urls = cluster.urls
+    create_stream(urls, "STARTS", ["starts.>"])
+    publish(urls, [("starts.a", b"before", None) for _ in range(10)])
+    latest: list = []
+    _stream_query(spark, urls, "STARTS", str(tmp_path / "latest"), latest, startingOffsets="latest")
+    assert [seq for _, seqs in latest for seq in seqs] == []  # what was there at the start is skipped
+    publish(urls, [("starts.b", b"after", None) for _ in range(5)])
+    _stream_query(spark, urls, "STARTS", str(tmp_path / "latest"), latest, startingOffsets="latest")
+    assert [seq for _, seqs in latest for seq in seqs] == list(range(11, 16))
+    stamps = [(r.seq, r.ts_ns) for r in read(spark, urls, "STARTS").select("seq", "ts_ns").collect()]
+    floor_us = dict(stamps)[11] // 1000
+    moment = datetime.datetime.fromtimestamp(floor_us // 1_000_000, datetime.UTC).replace(microsecond=floor_us % 1_000_000)
+    timed: list = []
+    _stream_query(spark, urls, "STARTS", str(tmp_path / "timed"), timed, startingOffsets=moment.isoformat())
+    delivered = [seq for _, seqs in timed for seq in seqs]
+    assert delivered == sorted(s for s, t in stamps if t >= floor_us * 1000) and 11 in delivered and 1 not in delivered
+
+
+def _bulk_counters(cluster) -> dict[str, dict[str, int]]:
+    return {name: servers.get_json(f"{url}/jsz")[1]["jsraft"]["bulk_get"] for name, url in cluster.monitor_urls.items()}
+
+
+def _local_state(cluster, name: str, stream: str) -> dict | None:
+    body = servers.get_json(f"{cluster.monitor_urls[name]}/jsz")[1]
+    return next(s["local"] for s in body["jsraft"]["streams"] if s["name"] == stream)
+
+
+def test_partitions_are_read_from_followers_that_applied_their_range(spark, cluster, orders):
+    leader = wire.stream_state(orders, "ORDERS")["leader"]
+    names = {line[2]: line[0] for line in cluster.lines}
+    followers = [url for url in orders if names[url] != leader]
+    assert len(followers) == 2
+    # The followers have applied everything the leader has (same state tuple, health current).
+    want = _local_state(cluster, leader, "ORDERS")
+    deadline = time.monotonic() + 30
+    while any(_local_state(cluster, names[u], "ORDERS") != want for u in followers):
+        assert time.monotonic() < deadline, "followers did not catch up with the leader"
+        time.sleep(0.05)
+    before = _bulk_counters(cluster)
+    df = read(spark, followers, "ORDERS", partitions=4)  # partitions 0, 2 to one follower, 1, 3 to the other
+    assert rows_of(df) == [(s, subj, data, {k: [v] for k, v in h.items()} if h else None)
+                           for s, subj, data, h in get_all(orders, "ORDERS", 1, 400)]
+    after = _bulk_counters(cluster)
+    for url in followers:  # each follower read its partitions from its own store, none at the leader
+        name = names[url]
+        assert after[name]["local_chunks"] >= before[name]["local_chunks"] + 2
+        assert after[name]["leader_chunks"] == before[name]["leader_chunks"]
+    assert after[leader] == before[leader]
+    # A range past what a follower has applied is not served from its store: the leader reads it.
+    batches = wire.read_range(followers[:1], "ORDERS", 390, 450, ())
+    assert [s for b in batches for s in b.column("seq").to_pylist()] == list(range(390, 401))
+    late = _bulk_counters(cluster)[names[followers[0]]]
+    assert late["leader_chunks"] > after[names[followers[0]]]["leader_chunks"]
+    assert late["local_chunks"] == after[names[followers[0]]]["local_chunks"]
+
+
 def test_fail_on_data_loss_both_ways(spark, cluster, tmp_path):
     urls = cluster.urls
     create_stream(urls, "LOSSY", ["lossy.>"])
@@ -222,3 +283,26 @@ def test_offline_read_of_a_stopped_node_equals_the_online_read(spark, cluster, o
     offline = spark.read.format("jsraft").option("stream", "ORDERS").load(node_dir)
     assert rows_of(offline) == online
     assert offline.filter("subject = 'orders.2'").count() == sum(1 for r in online if r[1] == "orders.2")
+    # A flipped payload byte in the stopped node's block file: the CRC check refuses the store.
+    msgs_dir = next(os.path.join(d, "msgs") for d, subdirs, _ in os.walk(node_dir)
+                    if os.path.basename(d) == "ORDERS" and "msgs" in subdirs)
+    flip_in_blocks(msgs_dir, b"order-200")
+    with pytest.raises(Exception, match="damaged or missing records"):
+        spark.read.format("jsraft").option("stream", "ORDERS").load(node_dir).count()
+
+
+def flip_in_blocks(path: str, needle: bytes) -> None:
+    """Flip one bit of `needle`'s first occurrence in `path`'s block files (as test_consumer_store_faults)."""
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not os.path.isfile(full):
+            continue
+        with open(full, "rb") as file:
+            data = bytearray(file.read())
+        at = data.find(needle)
+        if at >= 0:
+            data[at + 3] ^= 0x20
+            with open(full, "wb") as file:
+                file.write(bytes(data))
+            return
+    raise AssertionError(f"{needle!r} not found in any block of {path}")

@@ -28,12 +28,10 @@ import pytest
 import trio
 
 import jsraft.client as jc
-from jsraft.cli.local_cluster import free_ports
-from jsraft.server import NodeConfig
 from jsraft.testing.chaos import netns
 from jsraft.testing.chaos.net import SwizzleStep, isolate_links, make_network, partition_links
 from jsraft.testing.chaos.relay import Relay
-from jsraft.testing.cluster import Cluster
+from jsraft.testing.cluster import Cluster, relayed_configs
 
 DEADLINE_S = 10.0
 QUIET_S = 0.5  # how long "no bytes arrive" is watched
@@ -269,18 +267,6 @@ def _stream_leader(cluster: Cluster, among: list[str], stream: str = "NET") -> s
     return None
 
 
-def _relayed_configs(tmp_path, relay: Relay, names: list[str]) -> dict[str, NodeConfig]:
-    """Each node's peers point at the relay, and the relay at each node's real cluster port."""
-    configs = {}
-    for name, port in zip(names, free_ports(len(names))):
-        relay.set_target(name, f"127.0.0.1:{port}")
-        configs[name] = NodeConfig(
-            name=name, store_dir=str(tmp_path / name), cluster_name="chaos", cluster_port=port, client_port=0,
-            tick_ms=20, election_ticks=10, test_mode=True,
-            peers={peer: relay.peer_address(name, peer) for peer in names if peer != name})
-    return configs
-
-
 async def _publish_until_acked(js, subject: str, payload: bytes, msg_id: str, timeout_s: float = 20.0):
     """Publish (same msg id on every try) until acked: during an election a try may time out or fail."""
     with trio.fail_after(timeout_s):
@@ -348,7 +334,7 @@ async def test_isolated_stream_leader_is_replaced_then_catches_up_after_heal(tmp
     names = ["n1", "n2", "n3"]
     with Relay(names) as relay:
         async with trio.open_nursery() as nursery:
-            cluster = Cluster(nursery, _relayed_configs(tmp_path, relay, names))
+            cluster = Cluster(nursery, relayed_configs(tmp_path, relay, names))
             try:
                 for name in names:
                     await cluster.start_node(name)
@@ -456,7 +442,7 @@ _NFT_CLUSTER_CHILD = textwrap.dedent("""
     from jsraft.server.node import Node
     from jsraft.testing.chaos.net import make_network
     from jsraft.testing.chaos.netns import default_addresses
-    from jsraft.testing.cluster import Cluster
+    from jsraft.testing.cluster import Cluster, relayed_configs
     from test_chaos_net import isolate_leader_then_heal
 
     if not hasattr(Node, "_outgoing_host"):

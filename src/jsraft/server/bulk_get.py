@@ -1,7 +1,9 @@
 """`$JSRAFT.BULK.GET.<stream>`: jsraft's columnar bulk read, for analytics readers (layer L5).
 
-Owns: the packed chunk format (`pack_chunk`, read at the stream leader behind `jsapi.msg_bulk`) and the
-requester-side loop (`BulkGets`) that answers one request with chunk messages and an end-of-batch.
+Owns: the packed chunk format (`pack_chunk`), the choice of the replica a chunk is read from
+(`readable_store`: this node's own when it may serve the range, else the leader's behind `jsapi.msg_bulk`)
+and the requester-side loop (`BulkGets`) that answers one request with chunk messages and an end-of-batch,
+counting where its chunks were read (`local_chunks`, `leader_chunks`, shown under `/jsz`'s `jsraft`).
 
 Why next to the batched direct get (ADR-31, `direct_batch`): a direct get answers one NATS message per
 stored message, so a reader pays the protocol's per-message parsing in Python (~10,000 messages/s for
@@ -22,11 +24,19 @@ Invariants:
   1. A chunk holds live messages only, in sequence order, within `seq..last_seq`, matching the filter:
      deletes and purges are stepped over (`load_run` / `load_next`), never taken for the end; the end is
      the store saying there is no further message.
-  2. The read is at the stream leader (`call_stream`), like every direct get here.
+  2. A chunk is read from this node's own replica (a follower's or the leader's) only when the request names
+     its last sequence (`last_seq` > 0) and the replica may serve all of it: open, past its recovery
+     replay, current (not repairing, not drifted, no Raft log repair, no repair plan held), with no store
+     fault at all, and both its log position and its store at or past `last_seq` (it applied every
+     entry up to the range's end; a follower applies only committed entries). Otherwise the chunk is read
+     at the stream leader (`call_stream`), and a local read that fails midway is read there again: a
+     range is never answered partly or from a replica that has not applied it. A follower may still show a
+     delete or purge committed after it last applied (as the leader would have a moment before); what it
+     serves is a state the stream was in, never a torn one.
   3. A chunk's payload stays under the client's `max_payload` (`CHUNK_BYTES` of message bytes plus
      28 bytes per message of columns, at most `CHUNK_MSGS` messages).
 
-Imports: stdlib, L0, L2 (`store` values), server siblings.
+Imports: stdlib, trio, L0, L2 (`store` values), L3 (`stream.results.Health`), server siblings.
 """
 
 from __future__ import annotations
@@ -38,10 +48,13 @@ import sys
 from array import array
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound, StreamNotFound
 from jsraft.server.client_server import ClientServer, InternalMsg
 from jsraft.server.jsapi_codec import status_headers
 from jsraft.store.base import StoredMsg, StreamStore
+from jsraft.stream.results import Health
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -78,7 +91,8 @@ def _read(store: StreamStore, seq: int, last_seq: int, subject_filter: str | Non
 
 
 def pack_chunk(store: StreamStore, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
-    """The leader side of `jsapi.msg_bulk`: one packed chunk (invariants 1, 3)."""
+    """One packed chunk of `store` (invariants 1, 3): at the leader behind `jsapi.msg_bulk`, or on this
+    node's own replica (invariant 2)."""
     last_seq = int(args["last_seq"]) or store.state().last_seq
     msgs, end = _read(store, max(int(args["seq"]), 1), last_seq, str(args.get("filter") or "") or None,
                       min(int(args["count_max"]), CHUNK_MSGS))
@@ -92,6 +106,21 @@ def pack_chunk(store: StreamStore, args: dict[str, Any]) -> tuple[dict[str, Any]
     packed = b"".join([MAGIC, struct.pack("<I", len(msgs)), *(c.tobytes() for c in columns), *subjects,
                        *(m.headers for m in msgs), *(m.payload for m in msgs)])
     return {"count": len(msgs), "last": msgs[-1].seq if msgs else 0, "end": end}, [packed]
+
+
+def readable_store(node: "Node", stream: str, last_seq: int) -> StreamStore | None:
+    """This node's store of `stream` when it may serve sequences up to `last_seq`, else None (invariant 2)."""
+    replica = node.streams.replicas.get(stream)
+    if last_seq <= 0 or replica is None or replica.closed or replica.store is None:
+        return None
+    machine, adapter = replica.machine, replica.adapter
+    if machine is None or adapter is None or machine.replaying or not machine.can_lead:
+        return None  # `can_lead`: health current and no store fault
+    if adapter.plan is not None or adapter.hold_after is not None or replica.repair.health() is not Health.current:
+        return None
+    if machine.last_seq < last_seq or replica.store.state().last_seq < last_seq:
+        return None
+    return replica.store
 
 
 def _request(payload: bytes) -> dict[str, Any] | None:
@@ -114,6 +143,8 @@ class BulkGets:
 
     def __init__(self, node: "Node", clients: ClientServer) -> None:
         self._node = node
+        self.local_chunks = 0  # read from this node's own replica (invariant 2)
+        self.leader_chunks = 0  # read at the stream leader, through `call_stream`
         self._sub = clients.subscribe_internal(PREFIX + "*", self._get)
 
     async def _get(self, msg: InternalMsg) -> None:
@@ -129,7 +160,7 @@ class BulkGets:
             args = {"seq": seq, "last_seq": int(body.get("last_seq", 0)), "count_max": remaining,
                     "filter": body.get("next_by_subj", "")}
             try:
-                result, blobs = await self._node.call_stream(stream, "jsapi.msg_bulk", args)
+                result, blobs = await self._chunk(stream, args)
             except (StreamNotFound, InvalidSubject) as error:
                 msg.respond(b"", headers=status_headers(404, f"Stream Not Found: {error.description}"))
                 return
@@ -144,3 +175,19 @@ class BulkGets:
                 end = True  # nothing read and not the end cannot happen; never loop on it
         msg.respond(b"", headers=(f"NATS/1.0 204 EOB\r\nNats-Last-Sequence: {last_sent}\r\n"
                                   f"Jsraft-Bulk-End: {int(end)}\r\n\r\n").encode())
+
+    async def _chunk(self, stream: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        """One chunk, from this node's replica when it may serve the range, else at the leader (invariant 2)."""
+        store = readable_store(self._node, stream, int(args["last_seq"]))
+        if store is not None:
+            try:
+                chunk = pack_chunk(store, args)
+            except JsraftError as error:  # found damaged while reading: now a fault; the leader reads it
+                log.info("bulk get %s: local read failed (%s); reading at the leader", stream, error.description)
+            else:
+                self.local_chunks += 1
+                await trio.lowlevel.checkpoint()  # a long local read still lets the node's other tasks run
+                return chunk
+        chunk = await self._node.call_stream(stream, "jsapi.msg_bulk", args)
+        self.leader_chunks += 1
+        return chunk

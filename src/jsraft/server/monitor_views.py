@@ -190,7 +190,9 @@ def jsz(node: "Node", query: dict[str, str]) -> dict[str, Any]:
             account["stream_detail"] = [stream_detail(node, replica, query) for replica in replicas]
         body["account_details"] = [account]
         body["total"] = 1
-    body["jsraft"] = {"streams": [jsraft_stream(node, assignment) for assignment in node.meta.streams()]}
+    bulk = node.jsapi.bulk
+    body["jsraft"] = {"streams": [jsraft_stream(node, assignment) for assignment in node.meta.streams()],
+                      "bulk_get": {"local_chunks": bulk.local_chunks, "leader_chunks": bulk.leader_chunks}}
     return body
 
 

@@ -10,8 +10,10 @@ Invariants:
      reads exactly the rows its first attempt did (sequences below the pin never change, except by
      deletion).
   2. Partitions are contiguous, ordered, non-overlapping sequence ranges; each task reads its own range
-     in Arrow batches, connected to the stream leader known at planning when it is in the list (no hop
-     between nodes), else to any server (rotated by partition).
+     in Arrow batches from the server its index picks in `servers` (partition i: the i-th, modulo, then the
+     next that answers), so partitions spread over the replicas. That server reads the range from its own
+     replica when it has applied all of it and is current, else at the stream leader (server
+     `bulk_get` invariant 2): any replica, never a partial or stale range.
   3. A row's message id is the user's `msg_id` when given, else derived from the write's identity
      (a job id fixed when the write is planned; a streaming sink's id and batch id), the partition, the
      row's content and its occurrence among identical rows of that partition: a retried task, which sees
@@ -38,12 +40,11 @@ from jsraft.spark.options import ReadOptions, WriteOptions, split_range
 
 
 class SeqRange(InputPartition):
-    """Sequences `first..last` of `stream` (both included), the `index`-th range of the read; `leader`: the
-    server the read prefers (the stream leader when planned)."""
+    """Sequences `first..last` of `stream` (both included), the `index`-th range of the read (invariant 2)."""
 
-    def __init__(self, first: int, last: int, index: int, leader: str = "") -> None:
+    def __init__(self, first: int, last: int, index: int) -> None:
         super().__init__((first, last, index))
-        self.first, self.last, self.index, self.leader = first, last, index, leader
+        self.first, self.last, self.index = first, last, index
 
 
 def plan_start(options: ReadOptions, state: dict[str, Any]) -> int:
@@ -68,15 +69,14 @@ class BatchReader(DataSourceReader):
         ranges = split_range(plan_start(options, state), end, options.partitions)
         if not ranges:
             return [SeqRange(1, 0, 0)]  # Spark wants a partition; this one reads nothing
-        leader = str(state.get("leader") or "")
-        return [SeqRange(first, last, index, leader) for index, (first, last) in enumerate(ranges)]
+        return [SeqRange(first, last, index) for index, (first, last) in enumerate(ranges)]
 
     def read(self, partition: SeqRange) -> Iterator[pa.RecordBatch]:
         if partition.last < partition.first:
             return
         options = self.options
         yield from wire.read_range(options.servers, options.stream, partition.first, partition.last,
-                                   options.subjects, rotate=partition.index, prefer=partition.leader)
+                                   options.subjects, rotate=partition.index)
 
 
 # --- Writing --------------------------------------------------------------------------------------------

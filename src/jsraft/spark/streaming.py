@@ -105,14 +105,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return []
         state = self._state()
         self._check_loss(after, state)
-        leader = str(state.get("leader") or "")
-        return [SeqRange(first, stop, index, leader)
+        return [SeqRange(first, stop, index)
                 for index, (first, stop) in enumerate(split_range(after + 1, last, self.options.partitions))]
 
     def read(self, partition: SeqRange) -> Iterator[pa.RecordBatch]:
         options = self.options
         yield from wire.read_range(options.servers, options.stream, partition.first, partition.last,
-                                   options.subjects, rotate=partition.index, prefer=partition.leader)
+                                   options.subjects, rotate=partition.index)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: the position lives in Spark's checkpoint, not in a consumer."""

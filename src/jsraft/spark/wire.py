@@ -72,28 +72,15 @@ def stream_state(servers: Sequence[str], stream: str) -> dict[str, Any]:
     return run(servers, body)
 
 
-def _bulk(servers: Sequence[str], rotate: int, prefer: str = "") -> BulkConnection:
-    """A blocking connection to the server named `prefer` (the stream leader: the bulk read is then
-    served where it is read, with no hop between nodes), else to the first that answers from `rotate`."""
+def _bulk(servers: Sequence[str], rotate: int) -> BulkConnection:
+    """A blocking connection to the first server that answers, from `rotate` on: partitions rotate over
+    `servers`, and each server reads a range from its own replica when it may (server `bulk_get` invariant 2)."""
     errors: list[str] = []
-    fallback: BulkConnection | None = None
     for i in range(len(servers)):
-        url = servers[(rotate + i) % len(servers)]
         try:
-            conn = BulkConnection(url, timeout_s=REPLY_TIMEOUT_S)
+            return BulkConnection(servers[(rotate + i) % len(servers)], timeout_s=REPLY_TIMEOUT_S)
         except ReadFailed as error:
             errors.append(error.description)
-            continue
-        if not prefer or conn.server_name == prefer:
-            if fallback is not None:
-                fallback.close()
-            return conn
-        if fallback is None:
-            fallback = conn
-        else:
-            conn.close()
-    if fallback is not None:
-        return fallback
     raise ReadFailed(f"no server of {', '.join(servers)} answered: {'; '.join(errors)}")
 
 
@@ -122,11 +109,11 @@ def _read_filter(conn: BulkConnection, stream: str, first: int, last: int, subje
 
 
 def read_range(servers: Sequence[str], stream: str, first: int, last: int, filters: Sequence[str],
-               *, rotate: int = 0, prefer: str = "") -> list[pa.RecordBatch]:
+               *, rotate: int = 0) -> list[pa.RecordBatch]:
     """The live messages `first..last` matching any of `filters` (all when empty) as Arrow batches
     (invariants 1 and 2)."""
     batches: list[pa.RecordBatch] = []
-    with _bulk(servers, rotate, prefer) as conn:
+    with _bulk(servers, rotate) as conn:
         for subject_filter in filters or [None]:
             _read_filter(conn, stream, first, last, subject_filter, batches)
     if len(filters) > 1:  # invariant 1: overlapping filters, read one after the other, merged by seq

@@ -30,6 +30,20 @@ from jsraft.server.meta_service import META_GROUP
 from jsraft.store.filestore import FileStore
 
 
+def relayed_configs(base_dir: str | os.PathLike[str], relay: Any, names: list[str], *,
+                    cluster_name: str = "chaos") -> dict[str, NodeConfig]:
+    """Configs for `Cluster(nursery, configs)` whose node-to-node links run through `relay` (a chaos
+    `Relay`): each node's peers point at the relay, and the relay at each node's real cluster port."""
+    configs = {}
+    for name, port in zip(names, free_ports(len(names)), strict=True):
+        relay.set_target(name, f"127.0.0.1:{port}")
+        configs[name] = NodeConfig(
+            name=name, store_dir=os.path.join(os.fspath(base_dir), name), cluster_name=cluster_name,
+            cluster_port=port, client_port=0, tick_ms=20, election_ticks=10, test_mode=True,
+            peers={peer: relay.peer_address(name, peer) for peer in names if peer != name})
+    return configs
+
+
 class Cluster:
     def __init__(self, nursery: trio.Nursery, configs: dict[str, NodeConfig]) -> None:
         self._nursery = nursery

@@ -142,6 +142,17 @@ class Group:
     def request_snapshot(self) -> None:
         self.cycle.request_snapshot()
 
+    async def accept_data_loss(self) -> GroupStatus | None:
+        """The operator's override (rule 4, `RaftNode.accept_data_loss`), applied between cycles: a busy
+        group's core belongs to its cycle until `finish`. The status just before, or None if this replica
+        was not repairing."""
+        while True:
+            self.check_open()
+            if not self.busy:
+                before = self.status()
+                return before if self.node.accept_data_loss() else None
+            await self.idle.wait()
+
     async def propose(self, data: bytes, wake: Callable[[], None],
                       change: ConfChange | None = None) -> object:
         """See `NodeRuntime.propose` (and `propose_conf_change`, when `change` is given)."""

@@ -2,8 +2,8 @@
 
 Owns: the group table, the one ticker for all groups, the ready loop with its group commit, and the
 public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
-`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `leader_id`, `is_leader`,
-`close_group`, `run`).
+`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`,
+`is_leader`, `close_group`, `run`).
 Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
 is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
@@ -269,6 +269,18 @@ class NodeRuntime:
         group = self._group(group_name)
         group.request_snapshot()
         self._wake(group)
+
+    async def accept_data_loss(self, group_name: str) -> tuple[GroupStatus, GroupStatus] | None:
+        """Operator override for a repairing replica of `group_name` (rule 4): keep only its verified log
+        prefix and stop repairing. The core changes between cycles; the next cycle persists it (the WAL
+        may cut committed entries: the hard state it is told first still says repairing). Returns the
+        status before and after, or None if this replica was not repairing."""
+        group = self._group(group_name)
+        before = await group.accept_data_loss()
+        if before is None:
+            return None
+        self._wake(group)
+        return before, group.status()
 
     def status(self, group_name: str) -> GroupStatus:
         return self._group(group_name).status()

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -67,7 +66,7 @@ from jsraft.raft.messages import Message
 from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
-from jsraft.runtime.group import Group, GroupStatus, SendFn
+from jsraft.runtime.group import GROUP_NAME, Group, GroupStatus, SendFn
 from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
@@ -81,9 +80,6 @@ log = logging.getLogger(__name__)
 # Runs a blocking function off the trio thread: `await run_in_worker(fn, *args)`. trio's own by default; a
 # server may bind a `CapacityLimiter`, a deterministic test may model the fsync's latency in virtual time.
 WorkerFn = Callable[..., Awaitable[Any]]
-
-# A leading `$` marks the server's reserved groups (`$meta`); it is a plain character in a path.
-_GROUP_NAME = re.compile(r"[$A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
 class NodeRuntime:
@@ -131,7 +127,7 @@ class NodeRuntime:
         member that waits to be added. `assigned_index`: the meta index that assigned it here (None:
         the meta group). `snapshot_every_entries`: snapshot and compact after that many applied entries.
         """
-        if not _GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
+        if not GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")
         if self._closed:
             raise GroupClosed("the runtime is stopped")
@@ -271,16 +267,9 @@ class NodeRuntime:
         self._wake(group)
 
     async def accept_data_loss(self, group_name: str) -> tuple[GroupStatus, GroupStatus] | None:
-        """Operator override for a repairing replica of `group_name` (rule 4): keep only its verified log
-        prefix and stop repairing. The core changes between cycles; the next cycle persists it (the WAL
-        may cut committed entries: the hard state it is told first still says repairing). Returns the
-        status before and after, or None if this replica was not repairing."""
+        """Rule 4's operator override, between cycles (`Group.accept_data_loss`); the next cycle persists it."""
         group = self._group(group_name)
-        before = await group.accept_data_loss()
-        if before is None:
-            return None
-        self._wake(group)
-        return before, group.status()
+        return await group.accept_data_loss(lambda: self._wake(group))
 
     def status(self, group_name: str) -> GroupStatus:
         return self._group(group_name).status()

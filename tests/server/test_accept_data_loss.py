@@ -95,6 +95,13 @@ async def test_accept_loss_ends_a_halt_that_a_lost_majority_caused(tmp_path):
                     assert cluster.node(name).runtime.status(cluster.node(name).streams.replicas["S"].group) \
                         .raft.repairing, f"a refused request changed {name}"
 
+                base = ["stream", "accept-loss", "S", "-s", cluster.node(healthy).url, "--replica", wiped[0]]
+                for extra in ([], ["--yes-i-accept-data-loss", "T"]):  # no terminal to type on; the wrong name
+                    refused = await trio.to_thread.run_sync(lambda: CliRunner().invoke(cli, base + extra))
+                    assert refused.exit_code == 2, refused.output
+                assert all(cluster.node(n).runtime.status(cluster.node(n).streams.replicas["S"].group).raft.repairing
+                           for n in wiped)
+
                 args = ["stream", "accept-loss", "S", "-s", cluster.node(healthy).url, "--timeout", "10",
                         "--yes-i-accept-data-loss", "S"] + [a for n in wiped for a in ("--replica", n)]
                 result = await trio.to_thread.run_sync(lambda: CliRunner().invoke(cli, args))

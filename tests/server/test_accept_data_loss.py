@@ -24,7 +24,7 @@ from jsraft.cli import cli
 from jsraft.client import connect
 from jsraft.server.errors import AcceptLossRefused
 from jsraft.testing.cluster import Cluster
-from test_lost_group_dir import nothing_acknowledged, store_content, stream_leader
+from test_lost_group_dir import nothing_acknowledged, r3_stream_on_all_three, store_content, stream_leader
 
 TICK_MS = 20
 ELECTION_TICKS = 10
@@ -34,16 +34,7 @@ NO_LEADER_WINDOW_S = 2.0  # 10 election timeouts
 async def test_accept_loss_ends_a_halt_that_a_lost_majority_caused(tmp_path):
     async with trio.open_nursery() as nursery:
         async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
-            await cluster.wait_for_meta_leader()
-            await cluster.wait_ready()
-            await cluster.node("n1").jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
-            leader = await cluster.wait_until(lambda: stream_leader(cluster), 10, what="stream leader")
-            js = cluster.node(leader).jetstream()
-            acked = {}
-            for i in range(20):
-                acked[(await js.publish("s.a", f"m{i}".encode())).seq] = f"m{i}".encode()
-            await cluster.wait_until(lambda: all(cluster.replica_store(n, "S").state().last_seq == 20
-                                                 for n in cluster.names), 10, what="20 on all three")
+            leader, acked = await r3_stream_on_all_three(cluster, 20)
             healthy = leader
             wiped = sorted(name for name in cluster.names if name != healthy)
             for name in cluster.names:

@@ -236,6 +236,25 @@ def test_accept_data_loss_keeps_the_verified_prefix_and_is_persisted():
     assert rd.must_sync
 
 
+def test_accept_data_loss_fences_the_vote_of_the_current_term():
+    # Rule 7 for the operator's way out too: a vote this replica cast in term 2 may be among what it lost.
+    node = restored_node(faulty={5})
+    assert node.repairing and node.voted_for is None
+    assert node.accept_data_loss()
+    assert node.voted_for == "n2" and node.ready().hard_state.voted_for == "n2"
+    node.step(RequestVote(from_id="n3", to_id="n2", term=2, last_log_index=9, last_log_term=2))
+    assert node.voted_for == "n2", "a second vote in the fenced term"
+
+
+def test_a_lower_term_refusal_from_a_repairing_voter_still_counts_for_the_halt():
+    # A voter that lost its storage answers in its own term (0): its "repairing" is news all the same.
+    node = restored_node("n1", hard_state=HardState(current_term=5, commit_index=3, acked_watermark=6))
+    for voter in ("n2", "n3"):
+        node.step(RequestVoteResponse(from_id=voter, to_id="n1", term=0, vote_granted=False, pre_vote=True,
+                                      repairing=True))
+    assert node.status().halted_reason is not None and "2 of 3 voters repairing" in node.status().halted_reason
+
+
 # --- Rule 5: never truncate a committed entry -------------------------------------------------------
 
 

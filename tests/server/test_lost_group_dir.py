@@ -57,6 +57,22 @@ def stream_leader(cluster: Cluster) -> str | None:
     return leaders.pop() if len(leaders) == 1 else None
 
 
+async def r3_stream_on_all_three(cluster: Cluster, count: int) -> tuple[str, dict[int, bytes]]:
+    """Stream S (R3, `s.>`) with `count` acknowledged messages held by all three replicas: its leader,
+    and the acknowledged payloads by sequence."""
+    await cluster.wait_for_meta_leader()
+    await cluster.wait_ready()
+    await cluster.node("n1").jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
+    leader = await cluster.wait_until(lambda: stream_leader(cluster), 10, what="stream leader")
+    js = cluster.node(leader).jetstream()
+    acked = {}
+    for i in range(count):
+        acked[(await js.publish("s.a", f"m{i}".encode())).seq] = f"m{i}".encode()
+    await cluster.wait_until(lambda: all(cluster.replica_store(n, "S").state().last_seq == count
+                                         for n in cluster.names), 10, what=f"{count} on all three")
+    return leader, acked
+
+
 async def nothing_acknowledged(request, window_s: float) -> None:
     """Try `request` (an awaitable factory) until `window_s` passes; fail if any try is acknowledged."""
     with trio.move_on_after(window_s):
@@ -76,17 +92,9 @@ async def nothing_acknowledged(request, window_s: float) -> None:
 async def test_a_follower_that_lost_its_stream_directory_repairs_instead_of_voting(tmp_path, lost):
     async with trio.open_nursery() as nursery:
         async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
-            await cluster.wait_for_meta_leader()
-            await cluster.wait_ready()
-            await cluster.node("n1").jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
-            leader = await cluster.wait_until(lambda: stream_leader(cluster), 10, what="stream leader")
+            leader, acked = await r3_stream_on_all_three(cluster, 20)
             lagger, wiped = [name for name in cluster.names if name != leader]
             js = cluster.node(leader).jetstream()
-            acked = {}
-            for i in range(20):
-                acked[(await js.publish("s.a", f"m{i}".encode())).seq] = f"m{i}".encode()
-            await cluster.wait_until(lambda: all(cluster.replica_store(n, "S").state().last_seq == 20
-                                                 for n in cluster.names), 10, what="20 on all three")
             await cluster.stop(lagger)
             for i in range(20, 50):
                 acked[(await js.publish("s.a", f"m{i}".encode())).seq] = f"m{i}".encode()

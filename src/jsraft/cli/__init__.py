@@ -37,6 +37,7 @@ from jsraft.cli.msg_cmd import account, pub, req, sub
 from jsraft.cli.report_cmd import server
 from jsraft.cli.serve import add_parser as add_serve_parser
 from jsraft.cli.stream_cmd import stream
+from jsraft.cli.group_cmd import stream_accept_loss, stream_group
 
 __all__ = ["build_parser", "check_store", "cli", "find_stores", "main"]
 
@@ -94,6 +95,8 @@ for command in (check, stream, consumer, pub, sub, req, account, backup, restore
     cli.add_command(command)
 stream.add_command(stream_backup)
 stream.add_command(stream_restore)
+stream.add_command(stream_group)
+stream.add_command(stream_accept_loss)
 
 
 def _broken_pipe(error: BaseException) -> bool:

@@ -163,14 +163,15 @@ class Session:
         self.timeout_s = timeout_s
 
     async def api(self, tail: str, body: dict[str, Any] | bytes | None = None, *,
-                  timeout_s: float | None = None) -> dict[str, Any]:
-        """The raw answer of `$JS.API.<tail>`; `ApiFailure` if it carries an error (invariant 1)."""
+                  timeout_s: float | None = None, prefix: str = "$JS.API.") -> dict[str, Any]:
+        """The raw answer of `$JS.API.<tail>` (or jsraft's own `$JSRAFT.API.<tail>` with that `prefix`);
+        `ApiFailure` if it carries an error (invariant 1)."""
         payload = body if isinstance(body, bytes) else json.dumps(body).encode() if body is not None else b""
-        msg = await self.client.request(f"$JS.API.{tail}", payload, timeout=timeout_s or self.timeout_s)
+        msg = await self.client.request(f"{prefix}{tail}", payload, timeout=timeout_s or self.timeout_s)
         try:
             answer = json.loads(msg.data)
         except ValueError:
-            raise Failed(f"$JS.API.{tail}: the answer is not JSON: {msg.data[:120]!r}") from None
+            raise Failed(f"{prefix}{tail}: the answer is not JSON: {msg.data[:120]!r}") from None
         if isinstance(answer, dict) and "error" in answer:
             raise ApiFailure(answer["error"] if isinstance(answer["error"], dict) else {"description": str(answer)})
         return answer

@@ -193,6 +193,10 @@ class RaftNode(SafetyRules):
         return True
 
     def _answer_lower_term(self, message: Message) -> None:
+        if isinstance(message, RequestVoteResponse):
+            # A repairing voter that lost its storage answers in its own (lower, maybe 0) term: what it says
+            # about itself is still news, and rule 4's halt is seen only if it is not dropped with the rest.
+            repair.note_peer_repairing(self, message.from_id, message.repairing)
         if isinstance(message, (AppendEntries, InstallSnapshot)):
             # A deposed leader: our term in the response makes it step down.
             self.send(AppendEntriesResponse(from_id=self.id, to_id=message.from_id, term=self.current_term,

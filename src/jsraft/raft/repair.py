@@ -10,8 +10,8 @@ Owns: the storage-fault rules that are about a replica's own damage.
   Rule 4  `halted_reason` + `StatusProbe`: if the voters that are not repairing cannot form a quorum, the
           group halts and says so; `accept_data_loss` is the operator's explicit way out.
   Rule 7  `classify_restored_log`: a data directory whose storage UUID changed is a new member that may
-          have voted under its old identity: it is repairing. `maybe_finish_repair`: every replica that
-          leaves repairing fences its vote for the current term (a damaged hard-state slot loses a vote
+          have voted under its old identity: it is repairing. `maybe_finish_repair` and
+          `accept_data_loss`: every replica that leaves repairing fences its vote for the current term (a damaged hard-state slot loses a vote
           as surely as lost storage does). A vote lost in a term above any this replica learns of before
           its repair ends is not fenced: nothing it can read names that term.
 
@@ -157,6 +157,8 @@ def accept_data_loss(node: RaftNode) -> bool:
     node.acked_watermark = min(node.acked_watermark, log.last_index)
     node.repairing = False
     node.repair_reason = None
+    if node.voted_for is None:
+        node.voted_for = node.id  # rule 7, as in `maybe_finish_repair`: a lost vote in this term is fenced
     node.vote_unknown = False
     return True
 

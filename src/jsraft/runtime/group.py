@@ -7,8 +7,8 @@ object the simulator drives; this class only marks the group busy between `take_
 `node_runtime` runs the persistence on a worker thread (`persist`).
 
 Invariants:
-  1. The `RaftNode` is never stepped, ticked or proposed to while one of its `Ready`s is being persisted
-     (`busy`). Inputs that arrive meanwhile wait, bounded — messages in an inbox of at most
+  1. The `RaftNode` is never stepped, ticked, proposed to or changed by the operator (`accept_data_loss`
+     waits) while one of its `Ready`s is being persisted (`busy`). Inputs that arrive meanwhile wait, bounded — messages in an inbox of at most
      `inbox_messages_max`, proposals there too (bounded by their permits), ticks as a capped count, one
      leadership transfer — and are fed right after `advance()`. Why: the core's log bookkeeping
      (`stable_index`, pending truncations) assumes storage has either done a `Ready` or not, never "is
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import re
 from collections.abc import Callable
 
 import attrs
@@ -46,6 +47,10 @@ from jsraft.runtime.proposals import Proposal, ProposalBook, ProposalState
 from jsraft.wal import Wal
 
 log = logging.getLogger(__name__)
+
+# A valid group name, one path component (never "." or ".."). A leading `$` marks the server's reserved
+# groups (`$meta`); it is a plain character in a path.
+GROUP_NAME = re.compile(r"[$A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
 @attrs.frozen(kw_only=True)
@@ -141,6 +146,19 @@ class Group:
 
     def request_snapshot(self) -> None:
         self.cycle.request_snapshot()
+
+    async def accept_data_loss(self, wake: Callable[[], None]) -> tuple[GroupStatus, GroupStatus] | None:
+        """See `NodeRuntime.accept_data_loss`: `RaftNode.accept_data_loss` (rule 4) once the group is idle
+        (a busy group's core belongs to its cycle until `finish`), then `wake` so a cycle persists it. The
+        status before and after, or None if this replica was not repairing."""
+        while self.busy:
+            await self.idle.wait()
+        self.check_open()
+        before = self.status()
+        if not self.node.accept_data_loss():
+            return None
+        wake()
+        return before, self.status()
 
     async def propose(self, data: bytes, wake: Callable[[], None],
                       change: ConfChange | None = None) -> object:

@@ -2,8 +2,8 @@
 
 Owns: the group table, the one ticker for all groups, the ready loop with its group commit, and the
 public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
-`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `status`, `leader_id`, `is_leader`,
-`close_group`, `run`).
+`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`,
+`is_leader`, `close_group`, `run`).
 Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
 is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -67,7 +66,7 @@ from jsraft.raft.messages import Message
 from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.errors import GroupClosed, GroupExists, GroupNotFound
-from jsraft.runtime.group import Group, GroupStatus, SendFn
+from jsraft.runtime.group import GROUP_NAME, Group, GroupStatus, SendFn
 from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
@@ -81,9 +80,6 @@ log = logging.getLogger(__name__)
 # Runs a blocking function off the trio thread: `await run_in_worker(fn, *args)`. trio's own by default; a
 # server may bind a `CapacityLimiter`, a deterministic test may model the fsync's latency in virtual time.
 WorkerFn = Callable[..., Awaitable[Any]]
-
-# A leading `$` marks the server's reserved groups (`$meta`); it is a plain character in a path.
-_GROUP_NAME = re.compile(r"[$A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
 
 
 class NodeRuntime:
@@ -131,7 +127,7 @@ class NodeRuntime:
         member that waits to be added. `assigned_index`: the meta index that assigned it here (None:
         the meta group). `snapshot_every_entries`: snapshot and compact after that many applied entries.
         """
-        if not _GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
+        if not GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")
         if self._closed:
             raise GroupClosed("the runtime is stopped")
@@ -269,6 +265,11 @@ class NodeRuntime:
         group = self._group(group_name)
         group.request_snapshot()
         self._wake(group)
+
+    async def accept_data_loss(self, group_name: str) -> tuple[GroupStatus, GroupStatus] | None:
+        """Rule 4's operator override, between cycles (`Group.accept_data_loss`); the next cycle persists it."""
+        group = self._group(group_name)
+        return await group.accept_data_loss(lambda: self._wake(group))
 
     def status(self, group_name: str) -> GroupStatus:
         return self._group(group_name).status()

@@ -85,3 +85,12 @@ class RestoreFailed(JsraftError):
 
 class StreamRestoreRace(RestoreFailed):
     """The stream being restored was written to by someone else: its sequences are no longer the backup's."""
+
+
+class AcceptLossRefused(ServerError):
+    """`$JSRAFT.API.STREAM.ACCEPT_LOSS`: the request does not confirm the stream by name, names no replica,
+    or names one that is not a repairing member of the stream's group. Nothing was changed."""
+
+    err_code = 20621
+    http_code = 400
+    default_description = "accept data loss refused"

@@ -56,6 +56,7 @@ from jsraft.server.consumer_admin import ConsumerAdmin
 from jsraft.server.consumer_control import ConsumerControl
 from jsraft.server.consumer_hub import ConsumerHub
 from jsraft.server.errors import NoLeader
+from jsraft.server.group_ops import GroupOps
 from jsraft.server.jetstream import decode_headers
 from jsraft.server.jsapi_codec import (
     LIST_LIMIT, NAMES_LIMIT, ZERO_TIME, SUBJECT_DETAILS_MAX, NotEmptyRequest, PagedRequest, StreamInfoRequest, StreamMismatch,
@@ -130,6 +131,7 @@ class JsApi:
         self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
         self.direct = DirectGets(node, clients)
         self.bulk = BulkGets(node, clients)  # $JSRAFT.BULK.GET.<stream>, the Spark reader's path
+        self.group_ops = GroupOps(node, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>
         self.routes = [
             Route(("INFO",), "account_info_response", self.account_info),
             Route(("STREAM", "CREATE", "*"), "stream_create_response", self.stream_create),

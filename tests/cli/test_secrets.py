@@ -44,9 +44,12 @@ async def clients(port: int) -> list[str]:
     import nats
 
     told: list[str] = []
+    violated = asyncio.Event()
 
     async def error_cb(error: Exception) -> None:
         told.append(str(error))
+        if "permissions violation" in str(error).lower():
+            violated.set()
 
     url = f"nats://127.0.0.1:{port}"
     for user, password in (("admin", "wrong-" + SECRETS["user password"]), ("hashed", SECRETS["user password"])):
@@ -58,6 +61,9 @@ async def clients(port: int) -> list[str]:
     nc = await nats.connect(url, user="hashed", password=SECRETS["bcrypt password"], error_cb=error_cb)
     await nc.publish("forbidden", b"x")
     await nc.flush()
+    # nats-py hands an -ERR to error_cb from its reader task: wait for it (bounded) before closing, or a
+    # close that wins the race drops it.
+    await asyncio.wait_for(violated.wait(), 20)
     await nc.close()
     admin = await nats.connect(url, user="admin", password=SECRETS["user password"], error_cb=error_cb)
     await admin.jetstream().add_stream(name="S", subjects=["s.*"])

@@ -221,10 +221,33 @@ class Target:
             info = await self.api(lambda: js.stream_info(STREAM))
             leader = info.cluster.leader if info.cluster else None
             if leader or (self.replicas == 1 and info.cluster is None):
+                await self.stream_reachable()
                 return leader
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{self.name}: stream {STREAM} has no leader after {timeout_s:g}s")
             await asyncio.sleep(0.05)
+
+    async def stream_reachable(self) -> None:
+        """nats-server only (a jsraft 503 fails the run, module docstring): a publish right after a clustered
+        create can find no responders until the stream's interest reaches the server this client uses, and
+        every publish of a short workload then fails at once. Probe with an expected last sequence no stream
+        has: answered with an error, it stores nothing; no responders is tried again (counted in
+        `unavailable`) for `unavailable_for_s`."""
+        import nats.errors
+
+        if self.unavailable_for_s <= 0:
+            return
+        deadline = time.monotonic() + self.unavailable_for_s
+        while True:
+            try:
+                await self.nc.request(SUBJECT, b"probe", timeout=5,
+                                      headers={"Nats-Expected-Last-Sequence": str(2**63 - 1)})
+                return
+            except nats.errors.NoRespondersError:
+                if time.monotonic() >= deadline:
+                    raise
+                self.unavailable["unavailable"] = self.unavailable.get("unavailable", 0) + 1
+                await asyncio.sleep(0.05)
 
     async def stored(self) -> int:
         js = self.nc.jetstream(timeout=30)

@@ -32,7 +32,8 @@ def state_ops(draw):
     pending_s = sorted(draw(st.sets(st.integers(floor_s + 1, floor_s + 500), max_size=6)))
     pending_c = draw(st.lists(st.integers(floor_c + 1, floor_c + 500), min_size=len(pending_s),
                               max_size=len(pending_s)))
-    delivered = (max([floor_c, *pending_c]) + draw(st.integers(0, 9)), max([floor_s, *pending_s]) + draw(st.integers(0, 9)))
+    delivered = (max([floor_c, *pending_c]) + draw(st.integers(0, 9)),
+                 max([floor_s, *pending_s]) + draw(st.integers(0, 9)))
     pending = tuple((s, c, draw(st.integers(-(2**63), 2**63 - 1))) for s, c in zip(pending_s, pending_c))
     redelivered = tuple((s, draw(st.integers(1, 2**32 - 1))) for s in pending_s if draw(st.booleans()))
     return StateOp(name=draw(names), delivered=delivered, ack_floor=(floor_c, floor_s), pending=pending,

@@ -85,7 +85,8 @@ __all__ = [
     "AckBody", "AckKind", "AckOp", "AckSubject", "ApplyResult", "BadPullRequest", "CONSUMER_DELETED",
     "ConsumerEntry", "ConsumerLeader", "ConsumerSet", "ConsumerState", "CreateOp", "DeleteOp", "DeliveredOp",
     "Delivery", "DeliveryPlan", "LEADERSHIP_CHANGE", "MalformedConsumerOps", "MalformedConsumerSnapshot",
-    "NO_MESSAGES", "PauseOp", "PullRequest", "SkipOp", "StateOp", "Status", "TermOp", "WaitingQueue", "ack_reply_subject",
-    "decode_consumer", "decode_ops", "encode_consumer", "encode_ops", "encode_snapshot", "num_pending", "parse_ack_body", "parse_ack_subject",
-    "parse_go_duration", "parse_pull_request", "restore_snapshot", "start_position",
+    "NO_MESSAGES", "PauseOp", "PullRequest", "SkipOp", "StateOp", "Status", "TermOp", "WaitingQueue",
+    "ack_reply_subject", "decode_consumer", "decode_ops", "encode_consumer", "encode_ops", "encode_snapshot",
+    "num_pending", "parse_ack_body", "parse_ack_subject", "parse_go_duration", "parse_pull_request",
+    "restore_snapshot", "start_position",
 ]

@@ -49,6 +49,7 @@ import trio
 from jsraft import subjects
 from jsraft.codec.records import encode_message
 from jsraft.errors import BadRequest, JsraftError
+from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import RestoreFailed
 from jsraft.server.jsapi_codec import decode_request, dumps, is_empty_request, response_type
 from jsraft.server.jsapi_data import meta_barrier
@@ -159,7 +160,11 @@ class SnapshotEndpoints:
                     await sender.write(encode_msgs(records))
                 seq, done = int(result["next_seq"]), bool(result["done"])
             for consumer in consumers:
-                await sender.write(encode_consumer(await self._with_state(name, consumer)))
+                try:
+                    with_state = await self._with_state(name, consumer)
+                except ConsumerNotFound:
+                    continue  # deleted since it was listed: not in the snapshot
+                await sender.write(encode_consumer(with_state))
             await sender.write(encode_end(total.to_json(last_seq)))
             await sender.close()
         except (JsraftError, trio.TooSlowError) as error:

@@ -160,11 +160,11 @@ class SnapshotEndpoints:
                     await sender.write(encode_msgs(records))
                 seq, done = int(result["next_seq"]), bool(result["done"])
             for consumer in consumers:
-                try:
-                    with_state = await self._with_state(name, consumer)
+                try:  # its replicated state as the leader holds it now (`snapshot_format`'s CONSUMER frame)
+                    _, state = await self.node.call_stream(name, "snapshot.consumer", {"name": consumer["name"]})
                 except ConsumerNotFound:
                     continue  # deleted since it was listed: not in the snapshot
-                await sender.write(encode_consumer(with_state))
+                await sender.write(encode_consumer({**consumer, STATE_KEY: base64.b64encode(state[0]).decode()}))
             await sender.write(encode_end(total.to_json(last_seq)))
             await sender.close()
         except (JsraftError, trio.TooSlowError) as error:
@@ -173,11 +173,6 @@ class SnapshotEndpoints:
             sender.fail(f"snapshot failed: {description}")
         finally:
             sender.unsubscribe()
-
-    async def _with_state(self, stream: str, consumer: dict[str, Any]) -> dict[str, Any]:
-        """The consumer's info with its replicated state (`snapshot_format`'s CONSUMER frame)."""
-        _, blobs = await self.node.call_stream(stream, "snapshot.consumer", {"name": consumer["name"]})
-        return {**consumer, STATE_KEY: base64.b64encode(blobs[0]).decode()}
 
     # --- Restore --------------------------------------------------------------------------------------
 

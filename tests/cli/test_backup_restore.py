@@ -20,10 +20,14 @@ import os
 
 import pytest
 import trio
+from crc32c import crc32c
 
 from jsraft.client import connect
+from jsraft.client.inbox import new_inbox_prefix
+from jsraft.client.pull import parse_metadata
+from jsraft.server import snapshot_format
 from jsraft.server.snapshot_format import SnapshotReader
-from jsraft_kit import LocalCluster, Pty
+from jsraft_kit import LocalCluster, Pty, poll
 
 MESSAGES = 100_000
 WORKERS = 64
@@ -222,3 +226,116 @@ def test_account_backup_and_restore(small, tmp_path):
     assert restored["config"]["filter_subject"] == "ACCOUNT_A.x"
     assert (restored["ack_floor"]["stream_seq"], restored["num_pending"]) == (5, 1995)  # it resumes after 5
     assert "message 6 " in small.ok("consumer", "next", "ACCOUNT_A", "WORKER")
+
+
+async def _fetch_until(url: str, stream: str, want: int, deadline_s: float = 60.0) -> list:
+    """`want` messages of consumer C (not acknowledged) by one pull request that waits for them: one
+    request, so no earlier request left waiting takes a message this one should have."""
+    client = await connect(url)
+    try:
+        sub = await client.subscribe(new_inbox_prefix() + ".pull")
+        request = json.dumps({"batch": want, "expires": int(deadline_s * 1e9)}).encode()
+        await client.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.C", request, reply=sub.subject)
+        got: list = []
+        while len(got) < want:
+            msg = await sub.next_msg(timeout=deadline_s + 5)
+            assert msg.status in (None, 100), (msg.status, msg.headers)
+            if msg.status is None:
+                meta = parse_metadata(msg.reply)
+                got.append((meta.stream_seq, meta.consumer_seq, meta.num_delivered, msg.reply))
+        return got
+    finally:
+        await client.close()
+
+
+async def _ack(url: str, replies: list[str]) -> None:
+    client = await connect(url)
+    try:
+        for reply in replies:
+            await client.request(reply, b"+ACK", timeout=10)  # answered once the ack is committed
+    finally:
+        await client.close()
+
+
+STATE_KEYS = ("num_ack_pending", "num_redelivered", "num_pending")
+
+
+def consumer_state(cluster: LocalCluster, stream: str) -> dict:
+    info = cluster.json("consumer", "info", stream, "C")
+    return {"delivered": (info["delivered"]["consumer_seq"], info["delivered"]["stream_seq"]),
+            "ack_floor": (info["ack_floor"]["consumer_seq"], info["ack_floor"]["stream_seq"]),
+            **{key: info[key] for key in STATE_KEYS}}
+
+
+def test_consumer_state_restored_on_a_fresh_cluster(small, tmp_path):
+    """Delivered 6, acked 1, 2 and 4, seq 3 redelivered once, 3/5/6 pending: a restore on a fresh cluster
+    brings back exactly that state, and the restored consumer redelivers exactly 3, 5 and 6 after its ack
+    wait, each with the next delivery count, and goes on with the next consumer sequence."""
+    url = small.url.split(",")[0]
+    small.ok("stream", "add", "STATEFUL", "--subjects", "STATEFUL.>", "--replicas", "3", "--defaults")
+    small.ok("pub", "STATEFUL.x", "m {{Count}}", "--count", "6")
+    small.ok("consumer", "add", "STATEFUL", "C", "--pull", "--wait", "2s", "--defaults")
+    first = trio.run(_fetch_until, url, "STATEFUL", 6)
+    assert [(sseq, cseq, count) for sseq, cseq, count, _ in first] == [(s, s, 1) for s in range(1, 7)]
+    trio.run(_ack, url, [first[i][3] for i in (0, 1, 3)])
+    again = trio.run(_fetch_until, url, "STATEFUL", 1)  # after the ack wait: the lowest pending, seq 3
+    assert [(sseq, cseq, count) for sseq, cseq, count, _ in again] == [(3, 7, 2)]
+    original = poll(lambda: (state := consumer_state(small, "STATEFUL"))["num_redelivered"] == 1 and state,
+                    "the redelivery of seq 3 committed")
+    assert original == {"delivered": (7, 6), "ack_floor": (2, 2), "num_ack_pending": 3, "num_redelivered": 1,
+                        "num_pending": 0}
+    directory = str(tmp_path / "stateful")
+    small.ok("stream", "backup", "STATEFUL", directory, "--no-progress")
+    small.ok("stream", "rm", "STATEFUL", "-f")
+
+    fresh = LocalCluster(str(tmp_path / "fresh")).up()
+    try:
+        fresh.ok("stream", "restore", directory, "--no-progress")
+        assert consumer_state(fresh, "STATEFUL") == original
+        fresh_url = fresh.url.split(",")[0]
+        redelivered = trio.run(_fetch_until, fresh_url, "STATEFUL", 3)
+        assert [(sseq, cseq, count) for sseq, cseq, count, _ in redelivered] == [(3, 8, 3), (5, 9, 2), (6, 10, 2)]
+        fresh.ok("pub", "STATEFUL.x", "m 7")
+        new = trio.run(_fetch_until, fresh_url, "STATEFUL", 1)
+        assert [(sseq, cseq, count) for sseq, cseq, count, _ in new] == [(7, 11, 1)]
+        trio.run(_ack, fresh_url, [reply for *_, reply in redelivered + new])
+        assert consumer_state(fresh, "STATEFUL") == {"delivered": (11, 7), "ack_floor": (11, 7), "num_ack_pending": 0,
+                                                     "num_redelivered": 0, "num_pending": 0}
+    finally:
+        fresh.down()
+
+    # A backup written before consumer states were carried (ack floor only) still restores: the consumer
+    # resumes after its original's ack floor, so what was pending is delivered again (at-least-once).
+    older = str(tmp_path / "older")
+    without_consumer_state(directory, older)
+    small.ok("stream", "restore", older, "--no-progress")
+    assert consumer_state(small, "STATEFUL") == {"delivered": (0, 2), "ack_floor": (0, 2), "num_ack_pending": 0,
+                                                 "num_redelivered": 0, "num_pending": 4}
+    resumed = trio.run(_fetch_until, url, "STATEFUL", 1)
+    assert [(sseq, cseq, count) for sseq, cseq, count, _ in resumed] == [(3, 1, 1)]
+    small.ok("stream", "rm", "STATEFUL", "-f")
+
+
+def without_consumer_state(source: str, target: str) -> None:
+    """A copy of backup `source` as a build before consumer states wrote it: CONSUMER frames without one."""
+    with open(os.path.join(source, "stream.snap"), "rb") as handle:
+        data = handle.read()
+    out, offset = bytearray(snapshot_format.MAGIC), len(snapshot_format.MAGIC)
+    while offset < len(data):
+        kind, length, _ = snapshot_format._FRAME.unpack_from(data, offset)
+        body = data[offset + snapshot_format._FRAME.size:offset + snapshot_format._FRAME.size + length]
+        offset += snapshot_format._FRAME.size + length
+        if kind == snapshot_format.KIND_CONSUMER:
+            info = json.loads(body)
+            del info[snapshot_format.STATE_KEY]  # KeyError if the backup did not carry it
+            out += snapshot_format.encode_consumer(info)
+        else:
+            out += snapshot_format._frame(kind, body)
+    os.makedirs(target)
+    with open(os.path.join(target, "stream.snap"), "wb") as handle:
+        handle.write(out)
+    with open(os.path.join(source, "backup.json")) as handle:
+        manifest = json.load(handle)
+    manifest.update(chunks=[{"size": len(out), "crc32c": crc32c(bytes(out))}], bytes=len(out))
+    with open(os.path.join(target, "backup.json"), "w") as handle:
+        json.dump(manifest, handle)

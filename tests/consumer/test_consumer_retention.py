@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from consumer_kit import Cluster, store_with
 
-from jsraft.consumer import AckOp, DeleteOp, DeliveredOp, TermOp
+from jsraft.consumer import AckOp, DeleteOp, DeliveredOp, StateOp, TermOp, decode_consumer, encode_consumer
 from jsraft.jsapi.consumer_config import ConsumerConfigError, parse_consumer_config
 from jsraft.jsapi.stream_config import Retention
 
@@ -94,3 +94,25 @@ def test_purge_forgets_messages_below_the_new_first_seq():
     cluster.set.on_purge(4)
     state = cluster.state("C")
     assert list(state.pending) == [5] and (state.ack_floor_consumer_seq, state.ack_floor_stream_seq) == (2, 4)
+
+
+def test_a_state_op_gives_a_fresh_consumer_the_original_state():
+    """A restore: a consumer's state through `encode_consumer`/`decode_consumer` and one STATE op equals the
+    original's (delivered, ack floor, pending with consumer seqs, redelivery counts), and a work queue
+    removes what the restored state no longer needs, the pending messages kept."""
+    original = Cluster(store_with(SUBJECTS), Retention.workqueue)
+    original.create("W", ack_policy="explicit")
+    original.apply(DeliveredOp(name="W", records=tuple((s, s, 1, 10 + s) for s in range(1, 6))))
+    original.apply(AckOp(name="W", seqs=(1, 2, 4)))
+    original.apply(DeliveredOp(name="W", records=((3, 6, 2, 99),)))  # seq 3 redelivered
+    state = original.state("W")
+    assert (len(state.pending), len(state.redelivered)) == (2, 1)
+    saved = decode_consumer(encode_consumer(original.set.consumers["W"]))
+
+    restored = Cluster(store_with(SUBJECTS), Retention.workqueue)
+    restored.create("W", ack_policy="explicit")
+    applied = restored.apply(StateOp.of("W", saved.state))
+    assert restored.state("W") == state
+    assert applied.removable == (1, 2, 4)  # 3 and 5 are pending, 6 not delivered yet
+    again = restored.apply(DeliveredOp(name="W", records=((3, 7, 3, 120),)))  # the next redelivery of 3
+    assert again.removable == () and restored.state("W").redelivered == {3: 2}

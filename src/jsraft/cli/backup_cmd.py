@@ -1,5 +1,5 @@
-"""`jsraft stream backup|restore` and `jsraft backup|restore`: streams (messages, consumers' configs) to a
-directory and back, through `$JS.API.STREAM.SNAPSHOT` / `RESTORE` (layer L6).
+"""`jsraft stream backup|restore` and `jsraft backup|restore`: streams (messages, consumers' configs and
+state) to a directory and back, through `$JS.API.STREAM.SNAPSHOT` / `RESTORE` (layer L6).
 
 Owns: the backup directory — `backup.json` (the stream's config and state as the snapshot answered them,
 and the size and CRC32C of every chunk received) and `stream.snap` (the chunks' bytes, in order) — and
@@ -157,10 +157,10 @@ def _state_line(state: dict[str, Any]) -> str:
 @click.argument("stream")
 @click.argument("directory", metavar="DIR")
 @_progress_option
-@click.option("--consumers/--no-consumers", default=True, help="include the consumers' configs (default)")
+@click.option("--consumers/--no-consumers", default=True, help="include the consumers' configs and state (default)")
 @client_command
 async def stream_backup(session: Session, stream: str, directory: str, progress: bool, consumers: bool) -> None:
-    """Back up STREAM's messages (and its consumers' configs) into directory DIR."""
+    """Back up STREAM's messages (and its consumers' configs and state) into directory DIR."""
     manifest = await backup_stream(session, stream, directory, progress, consumers)
     click.echo(f"Backed up stream {stream} to {directory}: {manifest['bytes']} bytes in {len(manifest['chunks'])} "
                f"chunks; {_state_line(manifest['end'])} digest={manifest['end']['digest']}")
@@ -183,7 +183,7 @@ async def stream_restore(session: Session, directory: str, progress: bool) -> No
 @_progress_option
 @client_command
 async def backup(session: Session, directory: str, progress: bool) -> None:
-    """Back up every stream (messages and consumers' configs) into DIR/<stream>."""
+    """Back up every stream (messages, consumers' configs and state) into DIR/<stream>."""
     names = await session.pages("STREAM.NAMES", "streams")
     for name in names:
         manifest = await backup_stream(session, name, os.path.join(directory, name), progress, True)

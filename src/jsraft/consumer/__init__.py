@@ -63,6 +63,7 @@ from jsraft.consumer.ops import (
     DeliveredOp,
     PauseOp,
     SkipOp,
+    StateOp,
     TermOp,
     decode_ops,
     encode_ops,
@@ -77,14 +78,15 @@ from jsraft.consumer.pull import (
     WaitingQueue,
     parse_pull_request,
 )
-from jsraft.consumer.snapshot import encode_snapshot, restore_snapshot
+from jsraft.consumer.snapshot import decode_consumer, encode_consumer, encode_snapshot, restore_snapshot
 from jsraft.consumer.state import ConsumerState
 
 __all__ = [
     "AckBody", "AckKind", "AckOp", "AckSubject", "ApplyResult", "BadPullRequest", "CONSUMER_DELETED",
     "ConsumerEntry", "ConsumerLeader", "ConsumerSet", "ConsumerState", "CreateOp", "DeleteOp", "DeliveredOp",
     "Delivery", "DeliveryPlan", "LEADERSHIP_CHANGE", "MalformedConsumerOps", "MalformedConsumerSnapshot",
-    "NO_MESSAGES", "PauseOp", "PullRequest", "SkipOp", "Status", "TermOp", "WaitingQueue", "ack_reply_subject",
-    "decode_ops", "encode_ops", "encode_snapshot", "num_pending", "parse_ack_body", "parse_ack_subject",
-    "parse_go_duration", "parse_pull_request", "restore_snapshot", "start_position",
+    "NO_MESSAGES", "PauseOp", "PullRequest", "SkipOp", "StateOp", "Status", "TermOp", "WaitingQueue",
+    "ack_reply_subject", "decode_consumer", "decode_ops", "encode_consumer", "encode_ops", "encode_snapshot",
+    "num_pending", "parse_ack_body", "parse_ack_subject", "parse_go_duration", "parse_pull_request",
+    "restore_snapshot", "start_position",
 ]

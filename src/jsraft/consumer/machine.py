@@ -29,7 +29,9 @@ import attrs
 
 from jsraft import subjects as subjectlib
 from jsraft.consumer import retention as retention_rules
-from jsraft.consumer.ops import AckOp, CreateOp, DeleteOp, DeliveredOp, Op, PauseOp, SkipOp, TermOp, decode_ops
+from jsraft.consumer.ops import (
+    AckOp, CreateOp, DeleteOp, DeliveredOp, Op, PauseOp, SkipOp, StateOp, TermOp, decode_ops,
+)
 from jsraft.consumer.position import start_position
 from jsraft.consumer.state import ConsumerState, Range
 from jsraft.errors import JsraftError
@@ -241,6 +243,18 @@ class ConsumerSet:
         if entry is not None:
             changes.released.extend(entry.state.apply_skip(op.stream_seq))
 
+    def _set_state(self, op: StateOp, changes: _Changes) -> None:
+        """A restore: the consumer's state becomes the op's (checked when decoded: ops invariant 5)."""
+        entry = self._online(op.name)
+        if entry is None:
+            return
+        old, new = entry.state, op.state()
+        entry.state = new
+        # What the old state needed and the new one does not lies in (old floor, new delivered]; retention
+        # re-checks every consumer's needs over it.
+        if new.delivered_stream_seq > old.ack_floor_stream_seq:
+            changes.released.append((old.ack_floor_stream_seq + 1, new.delivered_stream_seq))
+
     def _pause(self, op: PauseOp, changes: _Changes) -> None:
         entry = self._online(op.name)
         if entry is not None:
@@ -267,4 +281,5 @@ _APPLY = {
     TermOp: ConsumerSet._term,
     SkipOp: ConsumerSet._skip,
     PauseOp: ConsumerSet._pause,
+    StateOp: ConsumerSet._set_state,
 }

@@ -14,6 +14,10 @@ Body (little-endian): `version u8 | op_count u16 | op*`; each op is `kind u8 | n
     TERM       count u32, then count x stream_seq u64
     SKIP       stream_seq u64   (the delivered cursor moves up to it: messages not to be delivered)
     PAUSE      until_ns u64     (0 resumes)
+    STATE      delivered (consumer_seq u64, stream_seq u64), ack_floor (consumer_seq u64, stream_seq u64),
+               pending_count u32, pending_count x (stream_seq u64, consumer_seq u64, ts_ns i64),
+               redelivered_count u32, redelivered_count x (stream_seq u64, count u32)
+               (the whole replicated state, replacing the consumer's: a restore from a backup)
 
 Invariants:
   1. `decode_ops(encode_ops(x)) == x` for every valid value (Hypothesis round trip).
@@ -21,6 +25,9 @@ Invariants:
      `IndexError` or `UnicodeDecodeError` escapes, and trailing bytes are an error.
   3. Sequences are >= 1, delivery counts >= 1, names are 1..255 bytes of UTF-8; bounds below hold.
   4. Op kind numbers are durable: never reuse or renumber one.
+  5. A STATE op holds a consistent state (`ConsumerState.check()`: pending in stream-seq order, within
+     (ack_floor, delivered]; no stream seq twice; redelivery counts >= 1); the encoder refuses any other
+     (ValueError) and the decoder too (`MalformedConsumerOps`), so applying one cannot fail.
 
 A CREATE_AT carries the consumer's start as the stream leader resolved it when proposing
 (`position.start_position` over the leader's store): `start_seq` is the delivered stream cursor the
@@ -34,7 +41,7 @@ A DELIVERED record is also how the leader replicates a NAK delay or a `+WPI` (sa
 timestamp) and a message that ran out of deliveries (delivery count `max_deliver + 1`), as nats-server's
 `updateDelivered` does. The encoder is one `struct.pack` per record and one `bytes.join` per entry.
 
-Imports: L0, stdlib, attrs. Reference: DESIGN.md §7; nats-server `server/jetstream_cluster.go`
+Imports: L0, stdlib, attrs, the `state` sibling. Reference: DESIGN.md §7; nats-server `server/jetstream_cluster.go`
 (updateDeliveredOp, updateAcksOp), `server/store.go` (ConsumerState).
 """
 
@@ -48,6 +55,8 @@ import attrs
 
 from jsraft.codec.reader import BoundedReader
 from jsraft.consumer.errors import MalformedConsumerOps
+from jsraft.consumer.state import ConsumerState
+from jsraft.errors import InvariantViolation, invariant
 
 OPS_VERSION = 1
 OPS_PER_ENTRY_MAX = 4096  # bounds the work of applying one entry
@@ -63,6 +72,9 @@ _U64 = struct.Struct("<Q")
 _CREATE = struct.Struct("<QI")
 _CREATE_AT = struct.Struct("<QQQI")
 _DELIVERED = struct.Struct("<QQIq")
+_POSITION = struct.Struct("<QQQQ")
+_PENDING = struct.Struct("<QQq")
+_REDELIVERED = struct.Struct("<QI")
 
 
 class OpKind(enum.IntEnum):
@@ -74,6 +86,7 @@ class OpKind(enum.IntEnum):
     SKIP = 6
     PAUSE = 7
     CREATE_AT = 8
+    STATE = 9
 
 
 # One delivery: (stream_seq, consumer_seq, delivery_count, ts_ns). A tuple: one per delivered message.
@@ -134,7 +147,39 @@ class PauseOp:
     until_ns: int
 
 
-Op = CreateOp | DeleteOp | DeliveredOp | AckOp | TermOp | SkipOp | PauseOp
+@attrs.frozen(kw_only=True)
+class StateOp:
+    """Set the consumer's whole replicated state (a restore: nats-server carries it in its snapshot)."""
+
+    kind = OpKind.STATE
+    name: str
+    delivered: tuple[int, int]  # (consumer_seq, stream_seq)
+    ack_floor: tuple[int, int]
+    pending: tuple[tuple[int, int, int], ...]  # (stream_seq, consumer_seq, ts_ns), in stream-seq order
+    redelivered: tuple[tuple[int, int], ...]  # (stream_seq, count), in stream-seq order
+
+    def state(self) -> ConsumerState:
+        """The state this op sets, checked (invariant 5: `InvariantViolation` when inconsistent)."""
+        state = ConsumerState()
+        state.delivered_consumer_seq, state.delivered_stream_seq = self.delivered
+        state.ack_floor_consumer_seq, state.ack_floor_stream_seq = self.ack_floor
+        state.pending = {sseq: (cseq, ts) for sseq, cseq, ts in self.pending}
+        state.redelivered = dict(self.redelivered)
+        invariant(len(state.pending) == len(self.pending) and len(state.redelivered) == len(self.redelivered),
+                  "a stream seq twice in a consumer state")
+        invariant(all(count > 0 for _, count in self.redelivered), "a redelivery count of 0")
+        state.check()
+        return state
+
+    @classmethod
+    def of(cls, name: str, state: ConsumerState) -> "StateOp":
+        return cls(name=name, delivered=(state.delivered_consumer_seq, state.delivered_stream_seq),
+                   ack_floor=(state.ack_floor_consumer_seq, state.ack_floor_stream_seq),
+                   pending=tuple((sseq, cseq, ts) for sseq, (cseq, ts) in state.pending.items()),
+                   redelivered=tuple(sorted(state.redelivered.items())))
+
+
+Op = CreateOp | DeleteOp | DeliveredOp | AckOp | TermOp | SkipOp | PauseOp | StateOp
 
 
 def _name(name: str) -> bytes:
@@ -172,7 +217,21 @@ def _encode_one(op: Op) -> bytes:
         return head + _seqs(op.seqs)
     if isinstance(op, SkipOp):
         return head + _U64.pack(op.stream_seq)
+    if isinstance(op, StateOp):
+        return head + _encode_state(op)
     return head + _U64.pack(op.until_ns)
+
+
+def _encode_state(op: StateOp) -> bytes:
+    if len(op.pending) > RECORDS_PER_OP_MAX or len(op.redelivered) > RECORDS_PER_OP_MAX:
+        raise ValueError(f"more than {RECORDS_PER_OP_MAX} pending or redelivered messages in a STATE op")
+    try:
+        op.state()
+    except InvariantViolation as error:
+        raise ValueError(f"an inconsistent consumer state: {error}") from None
+    return b"".join([_POSITION.pack(*op.delivered, *op.ack_floor), _U32.pack(len(op.pending)),
+                     *(_PENDING.pack(*p) for p in op.pending), _U32.pack(len(op.redelivered)),
+                     *(_REDELIVERED.pack(*r) for r in op.redelivered)])
 
 
 def encode_ops(ops: Sequence[Op]) -> bytes:
@@ -218,6 +277,23 @@ def _read_delivered(reader: _Reader) -> tuple[Delivered, ...]:
     return tuple(records)
 
 
+def _read_state(reader: _Reader, name: str) -> StateOp:
+    d_cseq, d_sseq, f_cseq, f_sseq = reader.take(_POSITION)
+    records: list[tuple] = []
+    for record in (_PENDING, _REDELIVERED):
+        (count,) = reader.take(_U32)
+        if count > RECORDS_PER_OP_MAX:
+            raise MalformedConsumerOps(f"{count} records in a STATE op")
+        records.append(tuple(reader.take(record) for _ in range(count)))
+    op = StateOp(name=name, delivered=(d_cseq, d_sseq), ack_floor=(f_cseq, f_sseq), pending=records[0],
+                 redelivered=records[1])
+    try:
+        op.state()  # invariant 5
+    except InvariantViolation as error:
+        raise MalformedConsumerOps(f"STATE op of {name!r} is inconsistent: {error}") from None
+    return op
+
+
 def _decode_one(reader: _Reader) -> Op:
     kind, name_len = reader.take(_OP)
     try:
@@ -249,6 +325,8 @@ def _decode_one(reader: _Reader) -> Op:
         return SkipOp(name=name, stream_seq=reader.take(_U64)[0])
     if kind == OpKind.PAUSE:
         return PauseOp(name=name, until_ns=reader.take(_U64)[0])
+    if kind == OpKind.STATE:
+        return _read_state(reader, name)
     raise MalformedConsumerOps(f"unknown consumer op kind {kind}")
 
 

@@ -1,6 +1,7 @@
 """Consumer snapshots: every consumer of a stream as bytes, carried in the stream snapshot's `extra`.
 
-Owns: `encode_snapshot(consumer_set)` and `restore_snapshot(data, store, retention)`. Format
+Owns: `encode_snapshot(consumer_set)` and `restore_snapshot(data, store, retention)`, and one consumer's
+entry in the same format (`encode_consumer` / `decode_consumer`: a stream backup's consumer state). Format
 (little-endian): `magic b"JSCS" | version u8 | applied_index u64 | count u32 | consumer* | crc32c u32`
 where the CRC covers everything before it, and each consumer is
 
@@ -64,10 +65,19 @@ def _encode_entry(entry: ConsumerEntry) -> bytes:
     return b"".join(parts)
 
 
-def encode_snapshot(consumers: ConsumerSet) -> bytes:
-    body = b"".join([_HEAD.pack(MAGIC, SNAPSHOT_VERSION, consumers.applied_index, len(consumers.consumers)),
-                     *(_encode_entry(e) for e in consumers.consumers.values())])
+def _encode(applied_index: int, entries: list[ConsumerEntry]) -> bytes:
+    body = b"".join([_HEAD.pack(MAGIC, SNAPSHOT_VERSION, applied_index, len(entries)),
+                     *(_encode_entry(e) for e in entries)])
     return body + _U32.pack(crc32c.crc32c(body))
+
+
+def encode_snapshot(consumers: ConsumerSet) -> bytes:
+    return _encode(consumers.applied_index, list(consumers.consumers.values()))
+
+
+def encode_consumer(entry: ConsumerEntry) -> bytes:
+    """One consumer in the same format (applied index 0): what a stream backup carries of its state."""
+    return _encode(0, [entry])
 
 
 class _Reader(BoundedReader):
@@ -111,12 +121,8 @@ def _decode_entry(reader: _Reader, stream: StreamConfig | None) -> ConsumerEntry
     return entry
 
 
-def restore_snapshot(data: bytes, store: StreamStore, retention: Retention = Retention.limits,
-                     stream: StreamConfig | None = None) -> ConsumerSet:
-    """The `ConsumerSet` a snapshot describes, over `store` (the stream's, already restored)."""
-    consumers = ConsumerSet(store, retention, stream)
-    if not data:
-        return consumers
+def _decode(data: bytes, stream: StreamConfig | None) -> tuple[int, dict[str, ConsumerEntry]]:
+    """`(applied_index, {name: entry})` of a non-empty snapshot (invariant 2)."""
     if len(data) < _HEAD.size + _U32.size:
         raise MalformedConsumerSnapshot("consumer snapshot truncated")
     body, (crc,) = data[:-_U32.size], _U32.unpack_from(data, len(data) - _U32.size)
@@ -128,12 +134,29 @@ def restore_snapshot(data: bytes, store: StreamStore, retention: Retention = Ret
         raise MalformedConsumerSnapshot(f"not a consumer snapshot this build reads ({magic!r} v{version})")
     if count > CONSUMERS_MAX:
         raise MalformedConsumerSnapshot(f"{count} consumers in a snapshot")
+    entries: dict[str, ConsumerEntry] = {}
     for _ in range(count):
         entry = _decode_entry(reader, stream)
-        if entry.name in consumers.consumers:
+        if entry.name in entries:
             raise MalformedConsumerSnapshot(f"consumer {entry.name!r} twice in a snapshot")
-        consumers.consumers[entry.name] = entry
+        entries[entry.name] = entry
     if reader.remaining:
         raise MalformedConsumerSnapshot("trailing bytes in a consumer snapshot")
-    consumers.applied_index = applied_index
+    return applied_index, entries
+
+
+def restore_snapshot(data: bytes, store: StreamStore, retention: Retention = Retention.limits,
+                     stream: StreamConfig | None = None) -> ConsumerSet:
+    """The `ConsumerSet` a snapshot describes, over `store` (the stream's, already restored)."""
+    consumers = ConsumerSet(store, retention, stream)
+    if data:
+        consumers.applied_index, consumers.consumers = _decode(data, stream)
     return consumers
+
+
+def decode_consumer(data: bytes, stream: StreamConfig | None = None) -> ConsumerEntry:
+    """The one consumer `encode_consumer` wrote (`MalformedConsumerSnapshot` for anything else)."""
+    _, entries = _decode(data, stream)
+    if len(entries) != 1:
+        raise MalformedConsumerSnapshot(f"{len(entries)} consumers where one was expected")
+    return next(iter(entries.values()))

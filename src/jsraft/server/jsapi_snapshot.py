@@ -35,6 +35,7 @@ Imports: stdlib, attrs, trio, L0, L1 (`subjects`), server siblings. Reference: n
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -48,11 +49,13 @@ import trio
 from jsraft import subjects
 from jsraft.codec.records import encode_message
 from jsraft.errors import BadRequest, JsraftError
+from jsraft.server.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import RestoreFailed
 from jsraft.server.jsapi_codec import decode_request, dumps, is_empty_request, response_type
 from jsraft.server.jsapi_data import meta_barrier
 from jsraft.server.snapshot_format import (
-    SnapshotReader, TupleSum, encode_consumer, encode_end, encode_header, encode_msgs, iter_records,
+    STATE_KEY, BadSnapshot, SnapshotReader, TupleSum, encode_consumer, encode_end, encode_header, encode_msgs,
+    iter_records,
 )
 
 if TYPE_CHECKING:
@@ -157,7 +160,11 @@ class SnapshotEndpoints:
                     await sender.write(encode_msgs(records))
                 seq, done = int(result["next_seq"]), bool(result["done"])
             for consumer in consumers:
-                await sender.write(encode_consumer(consumer))
+                try:  # its replicated state as the leader holds it now (`snapshot_format`'s CONSUMER frame)
+                    _, state = await self.node.call_stream(name, "snapshot.consumer", {"name": consumer["name"]})
+                except ConsumerNotFound:
+                    continue  # deleted since it was listed: not in the snapshot
+                await sender.write(encode_consumer({**consumer, STATE_KEY: base64.b64encode(state[0]).decode()}))
             await sender.write(encode_end(total.to_json(last_seq)))
             await sender.close()
         except (JsraftError, trio.TooSlowError) as error:
@@ -344,14 +351,22 @@ class _Restore:
                 payload = dumps({"stream_name": self.name, "config": _without_server_metadata(consumer["config"])})
                 await endpoints.consumer_create(self.owner._request(
                     request, f"$JS.API.CONSUMER.CREATE.{self.name}.{consumer['name']}", payload))
-                floor = int((consumer.get("ack_floor") or {}).get("stream_seq", 0))
-                await self.owner.node.call_stream(self.name, "restore.consumer",
-                                                  {"name": consumer["name"], "ack_floor_stream_seq": floor})
+                await self._restore_state(consumer)
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._remove_stream()
             raise
         return await endpoints.stream_info(self.owner._request(request, f"$JS.API.STREAM.INFO.{self.name}"))
+
+    async def _restore_state(self, consumer: dict[str, Any]) -> None:
+        """The consumer's replicated state, as it was backed up (only its ack floor in an older backup)."""
+        floor = int((consumer.get("ack_floor") or {}).get("stream_seq", 0))
+        try:
+            state = base64.b64decode(consumer.get(STATE_KEY) or "", validate=True)
+        except ValueError:
+            raise BadSnapshot(f"restore failed: consumer {consumer['name']!r} state is not base64") from None
+        await self.owner.node.call_stream(self.name, "restore.consumer",
+                                          {"name": consumer["name"], "ack_floor_stream_seq": floor}, [state])
 
     async def _replay(self, end: dict[str, Any]) -> None:
         """Second pass over the staged file: the messages to the leader, then the tuple check (invariant 2)."""

@@ -10,7 +10,9 @@ kind, length and body:
     HEADER    JSON: {"format": 1, "stream": name, "config": {...}, "state": {...}} (the stream info's)
     MSGS      message records exactly as a store keeps them (`codec.records.encode_message`: each with
               its own length and CRC32C), in increasing sequence order
-    CONSUMER  JSON: one consumer's info (name, config, delivered, ack_floor)
+    CONSUMER  JSON: one consumer's info (name, config, delivered, ack_floor), and under `STATE_KEY` its
+              replicated state (delivered, ack floor, pending with delivery counts) in
+              `consumer.snapshot`'s CRC'd encoding, base64; a backup written before has no state there
     END       JSON: the state tuple of the messages in the snapshot {"first_seq", "last_seq",
               "messages", "bytes", "digest"} — what the restored stream must hold
 
@@ -47,6 +49,7 @@ MAGIC = b"JSRSNAP1"
 FORMAT_VERSION = 1
 KIND_HEADER, KIND_MSGS, KIND_CONSUMER, KIND_END = 1, 2, 3, 4
 FRAME_BYTES_MAX = 8 << 20
+STATE_KEY = "jsraft_state"  # a CONSUMER frame's replicated state
 _FRAME = struct.Struct("<BII")
 _U64 = (1 << 64) - 1
 

@@ -4,8 +4,9 @@ restored messages in through the stream's Raft log (layer L5).
 Owns: the request methods `snapshot.read` (records of the live messages from a sequence, up to a byte
 budget), `restore.append` (restored messages, proposed as MSGS entries with their own sequences and
 timestamps; gaps between them become deleted sequences) and `restore.finish` (the tail of deleted
-sequences up to the backup's last sequence, then the leader's store state tuple) and `restore.consumer` (a
-restored consumer's position), added to the node's
+sequences up to the backup's last sequence, then the leader's store state tuple), `snapshot.consumer` (a
+consumer's replicated state, `consumer.snapshot`'s encoding) and `restore.consumer` (a restored consumer's
+state), added to the node's
 request table so they travel by `$rpc` to the leader like every other stream method.
 
 Invariants:
@@ -18,11 +19,14 @@ Invariants:
      counts, bytes and digest equal the original's.
   4. Bounded: a read returns at most `READ_MSGS_MAX` messages and about `bytes_max` bytes; an entry holds
      at most `MSGS_PER_ENTRY_MAX` messages.
-  5. A restored consumer resumes after its original's ack floor (a SKIP to that stream sequence): what
-     the original had delivered but not seen acknowledged is delivered again (at-least-once), nothing
-     acknowledged is. Its consumer sequence numbers start again; its config is the original's.
+  5. A restored consumer's replicated state is its original's — delivered and ack floor (both sequences),
+     pending messages with their consumer sequences and delivery counts — set by one STATE op through the
+     stream's log, so every replica applies the same state; its config is the original's. From a backup
+     that carries only the ack floor (written before the state was), it resumes after that floor (a SKIP
+     to it): what the original had delivered but not seen acknowledged is delivered again
+     (at-least-once), nothing acknowledged is, and its consumer sequence numbers start again.
 
-Imports: stdlib, L0, L1 (`codec`, `jsapi`), L3 (`stream` entries, `consumer` ops), server siblings.
+Imports: stdlib, L0, L1 (`codec`, `jsapi`), L3 (`stream` entries, `consumer` ops and snapshots), server siblings.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jsraft.codec.records import encode_message
-from jsraft.consumer import SkipOp
-from jsraft.errors import NoMessageFound
+from jsraft.consumer import SkipOp, StateOp, decode_consumer, encode_consumer, encode_ops
+from jsraft.errors import JsraftError, NoMessageFound
 from jsraft.jsapi import validate_stream_name
 from jsraft.raft.errors import NotLeader
 from jsraft.server.consumer_admin import leading_service
@@ -59,7 +63,7 @@ class SnapshotLeaderSide:
 
     def register(self, table: dict[str, Any]) -> None:
         table.update({"snapshot.read": self.read, "restore.append": self.append, "restore.finish": self.finish,
-                      "restore.consumer": self.consumer_position})
+                      "snapshot.consumer": self.consumer_state, "restore.consumer": self.consumer_position})
 
     async def _leading(self, args: dict[str, Any]) -> "StreamReplica":
         name = validate_stream_name(str(args["stream"]))
@@ -117,18 +121,48 @@ class SnapshotLeaderSide:
         return {"first_seq": state.first_seq, "last_seq": state.last_seq, "messages": state.msgs,
                 "bytes": state.bytes, "digest": f"{state.digest:016x}"}, ()
 
+    async def consumer_state(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        """Consumer `name`'s replicated state as the leader holds it, in `encode_consumer`'s format."""
+        service = await leading_service(self.node, args)
+        entry = service.replica.adapter.consumers.entries.get(str(args["name"]))  # type: ignore[union-attr]
+        if entry is None:
+            raise ConsumerNotFound()
+        return {}, (encode_consumer(entry),)
+
     async def consumer_position(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        """Move restored consumer `name` past its original's ack floor (invariant 5)."""
+        """Give restored consumer `name` its original's state (`blobs[0]`, `encode_consumer`'s), or without
+        one move it past its original's ack floor (invariant 5)."""
         service = await leading_service(self.node, args)
         name, floor = str(args["name"]), int(args["ack_floor_stream_seq"])
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
-        if floor > 0:
-            proposal = await service.propose([SkipOp(name=name, stream_seq=floor)])
+        op: StateOp | SkipOp | None = None
+        if blobs and blobs[0]:
+            op = self._state_op(name, blobs[0])
+        elif floor > 0:
+            op = SkipOp(name=name, stream_seq=floor)
+        if op is not None:
+            proposal = await service.propose([op])
             await service.replica.runtime.outcome(service.replica.group, proposal)
             service.restart_from_state(name)
-        return {"ack_floor_stream_seq": entry.state.ack_floor_stream_seq}, ()
+        state = entry.state
+        return {"delivered": [state.delivered_consumer_seq, state.delivered_stream_seq],
+                "ack_floor": [state.ack_floor_consumer_seq, state.ack_floor_stream_seq],
+                "ack_floor_stream_seq": state.ack_floor_stream_seq, "num_ack_pending": state.num_ack_pending,
+                "num_redelivered": state.num_redelivered}, ()
+
+    def _state_op(self, name: str, blob: bytes) -> StateOp:
+        try:
+            saved = decode_consumer(blob)
+            op = StateOp.of(name, saved.state)
+            encode_ops([op])  # its bounds, before anything is proposed
+        except (JsraftError, ValueError) as error:
+            description = getattr(error, "description", None) or str(error)
+            raise RestoreFailed(f"restore failed: consumer {name!r} state: {description}") from None
+        if saved.name != name:
+            raise RestoreFailed(f"restore failed: the state of consumer {saved.name!r} was given for {name!r}")
+        return op
 
     async def _fill_gap(self, replica: "StreamReplica", next_seq: int) -> None:
         """Make `next_seq - 1` the stream's last sequence, every sequence added deleted (invariant 3)."""

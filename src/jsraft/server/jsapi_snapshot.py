@@ -10,7 +10,9 @@ Snapshot: the request `{"deliver_subject", "chunk_size", "window_size", "no_cons
 `$JS.SNAPSHOT.ACK.<stream>.<id>.<size>.<index>` which the client acknowledges (any message); past
 `window_size` unacknowledged bytes the sender waits. The last, partial chunk has no reply subject; the end is
 an empty message with no reply and the status line `NATS/1.0 204`; a failure part way is an empty message
-with the status line `NATS/1.0 500 <description>` (as nats-server 2.15 sends them).
+with the status line `NATS/1.0 500 <description>` (as nats-server 2.15 sends them). `jsck` (nats-server's
+store check before a snapshot) needs no pass of its own here: every record sent is read through the
+store, which verifies its CRC, and a damaged one fails the snapshot with that 500.
 
 Restore: the request `{"config", "state"}` is answered `{"deliver_subject":
 "$JS.SNAPSHOT.RESTORE.<stream>.<id>"}`; the client sends chunks there, each with a reply subject, and each

@@ -72,13 +72,24 @@ async def test_lifecycle_leader_offline_and_drift_advisories(tmp_path):
                                                       LEADER_ELECTED_TYPE, stream="A"))
             first = next(b["leader"] for s, b in seen if b["type"] == LEADER_ELECTED_TYPE)
             await js.update_stream(name="A", subjects=["a.>"], num_replicas=3, description="updated")
-            await client.request("$JS.API.STREAM.LEADER.STEPDOWN.A", b"", timeout=10)
+
+            def moved(s: list) -> bool:
+                return any(b.get("leader") not in (None, first) for _, b in s if b["type"] == LEADER_ELECTED_TYPE)
+            # A stepdown whose new leader loses the group again before it is ready to lead (seen once in CI:
+            # leadership went back to the first leader) advises nothing for that short term: ask again,
+            # at most three times, until a leader other than the first is announced.
+            for _ in range(3):
+                await client.request("$JS.API.STREAM.LEADER.STEPDOWN.A", b"", timeout=10)
+                try:
+                    await _collect(sub, seen, moved, timeout_s=10.0)
+                    break
+                except Exception:  # noqa: BLE001 — not announced in time (either way _collect reports it)
+                    continue
             await js.add_consumer("A", durable_name="D", ack_policy="explicit")
             await js.delete_consumer("A", "D")
             await js.delete_stream("A")
             await _collect(sub, seen, lambda s: _has(s, "$JS.EVENT.ADVISORY.STREAM.DELETED.A", ACTION_TYPE)
-                           and any(b.get("leader") not in (None, first) for _, b in s
-                                   if b["type"] == LEADER_ELECTED_TYPE))
+                           and moved(s))
 
             # n1 at API level 0: a paused consumer (level 1) is an asset it cannot run.
             await cluster.stop("n1")

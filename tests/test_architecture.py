@@ -10,8 +10,13 @@ table below. Also: deterministic cores (`raft`, `wal`, `store`, `stream`, `consu
 production modules import each other in a cycle (a package's `__init__` importing its own modules is
 a hand-off, not a cycle; imports under `if TYPE_CHECKING:` are annotations, not dependencies); modules
 and functions stay under size ceilings, with an allowlist that may only shrink (an entry that is no
-longer needed, or a file that grew past its entry, fails the test). Every rule has teeth: a test plants
-each kind of violation in a temporary copy of the package and sees the check report it.
+longer needed, or a file that grew past its entry, fails the test). Inside the server (issue #13) its
+subpackages are ranked — `settings` < `nats` < `groups` < `api` < `ops` < the top modules (`node`) — and a
+module imports at run time only its own subpackage, lower-ranked ones and `server.errors` (an allowlist
+of exceptions that may only shrink); `api` reaches the NATS face only through its port
+(`nats.client_server`); no subpackage imports another's private (`_x`) module or name. Every rule has
+teeth: a test plants each kind of violation in a temporary copy of the package and sees the check report
+it.
 """
 
 from __future__ import annotations
@@ -156,6 +161,8 @@ def _module_problems(path: pathlib.Path, root: pathlib.Path = SRC) -> list[str]:
         problems += [f"{package} imports {n}" for n in sorted(imports)
                      if n.split(".")[0] in FORBIDDEN_IN_DETERMINISTIC]
         problems += _module_random_calls(tree)
+    if package == "server":
+        problems += _server_problems(path, tree, imports, root)
     if package in NO_DIRECT_IO:
         problems += [f"{package} imports {n}: file I/O goes through Disk" for n in sorted(imports)
                      if n.split(".")[0] in FORBIDDEN_IO_MODULES]
@@ -183,6 +190,70 @@ def _module_random_calls(tree: ast.AST) -> list[str]:
         and node.value.id in aliases and node.attr != "Random"
     ]
     return problems
+
+
+# --- The server's subpackages (issue #13) -------------------------------------------------------------
+
+# A server module imports at run time its own subpackage, lower-ranked ones and `server.errors`; the top
+# modules (`node`, `thread_node`, the package `__init__`) build the node from all of them and are reached
+# from a subpackage only under `if TYPE_CHECKING:` (annotations).
+SERVER_RANKS = {"settings": 0, "nats": 1, "groups": 2, "api": 3, "ops": 4}
+# (module path relative to src/jsraft, imported module) allowed against the ranks. May only shrink.
+# `rfc3339` (Go's time format) still lives in the API codec; moving it down is a content change.
+SERVER_RANK_EXCEPTIONS = {
+    ("server/groups/consumer_events.py", "jsraft.server.api.jsapi_codec"),
+    ("server/groups/consumer_pull.py", "jsraft.server.api.jsapi_codec"),
+}
+# The NATS face's port: the one `nats` module `api` may import (the rest are its internals).
+NATS_PORT = {"client_server"}
+
+
+def _server_target(name: str) -> tuple[str, str] | None:
+    """(subpackage or top module, module) of a `jsraft.server...` import, or None."""
+    parts = name.split(".")
+    if parts[:2] != ["jsraft", "server"]:
+        return None
+    if len(parts) == 2:
+        return ("__init__", "__init__")
+    if parts[2] in SERVER_RANKS:
+        return (parts[2], parts[3] if len(parts) > 3 else "__init__")
+    return (parts[2], parts[2])
+
+
+def _server_problems(path: pathlib.Path, tree: ast.Module, imports: set[str], root: pathlib.Path) -> list[str]:
+    rel = path.relative_to(root)
+    if len(rel.parts) < 3 or rel.parts[1] not in SERVER_RANKS:
+        return []  # a top module of the server
+    own = rel.parts[1]
+    runtime = _runtime_imports(tree, path, root)
+    problems = []
+    for name in sorted(imports):
+        target = _server_target(name)
+        if target is None or target[0] == own:
+            continue
+        sub, module = target
+        tail = name.split(".")[3 if sub in SERVER_RANKS else 2:]
+        if any(part.startswith("_") and not part.startswith("__") for part in tail):
+            problems.append(f"server.{own} imports {name}: a private name of another subpackage")
+        if own == "api" and sub == "nats" and module not in NATS_PORT:
+            problems.append(f"server.api imports {name}: the NATS face's internals (only {sorted(NATS_PORT)})")
+        if name not in runtime or sub == "errors":
+            continue
+        if sub not in SERVER_RANKS:
+            problems.append(f"server.{own} imports {name} at run time: the top of the server (annotations only)")
+        elif SERVER_RANKS[sub] > SERVER_RANKS[own] and (str(rel), ".".join(name.split(".")[:4])) \
+                not in SERVER_RANK_EXCEPTIONS:
+            problems.append(f"server.{own} imports {name}: server.{sub} ranks above it")
+    return problems
+
+
+def test_server_rank_exceptions_are_all_needed():
+    for rel, target in sorted(SERVER_RANK_EXCEPTIONS):
+        path = SRC / rel
+        assert path.exists(), f"{rel}: file gone; remove it from SERVER_RANK_EXCEPTIONS"
+        tree = ast.parse(path.read_text())
+        assert any(n == target or n.startswith(target + ".") for n in _runtime_imports(tree, path, SRC)), \
+            f"{rel} no longer imports {target}: remove it from SERVER_RANK_EXCEPTIONS"
 
 
 # --- Import cycles ------------------------------------------------------------------------------------
@@ -328,6 +399,12 @@ PLANTED = {
     "replica/planted_trio.py": ("import trio\n", "replica imports trio"),
     "replica/planted_runtime.py": ("from jsraft.runtime import NodeRuntime\n", "replica (L3.5) imports runtime"),
     "replica/planted_server.py": ("from jsraft import server\n", "replica (L3.5) imports server"),
+    "server/api/planted_nats.py": ("from jsraft.server.nats import client_conn\n", "the NATS face's internals"),
+    "server/nats/planted_rank.py": ("from jsraft.server.groups.streams import StreamManager\n",
+                                    "server.groups ranks above it"),
+    "server/settings/planted_node.py": ("from jsraft.server.node import Node\n", "the top of the server"),
+    "server/groups/planted_private.py": ("from jsraft.server.nats._secret import key\n",
+                                         "a private name of another subpackage"),
 }
 
 
@@ -362,9 +439,8 @@ def test_a_planted_import_cycle_fails_the_check(tmp_path):
 
 # --- "Modules:" lines in package docstrings -----------------------------------------------------------
 
-# Packages whose `__init__` docstring does not list its modules yet. May only shrink. `server` is to be
-# regrouped into subpackages (issue #13), each with its own list.
-MODULES_LINE_EXEMPT = {"server"}
+# Packages whose `__init__` docstring does not list its modules yet. May only shrink.
+MODULES_LINE_EXEMPT: set[str] = set()
 
 
 def _unlisted_modules(package_dir: pathlib.Path) -> list[str] | None:

@@ -25,8 +25,8 @@ from crc32c import crc32c
 from jsraft.client import connect
 from jsraft.client.inbox import new_inbox_prefix
 from jsraft.client.pull import parse_metadata
-from jsraft.server import snapshot_format
-from jsraft.server.snapshot_format import SnapshotReader
+from jsraft.server.api import snapshot_format
+from jsraft.server.api.snapshot_format import SnapshotReader
 from jsraft_kit import LocalCluster, Pty, poll
 
 MESSAGES = 100_000

@@ -1,4 +1,4 @@
-"""The monitoring HTTP listener (`jsraft.server.monitor.Monitor`) on a real node, over real TCP.
+"""The monitoring HTTP listener (`jsraft.server.ops.monitor.Monitor`) on a real node, over real TCP.
 
 Method: a single real node (`jsraft.open_node`, real files under `tmp_path`, loopback listeners on port 0)
 with a `Monitor` started next to it in the test's nursery. Requests are raw bytes over a trio TCP stream
@@ -18,10 +18,10 @@ import trio
 
 import jsraft
 from jsraft.server import NodeConfig
-from jsraft.server import monitor as monitor_module
-from jsraft.server.meta_service import META_GROUP
-from jsraft.server.metrics import node_ready
-from jsraft.server.monitor import HttpError, Monitor, format_uptime, parse_request_head
+from jsraft.server.ops import monitor as monitor_module
+from jsraft.server.groups.meta_service import META_GROUP
+from jsraft.server.ops.metrics import node_ready
+from jsraft.server.ops.monitor import HttpError, Monitor, format_uptime, parse_request_head
 
 
 def config(tmp_path) -> NodeConfig:

@@ -13,7 +13,7 @@ import pytest
 import jsraft.client as jc
 from jsraft import errors
 from jsraft.client.values import parse_rfc3339_ns, pub_ack_from, raw_msg_from, stream_info_from
-from jsraft.server.jsapi_codec import rfc3339
+from jsraft.server.api.jsapi_codec import rfc3339
 
 MAPPED = [errors.BadRequest, errors.InvalidJSON, errors.InvalidConfig, errors.InvalidSubject,
           errors.MessageTooLarge, errors.StreamNotFound, errors.NoMessageFound, errors.StoreFailed,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 
 import jsraft
-from jsraft.server.config import NodeConfig
+from jsraft.server.settings.config import NodeConfig
 
 
 async def test_an_unnamed_ephemeral_keeps_no_name_in_its_config(tmp_path):

@@ -27,7 +27,7 @@ from jsraft.errors import DamagedSequence, NoMessageFound
 from jsraft.jsapi.consumer_config import parse_consumer_config
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.raft.types import Entry
-from jsraft.server.stream_adapter import StreamAdapter
+from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.memstore import MemStore
 from jsraft.stream import StreamStateMachine, store_config_for
 from jsraft.stream import entries as stream_entries

@@ -17,9 +17,9 @@ from typing import Any
 
 import trio
 
-from jsraft.server.client_server import ClientOptions, ClientServer
-from jsraft.server.route_wire import ROUTE_GROUP, Kind, decode
-from jsraft.server.routes import Routes
+from jsraft.server.nats.client_server import ClientOptions, ClientServer
+from jsraft.server.nats.route_wire import ROUTE_GROUP, Kind, decode
+from jsraft.server.nats.routes import Routes
 
 FrameFilter = Callable[[str, str, bytes], bool]  # (from, to, payload) -> True to drop it
 

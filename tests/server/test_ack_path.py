@@ -21,7 +21,7 @@ from typing import Any
 import trio
 from nats.js.api import ConsumerConfig
 
-from jsraft.server.client_server import could_match_ack
+from jsraft.server.nats.client_server import could_match_ack
 from nats_kit import nats_connect, until
 from test_consumers_nats import follower_connection, run_in_cluster, stream_leader
 

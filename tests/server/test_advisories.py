@@ -22,8 +22,8 @@ import attrs
 import trio
 
 import jsraft.client
-from jsraft.server.stream_events import ACTION_TYPE, LEADER_ELECTED_TYPE
-from jsraft.server.versioning import OFFLINE_TYPE
+from jsraft.replica.stream_events import ACTION_TYPE, LEADER_ELECTED_TYPE
+from jsraft.server.groups.versioning import OFFLINE_TYPE
 from jsraft.stream import DRIFT_REPAIRED_ADVISORY
 from drift_kit import change_body, converged, setup_stream, start, with_store
 from nats_kit import interest

@@ -19,7 +19,7 @@ import pytest
 
 import jsraft
 from jsraft.jsapi import API_LEVEL, FEATURES
-from jsraft.server.monitor import Monitor
+from jsraft.server.ops.monitor import Monitor
 from nats_kit import in_asyncio, nats_connect, single
 
 API = "$JS.API"

@@ -19,7 +19,7 @@ import pytest
 
 import jsraft
 from jsraft.protocol import Msg
-from jsraft.server.auth_config import (
+from jsraft.server.settings.auth_config import (
     ClientAuthConfig, Permissions, ResponsePermission, SubjectPermission, UserConfig,
 )
 

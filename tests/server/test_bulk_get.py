@@ -3,7 +3,7 @@
 Method: an R3 stream on a 3-node `Cluster`, nats-py connected to a follower (so chunks cross a route),
 holding messages with and without headers, interior deletes and a purged head, and enough 1 KiB
 messages to need several chunks. Each bulk request's chunks are unpacked here with `struct` (the
-layout documented in `jsraft.server.bulk_get`, independently of the Spark reader's decoder) and compared
+layout documented in `jsraft.server.api.bulk_get`, independently of the Spark reader's decoder) and compared
 with the same range read by batched direct gets (ADR-31, itself compared with nats-server in
 test_direct_batch.py). Also: `last_seq` bounds the read, `batch` stops it with `Jsraft-Bulk-End: 0`,
 bad requests are `408`, an unknown stream `404`.

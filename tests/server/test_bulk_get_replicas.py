@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from jsraft.server.bulk_get import readable_store
+from jsraft.server.api.bulk_get import readable_store
 from jsraft.testing.chaos.relay import Relay
 from jsraft.testing.cluster import Cluster, relayed_configs
 from nats_kit import in_asyncio, nats_connect

@@ -22,8 +22,8 @@ import trio
 import jsraft
 from jsraft.raft.messages import AppendEntries, RequestVote
 from jsraft.server import NodeConfig
-from jsraft.server.auth_config import TlsConfig
-from jsraft.server.meta_service import META_GROUP
+from jsraft.server.settings.auth_config import TlsConfig
+from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.testing.certs import TestCa
 from jsraft.testing.cluster import Cluster
 from jsraft.transport import FrameDecoder, Hello, encode_message

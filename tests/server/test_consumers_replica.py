@@ -21,7 +21,7 @@ from jsraft.consumer import (
 )
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.raft.types import Entry
-from jsraft.server.stream_adapter import StreamAdapter
+from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.memstore import MemStore
 from jsraft.stream import CatchupSession, Finding, FindingKind, StreamStateMachine, serve_catchup, store_config_for
 from jsraft.stream import entries as stream_entries

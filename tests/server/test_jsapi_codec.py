@@ -1,4 +1,4 @@
-"""The JetStream API's pure pieces (`jsraft.server.jsapi_codec`): Go's RFC 3339 timestamps, the strict
+"""The JetStream API's pure pieces (`jsraft.server.api.jsapi_codec`): Go's RFC 3339 timestamps, the strict
 request decoding and its JSON errors, and the direct-get header blocks.
 
 Method: plain function calls against values worked out by hand from Go's `time.RFC3339Nano` layout and
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from jsraft.errors import InvalidJSON
-from jsraft.server.jsapi_codec import (
+from jsraft.server.api.jsapi_codec import (
     MsgGetRequest, PurgeRequest, decode_request, decode_stream_config, direct_headers, is_empty_request,
     is_json_object_or_array, rfc3339, status_headers, stored_msg_json,
 )

@@ -25,7 +25,7 @@ import shutil
 import pytest
 import trio
 
-from jsraft.server.meta_service import META_GROUP
+from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.stream import Health
 from jsraft.testing.cluster import Cluster
 

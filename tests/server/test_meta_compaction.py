@@ -26,9 +26,9 @@ from test_cluster import ELECTION_TICKS, TICK_MS, publish_all
 from jsraft.disk import OsDisk
 from jsraft.errors import StoreClosed, StreamNotFound
 from jsraft.meta import MalformedMetaSnapshot, MetaStateMachine
-from jsraft.server.meta_adapter import MetaAdapter
-from jsraft.server.meta_service import META_GROUP
-from jsraft.server.streams import StreamManager
+from jsraft.replica.meta_adapter import MetaAdapter
+from jsraft.server.groups.meta_service import META_GROUP
+from jsraft.server.groups.streams import StreamManager
 from jsraft.testing.cluster import Cluster
 from jsraft.wal import Wal
 

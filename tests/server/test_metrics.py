@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import jsraft
 import jsraft.client as jc
 from jsraft.server import NodeConfig
-from jsraft.server.meta_service import META_GROUP
-from jsraft.server.monitor import Monitor
+from jsraft.server.groups.meta_service import META_GROUP
+from jsraft.server.ops.monitor import Monitor
 
 
 def config(tmp_path, name: str = "m1") -> NodeConfig:

@@ -14,8 +14,8 @@ import pytest
 
 from jsraft.errors import InvalidConfig
 from jsraft.server import NodeConfig
-from jsraft.server.config_file import config_format
-from jsraft.server.nats_conf import parse_nats_conf
+from jsraft.server.settings.config_file import config_format
+from jsraft.server.settings.nats_conf import parse_nats_conf
 
 FULL = """
 # a nats-server style file

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 import jsraft
-from jsraft.server.versioning import OFFLINE_TYPE
+from jsraft.server.groups.versioning import OFFLINE_TYPE
 from jsraft.testing.cluster import Cluster
 from nats_kit import in_asyncio, nats_connect, single
 from offline_kit import (

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from jsraft.server import publish_batch
+from jsraft.server.groups import publish_batch
 from jsraft.testing.cluster import Cluster
 from nats_kit import in_asyncio, nats_connect, until
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 
 from jsraft.raft import NotLeader
-from jsraft.server.publish_pipeline import InFlightBatches
+from jsraft.replica.publish_pipeline import InFlightBatches
 from jsraft.stream import ApplyResult, PubOutcome
 from jsraft.stream.entries import EntryKind
 from jsraft.stream.outcomes import ApiError

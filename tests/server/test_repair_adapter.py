@@ -15,8 +15,8 @@ import pytest
 
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.raft.types import Entry
-from jsraft.server import stream_adapter
-from jsraft.server.stream_adapter import StreamAdapter
+from jsraft.replica import stream_adapter
+from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.memstore import MemStore
 from jsraft.stream import (
     CatchupSession, Finding, FindingKind, Health, MalformedSnapshot, StaleSnapshot, StreamStateMachine,

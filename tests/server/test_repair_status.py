@@ -23,7 +23,7 @@ from drift_kit import (
 )
 
 from jsraft.disk import OsDisk
-from jsraft.server import handlers
+from jsraft.server.groups import handlers
 from jsraft.store.blocks import block_name
 from jsraft.store.filestore import FileStore
 from jsraft.stream import CatchupRefusal, StreamNotHealthy, encode_refusal

@@ -18,8 +18,8 @@ import collections
 
 import pytest
 
-from jsraft.server.route_interest import InterestSet, LocalInterest, PeerView
-from jsraft.server.route_wire import (
+from jsraft.server.nats.route_interest import InterestSet, LocalInterest, PeerView
+from jsraft.server.nats.route_wire import (
     STATE_CHUNK_BYTES_MAX, Digest, Interest, Kind, Msgs, Resync, RoutedMsg, decode, encode_delta, encode_digest,
     encode_msg, encode_msgs, encode_resync, encode_state,
 )

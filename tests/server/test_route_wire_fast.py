@@ -14,7 +14,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from jsraft.server.route_wire import Kind, Msgs, RoutedMsg, _decode_msg, decode, decode_msgs_fast, encode_msg, encode_msgs
+from jsraft.server.nats.route_wire import (
+    Kind, Msgs, RoutedMsg, _decode_msg, decode, decode_msgs_fast, encode_msg, encode_msgs,
+)
 from jsraft.transport.binary import Reader
 from jsraft.transport.errors import TransportProtocolError
 from test_route_sync import test_malformed_frames_are_protocol_errors as malformed_cases

@@ -12,7 +12,7 @@ import trio
 from jsraft.errors import StreamNotFound, UnknownConfigField
 from jsraft.raft.errors import NotLeader
 from jsraft.server.errors import RpcLinkDown, RpcRefused, RpcTimeout
-from jsraft.server.rpc import REPLY, REQUEST, Rpc, decode_frame, encode_frame
+from jsraft.server.groups.rpc import REPLY, REQUEST, Rpc, decode_frame, encode_frame
 from jsraft.transport.errors import TransportProtocolError
 
 

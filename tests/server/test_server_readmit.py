@@ -20,9 +20,9 @@ from typing import Any
 import trio
 
 from jsraft.raft.membership import ConfChange, ConfChangeType
-from jsraft.server.meta_members import Notify, Readmit, Seen, plan
-from jsraft.server.meta_service import META_GROUP
-from jsraft.server.monitor import Monitor
+from jsraft.server.groups.meta_members import Notify, Readmit, Seen, plan
+from jsraft.server.groups.meta_service import META_GROUP
+from jsraft.server.ops.monitor import Monitor
 from jsraft.testing.cluster import Cluster
 from nats_kit import in_asyncio, nats_connect, until
 from test_consumers_nats import live_seqs

@@ -1,4 +1,4 @@
-"""The snapshot byte stream (`jsraft.server.snapshot_format`): what the restore side accepts and refuses.
+"""The snapshot byte stream (`jsraft.server.api.snapshot_format`): what the restore side accepts and refuses.
 
 Method: build snapshots with the writer, feed them to `SnapshotReader` in slices of every size from 1
 byte up (chunk boundaries carry no meaning), and check the messages and end tuple come back exactly; then
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from jsraft.server.snapshot_format import (
+from jsraft.server.api.snapshot_format import (
     BadSnapshot, SnapshotReader, TupleSum, encode_consumer, encode_end, encode_header, encode_msgs, message_record,
 )
 from jsraft.store import StoreConfig

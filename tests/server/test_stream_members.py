@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jsraft.raft.membership import ConfChange, ConfChangeType
-from jsraft.server.stream_members import Transfer, next_change
+from jsraft.server.groups.stream_members import Transfer, next_change
 
 A = ConfChangeType
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jsraft import subjects
-from jsraft.server.sublist import CACHE_SUBJECTS_MAX, Sublist
+from jsraft.server.nats.sublist import CACHE_SUBJECTS_MAX, Sublist
 
 
 class S:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import trio
 
-from jsraft.server.monitor import Monitor
+from jsraft.server.ops.monitor import Monitor
 from jsraft.testing.chaos.hooks import HookError, Hooks
 from jsraft.testing.cluster import Cluster
 

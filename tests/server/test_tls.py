@@ -19,8 +19,8 @@ import pytest
 import trio
 
 import jsraft
-from jsraft.server.auth_config import TlsConfig
-from jsraft.server.monitor import Monitor
+from jsraft.server.settings.auth_config import TlsConfig
+from jsraft.server.ops.monitor import Monitor
 from jsraft.testing.certs import TestCa
 
 from nats_kit import in_asyncio, nats_connect, single
@@ -138,7 +138,7 @@ async def https_get(address, context: ssl.SSLContext, path: str, token: str | No
 
 
 async def test_monitor_over_tls_with_a_token(tmp_path, pki, caplog):
-    caplog.set_level(logging.WARNING, logger="jsraft.server.monitor")
+    caplog.set_level(logging.WARNING, logger="jsraft.server.ops.monitor")
     cert, key = pki["server"]
     config = single(tmp_path, monitor_tls=TlsConfig(cert_file=cert, key_file=key), monitor_token="monitor-token-1")
     async with jsraft.open_node(config) as node:

@@ -15,11 +15,11 @@ import nkeys
 import pytest
 
 from jsraft.errors import InvalidConfig
-from jsraft.server.auth import Authenticator, AuthRefused, nkey_public_bytes, verify_nkey
-from jsraft.server.auth_config import (
+from jsraft.server.nats.auth import Authenticator, AuthRefused, nkey_public_bytes, verify_nkey
+from jsraft.server.settings.auth_config import (
     ClientAuthConfig, Permissions, ResponsePermission, SubjectPermission, UserConfig,
 )
-from jsraft.server.permissions import ConnPermissions, Responses, permission_error_text
+from jsraft.server.nats.permissions import ConnPermissions, Responses, permission_error_text
 
 
 def conn(pub_allow=None, pub_deny=(), sub_allow=None, sub_deny=(), responses=None) -> ConnPermissions:

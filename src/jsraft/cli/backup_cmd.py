@@ -34,7 +34,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, Trans
 
 from jsraft.cli.session import ApiFailure, Failed, Session, client_command
 from jsraft.client.inbox import new_inbox_prefix
-from jsraft.server.snapshot_format import SnapshotReader
+from jsraft.server.api.snapshot_format import SnapshotReader
 
 MANIFEST, DATA = "backup.json", "stream.snap"
 CHUNK_BYTES = 128 * 1024

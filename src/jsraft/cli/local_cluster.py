@@ -27,7 +27,7 @@ from typing import Any
 import trio
 
 from jsraft.server import Node, NodeConfig
-from jsraft.server.meta_service import META_GROUP
+from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.store import StoreState
 
 

@@ -46,10 +46,10 @@ import trio
 from jsraft import __version__
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
-from jsraft.server.client_server import NATS_VERSION
-from jsraft.server.identity import default_node_name
-from jsraft.server.monitor import Monitor
-from jsraft.server.tls import check_tls_files
+from jsraft.server.nats.client_server import NATS_VERSION
+from jsraft.server.settings.identity import default_node_name
+from jsraft.server.ops.monitor import Monitor
+from jsraft.server.nats.tls import check_tls_files
 
 log = logging.getLogger("jsraft.serve")
 

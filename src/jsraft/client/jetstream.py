@@ -4,7 +4,7 @@ Owns: `add_stream`, `update_stream`, `delete_stream`, `stream_info`, `streams`, 
 `purge_stream`, `publish`, `get_msg`, `delete_msg`, and for consumers `add_consumer`, `consumer_info`,
 `consumers`, `delete_consumer`, `pull_subscribe` / `pull_subscribe_bind` (fetching in `pull`), `subscribe`
 (push, in `push`) — the names, arguments and return values of
-`jsraft.server.jetstream.JetStreamContext`, served by any node's JetStream API (nats-server's JSON
+`jsraft.server.api.jetstream.JetStreamContext`, served by any node's JetStream API (nats-server's JSON
 shapes), so code moves between an embedded node and a remote one unchanged. Differences: `stream_names`
 is a coroutine here (it asks the server); `publish(stream=...)` sends `Nats-Expected-Stream` (the server
 picks the stream by subject, and refuses if it is another one).

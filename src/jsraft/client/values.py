@@ -1,7 +1,7 @@
 """The values the client's JetStream context returns, and their decoding from API JSON (layer L4).
 
 Owns: `PubAck`, `StreamInfo`, `RawStreamMsg`, `ConsumerInfo` — the same names and fields as the embedded context's
-(`jsraft.server.jetstream`), which the client cannot import — and turning the JSON a node serves
+(`jsraft.server.api.jetstream`), which the client cannot import — and turning the JSON a node serves
 (`$JS.API.*` answers: nats-server's `PubAck`, `StreamInfo`, `StoredMsg`, `ConsumerInfo`) into them, including Go's
 RFC 3339 timestamps with nanoseconds.
 

@@ -141,7 +141,7 @@ class PeerRemove:
 @attrs.frozen(kw_only=True)
 class PeerSeen:
     """The meta leader saw member `peer` online with this storage UUID (its HELLO): recorded so that, once
-    the peer is removed, every replica knows which disk was removed (`server/meta_members.py`)."""
+    the peer is removed, every replica knows which disk was removed (`server/groups/meta_members.py`)."""
 
     kind: ClassVar[EntryKind] = EntryKind.PEER_SEEN
     peer: str
@@ -151,7 +151,7 @@ class PeerSeen:
 @attrs.frozen(kw_only=True)
 class ServerReadmit:
     """A removed server came back with another storage UUID (its directory wiped): it may be added to the
-    meta group again (learner, then voter, then `PeerAdd`; `server/meta_members.py`)."""
+    meta group again (learner, then voter, then `PeerAdd`; `server/groups/meta_members.py`)."""
 
     kind: ClassVar[EntryKind] = EntryKind.SERVER_READMIT
     peer: str

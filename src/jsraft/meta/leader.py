@@ -315,7 +315,7 @@ class Proposer:
     def server_record(self, entry: PeerSeen | ServerReadmit) -> Proposal:
         """Record a member's storage UUID (`PeerSeen`) or readmit a removed server (`ServerReadmit`);
         nothing if it is already recorded, `in_flight` if the same entry is proposed (the meta leader's
-        membership duty, `server/meta_members.py`, calls this every tick)."""
+        membership duty, `server/groups/meta_members.py`, calls this every tick)."""
         if (problem := entry_problem(entry)) is not None:
             raise BadRequest(problem)
         if self.state.storage_uuids.get(entry.peer) == entry.storage_uuid:

@@ -2,7 +2,7 @@
 
 Owns: `plan_restore`, the pure decision of which stream groups to remove, leave, open or update once the
 meta state machine restored a snapshot (at startup from its own WAL, or installed from the meta leader
-when this node fell behind the leader's compacted log). The server (`server/streams.py`) carries it out.
+when this node fell behind the leader's compacted log). The server (`server/groups/streams.py`) carries it out.
 
 Why a plan is needed: a snapshot replaces the state wholesale, so the entries it covers are never applied
 here one by one. A stream created and deleted inside it produces no `DELETE_STREAM` apply on this node,

@@ -3,7 +3,12 @@
 Public surface: `GroupCycle` (one group's synchronous Ready cycle: take → persist → send → apply →
 advance, written once), `Work` and the persistence steps `write_work` / `sync_work` with their order,
 `prepare` / `restored_state` (how a replica starts from what its WAL recovered), and the `StateMachine`
-contract. Modules: `cycle`, `persist`, `restore`, `state_machine`.
+contract. Modules: `cycle`, `persist`, `restore`, `state_machine`; and the node-side glue between Raft
+entries and the state machines, trio-free (moved out of `server/`, issue #13): `stream_adapter` (a stream
+group's entries applied to its `StreamStateMachine` and consumers), `consumer_replica` (the consumers
+replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order),
+`meta_adapter` (meta entries applied to `MetaStateMachine`), `advisories` (`AdvisoryLog`), `stream_events`
+(the event and advisory shapes a stream group publishes).
 
 Why a layer of its own: every safety claim the simulator makes must be about the code that ships. The
 production runtime (`jsraft.runtime`, trio: fsync worker threads, timers, proposal intake) and the

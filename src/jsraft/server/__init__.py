@@ -1,18 +1,20 @@
 """The server (layer L5): one jsraft node — identity, transport, runtime, the meta group, stream groups
 and the embedded JetStream API.
 
-Modules: `config` (`NodeConfig`), `identity` (`node.json`), `errors`, `rpc` (request/response over the
-transport), `router` (to the leader), `handlers` (what a request does), `meta_adapter` / `meta_service`
-(the meta group), `stream_adapter` / `stream_replica` / `streams` (stream groups), `node` (`Node`,
-`open_node`), `jetstream` (`JetStreamContext`), `client_server` / `client_conn` / `sublist` (the NATS
-client port), `stream_publish` (client publishes on stream subjects, answered with PubAcks).
+Modules: `node` (`Node`, `open_node`: one node, built from its parts), `thread_node` (a node on a
+thread of its own, for synchronous callers), `errors` (the server's errors). Subpackages, by what they do:
+`settings` (what a node is started with), `nats` (the NATS face: client port, connections, sublist,
+routes), `api` (the JetStream API: handlers, codecs, request and response shapes, `JetStreamContext`),
+`groups` (the meta and stream groups on a node, their consumers, repair, audit, expiry, and the `$rpc`
+request layer), `ops` (monitoring HTTP, metrics, readiness, test hooks). The trio-free replica logic
+(stream and meta adapters, consumer replica, publish pipeline, advisories) is in `jsraft.replica`.
 
 Imports: L0–L4, trio (DESIGN.md §1).
 """
 
-from jsraft.server.config import NodeConfig
+from jsraft.server.settings.config import NodeConfig
 from jsraft.server.errors import IdentityMismatch, NoLeader, RemoteError, RpcRefused, RpcTimeout, ServerError
-from jsraft.server.jetstream import JetStreamContext, PubAck, RawStreamMsg, StreamInfo
+from jsraft.server.api.jetstream import JetStreamContext, PubAck, RawStreamMsg, StreamInfo
 from jsraft.server.node import Node, open_node
 
 __all__ = [

@@ -44,25 +44,25 @@ from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
 from jsraft.runtime import NodeRuntime, SkewableClock, SteadyWall, SystemClock
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.server.client_server import ClientServer
-from jsraft.server.config import NodeConfig
-from jsraft.server.handlers import Handlers
-from jsraft.server.jetstream import JetStreamContext
-from jsraft.server.jsapi_handlers import JsApi
-from jsraft.server.readiness import Readiness
-from jsraft.server.identity import IDENTITY_FILE, NodeIdentity, load_or_format
-from jsraft.server.meta_adapter import MetaAdapter
-from jsraft.server.meta_service import META_GROUP, MetaService
-from jsraft.server.route_wire import ROUTE_GROUP
-from jsraft.server.router import Router
-from jsraft.server.routes import Routes
-from jsraft.server.rpc import RPC_GROUP, Rpc
-from jsraft.server.stream_options import StreamOptions
-from jsraft.server.stream_publish import client_service
-from jsraft.server.streams import StreamManager
-from jsraft.server.cluster_urls import ClusterUrls
-from jsraft.server.versioning import log_banner
-from jsraft.server.tls import TlsContexts
+from jsraft.server.nats.client_server import ClientServer
+from jsraft.server.settings.config import NodeConfig
+from jsraft.server.groups.handlers import Handlers
+from jsraft.server.api.jetstream import JetStreamContext
+from jsraft.server.api.jsapi_handlers import JsApi
+from jsraft.server.ops.readiness import Readiness
+from jsraft.server.settings.identity import IDENTITY_FILE, NodeIdentity, load_or_format
+from jsraft.replica.meta_adapter import MetaAdapter
+from jsraft.server.groups.meta_service import META_GROUP, MetaService
+from jsraft.server.nats.route_wire import ROUTE_GROUP
+from jsraft.server.groups.router import Router
+from jsraft.server.nats.routes import Routes
+from jsraft.server.groups.rpc import RPC_GROUP, Rpc
+from jsraft.server.groups.stream_options import StreamOptions
+from jsraft.server.groups.stream_publish import client_service
+from jsraft.server.groups.streams import StreamManager
+from jsraft.server.nats.cluster_urls import ClusterUrls
+from jsraft.server.groups.versioning import log_banner
+from jsraft.server.nats.tls import TlsContexts
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
 from jsraft.transport.cluster_auth import ClusterAuth
 

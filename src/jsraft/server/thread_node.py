@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from jsraft.server.config import NodeConfig
+from jsraft.server.settings.config import NodeConfig
 from jsraft.server.node import open_node
 
 START_TIMEOUT_S_DEFAULT = 60.0  # startup (recovery included) plus readiness, at most

@@ -13,7 +13,7 @@ Invariants:
      block (repeated names keep every value, in order).
 
 Imports: stdlib, pyarrow, L6 siblings.
-Reference: `jsraft.server.bulk_get` (the chunk layout), Spark's Python Data Source API (Arrow batches).
+Reference: `jsraft.server.api.bulk_get` (the chunk layout), Spark's Python Data Source API (Arrow batches).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def _bulk_headers(blob: bytes, lengths: list[int]) -> pa.Array:
 
 
 def decode_bulk(stream: str, payload: bytes) -> pa.RecordBatch:
-    """One bulk chunk (layout in `jsraft.server.bulk_get`) as a batch of `ARROW_SCHEMA` (invariant 1)."""
+    """One bulk chunk (layout in `jsraft.server.api.bulk_get`) as a batch of `ARROW_SCHEMA` (invariant 1)."""
     view = memoryview(payload)
     if bytes(view[:4]) != BULK_MAGIC or len(view) < 8:
         raise ReadFailed(f"stream {stream}: not a bulk chunk ({bytes(view[:8])!r})")

@@ -19,7 +19,7 @@ Invariants:
      publishes the same message ids, which the stream drops as duplicates).
 
 Imports: stdlib, trio, pyarrow, L4 `client`, L0, L6 siblings. Never `jsraft.server`.
-Reference: `jsraft.server.bulk_get` (the bulk chunk's layout).
+Reference: `jsraft.server.api.bulk_get` (the bulk chunk's layout).
 """
 
 from __future__ import annotations

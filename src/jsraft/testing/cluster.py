@@ -26,7 +26,7 @@ from jsraft.cli.local_cluster import free_ports  # one port picker for the demo'
 from jsraft.disk import OsDisk
 from jsraft.meta import MetaStateMachine
 from jsraft.server import Node, NodeConfig
-from jsraft.server.meta_service import META_GROUP
+from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.store.filestore import FileStore
 
 

@@ -22,7 +22,7 @@ Invariants:
      index (no entry skipped, none applied twice: `ConsumerSet.apply_ops` ignores an index it is past).
   2. The mutant `consumer-skip-ops` (node `n1` only) never hands CONSUMER entries to its consumers.
 
-Imports: stdlib, `jsraft.consumer`, `jsraft.server.consumer_replica` (testing may import anything),
+Imports: stdlib, `jsraft.consumer`, `jsraft.replica.consumer_replica` (testing may import anything),
 `jsraft.stream`, siblings.
 """
 
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from jsraft.consumer import DeleteOp, encode_ops
 from jsraft.jsapi.stream_config import StreamConfig
-from jsraft.server.consumer_replica import ConsumerReplica
+from jsraft.replica.consumer_replica import ConsumerReplica
 from jsraft.store.base import StreamStore
 from jsraft.stream import ApplyResult, EntryKind, RepairPlan, StreamStateMachine
 from jsraft.stream.entries import encode_consumer

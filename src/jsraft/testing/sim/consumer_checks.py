@@ -19,7 +19,7 @@ and the stream audit compares those too), the consumer set it holds at each inde
 
 Every replica's report is held to equality, whatever the state of its store: a consumer set is a
 function of the log alone (a CREATE carries its start and a PURGE its floor: consumer/machine.py
-invariant 5, server/consumer_replica.py invariant 5), so a replica replaying over a store that is ahead
+invariant 5, replica/consumer_replica.py invariant 5), so a replica replaying over a store that is ahead
 of the entry, one inside a catch-up's window, an unverified or an unhealthy one must agree too. Reports
 are still classified as the stream audits are (`StreamChecker.on_audit`: "vouched", "replaying",
 "ahead", "unverified", "unhealthy", and "restored" for a snapshot restore) and counted

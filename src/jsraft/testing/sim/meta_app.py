@@ -22,7 +22,7 @@ Invariants:
   2. Checks only read; the reference replica is fed only entries some replica applied.
 
 Imports: stdlib, `jsraft.raft`, `jsraft.meta`, `jsraft.wal`, siblings. Reference: meta/machine.py,
-server/meta_adapter.py, DESIGN.md §5.
+replica/meta_adapter.py, DESIGN.md §5.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ Invariants:
   3. Every choice comes from the generator the app is given (config: `rngs.knobs`; workload: clients').
 
 Imports: stdlib, `jsraft.raft`, `jsraft.store`, `jsraft.stream`, `jsraft.jsapi`, siblings.
-Reference: stream/machine.py (Lifecycle), server/stream_adapter.py, DESIGN.md §6, §8.
+Reference: stream/machine.py (Lifecycle), replica/stream_adapter.py, DESIGN.md §6, §8.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Stream repair in the simulator: range catch-up after a snapshot, and resync of a drifted replica.
 
-Owns: what production's runtime is to do with a `RepairPlan` (server/stream_adapter.py leaves it as a
+Owns: what production's runtime is to do with a `RepairPlan` (replica/stream_adapter.py leaves it as a
 TODO(#4)), run synchronously between two simulator steps:
   - `Pending`: a catch-up a replica owes — to a leader's snapshot it installed, or to its own snapshot at
     restart (`store_may_be_ahead`). While one is pending the replica applies no entries (they wait).
@@ -105,7 +105,7 @@ def _qualifies(sim: Simulation, replica: StreamReplica, node_id: str, min_index:
     # Never a replaying machine: its store may hold messages of entries it has not replayed yet, and a
     # catch-up served from it would hand those out as the group's state at the snapshot's index
     # (seed 115 of `--app consumer`). Production serves only from the stream leader, which is built only
-    # once the replay is over (server/repair_serve.py, stream_replica invariant 1).
+    # once the replay is over (server/groups/repair_serve.py, stream_replica invariant 1).
     if (source.pending is not None or source.buffered or not machine.can_lead or machine.replaying
             or machine.applied_index < min_index or machine.applied_index != source.applied_index):
         return False

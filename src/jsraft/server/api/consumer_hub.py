@@ -1,0 +1,281 @@
+"""`ConsumerHub`: pull requests and acks on the client port, carried to the consumer's leader (layer L5).
+
+Owns: the node's internal subscriptions on `$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>` (pull
+requests), `$JS.ACK.>` (acks: `$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>`)
+and `$JS.FC.>` (push consumers' flow-control answers, `$JS.FC.<stream>.<consumer>.<id>`, which take the
+acks' lanes), and getting each to the leader of its stream: straight into the local `ConsumerService`
+when this node leads, else over `$rpc` (`consumer.next`, `consumer.acks`, served here too). It also
+gives every service the node's `publish` — deliveries, statuses and double-ack answers go out through
+the client port, and cluster interest routing (`routes`) takes them to the requester's node — and, for
+push consumers, `has_interest` (does a client subscription here or at a peer match a deliver subject);
+each stream replica's `ConsumerService.port` is this hub, so push deliveries need no request. It serves
+the embedded JetStream context's pulls and double acks (`consumer.fetch`, `consumer.ack_sync`), whose
+answers are collected here (`_collectors`, by reply subject) and returned over `$rpc` instead.
+
+Like the stream subjects (`stream_publish`), these subscriptions are local to each node (routes'
+decision): a request is carried once, by the node its client is connected to.
+
+Invariants:
+  1. Before a pull request is carried to another node, the interest changes waiting here are sent to
+     the peers (`Routes.flush`): the requester's reply subscription is known at the leader before the
+     request, so the first delivery is not lost (routes invariant 4 orders one link's frames).
+  2. Acks of one stream from this node reach its leader in arrival order (one lane per stream sends one
+     batch at a time) and are at most once, like NATS acks: a batch that finds no leader is dropped
+     and counted, and the messages are redelivered after their ack wait.
+  3. A pull request for a stream or consumer that does not exist is answered `503` (no responders),
+     as nats-server's absent consumer subscription answers it.
+  4. Bounded: `ACK_LANE_MAX` acks wait per stream; beyond it an ack is dropped and counted. A collector
+     holds at most its batch plus a few statuses; it exists only while its request is served.
+
+Imports: stdlib, L0, L1 (`raft` errors), trio, server siblings. Reference: nats-server `server/consumer.go`
+(`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from jsraft.errors import BadRequest, JsraftError, StreamNotFound
+from jsraft.raft.errors import NotLeader
+from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription
+from jsraft.server.groups.consumer_errors import ConsumerNotFound
+from jsraft.server.groups.consumer_pull import Send
+from jsraft.server.groups.consumer_service import ConsumerService
+
+if TYPE_CHECKING:
+    from jsraft.server.node import Node
+
+log = logging.getLogger("jsraft.server.consumers")
+
+NEXT_SUBJECT = "$JS.API.CONSUMER.MSG.NEXT.*.*"
+ACK_SUBJECT = "$JS.ACK.>"
+FC_SUBJECT = "$JS.FC.>"  # push consumers' flow-control answers: `$JS.FC.<stream>.<consumer>.<id>`
+NO_RESPONDERS = b"NATS/1.0 503\r\n\r\n"
+ACK_LANE_MAX = 65536
+ACKS_PER_BATCH = 1024
+COLLECT_PREFIX = "$JSRAFT.COLLECT."  # replies the embedded context's requests are collected on
+FETCH_BATCH_MAX = 4096
+FETCH_EXPIRES_MAX_S = 1.0  # one `consumer.fetch` waits at most this long (below the router's attempt timeout)
+
+
+class ConsumerHub:
+    def __init__(self, node: "Node", clients: ClientServer) -> None:
+        self.node = node
+        self.clients = clients
+        self.acks_dropped = 0
+        self._lanes: dict[str, list[tuple[str, str, bytes]]] = {}
+        self._collectors: dict[str, Callable[[Send], None]] = {}
+        self._collector_ids = itertools.count(1)
+        node.handlers.table.update({"consumer.next": self.next_request, "consumer.acks": self.ack_batch,
+                                    "consumer.fetch": self.fetch, "consumer.ack_sync": self.ack_sync})
+        clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
+        acks = clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
+        clients.set_ack_path(acks, self._ack)  # a client's ack straight here while nothing else matches
+        # Flow-control answers take the acks' way to the leader (same lanes, same order, at most once).
+        clients.subscribe_internal(FC_SUBJECT, self._on_ack, sync=True)
+        streams = getattr(node, "streams", None)
+        if streams is not None:
+            streams.consumer_port = self  # push consumers publish through `publish`, ask `has_interest`
+
+    def has_interest(self, subject: str) -> bool:
+        """Whether a client subscription here or at a peer matches `subject` (push consumers deliver
+        only then; this node's internal subscriptions do not count)."""
+        result = self.clients.sublist.match(subject)
+        if any(type(sub) is not InternalSubscription for sub in result.plain):
+            return True
+        if any(type(sub) is not InternalSubscription for members in result.queues for sub in members):
+            return True
+        routes = getattr(self.node, "routes", None)
+        return routes is not None and bool(routes.interested_peers(subject))
+
+    def publish(self, send: Send) -> None:
+        collector = self._collectors.get(send.subject)
+        if collector is not None:
+            collector(send)
+        elif send.shown is not None:
+            self.clients.deliver_as(send.subject, send.shown, send.payload, reply=send.reply, headers=send.headers)
+        else:
+            self.clients.publish(send.subject, send.payload, reply=send.reply, headers=send.headers)
+
+    def _local(self, stream: str) -> ConsumerService | None:
+        """This node's service for `stream` when it leads it now."""
+        replica = self.node.streams.replicas.get(stream)
+        if replica is None:
+            return None
+        replica.consumers.follow(replica.leader)
+        return replica.consumers if replica.consumers.active else None
+
+    # --- Pull requests --------------------------------------------------------------------------------
+
+    def _on_next(self, msg: InternalMsg) -> None:
+        tokens = msg.subject.split(".")
+        stream, consumer = tokens[5], tokens[6]
+        if not msg.reply:
+            msg.done()  # nowhere to deliver to: nats-server ignores it too
+            return
+        service = self._local(stream)
+        if service is not None:
+            try:
+                service.pull(consumer, msg.reply, msg.payload, self.publish)
+            except ConsumerNotFound:
+                self.clients.publish(msg.reply, b"", headers=NO_RESPONDERS)
+            except JsraftError as error:  # e.g. a damaged record met while looking: the request times out
+                log.info("pull request for %s.%s not served: %s", stream, consumer, error)
+            msg.done()
+            return
+        if not self.clients.start_soon(self._carry_next, stream, consumer, msg):
+            msg.done()
+
+    async def _carry_next(self, stream: str, consumer: str, msg: InternalMsg) -> None:
+        try:
+            self.node.routes.flush()  # invariant 1
+            await self.node.call_stream(stream, "consumer.next", {"consumer": consumer, "reply": msg.reply},
+                                        [msg.payload])
+        except (StreamNotFound, ConsumerNotFound):
+            self.clients.publish(msg.reply or "", b"", headers=NO_RESPONDERS)  # invariant 3
+        except JsraftError as error:
+            log.info("pull request for %s.%s not carried: %s", stream, consumer, error)
+        finally:
+            msg.done()
+
+    async def next_request(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[bytes]]:
+        """`consumer.next` at the stream leader."""
+        service = await self._leading(str(args["stream"]))
+        service.pull(str(args["consumer"]), str(args["reply"]), blobs[0], self.publish)
+        return {}, []
+
+    async def _leading(self, stream: str) -> ConsumerService:
+        replica = self.node.streams.replicas.get(stream)
+        if replica is None:
+            self.node.meta.stream(stream)  # StreamNotFound when it does not exist at all
+            raise NotLeader(None)
+        await replica.wait_leader(1.0)
+        replica.consumers.follow(replica.leader)
+        replica.consumers.require()
+        return replica.consumers
+
+    # --- Acks -------------------------------------------------------------------------------------------
+
+    def _on_ack(self, msg: InternalMsg) -> None:
+        msg.done()
+        self._ack(msg.subject, msg.reply, msg.payload)
+
+    def _ack(self, subject: str, reply: str | None, payload: bytes) -> None:
+        """One ack or flow-control answer, from `_on_ack` or straight from the client port's ack shortcut
+        (`ClientServer.set_ack_path`)."""
+        tokens = subject.split(".")
+        if tokens[1] == "FC":
+            stream = tokens[2] if len(tokens) == 5 else ""
+        else:
+            stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
+        item = (subject, reply or "", bytes(payload))
+        if not stream:
+            return
+        service = self._local(stream)
+        if service is not None and stream not in self._lanes:
+            service.on_acks([item], self.publish)
+            return
+        lane = self._lanes.get(stream)
+        if lane is None:
+            lane = self._lanes[stream] = []
+            if not self.clients.start_soon(self._run_lane, stream, lane):
+                del self._lanes[stream]
+                return
+        if len(lane) >= ACK_LANE_MAX:
+            self.acks_dropped += 1  # invariant 4
+            return
+        lane.append(item)
+
+    async def _run_lane(self, stream: str, lane: list[tuple[str, str, bytes]]) -> None:
+        """Invariant 2: one batch at a time, in order, until the lane is empty."""
+        try:
+            while lane:
+                batch = lane[:ACKS_PER_BATCH]
+                del lane[:len(batch)]
+                service = self._local(stream)
+                if service is not None:
+                    service.on_acks(batch, self.publish)
+                    continue
+                args = {"subjects": [s for s, _, _ in batch], "replies": [r for _, r, _ in batch]}
+                try:
+                    await self.node.call_stream(stream, "consumer.acks", args, [b for _, _, b in batch])
+                except JsraftError as error:
+                    self.acks_dropped += len(batch)
+                    log.info("%d acks for stream %s dropped: %s", len(batch), stream, error)
+        finally:
+            if self._lanes.get(stream) is lane:
+                del self._lanes[stream]
+
+    async def ack_batch(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[bytes]]:
+        """`consumer.acks` at the stream leader."""
+        service = await self._leading(str(args["stream"]))
+        subjects, replies = list(args["subjects"]), list(args["replies"])
+        if not len(subjects) == len(replies) == len(blobs):
+            raise ValueError("consumer.acks: subjects, replies and bodies differ in number")
+        service.on_acks([(str(s), str(r), b) for s, r, b in zip(subjects, replies, blobs)], self.publish)
+        return {}, []
+
+    # --- The embedded context's requests, answered over `$rpc` ----------------------------------------------
+
+    async def _collect(self, stream: str, count_max: int, timeout_s: float,
+                       start: Callable[[ConsumerService, str], None], done: Callable[[list[Send]], bool]) -> list[Send]:
+        """Serve one request whose answers go to a reply collected here: what arrived when `done(sent)`
+        held, or when `timeout_s` passed."""
+        service = await self._leading(stream)
+        reply = f"{COLLECT_PREFIX}{next(self._collector_ids)}"
+        sent: list[Send] = []
+        arrived = trio.Event()
+
+        def collect(send: Send) -> None:
+            if len(sent) < count_max:
+                sent.append(send)
+                arrived.set()
+
+        self._collectors[reply] = collect
+        try:
+            start(service, reply)
+            with trio.move_on_after(timeout_s):
+                while not done(sent):
+                    await arrived.wait()
+                    arrived = trio.Event()
+        finally:
+            del self._collectors[reply]
+        return sent
+
+    async def fetch(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[bytes]]:
+        """`consumer.fetch`: up to `batch` messages of a pull request ending within `expires_s`."""
+        batch, expires_s = int(args["batch"]), min(float(args["expires_s"]), FETCH_EXPIRES_MAX_S)
+        if not 1 <= batch <= FETCH_BATCH_MAX or expires_s <= 0:
+            raise BadRequest(f"consumer.fetch: batch 1..{FETCH_BATCH_MAX} and a positive expiry")
+        body = json.dumps({"batch": batch, "expires": int(expires_s * 1e9), "no_wait": True}).encode()
+
+        def start(service: ConsumerService, reply: str) -> None:
+            service.pull(str(args["consumer"]), reply, body, self.publish)
+
+        def done(sent: list[Send]) -> bool:
+            return bool(sent) and (sent[-1].headers is not None and sent[-1].shown is None or
+                                   sum(1 for send in sent if send.shown is not None) >= batch)
+
+        sent = await self._collect(str(args["stream"]), batch + 4, expires_s + 0.5, start, done)
+        msgs = [send for send in sent if send.shown is not None]
+        statuses = [send.headers.decode(errors="replace") for send in sent if send.shown is None and send.headers]
+        if any(status.startswith("NATS/1.0 503") for status in statuses):
+            raise ConsumerNotFound()
+        return ({"msgs": [[send.shown, send.reply] for send in msgs], "statuses": statuses},
+                [part for send in msgs for part in (send.headers or b"", send.payload)])
+
+    async def ack_sync(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[bytes]]:
+        """`consumer.ack_sync`: one ack, answered once it committed."""
+        timeout_s = min(float(args.get("timeout_s") or 5.0), 10.0)
+
+        def start(service: ConsumerService, reply: str) -> None:
+            service.on_acks([(str(args["subject"]), reply, blobs[0])], self.publish)
+
+        sent = await self._collect(str(args["stream"]), 1, timeout_s, start, bool)
+        return {"confirmed": bool(sent)}, []

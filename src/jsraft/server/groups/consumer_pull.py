@@ -1,0 +1,166 @@
+"""`Leading`: one pull consumer as its leader runs it — the delivery bookkeeping and the waiting pull
+requests — and `serve`, which matches waiting requests with messages (layer L5, synchronous).
+
+Owns: per consumer, the `ConsumerLeader` (consumer/delivery.py) and the `WaitingQueue` (consumer/pull.py)
+of this leader, when the consumer was last active (ephemeral `inactive_threshold`) and last delivered and
+acked to (consumer info's `last_active`); and the pass that turns waiting requests into what to send —
+messages to each request's reply subject with their `$JS.ACK...` reply subject, then `404`/`408`/`409`
+statuses — and the ops to propose (DELIVERED, TERM, SKIP). The service (`consumer_service`) proposes the
+ops *before* it sends anything, so an ack of a delivered message always follows its DELIVERED op in the
+log. No trio, no I/O: time is an argument; what to send is returned.
+
+Invariants:
+  1. Requests are served in arrival order (FIFO); a request is answered once with a terminal status, or
+     fulfilled, or expired (pull.py invariant 1). A `no_wait` request that found the stream at its end
+     is answered `404 No Messages` in the same pass.
+  2. A message goes to at most one request per pass, and `serve` delivers nothing while the consumer's
+     leader is paused (delivery.py rule 5).
+  3. A request replaces a queued one with the same reply subject (see `Leading.pull`).
+  4. `MAX_DELIVERIES` advisories are returned for every message given up (nats-server
+     `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`).
+
+Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), server siblings (`jsapi_codec`). Reference: nats-server
+`server/consumer.go` (processNextMsgRequest, processWaiting, getNextMsg, notifyDeliveryExceeded).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, NamedTuple
+
+from jsraft.consumer import ConsumerEntry, ConsumerLeader, Status, WaitingQueue
+from jsraft.consumer.ops import Op
+from jsraft.consumer.pull import PullRequest
+from jsraft.errors import NoMessageFound
+from jsraft.server.api.jsapi_codec import rfc3339
+from jsraft.store.base import StreamStore
+
+MAX_DELIVERIES_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"
+ADVISORY_PREFIX = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+SERVE_ROUNDS_MAX = 256  # plans made in one pass of one consumer: bounds the work of a pass
+DELIVER_BATCH_MAX = 256  # messages per plan (a DELIVERED op stays far below RECORDS_PER_OP_MAX)
+
+
+class Send(NamedTuple):
+    """One message to publish from the node: `payload` to `subject`, with `reply` and a header block;
+    a delivery is seen by its subscriber on `shown`, the stream message's subject (as from nats-server)."""
+
+    subject: str
+    payload: bytes
+    reply: str | None = None
+    headers: bytes | None = None
+    shown: str | None = None
+
+
+def status_send(reply: str, status: Status) -> Send:
+    return Send(reply, b"", None, status.encode())
+
+
+class Leading:
+    """One consumer while this node leads its stream."""
+
+    def __init__(self, stream: str, entry: ConsumerEntry, now_ns: int) -> None:
+        self.stream = stream
+        self.entry = entry
+        self.leader = ConsumerLeader(stream, entry, now_ns)
+        self.queue = WaitingQueue(entry.config)  # type: ignore[arg-type]
+        self.active_ns = now_ns  # the last pull request or ack (inactive_threshold counts from here)
+        self.delivered_ns = 0  # the last delivery (consumer info `delivered.last_active`)
+        self.acked_ns = 0  # the last ack (consumer info `ack_floor.last_active`)
+        self.deleting = False  # an inactivity DELETE was proposed
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    def refresh_config(self) -> None:
+        """The consumer was updated (a CREATE with another config applied): its queue follows the config."""
+        if self.entry.config is not None:
+            self.queue.config = self.entry.config
+
+    def available(self, store: StreamStore, now_ns: int) -> bool:
+        """Whether it could deliver something now: a due redelivery, or a new message after its cursor
+        (one lookup, not a count: this runs for every pull request)."""
+        leader = self.leader
+        if leader.redeliver or any(deadline <= now_ns for deadline in leader.deadlines.values()):
+            return True
+        try:
+            store.load_next(list(leader.config.filters) or None, leader.next_seq)
+        except NoMessageFound:
+            return False
+        return True
+
+    def pull(self, reply: str, payload: bytes, store: StreamStore, now_ns: int) -> Send | None:
+        """Queue one pull request; a status to send at once instead when nats-server answers at once."""
+        self.active_ns = now_ns
+        # nats-py sends every fetch of a subscription with one reply subject: the queue keeps each request,
+        # as nats-server's waitQueue does (consumer/pull.py invariant 3).
+        status = self.queue.submit(reply, payload, now_ns, int(self.available(store, now_ns)))
+        return status_send(reply, status) if status is not None else None
+
+    def inactive_due_ns(self) -> int | None:
+        """When an inactive consumer is to be deleted (None: never, or requests are waiting)."""
+        config = self.entry.config
+        if config is None or config.inactive_threshold <= 0 or len(self.queue) or self.deleting:
+            return None
+        return self.active_ns + config.inactive_threshold
+
+    def next_due_ns(self) -> int | None:
+        """The earliest time `serve` has something to do without a new input (None: nothing)."""
+        times = [r.expires_ns for r in self.queue if r.expires_ns]
+        times += [r.next_heartbeat_ns for r in self.queue if r.idle_heartbeat_ns]
+        if len(self.queue):
+            redelivery = self.leader.next_deadline_ns()
+            if redelivery is not None:
+                times.append(redelivery)
+        inactive = self.inactive_due_ns()
+        if inactive is not None:
+            times.append(inactive)
+        return min(times, default=None)
+
+
+def serve(leading: Leading, store: StreamStore, now_ns: int) -> tuple[list[Op], list[Send]]:
+    """One pass over `leading`'s waiting requests (module invariants): the ops to propose, then what to send."""
+    ops: list[Op] = []
+    sends: list[Send] = []
+    queue, leader = leading.queue, leading.leader
+    for _ in range(SERVE_ROUNDS_MAX):
+        request = queue.head()
+        if request is None:
+            break
+        # A batch of 0 (nats-server takes it as sent) still gets one message, which ends the request.
+        plan = leader.next_deliveries(store, now_ns, min(max(request.batch, 1), DELIVER_BATCH_MAX),
+                                      request.max_bytes)
+        ops.extend(plan.ops)
+        sends.extend(_advisory(leading, seq, count, now_ns) for seq, count in plan.gave_up)
+        if plan.too_large:
+            sends.append(status_send(request.reply, queue.too_large(request)))
+            continue
+        if not plan.deliveries:
+            break
+        _deliver(leading, request, plan.deliveries, sends, now_ns)
+    at_end = queue.head() is not None  # the loop stopped with a request left: nothing more to give now
+    sends.extend(status_send(reply, status) for reply, status in queue.expire(now_ns, end_of_stream=at_end))
+    state = leading.entry.state
+    sends.extend(status_send(reply, status) for reply, status in
+                 queue.heartbeats(now_ns, state.delivered_consumer_seq, state.delivered_stream_seq))
+    return ops, sends
+
+
+def _deliver(leading: Leading, request: PullRequest, deliveries: list[Any], sends: list[Send], now_ns: int) -> None:
+    for delivery in deliveries:
+        sends.append(Send(request.reply, delivery.payload, delivery.reply_subject, delivery.headers or None,
+                          delivery.subject))
+        status = leading.queue.delivered(request, delivery.size)
+        if status is not None:
+            sends.append(status_send(request.reply, status))
+    leading.delivered_ns = now_ns
+
+
+def _advisory(leading: Leading, seq: int, deliveries: int, now_ns: int) -> Send:
+    """nats-server `JSConsumerDeliveryExceededAdvisory`."""
+    body = {"type": MAX_DELIVERIES_TYPE, "id": uuid.uuid4().hex, "timestamp": rfc3339(now_ns),
+            "stream": leading.stream, "consumer": leading.name, "stream_seq": seq, "deliveries": deliveries}
+    subject = f"{ADVISORY_PREFIX}.{leading.stream}.{leading.name}"
+    return Send(subject, json.dumps(body, separators=(",", ":")).encode())

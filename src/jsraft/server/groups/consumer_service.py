@@ -1,0 +1,389 @@
+"""`ConsumerService`: the consumers of one stream, led by this node while it leads the stream (layer L5).
+
+Owns: following the stream's leadership (a `Leading` per pull consumer and a `PushLeading` per push
+consumer — `consumer_push` — built from the replicated state when the replica builds its `StreamLeader`,
+dropped — waiting requests answered `409 Leadership Change` — when it drops it), the task that serves
+waiting pull requests, push deliveries and their pacing, redeliveries, request expiry, idle heartbeats
+and ephemeral inactivity (a trio timer on the earliest of them), the acks and push flow-control answers
+(`$JS.FC...`) handed in by the node's consumer hub (batched into ACK / TERM / DELIVERED ops; a double
+ack is answered only once its op committed), and the leader's side of consumer create / delete / info
+(`consumer_admin`). Its `ConsumerEvents` (consumer_events) queues the consumer advisories and ack metrics
+the leader raises; the task publishes them, and its timer also wakes when a pause in force runs out.
+
+Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
+invariant 2), so CONSUMER entries enter the stream log in the order they were decided, between the
+publishes. A pass proposes its ops *before* it sends any message: an ack can only follow its message's
+DELIVERED op in the log (DESIGN §7).
+
+Invariants:
+  1. `leading` is non-empty only while `built_for` is the replica's current `StreamLeader`; every
+     `Leading` was built when every entry of the log had applied (stream_replica invariant 1), so it
+     starts from the complete replicated state (consumer/delivery.py: rebuild after an election).
+  2. A failed proposal drops the replica's `StreamLeader` (its in-flight view is wrong) and with it this
+     service's leading state; what was sent but never committed is delivered again (at-least-once).
+  3. Nothing the client port sends is sent from inside the Raft apply path: the listener only records
+     and wakes the task, which sends (`publish` must not be called from the ready loop).
+  4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
+     message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
+
+Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
+Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from jsraft.consumer import (
+    CONSUMER_DELETED, LEADERSHIP_CHANGE, AckBody, AckKind, AckOp, ApplyResult, DeleteOp, TermOp, encode_ops,
+    parse_ack_body, parse_ack_subject,
+)
+from jsraft.consumer.acks import ack_target
+from jsraft.consumer.ops import Op
+from jsraft.consumer.push import FC_PREFIX
+from jsraft.errors import JsraftError
+from jsraft.raft.errors import NotLeader
+from jsraft.runtime.proposals import Proposal
+from jsraft.server.groups.consumer_errors import ConsumerNotFound
+from jsraft.server.groups.consumer_events import ConsumerEvents
+from jsraft.server.groups.consumer_pull import Leading, Send, serve, status_send
+from jsraft.server.groups.consumer_push import PushLeading, make_leading, serve_push
+from jsraft.stream import StreamLeader
+from jsraft.stream.entries import encode_consumer
+
+if TYPE_CHECKING:
+    from jsraft.server.groups.stream_replica import StreamReplica
+
+log = logging.getLogger("jsraft.server.consumers")
+
+ACKS_QUEUED_MAX = 65536
+OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
+BARRIER_TIMEOUT_S = 2.0
+
+_PLAIN = (AckKind.ACK, AckKind.NEXT)
+_NEEDS_STATE = (b"-NAK", b"+WPI")  # the ack bodies (parse_ack_body) that read the replicated pending state  # acks that raise no advisory (only a sampled metric, if configured)
+
+Publish = Callable[[Send], Any]
+Ack = tuple[str, str, bytes]  # (ack subject, reply subject or "", body)
+
+
+def _drop(send: Send) -> None:
+    log.debug("consumer message to %s not sent: no client port attached", send.subject)
+
+
+class ConsumerService:
+    def __init__(self, replica: "StreamReplica") -> None:
+        self.replica = replica
+        self.stream = replica.name
+        self.leading: dict[str, Leading] = {}
+        self.built_for: StreamLeader | None = None
+        self.publish: Publish = _drop  # the node's client port, attached by the hub with each request
+        # The node's consumer hub (set by the stream manager): push consumers publish through it without
+        # any request, and ask it whether a deliver subject has a subscriber (consumer_push invariant 1).
+        self.port: Any = None
+        self.acks_dropped = 0
+        self._acks: list[Ack] = []
+        self._outbox: list[Send] = []  # invariant 3: sent by the task
+        self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
+        self._wake = trio.Event()
+        self.events = ConsumerEvents(self.stream, replica.repair.advisories, leader=replica.node_id,
+                                     peers=lambda: replica.peers)  # advisories and ack metrics
+
+    def now_ns(self) -> int:
+        """Wall time for deliveries, ack deadlines and pauses: the node's steady wall clock (the one its
+        messages are stamped with, runtime/clock.py invariant 3), so a stepped clock does not make every
+        pending delivery due at once or never."""
+        return self.replica.runtime.clock.wall_ns()
+
+    # --- Leadership (invariant 1) ----------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return self.built_for is not None and self.built_for is self.replica.leader
+
+    def follow(self, leader: StreamLeader | None) -> None:
+        """Called by the replica whenever it may have built or dropped its `StreamLeader`; O(1) if not."""
+        if leader is self.built_for:
+            return
+        if leader is None:
+            self._step_down()
+            return
+        # A new StreamLeader while this node still leads (the last one was dropped after a failed
+        # proposal): the bookkeeping restarts from the replicated state, the waiting requests stay.
+        queues = {name: leading.queue for name, leading in self.leading.items()}
+        self._build(leader)
+        for name, queue in queues.items():
+            if name in self.leading:
+                self.leading[name].queue = queue
+                self.leading[name].refresh_config()
+
+    def _build(self, leader: StreamLeader) -> None:
+        adapter = self.replica.adapter
+        assert adapter is not None
+        adapter.consumers.listener = self._on_applied
+        now_ns = self.now_ns()
+        self.leading = {name: self._leading_for(entry, now_ns)
+                        for name, entry in adapter.consumers.entries.items() if entry.config is not None}
+        self.built_for = leader
+        self.events.on_elected(self.leading, now_ns)
+        self.wake()
+
+    def _step_down(self) -> None:
+        for leading in self.leading.values():
+            self._outbox.extend(status_send(reply, status) for reply, status in leading.queue.drain(LEADERSHIP_CHANGE))
+        self.leading = {}
+        self.built_for = None
+        self._acks.clear()  # not proposed: the new leader redelivers those messages (at-least-once)
+        self.wake()
+
+    def _on_applied(self, index: int, applied: ApplyResult | None) -> None:
+        """consumer_replica's listener (invariant 3: record and wake only)."""
+        if self.built_for is None:
+            return
+        if applied is not None:
+            consumers = self.replica.adapter.consumers.entries  # type: ignore[union-attr]
+            for name in applied.created + applied.updated:
+                entry = consumers.get(name)
+                leading = self.leading.get(name)
+                if leading is not None and leading.entry is entry:
+                    leading.refresh_config()
+                elif entry is not None and entry.config is not None:
+                    self.leading[name] = self._leading_for(entry, self.now_ns())
+            for name in applied.deleted:
+                gone = self.leading.pop(name, None)
+                if gone is not None:
+                    self._outbox.extend(status_send(r, s) for r, s in gone.queue.drain(CONSUMER_DELETED))
+            self.events.on_applied(applied, consumers, self.now_ns())
+            self.wake()
+        elif any(len(leading.queue) or type(leading) is PushLeading for leading in self.leading.values()):
+            self.wake()  # new messages: a waiting pull request or a push consumer takes them (off the publish path)
+
+    def _leading_for(self, entry: Any, now_ns: int) -> Leading:
+        return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0))
+
+    def _interest(self, subject: str) -> bool:
+        return self.port is not None and self.port.has_interest(subject)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def restart_from_state(self, name: str) -> None:
+        """Rebuild consumer `name`'s leading bookkeeping from its replicated state (after a SKIP this node
+        proposed for a restore moved it); its waiting requests stay."""
+        leading, entry = self.leading.get(name), self.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
+        if leading is not None and entry is not None and entry.config is not None:
+            self.leading[name] = self._leading_for(entry, self.now_ns())
+            self.leading[name].queue = leading.queue
+        self.wake()
+
+    def require(self, name: str | None = None) -> Leading | None:
+        """`NotLeader` unless leading; with `name`, its `Leading` or `ConsumerNotFound`."""
+        if not self.active:
+            raise NotLeader(self.replica.leader_id())
+        if name is None:
+            return None
+        leading = self.leading.get(name)
+        if leading is None:
+            raise ConsumerNotFound()
+        return leading
+
+    # --- Inputs from the hub (synchronous) ---------------------------------------------------------------
+
+    def pull(self, name: str, reply: str, payload: bytes, publish: Publish) -> None:
+        """A pull request for consumer `name`, answered on `reply` (by this call or by the task)."""
+        self.publish = publish
+        leading = self.require(name)
+        assert leading is not None
+        now_ns = self.now_ns()
+        answer = leading.pull(reply, payload, self.replica.store, now_ns)
+        if answer is not None:
+            publish(answer)
+        else:
+            self.wake()
+
+    def on_acks(self, acks: list[Ack], publish: Publish) -> None:
+        self.publish = publish
+        room = ACKS_QUEUED_MAX - len(self._acks)
+        if room < len(acks):
+            self.acks_dropped += len(acks) - max(room, 0)
+            log.warning("stream %s: %d acks dropped: too many waiting", self.stream, len(acks) - max(room, 0))
+            acks = acks[:max(room, 0)]
+        self._acks.extend(acks)
+        self.wake()
+
+    # --- The task ----------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            event = self._wake
+            due_ns = self._next_due_ns()
+            if due_ns is None:
+                await event.wait()
+            else:
+                with trio.move_on_after(max(due_ns - self.now_ns(), 0) / 1e9):
+                    await event.wait()
+            self._wake = trio.Event()
+            await self._turn()
+
+    def _next_due_ns(self) -> int | None:
+        dues = [due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None]
+        pause_end_ns = self.events.pause_due_ns(self.leading.values(), self.now_ns())  # delivery resumes then
+        return min(dues + ([pause_end_ns] if pause_end_ns is not None else []), default=None)
+
+    async def _turn(self) -> None:
+        if any(body.startswith(_NEEDS_STATE) for _, _, body in self._acks):
+            # A NAK delay or a progress note applies to a delivery the replicated state holds: let the
+            # deliveries proposed so far commit first (the client may ack faster than the log commits).
+            # Plain acks and terms need no wait: their ops follow the DELIVERED ops in the log anyway.
+            await self.settled()
+        self.replica._follow_leadership()  # builds a new StreamLeader at once if one is due; calls follow
+        if self.port is not None:
+            self.publish = self.port.publish
+        self._flush_outbox()
+        self.events.flush()
+        if not self.active or self.replica.stopped_reason is not None:  # stream_replica invariant 6
+            return
+        now_ns = self.now_ns()
+        self.events.expire_pauses(self.leading, now_ns)
+        ops: list[Op] = []
+        sends: list[Send] = []
+        confirm: list[str] = []
+        self._take_acks(now_ns, ops, sends, confirm)
+        store = self.replica.store
+        for leading in list(self.leading.values()):
+            try:
+                if type(leading) is PushLeading:
+                    served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))
+                else:
+                    served_ops, served = serve(leading, store, now_ns)
+            except JsraftError as error:  # a damaged record met on the way: the repair worker sees it too
+                log.warning("stream %s: consumer %s not served: %s", self.stream, leading.name, error)
+                continue
+            ops.extend(served_ops)
+            sends.extend(served)
+            due = leading.inactive_due_ns()
+            if due is not None and due <= now_ns:
+                log.info("stream %s: consumer %s inactive: deleting it", self.stream, leading.name)
+                leading.deleting = True
+                ops.append(DeleteOp(name=leading.name))
+        if ops:
+            try:
+                await self.propose(ops, self._confirmer(confirm))
+            except JsraftError as error:  # invariant 2
+                log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
+                sends = [send for send in sends if send.reply is None]  # statuses still go out
+        for send in sends:
+            self.publish(send)
+        self.events.flush()
+
+    def _flush_outbox(self) -> None:
+        outbox, self._outbox = self._outbox, []
+        for send in outbox:
+            self.publish(send)
+
+    def _take_acks(self, now_ns: int, ops: list[Op], sends: list[Send], confirm: list[str]) -> None:
+        """The acks waiting since the last pass, as ops (one ACK / TERM op per consumer)."""
+        acks, self._acks = self._acks, []
+        acked: dict[str, list[int]] = {}
+        termed: dict[str, list[int]] = {}
+        for subject, reply, body in acks:
+            if subject.startswith(FC_PREFIX):
+                self._flow_control(subject)
+                continue
+            target, what = ack_target(subject), parse_ack_body(body)
+            if target is None or what is None or target[0] != self.stream:
+                continue  # nats-server ignores what it cannot parse
+            leading = self.leading.get(target[1])
+            if leading is None:
+                continue
+            leading.active_ns = now_ns
+            seq, kind = target[2], what.kind
+            if seq in leading.leader.deadlines:
+                self._ack_event(leading, subject, what, now_ns)
+            if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
+                (termed if kind is AckKind.TERM else acked).setdefault(leading.name, []).append(seq)
+                if kind is AckKind.TERM:
+                    leading.leader.forget([seq])
+                else:  # ack_policy all: every pending seq below it too (ConsumerLeader.on_ack)
+                    leading.leader.on_ack(seq)
+                leading.acked_ns = now_ns
+                if kind is AckKind.NEXT:
+                    if reply:
+                        answer = leading.pull(reply, what.next_request, self.replica.store, now_ns)
+                        if answer is not None:
+                            sends.append(answer)
+                elif reply:
+                    confirm.append(reply)  # a double ack: answered once the op committed
+                continue
+            op = (leading.leader.nak(seq, what.delay_ns, now_ns) if kind is AckKind.NAK
+                  else leading.leader.progress(seq, now_ns))
+            if op is not None:
+                ops.append(op)
+            if reply:
+                sends.append(Send(reply, b""))  # nats-server answers NAK and WPI at once
+        ops.extend(AckOp(name=name, seqs=tuple(seqs)) for name, seqs in acked.items())
+        ops.extend(TermOp(name=name, seqs=tuple(seqs)) for name, seqs in termed.items())
+
+    def _ack_event(self, leading: Leading, subject: str, what: AckBody, now_ns: int) -> None:
+        """An ack of a pending message: a NAK / TERM advisory or a sampled ack metric (events.on_ack). A plain
+        ack raises nothing unless the consumer samples, and only then is the full subject parsed."""
+        config = leading.entry.config
+        if what.kind not in _PLAIN or (config is not None and config.sample_freq):
+            where = parse_ack_subject(subject)
+            if where is not None:
+                self.events.on_ack(leading, where, what, True, now_ns)
+
+    def _flow_control(self, subject: str) -> None:
+        """A client answered a flow-control request (`$JS.FC.<stream>.<consumer>.<id>`)."""
+        tokens = subject.split(".")
+        leading = self.leading.get(tokens[3]) if len(tokens) == 5 and tokens[2] == self.stream else None
+        if type(leading) is PushLeading and leading.on_flow_control(subject):
+            leading.active_ns = self.now_ns()
+
+    def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
+        if not replies:
+            return None
+
+        def settled(proposal: Proposal) -> None:  # from the ready loop: record and wake (invariant 3)
+            if proposal.error is None:
+                self._outbox.extend(Send(reply, b"") for reply in replies)
+                self.wake()
+
+        return settled
+
+    # --- Proposals -----------------------------------------------------------------------------------------
+
+    async def propose(self, ops: list[Op], on_settled: Callable[[Proposal], None] | None = None) -> Proposal:
+        """Submit `ops` as CONSUMER entries through the replica's chain; the last entry's proposal.
+        `NotLeader` when not leading; any failure drops the replica's `StreamLeader` (invariant 2)."""
+        entries = [encode_consumer(encode_ops(ops[i:i + OPS_PER_ENTRY])) for i in range(0, len(ops), OPS_PER_ENTRY)]
+        replica = self.replica
+        async with replica._propose_lock:
+            if not self.active:
+                raise NotLeader(replica.leader_id())
+            proposal: Proposal | None = None
+            for position, entry in enumerate(entries):
+                last = position == len(entries) - 1
+                try:
+                    proposal = await replica._submit(entry, on_settled if last else None)
+                except JsraftError:
+                    replica.leader = None
+                    raise
+        assert proposal is not None
+        self._last = proposal
+        return proposal
+
+    async def settled(self) -> None:
+        """Wait (a bounded while) until the last consumer proposal settled: a read after it sees it."""
+        last = self._last
+        if last is None:
+            return
+        with trio.move_on_after(BARRIER_TIMEOUT_S):
+            try:
+                await self.replica.runtime.outcome(self.replica.group, last)
+            except JsraftError:
+                pass

@@ -1,0 +1,51 @@
+"""The stream leader's expiry task: `max_age` (EXPIRE) and per-message TTL (DELETE) proposals (layer L5).
+
+Owns: asking the replica's `StreamLeader`, every tick, what has aged out by the node's wall clock
+(`expire_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and proposing those entries through the
+stream's Raft group, one at a time, in order.
+
+Invariants:
+  1. Only the leader proposes; every replica removes the messages when it applies the entries (DESIGN §6:
+     "no replica mutates its store on its own timer"). A follower's task does nothing.
+  2. Time comes from `runtime.clock.wall_ns()`, the clock that stamped the messages (the node's
+     `SteadyWall`: a stepped clock slews, runtime/clock.py invariant 3), never from a replica's own view
+     at apply time.
+  3. A failed proposal is logged and retried at a later tick (the StreamLeader re-offers a due TTL after
+     its retry interval; `expire_due` recomputes); it never stops the task.
+
+Imports: stdlib, L0, trio, server siblings (by type only). Reference: DESIGN.md §6; ADR-43.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from jsraft.errors import JsraftError
+
+if TYPE_CHECKING:
+    from jsraft.server.groups.stream_replica import StreamReplica
+
+log = logging.getLogger("jsraft.server.expiry")
+
+
+async def run_expiry(replica: "StreamReplica", tick_s: float) -> None:
+    """Propose due expiries while this replica leads, every `tick_s`, until cancelled."""
+    while True:
+        await trio.sleep(tick_s)
+        leader = replica.leader
+        if leader is None or replica.closed or replica.stopped_reason is not None:
+            continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)
+        now_ns = replica.runtime.clock.wall_ns()
+        due = [entry for entry in (leader.expire_due(now_ns),) if entry is not None]
+        due.extend(leader.ttl_due(now_ns))
+        for entry in due:
+            if replica.leader is not leader:
+                break  # leadership changed mid-turn: the new leader decides afresh (invariant 1)
+            try:
+                await replica.propose_entry(entry)
+            except JsraftError as error:
+                log.info("stream %s: expiry not proposed: %s", replica.name, error)
+                break

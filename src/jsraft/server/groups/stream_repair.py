@@ -1,0 +1,389 @@
+"""`RepairWorker`: a stream replica's repairs, carried out against the stream leader over `$rpc` (L5).
+
+Owns: the follower side of DESIGN §8's repair — turning a pending `RepairPlan` (from a restored snapshot,
+see `stream_adapter`) into a `CatchupSession` whose requests go to the current stream leader
+(`stream.catchup`), chunk by chunk; asking the leader for its stream snapshot (`stream.snapshot`) when
+this replica drifted, has store faults, or was told by an audit that it disagrees (a *resync*); retries
+with backoff when the leader changes, refuses or does not answer; stepping down from a Raft leadership
+this replica cannot serve; and the advisories of each drift episode (`stream_drift` when it is found,
+`stream_drift_repaired` when the replica is whole again, with what was fetched). The leader's side of
+both methods is `repair_serve`.
+
+Invariants:
+  1. Repairs are asked of the stream leader only (`repair_serve` invariant 1), never of this replica itself.
+  2. A session belongs to one plan generation: when a newer snapshot replaced the plan while a chunk was
+     in flight, the session is dropped without touching the store again.
+  3. A refusal, a timeout or a leader change retries the same plan (recomputed against the store, which
+     may have moved); a session that failed verification (`CatchupFailed`) escalates to a resync from a
+     fresh leader snapshot. Waits between tries grow to `repair_backoff_max_s`.
+  4. A replica that cannot serve (under repair, drifted, with faults) and finds itself Raft leader hands
+     the leadership to the most caught-up voter that answered within the last election timeout
+     (`Status.reachable_followers`), at most once per election timeout.
+  6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
+     replica as current whose log is short of what it acknowledged.
+  5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
+     node, whatever number of tries it took.
+
+Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), attrs, trio, server siblings.
+Reference: DESIGN.md §6 (range catch-up), §8; stream/catchup.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import trio
+
+from jsraft.errors import JsraftError
+from jsraft.raft.errors import NotLeader
+from jsraft.raft.status import Role
+from jsraft.replica.advisories import AdvisoryLog
+from jsraft.server.groups.stream_options import StreamOptions
+from jsraft.store.filestore import FileStore
+from jsraft.stream import (
+    CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
+    MalformedCatchup, decode_catchup, encode_request,
+)
+from jsraft.stream.audit import drift_advisory, repaired_advisory
+from jsraft.stream.drift import fault_finding
+from jsraft.stream.errors import CatchupFailed
+
+if TYPE_CHECKING:
+    from jsraft.server.groups.stream_replica import StreamReplica
+
+log = logging.getLogger("jsraft.server.repair")
+
+CallPeer = Callable[..., Awaitable[tuple[Any, list[bytes]]]]
+
+
+async def no_peers(peer: str, method: str, *args: Any, **kwargs: Any) -> tuple[Any, list[bytes]]:
+    """The `CallPeer` of a replica built without `$rpc` (a single node in a test): no one to ask."""
+    raise NotLeader(None)
+_FINDINGS_MAX = 32  # per advisory
+
+
+class _Retry(Exception):
+    """Internal: this try cannot go on now (no other leader, a refusal); wait and try again."""
+
+
+@attrs.define
+class _Episode:
+    """One drift episode of this replica, from the first sign to the replica being whole again."""
+
+    started_index: int
+    found: tuple[int, int, int, int, int]
+    findings: list[Finding] = attrs.field(factory=list)
+    expected: tuple[int, int, int, int, int] | None = None
+    advised: int | None = None  # how many findings the drift advisory named (None: not recorded yet)
+    fetched_msgs: int = 0
+    deleted_seqs: int = 0
+    reset: bool = False
+    verified: bool | None = None
+    tries: int = 0
+
+    def add(self, findings: Sequence[Finding]) -> None:
+        for finding in findings:
+            if finding not in self.findings and len(self.findings) < _FINDINGS_MAX:
+                self.findings.append(finding)
+
+
+class RepairWorker:
+    def __init__(self, replica: "StreamReplica", *, call_peer: CallPeer, advisories: AdvisoryLog,
+                 options: StreamOptions) -> None:
+        self.replica = replica
+        self.call_peer = call_peer
+        self.advisories = advisories
+        self.options = options
+        self.state = "idle"  # idle | waiting | resyncing | fetching
+        self.repairs = 0  # episodes completed
+        self.fetched_msgs = 0  # over all episodes
+        self.repaired_at_index = 0  # the applied index at which the last episode ended
+        self.last_error = ""
+        self.episode: _Episode | None = None
+        self._plan_generation = -1
+        self._escalate = False
+        self._findings_seen = 0
+        self._recovery_noted = False
+        self._last_transfer_s = float("-inf")
+        self._wakeup = trio.Event()
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    @property
+    def busy(self) -> bool:
+        return self.episode is not None
+
+    # --- The task ----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        options = self.options
+        backoff_s = options.repair_backoff_min_s
+        while True:
+            self._wakeup = trio.Event()
+            self._step_down_if_unfit()
+            self._note_recovered()
+            self._collect_findings()
+            self._close_episode_if_whole()
+            job = self._next_job()
+            if job is None:
+                self.state = "waiting" if self.episode is not None else "idle"
+                with trio.move_on_after(max(options.repair_backoff_min_s * 10, 0.2)):
+                    await self._wakeup.wait()
+                continue
+            try:
+                await job()
+                backoff_s = options.repair_backoff_min_s
+                self.last_error = ""
+            except (JsraftError, _Retry) as error:
+                self.last_error = str(error)
+                log.info("stream %s on %s: repair waits %.2fs: %s", self.replica.name, self.replica.node_id,
+                         backoff_s, error)
+                self.state = "waiting"
+                await trio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, options.repair_backoff_max_s)
+
+    def _next_job(self) -> Callable[[], Awaitable[None]] | None:
+        adapter, machine = self.replica.adapter, self.replica.machine
+        if adapter is None or machine is None:
+            return None
+        if self._escalate:
+            return self._resync
+        if adapter.plan is not None:
+            return self._carry_out
+        if adapter.resync_pending is not None or machine.replaying:
+            return None  # waiting for the log to reach the resync's index, or for the replay to end
+        if machine.health is not Health.current or machine.store.faults():
+            return self._resync
+        return None
+
+    # --- Episodes and advisories -------------------------------------------------------------------
+
+    def _note_recovered(self) -> None:
+        """The WAL replay after the open ended: ask for an audit (DESIGN §8: "and after every recovery"),
+        which settles what the replay cannot see (a changed message the log no longer holds)."""
+        adapter, machine = self.replica.adapter, self.replica.machine
+        if self._recovery_noted or adapter is None or machine is None or adapter.recovery_target is None:
+            return
+        if not machine.replaying and not adapter.holding:
+            self._recovery_noted = True
+            self.replica.audit.request_soon()
+
+    def _open_episode(self) -> _Episode:
+        if self.episode is None:
+            machine = self.replica.machine
+            assert machine is not None
+            self.episode = _Episode(started_index=machine.applied_index,
+                                    found=machine.store.state().agreement_key())
+        return self.episode
+
+    def _collect_findings(self) -> None:
+        """New findings of the machine (replay, last-sequence check, restored plans), of finish_recovery,
+        and the store's faults, into the current episode (opening one if there is something to say)."""
+        adapter, machine = self.replica.adapter, self.replica.machine
+        if adapter is None or machine is None:
+            return
+        if self._findings_seen > len(machine.findings):
+            self._findings_seen = 0  # the machine dropped its oldest findings
+        fresh = list(machine.findings[self._findings_seen:])
+        self._findings_seen = len(machine.findings)
+        fresh += adapter.recovery_findings
+        adapter.recovery_findings = []
+        faults = machine.store.faults()
+        if faults:
+            state = machine.store.state()
+            fresh += [fault_finding(fault, state) for fault in faults]
+        if fresh or machine.health is not Health.current or adapter.plan is not None:
+            self._open_episode().add(fresh)
+
+    def _advise_drift(self, episode: _Episode) -> None:
+        if episode.advised is not None:
+            return
+        episode.advised = len(episode.findings)
+        replica = self.replica
+        leads = replica.leader_id() == replica.node_id
+        self.advisories.record(drift_advisory(
+            replica.name, replica.node_id, leader=leads, index=episode.started_index, audit_id=0,
+            expected=episode.expected, found=episode.found, findings=episode.findings))
+
+    def _close_episode_if_whole(self) -> None:
+        episode, adapter, machine = self.episode, self.replica.adapter, self.replica.machine
+        if episode is None or adapter is None or machine is None:
+            return
+        if (machine.health is not Health.current or machine.replaying or machine.store.faults()
+                or adapter.plan is not None or adapter.holding or adapter.resync_pending is not None):
+            return
+        self._advise_drift(episode)
+        self.episode = None
+        self.repairs += 1
+        self.fetched_msgs += episode.fetched_msgs
+        self.repaired_at_index = machine.applied_index
+        replica = self.replica
+        self.advisories.record(repaired_advisory(
+            replica.name, replica.node_id, index=machine.applied_index,
+            state=machine.store.state().agreement_key(), fetched_msgs=episode.fetched_msgs,
+            deleted_seqs=episode.deleted_seqs, reset=episode.reset, verified=episode.verified,
+            findings=episode.findings[episode.advised or 0:]))  # what the repair itself found on the way
+        replica.audit.request_soon()  # DESIGN §8: an audit after every recovery and repair
+
+    def on_audit_order(self, index: int, expected: Any, found: Any) -> str:
+        """The leader's audit at `index` found this replica's state tuple disagreeing with the majority:
+        stop trusting the store and resync (unless a repair is under way or ended after that audit)."""
+        adapter, machine = self.replica.adapter, self.replica.machine
+        if adapter is None or machine is None:
+            return "not open"
+        if self.repaired_at_index > index:
+            return "repaired since"
+        if machine.health is not Health.current or adapter.plan is not None or adapter.holding:
+            return "already repairing"
+        machine.mark_drifted(Finding(kind=FindingKind.audit_mismatch, detail=(
+            f"audit at index {index}: the majority holds {tuple(expected)}, this replica {tuple(found)}")))
+        self._open_episode().expected = tuple(expected)
+        self.wake()
+        return "resyncing"
+
+    # --- Jobs --------------------------------------------------------------------------------------
+
+    async def _resync(self) -> None:
+        """Ask the leader for its stream snapshot; the adapter restores it at its index (a plan follows)."""
+        replica = self.replica
+        assert replica.adapter is not None
+        episode = self._open_episode()
+        self.state = "resyncing"
+        leader = self._leader()
+        result, blobs = await self.call_peer(leader, "stream.snapshot", {"stream": replica.name},
+                                             timeout_s=self.options.rpc_timeout_s)
+        if len(blobs) != 1:
+            raise MalformedCatchup("stream.snapshot answered without exactly one snapshot")
+        episode.tries += 1
+        self._escalate = False
+        replica.adapter.begin_resync(int(result["index"]), blobs[0])
+
+    async def _carry_out(self) -> None:
+        adapter, machine = self.replica.adapter, self.replica.machine
+        assert adapter is not None and machine is not None and adapter.plan is not None
+        pending = adapter.plan
+        episode = self._open_episode()
+        episode.expected = pending.plan.group.agreement_key()
+        episode.add(pending.plan.findings)
+        self._advise_drift(episode)
+        first = self._plan_generation != pending.generation
+        self._plan_generation = pending.generation
+        plan = pending.plan if first else machine.plan_against(pending.plan.group,
+                                                                store_may_be_ahead=pending.recovering)
+        session = CatchupSession(machine, pending.plan.group, snapshot_index=pending.index,
+                                 reset_store=self._fresh_store, bytes_max=self.options.catchup_chunk_bytes,
+                                 store_may_be_ahead=pending.recovering)
+        self.state = "fetching"
+        try:
+            await self._run_session(session, plan, pending.generation)
+        finally:
+            episode.fetched_msgs += session.fetched_msgs
+            episode.deleted_seqs += session.deleted_seqs
+            episode.reset = episode.reset or session.was_reset
+        if session.result is not None and adapter.generation == pending.generation:
+            episode.verified = session.result.verified
+            adapter.release()
+
+    async def _run_session(self, session: CatchupSession, plan: Any, generation: int) -> None:
+        adapter = self.replica.adapter
+        assert adapter is not None
+        try:
+            request = session.start(plan)
+            while request is not None:
+                chunk = await self._exchange(request)
+                if adapter.generation != generation:
+                    return  # invariant 2: a newer snapshot replaced this plan meanwhile
+                request = session.on_chunk(chunk)
+        except CatchupFailed:
+            self._escalate = True  # invariant 3
+            raise
+
+    async def _exchange(self, request: CatchupRequest) -> CatchupChunk:
+        leader = self._leader()
+        _, blobs = await self.call_peer(leader, "stream.catchup", {"stream": self.replica.name},
+                                        [encode_request(request)], timeout_s=self.options.rpc_timeout_s)
+        if len(blobs) != 1:
+            raise MalformedCatchup("stream.catchup answered without exactly one chunk")
+        answer = decode_catchup(blobs[0])
+        if isinstance(answer, CatchupRefusal):
+            raise _Retry(f"{leader} refused: {answer.reason}")
+        if not isinstance(answer, CatchupChunk):
+            raise MalformedCatchup("stream.catchup answered with a request")
+        return answer
+
+    def _leader(self) -> str:
+        leader = self.replica.leader_id()
+        if leader is None or leader == self.replica.node_id:
+            raise _Retry("no other replica leads the stream now")
+        return leader
+
+    def _fresh_store(self) -> FileStore:
+        """A repair that must put back messages below the store's first sequence: an empty store."""
+        replica = self.replica
+        old = replica.store
+        config = old.config
+        old.close()
+        replica.disk.remove_tree("msgs")
+        replica.disk.sync_dir("")
+        replica.store = FileStore.open(replica.disk.sub("msgs"), config)
+        return replica.store
+
+    def _step_down_if_unfit(self) -> None:
+        """Invariant 4."""
+        replica, adapter, machine = self.replica, self.replica.adapter, self.replica.machine
+        if adapter is None or machine is None:
+            return
+        waiting = adapter.holding or adapter.resync_pending is not None
+        if not waiting and (machine.can_lead or machine.replaying):  # a replay alone ends by itself
+            return
+        try:
+            status = replica.runtime.status(replica.group).raft
+        except JsraftError:
+            return
+        election_timeout_s = replica.raft_config.election_ticks * self.options.tick_s
+        if status.role is not Role.LEADER or trio.current_time() - self._last_transfer_s < election_timeout_s:
+            return
+        # To a voter that answered within the last election timeout, the most caught-up first (as the
+        # stepdown API chooses among connected peers): a paused or cut-off peer would only cost another
+        # election timeout before anyone leads.
+        if status.reachable_followers:
+            self.hand_over(status.reachable_followers[0], f"it is {machine.health}")
+
+    def hand_over(self, target: str, why: str) -> None:
+        """Ask this node's Raft group to hand its leadership to `target` (a replica that can serve)."""
+        replica = self.replica
+        self._last_transfer_s = trio.current_time()
+        log.warning("stream %s: %s cannot serve (%s): handing the leadership to %s", replica.name,
+                    replica.node_id, why, target)
+        try:
+            replica.runtime.transfer_leadership(replica.group, target)
+        except JsraftError as error:
+            log.info("stream %s: leadership transfer to %s not started: %s", replica.name, target, error)
+
+    def health(self) -> Health:
+        """Invariant 6: the state machine's health, but repairing while the Raft log repairs."""
+        replica = self.replica
+        health = replica.machine.health if replica.machine is not None else Health.repairing
+        if health is Health.current:
+            try:
+                if replica.runtime.status(replica.group).raft.repairing:
+                    return Health.repairing
+            except JsraftError:
+                pass
+        return health
+
+    def describe(self) -> dict[str, Any]:
+        """For `replica.state`: the repair's standing and what the current episode found (with a plan
+        restored since this task last looked)."""
+        adapter = self.replica.adapter
+        findings = list(self.episode.findings) if self.episode is not None else []
+        if adapter is not None and adapter.plan is not None:
+            findings += [f for f in adapter.plan.plan.findings if f not in findings]
+        return {"state": self.state, "repairs": self.repairs, "fetched_msgs": self.fetched_msgs,
+                "repaired_at_index": self.repaired_at_index, "last_error": self.last_error,
+                "held_entries": adapter.deferred if adapter is not None else 0,
+                "episode_findings": [f.to_json() for f in findings]}

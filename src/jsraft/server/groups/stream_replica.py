@@ -1,0 +1,388 @@
+"""`StreamReplica`: one stream group on this node — its store, state machine, Raft group and, while this
+node leads it, its `StreamLeader` and the publish pump (layer L5).
+
+Owns: opening a replica (`streams/<name>/msgs` FileStore, `config.json` with the raw config, `group` with
+the Raft group name, Raft WAL under `streams/<name>/raft`), following leadership, coalescing publishes
+into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config). Its repairs
+and audits are tasks of their own it runs (`stream_repair.RepairWorker`, `stream_audit.AuditRunner`).
+
+Invariants:
+  1. A `StreamLeader` exists only while this node leads, its term's NOOP has applied and every entry of
+     its log has applied (nothing of an earlier leader is still in flight); it is dropped on any
+     leadership change or failed proposal and rebuilt under the same conditions (stream/leader.py 4).
+  2. Proposals are submitted one at a time under `_propose_lock`, in the order they were decided, each
+     after the one before (`NodeRuntime.submit(after=...)`): an entry enters the log only behind its
+     predecessor, in the same term, so the sequences a `decide` assigned are never overtaken or skipped.
+     The chain restarts with each new `StreamLeader`. The pump does not wait for a batch to commit
+     before it decides the next (`publish_pipeline`); the rare other proposals (CONFIG, DELETE, PURGE,
+     AUDIT) wait for their outcome under the lock.
+  3. Publishes that arrive while the pump decides wait in `_queue` (bounded by `PUBLISHES_QUEUED_MAX`;
+     beyond it a publish is refused with 503) and are decided together.
+  4. A publish is answered with its sequence only after the entry carrying it applied here; a duplicate
+     of a publish still in flight is answered as its original, once the original's entry applied
+     (`publish_pipeline` invariants 2 and 3). Each is answered once, through its `done` callback.
+  5. The group's config follows the meta assignment by version: while `config_index` (the meta log index
+     that set `raw`) is above the machine's `config_meta_index`, the leader proposes CONFIG before deciding
+     anything else — so an update survives a leader change between the meta apply and the proposal, and a
+     new group's first entry fixes its config for every replica's replay.
+  6. While a consumer this node cannot run exists (`stopped_reason`, PR #7158) the stream is stopped here:
+     as leader it decides no publish (answered 10194), delivers nothing, proposes no expiry — only the
+     consumer's deletion. The group still replicates what a leader that can run it commits (one log).
+
+Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio, siblings.
+Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from jsraft.disk.base import Disk
+from jsraft.errors import JsraftError
+from jsraft.jsapi import StreamConfig
+from jsraft.meta import StreamOffline
+from jsraft.raft.config import RaftConfig
+from jsraft.raft.errors import NotLeader
+from jsraft.raft.status import Role
+from jsraft.runtime import NodeRuntime
+from jsraft.runtime.proposals import Proposal
+from jsraft.replica.advisories import AdvisoryLog
+from jsraft.server.groups.consumer_service import ConsumerService
+from jsraft.server.errors import RemoteError, StreamRestoreRace
+from jsraft.server.groups.first_election import FirstElection
+from jsraft.replica.publish_pipeline import BatchAnswers, InFlightBatches
+from jsraft.replica.stream_adapter import StreamAdapter
+from jsraft.server.groups.stream_audit import AuditRunner
+from jsraft.server.groups.stream_config_follow import ConfigFollowing
+from jsraft.server.groups.stream_options import StreamOptions
+from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
+from jsraft.replica.stream_events import leader_elected
+from jsraft.server.groups.stream_members import check_members
+from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
+from jsraft.store.base import StoreConfig
+from jsraft.store.filestore import FileStore
+from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
+
+log = logging.getLogger("jsraft.server.stream")
+
+PUBLISHES_QUEUED_MAX = 65536
+DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
+MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
+
+
+Done = Callable[[Any], None]  # called once with a queued publish's `PubOutcome`, or what failed it
+Queued = tuple[str, bytes, bytes, Done]
+
+
+def api_error(error: ApiError) -> RemoteError:
+    return RemoteError(error.code, error.err_code, error.description, "ApiError")
+
+
+class StreamReplica(ConfigFollowing):
+    def __init__(self, *, node_id: str, name: str, group: str, config: StreamConfig, raw: bytes,
+                 peers: tuple[str, ...], disk: Disk, runtime: NodeRuntime, raft_config: RaftConfig,
+                 config_index: int = 0, bootstrap: bool = True, options: StreamOptions | None = None,
+                 call_peer: CallPeer | None = None, advisories: AdvisoryLog | None = None,
+                 offline_warnings: OfflineWarnings | None = None) -> None:
+        self.node_id, self.name, self.group = node_id, name, group
+        self.options = options or StreamOptions()
+        # Repairs (stream_repair) and audits (stream_audit): this replica's own tasks, over `$rpc`.
+        call_peer = call_peer or no_peers
+        advisories = advisories if advisories is not None else AdvisoryLog(node_id)
+        self.repair = RepairWorker(self, call_peer=call_peer, advisories=advisories, options=self.options)
+        self.audit = AuditRunner(self, call_peer=call_peer, advisories=advisories, options=self.options)
+        self.peers = peers  # the assignment's peers: the group's voters, once its leader has made them so
+        # Start the group with `peers` as its first voters (a new group); else join blank and be added.
+        self.bootstrap = bootstrap
+        self.leaving = False  # the assignment no longer has this node: run until the group let us go
+        self.left = trio.Event()
+        self._members_task = False
+        self.disk = disk
+        self.runtime = runtime
+        self.raft_config = raft_config
+        self.config, self.raw = config, raw
+        # The meta log index that set `raw` (invariant 5): the leader makes the group's config catch up.
+        self.config_index = config_index
+        self._config_task = False
+        self.store: Any = None
+        self.machine: StreamStateMachine | None = None
+        self.adapter: StreamAdapter | None = None
+        self.leader: StreamLeader | None = None
+        # Wall-clock time this node took over as leader (its first StreamLeader of this Raft leadership):
+        # stream info's `cluster.leader_since`; None while it does not lead.
+        self.leader_since_ns: int | None = None
+        self._advised_term = 0
+        self._queue: list[Queued] = []
+        self._batches = InFlightBatches(lambda: RemoteError(
+            503, 10008, "publish outcome unknown: its entry did not apply here", "OutcomeUnknown"))
+        self._chain: Proposal | None = None  # the last proposal submitted (invariant 2)
+        self._queue_event = trio.Event()
+        self._propose_lock = trio.Lock()
+        self.scope = trio.CancelScope()
+        self.closed = False
+        self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)
+        # Invariant 6: a consumer this node cannot run (its API level, its config) stops the stream here.
+        self.stopped = StoppedWatch(name, node_id, self.options.api_level, offline_warnings, advisories.queue)
+
+    # --- Opening and closing ----------------------------------------------------------------------
+
+    async def open(self, assigned_index: int = 0) -> None:
+        """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record)."""
+        await trio.to_thread.run_sync(self._open_files)
+        self.machine = StreamStateMachine(self.store, self.config, self.raw)
+        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
+        voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries
+        await self.runtime.open_group(self.group, voters=voters, state_machine=self.adapter, raft_config=self.raft_config,
+                                      disk=self.disk.sub("raft"), assigned_index=assigned_index, snapshot_every_entries=every)
+        self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
+        self.adapter.check_recovery()
+        self.first_election = FirstElection(self.runtime, self.group, self.node_id,
+                                            self.peers if self.bootstrap else (), self.raft_config.election_ticks)
+
+    def _open_files(self) -> None:
+        if not self.disk.exists("group"):
+            self.disk.write_atomic("config.json", self.raw)
+            self.disk.write_atomic("group", self.group.encode())
+        # Every record's CRC is checked at startup (DESIGN §8), not only the blocks the index does not cover.
+        base = StoreConfig(name=self.config.name, block_size=self.options.block_bytes)
+        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config, base), use_index=False)
+
+    async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
+        """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its
+        store (unless the node is being killed: a crash closes nothing)."""
+        self.closed = True
+        self.scope.cancel()
+        self._fail_queue(NotLeader(None))
+        if close_group and self.group in self.runtime.group_names():
+            await self.runtime.close_group(self.group)
+        if close_store and self.store is not None:
+            self.store.close()
+
+    # --- Leadership ---------------------------------------------------------------------------------
+
+    @property
+    def stopped_reason(self) -> str | None:
+        """Why this stream is stopped on this node (invariant 6), or None while it runs."""
+        return self.stopped.reason(self.adapter.consumers.consumers if self.adapter is not None else None)
+
+    def leader_id(self) -> str | None:
+        """The group's leader as this node knows it; O(1): publishes ask it for every message."""
+        try:
+            return self.runtime.leader_id(self.group)
+        except JsraftError:
+            return None
+
+    def _leader_ready(self) -> bool:
+        status = self.runtime.status(self.group).raft
+        return (status.role is Role.LEADER and self.adapter is not None
+                and self.adapter.noop_term == status.current_term
+                and status.applied_index >= status.last_index and self.machine is not None
+                and self.machine.can_lead)
+
+    def _follow_leadership(self) -> None:
+        """Drop or build the StreamLeader (invariant 1); called every tick and before each decision."""
+        if self.closed:
+            return
+        # O(1) role check first: this runs before every publish decision (no full status build).
+        if not self.runtime.is_leader(self.group):
+            if self.leader is not None:
+                log.info("stream %s: %s no longer leads", self.name, self.node_id)
+            self.leader = None
+            self.leader_since_ns = None
+            if self._queue:
+                self._fail_queue(NotLeader(self.runtime.leader_id(self.group)))
+        elif self.leader is None and self._leader_ready():
+            assert self.machine is not None
+            self.leader = StreamLeader(self.machine)
+            if self.leader_since_ns is None:  # kept while Raft leadership is (an audit may rebuild the leader)
+                self.leader_since_ns = time.time_ns()
+            # Everything in the log has applied, and whatever of the old chain is still queued has a
+            # failed or lost predecessor (that is why the old leader went) and will be dropped.
+            self._chain = None
+        self.consumers.follow(self.leader)  # built and dropped with the StreamLeader (O(1) otherwise)
+
+    async def run(self, tick_s: float) -> None:
+        """The replica's tasks: leadership following and the publish pump, until closed."""
+        with self.scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._pump)
+                nursery.start_soon(self.repair.run)
+                nursery.start_soon(self.audit.run)
+                nursery.start_soon(self.consumers.run)
+                ticks = 0
+                while True:
+                    self.first_election.tick()
+                    self._follow_leadership()
+                    self.stopped.note(self.adapter.consumers.consumers if self.adapter is not None else None)
+                    self._advise()
+                    if self._config_due() and not self._config_task:
+                        self._config_task = True
+                        nursery.start_soon(self._reconcile_task)
+                    ticks += 1
+                    if ticks % MEMBERS_EVERY_TICKS == 0:
+                        check_members(self, nursery)
+                    await trio.sleep(tick_s)
+
+    def _advise(self) -> None:
+        """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),
+        then whatever the apply path raised (advisories invariant 3)."""
+        if self.leader is not None and len(self.peers) > 1:
+            status = self.runtime.status(self.group).raft
+            if status.current_term != self._advised_term:
+                self._advised_term = status.current_term
+                self.repair.advisories.queue(*leader_elected(self.name, self.node_id, self.peers, status.voters))
+        self.repair.advisories.flush()
+
+    async def wait_leader(self, timeout_s: float) -> StreamLeader:
+        with trio.move_on_after(timeout_s):
+            while True:
+                self._follow_leadership()
+                if self.leader is not None:
+                    return self.leader
+                if self.runtime.status(self.group).raft.role is not Role.LEADER:
+                    raise NotLeader(self.leader_id())
+                await trio.sleep(0.005)
+        raise NotLeader(self.leader_id())
+
+    # --- Publishing ---------------------------------------------------------------------------------
+
+    async def publish(self, subject: str, headers: bytes, payload: bytes) -> PubOutcome:
+        """Queue one publish for the next decision; wait for its outcome (invariant 4)."""
+        self._follow_leadership()
+        if self.leader is None:
+            await self.wait_leader(1.0)
+        slot: list[Any] = [trio.Event(), None]
+
+        def done(answer: Any) -> None:
+            slot[1] = answer
+            slot[0].set()
+
+        self.enqueue(subject, headers, payload, done)
+        await slot[0].wait()
+        if isinstance(slot[1], BaseException):
+            raise slot[1]
+        return slot[1]
+
+    def can_enqueue(self) -> bool:
+        """Whether `enqueue` would take a publish now: this node leads and its `StreamLeader` is built."""
+        self._follow_leadership()  # O(1) unless this node leads and its StreamLeader is not built yet
+        return self.leader is not None and not self.closed
+
+    def enqueue(self, subject: str, headers: bytes, payload: bytes, done: Done) -> None:
+        """Queue one publish for the next decision, with no task of its own: `done(answer)` is called
+        once with its `PubOutcome` or an exception (invariant 4). Raises, without queueing, when the
+        queue is full (invariant 3). Queue only after `can_enqueue()` or `wait_leader()` said so."""
+        if len(self._queue) >= PUBLISHES_QUEUED_MAX:
+            raise RemoteError(503, 10008, "too many publishes waiting for the stream leader", "Busy")
+        self._queue.append((subject, headers, payload, done))
+        self._queue_event.set()
+
+    def _fail_queue(self, error: BaseException) -> None:
+        queue, self._queue = self._queue, []
+        for _, _, _, done in queue:
+            done(error)
+
+    async def _pump(self) -> None:
+        while True:
+            await self._queue_event.wait()
+            self._queue_event = trio.Event()
+            while self._queue:
+                batch, self._queue = self._queue[:DECIDE_BATCH_MAX], self._queue[DECIDE_BATCH_MAX:]
+                await self._decide_and_propose(batch)
+
+    async def _decide_and_propose(self, batch: list[Queued]) -> None:
+        """Decide `batch` and submit its entries; the answers come when they settle (publish_pipeline)."""
+        async with self._propose_lock:
+            self._follow_leadership()
+            if self.leader is None:
+                self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
+                return
+            try:
+                await self.reconcile_config()  # publishes are decided under the config meta accepted
+            except JsraftError as error:
+                self._settle(batch, [error] * len(batch))
+                return
+            leader = self.leader
+            if leader is None:
+                self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
+                return
+            stopped = self.stopped_reason
+            if stopped is not None:  # invariant 6
+                self._settle(batch, [StreamOffline(stopped)] * len(batch))
+                return
+            # Timestamps come from the node's steady wall clock (its steps slewed: runtime/clock.py invariant 3).
+            decision = leader.decide([(s, h, p) for s, h, p, _ in batch], self.runtime.clock.wall_ns())
+            answers = self._batches.open([done for _, _, _, done in batch], decision.outcomes)
+            failure: JsraftError | None = None
+            for entry in decision.entries:
+                answers.entries_open += 1
+                try:
+                    await self._submit(entry, lambda proposal: self._entry_settled(answers, proposal))
+                except JsraftError as error:
+                    answers.entries_open -= 1
+                    self.leader = None  # its in-flight view is now wrong (invariant 1)
+                    failure = error
+                    break
+            self._batches.close(answers, failure)
+
+    def _entry_settled(self, answers: BatchAnswers, proposal: Proposal) -> None:
+        if proposal.error is not None:
+            self.leader = None  # its in-flight view is now wrong (invariant 1)
+        self._batches.settled(answers, proposal.error, proposal.result)
+
+    async def _submit(self, entry: bytes, on_settled: Callable[[Proposal], None] | None = None) -> Proposal:
+        """Under `_propose_lock`: submit `entry` after this replica's previous proposal (invariant 2)."""
+        proposal = await self.runtime.submit(self.group, entry, after=self._chain, on_settled=on_settled)
+        self._chain = proposal
+        return proposal
+
+    def _settle(self, batch: list[Queued], answers: list[Any]) -> None:
+        for (_, _, _, done), answer in zip(batch, answers):
+            done(answer)
+
+    # --- Other leader operations -------------------------------------------------------------------
+
+    async def propose_entry(self, entry: bytes, *, expect_last_seq: int | None = None) -> object:
+        """Propose an entry the StreamLeader made outside a decision (an AUDIT, a restored MSGS run), in
+        order (invariant 2). `expect_last_seq`: refuse (`StreamRestoreRace`) unless the stream's last
+        sequence, counting in-flight proposals, is that — checked under the lock, so no publish decided
+        before it can take the sequences the entry carries."""
+        async with self._propose_lock:
+            if self.leader is None:
+                raise NotLeader(self.leader_id())
+            if expect_last_seq is not None and self.leader.last_seq != expect_last_seq:
+                raise StreamRestoreRace(f"restore failed: the stream's last sequence is {self.leader.last_seq}, "
+                                        f"not {expect_last_seq} (was it written to during the restore?)")
+            try:
+                return await self.runtime.outcome(self.group, await self._submit(entry))
+            except JsraftError:
+                self.leader = None  # its in-flight view is now wrong (invariant 1)
+                raise
+
+    async def propose_op(self, make: str, *args: Any, **kwargs: Any) -> ApplyResult:
+        """Decide and propose a DELETE / PURGE / CONFIG through the StreamLeader (invariant 2)."""
+        await self.wait_leader(2.0)
+        async with self._propose_lock:
+            leader = self.leader
+            if leader is None:
+                raise NotLeader(self.leader_id())
+            return await self._propose_decided(getattr(leader, make)(*args, **kwargs))
+
+    async def _propose_decided(self, proposal: Any) -> Any:
+        """Under `_propose_lock`: propose one `LeaderProposal`; its refusal, or the applied entry's, raised."""
+        if proposal.error is not None:
+            raise api_error(proposal.error)
+        try:
+            result = await self.runtime.outcome(self.group, await self._submit(proposal.entry))
+        except JsraftError:
+            self.leader = None  # its in-flight view is now wrong (invariant 1)
+            raise
+        if isinstance(result, ApplyResult) and result.error is not None:
+            raise api_error(result.error)
+        return result
+

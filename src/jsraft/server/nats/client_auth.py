@@ -1,0 +1,109 @@
+"""The security side of client connections: accepting, authenticating, enforcing permissions (layer L5).
+
+Owns: `security_info` (INFO's `auth_required`, `nonce`, `tls_required`); `ConnSecurity`, the part of `ClientConn` that runs ClientConn invariants 7 and 8 — the CONNECT
+check in a worker thread, the authorization-violation and authentication-timeout closes, the publish and
+subscribe permission checks with nats-server's `-ERR` texts (the connection's `FilteredSubscription`s apply the subscribe
+deny list to each message).
+
+Invariants: ClientConn's 7 and 8 (stated there, where the connection's life is described). The accept
+path (TLS upgrade, nonce) is `client_accept`.
+
+Imports: stdlib, trio, L4 (`protocol` errors texts), server siblings (`auth`, `permissions`).
+Reference: nats-server `server/client.go` (`authViolation`, `pubPermissionViolation`,
+`subPermissionViolation`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from jsraft.protocol import errors as texts
+from jsraft.protocol.wire import OK
+from jsraft.server.nats.auth import AuthRefused, Grant
+from jsraft.server.nats.permissions import ConnPermissions, permission_error_text
+
+log = logging.getLogger("jsraft.server.clients")
+
+
+def err_line(text: str) -> bytes:
+    return b"-ERR '%s'\r\n" % text.encode()
+
+
+def security_info(server: Any, conn: Any) -> dict[str, Any]:
+    """INFO's security fields for `conn` on `server` (a `ClientServer`)."""
+    info: dict[str, Any] = {}
+    if server.authenticator is not None:
+        info["auth_required"] = True
+        if conn.nonce is not None:
+            info["nonce"] = conn.nonce
+    if server.tls is not None:
+        info["tls_required"] = True
+        info["tls_verify"] = server.tls.config.verify
+    return info
+
+
+class ConnSecurity:
+    """Mixed into `ClientConn` (which provides `server`, `send`, `close`, `verbose` and the fields set in
+    its constructor: `authed`, `nonce`, `identity`, `perms`, `responses`, `_pending_connect`)."""
+
+    server: Any
+
+    def init_security(self, auth_required: bool) -> None:
+        self.authed = not auth_required  # once CONNECT's credentials passed
+        self.nonce: str | None = None  # the nonce our INFO carried (NKeys sign it)
+        self.identity = ""
+        self.perms: ConnPermissions | None = None
+        self.responses: Any = None  # `permissions.Responses` with allow_responses
+        self._pending_connect: dict[str, Any] | None = None
+
+    async def _authenticate(self, options: dict[str, Any]) -> None:
+        authenticator = self.server.authenticator
+        try:
+            grant: Grant = await trio.to_thread.run_sync(authenticator.authenticate, options, self.nonce)
+        except AuthRefused as refused:
+            self._pending_connect = None
+            self._auth_violation(refused.reason)
+            return
+        self._pending_connect = None
+        self.authed = True
+        self.identity = grant.identity
+        if grant.permissions is not None:
+            self.perms = ConnPermissions(grant.permissions)
+            self.responses = self.perms.new_responses()
+        log.debug("client %r authenticated as %s", self, grant.identity)
+        if self.verbose:
+            self.send(OK)
+
+    def _auth_violation(self, reason: str) -> None:
+        log.warning("client %r: authorization violation: %s", self, reason)
+        self.server.stats.auth_failures += 1
+        self.close(f"authorization violation: {reason}", texts.ERR_AUTHORIZATION)
+
+    async def _auth_timer(self) -> None:
+        # Cancelled with the connection's nursery once it closes.
+        await trio.sleep(self.server.authenticator.config.timeout_ms / 1000)
+        if not self.authed and self._pending_connect is None and not self.closed:
+            log.warning("client %r: no CONNECT within the authentication timeout", self)
+            self.server.stats.auth_failures += 1
+            self.close("authentication timeout", texts.ERR_AUTH_TIMEOUT)
+
+    def _may_publish(self, subject: str) -> bool:
+        perms = self.perms
+        if perms.can_publish(subject):  # type: ignore[union-attr]
+            return True
+        if self.responses is not None and self.responses.take(subject, trio.current_time()):
+            return True
+        log.info("client %r (%s): publish to %r refused by its permissions", self, self.identity, subject)
+        self.send(err_line(permission_error_text("Publish", subject)))
+        return False
+
+    def _may_subscribe(self: Any, subject: str, queue: str | None) -> bool:
+        """By the user's permissions; False after `-ERR 'Permissions Violation for Subscription to …'`."""
+        if self.perms.can_subscribe(subject, queue):
+            return True
+        log.info("client %r (%s): subscription to %r refused by its permissions", self, self.identity, subject)
+        self.send(err_line(permission_error_text("Subscription", subject, queue)))
+        return False

@@ -1,0 +1,373 @@
+"""`ClientConn`: one NATS client connection on the node's client port (layer L5).
+
+Owns: the connection's three tasks — reading (bytes into `protocol.ServerConnection`, events into
+actions), writing (a bounded outbound buffer drained to the socket), pinging (PING an idle client, close a
+stale one) — and its subscriptions (`ClientSubscription`), CONNECT options and closing. Routing a publish
+to other connections is `ClientServer.route`'s job.
+
+Invariants:
+  1. Outbound bytes are bounded: queued plus in-flight bytes never exceed `pending_bytes_max`. The write
+     that would exceed it drops what is queued, queues `-ERR 'Slow Consumer'`, closes this connection and
+     logs it; the publisher and every other connection carry on (nats-server: `MaxPending`).
+  2. A write that does not finish within `write_deadline_s` also makes a slow consumer; the socket is
+     then closed without a word (it is not taking bytes).
+  3. A protocol error from the client sends nats-server's `-ERR` text (when it has one), then closes
+     this connection; nothing else is affected. Non-fatal errors (`Invalid Subject`, `Invalid Publish
+     Subject`, `maximum subscriptions exceeded`) answer `-ERR` and keep the connection, as nats-server does.
+     A subject that is not UTF-8 is not a valid subject here (nats-server accepts any bytes).
+  4. A client that leaves `pings_out_max` PINGs unanswered gets `-ERR 'Stale Connection'` and is closed;
+     a client that sent anything during the last interval is not pinged (nats-server's rule).
+  5. Once `closed`, the connection holds no subscription in the sublist and queues no more bytes except
+     its final `-ERR`; `run` returns after that is flushed or `write_deadline_s` passed.
+  6. Reading pauses while this connection has `INTERNAL_INFLIGHT_MAX` messages in internal handlers (a
+     client publishing to a stream faster than it stores cannot queue unbounded work).
+  7. With authentication required, nothing but CONNECT is processed until its credentials passed (in a
+     worker thread: bcrypt is slow on purpose); a refused CONNECT, another operation first or no CONNECT
+     in time gets `-ERR 'Authorization Violation'` (`'Authentication Timeout'`) and is closed; the log
+     names the client and the reason, never a secret (`client_auth`).
+  8. A user's permissions are enforced on every PUB and SUB, and a subscription overlapping its deny list
+     never delivers a denied subject (`permissions`); a refusal gets `-ERR 'Permissions Violation for …'`
+     and the connection stays open, as nats-server keeps it.
+
+Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings.
+Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
+`queueOutbound`, `processPingTimer`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from jsraft.protocol import NEED_DATA, Connect, Ping, Pong, Pub, RemoteProtocolError, ServerConnection, Sub, Unsub
+from jsraft.protocol import errors as texts
+from jsraft.protocol.headers import NO_RESPONDERS_HEADERS
+from jsraft.protocol.wire import CRLF, OK, PING, PONG, msg_head, wire_text
+from jsraft.server.nats.client_auth import ConnSecurity, err_line
+from jsraft.server.nats.client_subs import ClientSubscription, is_published_subject, is_valid_subject
+
+if TYPE_CHECKING:
+    from jsraft.server.nats.client_server import ClientServer
+
+log = logging.getLogger("jsraft.server.clients")
+
+READ_BYTES_MAX = 64 << 10
+INTERNAL_INFLIGHT_MAX = 1024
+_BOOL_OPTIONS = ("verbose", "pedantic", "headers", "no_responders", "echo")
+_STR_OPTIONS = ("name", "lang", "version")
+
+
+class ClientConn(ConnSecurity):
+    def __init__(self, server: "ClientServer", stream: trio.SocketStream, cid: int, peer: str) -> None:
+        options = server.options
+        self.server = server
+        self.options = options
+        self.stream = stream
+        self.cid = cid
+        self.peer = peer
+        self.protocol = ServerConnection(max_control_line=options.max_control_line, max_payload=options.max_payload)
+        self.subs: dict[str, ClientSubscription] = {}
+        self.verbose = self.pedantic = self.headers = self.no_responders = False
+        self.echo = True
+        self.name = self.lang = self.version = ""
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        self.start_ns = time.time_ns()
+        self.closed = False
+        self.close_reason = ""
+        # A PONG was sent: the client is past its CONNECT handshake and reads INFO at any time from now on.
+        self.handshaken = False
+        self.init_security(server.authenticator is not None)  # invariants 7, 8
+        self.pings_out = 0
+        self.internal_inflight = 0
+        self.internal_last = trio.Event()  # the internal-dispatch chain (ClientServer.dispatch_internal)
+        self.internal_last.set()
+        self._internal_room = trio.Event()
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._inflight_bytes = 0
+        self._wake = trio.Event()
+        self._closed = trio.Event()
+        self._flushed = trio.Event()
+        self._read_scope = trio.CancelScope()
+        self._ping_scope = trio.CancelScope()
+        self._last_in_s = trio.current_time()
+        self._handlers = {Pub: self._on_pub, Sub: self._on_sub, Unsub: self._on_unsub, Ping: self._on_ping,
+                          Pong: self._on_pong, Connect: self._on_connect}
+
+    def __repr__(self) -> str:
+        return f"cid:{self.cid} {self.peer}" + (f" {self.name!r}" if self.name else "")
+
+    # --- Lifecycle --------------------------------------------------------------------------------------
+
+    async def run(self, info: bytes | None) -> None:
+        """Serve until closed (invariant 5); the caller registered it. `info`: None if sent before TLS."""
+        if info is not None:
+            self.send(info)
+        try:
+            async with trio.open_nursery() as nursery:
+                if not self.authed:
+                    nursery.start_soon(self._auth_timer)
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._ping_loop)
+                nursery.start_soon(self._read_loop)
+                await self._closed.wait()
+                with trio.move_on_after(self.options.write_deadline_s):
+                    await self._flushed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.close("server stopping")
+            await trio.aclose_forcefully(self.stream)
+            log.debug("client %r closed: %s", self, self.close_reason)
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        """Stop reading, unsubscribe everything, flush what is queued (plus `-ERR err_text`), then close."""
+        if self.closed:
+            return
+        if err_text is not None:
+            self._out.append(err_line(err_text))
+        self.closed = True
+        self.close_reason = reason
+        for sub in self.subs.values():
+            self.server.sublist.remove(sub)
+        self.subs.clear()
+        self._read_scope.cancel()
+        self._ping_scope.cancel()
+        self._wake.set()
+        self._internal_room.set()
+        self._closed.set()
+
+    # --- Outbound ---------------------------------------------------------------------------------------
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the client (invariant 1)."""
+        if self.closed:
+            return
+        self._out.append(data)
+        self._queued(len(data))
+
+    def _queued(self, size: int) -> None:
+        self._out_bytes += size
+        if self._out_bytes + self._inflight_bytes > self.options.pending_bytes_max:
+            self._slow_consumer(f"MaxPending of {self.options.pending_bytes_max} Exceeded")
+        else:
+            self._wake.set()
+
+    def deliver(self, sub: ClientSubscription, subject: bytes, reply: bytes | None, headers: bytes | None,
+                payload: bytes) -> bool:
+        """Queue one MSG/HMSG for `sub`; honours `UNSUB <sid> <max>`. False when nothing was queued."""
+        if self.closed:
+            return False
+        if headers is not None and not self.headers:
+            headers = None  # nats-server strips headers for a client that did not ask for them
+        if reply and self.responses is not None:
+            self.responses.received(reply.decode("utf-8", "surrogateescape"), trio.current_time())
+        out = self._out
+        out.append(msg_head(subject, sub.sid_bytes, reply, headers, len(payload)))
+        size = len(out[-1]) + len(payload) + 2
+        if headers:
+            out.append(headers)
+            size += len(headers)
+        out.append(payload)
+        out.append(CRLF)
+        sub.delivered += 1
+        if sub.max_msgs and sub.delivered >= sub.max_msgs:
+            self._unsubscribe(sub)
+        sent = len(payload) + (len(headers) if headers else 0)  # as nats-server counts: headers and payload
+        self.out_msgs += 1  # /connz and /varz (monitor_views)
+        self.out_bytes += sent
+        self.server.stats.out_msgs += 1
+        self.server.stats.out_bytes += sent
+        self._queued(size)
+        return True
+
+    def send_no_responders(self, reply: str) -> None:
+        """The 503 status message on `reply`, to this client's subscription that matches it (if any)."""
+        for sub in self.server.sublist.match(reply).plain:
+            if getattr(sub, "conn", None) is self:
+                head = msg_head(wire_text(reply), sub.sid_bytes, None, NO_RESPONDERS_HEADERS, 0)
+                self.send(head + NO_RESPONDERS_HEADERS + CRLF)
+                return
+
+    def _slow_consumer(self, why: str) -> None:
+        log.warning("client %r: Slow Consumer Detected: %s; closing it", self, why)
+        self.server.stats.slow_consumers += 1
+        self._out.clear()
+        self._out_bytes = 0
+        self.close(f"slow consumer: {why}", texts.ERR_SLOW_CONSUMER)
+
+    async def _write_loop(self) -> None:
+        while True:
+            if not self._out:
+                if self.closed:
+                    self._flushed.set()
+                    return
+                await self._wake.wait()
+                self._wake = trio.Event()
+                continue
+            chunk = b"".join(self._out)
+            self._out.clear()
+            self._inflight_bytes, self._out_bytes = self._out_bytes, 0
+            try:
+                with trio.move_on_after(self.options.write_deadline_s) as deadline:
+                    await self.stream.send_all(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                self.close("connection lost while writing")
+                self._flushed.set()
+                return
+            self._inflight_bytes = 0
+            if deadline.cancelled_caught:  # invariant 2
+                self._slow_consumer(f"WriteDeadline of {self.options.write_deadline_s}s exceeded")
+                self._flushed.set()
+                return
+
+    # --- Inbound ----------------------------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        with self._read_scope:
+            while not self.closed:
+                try:
+                    data = await self.stream.receive_some(READ_BYTES_MAX)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    self.close("connection reset by client")
+                    return
+                if not data:
+                    self.close("client closed the connection")
+                    return
+                self._last_in_s = trio.current_time()
+                self.protocol.receive_data(data)
+                self._process_events()
+                while self._pending_connect is not None and not self.closed:  # invariant 7
+                    await self._authenticate(self._pending_connect)
+                    self._process_events()
+                while self.internal_inflight >= INTERNAL_INFLIGHT_MAX and not self.closed:  # invariant 6
+                    self._internal_room = trio.Event()
+                    await self._internal_room.wait()
+
+    def _process_events(self) -> None:
+        try:
+            while not self.closed and self._pending_connect is None:
+                event = self.protocol.next_event()
+                if event is NEED_DATA:
+                    return
+                if not self.authed and type(event) is not Connect:
+                    self._auth_violation(f"{type(event).__name__.upper()} before CONNECT")
+                    return
+                self._handlers[type(event)](event)
+        except RemoteProtocolError as error:  # invariant 3
+            log.info("client %r: protocol error, closing: %s", self, error)
+            self.server.stats.protocol_errors += 1
+            self.close(f"protocol error: {error}", error.err_text)
+
+    def internal_done(self) -> None:
+        self.internal_inflight -= 1
+        if self.internal_inflight < INTERNAL_INFLIGHT_MAX:
+            self._internal_room.set()
+
+    def _on_connect(self, event: Connect) -> None:
+        options = event.options
+        bad = [key for key in _BOOL_OPTIONS if key in options and type(options[key]) is not bool]
+        bad += [key for key in _STR_OPTIONS if key in options and not isinstance(options[key], str)]
+        protocol = options.get("protocol", 0)
+        if bad or type(protocol) is not int:
+            # nats-server fails to unmarshal the JSON into its options struct and closes without -ERR.
+            self.close(f"CONNECT with mistyped options {bad or ['protocol']}")
+            return
+        if not 0 <= protocol <= 1:
+            self.close(f"CONNECT protocol {protocol}", texts.ERR_BAD_CLIENT_PROTOCOL)
+            return
+        self.verbose, self.pedantic = options.get("verbose", False), options.get("pedantic", False)
+        self.headers, self.no_responders = options.get("headers", False), options.get("no_responders", False)
+        self.echo = options.get("echo", True)
+        self.name, self.lang, self.version = (options.get(key, "") for key in _STR_OPTIONS)
+        if self.no_responders and not self.headers:
+            self.close("no_responders without headers", texts.ERR_NO_RESPONDERS_REQUIRES_HEADERS)
+            return
+        if not self.authed:
+            self._pending_connect = options  # checked off the event loop, then OK (invariant 7)
+            return
+        if self.verbose:
+            self.send(OK)
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes queued for this client and not yet written (/connz `pending_bytes`)."""
+        return self._out_bytes + self._inflight_bytes
+
+    def idle_s(self) -> float:
+        """Seconds since this client last sent anything (/connz `idle`, `last_activity`)."""
+        return trio.current_time() - self._last_in_s
+
+    def _on_pub(self, event: Pub) -> None:
+        if self.perms is not None and not self._may_publish(event.subject):  # invariant 8
+            return
+        if self.verbose:
+            self.send(OK)
+        self.server.stats.in_msgs += 1
+        received = len(event.payload) + (len(event.headers) if event.headers else 0)
+        self.server.stats.in_bytes += received
+        self.in_msgs += 1  # /connz and /varz (monitor_views)
+        self.in_bytes += received
+        if self.pedantic and not is_valid_subject(event.subject):
+            self.send(err_line(texts.ERR_INVALID_PUBLISH_SUBJECT))
+        self.server.route(self, event.subject, event.reply, event.headers, event.payload)
+
+    def _on_sub(self, event: Sub) -> None:
+        if not is_valid_subject(event.subject, wildcards=True) or \
+                (event.queue is not None and not is_valid_subject(event.queue)):
+            self.send(err_line(texts.ERR_INVALID_SUBJECT))
+            return
+        if event.sid not in self.subs:
+            if len(self.subs) >= self.options.subscriptions_max:
+                self.send(err_line(texts.ERR_MAX_SUBSCRIPTIONS))
+                return
+            if self.perms is not None and not self._may_subscribe(event.subject, event.queue):  # invariant 8
+                return
+            sub = ClientSubscription(self, event.sid, event.subject, event.queue)
+            if self.perms is not None:
+                sub.deny = self.perms.delivery_deny(event.subject)
+            self.subs[event.sid] = sub
+            self.server.sublist.insert(sub)
+        if self.verbose:
+            self.send(OK)
+
+    def _on_unsub(self, event: Unsub) -> None:
+        sub = self.subs.get(event.sid)
+        if sub is not None:
+            if event.max_msgs and event.max_msgs > sub.delivered:
+                sub.max_msgs = event.max_msgs
+            else:
+                self._unsubscribe(sub)
+        if self.verbose:
+            self.send(OK)
+
+    def _unsubscribe(self, sub: ClientSubscription) -> None:
+        if self.subs.get(sub.sid) is sub:
+            del self.subs[sub.sid]
+            self.server.sublist.remove(sub)
+
+    def _on_ping(self, event: Ping) -> None:
+        self.send(PONG)
+        self.handshaken = True
+
+    def _on_pong(self, event: Pong) -> None:
+        self.pings_out = 0
+
+    # --- Keepalive --------------------------------------------------------------------------------------
+
+    async def _ping_loop(self) -> None:
+        interval_s = self.options.ping_interval_s
+        with self._ping_scope:
+            while True:
+                await trio.sleep(interval_s)
+                if trio.current_time() - self._last_in_s < interval_s:
+                    continue  # invariant 4: the client spoke recently, so it is alive
+                if self.pings_out + 1 > self.options.pings_out_max:
+                    log.info("client %r: Stale Connection (%d PINGs unanswered); closing it", self, self.pings_out)
+                    self.server.stats.stale_connections += 1
+                    self.close("stale connection", texts.ERR_STALE_CONNECTION)
+                    return
+                self.pings_out += 1
+                self.send(PING)

@@ -1,0 +1,9 @@
+"""Operations (layer L5): what an operator and a harness see of a node.
+
+Modules: `monitor` (the monitoring HTTP port: `/varz`, `/healthz`, `/jsz`, ...), `monitor_views` (its
+JSON views), `metrics` (Prometheus), `readiness` (the one definition of "ready"), `test_hooks` (fault
+injection for the chaos harness, off unless enabled).
+
+Imports: L0–L4, trio, prometheus_client, and any other server subpackage's public modules: operations
+sit on top of the server, and nothing in the server imports them but `node`.
+"""

@@ -71,7 +71,7 @@ async def test_a_follower_serves_what_it_applied_and_never_part_of_what_it_has_n
                 leader = await cluster.wait_until(lambda: _leader(cluster), 20, what="a stream leader")
                 follower, other = [name for name in NAMES if name != leader]
                 node = cluster.node(follower)
-                await cluster.wait_until(lambda: readable_store(node, "S", 10) is not None, 20,
+                await cluster.wait_until(lambda: readable_store(node.streams.replicas, "S", 10) is not None, 20,
                                          what="the follower able to serve 1..10")
                 relay.isolate(follower)
                 await in_asyncio(_publish, cluster.node(other).url, 11, False, timeout_s=60)
@@ -88,7 +88,7 @@ async def test_a_follower_serves_what_it_applied_and_never_part_of_what_it_has_n
                 assert rows == [] and chunks == 0 and eob["Status"] == "500", eob
                 assert counters.local_chunks == local + 1 and counters.leader_chunks == routed
                 relay.heal_all()
-                await cluster.wait_until(lambda: readable_store(node, "S", 20) is not None, 30,
+                await cluster.wait_until(lambda: readable_store(node.streams.replicas, "S", 20) is not None, 30,
                                          what="the healed follower able to serve 1..20")
                 (healed,) = await in_asyncio(_reads, node.url, [{"seq": 1, "last_seq": 20, "batch": 100}],
                                              timeout_s=60)

@@ -46,6 +46,7 @@ from jsraft.runtime import NodeRuntime, SkewableClock, SteadyWall, SystemClock
 from jsraft.runtime.group_record import GroupRecord
 from jsraft.server.nats.client_server import ClientServer
 from jsraft.server.settings.config import NodeConfig
+from jsraft.server.groups import publish_batch
 from jsraft.server.groups.handlers import Handlers
 from jsraft.server.api.jetstream import JetStreamContext
 from jsraft.server.api.jsapi_handlers import JsApi
@@ -182,6 +183,9 @@ class Node:
                                         storage_uuid=str(self.identity.storage_uuid),
                                         online_uuids=self.online_storage_uuids, call_peer=self.rpc.call)
         self.clients: ClientServer = client_service(self)
+        # `msg.publish_batch`, served at a stream's leader; queued as its frame is read (rpc invariant 5).
+        self.handlers.table[publish_batch.METHOD] = partial(publish_batch.publish_batch, self)
+        self.rpc.starters[publish_batch.METHOD] = partial(publish_batch.start_publish_batch, self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
         self.cluster_urls = ClusterUrls(self, refresh_s=0.2 if config.test_mode else 1.0)
         self.cluster_urls.register(self.handlers.table)  # node.client_url

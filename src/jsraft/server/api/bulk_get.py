@@ -46,6 +46,7 @@ import logging
 import struct
 import sys
 from array import array
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -57,7 +58,8 @@ from jsraft.store.base import StoredMsg, StreamStore
 from jsraft.stream.results import Health
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.groups.router import CallStream
+    from jsraft.server.groups.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.jsapi")
 
@@ -108,9 +110,10 @@ def pack_chunk(store: StreamStore, args: dict[str, Any]) -> tuple[dict[str, Any]
     return {"count": len(msgs), "last": msgs[-1].seq if msgs else 0, "end": end}, [packed]
 
 
-def readable_store(node: "Node", stream: str, last_seq: int) -> StreamStore | None:
-    """This node's store of `stream` when it may serve sequences up to `last_seq`, else None (invariant 2)."""
-    replica = node.streams.replicas.get(stream)
+def readable_store(replicas: Mapping[str, "StreamReplica"], stream: str, last_seq: int) -> StreamStore | None:
+    """This node's store of `stream` (`replicas`: the node's stream replicas) when it may serve sequences up
+    to `last_seq`, else None (invariant 2)."""
+    replica = replicas.get(stream)
     if last_seq <= 0 or replica is None or replica.closed or replica.store is None:
         return None
     machine, adapter = replica.machine, replica.adapter
@@ -139,10 +142,13 @@ def _request(payload: bytes) -> dict[str, Any] | None:
 
 
 class BulkGets:
-    """One internal subscription, `$JSRAFT.BULK.GET.*`, answered on the node that received it."""
+    """One internal subscription, `$JSRAFT.BULK.GET.*`, answered on the node that received it. Given the
+    node's stream replicas (`StreamManager.replicas`, read at each request) and `call_stream`."""
 
-    def __init__(self, node: "Node", clients: ClientServer) -> None:
-        self._node = node
+    def __init__(self, replicas: Mapping[str, "StreamReplica"], call_stream: "CallStream",
+                 clients: ClientServer) -> None:
+        self._replicas = replicas
+        self._call_stream = call_stream
         self.local_chunks = 0  # read from this node's own replica (invariant 2)
         self.leader_chunks = 0  # read at the stream leader, through `call_stream`
         self._sub = clients.subscribe_internal(PREFIX + "*", self._get)
@@ -178,7 +184,7 @@ class BulkGets:
 
     async def _chunk(self, stream: str, args: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         """One chunk, from this node's replica when it may serve the range, else at the leader (invariant 2)."""
-        store = readable_store(self._node, stream, int(args["last_seq"]))
+        store = readable_store(self._replicas, stream, int(args["last_seq"]))
         if store is not None:
             try:
                 chunk = pack_chunk(store, args)
@@ -188,6 +194,6 @@ class BulkGets:
                 self.local_chunks += 1
                 await trio.lowlevel.checkpoint()  # a long local read still lets the node's other tasks run
                 return chunk
-        chunk = await self._node.call_stream(stream, "jsapi.msg_bulk", args)
+        chunk = await self._call_stream(stream, "jsapi.msg_bulk", args)
         self.leader_chunks += 1
         return chunk

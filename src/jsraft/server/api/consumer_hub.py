@@ -72,8 +72,6 @@ class ConsumerHub:
         self._lanes: dict[str, list[tuple[str, str, bytes]]] = {}
         self._collectors: dict[str, Callable[[Send], None]] = {}
         self._collector_ids = itertools.count(1)
-        node.handlers.table.update({"consumer.next": self.next_request, "consumer.acks": self.ack_batch,
-                                    "consumer.fetch": self.fetch, "consumer.ack_sync": self.ack_sync})
         clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
         acks = clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
         clients.set_ack_path(acks, self._ack)  # a client's ack straight here while nothing else matches
@@ -82,6 +80,11 @@ class ConsumerHub:
         streams = getattr(node, "streams", None)
         if streams is not None:
             streams.consumer_port = self  # push consumers publish through `publish`, ask `has_interest`
+
+    def register(self, table: dict[str, Any]) -> None:
+        """The `$rpc` methods served here: a pull request, a batch of acks, an embedded fetch, a sync ack."""
+        table.update({"consumer.next": self.next_request, "consumer.acks": self.ack_batch,
+                      "consumer.fetch": self.fetch, "consumer.ack_sync": self.ack_sync})
 
     def has_interest(self, subject: str) -> bool:
         """Whether a client subscription here or at a peer matches `subject` (push consumers deliver

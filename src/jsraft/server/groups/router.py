@@ -19,7 +19,7 @@ Imports: stdlib, L0, L1 (`raft` errors), trio, server siblings.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -30,6 +30,14 @@ from jsraft.server.groups.rpc import Rpc
 
 Local = Callable[[str, str, dict[str, Any], list[bytes]], Awaitable[tuple[Any, Sequence[bytes]]]]
 Hint = Callable[[], str | None]
+
+
+class CallStream(Protocol):
+    """`Node.call_stream`: a request carried to a stream's leader, wherever it is (the router finds it).
+    What a service that only asks a stream's leader is given, instead of the node."""
+
+    async def __call__(self, stream: str, method: str, args: dict[str, Any],
+                      blobs: Sequence[bytes] = ...) -> tuple[Any, list[bytes]]: ...
 
 _RETRYABLE = (NotLeader, RpcRefused, NoLeader)
 

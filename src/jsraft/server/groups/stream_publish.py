@@ -116,8 +116,6 @@ class StreamPublishes:
         self._lanes: dict[str, _Lane] = {}
         self._arrivals = 0  # numbers the publishes that join a lane, so a retried one keeps its place
         clients.before_route.append(self.refresh)
-        node.handlers.table[publish_batch.METHOD] = functools.partial(publish_batch.publish_batch, node)
-        node.rpc.starters[publish_batch.METHOD] = functools.partial(publish_batch.start_publish_batch, node)
 
     def refresh(self) -> None:
         """Invariant 1."""

@@ -77,9 +77,6 @@ class ConsumerHub:
         clients.set_ack_path(acks, self._ack)  # a client's ack straight here while nothing else matches
         # Flow-control answers take the acks' way to the leader (same lanes, same order, at most once).
         clients.subscribe_internal(FC_SUBJECT, self._on_ack, sync=True)
-        streams = getattr(node, "streams", None)
-        if streams is not None:
-            streams.consumer_port = self  # push consumers publish through `publish`, ask `has_interest`
 
     def register(self, table: dict[str, Any]) -> None:
         """The `$rpc` methods served here: a pull request, a batch of acks, an embedded fetch, a sync ack."""

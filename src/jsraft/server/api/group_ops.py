@@ -73,10 +73,13 @@ class GroupOps:
     def __init__(self, node: Node, clients: ClientServer) -> None:
         self._node = node
         self._clients = clients
-        node.handlers.table["group.status"] = self._local_status
-        node.handlers.table["group.accept_loss"] = self._local_accept
         clients.subscribe_internal(GROUP_PREFIX + "*", self._group_request)
         clients.subscribe_internal(ACCEPT_PREFIX + "*", self._accept_request)
+
+    def register(self, table: dict[str, Any]) -> None:
+        """The `$rpc` methods each peer serves: its replica's status, and accepting its loss."""
+        table["group.status"] = self._local_status
+        table["group.accept_loss"] = self._local_accept
 
     # --- On each replica (`$rpc`) -------------------------------------------------------------------------
 

@@ -205,7 +205,8 @@ class JetStreamContext:
         return self.pull_subscribe_bind((await self.add_consumer(stream, data)).name, stream)
 
     def pull_subscribe_bind(self, consumer: str, stream: str) -> EmbeddedPull:
-        return EmbeddedPull(self._node, stream, validate_consumer_name(consumer))
+        return EmbeddedPull(self._node.call_stream, self._node.clients.publish, stream,
+                            validate_consumer_name(consumer))
 
     async def subscribe(self, subject: str, queue: str | None = None, **options: Any) -> PushSubscription:
         """nats-py's `subscribe` (push), with the wire client's arguments (`jsraft.client.JetStreamContext

@@ -17,6 +17,7 @@ Imports: stdlib, trio, L4 (`client`: `JsMsg`, `Msg`, errors), server siblings.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -27,33 +28,37 @@ from jsraft.client.subscription import Msg
 from jsraft.server.api.consumer_hub import FETCH_EXPIRES_MAX_S
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.groups.router import CallStream
+
+Publish = Callable[[str, bytes], object]  # the node's client port's `publish`
 
 
 class _NodeAcks:
     """What `JsMsg` needs of a client (`publish`, `request`), done by the node itself."""
 
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, call_stream: "CallStream", publish: Publish) -> None:
+        self._call_stream = call_stream
+        self._publish = publish
 
     async def publish(self, subject: str, payload: bytes = b"", **_: Any) -> None:
-        self._node.clients.publish(subject, payload)
+        self._publish(subject, payload)
 
     async def request(self, subject: str, payload: bytes = b"", *, timeout: float = 5.0) -> None:
         stream = parse_metadata(subject).stream
         with trio.fail_after(timeout + 1.0):
-            result, _ = await self._node.call_stream(stream, "consumer.ack_sync",
-                                                     {"subject": subject, "timeout_s": timeout}, [payload])
+            result, _ = await self._call_stream(stream, "consumer.ack_sync",
+                                                {"subject": subject, "timeout_s": timeout}, [payload])
         if not result.get("confirmed"):
             raise RequestTimeout(f"ack on {subject!r} not confirmed within {timeout}s")
 
 
 class EmbeddedPull:
-    """Pulls from consumer `consumer` of `stream` for an embedded caller."""
+    """Pulls from consumer `consumer` of `stream` for an embedded caller, through the node's `call_stream`
+    and its client port's `publish` (plain acks)."""
 
-    def __init__(self, node: "Node", stream: str, consumer: str) -> None:
-        self._node = node
-        self._acks = _NodeAcks(node)
+    def __init__(self, call_stream: "CallStream", publish: Publish, stream: str, consumer: str) -> None:
+        self._call_stream = call_stream
+        self._acks = _NodeAcks(call_stream, publish)
         self.stream = stream
         self.consumer = consumer
 
@@ -65,7 +70,7 @@ class EmbeddedPull:
             if remaining <= 0:
                 raise RequestTimeout(f"no message from {self.stream}.{self.consumer} within {timeout}s")
             args = {"consumer": self.consumer, "batch": batch, "expires_s": min(remaining, FETCH_EXPIRES_MAX_S)}
-            result, blobs = await self._node.call_stream(self.stream, "consumer.fetch", args)
+            result, blobs = await self._call_stream(self.stream, "consumer.fetch", args)
             msgs = [JsMsg(self._acks, Msg(None, str(subject), str(reply), blobs[2 * i + 1], blobs[2 * i] or None))
                     for i, (subject, reply) in enumerate(result["msgs"])]
             if msgs:

@@ -199,11 +199,7 @@ def _module_random_calls(tree: ast.AST) -> list[str]:
 # from a subpackage only under `if TYPE_CHECKING:` (annotations).
 SERVER_RANKS = {"settings": 0, "nats": 1, "groups": 2, "api": 3, "ops": 4}
 # (module path relative to src/jsraft, imported module) allowed against the ranks. May only shrink.
-# `rfc3339` (Go's time format) still lives in the API codec; moving it down is a content change.
-SERVER_RANK_EXCEPTIONS = {
-    ("server/groups/consumer_events.py", "jsraft.server.api.jsapi_codec"),
-    ("server/groups/consumer_pull.py", "jsraft.server.api.jsapi_codec"),
-}
+SERVER_RANK_EXCEPTIONS: set[tuple[str, str]] = set()
 # The NATS face's port: the one `nats` module `api` may import (the rest are its internals).
 NATS_PORT = {"client_server"}
 

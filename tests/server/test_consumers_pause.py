@@ -345,7 +345,7 @@ async def test_consumer_leader_stepdown_moves_the_stream_leader_and_delivery_con
 def test_should_sample_parses_sample_freq_as_nats_server_does():
     import random
 
-    from jsraft.server.groups.consumer_events import should_sample
+    from jsraft.replica.consumer_events import should_sample
 
     rng = random.Random(7)
     assert all(should_sample("100%", rng) for _ in range(100)) and all(should_sample("100", rng) for _ in range(100))
@@ -358,7 +358,7 @@ def test_a_pause_seen_in_force_is_announced_once_when_it_runs_out():
     from types import SimpleNamespace
 
     from jsraft.replica.advisories import AdvisoryLog
-    from jsraft.server.groups.consumer_events import PAUSE_TYPE, ConsumerEvents
+    from jsraft.replica.consumer_events import PAUSE_TYPE, ConsumerEvents
 
     log = AdvisoryLog("n1")
     events = ConsumerEvents("S", log)

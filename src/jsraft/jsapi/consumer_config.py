@@ -106,6 +106,19 @@ def rfc3339_to_ns(text: str) -> int:
     return (delta.days * 86400 + delta.seconds) * SECOND_NS + nanos
 
 
+ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, what nats-server serves for "never"
+
+
+def rfc3339(timestamp_ns: int) -> str:
+    """Go's `time.RFC3339Nano` in UTC of Unix nanoseconds (`rfc3339_to_ns` the other way); `ZERO_TIME` for none."""
+    if timestamp_ns <= 0:
+        return ZERO_TIME
+    seconds, nanos = divmod(timestamp_ns, 1_000_000_000)
+    text = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    fraction = f"{nanos:09d}".rstrip("0")
+    return f"{text}.{fraction}Z" if fraction else f"{text}Z"
+
+
 def _empty_as_none(value: Any) -> Any:
     """nats-server's `omitempty` strings: an empty string means "not set"."""
     return None if value == "" else value

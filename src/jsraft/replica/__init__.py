@@ -8,7 +8,9 @@ entries and the state machines, trio-free (moved out of `server/`, issue #13): `
 group's entries applied to its `StreamStateMachine` and consumers), `consumer_replica` (the consumers
 replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order),
 `meta_adapter` (meta entries applied to `MetaStateMachine`), `advisories` (`AdvisoryLog`), `stream_events`
-(the event and advisory shapes a stream group publishes).
+(the event and advisory shapes a stream group publishes), `consumer_pull` / `consumer_push` (a consumer
+led: pull requests and push delivery, as ops and sends), `consumer_events` (consumer advisories and ack
+metrics).
 
 Why a layer of its own: every safety claim the simulator makes must be about the code that ships. The
 production runtime (`jsraft.runtime`, trio: fsync worker threads, timers, proposal intake) and the

@@ -34,7 +34,7 @@ from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.consumer_errors import (
     ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, MaximumConsumersLimit,
 )
-from jsraft.server.groups.consumer_pull import Leading
+from jsraft.replica.consumer_pull import Leading
 from jsraft.server.groups.consumer_service import ConsumerService
 from jsraft.server.api.jsapi_codec import LIST_LIMIT, rfc3339
 from jsraft.server.api.jsapi_stream import cluster_json

@@ -45,7 +45,7 @@ from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.raft.errors import NotLeader
 from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
-from jsraft.server.groups.consumer_pull import Send
+from jsraft.replica.consumer_pull import Send
 from jsraft.server.groups.consumer_service import ConsumerService
 
 if TYPE_CHECKING:

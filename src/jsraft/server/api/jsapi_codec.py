@@ -24,7 +24,6 @@ Imports: stdlib, L0, L1 (`codec`, `jsapi`), attrs. Reference: nats-server `serve
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 from typing import Any, TypeVar
 
@@ -33,6 +32,7 @@ import attrs
 from jsraft.codec import structure
 from jsraft.errors import BadRequest, InvalidConfig, InvalidJSON, JsraftError, UnknownConfigField
 from jsraft.jsapi import StreamConfig
+from jsraft.jsapi.consumer_config import ZERO_TIME, rfc3339  # the API's time format, served from here too
 
 T = TypeVar("T")
 
@@ -40,7 +40,6 @@ TYPE_PREFIX = "io.nats.jetstream.api.v1."
 NAMES_LIMIT = 1024  # nats-server JSApiNamesLimit
 LIST_LIMIT = 256  # nats-server JSApiListLimit
 SUBJECT_DETAILS_MAX = 100_000  # nats-server JSMaxSubjectDetails
-ZERO_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, what nats-server serves for "never"
 
 
 # --- Errors only the API raises (numbers from nats-server's server/errors.json) ---------------------
@@ -240,16 +239,6 @@ def decode_stream_config(raw: bytes) -> tuple[StreamConfig, bytes]:
 
 def response_type(kind: str) -> str:
     return TYPE_PREFIX + kind
-
-
-def rfc3339(timestamp_ns: int) -> str:
-    """Go's `time.RFC3339Nano` in UTC (invariant 2)."""
-    if timestamp_ns <= 0:
-        return ZERO_TIME
-    seconds, nanos = divmod(timestamp_ns, 1_000_000_000)
-    text = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    fraction = f"{nanos:09d}".rstrip("0")
-    return f"{text}.{fraction}Z" if fraction else f"{text}Z"
 
 
 def stored_msg_json(subject: str, seq: int, headers: bytes, payload: bytes, timestamp_ns: int) -> dict[str, Any]:

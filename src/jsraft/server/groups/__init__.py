@@ -5,12 +5,11 @@ Modules: `meta_service` / `meta_members` (the meta group), `first_election` (a n
 `streams` (`StreamManager`: the stream replicas this node runs), `stream_replica` (one stream group),
 `stream_options`, `stream_config_follow`, `stream_members`, `stream_audit`, `stream_expiry`,
 `stream_repair` / `repair_serve` (repair, both sides), `stream_publish` / `publish_batch` (client publishes
-into streams), `consumer_service` / `consumer_pull` / `consumer_push` / `consumer_events` (consumers led
-with their stream), `handlers` (what a request does), `rpc` (request/response over the transport),
+into streams), `consumer_service` (the consumers led with their stream; their pull and push leading and
+events are trio-free, in `jsraft.replica`), `handlers` (what a request does), `rpc` (request/response over the transport),
 `router` (to the leader), `consumer_errors` (the consumer errors the leader and the API raise),
 `versioning` (API levels and offline assets: what this node cannot run, and why).
 
 Imports: L0–L4 (and the deterministic replica core, `jsraft.replica`), trio, `jsraft.server.settings`,
-`jsraft.server.errors`, the NATS face (`stream_publish` opens the client port). Never `api` or `ops`
-(two allowlisted exceptions in tests/test_architecture.py: `rfc3339` still lives in `api.jsapi_codec`).
+`jsraft.server.errors`, the NATS face (`stream_publish` opens the client port). Never `api` or `ops`.
 """

@@ -33,6 +33,7 @@ Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processN
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +50,9 @@ from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
-from jsraft.server.groups.consumer_events import ConsumerEvents
-from jsraft.server.groups.consumer_pull import Leading, Send, serve, status_send
-from jsraft.server.groups.consumer_push import PushLeading, make_leading, serve_push
+from jsraft.replica.consumer_events import ConsumerEvents
+from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
+from jsraft.replica.consumer_push import PushLeading, make_leading, serve_push
 from jsraft.stream import StreamLeader
 from jsraft.stream.entries import encode_consumer
 
@@ -163,7 +164,8 @@ class ConsumerService:
             self.wake()  # new messages: a waiting pull request or a push consumer takes them (off the publish path)
 
     def _leading_for(self, entry: Any, now_ns: int) -> Leading:
-        return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0))
+        return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0),
+                            nonce=lambda: os.urandom(6).hex())
 
     def _interest(self, subject: str) -> bool:
         return self.port is not None and self.port.has_interest(subject)

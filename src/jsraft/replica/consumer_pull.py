@@ -33,7 +33,7 @@ from jsraft.consumer import ConsumerEntry, ConsumerLeader, Status, WaitingQueue
 from jsraft.consumer.ops import Op
 from jsraft.consumer.pull import PullRequest
 from jsraft.errors import NoMessageFound
-from jsraft.server.api.jsapi_codec import rfc3339
+from jsraft.jsapi.consumer_config import rfc3339
 from jsraft.store.base import StreamStore
 
 MAX_DELIVERIES_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"

@@ -39,10 +39,10 @@ from jsraft.consumer import ApplyResult, ConsumerEntry
 from jsraft.consumer.acks import AckBody, AckKind, AckSubject
 from jsraft.jsapi.consumer_checks import sample_percent
 from jsraft.replica.advisories import AdvisoryLog
-from jsraft.server.api.jsapi_codec import rfc3339
+from jsraft.jsapi.consumer_config import rfc3339
 
 if TYPE_CHECKING:
-    from jsraft.server.groups.consumer_pull import Leading
+    from jsraft.replica.consumer_pull import Leading
 
 ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER"
 METRIC_ACK = "$JS.EVENT.METRIC.CONSUMER.ACK"

@@ -26,12 +26,12 @@ processFlowControl, loopAndGatherMsgs), ADR-15.
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 
 from jsraft.consumer import ConsumerEntry
 from jsraft.consumer.ops import Op
 from jsraft.consumer.push import FLOW_CONTROL_REQUEST, PushPacer
-from jsraft.server.groups.consumer_pull import Leading, Send, _advisory
+from jsraft.replica.consumer_pull import Leading, Send, _advisory
 from jsraft.store.base import StreamStore
 
 PUSH_ROUNDS_MAX = 64
@@ -41,12 +41,12 @@ INTEREST_POLL_NS = 100_000_000  # without interest, look again this often (invar
 class PushLeading(Leading):
     """One push consumer while this node leads its stream."""
 
-    def __init__(self, stream: str, entry: ConsumerEntry, now_ns: int, burst_bytes: int = 0) -> None:
+    def __init__(self, stream: str, entry: ConsumerEntry, now_ns: int, burst_bytes: int = 0, *, nonce: str) -> None:
         super().__init__(stream, entry, now_ns)
         config = entry.config
         assert config is not None and config.deliver_subject is not None
         self.deliver_subject = config.deliver_subject
-        self.pacer = PushPacer(stream, entry.name, config, now_ns, nonce=os.urandom(6).hex(),
+        self.pacer = PushPacer(stream, entry.name, config, now_ns, nonce=nonce,
                                burst_bytes=burst_bytes)
         self.interest = False  # seen at the last pass
         self.looked_ns = now_ns  # when the last pass looked for interest
@@ -84,11 +84,13 @@ class PushLeading(Leading):
         return min(times, default=None)
 
 
-def make_leading(stream: str, entry: ConsumerEntry, now_ns: int, burst_bytes: int = 0) -> Leading:
-    """The leader-side runner for `entry`: push when it has a deliver subject, else pull."""
+def make_leading(stream: str, entry: ConsumerEntry, now_ns: int, burst_bytes: int = 0, *,
+                 nonce: Callable[[], str]) -> Leading:
+    """The leader-side runner for `entry`: push when it has a deliver subject (its pacer's flow-control
+    subjects get a fresh `nonce()`), else pull."""
     config = entry.config
     if config is not None and config.deliver_subject is not None:
-        return PushLeading(stream, entry, now_ns, burst_bytes)
+        return PushLeading(stream, entry, now_ns, burst_bytes, nonce=nonce())
     return Leading(stream, entry, now_ns)
 
 

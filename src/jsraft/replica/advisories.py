@@ -1,4 +1,4 @@
-"""`AdvisoryLog`: the stream advisories this node raised, kept for readers (layer L5).
+"""`AdvisoryLog`: the stream advisories this node raised, kept for readers (layer L3½).
 
 Owns: stamping an `Advisory` (stream/audit.py) with its `id` and `timestamp` — the clock and randomness
 the deterministic layer leaves to the runtime — logging it, keeping the last `ADVISORIES_MAX` of them
@@ -14,7 +14,7 @@ Invariants:
      there (`record`, `queue`) waits in the bounded outbox until a task calls `flush` (the stream
      manager's and every replica's loop do).
 
-Imports: stdlib, L3 (`stream` advisories), server siblings (`stream_events`).
+Imports: stdlib, L3 (`stream` advisories), replica siblings (`stream_events`).
 """
 
 from __future__ import annotations

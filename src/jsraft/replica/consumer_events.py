@@ -1,4 +1,4 @@
-"""`ConsumerEvents`: the consumer advisories and ack metrics a stream's leader publishes (layer L5, synchronous).
+"""`ConsumerEvents`: the consumer advisories and ack metrics a stream's leader publishes (layer L3½, synchronous).
 
 Owns: nats-server's JSON of `$JS.EVENT.ADVISORY.CONSUMER.{CREATED,DELETED,PAUSE,MSG_NAKED,MSG_TERMINATED,
 LEADER_ELECTED}.<stream>.<consumer>` and of the ack metric `$JS.EVENT.METRIC.CONSUMER.ACK.<stream>.<consumer>` (sampled by
@@ -22,7 +22,7 @@ Invariants:
      once when a pause in force runs out (nats-server's pause timer), with `pause_until` the zero time
      when it was lifted by a resume.
 
-Imports: stdlib, L0, L1 (`jsapi`), L3 (`consumer`), server siblings (`advisories`, `jsapi_codec`).
+Imports: stdlib, L0, L1 (`jsapi`), L3 (`consumer`), replica siblings (`advisories`).
 Reference: nats-server `server/jetstream_events.go` (JSConsumerActionAdvisory, JSConsumerPauseAdvisory,
 JSConsumerDeliveryNakAdvisory, JSConsumerDeliveryTerminatedAdvisory, JSConsumerAckMetric),
 `server/consumer.go` (sampleAck, shouldSample, sendPauseAdvisoryLocked, processNak, processTerm).

@@ -1,5 +1,5 @@
 """`Leading`: one pull consumer as its leader runs it — the delivery bookkeeping and the waiting pull
-requests — and `serve`, which matches waiting requests with messages (layer L5, synchronous).
+requests — and `serve`, which matches waiting requests with messages (layer L3½, synchronous).
 
 Owns: per consumer, the `ConsumerLeader` (consumer/delivery.py) and the `WaitingQueue` (consumer/pull.py)
 of this leader, when the consumer was last active (ephemeral `inactive_threshold`) and last delivered and
@@ -19,7 +19,7 @@ Invariants:
   4. `MAX_DELIVERIES` advisories are returned for every message given up (nats-server
      `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`).
 
-Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), server siblings (`jsapi_codec`). Reference: nats-server
+Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), L1 (`jsapi`: `rfc3339`). Reference: nats-server
 `server/consumer.go` (processNextMsgRequest, processWaiting, getNextMsg, notifyDeliveryExceeded).
 """
 

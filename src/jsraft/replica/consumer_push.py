@@ -1,5 +1,5 @@
 """`PushLeading`: one push consumer as its leader runs it, and `serve_push`, the pass that sends its
-messages to the deliver subject (layer L5, synchronous).
+messages to the deliver subject (layer L3½, synchronous).
 
 Owns: per push consumer on the stream leader, the `ConsumerLeader` (inherited from `Leading`: the same
 delivery bookkeeping as pull) and the `PushPacer` (consumer/push.py: flow control, idle heartbeats,
@@ -19,7 +19,7 @@ Invariants:
      asks the service for another pass at once (other consumers' passes and acks come in between).
   4. Pull requests to a push consumer are answered `409 Consumer is push based` (its `WaitingQueue`).
 
-Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), server siblings (`consumer_pull`).
+Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), replica siblings (`consumer_pull`).
 Reference: nats-server `server/consumer.go` (deliverMsg, sendIdleHeartbeat, sendFlowControl,
 processFlowControl, loopAndGatherMsgs), ADR-15.
 """

@@ -1,5 +1,5 @@
 """`ConsumerReplica`: the consumers of one stream on this replica, fed in log order next to the stream's
-state machine (layer L5).
+state machine (layer L3½).
 
 Owns: this replica's `ConsumerSet` (DESIGN §7: consumers are replicated through their stream's Raft
 group), applying each CONSUMER entry to it, the retention removals that follow (interest / work-queue:

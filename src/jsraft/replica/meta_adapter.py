@@ -1,4 +1,4 @@
-"""`MetaAdapter`: `MetaStateMachine` behind the runtime's `StateMachine` protocol (layer L5).
+"""`MetaAdapter`: `MetaStateMachine` behind the runtime's `StateMachine` protocol (layer L3½).
 
 Owns: feeding the meta group's committed entries to the meta state machine — NORMAL entries through
 `apply(index, data)`, NOOP and CONF_CHANGE entries through `note_applied(index)` — and telling the node

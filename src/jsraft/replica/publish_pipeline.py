@@ -1,4 +1,4 @@
-"""The stream leader's publish batches in flight: decided, proposed, waiting for their entries (layer L5).
+"""The stream leader's publish batches in flight: decided, proposed, waiting for their entries (layer L3½).
 
 Owns: `BatchAnswers` (one `StreamLeader.decide` batch: which publish gets which answer, filled in by the
 runtime's `on_settled` callbacks of its entries' proposals) and `InFlightBatches` (every such batch of
@@ -17,7 +17,7 @@ Invariants:
      `pending` with the original's seq), whether the original is in its own batch or an earlier one
      (answered first, by 1) — never acknowledged while the original may yet be lost.
 
-Imports: stdlib, L3 (`stream` outcomes and results), server siblings (none).
+Imports: stdlib, L3 (`stream` outcomes and results).
 """
 
 from __future__ import annotations

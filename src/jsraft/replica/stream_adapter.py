@@ -1,4 +1,4 @@
-"""`StreamAdapter`: `StreamStateMachine` behind the runtime's `StateMachine` protocol (layer L5).
+"""`StreamAdapter`: `StreamStateMachine` behind the runtime's `StateMachine` protocol (layer L3½).
 
 Owns: feeding a stream group's committed entries to its state machine (NOOP and CONF_CHANGE entries only
 move `applied_index`), the end of the WAL replay after a restart (`finish_recovery`, stream/machine.py
@@ -37,7 +37,7 @@ Invariants:
      machine applied it, and travel in every snapshot (its `extra`) and every restore with it: recovery,
      InstallSnapshot and resync alike. A CONSUMER entry's result is the consumer set's `ApplyResult`.
 
-Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, server siblings (`consumer_replica`). Reference: stream/machine.py "Lifecycle".
+Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, replica siblings (`consumer_replica`). Reference: stream/machine.py "Lifecycle".
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stream advisories as nats-server publishes them, and the subjects of jsraft's own (layer L5).
+"""Stream advisories as nats-server publishes them, and the subjects of jsraft's own (layer L3½).
 
 Owns: the JSON and subjects of `$JS.EVENT.ADVISORY.STREAM.{CREATED,UPDATED,DELETED}.<stream>`
 (`io.nats.jetstream.advisory.v1.stream_action`) and `$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED.<stream>`

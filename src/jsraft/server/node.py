@@ -187,6 +187,9 @@ class Node:
         self.handlers.table[publish_batch.METHOD] = partial(publish_batch.publish_batch, self)
         self.rpc.starters[publish_batch.METHOD] = partial(publish_batch.start_publish_batch, self)
         self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
+        for service in (self.jsapi.consumer_hub, self.jsapi.group_ops):  # consumer.next, ..., group.status, ...
+            service.register(self.handlers.table)
+        self.streams.consumer_port = self.jsapi.consumer_hub  # push consumers publish and ask interest there
         self.cluster_urls = ClusterUrls(self, refresh_s=0.2 if config.test_mode else 1.0)
         self.cluster_urls.register(self.handlers.table)  # node.client_url
         # Subject interest and messages between nodes; a short digest interval in tests bounds how long

@@ -129,12 +129,9 @@ class JsApi:
             consumer_create=consumers.create, consumer_list=consumers.list))
         node.streams.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
         self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
-        self.consumer_hub.register(node.handlers.table)  # consumer.next, .acks, .fetch, .ack_sync
-        node.streams.consumer_port = self.consumer_hub  # push consumers publish and ask `has_interest` here
         self.direct = DirectGets(node, clients)
         self.bulk = BulkGets(node.streams.replicas, node.call_stream, clients)  # $JSRAFT.BULK.GET.<stream>
         self.group_ops = GroupOps(node, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>
-        self.group_ops.register(node.handlers.table)  # group.status, group.accept_loss
         self.routes = [
             Route(("INFO",), "account_info_response", self.account_info),
             Route(("STREAM", "CREATE", "*"), "stream_create_response", self.stream_create),

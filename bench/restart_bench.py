@@ -18,6 +18,7 @@ Measured, from the restart call:
                    stream leader's.
 
 Usage: python bench/restart_bench.py [--messages N] [--payload B] [--inflight K] [--clean] [--json] [--quick]
+       [--profile out.svg|out.txt]
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +85,25 @@ def _is_current(cluster: Cluster, name: str, leader: str) -> bool:
     return replica.store.state().agreement_key() == leading.store.state().agreement_key()
 
 
+def _start_profiler(path: str | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling this process from the restart call to `current` (`--profile`), or None."""
+    if not path:
+        return None
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    command = [spy, "record", "--pid", str(os.getpid()), "--rate", "200", "--nonblocking", "-o", path]
+    if path.endswith(".txt"):
+        command += ["--format", "raw"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # py-spy attaches before the restart starts
+    return process
+
+
+def _stop_profiler(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+
+
 async def run(args: argparse.Namespace, base: str) -> dict[str, object]:
     payload = os.urandom(args.payload)
     async with trio.open_nursery() as nursery:
@@ -96,6 +119,7 @@ async def run(args: argparse.Namespace, base: str) -> dict[str, object]:
                 await cluster.stop(victim)
             else:
                 await cluster.kill(victim)
+            profiler = _start_profiler(args.profile)
             started = time.perf_counter()
             await cluster.restart(victim)
             node_started_s = time.perf_counter() - started
@@ -105,6 +129,7 @@ async def run(args: argparse.Namespace, base: str) -> dict[str, object]:
             await cluster.wait_until(lambda: _is_current(cluster, victim, leader), 600, interval=0.005,
                                      what="the restarted replica current")
             current_s = time.perf_counter() - started
+            _stop_profiler(profiler)
             state = cluster.replica_store(victim, STREAM).state()
             return {
                 "messages": args.messages, "payload_bytes": args.payload, "inflight": args.inflight,
@@ -126,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--election-ticks", type=int, default=10)
     parser.add_argument("--clean", action="store_true", help="stop the node cleanly instead of crashing it")
     parser.add_argument("--dir", default=None, help="keep the cluster's files here (default: a temporary dir)")
+    parser.add_argument("--profile", default=None,
+                        help="py-spy the restart → current phase into this file (.svg flame graph, .txt folded)")
     parser.add_argument("--quick", action="store_true", help="20,000 messages")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

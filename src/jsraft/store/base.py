@@ -154,6 +154,11 @@ class StreamStore(Protocol):
 
     def load(self, seq: int) -> StoredMsg: ...
 
+    def holds_exactly(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> bool:
+        """True when `seq` is live, intact and exactly this message (a replay's fast comparison); False
+        says nothing (the caller `load`s and compares)."""
+        ...
+
     def load_last(self, subject_filter: str = ">") -> StoredMsg: ...
 
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:

@@ -82,6 +82,7 @@ class FileStore(Accounting):
         self._dirty = False
         self._sealed_since_index = 0
         self.recovery_report: dict[str, object] = {}
+        self.unverified: dict[int, int] = {}  # block -> its bytes the index vouched for, not yet read (fs_verify)
 
     # --- Opening and closing ------------------------------------------------------------------
 
@@ -236,6 +237,10 @@ class FileStore(Accounting):
         specially (`fs_run`)."""
         self._check_open()
         return fs_run.load_run(self, start_seq, count_max, filters)
+
+    def holds_exactly(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> bool:
+        """True when `seq`'s live record is, byte for byte, this message's (`fs_run`); False says nothing."""
+        return fs_run.holds_exactly(self, seq, subject, headers, payload, timestamp_ns)
 
     def subject_first(self, subject: str) -> int:
         """`subject`'s first live sequence, 0 if none (`fs_remove` reaches `fs_ops` through this)."""

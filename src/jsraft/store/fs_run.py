@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from crc32c import crc32c
 
 from jsraft import subjects as subjectlib
-from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body
+from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_message
 from jsraft.errors import CorruptRecord
 from jsraft.store.base import StoredMsg
 from jsraft.store.blocks import message_body, message_record_verifies
@@ -136,3 +136,22 @@ def _decoded(seq: int, record: memoryview) -> StoredMsg | None:
         return None
     return StoredMsg(subject=subject.decode(), seq=seq, headers=headers, payload=payload,
                      timestamp_ns=_TIMESTAMP.unpack_from(record, 17)[0])
+
+
+def holds_exactly(store: "FileStore", seq: int, subject: str, headers: bytes, payload: bytes,
+                  timestamp_ns: int) -> bool:
+    """True when `seq` is live, has no fault, and its record is byte for byte the `MSG` record of this
+    message (then the record verifies too: its CRC is the encoded one). Read through the block cache, so
+    a replay comparing consecutive messages reads each block once. False says nothing: the caller loads
+    the message and compares (a compressed record, a moved one and a damaged one all answer False)."""
+    if store.fault_map.kind_of(seq) is not None:
+        return False
+    where = store.locate(seq)
+    if where is None:
+        return False
+    block, offset, length, _ = where
+    record, _ = encode_message(seq, timestamp_ns, subject.encode(), headers, payload)
+    if len(record) != length:
+        return False
+    buffer = store.files.buffer(block)
+    return buffer[offset : offset + length] == record

@@ -114,6 +114,12 @@ class MemStore:
             raise NoMessageFound(f"no message at sequence {seq}")
         return self._stored(seq)
 
+    def holds_exactly(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> bool:
+        if seq not in self._msgs:
+            return False
+        held = self._stored(seq)
+        return (held.subject, held.headers, held.payload, held.timestamp_ns) == (subject, headers, payload, timestamp_ns)
+
     def load_last(self, subject_filter: str = ">") -> StoredMsg:
         self._check_open()
         subjects.validate(subject_filter, wildcards=True)

@@ -191,7 +191,8 @@ def test_a_flipped_byte_the_fast_open_did_not_read_is_found_by_the_background_ve
     assert reopened.recovery_report["index"] == "used" and number in reopened.unverified
     assert reopened.faults() == []  # the open did not read it
     assert reopened.state() == state
-    assert not reopened.holds_exactly(*_msg(target))  # a replay's comparison reads the bytes, trusts nothing
+    # A replay's comparison reads the bytes and trusts nothing: it stops at the damaged record.
+    assert reopened.held_run(target - 2, [_msg(seq)[1:] for seq in range(target - 2, target + 3)]) == 2
 
     async def verify() -> list[int]:
         woken: list[int] = []
@@ -230,16 +231,20 @@ def test_a_closed_store_stops_being_verified(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["file", "mem"])
-def test_holds_exactly_is_true_only_for_the_same_live_intact_message(tmp_path, kind):
+def test_held_run_stops_at_the_first_message_not_held_exactly(tmp_path, kind):
     store = FileStore.open(OsDisk(str(tmp_path / "s")), StoreConfig(block_size=BLOCK_BYTES)) if kind == "file" \
         else MemStore(StoreConfig())
-    _append(store, 1, 200)
-    store.delete(7)
-    seq, subject, headers, payload, timestamp_ns = _msg(100)
-    assert store.holds_exactly(seq, subject, headers, payload, timestamp_ns)
-    assert not store.holds_exactly(seq, subject, headers, payload + b"x", timestamp_ns)
-    assert not store.holds_exactly(seq, subject, headers, payload, timestamp_ns + 1)
-    assert not store.holds_exactly(seq, "orders.other", headers, payload, timestamp_ns)
-    assert not store.holds_exactly(7, *_msg(7)[1:])
-    assert not store.holds_exactly(500, *_msg(500)[1:])
+    _append(store, 1, 1200)  # several blocks: a run crosses block boundaries
+    store.delete(700)
+    msgs = [_msg(seq)[1:] for seq in range(1, 1201)]
+    assert store.held_run(1, msgs) == 699  # seq 700 was deleted
+    assert store.held_run(1, msgs, 700) == 1200
+    changed = list(msgs)
+    subject, headers, payload, timestamp_ns = changed[1000]
+    for index, other in ((1000, (subject, headers, payload + b"x", timestamp_ns)),
+                         (1000, (subject, headers, payload, timestamp_ns + 1)),
+                         (1000, ("orders.other", headers, payload, timestamp_ns))):
+        changed[index] = other
+        assert store.held_run(1, changed, 900) == index
+    assert store.held_run(1150, msgs[1149:] + [_msg(1201)[1:]]) == 51  # past the store's last sequence
     store.close()

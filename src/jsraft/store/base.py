@@ -154,9 +154,11 @@ class StreamStore(Protocol):
 
     def load(self, seq: int) -> StoredMsg: ...
 
-    def holds_exactly(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> bool:
-        """True when `seq` is live, intact and exactly this message (a replay's fast comparison); False
-        says nothing (the caller `load`s and compares)."""
+    def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
+        """The index of the first of `msgs[start:]` (message `i` has seq `first_seq + i`; its first four
+        items are subject, headers, payload, timestamp) that the store does not hold live, intact and
+        exactly; `len(msgs)` if it holds them all. A replay's fast comparison: stopping says nothing (the
+        caller `load`s that message and compares)."""
         ...
 
     def load_last(self, subject_filter: str = ">") -> StoredMsg: ...

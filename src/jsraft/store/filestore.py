@@ -238,9 +238,9 @@ class FileStore(Accounting):
         self._check_open()
         return fs_run.load_run(self, start_seq, count_max, filters)
 
-    def holds_exactly(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> bool:
-        """True when `seq`'s live record is, byte for byte, this message's (`fs_run`); False says nothing."""
-        return fs_run.holds_exactly(self, seq, subject, headers, payload, timestamp_ns)
+    def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
+        """Where `msgs[start:]` stop being held byte for byte from `first_seq` on (`fs_run.held_run`)."""
+        return fs_run.held_run(self, first_seq, msgs, start)
 
     def subject_first(self, subject: str) -> int:
         """`subject`'s first live sequence, 0 if none (`fs_remove` reaches `fs_ops` through this)."""

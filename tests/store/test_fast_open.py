@@ -77,7 +77,7 @@ def test_clean_close_opens_from_the_index_and_verifies_every_block_later(tmp_pat
     reopened.close()
 
 
-def test_index_older_than_the_blocks_scans_the_tail_after_its_coverage(tmp_path):
+def test_index_older_than_the_blocks_scans_the_tail_after_its_coverage(tmp_path, monkeypatch):
     """A crash after block writes and before the next index write: the index covers blocks 1..k and the
     newest block as it was; the bytes after that (new records in it, whole new blocks, a tombstone for an
     indexed message) are scanned on top, and only what the index vouched for waits for verification."""
@@ -86,9 +86,11 @@ def test_index_older_than_the_blocks_scans_the_tail_after_its_coverage(tmp_path)
     store.close()
     store = FileStore.open(OsDisk(root), config)
     indexed_blocks = {block.number: block.size for block in store.blocks}
-    _append(store, COUNT + 1, COUNT + 1500)  # several new blocks: more than one roll, fewer than 8
-    store.delete(5)
-    store.sync()
+    with monkeypatch.context() as patch:  # the crash comes after these block writes, before an index write
+        patch.setattr(fs_index, "write_index", lambda store: None)
+        _append(store, COUNT + 1, COUNT + 1500)  # several new blocks
+        store.delete(5)
+        store.sync()
     state = store.state()
     assert len(store.blocks) > len(indexed_blocks) + 1
     store.files.abandon()  # crash: nothing closed, the index on disk is the old one
@@ -101,6 +103,22 @@ def test_index_older_than_the_blocks_scans_the_tail_after_its_coverage(tmp_path)
         reopened.load(5)
     assert _verify_all(reopened) == 0
     assert reopened.state() == state
+    reopened.close()
+
+
+def test_a_crash_opens_from_the_index_the_last_roll_wrote(tmp_path):
+    """No close: the rolls kept the index within about its own size of the newest block."""
+    root = str(tmp_path / "s")
+    store, config = _written(root, count=20_000)
+    store.sync()
+    state = store.state()
+    numbers = [block.number for block in store.blocks]
+    store.files.abandon()
+    reopened = FileStore.open(OsDisk(root), config)
+    assert reopened.recovery_report["index"] == "used"
+    assert len(numbers) - len(reopened.unverified) <= 6  # the tail scanned: a few blocks, not 50
+    assert reopened.state() == state == _full_scan(root, config)[0]
+    assert _verify_all(reopened) == 0 and reopened.state() == state
     reopened.close()
 
 

@@ -80,7 +80,7 @@ class FileStore(Accounting):
         self.fault_map = FaultMap()
         self._first_live_hint = 0
         self._dirty = False
-        self._sealed_since_index = 0
+        self._sealed_since_index = 0  # bytes of blocks sealed since the index was written (`fs_append.roll`)
         self.recovery_report: dict[str, object] = {}
         self.unverified: dict[int, int] = {}  # block -> its bytes the index vouched for, not yet read (fs_verify)
 
@@ -394,6 +394,3 @@ class FileStore(Accounting):
         self.write_records(encode_record(Kind.STORE_SYNC, self.last_seq, self.head))
         self.files.handle(self.newest().number).sync()
         self._dirty = False
-        if self._sealed_since_index >= 8:
-            fs_index.write_index(self)
-            self._sealed_since_index = 0

@@ -9,8 +9,8 @@ why.
 
 Invariants:
   1. The index is written only when everything it describes is durable (at `close` after `sync`, and at a
-     `sync` after blocks were sealed), so it is never newer than the blocks it lists; one that is (a lost
-     block write) fails the size or tail check.
+     roll once the bytes sealed since the last one reach its own size, `fs_append.roll`), so it is never
+     newer than the blocks it lists; one that is (a lost block write) fails the size or tail check.
   2. Every block region an index vouches for is listed in `FileStore.unverified` until the background
      verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
 """
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 INDEX_NAME = "index"
 _INDEX_VERSION = 1
 _TAIL_BYTES = 64
+SLOT_BYTES = 12  # the index's bytes per sequence of the store: offset, length and CRC
 _U32 = struct.Struct("<I")
 _U64 = (1 << 64) - 1
 log = logging.getLogger("jsraft.store.index")

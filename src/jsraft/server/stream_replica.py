@@ -216,7 +216,9 @@ class StreamReplica(ConfigFollowing):
                 nursery.start_soon(self.repair.run)
                 nursery.start_soon(self.audit.run)
                 nursery.start_soon(self.consumers.run)
-                nursery.start_soon(verify_in_background, lambda: self.store, trio.to_thread.run_sync, trio.sleep,
+                # Not while the log replays: it competes with the replay for the interpreter, and is not
+                # needed to be current (every read is CRC-checked meanwhile).
+                nursery.start_soon(verify_in_background, self._store_to_verify, trio.to_thread.run_sync, trio.sleep,
                                    self.repair.wake)
                 ticks = 0
                 while True:
@@ -231,6 +233,9 @@ class StreamReplica(ConfigFollowing):
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
+
+    def _store_to_verify(self) -> Any:
+        return self.store if self.machine is not None and not self.machine.replaying else None
 
     def _advise(self) -> None:
         """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),

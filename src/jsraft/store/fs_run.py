@@ -158,8 +158,8 @@ def held_run(store: "FileStore", first_seq: int, msgs: Sequence[Sequence], start
             buffer = store.files.buffer(block)
         slot = seq - block.first_seq
         offset = block.offsets[slot]
-        subject, headers, payload, timestamp_ns = msgs[index][:4]
-        record, _ = encode_message(seq, timestamp_ns, subject.encode(), headers, payload)
+        msg = msgs[index]
+        record = encode_message(seq, msg[3], msg[0].encode(), msg[1], msg[2])[0]
         if not offset or block.lengths[slot] != len(record) or buffer[offset : offset + len(record)] != record:
             return index
     return len(msgs)

@@ -182,7 +182,8 @@ def _inconsistency(meta: dict, blocks: list[Block]) -> str | None:
         live = len(block.offsets) - block.offsets.count(0)
         if live != block.msgs:
             return f"block {block.number} has {live} live records, the index counts {block.msgs}"
-        if max(block.offsets, default=0) >= block.size:
+        # A block's natural records are appended in sequence order: its last live one has the largest offset.
+        if next((offset for offset in reversed(block.offsets) if offset), 0) >= block.size:
             return f"block {block.number} has a record offset past its {block.size} bytes"
         previous_last = max(previous_last, block.last_seq)
     msgs = meta["msgs"]

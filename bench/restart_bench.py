@@ -11,13 +11,18 @@ directory.
 Measured, from the restart call:
   node_started_s   `Cluster.restart` returned: identity checked, transport listening, the runtime running
                    (the meta log replays and stream replicas open after this, in the node's own tasks);
-  replica_open_s   the stream replica is open: its message store recovered (a full scan checking every
-                   record's CRC) and its Raft group opened (WAL recovered, snapshot restored);
+  replica_open_s   the stream replica is open: its message store recovered (from its index when that checks
+                   against the blocks, plus a scan of what the index does not cover; else a full scan
+                   checking every record's CRC) and its Raft group opened (WAL recovered, snapshot restored);
   current_s        the replica is `current`: its state machine is healthy, it has applied what the group
                    committed, and its store's state tuple (first, last, count, bytes, digest) equals the
-                   stream leader's.
+                   stream leader's;
+  replay_done_s    its state machine finished replaying its log (part of `current_s`);
+  store_verified_s the background verifier has read and CRC-checked every block the open took from the
+                   store's index (0 blocks after a full scan).
 
 Usage: python bench/restart_bench.py [--messages N] [--payload B] [--inflight K] [--clean] [--json] [--quick]
+       [--profile out.svg|out.txt]
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -81,6 +89,37 @@ def _is_current(cluster: Cluster, name: str, leader: str) -> bool:
     return replica.store.state().agreement_key() == leading.store.state().agreement_key()
 
 
+def _start_profiler(path: str | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling this process from the restart call to `current` (`--profile`), or None."""
+    if not path:
+        return None
+    spy = shutil.which("py-spy") or os.path.join(os.path.dirname(sys.executable), "py-spy")
+    command = [spy, "record", "--pid", str(os.getpid()), "--rate", "200", "--nonblocking", "-o", path]
+    if path.endswith(".txt"):
+        command += ["--format", "raw"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)  # py-spy attaches before the restart starts
+    return process
+
+
+def _stop_profiler(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+
+
+async def _watch(cluster: Cluster, name: str, started: float, marks: dict[str, float]) -> None:
+    """Record when the restarted replica's replay of its log ended and when its store was verified."""
+    while len(marks) < 2:
+        replica = cluster.nodes[name].streams.replicas.get(STREAM) if name in cluster.nodes else None
+        if replica is not None and replica.machine is not None:
+            if not replica.machine.replaying:
+                marks.setdefault("replay_done_s", round(time.perf_counter() - started, 3))
+            if not getattr(replica.store, "unverified", None):
+                marks.setdefault("store_verified_s", round(time.perf_counter() - started, 3))
+        await trio.sleep(0.005)
+
+
 async def run(args: argparse.Namespace, base: str) -> dict[str, object]:
     payload = os.urandom(args.payload)
     async with trio.open_nursery() as nursery:
@@ -96,22 +135,27 @@ async def run(args: argparse.Namespace, base: str) -> dict[str, object]:
                 await cluster.stop(victim)
             else:
                 await cluster.kill(victim)
+            profiler = _start_profiler(args.profile)
             started = time.perf_counter()
             await cluster.restart(victim)
             node_started_s = time.perf_counter() - started
+            marks: dict[str, float] = {}
+            nursery.start_soon(_watch, cluster, victim, started, marks)
             await cluster.wait_until(lambda: _replica_open(cluster, victim), 600, interval=0.005,
                                      what="the replica open")
             replica_open_s = time.perf_counter() - started
             await cluster.wait_until(lambda: _is_current(cluster, victim, leader), 600, interval=0.005,
                                      what="the restarted replica current")
             current_s = time.perf_counter() - started
+            _stop_profiler(profiler)
+            await cluster.wait_until(lambda: len(marks) == 2, 600, what="the store verified")
             state = cluster.replica_store(victim, STREAM).state()
             return {
                 "messages": args.messages, "payload_bytes": args.payload, "inflight": args.inflight,
                 "fill_s": round(fill_s, 2), "fill_msgs_per_s": round(args.messages / fill_s),
                 "restart": "clean stop" if args.clean else "crash (kill)", "victim": victim,
                 "node_started_s": round(node_started_s, 3), "replica_open_s": round(replica_open_s, 3),
-                "current_s": round(current_s, 3),
+                "current_s": round(current_s, 3), **marks,
                 "state": {"first_seq": state.first_seq, "last_seq": state.last_seq, "msgs": state.msgs,
                           "bytes": state.bytes},
             }
@@ -126,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--election-ticks", type=int, default=10)
     parser.add_argument("--clean", action="store_true", help="stop the node cleanly instead of crashing it")
     parser.add_argument("--dir", default=None, help="keep the cluster's files here (default: a temporary dir)")
+    parser.add_argument("--profile", default=None,
+                        help="py-spy the restart → current phase into this file (.svg flame graph, .txt folded)")
     parser.add_argument("--quick", action="store_true", help="20,000 messages")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

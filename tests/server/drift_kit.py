@@ -101,7 +101,7 @@ async def compact(cluster: Cluster, name: str, stream: str = STREAM) -> int:
 def healthy(found) -> bool:
     return (found is not None and found.machine is not None and str(found.machine.health) == "current"
             and not found.store.faults() and not found.adapter.holding and found.repair.episode is None
-            and not found.machine.replaying)
+            and not found.machine.replaying and not getattr(found.store, "unverified", None))
 
 
 def converged(cluster: Cluster, last_seq: int, stream: str = STREAM) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import trio
 from drift_kit import (
     advisories, block_numbers, change_body, check_identical, converged, drift_of, msgs_dir, payload, publish_range,
@@ -84,7 +85,10 @@ async def test_a_missing_head_block_is_fetched_back(tmp_path):
             assert repaired["fetched_msgs"] == lost[1] - lost[0] + 1  # the lost block, nothing else
 
 
-async def test_a_flipped_bit_in_a_middle_block_is_repaired_from_the_leader(tmp_path):
+@pytest.mark.parametrize("found_by", ["startup scan", "background verifier"])
+async def test_a_flipped_bit_in_a_middle_block_is_repaired_from_the_leader(tmp_path, found_by):
+    """Without an index the restart's full scan finds the flipped bit; with one (a clean stop wrote it) the
+    fast open does not read the block, the background verifier finds it, and the same repair follows."""
     async with trio.open_nursery() as nursery:
         async with start(nursery, tmp_path) as cluster:
             js, acked, leader, follower = await setup_stream(cluster, COUNT)
@@ -100,8 +104,19 @@ async def test_a_flipped_bit_in_a_middle_block_is_repaired_from_the_leader(tmp_p
                 byte = handle.read(1)[0]
                 handle.seek(offset + length - 20)
                 handle.write(bytes([byte ^ 0x08]))
+            index = os.path.join(msgs_dir(cluster, follower), "index")
+            assert os.path.exists(index)
+            if found_by == "startup scan":
+                os.remove(index)
 
             await restart_and_converge(cluster, js, acked, follower)
+            report = replica(cluster, follower).store.recovery_report
+            if found_by == "background verifier":
+                assert report["index"] == "used" and block.number in report["trusted_blocks"]
+                assert report["faults"] == []  # the open did not read the damaged record
+            else:
+                assert report["index"] == "none: rebuilt by a full scan"
+                assert report["faults"] == [(target, target, "corrupt")]
             drift, repaired = one_episode(cluster, follower)
             corrupt = finding(drift, "corrupt")
             assert (corrupt["first_seq"], corrupt["last_seq"]) == (target, target)

@@ -154,6 +154,13 @@ class StreamStore(Protocol):
 
     def load(self, seq: int) -> StoredMsg: ...
 
+    def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
+        """The index of the first of `msgs[start:]` (message `i` has seq `first_seq + i`; its first four
+        items are subject, headers, payload, timestamp) that the store does not hold live, intact and
+        exactly; `len(msgs)` if it holds them all. A replay's fast comparison: stopping says nothing (the
+        caller `load`s that message and compares)."""
+        ...
+
     def load_last(self, subject_filter: str = ">") -> StoredMsg: ...
 
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:

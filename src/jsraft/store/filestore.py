@@ -80,8 +80,9 @@ class FileStore(Accounting):
         self.fault_map = FaultMap()
         self._first_live_hint = 0
         self._dirty = False
-        self._sealed_since_index = 0
+        self._sealed_since_index = 0  # bytes of blocks sealed since the index was written (`fs_append.roll`)
         self.recovery_report: dict[str, object] = {}
+        self.unverified: dict[int, int] = {}  # block -> its bytes the index vouched for, not yet read (fs_verify)
 
     # --- Opening and closing ------------------------------------------------------------------
 
@@ -237,6 +238,10 @@ class FileStore(Accounting):
         self._check_open()
         return fs_run.load_run(self, start_seq, count_max, filters)
 
+    def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
+        """Where `msgs[start:]` stop being held byte for byte from `first_seq` on (`fs_run.held_run`)."""
+        return fs_run.held_run(self, first_seq, msgs, start)
+
     def subject_first(self, subject: str) -> int:
         """`subject`'s first live sequence, 0 if none (`fs_remove` reaches `fs_ops` through this)."""
         return fs_ops.subject_first(self, subject)
@@ -389,6 +394,3 @@ class FileStore(Accounting):
         self.write_records(encode_record(Kind.STORE_SYNC, self.last_seq, self.head))
         self.files.handle(self.newest().number).sync()
         self._dirty = False
-        if self._sealed_since_index >= 8:
-            fs_index.write_index(self)
-            self._sealed_since_index = 0

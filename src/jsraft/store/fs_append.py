@@ -20,7 +20,7 @@ from jsraft.codec.records import HEADER_BYTES, message_digest
 from jsraft.store.base import DIGEST_RANGE_SEQS
 from jsraft.codec.records import Kind, encode_record
 from jsraft.errors import BadRequest
-from jsraft.store import fs_compress
+from jsraft.store import fs_compress, fs_index
 from jsraft.store.base import Compression
 from jsraft.store.blocks import Block
 from jsraft.store.limits_check import check_append_seq
@@ -138,11 +138,19 @@ def skip(store: "FileStore", seq: int, count: int = 1) -> None:
 
 
 def roll(store: "FileStore") -> Block:
-    """Seal the newest block (sync it, compress it if configured) and start a new one."""
+    """Seal the newest block (sync it, compress it if configured), start a new one, and rewrite the index
+    when it is due."""
     old = store.newest()
     store.sync()
     old.sealed = True
     if store.config.compression is Compression.zstd:
         fs_compress.compress_block(store, old)
-    store._sealed_since_index += 1
-    return store.new_block()
+    store._sealed_since_index += old.size
+    block = store.new_block()
+    # Everything is durable here (the sealed block synced, the new one created durable): a crash from now
+    # on opens from this index and scans only what comes after it. It is rewritten once the bytes sealed
+    # since reach its own size, so the index costs at most as many bytes written as the blocks do.
+    if store._sealed_since_index >= fs_index.SLOT_BYTES * (store.last_seq - store.blocks[0].first_seq + 1):
+        fs_index.write_index(store)
+        store._sealed_since_index = 0
+    return block

@@ -2,13 +2,23 @@
 
 Owns: writing the index (atomically) and deciding whether a found index may be trusted. It is trusted
 only when every block it lists exists with the same size and the same last 64 bytes (the newest block
-may have grown: recovery then scans just what was written after the index). Anything else, including an
-index that fails its CRC, is ignored and the blocks are scanned in full.
+may have grown: recovery then scans just what was written after the index — a crash after a block write
+and before the next index write) and its totals are the sums of its parts (`_inconsistency`). Anything
+else, including an index that fails its CRC, is ignored, the blocks are scanned in full, and the log says
+why.
+
+Invariants:
+  1. The index is written only when everything it describes is durable (at `close` after `sync`, and at a
+     roll once the bytes sealed since the last one reach its own size, `fs_append.roll`), so it is never
+     newer than the blocks it lists; one that is (a lost block write) fails the size or tail check.
+  2. Every block region an index vouches for is listed in `FileStore.unverified` until the background
+     verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import struct
 from array import array
 from typing import TYPE_CHECKING
@@ -27,7 +37,10 @@ if TYPE_CHECKING:
 INDEX_NAME = "index"
 _INDEX_VERSION = 1
 _TAIL_BYTES = 64
+SLOT_BYTES = 12  # the index's bytes per sequence of the store: offset, length and CRC
 _U32 = struct.Struct("<I")
+_U64 = (1 << 64) - 1
+log = logging.getLogger("jsraft.store.index")
 
 
 def _tail_crc(buffer_tail: bytes) -> int:
@@ -64,21 +77,45 @@ def write_index(store: "FileStore") -> None:
 
 
 def load_index(store: "FileStore", numbers: list[int], rebuild: _Rebuild) -> tuple[int, int] | None:
-    """Apply a valid index; return `(block number, offset)` to resume scanning from, or None."""
-    if not store.disk.exists(INDEX_NAME) or not numbers:
+    """Apply a valid index; return `(block number, offset)` to resume scanning from, or None (then every
+    block is scanned, and the log says why when an index was there)."""
+    if not numbers:
+        return None
+    if not store.disk.exists(INDEX_NAME):
+        _fall_back(store, "none", "no index")
         return None
     try:
         meta, arrays = _read_index(store.disk.read_file(INDEX_NAME))
         indexed = meta["blocks"]
-        if not indexed or not _index_matches(store, indexed, numbers):
+        if not indexed:
+            _fall_back(store, "empty", "it lists no block")
             return None
-    except (CorruptRecord, BadFileFormat, ValueError, KeyError, TypeError):
-        store.recovery_report["index"] = "damaged: rebuilt by a full scan"
+        why = _index_mismatch(store, indexed, numbers)
+        if why is not None:
+            _fall_back(store, "stale", why)
+            return None
+        blocks = _index_blocks(meta, arrays)
+        why = _inconsistency(meta, blocks)
+        if why is not None:
+            _fall_back(store, "inconsistent", why)
+            return None
+    except (CorruptRecord, BadFileFormat, ValueError, KeyError, TypeError) as error:
+        _fall_back(store, "damaged", f"it does not verify ({error})")
         return None
-    _apply_index(store, meta, arrays, rebuild)
+    _apply_index(store, meta, blocks, rebuild)
     store.recovery_report["index"] = "used"
+    # Invariant 2: what the index vouches for is verified in the background (`fs_verify`).
+    store.unverified = {entry["number"]: entry["size"] for entry in indexed}
+    store.recovery_report["trusted_blocks"] = [entry["number"] for entry in indexed]
     newest = indexed[-1]
     return newest["number"], newest["size"]
+
+
+def _fall_back(store: "FileStore", what: str, why: str) -> None:
+    store.recovery_report["index"] = f"{what}: rebuilt by a full scan"
+    store.recovery_report["index_reason"] = why
+    if what != "none":
+        log.warning("store %s: index not used (%s): %s; scanning every block", store.config.name, what, why)
 
 
 def _read_index(data: bytes) -> tuple[dict, memoryview]:
@@ -95,24 +132,26 @@ def _read_index(data: bytes) -> tuple[dict, memoryview]:
     return meta, body[4 + meta_len :]
 
 
-def _index_matches(store: "FileStore", indexed: list[dict], numbers: list[int]) -> bool:
+def _index_mismatch(store: "FileStore", indexed: list[dict], numbers: list[int]) -> str | None:
+    """Why the blocks on disk are not the ones the index describes (None: they are, perhaps grown)."""
     listed = [entry["number"] for entry in indexed]
     on_disk = [n for n in numbers if n <= listed[-1]]
     if listed != on_disk:
-        return False
+        return f"it lists blocks {listed[0]}..{listed[-1]} ({len(listed)}), the disk holds {len(on_disk)} of them"
     for entry in indexed:
         handle = store.files.handle(entry["number"])
         size = handle.size()
         is_last = entry is indexed[-1]
         if size < entry["size"] or (size != entry["size"] and not is_last):
-            return False
+            return f"block {entry['number']} is {size} bytes, the index says {entry['size']}"
         length = min(_TAIL_BYTES, entry["size"])
         if _tail_crc(handle.pread(entry["size"] - length, length)) != entry["tail_crc"]:
-            return False
-    return True
+            return f"block {entry['number']}'s last {length} bytes differ from the index's"
+    return None
 
 
-def _apply_index(store: "FileStore", meta: dict, arrays: memoryview, rebuild: _Rebuild) -> None:
+def _index_blocks(meta: dict, arrays: memoryview) -> list[Block]:
+    blocks: list[Block] = []
     position = 0
     for entry in meta["blocks"]:
         block = Block(entry["number"], entry["first_seq"])
@@ -126,6 +165,41 @@ def _apply_index(store: "FileStore", meta: dict, arrays: memoryview, rebuild: _R
         block.size = entry["size"]
         block.msgs, block.bytes = entry["msgs"], entry["bytes"]
         block.subjects, block.sealed = entry["subjects"], entry["sealed"]
+        blocks.append(block)
+    if position != len(arrays):
+        raise ValueError("the index's arrays are not the size its blocks say")
+    return blocks
+
+
+def _inconsistency(meta: dict, blocks: list[Block]) -> str | None:
+    """Why the index contradicts itself (None: it does not). Each total it carries must be the sum of its
+    parts: a block's count of live records is its non-zero offsets, the store's count is the blocks' plus
+    the moved (repair) records and also the digest ranges' counts, the digest is the ranges' sum."""
+    previous_last = 0
+    for block in blocks:
+        if len(block.offsets) != block.last_seq - block.first_seq + 1 or block.first_seq <= previous_last:
+            return f"block {block.number} covers {block.first_seq}..{block.last_seq} with {len(block.offsets)} slots"
+        live = len(block.offsets) - block.offsets.count(0)
+        if live != block.msgs:
+            return f"block {block.number} has {live} live records, the index counts {block.msgs}"
+        # A block's natural records are appended in sequence order: its last live one has the largest offset.
+        if next((offset for offset in reversed(block.offsets) if offset), 0) >= block.size:
+            return f"block {block.number} has a record offset past its {block.size} bytes"
+        previous_last = max(previous_last, block.last_seq)
+    msgs = meta["msgs"]
+    if sum(b.msgs for b in blocks) + len(meta["moved"]) != msgs:
+        return f"its blocks hold {sum(b.msgs for b in blocks)} records and {len(meta['moved'])} moved, not {msgs}"
+    if sum(meta["range_counts"].values()) != msgs:
+        return f"its digest ranges count {sum(meta['range_counts'].values())} messages, not {msgs}"
+    if sum(meta["ranges"].values()) & _U64 != meta["digest"]:
+        return "its digest is not the sum of its digest ranges"
+    if previous_last > meta["last_seq"]:
+        return f"a block reaches {previous_last}, past the store's last sequence {meta['last_seq']}"
+    return None
+
+
+def _apply_index(store: "FileStore", meta: dict, blocks: list[Block], rebuild: _Rebuild) -> None:
+    for block in blocks:
         store.files.add(block)
     store.head, store.lowest_block = meta["head"], meta["lowest_block"]
     store.touched = bool(meta["touched"])
@@ -138,5 +212,3 @@ def _apply_index(store: "FileStore", meta: dict, arrays: memoryview, rebuild: _R
     store.fault_map = FaultMap.from_json(meta["faults"])
     rebuild.covered = max((b.last_seq for b in store.blocks), default=0)
     rebuild.max_sync = store.last_seq
-
-

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 from crc32c import crc32c
 
 from jsraft import subjects as subjectlib
-from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body
+from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_message
 from jsraft.errors import CorruptRecord
 from jsraft.store.base import StoredMsg
-from jsraft.store.blocks import message_body, message_record_verifies
+from jsraft.store.blocks import Block, message_body, message_record_verifies
 
 if TYPE_CHECKING:
     from jsraft.store.filestore import FileStore
@@ -136,3 +136,30 @@ def _decoded(seq: int, record: memoryview) -> StoredMsg | None:
         return None
     return StoredMsg(subject=subject.decode(), seq=seq, headers=headers, payload=payload,
                      timestamp_ns=_TIMESTAMP.unpack_from(record, 17)[0])
+
+
+def held_run(store: "FileStore", first_seq: int, msgs: Sequence[Sequence], start: int) -> int:
+    """The index of the first of `msgs[start:]` (message `i` is seq `first_seq + i`, its first four items
+    subject, headers, payload, timestamp) that is not live with a record that is, byte for byte, its `MSG`
+    record; `len(msgs)` when all are. A record equal to the encoded one verifies too (its CRC is the
+    encoded one). Each block is read once, through the cache. Stopping says nothing: the caller loads
+    that message and compares (a deleted, moved, compressed, faulted or damaged one all stop the run)."""
+    faults = bool(store.fault_map)
+    block: Block | None = None
+    buffer = b""
+    for index in range(start, len(msgs)):
+        seq = first_seq + index
+        if seq < store.head or seq > store.last_seq or (faults and store.fault_map.kind_of(seq) is not None):
+            return index
+        if block is None or not block.first_seq <= seq <= block.last_seq:
+            block = store.files.block_for(seq)
+            if block is None:
+                return index
+            buffer = store.files.buffer(block)
+        slot = seq - block.first_seq
+        offset = block.offsets[slot]
+        msg = msgs[index]
+        record = encode_message(seq, msg[3], msg[0].encode(), msg[1], msg[2])[0]
+        if not offset or block.lengths[slot] != len(record) or buffer[offset : offset + len(record)] != record:
+            return index
+    return len(msgs)

@@ -114,6 +114,16 @@ class MemStore:
             raise NoMessageFound(f"no message at sequence {seq}")
         return self._stored(seq)
 
+    def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
+        for index in range(start, len(msgs)):
+            seq = first_seq + index
+            if seq not in self._msgs:
+                return index
+            held = self._stored(seq)
+            if (held.subject, held.headers, held.payload, held.timestamp_ns) != tuple(msgs[index][:4]):
+                return index
+        return len(msgs)
+
     def load_last(self, subject_filter: str = ">") -> StoredMsg:
         self._check_open()
         subjects.validate(subject_filter, wildcards=True)

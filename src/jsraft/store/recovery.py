@@ -16,8 +16,9 @@ it). Each block is scanned with `codec.scan_records`:
 Invariants:
   1. Recovery never cuts a record that is followed by a valid record.
   2. Every sequence in `[head, last_seq]` is live, deleted by a record, or listed as a fault.
-  3. The index is trusted only when every block it lists exists with the same size and tail bytes;
-     otherwise it is ignored and every block is scanned.
+  3. The index is trusted only when every block it lists exists with the same size and tail bytes and
+     its totals are the sums of its parts; otherwise it is ignored and every block is scanned
+     (`fs_index`). What it vouches for is read and CRC-checked later, in the background (`fs_verify`).
   4. A block read that shows damage or a torn tail is read again before either is believed: a read
      error is not the file's content (FileStore invariant 4).
 """
@@ -44,7 +45,7 @@ from jsraft.store.blocks import (
     message_subject,
     parse_block_name,
 )
-from jsraft.store import fs_index, fs_ops, fs_remove
+from jsraft.store import fs_index, fs_ops, fs_remove, fs_verify
 
 if TYPE_CHECKING:
     from jsraft.store.filestore import FileStore
@@ -311,29 +312,23 @@ def recover(store: "FileStore", *, use_index: bool = True) -> None:
 
 
 def scan_live(store: "FileStore") -> None:
-    """Re-read every block and check each live record's CRC; damaged ones become faults."""
+    """Re-read every block and check each live record's CRC; damaged ones become faults (`fs_verify`).
+    Everything is then verified: nothing is left for the background verifier."""
     for block in list(store.blocks):
         try:
             buffer = _read_block(store, block.number)
         except OSError:
             buffer = b""
-        valid = {view.offset: view for view in scan_records(buffer, FILE_HEADER_BYTES).records} if buffer else {}
+        region = fs_verify.region_of(buffer) if buffer else None
         for seq in fs_remove.live_seqs_between(store, block.first_seq, block.last_seq):
             where = store.locate(seq)
-            if where is None or where[0] is not block:
-                continue
-            view = valid.get(where[1])
-            if view is None or view.ident_a != seq or view.length != where[2]:
-                if store.checked_record(seq, where) is not None:
-                    continue  # the file holds it intact: the whole-block read had a read error
-                store.detach(seq, where, readable=False)
-                store.fault_map.add(seq, seq, FaultKind.corrupt)
+            if where is not None and where[0] is block:
+                fs_verify.check_live(store, seq, where, region)
     for seq, (number, offset, length, crc) in list(store.moved.items()):
         block = store.files.by_number.get(number)
-        try:
-            ok = block is not None and store.checked_record(seq, (block, offset, length, crc)) is not None
-        except OSError:
-            ok = False
-        if not ok:
+        if block is not None:
+            fs_verify.check_live(store, seq, (block, offset, length, crc), None)
+        else:
             store.detach(seq, (block, offset, length, crc), readable=False)
             store.fault_map.add(seq, seq, FaultKind.corrupt)
+    store.unverified.clear()

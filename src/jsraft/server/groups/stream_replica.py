@@ -66,6 +66,7 @@ from jsraft.server.groups.stream_members import check_members
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
+from jsraft.store.fs_verify import verify_in_background
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
 
 log = logging.getLogger("jsraft.server.stream")
@@ -148,9 +149,10 @@ class StreamReplica(ConfigFollowing):
         if not self.disk.exists("group"):
             self.disk.write_atomic("config.json", self.raw)
             self.disk.write_atomic("group", self.group.encode())
-        # Every record's CRC is checked at startup (DESIGN §8), not only the blocks the index does not cover.
+        # The index is trusted once it checks against the block tails (what it does not cover is scanned);
+        # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
         base = StoreConfig(name=self.config.name, block_size=self.options.block_bytes)
-        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config, base), use_index=False)
+        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config, base))
 
     async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
         """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its
@@ -214,6 +216,10 @@ class StreamReplica(ConfigFollowing):
                 nursery.start_soon(self.repair.run)
                 nursery.start_soon(self.audit.run)
                 nursery.start_soon(self.consumers.run)
+                # Not while the log replays: it competes with the replay for the interpreter, and is not
+                # needed to be current (every read is CRC-checked meanwhile).
+                nursery.start_soon(verify_in_background, self._store_to_verify, trio.to_thread.run_sync, trio.sleep,
+                                   self.repair.wake)
                 ticks = 0
                 while True:
                     self.first_election.tick()
@@ -227,6 +233,9 @@ class StreamReplica(ConfigFollowing):
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
+
+    def _store_to_verify(self) -> Any:
+        return self.store if self.machine is not None and not self.machine.replaying else None
 
     def _advise(self) -> None:
         """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),

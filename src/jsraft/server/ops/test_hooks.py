@@ -170,6 +170,8 @@ class TestHooks:
                 "leader": raft.leader_id if raft else None,
                 "health": str(replica.repair.health()) if machine is not None else None,
                 "faults": [[fault.first, fault.last, str(fault.kind)] for fault in replica.store.faults()],
+                # blocks the fast open took from the index and the background verifier has not read yet
+                "unverified_blocks": len(getattr(replica.store, "unverified", ())),
                 "repair": replica.repair.describe()}
 
     # --- Raft and meta ---------------------------------------------------------------------------------

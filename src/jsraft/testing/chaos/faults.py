@@ -103,7 +103,9 @@ class Faults:
             # Whole only once the repair episode has ended too (its worker idle, nothing held): a replica
             # can look current with no faults while the episode still fetches or has not closed.
             repair = state.get("repair") or {}
+            # ... and once the background verifier has read what the fast open took from the index.
             if (state and not state.get("repairing") and not state.get("faults") and state.get("health") == "current"
+                    and not state.get("unverified_blocks")
                     and repair.get("state") == "idle" and not repair.get("held_entries")):
                 whole = True
                 break

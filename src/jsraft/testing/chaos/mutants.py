@@ -19,7 +19,8 @@ Mutants and what they patch (and why there):
     opens its store with, `stream_replica._open_files`): after the normal recovery, if any sequence is
     damaged (`corrupt`), the store is truncated just below the first damaged one — NATS's behaviour in
     Jepsen's bit-flip test — instead of keeping the rest and repairing the range from a peer. A flipped
-    bit in an older sealed block then throws away every later message held only in the store.
+    bit in an older sealed block then throws away every later message held only in the store. The mutant
+    opens with a full verifying scan (`use_index=False`), so it meets the damage at open.
   - `forget_lost_groups` — `jsraft.runtime.group_record.GroupRecord.lost_storage` answers False: a group
     whose directory was lost (S13) bootstraps a new log at term 1 that votes, and a stale follower can
     lead without what the others acknowledged.
@@ -70,7 +71,9 @@ def _truncate_at_corrupt() -> None:
     original = FileStore.open.__func__  # type: ignore[attr-defined]
 
     def open_truncating(cls: type, disk: Any, config: Any = None, **kwargs: Any) -> Any:
-        store = original(cls, disk, config, **kwargs)
+        # A full verifying scan at open, as nats-server's recovery does: the real node trusts its index and
+        # finds such damage in the background, where this mutant would not see it.
+        store = original(cls, disk, config, **{**kwargs, "use_index": False})
         damaged = [fault.first for fault in store.faults() if fault.kind is FaultKind.corrupt]
         if damaged and not kwargs.get("read_only"):
             first = min(damaged)

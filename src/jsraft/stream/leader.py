@@ -151,7 +151,7 @@ class StreamLeader:
         if len(payload) > limits.payload_bytes_max or 0 <= config.max_msg_size < size:
             return rejected(message_too_large())
         try:
-            subjects.validate_literal_cached(subject)
+            subjects.validate_published(subject)  # wildcard tokens stored literally, as nats-server
             found = hdr.parse_headers(headers)
         except JsraftError as error:
             return rejected(bad_request(error.description))

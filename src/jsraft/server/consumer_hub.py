@@ -82,6 +82,19 @@ class ConsumerHub:
         streams = getattr(node, "streams", None)
         if streams is not None:
             streams.consumer_port = self  # push consumers publish through `publish`, ask `has_interest`
+        clients.sublist.observers.append(self._on_subscription)
+
+    def _on_subscription(self, sub: Any, added: bool) -> None:
+        """A client subscribed here: wake each consumer service with a push consumer waiting for
+        interest on that subject, so it delivers now rather than at its next look (up to
+        `INTEREST_POLL_NS`). nats-py subscribes a push consumer's deliver subject only after creating
+        it; nats-server starts delivering at that subscription."""
+        if not added or type(sub) is InternalSubscription:
+            return
+        streams = getattr(self.node, "streams", None)
+        for replica in streams.replicas.values() if streams is not None else ():
+            if replica.consumers.awaits_interest(sub.subject):
+                replica.consumers.wake()
 
     def has_interest(self, subject: str) -> bool:
         """Whether a client subscription here or at a peer matches `subject` (push consumers deliver

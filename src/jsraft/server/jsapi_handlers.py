@@ -308,10 +308,9 @@ class JsApi:
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 
     async def _local_group_known(self, name: str) -> None:
-        """Before a create's or update's info: while this node is a member of the stream, wait until its
-        replica has opened and knows the group's leader (a new group's first leader is elected at
-        once: `first_election`). Polled finely and bounded: the info request then finds the leader at
-        once, not after the router's backoff for a group not yet open (up to a tick each step)."""
+        """Before a create's or update's info, on a member of the stream: wait (polled finely, bounded)
+        until its replica opened and knows the group's leader (`first_election`), so the info finds the
+        leader at once, not after the router's backoff for a group not yet open (up to a tick a step)."""
         with trio.move_on_after(GROUP_WAIT_S):
             while self.node.name in self.node.meta.stream(name).peers:
                 replica = self.node.streams.replicas.get(name)

@@ -54,6 +54,16 @@ def validate_literal_cached(subject: str) -> str:
     return subject
 
 
+def validate_published(subject: str) -> str:
+    """A subject a message is published and stored under: well-formed, wildcard tokens allowed and
+    taken literally (nats-server stores a message published to `$KV.B.hello.*`, a KV purge of `hello.*`,
+    under that subject). Literal subjects take the memoised path."""
+    try:
+        return validate_literal_cached(subject)
+    except InvalidSubject:
+        return validate(subject, wildcards=True)
+
+
 def validate(subject: str, *, wildcards: bool = False) -> str:
     """Return `subject` if it is a valid literal subject (or filter, when `wildcards`), else raise."""
     if not isinstance(subject, str) or not subject:

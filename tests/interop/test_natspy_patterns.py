@@ -21,6 +21,7 @@ from bench_servers import load_servers
 servers = load_servers()
 nats = pytest.importorskip("nats")
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy  # noqa: E402
+from nats.js.errors import KeyNotFoundError, NotFoundError  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=[1, 3], ids=["one-node", "three-nodes"])
@@ -274,3 +275,44 @@ async def ordered_consumer(url: str, num_replicas: int) -> tuple[int, bytes]:
 def test_an_ordered_consumer_receives_1024_of_1024_with_flow_control(system):
     count, data = run(ordered_consumer, system.urls[-1], replicas(system))
     assert count == 1024 and data == bytes(range(256)) * 4096
+
+
+# --- KV keys with wildcard tokens (test_kv_simple, test_key_validation_bypass) ------------------------------
+# nats-server stores a message published to `$KV.B.hello.*` (a KV purge of `hello.*`) under that literal
+# subject, and its `Nats-Rollup: sub` purges what the subject matches as a filter; a key `x.>` written with
+# `validate_keys=False` is stored and read back the same way. The expected answers are nats-server 2.15.1's.
+
+
+async def purge_wildcard_key(url: str, replicas: int) -> dict:
+    nc = await connect(url)
+    try:
+        js = nc.jetstream(timeout=10)
+        kv = await js.create_key_value(bucket=unique("W"), history=5, replicas=replicas)
+        await kv.put("hello", b"world")
+        for i in range(10):
+            await kv.put(f"hello.{i}", b"v")
+        await kv.purge("hello.*")  # published to `$KV.<bucket>.hello.*`
+        out: dict = {"values": (await kv.status()).values}
+        try:
+            await kv.get("hello.5")
+        except NotFoundError as error:  # KeyNotFoundError is one
+            out["hello.5"] = type(error).__name__
+        out["hello"] = ((await kv.get("hello")).value, (await kv.get("hello")).revision)
+        seq = await kv.put("x.>", b"a", validate_keys=False)
+        got = await kv.get("x.>", validate_keys=False)
+        seq2 = await kv.update("x.>", b"b", last=seq, validate_keys=False)
+        await kv.delete("x.>", validate_keys=False)
+        try:
+            await kv.get("x.>", validate_keys=False)
+        except KeyNotFoundError as error:
+            out["x.> after delete"] = error.op
+        out["x.>"] = (got.value, seq2 > seq)
+        return out
+    finally:
+        await nc.close()
+
+
+def test_a_kv_purge_of_a_wildcard_key_and_wildcard_keys_behave_as_on_nats_server(system):
+    out = run(purge_wildcard_key, system.urls[0], replicas(system), timeout_s=120.0)
+    assert out == {"values": 2, "hello.5": "KeyNotFoundError", "hello": (b"world", 1),
+                   "x.> after delete": "DEL", "x.>": (b"a", True)}

@@ -103,7 +103,7 @@ class ModelStore:
         config = self.config
         if seq != self.last_seq + 1:
             raise SequenceOutOfOrder(self.last_seq + 1, seq)
-        subjects.validate(subject)
+        subjects.validate_published(subject)  # wildcard tokens stored literally
         if timestamp_ns < 0:
             raise BadRequest()
         if config.max_msg_size != -1 and len(headers) + len(payload) > config.max_msg_size:

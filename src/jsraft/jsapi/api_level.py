@@ -48,13 +48,13 @@ class Feature:
     name: str
 
 
-# What jsraft serves of each API level. Level 1 (nats-server 2.11) also holds subject delete markers
-# and priority groups, which jsraft refuses with a clear error (`subject_delete_marker_ttl` > 0 is
-# 10052; `priority_*` fields are unknown fields); level 2 (2.12: counters, atomic batches, schedules,
+# What jsraft serves of each API level. Level 1 (nats-server 2.11) also holds priority groups, which
+# jsraft refuses with a clear error (`priority_*` fields are unknown fields); level 2 (2.12: counters, atomic batches, schedules,
 # async persist) is not served at all.
 FEATURES = (
     Feature(1, "per-message TTL: stream allow_msg_ttl and the Nats-TTL header (ADR-43)"),
     Feature(1, "consumer pause: pause_until and $JS.API.CONSUMER.PAUSE"),
+    Feature(1, "subject delete markers: stream subject_delete_marker_ttl (ADR-48, stream.markers)"),
 )
 API_LEVEL = max((feature.level for feature in FEATURES), default=0)
 

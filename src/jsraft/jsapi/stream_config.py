@@ -143,7 +143,7 @@ class StreamConfig:
     template_owner: str | None = None
     # ADR-43 per-message TTL: `Nats-TTL` headers are honoured only when this is on (never turned off again).
     allow_msg_ttl: bool = False
-    subject_delete_marker_ttl: int = 0  # ns; markers are not implemented, so > 0 is refused by `validate`
+    subject_delete_marker_ttl: int = 0  # ns; > 0: expiry leaves markers (`stream.markers`)
 
     @classmethod
     def from_dict(cls, data: dict) -> "StreamConfig":
@@ -237,8 +237,8 @@ def _validate_limits(config: StreamConfig) -> None:
 
 
 def _validate_marker_ttl(config: StreamConfig) -> None:
-    """`subject_delete_marker_ttl`: nats-server's rules and words (`checkStreamCfg`), then jsraft's own
-    refusal, because it does not write subject delete markers (ADR-43 "limit markers") yet."""
+    """`subject_delete_marker_ttl`: nats-server's rules and words (`checkStreamCfg`); the markers
+    themselves are `stream.markers`."""
     ttl_ns = config.subject_delete_marker_ttl
     if ttl_ns < 0:
         raise InvalidConfig("subject delete marker TTL must not be negative")
@@ -248,7 +248,6 @@ def _validate_marker_ttl(config: StreamConfig) -> None:
         raise InvalidConfig("subject delete marker TTL must be at least 1 second")
     if config.deny_purge and config.allow_rollup_hdrs:
         raise InvalidConfig("roll-ups require the purge permission")
-    raise InvalidConfig("subject delete markers are not supported by this server")
 
 
 def _validate_subjects(config: StreamConfig) -> None:

@@ -50,7 +50,7 @@ def check_append_seq(store: _Counts, seq: int) -> None:
 def check_message(config: StoreConfig, subject: str, headers: bytes, payload: bytes,
                   timestamp_ns: int) -> bytes:
     """Refuse a message the store may not hold (semantics 3); return the subject's UTF-8 bytes."""
-    subjects.validate_literal_cached(subject)
+    subjects.validate_published(subject)
     if not isinstance(timestamp_ns, int) or not 0 <= timestamp_ns <= _U64_MAX:
         raise BadRequest(f"timestamp_ns must be an unsigned 64-bit integer, not {timestamp_ns!r}")
     if len(headers) > limits.headers_bytes_max or len(payload) > limits.payload_bytes_max:

@@ -36,12 +36,13 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from jsraft import limits, subjects
-from jsraft.errors import DamagedSequence, JsraftError
+from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.jsapi.stream_config import parse_stream_config
-from jsraft.store.base import msg_size
+from jsraft.store.base import StoredMsg, msg_size
 from jsraft.store.limits_check import check_purge_args
 from jsraft.stream import entries
 from jsraft.stream import headers as hdr
+from jsraft.stream import markers
 from jsraft.stream import ttl as ttllib
 from jsraft.stream.inflight import InFlight, Proposal
 from jsraft.stream.leader_checks import DiscardNew, check_expected, rollup_flags, subject_last_seq
@@ -150,7 +151,7 @@ class StreamLeader:
         if len(payload) > limits.payload_bytes_max or 0 <= config.max_msg_size < size:
             return rejected(message_too_large())
         try:
-            subjects.validate_literal_cached(subject)
+            subjects.validate_published(subject)  # wildcard tokens stored literally, as nats-server
             found = hdr.parse_headers(headers)
         except JsraftError as error:
             return rejected(bad_request(error.description))
@@ -181,6 +182,10 @@ class StreamLeader:
             ttl_s = _message_ttl(found, machine.config.allow_msg_ttl)
             if isinstance(ttl_s, ApiError):
                 return rejected(ttl_s)
+            floor = markers.ttl_floor(ttl_s, machine.config.subject_delete_marker_ttl,
+                                      machine.config.max_msgs_per_subject)
+            if floor != ttl_s:
+                ttl_s, headers = floor, markers.with_ttl(headers, floor)
         size = msg_size(len(subject.encode()), len(headers), len(payload))
         try:
             net = limits_check.admit(subject, size) if limits_check.active else (1, size)
@@ -246,25 +251,62 @@ class StreamLeader:
         return LeaderProposal(entries.encode_config(raw, meta_index))
 
     def expire_due(self, now_ns: int) -> bytes | None:
-        """An EXPIRE entry when the oldest message is older than `max_age`, unless one is in flight."""
+        """`expiry_due`'s EXPIRE entry alone, for a caller serving streams without subject delete markers
+        (on a stream with them, its markers would be dropped: use `expiry_due`)."""
+        due = self.expiry_due(now_ns)
+        return due[-1] if due else None
+
+    def expiry_due(self, now_ns: int) -> list[bytes]:
+        """An EXPIRE entry when the oldest message is older than `max_age`, unless one is in flight; on
+        a stream with subject delete markers, first the markers that replace the subjects' last
+        messages among those, and an EXPIRE bounded to the messages looked at (`stream.markers`)."""
         max_age = self.machine.config.max_age
         if max_age <= 0 or self._expire_cutoff_ns > self.machine.last_expire_cutoff_ns:
-            return None
+            return []
         state = self.machine.store.state()
         cutoff_ns = now_ns - max_age
         if not state.msgs or state.first_timestamp_ns >= cutoff_ns:
-            return None
+            return []
         self._expire_cutoff_ns = cutoff_ns
-        return entries.encode_expire(cutoff_ns, self.last_seq + 1)
+        if not self.machine.config.subject_delete_marker_ttl:
+            return [entries.encode_expire(cutoff_ns, self.last_seq + 1)]
+        expired, up_to_seq = markers.expired_head(self.machine.store, cutoff_ns)
+        out: list[bytes] = []
+        for msg in expired:
+            out.extend(self._marker_for(msg, now_ns))
+        out.append(entries.encode_expire(cutoff_ns, up_to_seq))
+        return out
 
     def ttl_due(self, now_ns: int) -> list[bytes]:
-        """DELETE entries for the stored messages whose `Nats-TTL` has passed at `now_ns` (leader clock).
+        """DELETE entries for the stored messages whose `Nats-TTL` has passed at `now_ns` (leader clock),
+        or, on a stream with subject delete markers, a marker for a subject's last message.
 
         Not `propose_delete`: expiry removes messages even from a `deny_delete` stream (a KV bucket is
         one), as nats-server's TTL expiry does."""
         if not self.machine.config.allow_msg_ttl:
             return []
-        return [entries.encode_delete(seq) for seq in self.ttl_schedule.due(self.machine.store, now_ns)]
+        due = self.ttl_schedule.due(self.machine.store, now_ns)
+        if not self.machine.config.subject_delete_marker_ttl:
+            return [entries.encode_delete(seq) for seq in due]
+        out: list[bytes] = []
+        for seq in due:
+            try:
+                marker = self._marker_for(self.machine.store.load(seq), now_ns)
+            except (NoMessageFound, DamagedSequence):
+                continue  # gone meanwhile, or a fault the repair settles: nothing to expire now
+            out.extend(marker or [entries.encode_delete(seq)])
+        return out
+
+    def _marker_for(self, msg: StoredMsg, now_ns: int) -> list[bytes]:
+        """The MSGS entries of a subject delete marker replacing expiring `msg`, or [] when `msg` is not
+        its subject's last message, is a marker itself, or the marker is refused (markers invariant 2)."""
+        if markers.is_marker(msg.headers):
+            return []
+        if subject_last_seq(self.machine.store, self.inflight, msg.subject) != msg.seq:
+            return []
+        ttl_s = markers.marker_ttl_s(self.machine.config.subject_delete_marker_ttl)
+        decision = self.decide([(msg.subject, markers.marker_headers(ttl_s), b"")], now_ns)
+        return decision.entries if decision.outcomes[0].error is None else []
 
     def request_audit(self) -> None:
         """Audit at the next `audit_due` (after a replica recovered or was repaired)."""

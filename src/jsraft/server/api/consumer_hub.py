@@ -77,11 +77,24 @@ class ConsumerHub:
         clients.set_ack_path(acks, self._ack)  # a client's ack straight here while nothing else matches
         # Flow-control answers take the acks' way to the leader (same lanes, same order, at most once).
         clients.subscribe_internal(FC_SUBJECT, self._on_ack, sync=True)
+        clients.sublist.observers.append(self._on_subscription)
 
     def register(self, table: dict[str, Any]) -> None:
         """The `$rpc` methods served here: a pull request, a batch of acks, an embedded fetch, a sync ack."""
         table.update({"consumer.next": self.next_request, "consumer.acks": self.ack_batch,
                       "consumer.fetch": self.fetch, "consumer.ack_sync": self.ack_sync})
+
+    def _on_subscription(self, sub: Any, added: bool) -> None:
+        """A client subscribed here: wake each consumer service with a push consumer waiting for
+        interest on that subject, so it delivers now rather than at its next look (up to
+        `INTEREST_POLL_NS`). nats-py subscribes a push consumer's deliver subject only after creating
+        it; nats-server starts delivering at that subscription."""
+        if not added or type(sub) is InternalSubscription:
+            return
+        streams = getattr(self.node, "streams", None)
+        for replica in streams.replicas.values() if streams is not None else ():
+            if replica.consumers.awaits_interest(sub.subject):
+                replica.consumers.wake()
 
     def has_interest(self, subject: str) -> bool:
         """Whether a client subscription here or at a peer matches `subject` (push consumers deliver

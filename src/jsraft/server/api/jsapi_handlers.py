@@ -80,6 +80,8 @@ log = logging.getLogger("jsraft.server.jsapi")
 API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>", "$JS.API.CONSUMER.>", "$JS.API.SERVER.>")
 REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
 SETTLE_TIMEOUT_S = 10.0
+GROUP_WAIT_S = 2.0  # `_local_group_known`: past it the router's retries take over (nothing is lost)
+GROUP_POLL_S = 0.002
 STATE_TIMEOUT_S = 1.0
 # nats-server's account limits when none are configured: every one unlimited.
 UNLIMITED = {"max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1, "max_ack_pending": -1,
@@ -296,6 +298,7 @@ class JsApi:
         with trio.move_on_after(SETTLE_TIMEOUT_S):
             while name not in self.node.meta.names() or self.node.meta.stream(name).config_index < version:
                 await trio.sleep(self.node.tick_s / 20)
+            await self._local_group_known(name)
             info = await self.info(name)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
                                          self.node.config.api_level)
@@ -303,6 +306,17 @@ class JsApi:
                 info.pop("cluster", None)  # a standalone nats-server's create/update answer has none
             return info
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
+
+    async def _local_group_known(self, name: str) -> None:
+        """Before a create's or update's info, on a member of the stream: wait (polled finely, bounded)
+        until its replica opened and knows the group's leader (`first_election`), so the info finds the
+        leader at once, not after the router's backoff for a group not yet open (up to a tick a step)."""
+        with trio.move_on_after(GROUP_WAIT_S):
+            while self.node.name in self.node.meta.stream(name).peers:
+                replica = self.node.streams.replicas.get(name)
+                if replica is not None and replica.leader_id() is not None:
+                    return
+                await trio.sleep(GROUP_POLL_S)
 
     async def info(self, name: str, subjects_filter: str = "") -> dict[str, Any]:
         assignment = await online(self.node, name)  # its config version: read-your-writes (jsapi_stream 6)

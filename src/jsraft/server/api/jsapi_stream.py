@@ -124,6 +124,13 @@ async def _config_applied(replica: StreamReplica, config_index: int) -> None:
     or stops meanwhile (an update this node cannot run stops it: stream_replica invariant 6) will never
     apply it: `NotLeader` at once, and whoever leads next answers."""
     with trio.move_on_after(CONFIG_WAIT_S):
+        if replica.machine is not None and replica.machine.config_meta_index < config_index:
+            # Propose it now rather than at the replica's next tick (up to 100 ms: most of a new
+            # stream's create time); done under the replica's propose lock, so at most once.
+            try:
+                await replica.reconcile_config_now()
+            except JsraftError:
+                pass  # not leading any more, or the proposal failed: the loop below decides
         while replica.machine is None or replica.machine.config_meta_index < config_index:
             if replica.closed or replica.stopped_reason is not None:
                 break

@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from jsraft import subjects
+
 from jsraft.consumer import (
     CONSUMER_DELETED, LEADERSHIP_CHANGE, AckBody, AckKind, AckOp, ApplyResult, DeleteOp, TermOp, encode_ops,
     parse_ack_body, parse_ack_subject,
@@ -172,6 +174,12 @@ class ConsumerService:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def awaits_interest(self, subscribed: str) -> bool:
+        """Whether a push consumer led here has no interest yet and `subscribed` (a new client
+        subscription's subject) matches its deliver subject."""
+        return any(type(leading) is PushLeading and not leading.interest
+                   and subjects.matches(subscribed, leading.deliver_subject) for leading in self.leading.values())
 
     def restart_from_state(self, name: str) -> None:
         """Rebuild consumer `name`'s leading bookkeeping from its replicated state (after a SKIP this node

@@ -1,7 +1,7 @@
 """The stream leader's expiry task: `max_age` (EXPIRE) and per-message TTL (DELETE) proposals (layer L5).
 
 Owns: asking the replica's `StreamLeader`, every tick, what has aged out by the node's wall clock
-(`expire_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and proposing those entries through the
+(`expiry_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and proposing those entries through the
 stream's Raft group, one at a time, in order.
 
 Invariants:
@@ -39,7 +39,7 @@ async def run_expiry(replica: "StreamReplica", tick_s: float) -> None:
         if leader is None or replica.closed or replica.stopped_reason is not None:
             continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)
         now_ns = replica.runtime.clock.wall_ns()
-        due = [entry for entry in (leader.expire_due(now_ns),) if entry is not None]
+        due = leader.expiry_due(now_ns)  # subject delete markers first, then the EXPIRE (stream.markers)
         due.extend(leader.ttl_due(now_ns))
         for entry in due:
             if replica.leader is not leader:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import trio
 
-from jsraft.server import consumer_push
+from jsraft.replica import consumer_push
 from nats_kit import nats_connect, until
 from test_consumers_nats import run_in_cluster, stream_leader
 

@@ -170,6 +170,24 @@ def test_batch_replacements_count_cumulatively(make_store) -> None:
     assert live_seqs(store) == [4, 5]
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_discard_old_limits_apply_per_message_inside_a_batch(make_store, split: bool) -> None:
+    """A batch evicts what the same messages appended one by one evict. A 43-byte "b" makes the store
+    75 bytes while live (budget 65), so "a" goes, although the next "b" (32 bytes) then replaces it and
+    "a" + that "b" would fit. Found by the model test: the file store enforced the limits once after
+    the batch and kept "a"."""
+    store = make_store({"max_bytes": 2 * ONE + 1, "max_msgs_per_subject": 1})
+    put(store, "a")
+    rows = [(2, "b", b"", b"x" * 12, 1), (3, "b", b"", b"x", 1)]
+    if split:
+        for row in rows:
+            store.append(*row)
+    else:
+        store.append_batch(rows)
+    assert live_seqs(store) == [3]
+    assert_consistent(store)
+
+
 # --- max_msg_size ---------------------------------------------------------------------------------
 
 

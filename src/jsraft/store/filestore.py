@@ -263,10 +263,12 @@ class FileStore(Accounting):
             return
         check_batch(self, msgs)
         self.touched = True
-        start = 0
-        while start < len(msgs):
-            start = fs_append.append_run(self, msgs, start)
-        fs_remove.enforce_limits(self, {m[1] for m in msgs})
+        # Limits apply per message; one pass after the batch removes the same, unless they interleave.
+        for run in ([msgs[i:i + 1] for i in range(len(msgs))] if fs_remove.limits_interleave(self, msgs) else [msgs]):
+            start = 0
+            while start < len(run):
+                start = fs_append.append_run(self, run, start)
+            fs_remove.enforce_limits(self, {m[1] for m in run})
 
     def skip(self, seq: int, count: int = 1) -> None:
         self._check_open()

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 from jsraft.errors import invariant
 from jsraft.codec.records import Kind, encode_record
-from jsraft.store.base import UNLIMITED, Discard
+from jsraft.store.base import UNLIMITED, Discard, msg_size
 from jsraft.store.blocks import Block
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jsraft.store.filestore import FileStore
 
 _RANGE = struct.Struct("<QQ")
@@ -158,6 +160,28 @@ def extend_newest(store: "FileStore", seq: int) -> None:
     grow = seq - block.last_seq
     if grow > 0:
         block.extend_to(seq)
+
+
+def limits_interleave(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> bool:
+    """Whether enforcing the limits once after `msgs` could keep more than enforcing them after each
+    message does (the rule: limits apply per message, as nats-server's stores and `MemStore` do).
+
+    Only a per-subject limit together with `max_msgs`/`max_bytes` under `discard: old` can differ: a
+    message that a later one of its subject replaces still pushed the totals over the budget while it
+    was live, which evicts older messages. Without a per-subject limit, or without a global one, the
+    final state bounds every intermediate one and one pass removes the same messages. So the answer is
+    "yes" exactly when the totals, counting every message of the batch as live, pass a global limit.
+    """
+    config = store.config
+    if config.max_msgs_per_subject == UNLIMITED or config.discard != Discard.old:
+        return False
+    if config.max_msgs == UNLIMITED and config.max_bytes == UNLIMITED:
+        return False
+    count = store.msgs + len(msgs)
+    size = store.bytes + sum(msg_size(len(subject.encode()), len(headers), len(payload))
+                             for _, subject, headers, payload, _ in msgs)
+    return (config.max_msgs != UNLIMITED and count > config.max_msgs) or (
+        config.max_bytes != UNLIMITED and size > config.max_bytes)
 
 
 def enforce_limits(store: "FileStore", touched_subjects: set[str]) -> None:

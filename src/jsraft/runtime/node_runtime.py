@@ -42,6 +42,10 @@ Invariants:
   3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores.
      Missed ticks are dropped, not replayed: a stalled event loop delays elections instead of firing
      them all at once.
+  4. With `send_beat` given, idle groups quiesce (`quiesce`): the ticker ticks only the awake ones and
+     sends one node beat per peer per tick; any proposal, transfer, campaign or waking message
+     (`quiesce.wakes`) and any lapse of a peer a quiesced group depends on puts the group back among
+     the awake. Without it every group is ticked every tick, as before.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
 the transport calls `deliver`, and the runtime calls the `send` function it was given.
@@ -73,6 +77,7 @@ from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
 from jsraft.runtime.persist import Job, open_storage, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
+from jsraft.runtime.quiesce import Quiescence, SendBeatFn, wakes
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
@@ -88,7 +93,8 @@ class NodeRuntime:
     def __init__(self, node_id: str, disk: Disk, clock: Clock, rng: random.Random, send: SendFn, *,
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
-                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None) -> None:
+                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None,
+                 send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
         invariant(fsync_threads_max >= 1, "at least one fsync thread")
@@ -105,6 +111,11 @@ class NodeRuntime:
         self._rng = rng
         self._send = send
         self._groups: dict[str, Group] = {}
+        # The groups the ticker ticks: all but the quiesced ones (invariant 4).
+        self._awake: dict[str, Group] = {}
+        self.quiescence = None if send_beat is None else Quiescence(
+            node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks,
+            rng=random.Random(rng.getrandbits(64)))
         # Groups that got an input (or finished a cycle) since the ready loop last looked at them: only
         # these can have new work, so a cycle costs O(active groups), not O(groups). Ordered, so runs
         # repeat in the same order.
@@ -153,6 +164,7 @@ class NodeRuntime:
             group.close("the runtime stopped while the group was opening")
             raise GroupClosed("the runtime is stopped")
         self._groups[name] = group
+        self._awake[name] = group
         self._wake(group)
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
@@ -182,6 +194,9 @@ class NodeRuntime:
         group.close("closed by close_group")
         if self._groups.get(name) is group:
             del self._groups[name]
+            self._awake.pop(name, None)
+            if self.quiescence is not None:
+                self.quiescence.closed(name)
 
     def group_names(self) -> list[str]:
         return sorted(self._groups)
@@ -200,10 +215,30 @@ class NodeRuntime:
         group = self._groups.get(group_name)
         if group is None or self._closed:
             return False
+        awake = self.quiescence is None or not self.quiescence.is_quiet(group_name) or wakes(group.node, message)
         accepted = group.deliver(message)
-        if accepted:
+        if accepted and awake:
             self._wake(group)
+        elif accepted:  # a heartbeat's answer to a quiesced leader: stepped, but it stays quiet
+            self._dirty[group.name] = group
+            self._wakeup.set()
         return accepted
+
+    def deliver_beat(self, from_node: str, payload: bytes | memoryview) -> None:
+        """A node beat from peer `from_node` (`quiesce`). Raises `BadBeat` if it does not decode: drop
+        that link. Ignored when this runtime runs without quiescence."""
+        if self.quiescence is None or self._closed:
+            return
+        for name in self.quiescence.on_beat(from_node, payload, self.clock.monotonic(), self._quiet_lookup):
+            self._unquiesce(name)
+
+    def _quiet_lookup(self, name: str) -> RaftNode | None:
+        group = self._groups.get(name)
+        return None if group is None or group.stopped() else group.node
+
+    @staticmethod
+    def _idle(group: Group) -> bool:
+        return not group.busy and not group.cycle.has_work() and group.book.in_flight == 0
 
     async def propose(self, group_name: str, data: bytes) -> object:
         """Propose `data` as one entry of `group_name`; return the state machine's result for it.
@@ -286,6 +321,16 @@ class NodeRuntime:
     def _wake(self, group: Group) -> None:
         self._dirty[group.name] = group
         self._wakeup.set()
+        if self.quiescence is not None:
+            self._unquiesce(group.name)
+
+    def _unquiesce(self, name: str) -> None:
+        assert self.quiescence is not None
+        group = self._groups.get(name)
+        if self.quiescence.wake(name) and group is not None:
+            self._awake[name] = group
+            self._dirty[name] = group
+            self._wakeup.set()
 
     # --- Running --------------------------------------------------------------------------------
 
@@ -310,14 +355,31 @@ class NodeRuntime:
         deadline = self.clock.monotonic() + interval
         while True:
             await self.clock.sleep_until(deadline)
-            for group in list(self._groups.values()):
-                group.tick()
-                self._dirty[group.name] = group
-            self._wakeup.set()
+            self._tick_all()
             deadline += interval
             now = self.clock.monotonic()
             if deadline <= now:
                 deadline = now + interval  # drop missed ticks (invariant 3)
+
+    def _tick_all(self) -> None:
+        """One tick: wake what a lapsed peer's groups, tick every awake group (or quiesce an idle
+        leader's instead), then the node beats (invariant 4)."""
+        quiet = self.quiescence
+        now = self.clock.monotonic()
+        if quiet is not None:
+            for name in quiet.lapsed(now):
+                self._unquiesce(name)
+        for name, group in list(self._awake.items()):
+            if quiet is not None and (quiet.is_quiet(name) or (  # a follower quiesced by its leader's beat
+                    group.node.role is Role.LEADER and not group.stopped()
+                    and quiet.leader_tick(name, group.node, self._idle(group), now))):
+                del self._awake[name]
+                continue
+            group.tick()
+            self._dirty[name] = group
+        self._wakeup.set()
+        if quiet is not None:
+            quiet.send_beats()
 
     async def _ready_loop(self) -> None:
         while True:
@@ -381,6 +443,8 @@ class NodeRuntime:
     def _fail(self, group: Group, reason: str) -> None:
         log.error("group %s stopped: %s", group.name, reason)
         group.close(reason)
+        if self.quiescence is not None:
+            self.quiescence.closed(group.name)
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
         """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""

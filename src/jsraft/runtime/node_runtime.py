@@ -1,9 +1,9 @@
 """`NodeRuntime`: the trio driver for every Raft group on one node (layer L4).
 
-Owns: the group table, the one ticker for all groups, the ready loop with its group commit, and the
-public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
-`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`,
-`is_leader`, `close_group`, `run`).
+Owns: the group table, the ready loop with its group commit, and the public API the server and the
+transport use (`open_group`, `deliver`, `deliver_beat`, `propose`, `submit`, `outcome`, `propose_conf_change`,
+`transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`, `is_leader`,
+`close_group`, `run`). The one ticker for all groups is `ticker`.
 Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
 is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
@@ -39,16 +39,13 @@ Invariants:
   1. No message of a `Ready` is handed to `send` before the fsync covering that `Ready` returned.
   2. A proposal returns a result only after its entry was applied here, which requires it to be
      committed, which requires a majority (this node included, for a leader) to have fsynced it.
-  3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores.
-     Missed ticks are dropped, not replayed: a stalled event loop delays elections instead of firing
-     them all at once.
-  4. With `send_beat` given, idle groups quiesce (`quiesce`): the ticker ticks only the awake ones and
-     sends one node beat per peer per tick; any proposal, transfer, campaign or waking message
-     (`quiesce.wakes`) and any lapse of a peer a quiesced group depends on puts the group back among
-     the awake. Without it every group is ticked every tick, as before.
+  3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores. Missed
+     ticks are dropped, not replayed: a stalled event loop delays elections instead of firing them at once.
+  4. With `send_beat`, idle groups quiesce (`quiesce`, `ticker`): only awake groups are ticked, plus one
+     node beat per peer per tick; any input but a heartbeat's answer, or a lapsed peer, wakes a group.
 
-Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
-the transport calls `deliver`, and the runtime calls the `send` function it was given.
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a
+sibling in L4): the transport calls `deliver`/`deliver_beat`; the runtime calls the `send`/`send_beat` given.
 Reference: DESIGN.md §2 (write path), §11 tier 3, §12 (group commit); etcd-io/raft `node.go`.
 """
 
@@ -77,13 +74,13 @@ from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
 from jsraft.runtime.persist import Job, open_storage, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
-from jsraft.runtime.quiesce import Quiescence, SendBeatFn, wakes
+from jsraft.runtime.quiesce import Quiescence, SendBeatFn
+from jsraft.runtime.ticker import Ticker
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
 
-# Runs a blocking function off the trio thread: `await run_in_worker(fn, *args)`. trio's own by default; a
-# server may bind a `CapacityLimiter`, a deterministic test may model the fsync's latency in virtual time.
+# Runs blocking work off the trio thread (`await run_in_worker(fn, *args)`): trio's, a limited one, or a test's.
 WorkerFn = Callable[..., Awaitable[Any]]
 
 
@@ -111,14 +108,10 @@ class NodeRuntime:
         self._rng = rng
         self._send = send
         self._groups: dict[str, Group] = {}
-        # The groups the ticker ticks: all but the quiesced ones (invariant 4).
-        self._awake: dict[str, Group] = {}
         self.quiescence = None if send_beat is None else Quiescence(
-            node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks,
-            rng=random.Random(rng.getrandbits(64)))
-        # Groups that got an input (or finished a cycle) since the ready loop last looked at them: only
-        # these can have new work, so a cycle costs O(active groups), not O(groups). Ordered, so runs
-        # repeat in the same order.
+            node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks, rng=rng)
+        self._ticker_table = Ticker(self.quiescence, self._groups, self._mark)  # the awake groups (invariant 4)
+        # Groups with an input or a finished cycle since the ready loop looked: a cycle is O(active groups).
         self._dirty: dict[str, Group] = {}
         self._opening: set[str] = set()
         self._closed = False
@@ -164,7 +157,7 @@ class NodeRuntime:
             group.close("the runtime stopped while the group was opening")
             raise GroupClosed("the runtime is stopped")
         self._groups[name] = group
-        self._awake[name] = group
+        self._ticker_table.opened(group)
         self._wake(group)
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
@@ -186,17 +179,14 @@ class NodeRuntime:
         group = self._groups.get(name)
         if group is None:
             raise GroupNotFound(name)
-        # Take it out of future cycles, then let a cycle that holds it finish with it: its fsync, its
-        # messages and its applies, so its proposals settle with real outcomes where they can.
+        # Out of future cycles; a cycle holding it finishes with it, so its proposals settle where they can.
         group.closing = True
         while group.busy:
             await group.idle.wait()
         group.close("closed by close_group")
         if self._groups.get(name) is group:
             del self._groups[name]
-            self._awake.pop(name, None)
-            if self.quiescence is not None:
-                self.quiescence.closed(name)
+            self._ticker_table.closed(name)
 
     def group_names(self) -> list[str]:
         return sorted(self._groups)
@@ -215,30 +205,16 @@ class NodeRuntime:
         group = self._groups.get(group_name)
         if group is None or self._closed:
             return False
-        awake = self.quiescence is None or not self.quiescence.is_quiet(group_name) or wakes(group.node, message)
+        awake = self._ticker_table.wakes(group, message)
         accepted = group.deliver(message)
-        if accepted and awake:
-            self._wake(group)
-        elif accepted:  # a heartbeat's answer to a quiesced leader: stepped, but it stays quiet
-            self._dirty[group.name] = group
-            self._wakeup.set()
+        if accepted:  # a heartbeat's answer to a quiesced leader is stepped, but it stays quiet
+            self._wake(group) if awake else self._mark(group)
         return accepted
 
     def deliver_beat(self, from_node: str, payload: bytes | memoryview) -> None:
-        """A node beat from peer `from_node` (`quiesce`). Raises `BadBeat` if it does not decode: drop
-        that link. Ignored when this runtime runs without quiescence."""
-        if self.quiescence is None or self._closed:
-            return
-        for name in self.quiescence.on_beat(from_node, payload, self.clock.monotonic(), self._quiet_lookup):
-            self._unquiesce(name)
-
-    def _quiet_lookup(self, name: str) -> RaftNode | None:
-        group = self._groups.get(name)
-        return None if group is None or group.stopped() else group.node
-
-    @staticmethod
-    def _idle(group: Group) -> bool:
-        return not group.busy and not group.cycle.has_work() and group.book.in_flight == 0
+        """A peer's node beat (`quiesce`; ignored without it). Raises `BadBeat` if malformed: drop the link."""
+        if not self._closed:
+            self._ticker_table.on_beat(from_node, payload, self.clock.monotonic())
 
     async def propose(self, group_name: str, data: bytes) -> object:
         """Propose `data` as one entry of `group_name`; return the state machine's result for it.
@@ -318,19 +294,13 @@ class NodeRuntime:
         """Whether this node leads `group_name` now; O(1). Raises `GroupNotFound`."""
         return self._group(group_name).node.role is Role.LEADER
 
-    def _wake(self, group: Group) -> None:
+    def _wake(self, group: Group) -> None:  # an input: look at it next cycle, tick it if it was quiesced
+        self._mark(group)
+        self._ticker_table.wake(group)
+
+    def _mark(self, group: Group) -> None:
         self._dirty[group.name] = group
         self._wakeup.set()
-        if self.quiescence is not None:
-            self._unquiesce(group.name)
-
-    def _unquiesce(self, name: str) -> None:
-        assert self.quiescence is not None
-        group = self._groups.get(name)
-        if self.quiescence.wake(name) and group is not None:
-            self._awake[name] = group
-            self._dirty[name] = group
-            self._wakeup.set()
 
     # --- Running --------------------------------------------------------------------------------
 
@@ -340,46 +310,14 @@ class NodeRuntime:
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._ticker)
+                nursery.start_soon(self._ticker_table.run, self.clock, self.tick_ms / 1000)
                 nursery.start_soon(self._ready_loop)
                 task_status.started()
         finally:
-            # Reached only after both tasks ended: any worker thread has returned (not abandoned), so
-            # nothing else touches a WAL while the groups close.
+            # Both tasks ended: no worker thread (none is abandoned) is left to touch a WAL as groups close.
             self._closed = True
             for group in self._groups.values():
                 group.close("the runtime stopped")
-
-    async def _ticker(self) -> None:
-        interval = self.tick_ms / 1000
-        deadline = self.clock.monotonic() + interval
-        while True:
-            await self.clock.sleep_until(deadline)
-            self._tick_all()
-            deadline += interval
-            now = self.clock.monotonic()
-            if deadline <= now:
-                deadline = now + interval  # drop missed ticks (invariant 3)
-
-    def _tick_all(self) -> None:
-        """One tick: wake what a lapsed peer's groups, tick every awake group (or quiesce an idle
-        leader's instead), then the node beats (invariant 4)."""
-        quiet = self.quiescence
-        now = self.clock.monotonic()
-        if quiet is not None:
-            for name in quiet.lapsed(now):
-                self._unquiesce(name)
-        for name, group in list(self._awake.items()):
-            if quiet is not None and (quiet.is_quiet(name) or (  # a follower quiesced by its leader's beat
-                    group.node.role is Role.LEADER and not group.stopped()
-                    and quiet.leader_tick(name, group.node, self._idle(group), now))):
-                del self._awake[name]
-                continue
-            group.tick()
-            self._dirty[name] = group
-        self._wakeup.set()
-        if quiet is not None:
-            quiet.send_beats()
 
     async def _ready_loop(self) -> None:
         while True:
@@ -443,8 +381,7 @@ class NodeRuntime:
     def _fail(self, group: Group, reason: str) -> None:
         log.error("group %s stopped: %s", group.name, reason)
         group.close(reason)
-        if self.quiescence is not None:
-            self.quiescence.closed(group.name)
+        self._ticker_table.closed(group.name)
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
         """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""

@@ -1,0 +1,108 @@
+"""`Ticker`: the one node-level tick pass over the groups that are awake (layer L4).
+
+Owns: the table of awake groups (every open group but the quiesced ones), what one tick does to them,
+and the runtime's side of quiescence (`quiesce.Quiescence`): which inputs wake a group, and the node
+beats. `NodeRuntime` owns the timing (one trio task, `clock.monotonic()`) and the group table; this
+owns what a tick visits, so a node with many idle groups pays per tick for its awake ones only.
+
+Invariants:
+  1. Without quiescence (no `send_beat`), every open group is awake: each is ticked every tick.
+  2. A group is either awake or quiesced, never both; a closed group is neither.
+  3. A tick, in order: wake the groups of peers that lapsed; tick each awake group (or quiesce an idle
+     leader instead of ticking it); then one beat per peer, so a quiesce notice follows the group's
+     last heartbeat on the link to each member.
+
+Imports: L1 (`raft`), siblings. Never `transport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+
+from jsraft.raft.messages import Message
+from jsraft.raft.core import RaftNode
+from jsraft.raft.status import Role
+from jsraft.runtime.clock import Clock
+from jsraft.runtime.group import Group
+from jsraft.runtime.quiesce import Quiescence, wakes
+
+
+def idle(group: Group) -> bool:
+    """Nothing queued, in a cycle, or unsettled for `group` in the runtime."""
+    return not group.busy and not group.cycle.has_work() and group.book.in_flight == 0
+
+
+class Ticker:
+    """The awake groups of one node and their quiescence. Trio thread only."""
+
+    def __init__(self, quiescence: Quiescence | None, groups: dict[str, Group],
+                 mark: Callable[[Group], None]) -> None:
+        self.quiescence = quiescence
+        self.awake: dict[str, Group] = {}
+        self._groups = groups  # the runtime's open groups (read only)
+        self._mark = mark  # the group may have work now: the ready loop looks at it
+
+    async def run(self, clock: Clock, interval_s: float) -> None:
+        """Tick every `interval_s` of `clock.monotonic()`; missed ticks are dropped, not replayed
+        (`node_runtime` invariant 3)."""
+        deadline = clock.monotonic() + interval_s
+        while True:
+            await clock.sleep_until(deadline)
+            self.tick(clock.monotonic())
+            deadline += interval_s
+            now = clock.monotonic()
+            if deadline <= now:
+                deadline = now + interval_s
+
+    def on_beat(self, from_node: str, payload: bytes | memoryview, now: float) -> None:
+        """A node beat from a peer (`Quiescence.on_beat`). Raises `BadBeat` if it does not decode."""
+        if self.quiescence is None:
+            return
+        for name in self.quiescence.on_beat(from_node, payload, now, self._core):
+            group = self._groups.get(name)
+            if group is not None and self.wake(group):
+                self._mark(group)
+
+    def _core(self, name: str) -> RaftNode | None:
+        group = self._groups.get(name)
+        return None if group is None or group.stopped() else group.node
+
+    def opened(self, group: Group) -> None:
+        self.awake[group.name] = group
+
+    def closed(self, name: str) -> None:
+        self.awake.pop(name, None)
+        if self.quiescence is not None:
+            self.quiescence.closed(name)
+
+    def wakes(self, group: Group, message: Message) -> bool:
+        """Does delivering `message` wake `group` (quiesce invariant 1)? Always, for an awake group."""
+        return self.quiescence is None or not self.quiescence.is_quiet(group.name) or wakes(group.node, message)
+
+    def wake(self, group: Group) -> bool:
+        """Put `group` back among the awake; True if it was quiesced."""
+        if self.quiescence is None or not self.quiescence.wake(group.name):
+            return False
+        if not group.stopped():
+            self.awake[group.name] = group
+        return True
+
+    def tick(self, now: float) -> None:
+        """Invariant 3."""
+        quiet = self.quiescence
+        if quiet is not None:
+            for name in quiet.lapsed(now):
+                group = self._groups.get(name)
+                if group is not None and self.wake(group):
+                    self._mark(group)
+        for name, group in list(self.awake.items()):
+            if quiet is not None and (quiet.is_quiet(name) or (  # a follower quiesced by its leader's beat
+                    group.node.role is Role.LEADER and not group.stopped()
+                    and quiet.leader_tick(name, group.node, idle(group), now))):
+                del self.awake[name]
+                continue
+            group.tick()
+            self._mark(group)
+        if quiet is not None:
+            quiet.send_beats()

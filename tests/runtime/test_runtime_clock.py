@@ -35,7 +35,7 @@ class WallPacedRuntime(NodeRuntime):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._ticker_table.run = self._wall_paced
+        self.ticker.run = self._wall_paced
 
     async def _wall_paced(self, clock, interval_s: float) -> None:
         interval_ns = self.tick_ms * 10**6
@@ -45,7 +45,7 @@ class WallPacedRuntime(NodeRuntime):
             if self.clock.wall_ns() < deadline_ns:
                 continue
             deadline_ns = self.clock.wall_ns() + interval_ns
-            self._ticker_table.tick(self.clock.monotonic())
+            self.ticker.tick(self.clock.monotonic())
 
 
 class FakeBase:

@@ -154,3 +154,30 @@ def test_beat_codec_round_trips_and_refuses_malformed_beats():
         with pytest.raises(BadBeat) as refused:
             decode_beat(bad)
         assert refused.value.err_code == 20205
+
+
+async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        cluster = await _cluster(nursery)
+        await eventually(lambda: _all_quiet(cluster))
+        leader = cluster.leaders(GROUP)[0]
+        runtime = cluster.runtimes[leader]
+        started = trio.current_time()
+        await runtime.ticker.wait_awake(GROUP, timeout_s=5.0)  # nothing wakes it: the whole timeout
+        assert trio.current_time() - started == pytest.approx(5.0)
+        woke_at: list[float] = []
+
+        async def waiter() -> None:
+            await runtime.ticker.wait_awake(GROUP, timeout_s=60.0)
+            woke_at.append(trio.current_time())
+        nursery.start_soon(waiter)
+        await trio.sleep(1.0)
+        proposed_at = trio.current_time()
+        await runtime.propose(GROUP, b"wake")
+        await eventually(lambda: woke_at != [])
+        assert woke_at[0] - proposed_at < 0.1  # woken by the proposal, not by its 60 s timeout
+        runtime.ticker.wake_by_name("g2")  # an outside change: the group ticks again
+        assert not runtime.ticker.is_quiet("g2")
+        await runtime.ticker.wait_awake("g2", timeout_s=60.0)  # awake: returns at once
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()

@@ -3,7 +3,7 @@
 Owns: the group table, the ready loop with its group commit, and the public API the server and the
 transport use (`open_group`, `deliver`, `deliver_beat`, `propose`, `submit`, `outcome`, `propose_conf_change`,
 `transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`, `is_leader`,
-`close_group`, `run`). The one ticker for all groups is `ticker`.
+`close_group`, `run`). The one ticker for all groups is `self.ticker` (`ticker.Ticker`: `wait_awake`).
 Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
 is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
@@ -110,7 +110,7 @@ class NodeRuntime:
         self._groups: dict[str, Group] = {}
         self.quiescence = None if send_beat is None else Quiescence(
             node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks, rng=rng)
-        self._ticker_table = Ticker(self.quiescence, self._groups, self._mark)  # the awake groups (invariant 4)
+        self.ticker = Ticker(self.quiescence, self._groups, self._mark)  # the awake groups (invariant 4)
         # Groups with an input or a finished cycle since the ready loop looked: a cycle is O(active groups).
         self._dirty: dict[str, Group] = {}
         self._opening: set[str] = set()
@@ -157,7 +157,7 @@ class NodeRuntime:
             group.close("the runtime stopped while the group was opening")
             raise GroupClosed("the runtime is stopped")
         self._groups[name] = group
-        self._ticker_table.opened(group)
+        self.ticker.opened(group)
         self._wake(group)
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
@@ -186,7 +186,7 @@ class NodeRuntime:
         group.close("closed by close_group")
         if self._groups.get(name) is group:
             del self._groups[name]
-            self._ticker_table.closed(name)
+            self.ticker.closed(name)
 
     def group_names(self) -> list[str]:
         return sorted(self._groups)
@@ -205,7 +205,7 @@ class NodeRuntime:
         group = self._groups.get(group_name)
         if group is None or self._closed:
             return False
-        awake = self._ticker_table.wakes(group, message)
+        awake = self.ticker.wakes(group, message)
         accepted = group.deliver(message)
         if accepted:  # a heartbeat's answer to a quiesced leader is stepped, but it stays quiet
             self._wake(group) if awake else self._mark(group)
@@ -214,7 +214,7 @@ class NodeRuntime:
     def deliver_beat(self, from_node: str, payload: bytes | memoryview) -> None:
         """A peer's node beat (`quiesce`; ignored without it). Raises `BadBeat` if malformed: drop the link."""
         if not self._closed:
-            self._ticker_table.on_beat(from_node, payload, self.clock.monotonic())
+            self.ticker.on_beat(from_node, payload, self.clock.monotonic())
 
     async def propose(self, group_name: str, data: bytes) -> object:
         """Propose `data` as one entry of `group_name`; return the state machine's result for it.
@@ -296,7 +296,7 @@ class NodeRuntime:
 
     def _wake(self, group: Group) -> None:  # an input: look at it next cycle, tick it if it was quiesced
         self._mark(group)
-        self._ticker_table.wake(group)
+        self.ticker.wake(group)
 
     def _mark(self, group: Group) -> None:
         self._dirty[group.name] = group
@@ -310,7 +310,7 @@ class NodeRuntime:
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._ticker_table.run, self.clock, self.tick_ms / 1000)
+                nursery.start_soon(self.ticker.run, self.clock, self.tick_ms / 1000)
                 nursery.start_soon(self._ready_loop)
                 task_status.started()
         finally:
@@ -381,7 +381,7 @@ class NodeRuntime:
     def _fail(self, group: Group, reason: str) -> None:
         log.error("group %s stopped: %s", group.name, reason)
         group.close(reason)
-        self._ticker_table.closed(group.name)
+        self.ticker.closed(group.name)
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
         """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""

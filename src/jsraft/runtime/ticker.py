@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import trio
+
 
 from jsraft.raft.messages import Message
 from jsraft.raft.core import RaftNode
@@ -26,6 +28,10 @@ from jsraft.raft.status import Role
 from jsraft.runtime.clock import Clock
 from jsraft.runtime.group import Group
 from jsraft.runtime.quiesce import Quiescence, wakes
+
+# How long `wait_awake` waits at most for a quiesced group: a task paced by a quiet group still looks
+# at the world this often (a wall-clock deadline, a change that reaches it outside the group's log).
+QUIET_CHECK_S = 2.0
 
 
 def idle(group: Group) -> bool:
@@ -42,6 +48,18 @@ class Ticker:
         self.awake: dict[str, Group] = {}
         self._groups = groups  # the runtime's open groups (read only)
         self._mark = mark  # the group may have work now: the ready loop looks at it
+        self._awoken: dict[str, trio.Event] = {}  # set when the quiesced group wakes (`wait_awake`)
+
+    async def wait_awake(self, name: str, timeout_s: float = QUIET_CHECK_S) -> None:
+        """Return at once if group `name` is awake (or unknown); while it is quiesced, when it wakes or
+        after `timeout_s`. What a task that only has work while its group does sleeps in between."""
+        if self.quiescence is None or not self.quiescence.is_quiet(name):
+            return
+        event = self._awoken.get(name)
+        if event is None:
+            event = self._awoken[name] = trio.Event()
+        with trio.move_on_after(timeout_s):
+            await event.wait()
 
     async def run(self, clock: Clock, interval_s: float) -> None:
         """Tick every `interval_s` of `clock.monotonic()`; missed ticks are dropped, not replayed
@@ -68,6 +86,15 @@ class Ticker:
         group = self._groups.get(name)
         return None if group is None or group.stopped() else group.node
 
+    def is_quiet(self, name: str) -> bool:
+        return self.quiescence is not None and self.quiescence.is_quiet(name)
+
+    def wake_by_name(self, name: str) -> None:
+        """Tick group `name` again if it was quiesced: something outside its log changed for it."""
+        group = self._groups.get(name)
+        if group is not None and self.wake(group):
+            self._mark(group)
+
     def opened(self, group: Group) -> None:
         self.awake[group.name] = group
 
@@ -75,6 +102,12 @@ class Ticker:
         self.awake.pop(name, None)
         if self.quiescence is not None:
             self.quiescence.closed(name)
+        self._release(name)
+
+    def _release(self, name: str) -> None:
+        event = self._awoken.pop(name, None)
+        if event is not None:
+            event.set()
 
     def wakes(self, group: Group, message: Message) -> bool:
         """Does delivering `message` wake `group` (quiesce invariant 1)? Always, for an awake group."""
@@ -86,6 +119,7 @@ class Ticker:
             return False
         if not group.stopped():
             self.awake[group.name] = group
+        self._release(group.name)
         return True
 
     def tick(self, now: float) -> None:

@@ -142,6 +142,8 @@ class AuditRunner:
                     await self._ask_for_audit()
                 await self._leader_turn()
                 await trio.sleep(self.options.tick_s)
+                if not self._audit_wanted:
+                    await self.replica.runtime.ticker.wait_awake(self.replica.group)  # quiesced: idle
 
     async def _send_task(self) -> None:
         while True:

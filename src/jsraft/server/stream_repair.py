@@ -38,6 +38,7 @@ import attrs
 import trio
 
 from jsraft.errors import JsraftError
+from jsraft.runtime.ticker import QUIET_CHECK_S
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.server.advisories import AdvisoryLog
@@ -131,7 +132,8 @@ class RepairWorker:
             job = self._next_job()
             if job is None:
                 self.state = "waiting" if self.episode is not None else "idle"
-                with trio.move_on_after(max(options.repair_backoff_min_s * 10, 0.2)):
+                quiet = self.replica.runtime.ticker.is_quiet(self.replica.group)
+                with trio.move_on_after(QUIET_CHECK_S if quiet else max(options.repair_backoff_min_s * 10, 0.2)):
                     await self._wakeup.wait()
                 continue
             try:

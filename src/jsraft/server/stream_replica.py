@@ -227,6 +227,7 @@ class StreamReplica(ConfigFollowing):
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
+                    await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
 
     def _advise(self) -> None:
         """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),

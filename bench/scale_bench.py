@@ -39,7 +39,8 @@ import nats
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nats_servers import JsraftServers, NatsServers  # noqa: E402  (bench siblings)
+from nats_fetch import retry_unavailable  # noqa: E402  (bench siblings)
+from nats_servers import JsraftServers, NatsServers  # noqa: E402
 
 
 def rss_mib(pids: dict[str, int]) -> dict[str, float]:
@@ -54,8 +55,10 @@ def cpu_s(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-async def create_all(urls: list[str], count: int, creators: int) -> list[float]:
-    """Create `count` streams + consumers from `creators` clients; return each pair's latency (s)."""
+async def create_all(urls: list[str], count: int, creators: int, counts: dict[str, int]) -> list[float]:
+    """Create `count` streams + consumers from `creators` clients; return each pair's latency (s). A
+    create answered 503 (e.g. jsraft's "stored but not visible on this node yet" under load) is tried
+    again (both creates are idempotent), counted in `counts["unavailable"]`; the retry stays on the clock."""
     latencies: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(count):
@@ -68,8 +71,10 @@ async def create_all(urls: list[str], count: int, creators: int) -> list[float]:
             while not queue.empty():
                 i = queue.get_nowait()
                 started = time.perf_counter()
-                await js.add_stream(name=f"SCALE{i}", subjects=[f"scale.{i}.>"], num_replicas=3)
-                await js.add_consumer(f"SCALE{i}", durable_name="C", ack_policy="explicit")
+                await retry_unavailable(lambda: js.add_stream(name=f"SCALE{i}", subjects=[f"scale.{i}.>"],
+                                                              num_replicas=3), counts=counts)
+                await retry_unavailable(lambda: js.add_consumer(f"SCALE{i}", durable_name="C",
+                                                                ack_policy="explicit"), counts=counts)
                 latencies.append(time.perf_counter() - started)
         finally:
             await nc.close()
@@ -130,7 +135,8 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
         pids, urls = dict(servers.pids), list(servers.urls)
         base_rss = rss_mib(pids)
         wall = time.perf_counter()
-        latencies = asyncio.run(create_all(urls, count, args.creators))
+        counts: dict[str, int] = {}
+        latencies = asyncio.run(create_all(urls, count, args.creators, counts))
         create_wall_s = time.perf_counter() - wall
         names = [f"SCALE{i}" for i in range(count)]
         led = asyncio.run(leaders(urls[0], names, timeout_s=30.0))
@@ -146,7 +152,7 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
             "system": system, "streams": count,
             "create_pair_ms_p50": round(statistics.median(latencies) * 1000, 1),
             "create_pair_ms_p99": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000, 1),
-            "create_wall_s": round(create_wall_s, 2),
+            "create_wall_s": round(create_wall_s, 2), "create_503_retries": counts.get("unavailable", 0),
             "idle_cpu_pct_per_node": {n: round(100 * (after[n] - before[n]) / idle_s, 2) for n in pids},
             "rss_mib_per_node": {n: round(v, 1) for n, v in rss.items()},
             "rss_kib_per_stream_per_node": {n: round((rss[n] - base_rss[n]) * 1024 / count, 1) for n in pids},

@@ -38,7 +38,6 @@ import attrs
 import trio
 
 from jsraft.errors import JsraftError
-from jsraft.runtime.ticker import QUIET_CHECK_S
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.server.advisories import AdvisoryLog
@@ -132,8 +131,10 @@ class RepairWorker:
             job = self._next_job()
             if job is None:
                 self.state = "waiting" if self.episode is not None else "idle"
-                quiet = self.replica.runtime.ticker.is_quiet(self.replica.group)
-                with trio.move_on_after(QUIET_CHECK_S if quiet else max(options.repair_backoff_min_s * 10, 0.2)):
+                if self.replica.runtime.ticker.is_quiet(self.replica.group):
+                    await self.replica.runtime.ticker.wait_awake(self.replica.group)  # woken with the group
+                    continue
+                with trio.move_on_after(max(options.repair_backoff_min_s * 10, 0.2)):
                     await self._wakeup.wait()
                 continue
             try:

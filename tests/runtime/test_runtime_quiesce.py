@@ -176,6 +176,18 @@ async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autoju
         await runtime.propose(GROUP, b"wake")
         await eventually(lambda: woke_at != [])
         assert woke_at[0] - proposed_at < 0.1  # woken by the proposal, not by its 60 s timeout
+        await eventually(lambda: runtime.ticker.is_quiet(GROUP))
+        released_at: list[float] = []
+
+        async def released() -> None:
+            await runtime.ticker.wait_awake(GROUP, timeout_s=60.0)
+            released_at.append(trio.current_time())
+        nursery.start_soon(released)
+        await trio.sleep(1.0)
+        release_at = trio.current_time()
+        runtime.ticker.release(GROUP)  # a task has a reason to look: it goes, the group stays quiet
+        await eventually(lambda: released_at != [])
+        assert released_at[0] - release_at < 0.1 and runtime.ticker.is_quiet(GROUP)
         runtime.ticker.wake_by_name("g2")  # an outside change: the group ticks again
         assert not runtime.ticker.is_quiet("g2")
         await runtime.ticker.wait_awake("g2", timeout_s=60.0)  # awake: returns at once

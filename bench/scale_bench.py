@@ -55,7 +55,8 @@ def cpu_s(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-async def create_all(urls: list[str], count: int, creators: int, counts: dict[str, int]) -> list[float]:
+async def create_all(urls: list[str], count: int, creators: int, counts: dict[str, int],
+                     retry_s: float = 30.0) -> list[float]:
     """Create `count` streams + consumers from `creators` clients; return each pair's latency (s). A
     create answered 503 (e.g. jsraft's "stored but not visible on this node yet" under load) is tried
     again (both creates are idempotent), counted in `counts["unavailable"]`; the retry stays on the clock."""
@@ -72,10 +73,11 @@ async def create_all(urls: list[str], count: int, creators: int, counts: dict[st
                 i = queue.get_nowait()
                 started = time.perf_counter()
                 await retry_unavailable(lambda: js.add_stream(name=f"SCALE{i}", subjects=[f"scale.{i}.>"],
-                                                              num_replicas=3), counts=counts)
+                                                              num_replicas=3), retry_s, counts)
                 await retry_unavailable(lambda: js.add_consumer(f"SCALE{i}", durable_name="C",
-                                                                ack_policy="explicit"), counts=counts)
+                                                                ack_policy="explicit"), retry_s, counts)
                 latencies.append(time.perf_counter() - started)
+                counts["created"] = counts.get("created", 0) + 1
         finally:
             await nc.close()
 
@@ -136,7 +138,14 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
         base_rss = rss_mib(pids)
         wall = time.perf_counter()
         counts: dict[str, int] = {}
-        latencies = asyncio.run(create_all(urls, count, args.creators, counts))
+        try:
+            latencies = asyncio.run(create_all(urls, count, args.creators, counts, args.create_retry_s))
+        except Exception as error:  # measure as far as it went: say how far, and why it stopped
+            print(json.dumps({"system": system, "streams": count, "create_failed": repr(error)[:300],
+                              "created_pairs": counts.get("created", 0), "after_s": round(time.perf_counter() - wall, 1),
+                              "rss_mib_per_node": {n: round(v, 1) for n, v in rss_mib(pids).items()},
+                              "create_503_retries": counts.get("unavailable", 0)}), flush=True)
+            raise
         create_wall_s = time.perf_counter() - wall
         names = [f"SCALE{i}" for i in range(count)]
         led = asyncio.run(leaders(urls[0], names, timeout_s=30.0))
@@ -178,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-s", type=float, default=20.0, help="idle CPU measuring window")
     parser.add_argument("--settle-s", type=float, default=5.0, help="pause between creates and the idle window")
     parser.add_argument("--creators", type=int, default=16, help="concurrent creating clients")
+    parser.add_argument("--create-retry-s", type=float, default=30.0,
+                        help="how long a create answered 503 is tried again before the run fails")
     parser.add_argument("--failover-nats", action="store_true", help="also kill a nats-server node")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", help="keep the clusters' data under this directory")

@@ -62,7 +62,7 @@ from jsraft.server.stream_config_follow import ConfigFollowing
 from jsraft.server.stream_options import StreamOptions
 from jsraft.server.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.server.stream_events import leader_elected
-from jsraft.server.stream_members import check_members
+from jsraft.server.stream_members import check_members, members_settled
 from jsraft.server.versioning import OfflineWarnings, StoppedWatch
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
@@ -227,7 +227,8 @@ class StreamReplica(ConfigFollowing):
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
-                    await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
+                    if self.runtime.ticker.is_quiet(self.group) and members_settled(self):
+                        await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
 
     def _advise(self) -> None:
         """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),

@@ -141,7 +141,7 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
         try:
             latencies = asyncio.run(create_all(urls, count, args.creators, counts, args.create_retry_s))
         except Exception as error:  # measure as far as it went: say how far, and why it stopped
-            print(json.dumps({"system": system, "streams": count, "create_failed": repr(error)[:300],
+            print(json.dumps({"system": system, "streams": count, "create_failed": f"{error!r} {getattr(error, 'description', '')}"[:300],
                               "created_pairs": counts.get("created", 0), "after_s": round(time.perf_counter() - wall, 1),
                               "rss_mib_per_node": {n: round(v, 1) for n, v in rss_mib(pids).items()},
                               "create_503_retries": counts.get("unavailable", 0)}), flush=True)

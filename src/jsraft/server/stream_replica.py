@@ -227,8 +227,15 @@ class StreamReplica(ConfigFollowing):
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
-                    if self.runtime.ticker.is_quiet(self.group) and members_settled(self):
+                    if self._may_sleep():
                         await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
+
+    def _may_sleep(self) -> bool:
+        """A tick of the loop above would do nothing until the group wakes: it is quiesced, leadership is
+        followed (a Raft leader has its StreamLeader), the assigned config is applied and the membership is
+        the assignment's. Otherwise a step (a config, a membership change) would wait for the sleep's bound."""
+        return (self.runtime.ticker.is_quiet(self.group) and not self._config_due() and not self._config_task
+                and self.runtime.is_leader(self.group) == (self.leader is not None) and members_settled(self))
 
     def _advise(self) -> None:
         """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),

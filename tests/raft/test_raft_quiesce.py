@@ -21,6 +21,13 @@ def _settled() -> Cluster:
     return cluster
 
 
+def _settle(cluster: Cluster) -> None:
+    """Deliver everything, then a heartbeat round so the commit index reaches every follower."""
+    cluster.stabilize()
+    cluster.run(2)
+    cluster.stabilize()
+
+
 def test_a_settled_leader_and_its_caught_up_followers_may_quiesce():
     cluster = _settled()
     leader = cluster.nodes["n1"]
@@ -57,9 +64,7 @@ def test_a_leader_with_an_uncommitted_proposal_may_not_quiesce_until_replicated(
     leader = cluster.nodes["n1"]
     leader.propose(b"x")
     assert not leader_may_quiesce(leader)
-    cluster.stabilize()
-    cluster.run(2)
-    cluster.stabilize()
+    _settle(cluster)
     assert leader_may_quiesce(leader)
 
 
@@ -68,18 +73,14 @@ def test_a_leader_with_a_follower_behind_may_not_quiesce_nor_may_that_follower()
     leader = cluster.nodes["n1"]
     cluster.partition = [{"n1", "n2"}, {"n3"}]
     leader.propose(b"x")
-    cluster.stabilize()
-    cluster.run(2)
-    cluster.stabilize()
+    _settle(cluster)
     assert leader.log.commit_index == leader.log.last_index  # n2 made the majority
     assert not leader_may_quiesce(leader)  # n3 has not matched the last index
     assert not follower_may_quiesce(cluster.nodes["n3"], leader.current_term, "n1", leader.log.last_index)
     assert follower_may_quiesce(cluster.nodes["n2"], leader.current_term, "n1", leader.log.last_index)
     cluster.partition = None
     cluster.run(2)
-    cluster.stabilize()
-    cluster.run(2)
-    cluster.stabilize()
+    _settle(cluster)
     assert leader_may_quiesce(leader)
 
 

@@ -193,3 +193,41 @@ async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autoju
         await runtime.ticker.wait_awake("g2", timeout_s=60.0)  # awake: returns at once
         await cluster.stop_all()
         nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("seed", [7, 11, 23, 42, 99])
+async def test_many_groups_through_idle_work_transfers_and_a_restart_always_have_leaders(autojump_clock, seed):
+    """A stress of the wake paths: 12 groups, rounds of quiet, proposals to some, leadership transfers
+    in others, and a stop/start of one node; after each round every group has one leader that commits."""
+    import random as _random
+    rng = _random.Random(seed)
+    names = [GROUP] + [f"s{i}" for i in range(11)]
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, beats=True)
+        await cluster.start_all()
+        for name in names[1:]:
+            for node_id in cluster.ids:
+                await cluster.runtimes[node_id].open_group(name, voters=cluster.ids, state_machine=ListMachine())
+        for round_ in range(6):
+            for name in names:
+                await cluster.wait_leader(name)
+            await trio.sleep(rng.uniform(0.05, 0.5))  # quiet for a while (or not yet)
+            for name in rng.sample(names, 4):
+                leader = cluster.leaders(name)[0]
+                await cluster.runtimes[leader].propose(name, f"r{round_}".encode())
+            for name in rng.sample(names, 3):
+                leader = cluster.leaders(name)[0]
+                target = rng.choice([n for n in cluster.ids if n != leader])
+                cluster.runtimes[leader].transfer_leadership(name, target)
+            if round_ == 3:
+                victim = rng.choice(cluster.ids)
+                await cluster.stop(victim)
+                await trio.sleep(rng.uniform(0.0, 0.3))
+                await cluster.start(victim)
+                for name in names[1:]:
+                    await cluster.runtimes[victim].open_group(name, voters=cluster.ids, state_machine=ListMachine())
+        for name in names:
+            leader = await cluster.wait_leader(name)
+            assert await cluster.runtimes[leader].propose(name, b"last") is not None
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()

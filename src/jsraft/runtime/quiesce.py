@@ -192,7 +192,10 @@ class Quiescence:
                 to_wake.append(name)
         for name, term, index in beat.quiesce:
             node = lookup(name)
-            if node is not None and name not in to_wake and not self.is_quiet(name):
+            quiet = self._quiet.get(name)
+            if quiet is not None and quiet.leader == peer:
+                continue  # already quiet under this leader (a repeated notice)
+            if node is not None and name not in to_wake and quiet is None:
                 if follower_may_quiesce(node, term, peer, index):
                     self._set_quiet(name, _Quiet(leader=peer, depends_on=(peer,)))
                     continue

@@ -39,7 +39,8 @@ import nats
 import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nats_servers import JsraftServers, NatsServers  # noqa: E402  (bench siblings)
+from nats_fetch import retry_unavailable  # noqa: E402  (bench siblings)
+from nats_servers import JsraftServers, NatsServers  # noqa: E402
 
 
 def rss_mib(pids: dict[str, int]) -> dict[str, float]:
@@ -54,8 +55,11 @@ def cpu_s(pids: dict[str, int]) -> dict[str, float]:
     return out
 
 
-async def create_all(urls: list[str], count: int, creators: int) -> list[float]:
-    """Create `count` streams + consumers from `creators` clients; return each pair's latency (s)."""
+async def create_all(urls: list[str], count: int, creators: int, counts: dict[str, int],
+                     retry_s: float = 30.0) -> list[float]:
+    """Create `count` streams + consumers from `creators` clients; return each pair's latency (s). A
+    create answered 503 (e.g. jsraft's "stored but not visible on this node yet" under load) is tried
+    again (both creates are idempotent), counted in `counts["unavailable"]`; the retry stays on the clock."""
     latencies: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(count):
@@ -68,9 +72,12 @@ async def create_all(urls: list[str], count: int, creators: int) -> list[float]:
             while not queue.empty():
                 i = queue.get_nowait()
                 started = time.perf_counter()
-                await js.add_stream(name=f"SCALE{i}", subjects=[f"scale.{i}.>"], num_replicas=3)
-                await js.add_consumer(f"SCALE{i}", durable_name="C", ack_policy="explicit")
+                await retry_unavailable(lambda: js.add_stream(name=f"SCALE{i}", subjects=[f"scale.{i}.>"],
+                                                              num_replicas=3), retry_s, counts)
+                await retry_unavailable(lambda: js.add_consumer(f"SCALE{i}", durable_name="C",
+                                                                ack_policy="explicit"), retry_s, counts)
                 latencies.append(time.perf_counter() - started)
+                counts["created"] = counts.get("created", 0) + 1
         finally:
             await nc.close()
 
@@ -130,7 +137,15 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
         pids, urls = dict(servers.pids), list(servers.urls)
         base_rss = rss_mib(pids)
         wall = time.perf_counter()
-        latencies = asyncio.run(create_all(urls, count, args.creators))
+        counts: dict[str, int] = {}
+        try:
+            latencies = asyncio.run(create_all(urls, count, args.creators, counts, args.create_retry_s))
+        except Exception as error:  # measure as far as it went: say how far, and why it stopped
+            print(json.dumps({"system": system, "streams": count, "create_failed": f"{error!r} {getattr(error, 'description', '')}"[:300],
+                              "created_pairs": counts.get("created", 0), "after_s": round(time.perf_counter() - wall, 1),
+                              "rss_mib_per_node": {n: round(v, 1) for n, v in rss_mib(pids).items()},
+                              "create_503_retries": counts.get("unavailable", 0)}), flush=True)
+            raise
         create_wall_s = time.perf_counter() - wall
         names = [f"SCALE{i}" for i in range(count)]
         led = asyncio.run(leaders(urls[0], names, timeout_s=30.0))
@@ -146,7 +161,7 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
             "system": system, "streams": count,
             "create_pair_ms_p50": round(statistics.median(latencies) * 1000, 1),
             "create_pair_ms_p99": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000, 1),
-            "create_wall_s": round(create_wall_s, 2),
+            "create_wall_s": round(create_wall_s, 2), "create_503_retries": counts.get("unavailable", 0),
             "idle_cpu_pct_per_node": {n: round(100 * (after[n] - before[n]) / idle_s, 2) for n in pids},
             "rss_mib_per_node": {n: round(v, 1) for n, v in rss.items()},
             "rss_kib_per_stream_per_node": {n: round((rss[n] - base_rss[n]) * 1024 / count, 1) for n in pids},
@@ -156,7 +171,11 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
             orphans = [name for name, leader in led.items() if leader == victim]
             os.kill(pids[victim], signal.SIGKILL)
             survivor = next(url for name, url in zip(servers.pids, urls) if name != victim)
-            led_at = asyncio.run(wait_all_led(survivor, orphans, 300.0, dead=victim)) if orphans else {}
+            try:
+                led_at = asyncio.run(wait_all_led(survivor, orphans, args.failover_deadline_s, dead=victim)) if orphans else {}
+            except RuntimeError as error:  # keep the idle figures: the failover's failure is a result too
+                result["failover"] = {"killed": victim, "streams_it_led": len(orphans), "failed": str(error)}
+                return result
             result["failover"] = {"killed": victim, "streams_it_led": len(orphans),
                                   "all_led_again_s": round(max(led_at.values(), default=0.0), 2),
                                   "median_s": round(statistics.median(led_at.values()), 2) if led_at else 0.0}
@@ -172,7 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-s", type=float, default=20.0, help="idle CPU measuring window")
     parser.add_argument("--settle-s", type=float, default=5.0, help="pause between creates and the idle window")
     parser.add_argument("--creators", type=int, default=16, help="concurrent creating clients")
+    parser.add_argument("--create-retry-s", type=float, default=30.0,
+                        help="how long a create answered 503 is tried again before the run fails")
     parser.add_argument("--failover-nats", action="store_true", help="also kill a nats-server node")
+    parser.add_argument("--failover-deadline-s", type=float, default=300.0,
+                        help="how long the killed node's streams may take to have leaders again")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", help="keep the clusters' data under this directory")
     args = parser.parse_args(argv)

@@ -28,6 +28,7 @@ from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, Entry, EntryType, Message, RequestVote, RequestVoteResponse,
 )
 from jsraft.runtime import NodeRuntime, SystemClock
+from jsraft.runtime.quiesce import BEAT_GROUP
 from jsraft.testing.simdisk import SimDisk
 from jsraft.wal import Recovered, Wal
 
@@ -237,6 +238,7 @@ class Router:
         self.on_send: list[Callable[[str, str, str, Message], None]] = []
         self._inboxes: dict[str, tuple[trio.MemorySendChannel, trio.MemoryReceiveChannel]] = {}
         self.sent = 0
+        self.beats_sent = 0
 
     def connected(self, a: str, b: str) -> bool:
         if a not in self.runtimes or b not in self.runtimes:
@@ -257,6 +259,19 @@ class Router:
             return True
         return send
 
+    def beat_fn(self, from_node: str):
+        """A runtime's `send_beat`: node beats share the Raft messages' queue, so their order holds."""
+        def send_beat(to_node: str, payload: bytes) -> bool:
+            self.beats_sent += 1
+            if not self.connected(from_node, to_node):
+                return False
+            try:
+                self._inboxes[to_node][0].send_nowait((BEAT_GROUP, (from_node, payload)))
+            except trio.WouldBlock:
+                return False
+            return True
+        return send_beat
+
     def add_inbox(self, node_id: str) -> None:
         self._inboxes[node_id] = trio.open_memory_channel(self.QUEUE_MAX)
 
@@ -270,6 +285,10 @@ class Router:
         receive = self._inboxes[node_id][1]
         async for group, message in receive:
             runtime = self.runtimes.get(node_id)
+            if group == BEAT_GROUP:
+                if runtime is not None and self.connected(message[0], node_id):
+                    runtime.deliver_beat(*message)
+                continue
             if runtime is not None and self.connected(message.from_id, node_id):
                 runtime.deliver(group, message)
 
@@ -295,7 +314,8 @@ class Cluster:
     def __init__(self, nursery: trio.Nursery, size: int = 3, *, runtime_cls: type[NodeRuntime] = NodeRuntime,
                  disks: dict[str, object] | None = None, clocks: dict[str, object] | None = None,
                  runtime_options: dict[str, object] | None = None,
-                 node_options: dict[str, dict[str, object]] | None = None, seed: int = 1) -> None:
+                 node_options: dict[str, dict[str, object]] | None = None, seed: int = 1,
+                 beats: bool = False) -> None:
         self.nursery = nursery
         self.ids = [f"n{i}" for i in range(1, size + 1)]
         self.router = Router()
@@ -310,6 +330,7 @@ class Cluster:
         self._stopped: dict[str, trio.Event] = {}
         self._seed = seed
         self._starts = 0
+        self.beats = beats  # wire each runtime's `send_beat`: groups quiesce (runtime/quiesce.py)
         for node_id in self.ids:
             self.router.add_inbox(node_id)
             nursery.start_soon(self.router.deliver_forever, node_id)
@@ -320,6 +341,7 @@ class Cluster:
         runtime = self.runtime_cls(node_id, self.disks[node_id], self.clocks.get(node_id, SystemClock()),
                                    random.Random(f"{self._seed}-{node_id}-{self._starts}"),
                                    self.router.send_fn(node_id), tick_ms=TICK_MS,
+                                   **({"send_beat": self.router.beat_fn(node_id)} if self.beats else {}),
                                    **{**self.options, **self.node_options.get(node_id, {})})
         self.runtimes[node_id] = runtime
         self.router.attach(node_id, runtime)

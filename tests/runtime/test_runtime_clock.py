@@ -30,9 +30,14 @@ class VirtualWall(SystemClock):
 
 
 class WallPacedRuntime(NodeRuntime):
-    """Broken on purpose: paces Raft ticks by the wall clock instead of the monotonic one."""
+    """Broken on purpose: paces Raft ticks by the wall clock instead of the monotonic one (its ticker's
+    loop replaced; each tick itself is the real one)."""
 
-    async def _ticker(self) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticker.run = self._wall_paced
+
+    async def _wall_paced(self, clock, interval_s: float) -> None:
         interval_ns = self.tick_ms * 10**6
         deadline_ns = self.clock.wall_ns() + interval_ns
         while True:
@@ -40,9 +45,7 @@ class WallPacedRuntime(NodeRuntime):
             if self.clock.wall_ns() < deadline_ns:
                 continue
             deadline_ns = self.clock.wall_ns() + interval_ns
-            for group in list(self._groups.values()):
-                group.tick()
-                self._wake(group)
+            self.ticker.tick(self.clock.monotonic())
 
 
 class FakeBase:

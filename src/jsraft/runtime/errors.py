@@ -59,3 +59,11 @@ class OutcomeUnknown(GroupError):
 
     err_code = 20204
     default_description = "proposal outcome unknown"
+
+
+class BadBeat(GroupError):
+    """A node beat (`runtime.quiesce`) from a peer did not decode: the link to that peer is dropped."""
+
+    err_code = 20205
+    http_code = 400
+    default_description = "malformed node beat"

@@ -1,9 +1,9 @@
 """`NodeRuntime`: the trio driver for every Raft group on one node (layer L4).
 
-Owns: the group table, the one ticker for all groups, the ready loop with its group commit, and the
-public API the server and the transport use (`open_group`, `deliver`, `propose`, `submit`, `outcome`,
-`propose_conf_change`, `transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`,
-`is_leader`, `close_group`, `run`).
+Owns: the group table, the ready loop with its group commit, and the public API the server and the
+transport use (`open_group`, `deliver`, `deliver_beat`, `propose`, `submit`, `outcome`, `propose_conf_change`,
+`transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`, `is_leader`,
+`close_group`, `run`). The one ticker for all groups is `self.ticker` (`ticker.Ticker`: `wait_awake`).
 Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
 is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
@@ -39,12 +39,13 @@ Invariants:
   1. No message of a `Ready` is handed to `send` before the fsync covering that `Ready` returned.
   2. A proposal returns a result only after its entry was applied here, which requires it to be
      committed, which requires a majority (this node included, for a leader) to have fsynced it.
-  3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores.
-     Missed ticks are dropped, not replayed: a stalled event loop delays elections instead of firing
-     them all at once.
+  3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores. Missed
+     ticks are dropped, not replayed: a stalled event loop delays elections instead of firing them at once.
+  4. With `send_beat`, idle groups quiesce (`quiesce`, `ticker`): only awake groups are ticked, plus one
+     node beat per peer per tick; any input but a heartbeat's answer, or a lapsed peer, wakes a group.
 
-Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a sibling in L4):
-the transport calls `deliver`, and the runtime calls the `send` function it was given.
+Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio, stdlib. Never `transport` (a
+sibling in L4): the transport calls `deliver`/`deliver_beat`; the runtime calls the `send`/`send_beat` given.
 Reference: DESIGN.md §2 (write path), §11 tier 3, §12 (group commit); etcd-io/raft `node.go`.
 """
 
@@ -73,12 +74,13 @@ from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
 from jsraft.runtime.persist import Job, open_storage, persist_jobs
 from jsraft.runtime.proposals import Proposal, ProposalBook
+from jsraft.runtime.quiesce import Quiescence, SendBeatFn
+from jsraft.runtime.ticker import Ticker
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
 
-# Runs a blocking function off the trio thread: `await run_in_worker(fn, *args)`. trio's own by default; a
-# server may bind a `CapacityLimiter`, a deterministic test may model the fsync's latency in virtual time.
+# Runs blocking work off the trio thread (`await run_in_worker(fn, *args)`): trio's, a limited one, or a test's.
 WorkerFn = Callable[..., Awaitable[Any]]
 
 
@@ -88,7 +90,8 @@ class NodeRuntime:
     def __init__(self, node_id: str, disk: Disk, clock: Clock, rng: random.Random, send: SendFn, *,
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
-                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None) -> None:
+                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None,
+                 send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
         invariant(fsync_threads_max >= 1, "at least one fsync thread")
@@ -105,9 +108,10 @@ class NodeRuntime:
         self._rng = rng
         self._send = send
         self._groups: dict[str, Group] = {}
-        # Groups that got an input (or finished a cycle) since the ready loop last looked at them: only
-        # these can have new work, so a cycle costs O(active groups), not O(groups). Ordered, so runs
-        # repeat in the same order.
+        self.quiescence = None if send_beat is None else Quiescence(
+            node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks, rng=rng)
+        self.ticker = Ticker(self.quiescence, self._groups, self._mark)  # the awake groups (invariant 4)
+        # Groups with an input or a finished cycle since the ready loop looked: a cycle is O(active groups).
         self._dirty: dict[str, Group] = {}
         self._opening: set[str] = set()
         self._closed = False
@@ -153,6 +157,7 @@ class NodeRuntime:
             group.close("the runtime stopped while the group was opening")
             raise GroupClosed("the runtime is stopped")
         self._groups[name] = group
+        self.ticker.opened(group)
         self._wake(group)
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
@@ -174,14 +179,14 @@ class NodeRuntime:
         group = self._groups.get(name)
         if group is None:
             raise GroupNotFound(name)
-        # Take it out of future cycles, then let a cycle that holds it finish with it: its fsync, its
-        # messages and its applies, so its proposals settle with real outcomes where they can.
+        # Out of future cycles; a cycle holding it finishes with it, so its proposals settle where they can.
         group.closing = True
         while group.busy:
             await group.idle.wait()
         group.close("closed by close_group")
         if self._groups.get(name) is group:
             del self._groups[name]
+            self.ticker.closed(name)
 
     def group_names(self) -> list[str]:
         return sorted(self._groups)
@@ -200,10 +205,16 @@ class NodeRuntime:
         group = self._groups.get(group_name)
         if group is None or self._closed:
             return False
+        awake = self.ticker.wakes(group, message)
         accepted = group.deliver(message)
-        if accepted:
-            self._wake(group)
+        if accepted:  # a heartbeat's answer to a quiesced leader is stepped, but it stays quiet
+            self._wake(group) if awake else self._mark(group)
         return accepted
+
+    def deliver_beat(self, from_node: str, payload: bytes | memoryview) -> None:
+        """A peer's node beat (`quiesce`; ignored without it). Raises `BadBeat` if malformed: drop the link."""
+        if not self._closed:
+            self.ticker.on_beat(from_node, payload, self.clock.monotonic())
 
     async def propose(self, group_name: str, data: bytes) -> object:
         """Propose `data` as one entry of `group_name`; return the state machine's result for it.
@@ -283,7 +294,11 @@ class NodeRuntime:
         """Whether this node leads `group_name` now; O(1). Raises `GroupNotFound`."""
         return self._group(group_name).node.role is Role.LEADER
 
-    def _wake(self, group: Group) -> None:
+    def _wake(self, group: Group) -> None:  # an input: look at it next cycle, tick it if it was quiesced
+        self._mark(group)
+        self.ticker.wake(group)
+
+    def _mark(self, group: Group) -> None:
         self._dirty[group.name] = group
         self._wakeup.set()
 
@@ -295,29 +310,14 @@ class NodeRuntime:
         self._running = True
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._ticker)
+                nursery.start_soon(self.ticker.run, self.clock, self.tick_ms / 1000)
                 nursery.start_soon(self._ready_loop)
                 task_status.started()
         finally:
-            # Reached only after both tasks ended: any worker thread has returned (not abandoned), so
-            # nothing else touches a WAL while the groups close.
+            # Both tasks ended: no worker thread (none is abandoned) is left to touch a WAL as groups close.
             self._closed = True
             for group in self._groups.values():
                 group.close("the runtime stopped")
-
-    async def _ticker(self) -> None:
-        interval = self.tick_ms / 1000
-        deadline = self.clock.monotonic() + interval
-        while True:
-            await self.clock.sleep_until(deadline)
-            for group in list(self._groups.values()):
-                group.tick()
-                self._dirty[group.name] = group
-            self._wakeup.set()
-            deadline += interval
-            now = self.clock.monotonic()
-            if deadline <= now:
-                deadline = now + interval  # drop missed ticks (invariant 3)
 
     async def _ready_loop(self) -> None:
         while True:
@@ -381,6 +381,7 @@ class NodeRuntime:
     def _fail(self, group: Group, reason: str) -> None:
         log.error("group %s stopped: %s", group.name, reason)
         group.close(reason)
+        self.ticker.closed(group.name)
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
         """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""

@@ -64,6 +64,7 @@ from jsraft.server.groups.streams import StreamManager
 from jsraft.server.nats.cluster_urls import ClusterUrls
 from jsraft.server.groups.versioning import log_banner
 from jsraft.server.nats.tls import TlsContexts
+from jsraft.runtime.quiesce import BEAT_GROUP
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
 from jsraft.transport.cluster_auth import ClusterAuth
 
@@ -159,7 +160,8 @@ class Node:
         config = self.config
         invariant(self.identity is not None, "identity is checked before the node is built (invariant 1)")
         self.runtime = NodeRuntime(self.name, disk, self.steady_clock, random.Random(), self._send_raft,
-                                   tick_ms=config.tick_ms, group_record=record)
+                                   tick_ms=config.tick_ms, group_record=record, send_beat=self._send_beat,
+                                   liveness_ticks=config.election_ticks)
         self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
                                      meta=self.meta, raft_config=self.raft_config, tick_s=self.tick_s,
                                      options=StreamOptions.of(config),
@@ -241,7 +243,13 @@ class Node:
     def _send_raft(self, to_node: str, group: str, message: Message) -> bool:
         return self.transport.send_parts(to_node, group, encode_message_parts(message))
 
+    def _send_beat(self, to_node: str, payload: bytes) -> bool:
+        return self.transport.send(to_node, BEAT_GROUP, payload)
+
     def _on_message(self, from_node: str, group: str, payload: bytes | memoryview) -> None:
+        if group == BEAT_GROUP:  # a node beat: liveness and quiesce notices (runtime/quiesce.py)
+            self.runtime.deliver_beat(from_node, payload)
+            return
         if group == RPC_GROUP:
             self.rpc.on_payload(from_node, payload)
             return

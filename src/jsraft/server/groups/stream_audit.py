@@ -103,11 +103,13 @@ class AuditRunner:
     def request(self) -> None:
         """An audit was asked for (`stream.audit_request`): the leader proposes one at its next turn."""
         self._requested = True
+        self.replica.runtime.ticker.release(self.replica.group)  # the task's turn comes now, even if quiet
 
     def request_soon(self) -> None:
         """This replica recovered or was repaired: ask the leader (this node or another) for an audit,
         again every `ASK_EVERY_S` until one took the request (a restarted node may know no leader yet)."""
         self._audit_wanted = True
+        self.replica.runtime.ticker.release(self.replica.group)
 
     async def _ask_for_audit(self) -> None:
         replica = self.replica
@@ -142,6 +144,8 @@ class AuditRunner:
                     await self._ask_for_audit()
                 await self._leader_turn()
                 await trio.sleep(self.options.tick_s)
+                if not (self._audit_wanted or self._requested or self._pending):
+                    await self.replica.runtime.ticker.wait_awake(self.replica.group)  # quiesced: idle
 
     async def _send_task(self) -> None:
         while True:

@@ -36,6 +36,10 @@ async def run_expiry(replica: "StreamReplica", tick_s: float) -> None:
     while True:
         await trio.sleep(tick_s)
         leader = replica.leader
+        if leader is None or not (leader.machine.config.max_age > 0 or leader.machine.config.allow_msg_ttl):
+            # Nothing can age out here: sleep through the group's quiescence (a config change wakes it).
+            await replica.runtime.ticker.wait_awake(replica.group)
+            continue
         if leader is None or replica.closed or replica.stopped_reason is not None:
             continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)
         now_ns = replica.runtime.clock.wall_ns()

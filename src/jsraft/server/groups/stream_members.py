@@ -95,6 +95,16 @@ def check_members(replica: Any, nursery: trio.Nursery) -> None:
         nursery.start_soon(_members_step, replica)
 
 
+def members_settled(replica: Any) -> bool:
+    """Nothing for `check_members` to do: the group's members are the assignment's peers, and the replica is
+    not leaving. Only then may its loop sleep through its group's quiescence (a step must not wait 30 s)."""
+    try:
+        status = replica.runtime.status(replica.group).raft
+    except JsraftError:
+        return False
+    return not replica.leaving and not status.learners and sorted(status.voters) == sorted(replica.peers)
+
+
 async def _members_step(replica: Any) -> None:
     try:
         done = await reconcile_members(replica.runtime, replica.group, replica.peers)

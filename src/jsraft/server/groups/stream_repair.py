@@ -112,6 +112,7 @@ class RepairWorker:
 
     def wake(self) -> None:
         self._wakeup.set()
+        self.replica.runtime.ticker.release(self.replica.group)  # its task may be waiting on a quiet group
 
     @property
     def busy(self) -> bool:
@@ -131,6 +132,9 @@ class RepairWorker:
             job = self._next_job()
             if job is None:
                 self.state = "waiting" if self.episode is not None else "idle"
+                if self.replica.runtime.ticker.is_quiet(self.replica.group) and not self._wakeup.is_set():
+                    await self.replica.runtime.ticker.wait_awake(self.replica.group)  # woken with the group
+                    continue
                 with trio.move_on_after(max(options.repair_backoff_min_s * 10, 0.2)):
                     await self._wakeup.wait()
                 continue

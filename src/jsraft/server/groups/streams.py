@@ -204,6 +204,7 @@ class StreamManager:
 
     async def _update(self, replica: StreamReplica, assignment: StreamAssignment) -> None:
         replica.peers, replica.leaving = assignment.peers, False
+        self.runtime.ticker.wake_by_name(replica.group)  # a quiesced group's replica acts on it now
         if assignment.config_index <= replica.config_index:
             return
         replica.raw, replica.config_index = assignment.config_raw, assignment.config_index

@@ -1,0 +1,71 @@
+"""Quiescence decisions: when a replica of an idle group may stop ticking (layer L1).
+
+Owns: `leader_may_quiesce`, `follower_may_quiesce` and `members`: read-only questions a driver asks a
+`RaftNode` before it stops ticking it. They change nothing in the core: term, vote, log and commit rules are
+untouched; a quiesced replica is simply not ticked (no heartbeats, no election timer) until its driver
+wakes it. What keeps that safe — waking on any message or proposal, and a per-peer node liveness that
+wakes a quiesced replica when a member's node stops being heard — is the driver's
+(`runtime.quiesce`); this module only says when a group has nothing left to do.
+
+Invariants:
+  1. A leader may quiesce only when its whole log is committed and applied here, every other member
+     (voters and learners) has acknowledged the last index and been sent the commit index covering it,
+     no member is repairing or being sent a snapshot, and no read, transfer, snapshot or conf change is
+     pending: nothing a tick could still move forward.
+  2. A follower may quiesce only on its leader's word for the term it knows the leader in, and only
+     once its own log ends, committed, at the index the leader quiesced at: it then holds exactly the
+     leader's log and knows it is committed, so nothing is owed to it. (Applying and answering the
+     last heartbeat need no ticks: a follower may quiesce with those still to do.)
+  3. Both are pure reads of the core (no field of it is written here).
+
+Imports: L0, siblings. Reference: CockroachDB replica quiescence (`replica_raft_quiesce.go`, design
+"Quiescing Ranges"); etcd-io/raft's `CheckQuorum`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jsraft.raft.progress import ProgressState
+from jsraft.raft.status import Role
+
+if TYPE_CHECKING:
+    from jsraft.raft.core import RaftNode
+
+
+def members(node: RaftNode) -> tuple[str, ...]:
+    """Every other member of the group in the configuration in force (voters, then learners)."""
+    return tuple(m for m in (*node.conf.voters, *node.conf.learners) if m != node.id)
+
+
+def _log_settled(node: RaftNode) -> bool:
+    log = node.log
+    return (not node.repairing and log.commit_index == log.last_index and node.pending_snapshot is None
+            and node.snapshot_receive is None)
+
+
+def leader_may_quiesce(node: RaftNode) -> bool:
+    """Invariant 1: this replica leads and a tick could not move anything forward."""
+    if node.role is not Role.LEADER or node.lead_transferee is not None:
+        return False
+    if node.pending_reads or node.reads_waiting_commit or node.read_states:
+        return False
+    if not _log_settled(node) or node.pending_conf_index > node.log.commit_index:
+        return False
+    if node.log.applied_index != node.log.last_index or node.log.has_writes() or node.outbox:
+        return False
+    last, commit = node.log.last_index, node.log.commit_index
+    for member in members(node):
+        progress = node.progress.get(member)
+        if progress is None or progress.match_index != last or progress.state is not ProgressState.REPLICATE:
+            return False
+        if progress.repairing or progress.sent_commit < commit or progress.inflight:
+            return False
+    return True
+
+
+def follower_may_quiesce(node: RaftNode, term: int, leader_id: str, index: int) -> bool:
+    """Invariant 2: the leader `leader_id` quiesced at `index` in `term`; may this replica follow suit?"""
+    if node.role is not Role.FOLLOWER or node.current_term != term or node.leader_id != leader_id:
+        return False
+    return _log_settled(node) and node.log.last_index == index and node.log.commit_index == index

@@ -1,0 +1,144 @@
+"""`Ticker`: the one node-level tick pass over the groups that are awake (layer L4).
+
+Owns: the table of awake groups (every open group but the quiesced ones), what one tick does to them,
+and the runtime's side of quiescence (`quiesce.Quiescence`): which inputs wake a group, and the node
+beats. `NodeRuntime` owns the timing (one trio task, `clock.monotonic()`) and the group table; this
+owns what a tick visits, so a node with many idle groups pays per tick for its awake ones only.
+
+Invariants:
+  1. Without quiescence (no `send_beat`), every open group is awake: each is ticked every tick.
+  2. A group is either awake or quiesced, never both; a closed group is neither.
+  3. A tick, in order: wake the groups of peers that lapsed; tick each awake group (or quiesce an idle
+     leader instead of ticking it); then one beat per peer, so a quiesce notice follows the group's
+     last heartbeat on the link to each member.
+
+Imports: L1 (`raft`), siblings. Never `transport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+
+from jsraft.raft.messages import Message
+from jsraft.raft.core import RaftNode
+from jsraft.raft.status import Role
+from jsraft.runtime.clock import Clock
+from jsraft.runtime.group import Group
+from jsraft.runtime.quiesce import Quiescence, wakes
+
+# How long `wait_awake` waits at most for a quiesced group: a task paced by a quiet group still looks at the
+# world this often. Long: each expiry costs trio a cancel-scope recalculation (at 2 s, 1,000 idle streams'
+# tasks spent ~18% of a busy node's samples there); what must act sooner wakes the group (`wake_by_name`).
+QUIET_CHECK_S = 30.0
+
+
+def idle(group: Group) -> bool:
+    """Nothing queued, in a cycle, or unsettled for `group` in the runtime."""
+    return not group.busy and not group.cycle.has_work() and group.book.in_flight == 0
+
+
+class Ticker:
+    """The awake groups of one node and their quiescence. Trio thread only."""
+
+    def __init__(self, quiescence: Quiescence | None, groups: dict[str, Group],
+                 mark: Callable[[Group], None]) -> None:
+        self.quiescence = quiescence
+        self.awake: dict[str, Group] = {}
+        self._groups = groups  # the runtime's open groups (read only)
+        self._mark = mark  # the group may have work now: the ready loop looks at it
+        self._awoken: dict[str, trio.Event] = {}  # set when the quiesced group wakes (`wait_awake`)
+
+    async def wait_awake(self, name: str, timeout_s: float = QUIET_CHECK_S) -> None:
+        """Return at once if group `name` is awake (or unknown); while it is quiesced, when it wakes or
+        after `timeout_s`. What a task that only has work while its group does sleeps in between."""
+        if self.quiescence is None or not self.quiescence.is_quiet(name):
+            return
+        event = self._awoken.get(name)
+        if event is None:
+            event = self._awoken[name] = trio.Event()
+        with trio.move_on_after(timeout_s):
+            await event.wait()
+
+    async def run(self, clock: Clock, interval_s: float) -> None:
+        """Tick every `interval_s` of `clock.monotonic()`; missed ticks are dropped, not replayed
+        (`node_runtime` invariant 3)."""
+        deadline = clock.monotonic() + interval_s
+        while True:
+            await clock.sleep_until(deadline)
+            self.tick(clock.monotonic())
+            deadline += interval_s
+            now = clock.monotonic()
+            if deadline <= now:
+                deadline = now + interval_s
+
+    def on_beat(self, from_node: str, payload: bytes | memoryview, now: float) -> None:
+        """A node beat from a peer (`Quiescence.on_beat`). Raises `BadBeat` if it does not decode."""
+        if self.quiescence is None:
+            return
+        for name in self.quiescence.on_beat(from_node, payload, now, self._core):
+            group = self._groups.get(name)
+            if group is not None and self.wake(group):
+                self._mark(group)
+
+    def _core(self, name: str) -> RaftNode | None:
+        group = self._groups.get(name)
+        return None if group is None or group.stopped() else group.node
+
+    def is_quiet(self, name: str) -> bool:
+        return self.quiescence is not None and self.quiescence.is_quiet(name)
+
+    def wake_by_name(self, name: str) -> None:
+        """Tick group `name` again if it was quiesced: something outside its log changed for it."""
+        group = self._groups.get(name)
+        if group is not None and self.wake(group):
+            self._mark(group)
+
+    def opened(self, group: Group) -> None:
+        self.awake[group.name] = group
+
+    def closed(self, name: str) -> None:
+        self.awake.pop(name, None)
+        if self.quiescence is not None:
+            self.quiescence.closed(name)
+        self.release(name)
+
+    def release(self, name: str) -> None:
+        """Let every task in `wait_awake(name)` go now (the group stays quiesced): it has a reason to look."""
+        event = self._awoken.pop(name, None)
+        if event is not None:
+            event.set()
+
+    def wakes(self, group: Group, message: Message) -> bool:
+        """Does delivering `message` wake `group` (quiesce invariant 1)? Always, for an awake group."""
+        return self.quiescence is None or not self.quiescence.is_quiet(group.name) or wakes(group.node, message)
+
+    def wake(self, group: Group) -> bool:
+        """Put `group` back among the awake; True if it was quiesced."""
+        if self.quiescence is None or not self.quiescence.wake(group.name):
+            return False
+        if not group.stopped():
+            self.awake[group.name] = group
+        self.release(group.name)
+        return True
+
+    def tick(self, now: float) -> None:
+        """Invariant 3."""
+        quiet = self.quiescence
+        if quiet is not None:
+            for name in quiet.lapsed(now):
+                group = self._groups.get(name)
+                if group is not None and self.wake(group):
+                    self._mark(group)
+        for name, group in list(self.awake.items()):
+            if quiet is not None and (quiet.is_quiet(name) or (  # a follower quiesced by its leader's beat
+                    group.node.role is Role.LEADER and not group.stopped()
+                    and quiet.leader_tick(name, group.node, idle(group), now))):
+                del self.awake[name]
+                continue
+            group.tick()
+            self._mark(group)
+        if quiet is not None:
+            quiet.send_beats()

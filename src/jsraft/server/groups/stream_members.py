@@ -112,3 +112,13 @@ async def _members_step(replica: Any) -> None:
             log.info("stream %s: membership: %s", replica.name, done)
     finally:
         replica._members_task = False
+
+
+def loop_may_sleep(replica: Any) -> bool:
+    """A tick of the replica's loop would do nothing until its group wakes: the group is quiesced,
+    leadership is followed (a Raft leader has its StreamLeader), the assigned config is applied and the
+    membership is the assignment's. Otherwise a step (a config, a membership change) would wait for the
+    sleep's bound."""
+    return (replica.runtime.ticker.is_quiet(replica.group) and not replica._config_due()
+            and not replica._config_task and replica.runtime.is_leader(replica.group) == (replica.leader is not None)
+            and members_settled(replica))

@@ -63,7 +63,7 @@ from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
-from jsraft.server.groups.stream_members import check_members, members_settled
+from jsraft.server.groups.stream_members import check_members, loop_may_sleep
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.store.fs_verify import verify_in_background
@@ -233,15 +233,8 @@ class StreamReplica(ConfigFollowing):
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
                     await trio.sleep(tick_s)
-                    if self._may_sleep():
+                    if loop_may_sleep(self):
                         await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
-
-    def _may_sleep(self) -> bool:
-        """A tick of the loop above would do nothing until the group wakes: it is quiesced, leadership is
-        followed (a Raft leader has its StreamLeader), the assigned config is applied and the membership is
-        the assignment's. Otherwise a step (a config, a membership change) would wait for the sleep's bound."""
-        return (self.runtime.ticker.is_quiet(self.group) and not self._config_due() and not self._config_task
-                and self.runtime.is_leader(self.group) == (self.leader is not None) and members_settled(self))
 
     def _store_to_verify(self) -> Any:
         return self.store if self.machine is not None and not self.machine.replaying else None

@@ -46,7 +46,7 @@ from typing import Any
 import trio
 
 from jsraft import __version__
-from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, private_store_dir, with_defaults
+from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.client_server import NATS_VERSION
@@ -231,10 +231,10 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
     overrides = overrides_from_args(args)
-    fallback = DEFAULT_STORE_DIR if jetstream_asked(args) else private_store_dir()
+    jetstream = jetstream_asked(args)
     if args.config is not None:
-        return NodeConfig.from_file(args.config, overrides, lambda fields: with_defaults(fields, fallback))
-    return NodeConfig.from_dict(with_defaults(overrides, fallback))
+        return NodeConfig.from_file(args.config, overrides, lambda fields: with_defaults(fields, jetstream))
+    return NodeConfig.from_dict(with_defaults(overrides, jetstream))
 
 
 _LEVELS = {"DEBUG": "DBG", "INFO": "INF", "WARNING": "WRN", "ERROR": "ERR", "CRITICAL": "FTL"}

@@ -34,10 +34,11 @@ DEFAULT_STORE_DIR = os.path.join(tempfile.gettempdir(), "jsraft", "jetstream")
 PRIVATE_PREFIX = "private-"  # + pid: private_store_dir()
 
 
-def with_defaults(fields: dict[str, Any], fallback_store_dir: str = DEFAULT_STORE_DIR) -> dict[str, Any]:
-    """nats-server needs neither a name nor a store directory: `fallback_store_dir`, and the name that
-    directory already holds (else a new one), for whichever is not given (a flag or the file)."""
-    store_dir = fields.get("store_dir") or fallback_store_dir
+def with_defaults(fields: dict[str, Any], jetstream: bool = True) -> dict[str, Any]:
+    """nats-server needs neither a name nor a store directory: the default store directory (invariant 1:
+    shared if `jetstream` was asked for, else private), and the name that directory already holds (else a
+    new one), for whichever neither a flag nor the file gave."""
+    store_dir = fields.get("store_dir") or (DEFAULT_STORE_DIR if jetstream else private_store_dir())
     return {"store_dir": store_dir, "name": fields.get("name") or default_node_name(store_dir), **fields}
 
 

@@ -7,8 +7,8 @@ process owns are read from /proc (its fds' socket inodes against /proc/net/tcp i
 standalone node must own exactly the client and monitor listeners, so two of them share a machine. The
 name must survive a restart on the same store directory (INFO's server_name and server_id the same). stderr
 must carry nats-server's readiness lines and nothing more while clients work, and the ports file must be
-gone after SIGTERM. With no `-sd`, the store goes to the default directory under `$TMPDIR`, logged with
-nats-server's warning.
+gone after SIGTERM. With `-js` and no `-sd`, the store goes to the default directory under `$TMPDIR`,
+logged with nats-server's warning (without `-js` a private one: test_serve_accounts).
 """
 
 from __future__ import annotations
@@ -144,9 +144,9 @@ def test_stderr_is_quiet_after_ready_while_clients_work(tmp_path):
     assert all("Trapped SIGTERM" in line or "stopped cleanly" in line for line in after_ready), after_ready
 
 
-def test_no_store_dir_uses_the_default_under_tmpdir_and_says_so(tmp_path):
+def test_no_store_dir_with_jetstream_uses_the_default_under_tmpdir_and_says_so(tmp_path):
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    process = serve("-p", "-1", "-a", "127.0.0.1", env=env)
+    process = serve("-p", "-1", "-a", "127.0.0.1", "-js", env=env)
     try:
         lines = read_until_ready(process)
     finally:

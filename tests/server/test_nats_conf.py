@@ -94,7 +94,8 @@ def test_a_full_nats_server_file(tmp_path, caplog):
     ("tls { cert_file: a, key_file: b, verify_and_map: true }", "tls: unsupported key(s) verify_and_map"),
     ("authorization { users: [ {user: a, password: b, permissions: {publsh: x}} ] }", "publsh"),
     ("operator: ./op.jwt", "JWT/operator authentication is not supported"),
-    ("accounts { a { users: [{user: x}] }, b { users: [{user: y}] } }", "2 accounts"),
+    ("accounts { a { users: [{user: x}], jetstream: enabled }, b { users: [{user: y}], jetstream: {} } }",
+     "JetStream in more than one account (a, b)"),
     ("cluster { routes: [ nats://127.0.0.1:6222 ] }", "must name its node"),
     ("port: $NOT_DEFINED_ANYWHERE_XYZ", "variable $NOT_DEFINED_ANYWHERE_XYZ is not defined"),
     ("cluster { name: x", "not closed"),
@@ -126,3 +127,17 @@ def test_include_cycles_are_bounded(tmp_path):
 ])
 def test_the_format_is_told_apart(name, text, fmt):
     assert config_format(name, text, ["name", "client_port"]) == fmt
+
+
+@pytest.mark.parametrize("accounts, expected", [
+    # the only account is the main one (JetStream's); with several, the one with jetstream enabled
+    ("A { users: [{user: a, password: p}] }", {"a": None}),
+    ("A { users: [{user: a, password: p}] }, B { users: [{user: b, password: p}], jetstream: enabled }",
+     {"a": "A", "b": None}),
+    # several and none with JetStream: every account isolated, JetStream serves none of them
+    ("A { users: [{user: a, password: p}] }, B { users: [{user: b, password: p}] }", {"a": "A", "b": "B"}),
+])
+def test_accounts_tag_their_users(tmp_path, accounts, expected):
+    config = NodeConfig.from_file(write(tmp_path, f"accounts {{ {accounts} }}\n"),
+                                  {"name": "n1", "store_dir": str(tmp_path / "d")})
+    assert {user.user: user.account for user in config.client_auth.users} == expected

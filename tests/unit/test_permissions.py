@@ -102,6 +102,7 @@ def test_nkey_public_keys_and_signatures():
     (ClientAuthConfig(users=(UserConfig(user="a", permissions=Permissions(
         publish=SubjectPermission(allow=("a..b",)))),)), "not a valid subject"),
     (ClientAuthConfig(users=(UserConfig(user="a"),), no_auth_user="b"), "no_auth_user"),
+    (ClientAuthConfig(users=(UserConfig(user="a", account=""),)), "account must not be empty"),
 ])
 def test_bad_auth_configs_are_refused(config, message):
     with pytest.raises(InvalidConfig, match=message):

@@ -25,8 +25,10 @@ Invariants:
   6. Secrets do not travel on the command line where jsraft chose the flag: the cluster secret and the
      monitor token are read from files (`--cluster-secret-file`, `--monitor-token-file`). `--pass` and
      `--auth` exist because nats-server (and nats-py's tests) use them.
+  7. Given no store directory, a node asked for JetStream (`-js`) uses the shared default; one not asked
+     a private directory removed when it stops (`serve_store`), as nats-server without `-js` stores nothing.
 
-Imports: stdlib, L0, L5 (`server`), trio. Reference: nats-server command-line flags; DESIGN.md §10.
+Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
 
 from __future__ import annotations
@@ -36,26 +38,24 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
-import tempfile
 from typing import Any
 
 import trio
 
 from jsraft import __version__
+from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
-from jsraft.server.settings.identity import default_node_name
 from jsraft.server.ops.monitor import Monitor
 from jsraft.server.nats.tls import check_tls_files
 
 log = logging.getLogger("jsraft.serve")
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-# nats-server keeps JetStream under <tmp>/nats/jetstream when given no store directory; jsraft beside it.
-DEFAULT_STORE_DIR = os.path.join(tempfile.gettempdir(), "jsraft", "jetstream")
 RANDOM_PORT = -1  # nats-server's `-p -1`: any free port
 # flag dest -> NodeConfig field, for flags that map one to one
 _FIELDS = ("name", "store_dir", "client_host", "client_port", "cluster_port", "monitor_host", "monitor_port",
@@ -231,16 +231,10 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
     overrides = overrides_from_args(args)
+    jetstream = jetstream_asked(args)
     if args.config is not None:
-        return NodeConfig.from_file(args.config, overrides)
-    return NodeConfig.from_dict(with_defaults(overrides))
-
-
-def with_defaults(fields: dict[str, Any]) -> dict[str, Any]:
-    """nats-server needs neither a name nor a store directory: the default store directory, and the name
-    that directory already holds (else a new one), for whichever is not given."""
-    store_dir = fields.get("store_dir") or DEFAULT_STORE_DIR
-    return {"store_dir": store_dir, "name": fields.get("name") or default_node_name(store_dir), **fields}
+        return NodeConfig.from_file(args.config, overrides, lambda fields: with_defaults(fields, jetstream))
+    return NodeConfig.from_dict(with_defaults(overrides, jetstream))
 
 
 _LEVELS = {"DEBUG": "DBG", "INFO": "INF", "WARNING": "WRN", "ERROR": "ERR", "CRITICAL": "FTL"}
@@ -293,6 +287,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"jsraft serve: {error}", file=sys.stderr)
             return EXIT_FAILED
         raise
+    finally:
+        if os.path.basename(config.store_dir) == f"{PRIVATE_PREFIX}{os.getpid()}":
+            shutil.rmtree(config.store_dir, ignore_errors=True)
     return EXIT_OK
 
 
@@ -357,7 +354,9 @@ def log_startup(config: NodeConfig) -> None:
     log.info("Starting jsraft %s (speaking nats-server %s's client protocol)", __version__, NATS_VERSION)
     log.info("  Name:     %s", config.name)
     log.info("  Store Directory: %r", config.store_dir)
-    if config.store_dir == DEFAULT_STORE_DIR:
+    if os.path.basename(config.store_dir).startswith(PRIVATE_PREFIX):
+        log.info("  JetStream was not asked for (-js): this store is private and removed when the node stops")
+    elif config.store_dir == DEFAULT_STORE_DIR:
         log.warning("Temporary storage directory used, data could be lost on system reboot")
 
 

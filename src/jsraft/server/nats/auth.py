@@ -59,6 +59,7 @@ class Grant:
 
     identity: str
     permissions: Permissions | None
+    account: str | None = None  # None: the main account (`UserConfig.account`)
 
 
 def new_nonce() -> str:
@@ -131,7 +132,7 @@ class Authenticator:
     def _grant(self, user: UserConfig | None) -> Grant:
         if user is None:
             return Grant("token", self.config.default_permissions)
-        return Grant(user.identity, user.permissions or self.config.default_permissions)
+        return Grant(user.identity, user.permissions or self.config.default_permissions, user.account)
 
     def authenticate(self, options: dict[str, Any], nonce: str | None) -> Grant:
         """The grant for a CONNECT's `options`, or `AuthRefused` (invariants 1–4)."""

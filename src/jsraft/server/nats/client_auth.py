@@ -3,12 +3,14 @@
 Owns: `security_info` (INFO's `auth_required`, `nonce`, `tls_required`); `ConnSecurity`, the part of `ClientConn` that runs ClientConn invariants 7 and 8 — the CONNECT
 check in a worker thread, the authorization-violation and authentication-timeout closes, the publish and
 subscribe permission checks with nats-server's `-ERR` texts (the connection's `FilteredSubscription`s apply the subscribe
-deny list to each message).
+deny list to each message); the account a grant names (its sublist) and `route_isolated`, the routing of
+an isolated account's publishes (ClientServer invariant 8).
 
 Invariants: ClientConn's 7 and 8 (stated there, where the connection's life is described). The accept
 path (TLS upgrade, nonce) is `client_accept`.
 
-Imports: stdlib, trio, L4 (`protocol` errors texts), server siblings (`auth`, `permissions`).
+Imports: stdlib, trio, L4 (`protocol` errors texts, wire), server siblings (`auth`, `permissions`,
+`client_subs`, `sublist`).
 Reference: nats-server `server/client.go` (`authViolation`, `pubPermissionViolation`,
 `subPermissionViolation`).
 """
@@ -21,9 +23,11 @@ from typing import Any
 import trio
 
 from jsraft.protocol import errors as texts
-from jsraft.protocol.wire import OK
 from jsraft.server.nats.auth import AuthRefused, Grant
 from jsraft.server.nats.permissions import ConnPermissions, permission_error_text
+from jsraft.protocol.wire import OK, wire_text
+from jsraft.server.nats.client_subs import is_published_subject
+from jsraft.server.nats.sublist import Sublist
 
 log = logging.getLogger("jsraft.server.clients")
 
@@ -70,6 +74,8 @@ class ConnSecurity:
         self._pending_connect = None
         self.authed = True
         self.identity = grant.identity
+        if grant.account is not None:  # an isolated account: its own subjects (ClientServer invariant 8)
+            self.sublist = self.server.account_sublists.setdefault(grant.account, Sublist())
         if grant.permissions is not None:
             self.perms = ConnPermissions(grant.permissions)
             self.responses = self.perms.new_responses()
@@ -107,3 +113,15 @@ class ConnSecurity:
         log.info("client %r (%s): subscription to %r refused by its permissions", self, self.identity, subject)
         self.send(err_line(permission_error_text("Subscription", subject, queue)))
         return False
+
+
+def route_isolated(server: Any, origin: Any, subject: str, reply: str | None, headers: bytes | None,
+                   payload: bytes) -> bool:
+    """A publish from a client of an isolated account: to its account's subscriptions only (ClientServer
+    invariant 8); no-responders as for any publish."""
+    result = origin.sublist.match(subject) if is_published_subject(subject) else None
+    delivered = result is not None and server._deliver_matches(
+        result, origin, wire_text(subject), wire_text(reply) if reply else None, headers, payload)[0]
+    if not delivered and reply and origin.no_responders:
+        origin.send_no_responders(reply)
+    return delivered

@@ -70,6 +70,7 @@ class ClientConn(ConnSecurity):
         self.peer = peer
         self.protocol = ServerConnection(max_control_line=options.max_control_line, max_payload=options.max_payload)
         self.subs: dict[str, ClientSubscription] = {}
+        self.sublist = server.sublist  # its account's subscriptions (ClientServer invariant 8)
         self.verbose = self.pedantic = self.headers = self.no_responders = False
         self.echo = True
         self.name = self.lang = self.version = ""
@@ -131,7 +132,7 @@ class ClientConn(ConnSecurity):
         self.closed = True
         self.close_reason = reason
         for sub in self.subs.values():
-            self.server.sublist.remove(sub)
+            self.sublist.remove(sub)
         self.subs.clear()
         self._read_scope.cancel()
         self._ping_scope.cancel()
@@ -185,7 +186,7 @@ class ClientConn(ConnSecurity):
 
     def send_no_responders(self, reply: str) -> None:
         """The 503 status message on `reply`, to this client's subscription that matches it (if any)."""
-        for sub in self.server.sublist.match(reply).plain:
+        for sub in self.sublist.match(reply).plain:
             if getattr(sub, "conn", None) is self:
                 head = msg_head(wire_text(reply), sub.sid_bytes, None, NO_RESPONDERS_HEADERS, 0)
                 self.send(head + NO_RESPONDERS_HEADERS + CRLF)
@@ -329,7 +330,7 @@ class ClientConn(ConnSecurity):
             if self.perms is not None:
                 sub.deny = self.perms.delivery_deny(event.subject)
             self.subs[event.sid] = sub
-            self.server.sublist.insert(sub)
+            self.sublist.insert(sub)
         if self.verbose:
             self.send(OK)
 
@@ -346,7 +347,7 @@ class ClientConn(ConnSecurity):
     def _unsubscribe(self, sub: ClientSubscription) -> None:
         if self.subs.get(sub.sid) is sub:
             del self.subs[sub.sid]
-            self.server.sublist.remove(sub)
+            self.sublist.remove(sub)
 
     def _on_ping(self, event: Ping) -> None:
         self.send(PONG)

@@ -36,9 +36,11 @@ Invariants:
      (no sublist match, `InternalMsg` or `forward`) only while the hub's subscription is the only one
      that could match, here or at a peer: `ack_rivals` counts the others, local and advertised by peers
      (sublist observers on `sublist` and the routes' `remote`; `could_match_ack`). Else `route` as any.
-
   7. With an `Authenticator` or `TlsContexts`, a client is accepted as `client_auth.accept_client` says:
      TLS first where configured, INFO with `auth_required`/`nonce`/`tls_required`, authentication first.
+  8. Accounts: a client of an isolated account has its account's own sublist (`account_sublists`), and
+     its publishes reach only that (`client_auth.route_isolated`): never another account, an internal
+     subscription (JetStream serves the main account) or a peer (routes carry the main account only).
 
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
 Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
@@ -61,11 +63,11 @@ from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
 from jsraft.server.nats.auth import Authenticator
 from jsraft.server.nats.client_accept import accept_client
-from jsraft.server.nats.client_auth import security_info
 from jsraft.server.nats.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_published_subject, is_valid_subject
 from jsraft.server.nats.client_stats import ClientStats
 from jsraft.server.nats.tls import TlsContexts
 from jsraft.server.nats.sublist import Sublist
+from jsraft.server.nats.client_auth import route_isolated, security_info
 
 log = logging.getLogger("jsraft.server.clients")
 
@@ -141,8 +143,6 @@ def could_match_ack(subject: str) -> bool:
 Handler = Callable[[InternalMsg], Awaitable[None]]
 # (subject, reply, headers, payload, queue groups served on this node) -> whether any peer was sent it
 Forward = Callable[[str, str | None, bytes | None, bytes, Collection[str]], bool]
-
-
 SyncHandler = Callable[[InternalMsg], None]
 
 
@@ -174,7 +174,8 @@ class ClientServer:
         self.tls = tls
         self.server_id = server_id
         self.server_name = server_name
-        self.sublist = Sublist()
+        self.sublist = Sublist()  # the main account's (invariant 8)
+        self.account_sublists: dict[str, Sublist] = {}
         self.clients: dict[int, ClientConn] = {}
         self.stats = ClientStats()
         self.address: tuple[str, int] | None = None
@@ -240,6 +241,8 @@ class ClientServer:
     def route(self, origin: ClientConn | None, subject: str, reply: str | None, headers: bytes | None,
               payload: bytes) -> bool:
         """Deliver one publish (invariants 1, 2, 5 and 6); True when it reached anyone, here or at a peer."""
+        if origin is not None and origin.sublist is not self.sublist:
+            return route_isolated(self, origin, subject, reply, headers, payload)
         for hook in self.before_route:
             hook()
         if subject.startswith(ACK_PREFIX) and self._ack_handler is not None and not self.ack_rivals \
@@ -247,22 +250,27 @@ class ClientServer:
             self._ack_handler(subject, reply, payload)  # invariant 6: only the hub's subscription matches
             return True
         result = self.sublist.match(subject) if is_published_subject(subject) else None
-        delivered = False
-        served: list[str] = []  # queue groups a member on this node took: peers must not serve them too
+        delivered, served = False, []  # served: queue groups a member here took: peers must not serve them
         if result is not None and (result.plain or result.queues):
-            subject_bytes = wire_text(subject)
-            reply_bytes = wire_text(reply) if reply else None
-            for sub in result.plain:
-                delivered = sub.deliver(origin, subject_bytes, reply_bytes, headers, payload) or delivered
-            for members in result.queues:
-                if self._deliver_queue(members, origin, subject_bytes, reply_bytes, headers, payload):
-                    delivered = True
-                    served.append(members[0].queue)
+            delivered, served = self._deliver_matches(result, origin, wire_text(subject),
+                                                      wire_text(reply) if reply else None, headers, payload)
         if result is not None and self.forward is not None:
             delivered = self.forward(subject, reply, headers, payload, served) or delivered
         if not delivered and reply and origin is not None and origin.no_responders:
             origin.send_no_responders(reply)
         return delivered
+
+    def _deliver_matches(self, result: Any, origin: ClientConn | None, subject: bytes, reply: bytes | None,
+                         headers: bytes | None, payload: bytes) -> tuple[bool, list[str]]:
+        """Each plain match and one member of each queue group: (delivered to any, queue groups served)."""
+        delivered, served = False, []
+        for sub in result.plain:
+            delivered = sub.deliver(origin, subject, reply, headers, payload) or delivered
+        for members in result.queues:
+            if self._deliver_queue(members, origin, subject, reply, headers, payload):
+                delivered = True
+                served.append(members[0].queue)
+        return delivered, served
 
     def deliver_as(self, subject: str, shown: str, payload: bytes, *, reply: str | None = None,
                    headers: bytes | None = None) -> bool:
@@ -272,14 +280,8 @@ class ClientServer:
         result = self.sublist.match(subject) if is_valid_subject(subject) else None
         if result is None:
             return False
-        shown_bytes, reply_bytes = wire_text(shown), wire_text(reply) if reply else None
-        delivered, served = False, []
-        for sub in result.plain:
-            delivered = sub.deliver(None, shown_bytes, reply_bytes, headers, payload) or delivered
-        for members in result.queues:
-            if self._deliver_queue(members, None, shown_bytes, reply_bytes, headers, payload):
-                delivered = True
-                served.append(members[0].queue)
+        delivered, served = self._deliver_matches(result, None, wire_text(shown), wire_text(reply) if reply else None,
+                                                  headers, payload)
         if self.forward is not None:
             delivered = self.forward(subject, reply, headers, payload, served, shown=shown) or delivered  # type: ignore[call-arg]
         return delivered

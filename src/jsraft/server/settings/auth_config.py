@@ -78,6 +78,9 @@ class UserConfig:
     password: str | None = attrs.field(default=None, repr=False)
     nkey: str | None = None
     permissions: Permissions | None = None
+    # The account the user belongs to: None is the node's main account (the one JetStream serves and
+    # cluster routes carry); a named one is isolated — its subjects reach only its own users (client_server).
+    account: str | None = None
 
     @property
     def identity(self) -> str:
@@ -128,6 +131,8 @@ def _validate_user(user: UserConfig, where: str, seen: set[str]) -> None:
             raise InvalidConfig(f"{where}: nkey must be a user public key (U…, {NKEY_PUBLIC_CHARS} characters)")
     elif not user.user:
         raise InvalidConfig(f"{where}: a user needs a name (user) or an nkey")
+    if user.account is not None and not user.account:
+        raise InvalidConfig(f"{where}: account must not be empty")
     identity = user.identity
     if identity in seen:
         raise InvalidConfig(f"{where}: {identity!r} is listed twice")

@@ -25,6 +25,7 @@ Reference: DESIGN.md §10 (CLI flags map onto these fields); hashicorp/raft `Con
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -120,10 +121,13 @@ class NodeConfig:
         return config
 
     @classmethod
-    def from_file(cls, path: str, overrides: dict[str, Any] | None = None) -> "NodeConfig":
-        """Read a JSON or TOML config file, apply `overrides` (command-line flags) on top, decode strictly."""
+    def from_file(cls, path: str, overrides: dict[str, Any] | None = None,
+                  defaults: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> "NodeConfig":
+        """Read a JSON or TOML config file, apply `overrides` (command-line flags) on top, then `defaults`
+        (fills what neither gave, e.g. `jsraft serve`'s store directory and name), decode strictly."""
         names = [field.name for field in attrs.fields(cls)]
-        return cls.from_dict(merge_overrides(load_config_file(path, names), overrides or {}))
+        data = merge_overrides(load_config_file(path, names), overrides or {})
+        return cls.from_dict(defaults(data) if defaults is not None else data)
 
     @property
     def routes(self) -> dict[str, str]:

@@ -4,14 +4,15 @@ Owns: `node_fields(conf, where)`, turning the map `nats_conf` parsed into the JS
 `NodeConfig.from_dict` decodes, plus a list of notes about what jsraft does not do. Covered: server name,
 `listen`/`host`/`port`, `http`/`http_port`/`https_port`, `jetstream { store_dir … }`, `cluster { name,
 listen, routes, authorization, tls }`, `authorization { … }` (a user, a token, `users` with permissions,
-`default_permissions`, `timeout`), `accounts` with one account, `no_auth_user`, `tls { … }`,
+`default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one
+JetStream serves), `no_auth_user`, `tls { … }`,
 `max_payload`, `max_pending`, `ping_interval`, `ping_max`, `write_deadline`, `ports_file_dir` (where
 `NodeConfig` has the field).
 
 Invariants:
   1. Nothing is ignored silently: a key jsraft does not act on is named in a note (logged as a warning),
      and one whose absence would weaken security — an unknown key inside `authorization`, `tls`, a user
-     or its permissions; `operator`/`resolver` (JWT auth); several accounts (isolation jsraft lacks);
+     or its permissions; `operator`/`resolver` (JWT auth); JetStream in several accounts;
      `verify_and_map`, `insecure` — is an `InvalidConfig` naming it.
   2. A cluster route must name its node (`NAME=nats://HOST:PORT`, or `nats://NAME@HOST:PORT`): jsraft's
      Raft voters are named before any connection is made.
@@ -152,17 +153,28 @@ def authorization_fields(block: Any, where: str) -> dict[str, Any]:
 
 
 def accounts_users(block: Any, notes: list[str]) -> list[dict[str, Any]]:
-    """The users of the one account allowed (invariant 1: several accounts would need isolation)."""
+    """The users of every account (invariant 1): the main account's without an `account` field, each
+    other account's tagged with its name (isolated subjects). The main account is the only one, or the
+    one account with `jetstream` enabled; with several and none enabled, JetStream serves none of them."""
     block = _table(block, "accounts")
-    if len(block) != 1:
-        raise InvalidConfig(f"accounts: jsraft has one account; {len(block)} accounts ({', '.join(block)}) "
-                            "would need subject isolation it does not have")
-    (name, account), = block.items()
-    account = _table(account, f"accounts.{name}")
-    _refuse_unknown(account, {"users", "jetstream"}, f"accounts.{name}")
-    if "jetstream" in account:
-        notes.append(f"accounts.{name}.jetstream limits are not enforced")
-    return [user_fields(entry, f"accounts.{name}.users[{i}]") for i, entry in enumerate(account.get("users", []))]
+    accounts = {name: _table(account, f"accounts.{name}") for name, account in block.items()}
+    for name, account in accounts.items():
+        _refuse_unknown(account, {"users", "jetstream"}, f"accounts.{name}")
+        if isinstance(account.get("jetstream"), dict):
+            notes.append(f"accounts.{name}.jetstream limits are not enforced")
+    with_js = [name for name, account in accounts.items()
+               if account.get("jetstream") not in (None, False, "disabled", "disable")]
+    if len(with_js) > 1:
+        raise InvalidConfig(f"accounts: JetStream in more than one account ({', '.join(with_js)}) is not "
+                            "supported by jsraft")
+    main = with_js[0] if with_js else next(iter(accounts)) if len(accounts) == 1 else None
+    users = []
+    for name, account in accounts.items():
+        for i, entry in enumerate(account.get("users", [])):
+            fields = user_fields(entry, f"accounts.{name}.users[{i}]")
+            fields.pop("account", None)
+            users.append(fields if name == main else {**fields, "account": str(name)})
+    return users
 
 
 Handler = Callable[[Any, dict[str, Any], list[str]], None]

@@ -1,9 +1,13 @@
 """The hard-state file: two CRC'd slots, written alternately, each write fsynced (layer L2).
 
-Owns: `hardstate` under a WAL's disk. Raft's term and vote must be durable before they are used
-(persist-before-use); writing them in place would leave nothing valid if the write tore, so each write goes
-to the *older* slot and carries a write sequence one above the newest; recovery takes the valid slot with
-the highest sequence.
+Owns: `hardstate` under a WAL's disk. Since segment format 2 the hard state of every cycle travels in the
+WAL's own records (`log`, one fsync per cycle); this file is the *witness*: written (with its own fsync)
+only when term, vote or the repairing flag change, and as a checkpoint before the WAL removes or rewrites
+bytes that may hold hard-state records (compaction, truncation, repair). A copy outside the segments is
+what lets recovery see a vote or a repairing flag that damage at the end of the log took away
+(`recovery`, decision 2). Writing in place would leave nothing valid if the write tore, so each write goes
+to the *older* slot and carries a sequence above every one written before (slots and WAL records share
+one counter); recovery takes the valid hard state with the highest sequence.
 
 Invariants:
   1. Slot `i` only ever holds sequences `s` with `s % 2 == i`: writes alternate, and a write after a bad
@@ -99,10 +103,12 @@ class HardStateFile:
         """Both slots and the file header verify."""
         return all(self._valid) and self._header_ok
 
-    def save(self, hs: HardState, watermark_term: int) -> None:
-        """Write `hs` to the older (or damaged) slot and fsync it."""
+    def save(self, hs: HardState, watermark_term: int, at_least: int = 0) -> int:
+        """Write `hs` to the older (or damaged) slot and fsync it; returns the sequence it was written with:
+        the lowest above both the newest slot's and `at_least - 1` that has the slot's parity."""
         slot = 1 - self.newest_slot
-        sequence = self.sequence + 1
+        sequence = max(self.sequence + 1, at_least)
+        sequence += sequence % 2 != slot
         invariant(sequence % 2 == slot, "hard-state slot parity: slot i holds sequences s with s % 2 == i")
         record = encode_hard_state(hs, sequence, watermark_term)
         invariant(len(record) <= HARD_STATE_SLOT_BYTES, "a hard-state record must fit its slot")
@@ -117,6 +123,7 @@ class HardStateFile:
         self._file.sync()
         self.sequence, self.newest_slot = sequence, slot
         self._valid[slot] = True
+        return sequence
 
     def close(self) -> None:
         if self._file is not None:

@@ -1,13 +1,18 @@
 """The hard-state file: two CRC'd slots, written alternately, each write fsynced (layer L2).
 
 Owns: `hardstate` under a WAL's disk. Since segment format 2 the hard state of every cycle travels in the
-WAL's own records (`log`, one fsync per cycle); this file is the *witness*: written (with its own fsync)
-only when term, vote or the repairing flag change, and as a checkpoint before the WAL removes or rewrites
-bytes that may hold hard-state records (compaction, truncation, repair). A copy outside the segments is
-what lets recovery see a vote or a repairing flag that damage at the end of the log took away
-(`recovery`, decision 2). Writing in place would leave nothing valid if the write tore, so each write goes
-to the *older* slot and carries a sequence above every one written before (slots and WAL records share
-one counter); recovery takes the valid hard state with the highest sequence.
+WAL's own records (`log`); this file is the *witness*, and the checkpoint written before the WAL removes or
+rewrites bytes that may hold hard-state records (compaction, truncation, repair). A copy outside the
+segments is what lets recovery see a vote, a repairing flag or acknowledged entries that damage at rest at
+the end of the log took away (a lost last segment, a cut tail, a rolled-back last chunk): the log alone
+cannot show such a loss, since what is lost is the record that would tell. It is therefore still written and
+fsynced after the segment in every cycle that saved a hard state (`Wal.sync`); written only when term, vote
+or repairing change, `tests/wal/test_wal_corruption.py` lost acknowledged entries silently in 11 of 300
+seeds (`bench/README.md`, "fsyncs per sync publish"). A witness slot torn by a power cut, or rotted, is
+covered by the segment record fsynced before it (`recovery`, decision 2): not damage (issue #14). Writing in
+place would leave nothing valid if the write tore, so each write goes to the *older* slot and carries a
+sequence above every one written before (slots and WAL records share one counter); recovery takes the valid
+hard state with the highest sequence.
 
 Invariants:
   1. Slot `i` only ever holds sequences `s` with `s % 2 == i`: writes alternate, and a write after a bad

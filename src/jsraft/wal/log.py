@@ -7,30 +7,20 @@ files; its driver calls `append`, `sync`, `save_hard_state`, `truncate_from`, `r
 How each change is made durable, and why:
   - `append` writes one buffer per call (per segment touched) and no fsync; `sync` then fsyncs each touched
     segment, oldest first, then the `wal/` directory if a segment was created: group commit.
-  - `save_hard_state` appends a `WAL_HARD_STATE` record after the cycle's entries in the same segment, so
-    the segment's fsync in `sync` makes entries and hard state durable together: a crash before it
-    returns loses or tears both, recovery cuts the torn tail and uses the cycle's predecessor (nothing of
-    the torn cycle was used: the cycle sends only after `sync`). `sync` then writes the same hard state to
-    the witness file (`hardstate`, its own fsync) *after* the segment: a copy outside the log, so damage
-    at rest at the end of the log (a lost last segment, a cut tail, a rolled-back last chunk) cannot
-    silently take acknowledged entries, a vote or the repairing flag away — the log alone cannot show
-    such a loss, since what is lost is the record that would tell. A witness slot torn by a crash, or
-    rotted, is covered by the segment record fsynced before it (`recovery`, decision 2), so a power cut
-    mid-write of the witness is not damage (issue #14). Why the witness is still written every cycle,
-    not only when term or vote change: see `bench/README.md`, "One fsync per cycle" (issue #18).
-  - Before anything removes or rewrites bytes that may hold hard-state records (`truncate_from`,
-    `compact`, `replace`), the current hard state is checkpointed to the witness file (fsynced, with a
-    higher sequence than every record), and after a cut or rewrite it is appended to the log again.
+  - `save_hard_state` appends a `WAL_HARD_STATE` record after the cycle's entries, so the segment's fsync
+    makes both durable together (a torn cycle loses both; recovery cuts it and uses its predecessor);
+    `sync` then writes the same hard state to the witness file (`hardstate`: why it exists, and why it
+    is still fsynced every cycle). Before anything removes or rewrites bytes that may hold hard-state
+    records (`truncate_from`, `compact`, `replace`), the hard state is checkpointed to the witness, and
+    after a cut or rewrite it is appended to the log again.
   - `truncate_from` *physically* truncates: newer segments are removed newest first, each removal made
     durable (directory fsync) before the next, and the containing segment is truncated and fsynced before
     it returns. No truncation marker exists, because then an index could repeat in the files, and a
     repeated index is exactly what a stale or misdirected write looks like (R4 in `scan`). Since the cut
     is durable before any new append, new records never overwrite durable ones in place, so a crash can
-    only leave a torn tail of new records (R1), never old and new bytes interleaved. If the acked watermark
-    is at or above the cut, it is lowered to `index - 1` and persisted: the removed entries were never
-    committed, and a watermark above the log would make the next restart report a loss. The Raft core
+    only leave a torn tail of new records (R1), never old and new bytes interleaved. An acked watermark at
+    or above the cut is lowered to `index - 1` (the removed entries were never committed); the Raft core
     must take the new value from `hard_state` rather than save its old one again.
-  - Each hard state also records the term of the entry at the watermark (see `recovery`, decision 6).
   - `replace` rewrites each affected segment atomically (`segment.rebuild` + `Disk.write_atomic`) and then
     re-reads the log with the same rules recovery uses, so what it believes is exactly what a restart will
     find.
@@ -60,15 +50,8 @@ from jsraft.disk.base import Disk, DiskFile
 from jsraft.errors import CorruptRecord, invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
-from jsraft.wal.format import (
-    SEGMENT_DATA_START,
-    SEGMENT_FORMAT_VERSION,
-    WAL_DIR,
-    encode_entry,
-    encode_wal_hard_state,
-    segment_name,
-    segment_preamble,
-)
+from jsraft.wal.files import SegmentFiles
+from jsraft.wal.format import SEGMENT_FORMAT_VERSION, WAL_DIR, encode_entry, encode_wal_hard_state
 from jsraft.wal.recovery import Opened, Recovered, list_segments, recover
 from jsraft.wal.scan import scan_log
 from jsraft.wal.segment import Segment, decode_span, new_segment_content, rebuild
@@ -77,7 +60,7 @@ SEGMENT_BYTES_DEFAULT = 4 << 20  # a few MiB: cheap to rewrite on repair, few fi
 SEGMENT_BYTES_MIN = 64
 
 
-class Wal:
+class Wal(SegmentFiles):
     """A Raft group's durable log. Create with `Wal.open(disk)`; single-threaded, like the Raft core."""
 
     def __init__(self, disk: Disk, segment_bytes: int, opened: Opened) -> None:
@@ -118,11 +101,6 @@ class Wal:
         else:
             self._active = None
         self._close_idle()
-
-    def _close_idle(self) -> None:
-        """Close every segment file that is neither the active one nor waiting for its fsync."""
-        for name in [name for name in self._handles if name != self._active and name not in self._dirty]:
-            self._handles.pop(name).close()
 
     # --- Reads -----------------------------------------------------------------------------------
 
@@ -189,18 +167,6 @@ class Wal:
             raise CorruptRecord(f"WAL index {decoded} failed its CRC on read; it is now faulty")
         return decoded
 
-    def _pread(self, segment: Segment, offset: int, length: int) -> bytes:
-        name = segment.name
-        invariant(name is not None, "only good entries are read, and the head holds none")
-        handle = self._handles.get(name or "")
-        if handle is not None:
-            return handle.pread(offset, length)
-        handle = self._disk.open(f"{WAL_DIR}/{name}")
-        try:
-            return handle.pread(offset, length)
-        finally:
-            handle.close()
-
     # --- Appending and group commit -----------------------------------------------------------------
 
     def append(self, entries: list[Entry]) -> None:
@@ -235,41 +201,6 @@ class Wal:
         segment.size = segment.junk_at = offset
         self._dirty.add(name)
         self._last_index = entries[-1].index
-
-    def _writable_segment(self, first_index: int) -> Segment:
-        invariant(first_index == self._last_index + 1, "appends continue at last_index() + 1")
-        if self._active is not None:
-            segment = self._segments[-1]
-            if segment.size < self._segment_bytes or segment.last < segment.first:
-                return segment
-        return self._roll(first_index)
-
-    def _roll(self, first_index: int) -> Segment:
-        """Start a new segment; the previous one stays open until `sync()` has made it durable."""
-        name = segment_name(first_index)
-        path = f"{WAL_DIR}/{name}"
-        last = self._segments[-1] if self._segments else None
-        if last is not None and last.name == name and last.last < last.first:
-            # An entry-less segment appends may not continue in (an older format, or a damaged header) has
-            # the new segment's name: it holds no entry, and its hard-state records are older than the
-            # current hard state, which is durable in the witness file (checkpoint) before it goes.
-            self._checkpoint()
-            self._remove_segment(self._segments.pop())
-        invariant(not self._disk.exists(path), f"segment {name} already exists")
-        if self._active is not None and self._active not in self._dirty:
-            self._handles.pop(self._active).close()
-        handle = self._disk.open(path, create=True)
-        handle.append(segment_preamble(first_index))
-        segment = Segment(first_index, name)
-        segment.size = segment.junk_at = SEGMENT_DATA_START
-        segment.header_ok = True
-        segment.version = SEGMENT_FORMAT_VERSION
-        self._segments.append(segment)
-        self._handles[name] = handle
-        self._dirty.add(name)
-        self._dir_dirty = True
-        self._active = name
-        return segment
 
     def sync(self) -> None:
         """One fsync per touched segment (oldest first), then the directory if a segment was created, then
@@ -345,16 +276,6 @@ class Wal:
             owner.terms[index - 1 - owner.first] = 0
         self._adopt(self._segments, self._faulty, index - 1)
         self._restate()
-
-    def _remove_segment(self, segment: Segment) -> None:
-        if segment.name is None:
-            return
-        handle = self._handles.pop(segment.name, None)
-        if handle is not None:
-            handle.close()
-        self._disk.remove(f"{WAL_DIR}/{segment.name}")
-        # Each removal is durable before the next, newest first: a crash leaves a prefix, never a gap.
-        self._disk.sync_dir(WAL_DIR)
 
     def replace(self, entries: list[Entry]) -> None:
         """Put the leader's copies of faulty entries in place (see `segment` for why by rewrite)."""

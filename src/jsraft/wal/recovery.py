@@ -76,14 +76,15 @@ class Recovered:
     torn_tail_bytes_cut: int
 
     def damage_findings(self) -> tuple[str, ...]:
-        """Every finding that means damage: all but torn-tail cuts (a crash mid-write is normal).
+        """Every finding that means damage: all but torn-tail cuts (a crash mid-write is normal) and bad
+        slots a newer log record covers (decision 2).
 
         The runtime passes these as `RestoredState.repair_reasons`, which makes the replica repairing
-        (the core's rule 2) even where the WAL itself does not say repairing: one bad hard-state slot,
-        from which recovery falls back to the other. A bit flip at rest can hit the *newest* slot, whose
-        vote was already granted; the older slot has forgotten it, and the replica could vote twice in
-        one term (found by the simulator, `double-vote`). Repairing, it votes only after a leader has
-        repaired it.
+        (the core's rule 2) even where the WAL itself does not say repairing: one bad hard-state slot the
+        log does not cover, from which recovery falls back to the other. A bit flip at rest can hit the
+        *newest* slot, whose vote was already granted; the older slot has forgotten it, and the replica
+        could vote twice in one term (found by the simulator, `double-vote`). Repairing, it votes only
+        after a leader has repaired it, and not in the term it may have voted in (raft `repair`).
         """
         return tuple(reason for reason in self.reasons
                      if not reason.startswith((TORN_TAIL_REASON, STALE_SLOT_REASON)))

@@ -6,7 +6,7 @@ protects (or, for a rule whose breakage can show up several ways, one of those),
 that same seed. Seeds at which each mutant was first caught when this test was written (steps 1200, mixed
 3/5 nodes): ack-before-fsync 0 (durability), truncate-on-corruption 37 (leader-completeness),
 repairing-node-votes 2 (repairing-vote), no-prevote 0 (term-inflation), forget-vote-on-restart 5
-(double-vote).
+(double-vote), ack-before-combined-fsync 0 (acked-lost).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ EXPECTED = {
     "repairing-node-votes": {"repairing-vote"},
     "no-prevote": {"term-inflation"},
     "forget-vote-on-restart": {"double-vote", "election-safety"},
+    "ack-before-combined-fsync": {"durability", "acked-lost", "leader-completeness", "state-machine-safety",
+                                  "double-vote", "election-safety"},
 }
 
 

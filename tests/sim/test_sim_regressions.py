@@ -47,8 +47,8 @@ from jsraft.wal.format import (
 def _log(disk: SimDisk, entries: list[Entry], hard_state: HardState) -> None:
     wal, _ = Wal.open(disk, segment_bytes=1 << 20)
     wal.append(entries)
-    wal.sync()
     wal.save_hard_state(hard_state)
+    wal.sync()
     wal.close()
 
 
@@ -97,10 +97,14 @@ def test_a_repairing_replica_may_truncate_below_its_commit_hint() -> None:
 def test_a_rotted_newest_hard_state_slot_makes_the_replica_refuse_votes() -> None:
     disk = SimDisk(random.Random(4))
     wal, _ = Wal.open(disk)
-    wal.save_hard_state(HardState(current_term=4, voted_for="n2"))  # sequence 2, slot 0
-    wal.save_hard_state(HardState(current_term=5, voted_for="n3"))  # sequence 3, slot 1: voted n3 in 5
+    wal.save_hard_state(HardState(current_term=4, voted_for="n2"))
+    wal.sync()  # witness slot 0
+    wal.save_hard_state(HardState(current_term=5, voted_for="n3"))
+    wal.sync()  # witness slot 1: voted n3 in 5
     wal.close()
     disk.flip_bit(HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[1] + 30)
+    # The log's own record of (5, n3), its last, is lost too: nothing readable names the vote any more.
+    disk.truncate_tail(f"{WAL_DIR}/{segment_name(1)}", 5)
     _, recovered = Wal.open(disk)
     assert recovered.hard_state.current_term == 4 and not recovered.repairing  # the WAL's fallback
     reasons = recovered.damage_findings()

@@ -38,9 +38,9 @@ def _history(wal: Wal, rng: random.Random) -> tuple[list[Entry], int, int]:
             wal.append(batch)
             written += batch
         elif roll < 0.85:
-            wal.sync()
             watermark = len(written)
             wal.save_hard_state(HardState(current_term=term, acked_watermark=watermark))
+            wal.sync()
         elif len(written) > snap + 1:
             index = rng.randint(snap + 1, len(written))
             wal.truncate_from(index)
@@ -49,9 +49,9 @@ def _history(wal: Wal, rng: random.Random) -> tuple[list[Entry], int, int]:
             # A conflict truncation is caused by a leader of another term: Raft never writes two different
             # entries with the same index and term, and the WAL's stale-log detection relies on that.
             term += 1
-    wal.sync()
     watermark = len(written)
     wal.save_hard_state(HardState(current_term=term, acked_watermark=watermark))
+    wal.sync()
     if len(written) > 10 and rng.random() < 0.5:
         snap = rng.randint(1, len(written) - 5)
         conf = ConfState(voters=("n1",))

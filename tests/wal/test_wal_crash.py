@@ -41,9 +41,10 @@ def _run_until_cut(wal: Wal, rng: random.Random) -> tuple[list[Entry], list[Entr
         wal.append(batch)
         written += batch
         if rng.random() < 0.5:
-            wal.sync()
             synced = list(written)
+            # The runtime's order: the hard state after the entries, then the one fsync covering both.
             wal.save_hard_state(HardState(current_term=term, voted_for="n1", acked_watermark=len(synced)))
+            wal.sync()
     return written, synced
 
 
@@ -103,9 +104,9 @@ def _apply(op: tuple[Any, ...], wal: Wal, model: Model) -> None:
         wal.append(batch)
         model.written += batch
     elif kind == "sync":
-        wal.sync()
         model.synced = len(model.written)
         wal.save_hard_state(HardState(current_term=model.term, acked_watermark=model.synced))
+        wal.sync()
     elif kind == "truncate" and len(model.written) > model.snap:
         index = model.snap + 1 + int(op[1] * (len(model.written) - model.snap - 1))
         wal.truncate_from(index)  # syncs first, then cuts durably

@@ -152,6 +152,7 @@ def test_replace_repairs_faulty_entries_durably(disk: Disk) -> None:
     assert again.faulty == frozenset() and again.entries == LOG + make_entries(30, 32, term=2)
     assert again.repairing  # persisted until the Raft core decides it is repaired
     wal.save_hard_state(attrs.evolve(again.hard_state, repairing=False))
+    wal.sync()
     wal.close()
     assert not reopen(disk)[1].repairing
 
@@ -212,6 +213,7 @@ def test_whole_log_rolled_back_to_a_consistent_old_version_is_detected(disk: Dis
     wal.append(make_entries(5, 11, term=2))
     wal.sync()
     wal.save_hard_state(HardState(current_term=2, acked_watermark=10))
+    wal.sync()
     wal.close()
     # The old version: every record verifies and chains, so only the watermark term can tell.
     handle = disk.open(f"{WAL_DIR}/{name}")
@@ -298,23 +300,47 @@ def hs_slot_flip(disk: Disk, slot: int) -> None:
     flip(disk, HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[slot] + 30)
 
 
-def test_one_bad_hard_state_slot_falls_back_to_the_other(disk: Disk) -> None:
+def save_two(disk: Disk) -> None:
+    """Two durable hard states: the second, (5, n3), is in the log's last record and in witness slot 1."""
     wal, _ = Wal.open(disk)
-    wal.save_hard_state(HardState(current_term=4, voted_for="n2"))  # sequence 2, slot 0
-    wal.save_hard_state(HardState(current_term=5, voted_for="n3"))  # sequence 3, slot 1
+    wal.save_hard_state(HardState(current_term=4, voted_for="n2"))  # record 2; witness sequence 4, slot 0
+    wal.sync()
+    wal.save_hard_state(HardState(current_term=5, voted_for="n3"))  # record 5; witness sequence 7, slot 1
+    wal.sync()
     wal.close()
+
+
+def test_bad_newest_slot_covered_by_the_log_loses_nothing(disk: Disk) -> None:
+    # A power cut mid-write of the witness, or rot after it: the log's record, fsynced before the witness
+    # write began, holds the same hard state, so this is neither damage nor a lost vote (issue #14).
+    save_two(disk)
     hs_slot_flip(disk, 1)
     wal, recovered = Wal.open(disk)
-    assert recovered.hard_state == HardState(current_term=4, voted_for="n2")
-    assert not recovered.repairing and any("slot 1" in reason for reason in recovered.reasons)
+    assert recovered.hard_state == HardState(current_term=5, voted_for="n3")
+    assert not recovered.repairing and recovered.damage_findings() == ()
+    assert any("slot 1" in reason for reason in recovered.reasons)
     wal.close()
     _, again = Wal.open(disk)  # the bad slot was rewritten at open
-    assert again.hard_state == HardState(current_term=4, voted_for="n2") and again.reasons == []
+    assert again.hard_state == HardState(current_term=5, voted_for="n3") and again.reasons == []
+
+
+def test_bad_newest_slot_the_log_does_not_cover_is_damage(disk: Disk) -> None:
+    # The witness's newest slot is unreadable and the log's last record, which held the same hard state,
+    # is gone too (cut at rest): the older slot may have forgotten a vote, so it is damage, which makes
+    # the replica repairing and fences its vote (`Recovered.damage_findings`).
+    save_two(disk)
+    hs_slot_flip(disk, 1)
+    name = segments(disk)[-1]
+    cut(disk, f"{WAL_DIR}/{name}", disk.file_size(f"{WAL_DIR}/{name}") - 5)
+    _, recovered = Wal.open(disk)
+    assert recovered.hard_state == HardState(current_term=4, voted_for="n2")
+    assert any("slot 1" in reason for reason in recovered.damage_findings())
 
 
 def test_damaged_hard_state_header_is_noted_and_rewritten(disk: Disk) -> None:
     wal, _ = Wal.open(disk)
     wal.save_hard_state(HardState(current_term=3, voted_for="n2"))
+    wal.sync()
     wal.close()
     flip(disk, HARD_STATE_FILE, 1)
     wal, recovered = Wal.open(disk)
@@ -330,7 +356,8 @@ def test_both_hard_state_slots_bad_is_repairing_with_a_safe_fallback(disk: Disk)
     hs_slot_flip(disk, 1)
     _, recovered = reopen(disk)
     assert_repairing(recovered, "hard state lost")
-    assert recovered.hard_state.current_term == 7 and recovered.hard_state.voted_for == VOTE_UNKNOWN
+    # The log's hard-state records carry the term too (term 9, above every entry's).
+    assert recovered.hard_state.current_term == 9 and recovered.hard_state.voted_for == VOTE_UNKNOWN
     assert recovered.hard_state.acked_watermark == 14
     assert len(recovered.entries) == 14
     _, again = reopen(disk)  # the fallback, with repairing, was persisted

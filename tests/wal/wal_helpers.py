@@ -36,6 +36,7 @@ def build(
         acked_watermark=watermark if watermark is not None else 0,
     )
     wal.save_hard_state(hs)
+    wal.sync()
     wal.close()
 
 

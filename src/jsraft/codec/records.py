@@ -63,6 +63,7 @@ class Kind(enum.IntEnum):
     WAL_SEGMENT_HEADER = 17  # a=first index of the segment, b=0
     HARD_STATE = 18  # a=sequence number of the slot write, b=0
     SNAPSHOT = 19  # a=last included index, b=last included term
+    WAL_HARD_STATE = 20  # a=hard-state sequence, b=current term; a WAL segment's hard-state record (format v2)
     # Node (`runtime.group_record`).
     GROUP_RECORD = 24  # a=generation, b=0; body = JSON: the groups this storage started
 

@@ -13,21 +13,22 @@ Order within one group's work, and why (DESIGN §2, §4):
      is repairing, DESIGN §4 "never truncate a committed entry"); the truncation (a leader's snapshot
      that conflicts with the log truncates it first); the leader's snapshot; the appended entries; the
      rewritten faulty entries (`wal.repaired.put_repaired`).
-  2. `sync_work` — `Wal.sync()`: one fsync per touched segment, then the directory if a segment was created.
-  3. The hard state (its own fsync) — after the entries, because its acked watermark vouches for them:
-     saved first, a crash in between would leave a durable watermark above a shorter log, which the
-     next restart must treat as lost data (repairing). Term and vote are durable before any message is
-     sent either way (the cycle sends only after `sync_work` returned).
-  4. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
+  2. `sync_work` — the hard state is appended to the WAL *after* the entries (its acked watermark vouches
+     for them), then `Wal.sync()`: one fsync of the segment makes entries and hard state durable together
+     (DESIGN §2: one fsync per Ready cycle; issue #18). A crash before it returns tears or loses both, and
+     recovery cuts the torn tail and falls back to the previous cycle's hard state, which vouches for
+     nothing the torn cycle wrote. Term and vote are durable before any message is sent (the cycle sends
+     only after `sync_work` returned); when they change, `Wal.sync()` also writes them to the WAL's witness
+     file (rare: elections).
+  3. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
      not a new group (`restore`).
 
-Why this order and not the simulator's old one (issue #13): the simulator's own Ready loop saved the
-hard state first and synced the WAL after, and it recorded only the repairing flag before a cut while
-the runtime lowered only the commit hint. A hard state saved before the entries it vouches for turns a
-crash between the two fsyncs into a false "lost acknowledged data" finding (DESIGN §4, acked watermark),
-so 2 → 3 is the order kept; before a cut both facts the WAL's guard reads are recorded, which covers both
-drivers' cases (a repairing replica whose hint covers stale copies, and one that just became repairing).
-Both guards only ever make the WAL more conservative: the flag is only raised here, the hint only lowered.
+Why the hard state goes after the entries (issue #13): saved before them, a crash in between would leave a
+durable watermark above a shorter log, a false "lost acknowledged data" finding (DESIGN §4, acked
+watermark). In one segment write this is the record order; the old separate slot file made it the order
+of two fsyncs. Before a cut both facts the WAL's guard reads are recorded, which covers both drivers'
+cases (a repairing replica whose hint covers stale copies, and one that just became repairing). Both
+guards only ever make the WAL more conservative: the flag is only raised here, the hint only lowered.
 
 A runtime that batches groups does step 1 of every group before step 2 of any (group commit: one fsync
 per touched file per cycle); within one group the order above always holds.
@@ -127,10 +128,10 @@ def _before_cut(wal: Wal, hard_state: HardState | None) -> None:
 
 
 def sync_work(wal: Wal, disk: Disk, work: Work) -> None:
-    """Steps 2–4: the fsyncs, the hard state, the marker."""
-    if work.must_sync:
-        wal.sync()
+    """Steps 2–3: the hard state after the entries, the one fsync covering both, the marker."""
     if work.hard_state is not None:
         wal.save_hard_state(work.hard_state)
+    if work.must_sync or work.hard_state is not None:
+        wal.sync()
     if work.marker is not None:
         disk.write_atomic(GROUP_MARKER, work.marker)

@@ -3,7 +3,7 @@ storage there (layer L4).
 
 Owns: `Job` (a group's storage and its `Work`, handed to a worker thread) and `persist_jobs`, which a
 worker thread runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
-2–4 (`replica.persist.sync_work`) of every job that did not fail — group commit, so the fsyncs of a cycle
+2–3 (`replica.persist.sync_work`) of every job that did not fail — group commit, so the fsyncs of a cycle
 come after all of its writes, one fsync per touched file per cycle. What a step writes, and in which
 order, is `replica.persist`'s (written once, shared with the simulator); this module only batches it.
 
@@ -41,7 +41,7 @@ class Job:
 
 
 def persist_jobs(jobs: list[Job]) -> list[Job]:
-    """Run in a worker thread: step 1 for every job, then steps 2–4 (`replica.persist`)."""
+    """Run in a worker thread: step 1 for every job, then steps 2–3 (`replica.persist`)."""
     for job in jobs:
         _guarded(job, persist.write_work)
     for job in jobs:

@@ -6,11 +6,20 @@ Owns: file names, file-type numbers, and the bodies of the `WAL_ENTRY`, `WAL_SEG
 Formats::
 
     segment    wal/<first index, 20 digits>.log
-               FILE_HEADER(type 16) | WAL_SEGMENT_HEADER(a=first index, b=0) | WAL_ENTRY ...
+               FILE_HEADER(type 16) | WAL_SEGMENT_HEADER(a=first index, b=0) | (WAL_ENTRY | WAL_HARD_STATE) ...
     WAL_ENTRY  a=index, b=term; body = type u8 | prev_term u64 | data
+    WAL_HARD_STATE  a=hard-state sequence, b=current term; body = the HARD_STATE body below
     hardstate  FILE_HEADER(type 18) at 0; slot 0 at 4096; slot 1 at 8192; each slot one HARD_STATE record
                (a=write sequence, b=0; body = term u64 | commit u64 | watermark u64 | watermark term u64 |
                repairing u8 | vote length u16 | vote utf-8), a vote length of 0 meaning "no vote"
+
+Versions: segment format 2 (this build writes it) may hold `WAL_HARD_STATE` records, each appended after
+the entries of the same cycle so that one fsync makes both durable (`log`); format 1 segments (written
+before issue #18) hold entries only and are still read; appends never go into a format 1 segment (the
+next write starts a new segment), so a file's version always says which records it may hold. The hard-state
+sequence is one counter shared by the slots and the segment records: the newest hard state is the valid
+one with the highest sequence, wherever it is (`recovery`). The hard-state and snapshot files stay at
+version 1.
     snapshot   snapshots/<term, 20 digits>-<index, 20 digits>.snap
                FILE_HEADER(type 19) | SNAPSHOT(a=index, b=term; body = meta length u32 | meta | data),
                meta = voter count u16 | (length u16 | utf-8)* | learner count u16 | (length u16 | utf-8)*
@@ -42,7 +51,8 @@ from jsraft.codec.records import FILE_HEADER, FILE_HEADER_BYTES, FILE_MAGIC, HEA
 from jsraft.errors import BadFileFormat, CorruptRecord, invariant
 from jsraft.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # hard-state file, snapshot (and the node's group record, which borrows these helpers)
+SEGMENT_FORMAT_VERSION = 2  # segments: 2 adds WAL_HARD_STATE records; 1 is still read
 SEGMENT_FILE_TYPE = 16
 HARD_STATE_FILE_TYPE = 18
 SNAPSHOT_FILE_TYPE = 19
@@ -52,7 +62,7 @@ SNAPSHOT_DIR = "snapshots"
 HARD_STATE_FILE = "hardstate"
 TEMP_SUFFIX = ".tmp"  # what an interrupted `write_atomic` leaves behind
 
-SEGMENT_KINDS = frozenset((int(Kind.WAL_ENTRY), int(Kind.WAL_SEGMENT_HEADER)))
+SEGMENT_KINDS = frozenset((int(Kind.WAL_ENTRY), int(Kind.WAL_SEGMENT_HEADER), int(Kind.WAL_HARD_STATE)))
 SEGMENT_HEADER_BYTES = HEADER_BYTES  # an empty-bodied WAL_SEGMENT_HEADER record
 SEGMENT_DATA_START = FILE_HEADER_BYTES + SEGMENT_HEADER_BYTES
 ENTRY_OVERHEAD_BYTES = HEADER_BYTES + 9
@@ -105,19 +115,30 @@ def parse_snapshot_name(name: str) -> tuple[int, int] | None:
 # --- File headers ----------------------------------------------------------------------------------
 
 
+def _version_of(file_type: int) -> int:
+    return SEGMENT_FORMAT_VERSION if file_type == SEGMENT_FILE_TYPE else FORMAT_VERSION
+
+
 def file_header(file_type: int) -> bytes:
-    return FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, file_type)
+    return FILE_HEADER.pack(FILE_MAGIC, _version_of(file_type), file_type)
+
+
+def file_header_version(buffer: bytes, file_type: int) -> int:
+    """The format version of `buffer`'s header if it is ours and readable (segments: 1 or 2), else 0. A
+    header of a newer format version is refused outright: reading it as this version could misinterpret
+    durable data, so it is not treated as mere damage."""
+    if len(buffer) < FILE_HEADER_BYTES:
+        return 0
+    magic, version, kind = FILE_HEADER.unpack_from(buffer, 0)
+    newest = _version_of(file_type)
+    if magic == FILE_MAGIC and kind == file_type and version > newest:
+        raise BadFileFormat(f"file format version {version} is newer than this build ({newest})")
+    return version if magic == FILE_MAGIC and kind == file_type and 1 <= version <= newest else 0
 
 
 def file_header_ok(buffer: bytes, file_type: int) -> bool:
-    """True if `buffer` starts with our header. A header of a newer format version is refused outright:
-    reading it as this version could misinterpret durable data, so it is not treated as mere damage."""
-    if len(buffer) < FILE_HEADER_BYTES:
-        return False
-    magic, version, kind = FILE_HEADER.unpack_from(buffer, 0)
-    if magic == FILE_MAGIC and kind == file_type and version > FORMAT_VERSION:
-        raise BadFileFormat(f"file format version {version} is newer than this build ({FORMAT_VERSION})")
-    return magic == FILE_MAGIC and kind == file_type and version == FORMAT_VERSION
+    """True if `buffer` starts with our header in a version this build reads (`file_header_version`)."""
+    return file_header_version(buffer, file_type) != 0
 
 
 def segment_preamble(first_index: int) -> bytes:
@@ -165,6 +186,13 @@ def encode_hard_state(hs: HardState, sequence: int, watermark_term: int) -> byte
         hs.current_term, hs.commit_index, hs.acked_watermark, watermark_term, int(hs.repairing), len(vote)
     )
     return encode_record(Kind.HARD_STATE, sequence, 0, prefix + vote)
+
+
+def encode_wal_hard_state(hs: HardState, sequence: int, watermark_term: int) -> bytes:
+    """A segment's `WAL_HARD_STATE` record: the slot record's body under its own kind, the term in `b` (so a
+    scan that keeps the highest term it saw counts it like an entry's)."""
+    slot = encode_hard_state(hs, sequence, watermark_term)
+    return encode_record(Kind.WAL_HARD_STATE, sequence, hs.current_term, slot[HEADER_BYTES:])
 
 
 def decode_hard_state(body: bytes) -> tuple[HardState, int]:

@@ -7,16 +7,20 @@ files; its driver calls `append`, `sync`, `save_hard_state`, `truncate_from`, `r
 How each change is made durable, and why:
   - `append` writes one buffer per call (per segment touched) and no fsync; `sync` then fsyncs each touched
     segment, oldest first, then the `wal/` directory if a segment was created: group commit.
+  - `save_hard_state` appends a `WAL_HARD_STATE` record after the cycle's entries, so the segment's fsync
+    makes both durable together (a torn cycle loses both; recovery cuts it and uses its predecessor);
+    `sync` then writes the same hard state to the witness file (`hardstate`: why it exists, and why it
+    is still fsynced every cycle). Before anything removes or rewrites bytes that may hold hard-state
+    records (`truncate_from`, `compact`, `replace`), the hard state is checkpointed to the witness, and
+    after a cut or rewrite it is appended to the log again.
   - `truncate_from` *physically* truncates: newer segments are removed newest first, each removal made
     durable (directory fsync) before the next, and the containing segment is truncated and fsynced before
     it returns. No truncation marker exists, because then an index could repeat in the files, and a
     repeated index is exactly what a stale or misdirected write looks like (R4 in `scan`). Since the cut
     is durable before any new append, new records never overwrite durable ones in place, so a crash can
-    only leave a torn tail of new records (R1), never old and new bytes interleaved. If the acked watermark
-    is at or above the cut, it is lowered to `index - 1` and persisted: the removed entries were never
-    committed, and a watermark above the log would make the next restart report a loss. The Raft core
+    only leave a torn tail of new records (R1), never old and new bytes interleaved. An acked watermark at
+    or above the cut is lowered to `index - 1` (the removed entries were never committed); the Raft core
     must take the new value from `hard_state` rather than save its old one again.
-  - `save_hard_state` also records the term of the entry at the watermark (see `recovery`, decision 6).
   - `replace` rewrites each affected segment atomically (`segment.rebuild` + `Disk.write_atomic`) and then
     re-reads the log with the same rules recovery uses, so what it believes is exactly what a restart will
     find.
@@ -46,7 +50,8 @@ from jsraft.disk.base import Disk, DiskFile
 from jsraft.errors import CorruptRecord, invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
-from jsraft.wal.format import SEGMENT_DATA_START, WAL_DIR, encode_entry, segment_name, segment_preamble
+from jsraft.wal.files import SegmentFiles
+from jsraft.wal.format import SEGMENT_FORMAT_VERSION, WAL_DIR, encode_entry, encode_wal_hard_state
 from jsraft.wal.recovery import Opened, Recovered, list_segments, recover
 from jsraft.wal.scan import scan_log
 from jsraft.wal.segment import Segment, decode_span, new_segment_content, rebuild
@@ -55,7 +60,7 @@ SEGMENT_BYTES_DEFAULT = 4 << 20  # a few MiB: cheap to rewrite on repair, few fi
 SEGMENT_BYTES_MIN = 64
 
 
-class Wal:
+class Wal(SegmentFiles):
     """A Raft group's durable log. Create with `Wal.open(disk)`; single-threaded, like the Raft core."""
 
     def __init__(self, disk: Disk, segment_bytes: int, opened: Opened) -> None:
@@ -71,6 +76,8 @@ class Wal:
         self._dirty: set[str] = set()
         self._dir_dirty = False
         self._active: str | None = None  # name of the segment appends go to; None: next append rolls
+        self._hs_sequence = opened.hs_sequence  # the highest hard-state sequence written (slots, records)
+        self._witness_due = False  # a hard state was appended that the witness file does not hold yet
         self._adopt(opened.scan.segments, opened.scan.faulty, opened.scan.last_index)
 
     @classmethod
@@ -85,18 +92,15 @@ class Wal:
         last = segments[-1] if segments else None
         # Appends continue in the last segment only if it is a real file with a valid header that ends
         # at the log's end; otherwise the next append starts a new segment.
-        if last is not None and last.name is not None and last.header_ok and last.last == last_index:
+        # A format 1 segment (an older build's) gets no new records: its version says it holds none.
+        if (last is not None and last.name is not None and last.header_ok and last.last == last_index
+                and last.version == SEGMENT_FORMAT_VERSION):
             self._active = last.name
             if last.name not in self._handles:
                 self._handles[last.name] = self._disk.open(f"{WAL_DIR}/{last.name}")
         else:
             self._active = None
         self._close_idle()
-
-    def _close_idle(self) -> None:
-        """Close every segment file that is neither the active one nor waiting for its fsync."""
-        for name in [name for name in self._handles if name != self._active and name not in self._dirty]:
-            self._handles.pop(name).close()
 
     # --- Reads -----------------------------------------------------------------------------------
 
@@ -163,18 +167,6 @@ class Wal:
             raise CorruptRecord(f"WAL index {decoded} failed its CRC on read; it is now faulty")
         return decoded
 
-    def _pread(self, segment: Segment, offset: int, length: int) -> bytes:
-        name = segment.name
-        invariant(name is not None, "only good entries are read, and the head holds none")
-        handle = self._handles.get(name or "")
-        if handle is not None:
-            return handle.pread(offset, length)
-        handle = self._disk.open(f"{WAL_DIR}/{name}")
-        try:
-            return handle.pread(offset, length)
-        finally:
-            handle.close()
-
     # --- Appending and group commit -----------------------------------------------------------------
 
     def append(self, entries: list[Entry]) -> None:
@@ -210,35 +202,9 @@ class Wal:
         self._dirty.add(name)
         self._last_index = entries[-1].index
 
-    def _writable_segment(self, first_index: int) -> Segment:
-        invariant(first_index == self._last_index + 1, "appends continue at last_index() + 1")
-        if self._active is not None:
-            segment = self._segments[-1]
-            if segment.size < self._segment_bytes or segment.last < segment.first:
-                return segment
-        return self._roll(first_index)
-
-    def _roll(self, first_index: int) -> Segment:
-        """Start a new segment; the previous one stays open until `sync()` has made it durable."""
-        name = segment_name(first_index)
-        path = f"{WAL_DIR}/{name}"
-        invariant(not self._disk.exists(path), f"segment {name} already exists")
-        if self._active is not None and self._active not in self._dirty:
-            self._handles.pop(self._active).close()
-        handle = self._disk.open(path, create=True)
-        handle.append(segment_preamble(first_index))
-        segment = Segment(first_index, name)
-        segment.size = segment.junk_at = SEGMENT_DATA_START
-        segment.header_ok = True
-        self._segments.append(segment)
-        self._handles[name] = handle
-        self._dirty.add(name)
-        self._dir_dirty = True
-        self._active = name
-        return segment
-
     def sync(self) -> None:
-        """One fsync per touched segment (oldest first), then the directory if a segment was created."""
+        """One fsync per touched segment (oldest first), then the directory if a segment was created, then
+        the witness file if term, vote or repairing changed since it was last written."""
         for name in sorted(self._dirty):
             self._handles[name].sync()
         self._dirty.clear()
@@ -246,12 +212,32 @@ class Wal:
         if self._dir_dirty:
             self._disk.sync_dir(WAL_DIR)
             self._dir_dirty = False
+        if self._witness_due:
+            self._checkpoint()
 
     def save_hard_state(self, hs: HardState) -> None:
-        """Write `hs` to the older slot and fsync it (persist before use). The slot also records the term
-        of the entry at `hs.acked_watermark`, so recovery can tell a stale version of the log (`recovery`)."""
-        self._hs_file.save(hs, self._trusted_term(hs.acked_watermark))
+        """Append `hs` as a record after what was appended so far; durable with the next `sync()`, which
+        the caller must run before anything uses it (persist before use). The record also holds the term of
+        the entry at `hs.acked_watermark`, so recovery can tell a stale version of the log (`recovery`)."""
+        self._hs_sequence += 1
+        record = encode_wal_hard_state(hs, self._hs_sequence, self._trusted_term(hs.acked_watermark))
+        segment = self._writable_segment(self._last_index + 1) if self._active is None else self._segments[-1]
+        name = segment.name or ""
+        segment.size = segment.junk_at = self._handles[name].append(record) + len(record)
+        self._dirty.add(name)
         self._hs = hs
+        self._witness_due = True
+
+    def _checkpoint(self) -> None:
+        """Write the current hard state to the witness file (fsynced), newer than every record so far."""
+        self._hs_sequence = self._hs_file.save(self._hs, self._trusted_term(self._hs.acked_watermark),
+                                               self._hs_sequence + 1)
+        self._witness_due = False
+
+    def _restate(self) -> None:
+        """After a cut or rewrite took hard-state records away: put the current one back in the log."""
+        self.save_hard_state(self._hs)
+        self.sync()
 
     # --- Conflicts and repair --------------------------------------------------------------------
 
@@ -265,6 +251,12 @@ class Wal:
         if index == self._last_index + 1:
             return
         self.sync()
+        if self._hs.acked_watermark >= index:
+            # The removed entries were never committed (invariant 3), so this replica no longer vouches for
+            # them; left in place, the watermark would call the shorter log a loss at the next restart. It
+            # goes down in the checkpoint, before the cut, so no crash leaves it above the log.
+            self._hs = attrs.evolve(self._hs, acked_watermark=index - 1)
+        self._checkpoint()  # the cut may take the newest hard-state records with it
         while self._segments and self._segments[-1].first >= index:
             self._remove_segment(self._segments.pop())
         segment = self._segments[-1] if self._segments else None
@@ -283,20 +275,7 @@ class Wal:
             owner = self._segment_of(index - 1)
             owner.terms[index - 1 - owner.first] = 0
         self._adopt(self._segments, self._faulty, index - 1)
-        if self._hs.acked_watermark >= index:
-            # The removed entries were never committed (invariant 3), so this replica no longer vouches for
-            # them; left in place, the watermark would call the shorter log a loss at the next restart.
-            self.save_hard_state(attrs.evolve(self._hs, acked_watermark=index - 1))
-
-    def _remove_segment(self, segment: Segment) -> None:
-        if segment.name is None:
-            return
-        handle = self._handles.pop(segment.name, None)
-        if handle is not None:
-            handle.close()
-        self._disk.remove(f"{WAL_DIR}/{segment.name}")
-        # Each removal is durable before the next, newest first: a crash leaves a prefix, never a gap.
-        self._disk.sync_dir(WAL_DIR)
+        self._restate()
 
     def replace(self, entries: list[Entry]) -> None:
         """Put the leader's copies of faulty entries in place (see `segment` for why by rewrite)."""
@@ -309,6 +288,7 @@ class Wal:
             known = self.term(index)
             invariant(known in (None, entry.term), f"replace({index}): term conflict, use truncate_from")
         self.sync()
+        self._checkpoint()  # a rewritten segment keeps its entries only, not its hard-state records
         groups: dict[int, dict[int, Entry]] = {}
         for index in sorted(by_index):
             groups.setdefault(id(self._segment_of(index)), {})[index] = by_index[index]
@@ -317,6 +297,7 @@ class Wal:
             if group:
                 self._rewrite(segment, group)
         self._reload()
+        self._restate()
 
     def _rewrite(self, segment: Segment, group: dict[int, Entry]) -> None:
         if segment.name is None:
@@ -378,6 +359,7 @@ class Wal:
         covered = [s for s in self._segments if s.last <= index and (s.name is None or s.name != active)]
         if not covered:
             return
+        self._checkpoint()  # the removed segments may hold the newest hard-state record
         for segment in covered:
             if segment.name is not None:
                 handle = self._handles.pop(segment.name, None)

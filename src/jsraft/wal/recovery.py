@@ -1,14 +1,20 @@
 """Opening a WAL: read hard state, snapshot and log back, and act on what the recovery rules decide (L2).
 
 Owns: `Recovered` (what a Raft group restarts from) and the fallbacks for lost hard state. Its writes:
-cutting a provably torn tail (rule R1 in `scan`), removing segments a snapshot covers, rewriting damaged
-hard-state slots, and persisting `repairing`.
+cutting a provably torn tail (rule R1 in `scan`), removing segments a snapshot covers (after a checkpoint
+of the hard state, since they may hold its newest record), rewriting damaged hard-state slots, and
+persisting `repairing`.
 
 Decisions, in order:
   1. No hard-state file, no segment, no snapshot: a new WAL; create it.
-  2. Hard state: the valid slot with the highest sequence. One bad slot: the other is used (a torn slot
-     write never returned, so its state was never used) and the bad slot is rewritten. Both bad, or the
-     file missing while data exists: term and vote are unknown, and the safe fallback is
+  2. Hard state: the valid one with the highest sequence among the two slots of the witness file
+     (`hardstate`) and the `WAL_HARD_STATE` records of the segments (`scan` R6; a torn last record is cut
+     with the torn tail under R1, so the cycle's record before it is used). A bad slot is damage only if
+     no valid segment record is newer than the good slot: term, vote and the repairing flag reach the
+     witness only after a segment record with the same values was fsynced (`log`), so a newer valid record
+     shows that whatever the bad slot held, torn or rotted, is also in the log. Otherwise (a slot whose
+     content the log does not cover) it is damage, as is a missing witness: both slots bad, or the file
+     missing while data exists: term and vote are unknown, and the safe fallback is
      `current_term` = the highest term in any log record or the snapshot, `voted_for` = `VOTE_UNKNOWN`
      (the core then refuses to vote again in that term), repairing (a lost slot may have held a vote in a
      higher term, and a repairing replica's vote does not count toward a majority), `acked_watermark` =
@@ -35,7 +41,7 @@ from jsraft.errors import invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal.format import HARD_STATE_FILE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, parse_segment_name
 from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
-from jsraft.wal.scan import WATERMARK_UNKNOWN, LogScan, scan_log
+from jsraft.wal.scan import WATERMARK_UNKNOWN, HardStateRecord, LogScan, newest_hard_state, scan_log
 from jsraft.wal.snapshots import list_snapshots, load_newest
 
 # Stored as `voted_for` when the vote is unknown. It is not a node id (ids never contain '<'), so a core
@@ -44,6 +50,7 @@ VOTE_UNKNOWN = "<unknown>"
 
 
 TORN_TAIL_REASON = "torn tail cut"  # the prefix of the finding for a rule R1 cut (a normal crash)
+STALE_SLOT_REASON = "hard-state slot rewritten"  # a bad slot the log covers (decision 2): not damage
 
 
 @attrs.frozen(kw_only=True)
@@ -69,16 +76,18 @@ class Recovered:
     torn_tail_bytes_cut: int
 
     def damage_findings(self) -> tuple[str, ...]:
-        """Every finding that means damage: all but torn-tail cuts (a crash mid-write is normal).
+        """Every finding that means damage: all but torn-tail cuts (a crash mid-write is normal) and bad
+        slots a newer log record covers (decision 2).
 
         The runtime passes these as `RestoredState.repair_reasons`, which makes the replica repairing
-        (the core's rule 2) even where the WAL itself does not say repairing: one bad hard-state slot,
-        from which recovery falls back to the other. A bit flip at rest can hit the *newest* slot, whose
-        vote was already granted; the older slot has forgotten it, and the replica could vote twice in
-        one term (found by the simulator, `double-vote`). Repairing, it votes only after a leader has
-        repaired it.
+        (the core's rule 2) even where the WAL itself does not say repairing: one bad hard-state slot the
+        log does not cover, from which recovery falls back to the other. A bit flip at rest can hit the
+        *newest* slot, whose vote was already granted; the older slot has forgotten it, and the replica
+        could vote twice in one term (found by the simulator, `double-vote`). Repairing, it votes only
+        after a leader has repaired it, and not in the term it may have voted in (raft `repair`).
         """
-        return tuple(reason for reason in self.reasons if not reason.startswith(TORN_TAIL_REASON))
+        return tuple(reason for reason in self.reasons
+                     if not reason.startswith((TORN_TAIL_REASON, STALE_SLOT_REASON)))
 
 
 
@@ -90,6 +99,7 @@ class Opened:
     hard_state: HardState
     snapshot: SnapshotMeta | None
     scan: LogScan
+    hs_sequence: int  # the highest hard-state sequence written so far (slots and records)
 
 
 def list_segments(disk: Disk) -> list[tuple[int, str]]:
@@ -107,34 +117,81 @@ def list_segments(disk: Disk) -> list[tuple[int, str]]:
     return sorted(found)
 
 
-def _read_segments(disk: Disk, snap_index: int) -> list[tuple[str, int, bytes]]:
-    """Contents of the segments not wholly covered by the snapshot; the covered ones are removed (R5)."""
+def _read_segments(disk: Disk, snap_index: int) -> tuple[list[tuple[str, int, bytes]], list[str],
+                                                         HardStateRecord | None]:
+    """Contents of the segments not wholly covered by the snapshot, the names of the covered ones (R5: to be
+    removed once the hard state is checkpointed) and the newest hard-state record among those."""
     segments = list_segments(disk)
     keep, covered = [], []
     for position, (first, name) in enumerate(segments):
         following = segments[position + 1][0] if position + 1 < len(segments) else None
         (covered if following is not None and following <= snap_index + 1 else keep).append(name)
-    for name in covered:
+    found = [newest_hard_state(disk.read_file(f"{WAL_DIR}/{name}")) for name in covered]
+    best = _newest(*found)
+    files = [(name, parse_segment_name(name) or 0, disk.read_file(f"{WAL_DIR}/{name}")) for name in keep]
+    return files, covered, best
+
+
+def _newest(*candidates: HardStateRecord | SlotRead | None) -> HardStateRecord | None:
+    """The valid candidate with the highest sequence (slots are converted), or None."""
+    best: HardStateRecord | None = None
+    for found in candidates:
+        if isinstance(found, SlotRead):
+            if found.hard_state is None:
+                continue
+            found = HardStateRecord(hard_state=found.hard_state, sequence=found.sequence,
+                                    watermark_term=found.watermark_term)
+        if found is not None and (best is None or found.sequence > best.sequence):
+            best = found
+    return best
+
+
+def _remove(disk: Disk, names: list[str]) -> None:
+    for name in names:
         disk.remove(f"{WAL_DIR}/{name}")
-    if covered:
+    if names:
         disk.sync_dir(WAL_DIR)
-    return [(name, parse_segment_name(name) or 0, disk.read_file(f"{WAL_DIR}/{name}")) for name in keep]
 
 
-def _load_hard_state(disk: Disk, reasons: list[str]) -> tuple[SlotRead | None, HardStateFile | None]:
-    """The newest valid slot (None if there is none) and the open file (None if it is missing)."""
+@attrs.frozen(kw_only=True)
+class _Witness:
+    """What the hard-state file held: its slots (None if the file is missing) and its open handle."""
+
+    slots: tuple[SlotRead, SlotRead] | None
+    hs_file: HardStateFile | None
+    header_ok: bool = True
+
+    @property
+    def newest(self) -> SlotRead | None:
+        valid = [slot for slot in self.slots or () if slot.hard_state is not None]
+        return max(valid, key=lambda slot: slot.sequence) if valid else None
+
+
+def _load_witness(disk: Disk) -> _Witness:
     if not disk.exists(HARD_STATE_FILE):
-        reasons.append("hard-state file missing while log or snapshot data exists")
-        return None, None
+        return _Witness(slots=None, hs_file=None)
     slot0, slot1, header_ok = read_slots(disk)
-    if not header_ok:
+    return _Witness(slots=(slot0, slot1), hs_file=HardStateFile(disk, (slot0, slot1), header_ok),
+                    header_ok=header_ok)
+
+
+def _witness_findings(witness: _Witness, log_best: HardStateRecord | None, reasons: list[str]) -> bool:
+    """Decision 2 for the witness file: append its findings; True if the hard state counts as lost."""
+    if witness.slots is None:
+        reasons.append("hard-state file missing while log or snapshot data exists")
+        return True
+    if not witness.header_ok:
         reasons.append("hard-state file header damaged (slots are checked on their own; header rewritten)")
-    for number, slot in enumerate((slot0, slot1)):
+    good = witness.newest
+    covered = good is not None and log_best is not None and log_best.sequence > good.sequence
+    for number, slot in enumerate(witness.slots):
         if slot.hard_state is None:
-            reasons.append(f"hard-state slot {number} {slot.problem}")
-    hs_file = HardStateFile(disk, (slot0, slot1), header_ok)
-    valid = [slot for slot in (slot0, slot1) if slot.hard_state is not None]
-    return (max(valid, key=lambda slot: slot.sequence) if valid else None), hs_file
+            if covered:
+                reasons.append(f"{STALE_SLOT_REASON}: slot {number} {slot.problem}; a newer hard-state record "
+                               "in the log holds everything it could have held")
+            else:
+                reasons.append(f"hard-state slot {number} {slot.problem}")
+    return good is None
 
 
 def _term_at(scan: LogScan, meta: SnapshotMeta | None, index: int) -> int:
@@ -144,10 +201,10 @@ def _term_at(scan: LogScan, meta: SnapshotMeta | None, index: int) -> int:
     return scan.term_at(index)
 
 
-def _watermark_problem(stored: SlotRead | None, scan: LogScan, meta: SnapshotMeta | None) -> str | None:
+def _watermark_problem(stored: HardStateRecord | None, scan: LogScan, meta: SnapshotMeta | None) -> str | None:
     """Checks that need the hard state and the log together: the log must reach the acked watermark, and the
     entry there must have the term recorded when it was acknowledged (else the log is a stale version)."""
-    if stored is None or stored.hard_state is None:
+    if stored is None:
         return None
     watermark = stored.hard_state.acked_watermark
     if scan.last_index < watermark:
@@ -161,14 +218,16 @@ def _watermark_problem(stored: SlotRead | None, scan: LogScan, meta: SnapshotMet
     return None
 
 
-def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int) -> HardStateFile:
-    """Persist repairing (and any fallback) before anything acts on it; rewrite damaged slots too."""
+def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int,
+             at_least: int) -> tuple[HardStateFile, int]:
+    """Persist repairing (and any fallback) before anything acts on it, as the newest hard state (a
+    sequence of at least `at_least`); rewrite damaged slots too. Returns the file and the sequence used."""
     if hs_file is None:
         hs_file = HardStateFile.create(disk, hs)
-    hs_file.save(hs, watermark_term)
+    sequence = hs_file.save(hs, watermark_term, at_least)
     if not hs_file.intact:
-        hs_file.save(hs, watermark_term)
-    return hs_file
+        sequence = hs_file.save(hs, watermark_term, sequence + 1)
+    return hs_file, sequence
 
 
 def _apply_cut(disk: Disk, scan: LogScan, reasons: list[str]) -> int:
@@ -191,15 +250,12 @@ def _apply_cut(disk: Disk, scan: LogScan, reasons: list[str]) -> int:
     return torn.bytes_cut
 
 
-def _drop_covered(disk: Disk, scan: LogScan, snap_index: int) -> None:
-    """Forget (and remove) segments whose every index the snapshot covers, e.g. after a snapshot install."""
+def _drop_covered(scan: LogScan, snap_index: int) -> list[str]:
+    """Forget segments whose every index the snapshot covers, e.g. after a snapshot install; returns their
+    names, to be removed once the hard state is checkpointed."""
     covered = [s for s in scan.segments if s.last <= snap_index]
     scan.segments = [s for s in scan.segments if s.last > snap_index]
-    named = [s.name for s in covered if s.name is not None]
-    for name in named:
-        disk.remove(f"{WAL_DIR}/{name}")
-    if named:
-        disk.sync_dir(WAL_DIR)
+    return [s.name for s in covered if s.name is not None]
 
 
 def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[str]) -> HardState:
@@ -229,29 +285,37 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     disk.makedirs(SNAPSHOT_DIR)
     if fresh:
         HardStateFile.create(disk, HardState())
-    slot, hs_file = _load_hard_state(disk, reasons)
-    stored = slot.hard_state if slot is not None else None
+    witness = _load_witness(disk)
     snap = load_newest(disk)
     reasons.extend(snap.problems)
     meta = snap.snapshot[0] if snap.snapshot is not None else None
     snap_index, snap_term = (meta.index, meta.term) if meta is not None else (0, 0)
-    watermark = WATERMARK_UNKNOWN if stored is None else stored.acked_watermark
+    files, covered, covered_best = _read_segments(disk, snap_index)
+    before_scan = _newest(witness.newest, covered_best) if witness.newest is not None else None
     scan = scan_log(
-        _read_segments(disk, snap_index),
+        files,
         snap_index=snap_index,
         snap_term=snap_term,
-        watermark=watermark,
+        watermark=WATERMARK_UNKNOWN if before_scan is None else before_scan.hard_state.acked_watermark,
+        hs_sequence=1 << 64 if before_scan is None else before_scan.sequence,
         allow_torn=True,
     )
     cut = _apply_cut(disk, scan, reasons)
-    _drop_covered(disk, scan, snap_index)
+    covered += _drop_covered(scan, snap_index)
+    log_best = _newest(covered_best, scan.hard_state)
+    lost = _witness_findings(witness, log_best, reasons)
+    best = None if lost else _newest(witness.newest, log_best)
+    stored = best.hard_state if best is not None else None
     reasons.extend(scan.reasons)
     hs = _settle_hard_state(stored, scan, reasons)
-    problem = _watermark_problem(slot, scan, meta)
+    problem = _watermark_problem(best, scan, meta)
     reasons.extend([problem] if problem else [])
     hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
-    if hs_file is None or hs != stored or not hs_file.intact:
-        hs_file = _persist(disk, hs_file, hs, _term_at(scan, meta, hs.acked_watermark))
+    hs_file = witness.hs_file
+    sequence = max((found.sequence for found in (witness.newest, log_best) if found is not None), default=1)
+    if hs_file is None or hs != stored or not hs_file.intact or covered:
+        hs_file, sequence = _persist(disk, hs_file, hs, _term_at(scan, meta, hs.acked_watermark), sequence + 1)
+    _remove(disk, covered)
     recovered = Recovered(
         hard_state=hs,
         snapshot=snap.snapshot,
@@ -261,4 +325,4 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
         reasons=reasons,
         torn_tail_bytes_cut=cut,
     )
-    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan), recovered
+    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan, hs_sequence=sequence), recovered

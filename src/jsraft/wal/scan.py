@@ -22,6 +22,11 @@ applied below:
      side of it.
   R5 the snapshot covers everything at or below its index: damage there is irrelevant, and the first
      entry after it chains to the snapshot's term.
+  R6 hard-state records (segment format 2) are accepted where they lie; junk before one is corruption like
+     junk before an entry (a valid record follows it). The newest by sequence is kept, and from the
+     moment it is newer than the hard state recovery started from, its acked watermark is the one R1
+     compares with: a cycle's record follows that cycle's entries, so a torn cycle loses both and the
+     watermark never vouches for a torn entry.
 
 Invariants:
   1. Every index from the first live index to `last_index` is in exactly one segment's arrays and is
@@ -39,17 +44,53 @@ import attrs
 from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, Kind, RecordView, scan_records
 from jsraft.errors import CorruptRecord
 from jsraft.raft.types import Entry
+from jsraft.raft.types import HardState
 from jsraft.wal.format import (
     SEGMENT_DATA_START,
     SEGMENT_FILE_TYPE,
     SEGMENT_KINDS,
     decode_entry_body,
-    file_header_ok,
+    decode_hard_state,
+    file_header_version,
 )
 from jsraft.wal.segment import Segment
 
 REASONS_MAX = 64
 WATERMARK_UNKNOWN = 1 << 64  # hard state lost: every index may have been acknowledged, so nothing is cut
+SEQUENCE_NEWEST = 1 << 64  # the watermark given to `scan_log` is newer than any record (the open `Wal`)
+_KIND_WAL_HARD_STATE = int(Kind.WAL_HARD_STATE)
+
+
+@attrs.frozen(kw_only=True)
+class HardStateRecord:
+    """A verified hard state read back from a segment record (or a slot: `recovery`)."""
+
+    hard_state: HardState
+    sequence: int
+    watermark_term: int
+
+
+def read_hard_state_record(record: RecordView, buffer: bytes) -> HardStateRecord | None:
+    """The hard state in a verified `WAL_HARD_STATE` record; None if its body is malformed (junk)."""
+    try:
+        body = buffer[record.offset + HEADER_BYTES : record.offset + record.length]
+        hs, watermark_term = decode_hard_state(body)
+    except CorruptRecord:
+        return None
+    if hs.current_term != record.ident_b:
+        return None
+    return HardStateRecord(hard_state=hs, sequence=record.ident_a, watermark_term=watermark_term)
+
+
+def newest_hard_state(buffer: bytes) -> HardStateRecord | None:
+    """The newest valid hard-state record anywhere in a segment's bytes (for segments about to be removed)."""
+    best = None
+    for record in scan_records(buffer, 0, SEGMENT_KINDS).records:
+        if record.kind == _KIND_WAL_HARD_STATE:
+            found = read_hard_state_record(record, buffer)
+            if found is not None and (best is None or found.sequence > best.sequence):
+                best = found
+    return best
 
 
 @attrs.frozen(kw_only=True)
@@ -72,6 +113,7 @@ class LogScan:
     torn: TornCut | None
     max_term: int
     last_index: int
+    hard_state: HardStateRecord | None = None  # the newest valid hard-state record (R6)
 
     def term_at(self, index: int) -> int:
         """Term of a good `index` in the scanned log; 0 if faulty or not in any segment."""
@@ -84,9 +126,12 @@ class LogScan:
 
 
 class _Walk:
-    def __init__(self, snap_index: int, snap_term: int, watermark: int, allow_torn: bool) -> None:
+    def __init__(self, snap_index: int, snap_term: int, watermark: int, hs_sequence: int,
+                 allow_torn: bool) -> None:
         self.snap_index, self.snap_term = snap_index, snap_term
         self.watermark, self.allow_torn = watermark, allow_torn
+        self.hs_sequence = hs_sequence  # sequence of the hard state `watermark` came from
+        self.hard_state: HardStateRecord | None = None
         self.segments: list[Segment] = []
         self.faulty: set[int] = set()
         self.entries: dict[int, Entry] = {}
@@ -188,6 +233,28 @@ class _Walk:
         self.expected = index + 1
         return True
 
+    def take_hard_state(self, segment: Segment, record: RecordView, buffer: bytes, cursor: int) -> bool:
+        """R6: take a hard-state record; False if its body is malformed (it is junk then)."""
+        found = read_hard_state_record(record, buffer)
+        if found is None:
+            return False
+        if record.offset > cursor:
+            # A cycle's record follows its entries: junk before it may hide the entries up to the watermark
+            # it vouches for. Their identity is known (R2), their terms are not.
+            expected, watermark = self.expected, found.hard_state.acked_watermark
+            for missing in range(expected, watermark + 1):
+                self.fault(segment, missing, cursor)
+            if watermark >= expected:
+                self.expected, self.prev_term = watermark + 1, 0
+            self.problem(max(expected, watermark), f"corrupt bytes before a hard-state record (segment "
+                                                   f"{segment.name} bytes {cursor}..{record.offset})")
+        self.max_term = max(self.max_term, found.hard_state.current_term)
+        if self.hard_state is None or found.sequence > self.hard_state.sequence:
+            self.hard_state = found
+            if found.sequence > self.hs_sequence:
+                self.watermark, self.hs_sequence = found.hard_state.acked_watermark, found.sequence
+        return True
+
     def set_term(self, index: int, term: int) -> None:
         for segment in reversed(self.segments):
             if segment.first <= index <= segment.last:
@@ -197,7 +264,8 @@ class _Walk:
     def walk_segment(self, name: str, first: int, buffer: bytes, is_last: bool) -> None:
         segment = self.start_segment(name, first)
         segment.size = len(buffer)
-        cursor = FILE_HEADER_BYTES if file_header_ok(buffer, SEGMENT_FILE_TYPE) else 0
+        segment.version = file_header_version(buffer, SEGMENT_FILE_TYPE)
+        cursor = FILE_HEADER_BYTES if segment.version else 0
         records = scan_records(buffer, 0, SEGMENT_KINDS).records
         header_seen = False
         for record in records:
@@ -208,6 +276,10 @@ class _Walk:
                 if in_place and not header_seen:
                     cursor, header_seen = record.offset + record.length, True
                 continue  # a misplaced header is junk
+            if record.kind == _KIND_WAL_HARD_STATE:
+                if segment.version >= 2 and self.take_hard_state(segment, record, buffer, cursor):
+                    cursor = record.offset + record.length
+                continue  # in a format 1 segment (or malformed) it is junk
             if record.ident_a < self.expected:
                 continue  # R4: below the expected index (stale or repeated): junk
             if self.accept(segment, record, buffer, cursor):
@@ -245,9 +317,11 @@ def scan_log(
     snap_term: int,
     watermark: int,
     allow_torn: bool,
+    hs_sequence: int = SEQUENCE_NEWEST,
 ) -> LogScan:
-    """Apply R1-R5 to `files` (`(name, first index, content)`, in first-index order)."""
-    walk = _Walk(snap_index, snap_term, watermark, allow_torn)
+    """Apply R1-R6 to `files` (`(name, first index, content)`, in first-index order). `watermark` is the
+    acked watermark of the hard state with sequence `hs_sequence`; a newer record in the log replaces it."""
+    walk = _Walk(snap_index, snap_term, watermark, hs_sequence, allow_torn)
     for position, (name, first, buffer) in enumerate(files):
         walk.walk_segment(name, first, buffer, position == len(files) - 1)
     last = max(snap_index, walk.expected - 1) if walk.expected is not None else snap_index
@@ -260,4 +334,5 @@ def scan_log(
         torn=walk.torn,
         max_term=walk.max_term,
         last_index=last,
+        hard_state=walk.hard_state,
     )

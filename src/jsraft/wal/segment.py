@@ -43,7 +43,7 @@ from jsraft.wal.format import (
 
 
 class Segment:
-    __slots__ = ("first", "name", "offsets", "lengths", "terms", "size", "junk_at", "header_ok")
+    __slots__ = ("first", "name", "offsets", "lengths", "terms", "size", "junk_at", "header_ok", "version")
 
     def __init__(self, first: int, name: str | None) -> None:
         self.first = first
@@ -54,6 +54,7 @@ class Segment:
         self.size = 0  # bytes in the file
         self.junk_at = 0  # end of the last accepted record: junk, if any, lies from here to `size`
         self.header_ok = name is None
+        self.version = 0  # the file's format version (`format`); appends go only to a current one
 
     @property
     def last(self) -> int:

@@ -12,9 +12,10 @@ Mutants and what they patch (and why there):
     runtime then reports the entries durable, the leader counts the follower's (and its own) append as
     persisted, commits, applies, and the publish is acked — before anything reached the disk. A
     coordinated power cut (shadow disk, `drop`) then loses acked messages on every node: the store's
-    blocks only fsync on seal and before snapshots, and the WAL segment never did. (The stream's hard
-    state still vouches for the lost entries, so the nodes come back repairing; the messages are gone
-    from every local store either way, which is what `replica_read` shows.)
+    blocks only fsync on seal and before snapshots, and the WAL segment never did. (Since issue #18 the
+    stream's hard state is a record in that same segment and reaches its witness file only in
+    `Wal.sync()`, so it is lost with the entries; the messages are gone from every local store either
+    way, which is what `replica_read` shows.)
   - `truncate_at_corrupt` — `jsraft.store.filestore.FileStore.open` (the classmethod every stream replica
     opens its store with, `stream_replica._open_files`): after the normal recovery, if any sequence is
     damaged (`corrupt`), the store is truncated just below the first damaged one — NATS's behaviour in

@@ -16,6 +16,10 @@ rule has teeth: with the mutant every node runs the broken rule, and some seed m
                           (`term-inflation`).
   forget-vote-on-restart  `rule_restore_hard_state` drops `voted_for`: after a restart the node can vote
                           twice in one term (`double-vote`, then maybe `election-safety`).
+  ack-before-combined-fsync  `rule_must_sync` is False exactly when a cycle both wrote entries and changed
+                          the durable hard state, the cycle whose one segment fsync makes the entries and
+                          the hard-state record after them durable together (issue #18): acknowledgements
+                          and votes leave before it, and a crash loses what they promised.
 
 Invariants:
   1. A mutant differs from `RaftNode` in one method only.
@@ -59,12 +63,25 @@ class ForgetVoteOnRestart(RaftNode):
         return attrs.evolve(hard_state, voted_for=None)
 
 
+# --- ack-before-combined-fsync (issue #18) ---------------------------------------------------------
+
+
+class AckBeforeCombinedFsync(RaftNode):
+    def rule_must_sync(self, durable_hard_state_changed: bool, log_written: bool) -> bool:
+        combined = durable_hard_state_changed and log_written
+        return (durable_hard_state_changed or log_written) and not combined
+
+
+# ------------------------------------------------------------------------------------------------------
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "ack-before-fsync": AckBeforeFsync,
     "truncate-on-corruption": TruncateOnCorruption,
     "repairing-node-votes": RepairingNodeVotes,
     "no-prevote": NoPreVote,
     "forget-vote-on-restart": ForgetVoteOnRestart,
+    "ack-before-combined-fsync": AckBeforeCombinedFsync,
 }
 
 

@@ -1,0 +1,98 @@
+"""The segment files of an open `Wal`: open handles, rolling to a new segment, removal (layer L2).
+
+Owns: `SegmentFiles`, the base class of `log.Wal` that keeps which segment files are open (the active one
+and those waiting for their fsync), starts a new segment, reads through an open or a fresh handle, and
+removes a segment durably. `Wal` decides what to write and when to fsync; this only handles the files.
+
+Invariants:
+  1. A segment file stays open while it is the active one or dirty (written since its last fsync).
+  2. A new segment is created only for the index after the log's end, never over an existing file (an
+     entry-less segment of that name that appends may not go to is removed first, after a checkpoint).
+  3. Each removal is durable (directory fsync) before the next: a crash leaves a prefix, never a gap.
+
+Imports: L0, L1 (`disk` protocol), siblings `format`, `segment`.
+"""
+
+from __future__ import annotations
+
+from jsraft.disk.base import Disk, DiskFile
+from jsraft.errors import invariant
+from jsraft.wal.format import SEGMENT_DATA_START, SEGMENT_FORMAT_VERSION, WAL_DIR, segment_name, segment_preamble
+from jsraft.wal.segment import Segment
+
+
+class SegmentFiles:
+    """Segment-file bookkeeping shared by `Wal`'s methods (the attributes are set by `Wal.__init__`)."""
+
+    _disk: Disk
+    _segment_bytes: int
+    _segments: list[Segment]
+    _handles: dict[str, DiskFile]
+    _dirty: set[str]
+    _dir_dirty: bool
+    _active: str | None
+    _last_index: int
+
+    def _checkpoint(self) -> None:
+        raise NotImplementedError  # `Wal`: the hard state to the witness file
+
+    def _close_idle(self) -> None:
+        """Close every segment file that is neither the active one nor waiting for its fsync."""
+        for name in [name for name in self._handles if name != self._active and name not in self._dirty]:
+            self._handles.pop(name).close()
+
+    def _pread(self, segment: Segment, offset: int, length: int) -> bytes:
+        name = segment.name
+        invariant(name is not None, "only good entries are read, and the head holds none")
+        handle = self._handles.get(name or "")
+        if handle is not None:
+            return handle.pread(offset, length)
+        handle = self._disk.open(f"{WAL_DIR}/{name}")
+        try:
+            return handle.pread(offset, length)
+        finally:
+            handle.close()
+
+    def _writable_segment(self, first_index: int) -> Segment:
+        invariant(first_index == self._last_index + 1, "appends continue at last_index() + 1")
+        if self._active is not None:
+            segment = self._segments[-1]
+            if segment.size < self._segment_bytes or segment.last < segment.first:
+                return segment
+        return self._roll(first_index)
+
+    def _roll(self, first_index: int) -> Segment:
+        """Start a new segment; the previous one stays open until `sync()` has made it durable."""
+        name = segment_name(first_index)
+        path = f"{WAL_DIR}/{name}"
+        last = self._segments[-1] if self._segments else None
+        if last is not None and last.name == name and last.last < last.first:
+            # An entry-less segment appends may not go to (format 1, bad header) has this name: it goes,
+            # after a checkpoint of the hard state its records may hold.
+            self._checkpoint()
+            self._remove_segment(self._segments.pop())
+        invariant(not self._disk.exists(path), f"segment {name} already exists")
+        if self._active is not None and self._active not in self._dirty:
+            self._handles.pop(self._active).close()
+        handle = self._disk.open(path, create=True)
+        handle.append(segment_preamble(first_index))
+        segment = Segment(first_index, name)
+        segment.size = segment.junk_at = SEGMENT_DATA_START
+        segment.header_ok = True
+        segment.version = SEGMENT_FORMAT_VERSION
+        self._segments.append(segment)
+        self._handles[name] = handle
+        self._dirty.add(name)
+        self._dir_dirty = True
+        self._active = name
+        return segment
+
+    def _remove_segment(self, segment: Segment) -> None:
+        if segment.name is None:
+            return
+        handle = self._handles.pop(segment.name, None)
+        if handle is not None:
+            handle.close()
+        self._disk.remove(f"{WAL_DIR}/{segment.name}")
+        # Each removal is durable before the next, newest first: a crash leaves a prefix, never a gap.
+        self._disk.sync_dir(WAL_DIR)

@@ -4,8 +4,9 @@ Public surface: `GroupCycle` (one group's synchronous Ready cycle: take → pers
 advance, written once), `Work` and the persistence steps `write_work` / `sync_work` with their order,
 `prepare` / `restored_state` (how a replica starts from what its WAL recovered), and the `StateMachine`
 contract; and a stream replica's repair decisions (`stream_repair`: which job next, the catch-up session,
-the leader's answer to a catch-up request), which production's repair worker and the simulator both run.
-Modules: `cycle`, `persist`, `restore`, `state_machine`, `stream_repair`.
+the leader's answer to a catch-up request) and when a replica may lead its stream (`stream_leading`), which
+production's stream replica and repair worker and the simulator both run.
+Modules: `cycle`, `persist`, `restore`, `state_machine`, `stream_leading`, `stream_repair`.
 
 Why a layer of its own: every safety claim the simulator makes must be about the code that ships. The
 production runtime (`jsraft.runtime`, trio: fsync worker threads, timers, proposal intake) and the

@@ -18,9 +18,13 @@ Invariants:
      current, or whose store lists faults, resyncs.
   2. A session belongs to one plan generation: `finish_session` releases the held entries only when the
      session ended and the plan is still the adapter's (`stream_repair` invariant 2).
-  3. The first session of a plan carries out the plan as restored; a retry plans again against the store
+  3. `finish_session` fsyncs the store before it releases anything: the WAL already holds the snapshot
+     that covers the fetched messages (its entries are gone), so until the store is durable they exist on
+     this replica only in memory; a power failure then would lose acknowledged messages here (found by
+     the simulator, `--app stream` seed 16: the repair worker never synced after a catch-up).
+  4. The first session of a plan carries out the plan as restored; a retry plans again against the store
      as it is now (it may have moved).
-  4. `answer_catchup` refuses a request for a snapshot index the machine has not applied yet (it could not
+  5. `answer_catchup` refuses a request for a snapshot index the machine has not applied yet (it could not
      tell "deleted" from "not yet written") or for another stream; it never guesses.
 
 Imports: L3 (`stream`), stdlib. Never trio, time, os or the server layer.
@@ -74,7 +78,7 @@ def next_job(adapter: RepairAdapter, *, escalate: bool) -> Job | None:
 
 def open_session(adapter: RepairAdapter, *, first: bool, reset_store: Callable[[], FileStore],
                  bytes_max: int) -> tuple[CatchupSession, Any]:
-    """The session carrying out the adapter's pending plan, and the plan it starts from (invariant 3)."""
+    """The session carrying out the adapter's pending plan, and the plan it starts from (invariant 4)."""
     pending, machine = adapter.plan, adapter.machine
     assert pending is not None
     plan = pending.plan if first else machine.plan_against(pending.plan.group, store_may_be_ahead=pending.recovering)
@@ -84,8 +88,10 @@ def open_session(adapter: RepairAdapter, *, first: bool, reset_store: Callable[[
 
 
 def finish_session(adapter: RepairAdapter, session: CatchupSession, generation: int) -> bool:
-    """The session ended: release what the adapter held back, if the plan is still this one (invariant 2)."""
+    """The session ended: make the store durable and release what the adapter held back, if the plan is
+    still this one (invariants 2 and 3)."""
     if session.result is not None and adapter.generation == generation:
+        adapter.machine.store.sync()
         adapter.release()
         return True
     return False
@@ -107,7 +113,7 @@ def unfit_to_lead(adapter: RepairAdapter) -> bool:
 
 
 def answer_catchup(machine: StreamStateMachine, stream: str, request: CatchupRequest) -> CatchupChunk | CatchupRefusal:
-    """The stream leader's answer to one catch-up request (invariant 4); the caller checked it leads."""
+    """The stream leader's answer to one catch-up request (invariant 5); the caller checked it leads."""
     if request.stream != stream:
         return CatchupRefusal(reason=f"no stream {request.stream} here")
     if machine.applied_index < request.snapshot_index:

@@ -10,7 +10,8 @@ Invariants:
      that index could not tell "deleted" from "not yet written".
   2. Anything else is answered with a refusal or an error the requester retries on; never a guess.
 
-Imports: L1 (`raft` errors), L3 (`stream`), server siblings. Reference: DESIGN.md §6 (range catch-up), §8.
+Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair.answer_catchup`), server siblings.
+Reference: DESIGN.md §6 (range catch-up), §8.
 """
 
 from __future__ import annotations

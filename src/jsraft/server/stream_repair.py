@@ -24,7 +24,8 @@ Invariants:
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
      node, whatever number of tries it took.
 
-Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), attrs, trio, server siblings.
+Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), L3½ (`replica.stream_repair`: every
+repair decision), attrs, trio, server siblings.
 Reference: DESIGN.md §6 (range catch-up), §8; stream/catchup.py.
 """
 

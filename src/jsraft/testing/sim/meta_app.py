@@ -22,7 +22,8 @@ Invariants:
   1. The replica's `applied_index` is the machine's (`note_applied` moves it for Raft's own entries).
   2. Checks only read; the reference replica is fed only entries some replica applied.
 
-Imports: stdlib, `jsraft.raft`, `jsraft.meta`, `jsraft.server.meta_adapter`, `jsraft.wal`, siblings. Reference: meta/machine.py,
+Imports: stdlib, `jsraft.raft`, `jsraft.meta`, `jsraft.server.meta_adapter`, `jsraft.wal`, siblings.
+Reference: meta/machine.py,
 server/meta_adapter.py, DESIGN.md §5.
 """
 

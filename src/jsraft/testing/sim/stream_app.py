@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 from jsraft.consumer import DeleteOp, encode_ops
 from jsraft.jsapi.stream_config import StreamConfig, parse_stream_config
 from jsraft.raft import Entry, EntryType
+from jsraft.replica.stream_leading import leader_ready
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
@@ -304,8 +305,9 @@ class StreamReplica:
         if self.leader is not None and self.leader_term == node.current_term and self.machine.can_lead:
             return self.leader
         self.leader = None
-        if (self.adapter.noop_term != node.current_term or node.log.applied_index < node.log.last_index
-                or not self.machine.can_lead):
+        if not leader_ready(is_leader=True, noop_term=self.adapter.noop_term, current_term=node.current_term,
+                            applied_index=node.log.applied_index, last_index=node.log.last_index,
+                            machine=self.machine):
             return None
         self.leader = StreamLeader(self.machine, audit_interval_ns=self.app.audit_interval_ticks * TICK_NS)
         self.leader_term = node.current_term

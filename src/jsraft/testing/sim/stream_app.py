@@ -1,42 +1,36 @@
-"""`--app stream`: every simulated node applies its committed entries to a real `StreamStateMachine`.
+"""`--app stream`: every simulated node runs production's stream replica core on its own `SimDisk`.
 
 Owns: `StreamApp` (the run's stream config drawn from the seed, the simulated wall clock, the replicas'
-factory, the workload, the audit checker) and `StreamReplica`, one node's stream runtime — what
-`server.stream_adapter` and `server.stream_replica` do in production, synchronously:
-  - the store is a real `FileStore` on the node's own `SimDisk` (directory `stream/msgs`), so crash loss,
-    torn writes, read-time bit flips and (for nodes in the fault atlas) damage at rest reach it;
-  - start: `StreamStateMachine(store, ...)`; with the WAL's snapshot, `restore(data, recovering=True)`; a
-    non-empty `RepairPlan` becomes a pending catch-up (`store_may_be_ahead`); the WAL's committed entries
-    then replay, and `finish_recovery()` runs once the replay reaches the log's last index at open time;
-  - NOOP and CONF_CHANGE entries only move the machine's `applied_index` (the NOOP's term is recorded: a
-    `StreamLeader` is built only once its term's NOOP applied);
-  - a leader's snapshot (InstallSnapshot): `restore(data)`; a non-empty plan becomes a pending catch-up;
-  - while a catch-up is pending, committed entries wait in order (`buffered`) and apply once it is done
-    (the machine must not apply entries between its snapshot and the end of the repair);
-  - a replica that is drifted or whose store lists faults is resynced: the source's snapshot is restored,
-    then caught up (`stream_repair`); catch-ups run *directly in-process*, `serve_catchup` on the
-    source's machine answering `CatchupSession` requests through the wire encoding, and only while the
-    two nodes have a two-way link in the simulated network;
-  - compaction: only while the machine is current, fault-free, not replaying and its store at the log's
-    last sequence (production's `StreamAdapter.snapshot_ready`); the store is synced first (DESIGN §2: the
-    store is fsynced before the WAL is compacted past it), then `machine.snapshot()`;
-  - a durable mark (`stream/repair`) says the store may lack effects of entries the WAL's snapshot covers:
-    written before a leader's snapshot is made durable, when the machine drifts, when a resync starts;
-    removed once the store holds the group's state again and is synced. A marked replica restarts with
-    `restore(recovering=False)`: the full plan, digests compared, as the store may be behind anywhere.
+factory, the workload, the audit checker) and `StreamReplica`, the simulator's handle on one node's
+*production* objects:
+  - `server.stream_adapter.StreamAdapter` around a `StreamStateMachine` whose store is a real `FileStore`
+    on the node's `SimDisk` (directory `stream/msgs`), so crash loss, torn writes, read-time bit flips
+    and (for nodes in the fault atlas) damage at rest reach it. The adapter applies every committed entry
+    (NOOP / CONF_CHANGE only move the position; its `noop_term` gates leading), holds entries back while a
+    repair plan is pending, begins and restores resyncs, ends the WAL replay (`recovery_target`,
+    `finish_recovery`), gates compaction (`snapshot_ready`, the store fsynced first) and hands every entry
+    to the stream's consumers (its `ConsumerReplica`; `--app consumer` watches it, `consumer_app`);
+  - start: the adapter restores the WAL's snapshot as production's runtime does at open (recovering);
+    a leader's snapshot (InstallSnapshot) goes through the same `restore`;
+  - repairs: production's decisions (`jsraft.replica.stream_repair`) with the simulated stream leader as
+    the peer (`stream_repair`);
+  - leading: a `StreamLeader` is built under production's conditions (`jsraft.replica.stream_leading`).
+Nothing here applies, holds back, restores or repairs by itself: a change to any of those in production
+is what the simulator runs.
 
 Digest compared across replicas at each index (`SafetyChecker.on_apply`): the group position the log
 implies (last sequence, last msg-id, last timestamp, last audit id, the dedupe window, the config), which
 stream machine invariant 3 says every replica holds whatever its store's health. The store's state tuple
-is compared at AUDIT entries (`stream_checks`).
+is compared at AUDIT entries (`stream_checks`), from every replica's report (production forwards only a
+current machine's: the checker sees more than the leader's audit does).
 
 Invariants:
-  1. The replica's `applied_index` is the Raft position; the machine's may be ahead only after a resync
-     from a source that had applied further (entries up to it are then skipped, and no digest is given).
+  1. The replica's `applied_index` is the adapter's: the Raft position, held entries counted.
   2. A replica never vouches (digest None) for an index its machine has not applied exactly.
   3. Every choice comes from the generator the app is given (config: `rngs.knobs`; workload: clients').
 
-Imports: stdlib, `jsraft.raft`, `jsraft.store`, `jsraft.stream`, `jsraft.jsapi`, siblings.
+Imports: stdlib, `jsraft.raft`, `jsraft.replica`, `jsraft.server.stream_adapter`, `jsraft.store`,
+`jsraft.stream`, `jsraft.jsapi`, `jsraft.consumer`, siblings.
 Reference: stream/machine.py (Lifecycle), server/stream_adapter.py, DESIGN.md §6, §8.
 """
 

@@ -1,8 +1,8 @@
 """`jsraft.replica.stream_repair` and `stream_leading`: the repair and leading decisions production's repair
 worker and the simulator share (unit tests: no network, no trio).
 
-Method: a leader `StreamStateMachine` on a MemStore applies a log of real MSGS entries
-(`entries.encode_msgs`); a follower's production `StreamAdapter` is fed the same entries,
+Method: a leader `StreamStateMachine` on a MemStore applies a log of real MSGS entries (the `Log`,
+`machine` and `follower` of test_repair_adapter.py); a follower's production `StreamAdapter` is fed the same entries,
 restores the leader's snapshot or begins a resync, and the decisions are asked at each point: which job
 comes next, the session that carries out a plan (first try and retry), the release of the held entries
 only for the plan's own generation, when the replica is whole again and when it is unfit to lead, and
@@ -16,44 +16,13 @@ from __future__ import annotations
 import random
 
 from jsraft.jsapi.stream_config import parse_stream_config
-from jsraft.raft.types import Entry
 from jsraft.replica import stream_repair as decide
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.server.stream_adapter import StreamAdapter
 from jsraft.store.filestore import FileStore
-from jsraft.store.memstore import MemStore
 from jsraft.stream import CatchupRefusal, CatchupRequest, Finding, FindingKind, StreamStateMachine, store_config_for
-from jsraft.stream.entries import encode_msgs
 from jsraft.testing.simdisk import SimDisk
-
-NOW = 1_700_000_000_000_000_000
-
-
-def machine() -> StreamStateMachine:
-    config, raw = parse_stream_config(b'{"name": "S", "subjects": ["s.>"]}')
-    return StreamStateMachine(MemStore(store_config_for(config)), config, raw)
-
-
-class Log:
-    """The group's log, applied by the leader as it grows."""
-
-    def __init__(self) -> None:
-        self.leader, self.index, self.last_seq = machine(), 0, 0
-
-    def msgs(self, count: int) -> Entry:
-        first, self.index = self.last_seq + 1, self.index + 1
-        self.last_seq += count
-        msgs = [(b"s.x", b"", b"m%d" % seq, NOW + seq, b"", 0) for seq in range(first, first + count)]
-        data = encode_msgs(first, msgs)
-        self.leader.apply(self.index, data)
-        return Entry(index=self.index, term=1, data=data)
-
-
-def follower() -> StreamAdapter:
-    adapter = StreamAdapter(machine())
-    adapter.recovery_target = 0  # open: a snapshot restored from now on is the leader's
-    return adapter
-
+from test_repair_adapter import Log, follower
 
 def test_a_restored_plan_is_carried_out_and_released_for_its_own_generation_only():
     log, adapter = Log(), follower()

@@ -66,13 +66,17 @@ class RepairState:
     next_tick: int = 0
     last_transfer_tick: int | None = None
     noted_unhealthy: bool = False
+    in_episode: bool = False  # a drift episode is open (RepairWorker's `episode`)
+    recovery_noted: bool = False
+    audit_wanted: bool = False  # ask the stream leader for an audit (`StreamAudit.request_soon`)
 
 
 def step(sim: Simulation, replica: StreamReplica) -> None:
     state = replica.repair
     _hand_over_if_unfit(sim, replica)
-    if decide.is_whole(replica.adapter):
-        state.noted_unhealthy = False
+    _note_episode(replica)
+    if state.audit_wanted:
+        _ask_for_audit(sim, replica)
     if sim.clock.now < state.next_tick:
         return
     job = decide.next_job(replica.adapter, escalate=state.escalate)
@@ -91,6 +95,31 @@ def step(sim: Simulation, replica: StreamReplica) -> None:
         _resync(sim, replica, source)
     else:
         _carry_out(sim, replica, source)
+
+
+def _note_episode(replica: StreamReplica) -> None:
+    """DESIGN §8, "an audit after every recovery and repair": as `RepairWorker._note_recovered` and
+    `_close_episode_if_whole`, which call `StreamAudit.request_soon`."""
+    state, adapter = replica.repair, replica.adapter
+    whole = decide.is_whole(adapter)
+    if not state.recovery_noted and not adapter.machine.replaying and not adapter.holding:
+        state.recovery_noted = state.audit_wanted = True
+    if not whole:
+        state.in_episode = True
+    elif state.in_episode:
+        state.in_episode, state.noted_unhealthy, state.audit_wanted = False, False, True
+
+
+def _ask_for_audit(sim: Simulation, replica: StreamReplica) -> None:
+    """`StreamAudit._ask_for_audit`: this node's own StreamLeader, or the stream leader over one RPC."""
+    own = replica.stream_leader()
+    source = replica if own is not None else _leader(sim, replica)
+    if source is None:
+        return
+    leader = source.stream_leader()
+    assert leader is not None
+    leader.request_audit()
+    replica.repair.audit_wanted = False
 
 
 def _leader(sim: Simulation, replica: StreamReplica) -> StreamReplica | None:

@@ -3,10 +3,10 @@ silently diverges is caught by the audit checker, and the production bugs the st
 pinned here.
 
 Method: `run_batch` over `SEEDS` with `app="stream"` (even seeds 3 nodes, odd 5; every fault kind), in two
-worker processes: every node applies its committed entries to a `StreamStateMachine` on a `FileStore` on its
-own `SimDisk`, the workload publishes (with msg-ids and duplicates), deletes, purges, updates the config and
-expires, the leader audits, snapshots go through `snapshot()`/`restore()` and a restored plan is caught up
-with `CatchupSession`/`serve_catchup`. The mutant `stream-skip-delete` makes `n1` skip every DELETE; it must
+worker processes: every node runs production's `StreamAdapter` around a `StreamStateMachine` on a
+`FileStore` on its own `SimDisk`, the workload publishes (with msg-ids and duplicates), deletes, purges,
+updates the config and expires, the leader audits, snapshots go through the adapter and a restored plan
+is carried out by production's repair decisions (`jsraft.replica.stream_repair`) against the stream leader. The mutant `stream-skip-delete` makes `n1` skip every DELETE; it must
 be caught as `stream-audit` and the honest code must pass the same seed.
 
 The production bugs the stream simulator found, each pinned by a small deterministic reproduction (all
@@ -41,6 +41,15 @@ limit changes by CONFIG, read-time bit flips reaching the store):
      record to size the message a publish would evict (seed 191, `crash`, once the production Ready
      cycle changed the run's path); the publish is now refused as unavailable (10008) and the store
      lists the fault (stream/leader.py invariant 4).
+  7. Once the simulator drove production's repair (issue #13): nothing fsynced the store when a catch-up
+     ended, while the WAL's snapshot already covered the fetched messages: a power failure then lost
+     acknowledged messages on that replica (seed 16, `acked-lost`; the simulator's own repair copy had
+     synced on removing a durable marker production never had). `stream_repair.finish_session` syncs
+     first (tests/server/test_repair_decisions.py).
+  8. FileStore `erase` of the last message of an older block: the delete removed the emptied block's
+     file and the overwrite reopened it (seed 249, `crash`: FileNotFoundError out of a DELETE's apply,
+     which stops the group). The erase now returns once the block is gone
+     (tests/store/test_filestore_powercut.py).
 And two fixed in `stream/machine.py`: `snapshot()` let a `DamagedSequence` found while it read the store
 escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose only
 earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
@@ -199,6 +208,12 @@ def test_stream_seed_191_passes() -> None:
     """Bug 6: a read-time flip hits the record `load` reads for the dry run (the scan that found it had
     read it intact), so only a whole run reaches it; it crashed with `DamagedSequence` before the fix."""
     result = run_seed(config_for(191, nodes="mixed", app="stream"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
+def test_stream_seed_249_passes() -> None:
+    """Bug 8: only a whole run erased the last message of an older block; it crashed before the fix."""
+    result = run_seed(config_for(249, nodes="mixed", app="stream"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 

@@ -157,3 +157,20 @@ def test_a_power_cut_after_an_erase_keeps_what_came_before_it(tmp_path, mode):
     # The erase returned, so it and everything before it are durable: only 3 and 4 are left.
     assert [seq for seq in range(1, 5) if _loads(reopened, seq)] == [3, 4]
     assert reopened.subject_counts() == {"a": 1, "b": 1}
+
+
+def test_erasing_the_last_message_of_an_older_block_removes_the_block_and_returns(tmp_path):
+    """Regression (simulator `--app stream` seed 249, once it drove production's StreamAdapter): the
+    delete inside `erase` emptied an older block, which removed its file, and the overwrite then opened
+    that file again: FileNotFoundError out of a DELETE entry's apply, which stops the group. The record
+    went with its file; the erase is done, and durable once it returned."""
+    root = str(tmp_path / "store")
+    store = FileStore.open(OsDisk(root), CONFIG)
+    store.append_batch([(1, "a", b"", b"one", 1)])
+    store.roll()  # block 1 holds only seq 1
+    store.append_batch([(2, "b", b"", b"two", 2)])
+    assert store.erase(1)
+    assert [seq for seq in range(1, 3) if _loads(store, seq)] == [2]
+    store.close()
+    reopened = FileStore.open(OsDisk(root), CONFIG)
+    assert [seq for seq in range(1, 3) if _loads(reopened, seq)] == [2]

@@ -290,6 +290,9 @@ class FileStore(Accounting):
             return False
         block, offset, length, _ = where
         fs_remove.delete_many(self, [seq])
+        if block not in self.files.blocks:  # its block emptied and was removed, the record with its file
+            self.sync()
+            return True
         # The overwrite changes an older record in place, out of the newest block's append order: make
         # everything before it durable first (the tombstone just written and any unsynced earlier removal,
         # e.g. a limit's), or a crash could keep the erase and lose what came before it — a durable state

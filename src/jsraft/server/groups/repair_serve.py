@@ -10,7 +10,8 @@ Invariants:
      that index could not tell "deleted" from "not yet written".
   2. Anything else is answered with a refusal or an error the requester retries on; never a guess.
 
-Imports: L1 (`raft` errors), L3 (`stream`), server siblings. Reference: DESIGN.md §6 (range catch-up), §8.
+Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair.answer_catchup`), server siblings.
+Reference: DESIGN.md §6 (range catch-up), §8.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jsraft.raft.errors import NotLeader
+from jsraft.replica.stream_repair import answer_catchup
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, MalformedCatchup, decode_catchup, encode_chunk, encode_refusal,
-    serve_catchup,
 )
 
 if TYPE_CHECKING:
@@ -49,8 +50,5 @@ async def serve_catchup_request(replica: "StreamReplica", blob: bytes) -> bytes:
     machine = replica.machine
     if machine is None or request.stream != replica.name:
         return encode_refusal(CatchupRefusal(reason=f"{replica.node_id} has no stream {request.stream}"))
-    if machine.applied_index < request.snapshot_index:
-        return encode_refusal(CatchupRefusal(reason=f"the leader applied {machine.applied_index}, below the "
-                                                    f"snapshot index {request.snapshot_index}"))
-    answer = serve_catchup(machine, request)
+    answer = answer_catchup(machine, replica.name, request)
     return encode_chunk(answer) if isinstance(answer, CatchupChunk) else encode_refusal(answer)

@@ -24,7 +24,8 @@ Invariants:
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
      node, whatever number of tries it took.
 
-Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), attrs, trio, server siblings.
+Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), L3½ (`replica.stream_repair`: every
+repair decision), attrs, trio, server siblings.
 Reference: DESIGN.md §6 (range catch-up), §8; stream/catchup.py.
 """
 
@@ -42,6 +43,7 @@ from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
+from jsraft.replica import stream_repair as decide
 from jsraft.store.filestore import FileStore
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
@@ -154,15 +156,10 @@ class RepairWorker:
         adapter, machine = self.replica.adapter, self.replica.machine
         if adapter is None or machine is None:
             return None
-        if self._escalate:
-            return self._resync
-        if adapter.plan is not None:
-            return self._carry_out
-        if adapter.resync_pending is not None or machine.replaying:
-            return None  # waiting for the log to reach the resync's index, or for the replay to end
-        if machine.health is not Health.current or machine.store.faults():
-            return self._resync
-        return None
+        job = decide.next_job(adapter, escalate=self._escalate)
+        if job is None:
+            return None
+        return self._resync if job is decide.Job.resync else self._carry_out
 
     # --- Episodes and advisories -------------------------------------------------------------------
 
@@ -215,10 +212,7 @@ class RepairWorker:
 
     def _close_episode_if_whole(self) -> None:
         episode, adapter, machine = self.episode, self.replica.adapter, self.replica.machine
-        if episode is None or adapter is None or machine is None:
-            return
-        if (machine.health is not Health.current or machine.replaying or machine.store.faults()
-                or adapter.plan is not None or adapter.holding or adapter.resync_pending is not None):
+        if episode is None or adapter is None or machine is None or not decide.is_whole(adapter):
             return
         self._advise_drift(episode)
         self.episode = None
@@ -276,11 +270,8 @@ class RepairWorker:
         self._advise_drift(episode)
         first = self._plan_generation != pending.generation
         self._plan_generation = pending.generation
-        plan = pending.plan if first else machine.plan_against(pending.plan.group,
-                                                                store_may_be_ahead=pending.recovering)
-        session = CatchupSession(machine, pending.plan.group, snapshot_index=pending.index,
-                                 reset_store=self._fresh_store, bytes_max=self.options.catchup_chunk_bytes,
-                                 store_may_be_ahead=pending.recovering)
+        session, plan = decide.open_session(adapter, first=first, reset_store=self._fresh_store,
+                                            bytes_max=self.options.catchup_chunk_bytes)
         self.state = "fetching"
         try:
             await self._run_session(session, plan, pending.generation)
@@ -290,7 +281,7 @@ class RepairWorker:
             episode.reset = episode.reset or session.was_reset
         if session.result is not None and adapter.generation == pending.generation:
             episode.verified = session.result.verified
-            adapter.release()
+        decide.finish_session(adapter, session, pending.generation)
 
     async def _run_session(self, session: CatchupSession, plan: Any, generation: int) -> None:
         adapter = self.replica.adapter
@@ -341,8 +332,7 @@ class RepairWorker:
         replica, adapter, machine = self.replica, self.replica.adapter, self.replica.machine
         if adapter is None or machine is None:
             return
-        waiting = adapter.holding or adapter.resync_pending is not None
-        if not waiting and (machine.can_lead or machine.replaying):  # a replay alone ends by itself
+        if not decide.unfit_to_lead(adapter):  # a replay alone ends by itself
             return
         try:
             status = replica.runtime.status(replica.group).raft

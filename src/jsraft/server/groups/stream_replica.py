@@ -29,7 +29,8 @@ Invariants:
      as leader it decides no publish (answered 10194), delivers nothing, proposes no expiry — only the
      consumer's deletion. The group still replicates what a leader that can run it commits (one log).
 
-Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L4 (`runtime`), trio, siblings.
+Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L3½
+(`replica.stream_leading`), L4 (`runtime`), trio, siblings.
 Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
 """
 
@@ -64,6 +65,7 @@ from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
+from jsraft.replica.stream_leading import leader_ready
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.store.fs_verify import verify_in_background
@@ -181,10 +183,9 @@ class StreamReplica(ConfigFollowing):
 
     def _leader_ready(self) -> bool:
         status = self.runtime.status(self.group).raft
-        return (status.role is Role.LEADER and self.adapter is not None
-                and self.adapter.noop_term == status.current_term
-                and status.applied_index >= status.last_index and self.machine is not None
-                and self.machine.can_lead)
+        return self.adapter is not None and leader_ready(
+            is_leader=status.role is Role.LEADER, noop_term=self.adapter.noop_term, current_term=status.current_term,
+            applied_index=status.applied_index, last_index=status.last_index, machine=self.machine)
 
     def _follow_leadership(self) -> None:
         """Drop or build the StreamLeader (invariant 1); called every tick and before each decision."""

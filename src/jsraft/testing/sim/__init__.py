@@ -10,10 +10,13 @@ Modules, one concept each: `config` (SimConfig, per-seed knobs, sub-generators),
 `membership`, `checkers` (SafetyChecker), `availability` (term inflation), `liveness` (the final phase and
 end-of-run checks), `violation`, `trace`, `mutants` (Raft mutants), `app_mutants` (broken state
 machines), `simulator` (the step loop and `run_seed`), `batch` (many seeds; what the CLI and tests call),
-`cli` (`python -m jsraft.testing.sim`). The stream app: `stream_app` (replicas on a FileStore),
-`stream_clients` (workload), `stream_repair` (catch-up and resync), `stream_checks` (audits, reference
-replica); the consumer app (the stream app with consumers): `consumer_app`, `consumer_clients`,
-`consumer_checks`; the meta app: `meta_app`, `meta_clients`.
+`cli` (`python -m jsraft.testing.sim`). The stream app: `stream_app` (production's `StreamAdapter` on a
+FileStore per node), `stream_clients` (workload), `stream_repair` (production's repair decisions,
+`jsraft.replica.stream_repair`, with the simulated stream leader as the peer), `stream_checks` (audits,
+reference replica); the consumer app (the stream app with consumers): `consumer_app` (the adapter's
+`ConsumerReplica`, watched), `consumer_clients`, `consumer_checks`; the meta app: `meta_app` (production's
+`MetaAdapter`), `meta_clients`. No Ready loop, stream application or repair of the simulator's own: the
+replicas are production's objects, driven synchronously.
 
 Public API: `SimConfig`, `run_seed`, `SeedResult`, `run_batch`, `BatchResult`, `MUTANTS`, `APPS`,
 `APP_MUTANTS`, `SimNetwork`,

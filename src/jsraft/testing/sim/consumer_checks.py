@@ -47,15 +47,17 @@ from jsraft.testing.sim.stream_checks import StreamChecker
 from jsraft.testing.sim.violation import Violation
 
 if TYPE_CHECKING:
-    from jsraft.testing.sim.consumer_app import ConsumerApp, ConsumerMachine
+    from jsraft.replica.consumer_replica import ConsumerReplica
+    from jsraft.stream import StreamStateMachine
+    from jsraft.testing.sim.consumer_app import ConsumerApp
     from jsraft.testing.sim.simulator import Simulation
 
 Floors = dict[str, tuple[int, int]]  # consumer -> (ack_floor_stream_seq, ack_floor_consumer_seq)
 
 
-def consumer_view(machine: ConsumerMachine) -> tuple[int, Floors]:
-    """(a CRC of the consumer set's key, the ack floors) of a machine's consumers now."""
-    consumers = machine.consumer_replica.consumers
+def consumer_view(replica: ConsumerReplica) -> tuple[int, Floors]:
+    """(a CRC of the consumer set's key, the ack floors) of a replica's consumers now."""
+    consumers = replica.consumers
     floors = {name: (e.state.ack_floor_stream_seq, e.state.ack_floor_consumer_seq)
               for name, e in consumers.consumers.items()}
     return zlib.crc32(repr(consumers.key()).encode()), floors
@@ -71,13 +73,13 @@ class ConsumerChecker(StreamChecker):
         self.consumer_reports: Counter[str] = Counter()
         self.view_indexes: list[int] = []  # the keys of `views`, ascending
         super().__init__(app)
-        self._record(0, consumer_view(self.reference))
+        self._record(0, consumer_view(self.reference.consumer_replica))
 
     def new_reference(self, *, final: bool = False):  # type: ignore[no-untyped-def]
         from jsraft.testing.sim.consumer_app import ConsumerMachine
 
         return ConsumerMachine(MemStore(self.app.store_config()), self.app.config, self.app.raw,
-                               node_id="reference", observer=None if final else self.on_reference)
+                               observer=None if final else self.on_reference)
 
     def stats(self) -> dict[str, int]:
         counts = {f"consumer_reports_{k}": v for k, v in sorted(self.consumer_reports.items())}
@@ -85,13 +87,14 @@ class ConsumerChecker(StreamChecker):
 
     # --- The reference ------------------------------------------------------------------------
 
-    def on_reference(self, machine: ConsumerMachine, index: int, body: bytes | None, phase: str) -> None:
+    def on_reference(self, node_id: str, machine: StreamStateMachine, consumers: ConsumerReplica, index: int,
+                     body: bytes | None, phase: str) -> None:
         if phase == "before":
-            self._before(machine, index, body or b"")
+            self._before(consumers, index, body or b"")
             return
         if body is not None:
-            self._acks(machine, body)
-        view = consumer_view(machine)
+            self._acks(consumers, body)
+        view = consumer_view(consumers)
         for name, floor in view[1].items():
             last = self.last_floors.get(name)
             if last is not None and floor < last:
@@ -100,8 +103,8 @@ class ConsumerChecker(StreamChecker):
         self.last_floors = view[1]
         self._record(index, view)
 
-    def _before(self, machine: ConsumerMachine, index: int, body: bytes) -> None:
-        consumers = machine.consumer_replica.consumers.consumers
+    def _before(self, replica: ConsumerReplica, index: int, body: bytes) -> None:
+        consumers = replica.consumers.consumers
         self.before = {}
         for op in decode_ops(body):
             if isinstance(op, DeliveredOp):
@@ -113,8 +116,8 @@ class ConsumerChecker(StreamChecker):
             elif isinstance(op, AckOp) and op.name in consumers:
                 self.before[op.name] = set(consumers[op.name].state.pending)
 
-    def _acks(self, machine: ConsumerMachine, body: bytes) -> None:
-        consumers = machine.consumer_replica.consumers.consumers
+    def _acks(self, replica: ConsumerReplica, body: bytes) -> None:
+        consumers = replica.consumers.consumers
         for op in decode_ops(body):
             if not isinstance(op, AckOp) or op.name not in self.before or op.name not in consumers:
                 continue
@@ -138,9 +141,9 @@ class ConsumerChecker(StreamChecker):
 
     # --- Replicas -------------------------------------------------------------------------------
 
-    def on_replica(self, machine: ConsumerMachine, index: int, body: bytes | None, phase: str) -> None:
-        node_id = machine.node_id
-        if phase == "before" or phase == "snapshot" or (phase == "after" and body is None):
+    def on_replica(self, node_id: str, machine: StreamStateMachine, consumers: ConsumerReplica, index: int,
+                   body: bytes | None, phase: str) -> None:
+        if phase == "before" or (phase == "after" and body is None):
             return
         if phase == "restored":
             status = "restored"  # the snapshot's set replaces the node's: held to equality at its index
@@ -154,7 +157,7 @@ class ConsumerChecker(StreamChecker):
             status = "unverified"
         else:
             status = "vouched"
-        self.reports.append((node_id, index, consumer_view(machine), status))
+        self.reports.append((node_id, index, consumer_view(consumers), status))
 
     def after_step(self, sim: Simulation) -> None:
         self._judge_reports(sim)  # first: a consumer divergence is named before the removals it causes

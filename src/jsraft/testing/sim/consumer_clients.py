@@ -80,7 +80,7 @@ class ConsumerClients(StreamClients):
             return
         driver, replica, stream_leader = found
         now_ns = self.app.now_ns(sim.clock.now)
-        consumers = replica.machine.consumer_replica.consumers
+        consumers = replica.adapter.consumers.consumers
         node = driver.node
         settled = node is not None and node.log.applied_index >= node.log.last_index
         leaders = self._consumer_leaders(driver.node_id, stream_leader, consumers, now_ns, settled)

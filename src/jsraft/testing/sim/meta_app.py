@@ -1,10 +1,11 @@
 """`--app meta`: every simulated node applies its committed entries to a real `MetaStateMachine`.
 
 Owns: `MetaApp` (the replicas' factory, the workload, the checks) and `MetaReplica`, one node's meta
-runtime — what `server.meta_adapter` does in production, synchronously:
-  - NORMAL entries: `apply(index, data)`; NOOP and CONF_CHANGE entries: `note_applied(index)` (a NOOP's
-    term is recorded: the node proposes only once its term's NOOP applied, `MetaStateMachine`'s
-    precondition); snapshots: `snapshot()` / `restore()`, at start from the WAL's and on InstallSnapshot;
+replica — production's `server.meta_adapter.MetaAdapter` around a `MetaStateMachine`:
+  - every committed entry goes through `MetaAdapter.apply` (NORMAL entries to `apply(index, data)`,
+    NOOP and CONF_CHANGE entries to `note_applied(index)`, a NOOP's term recorded as `noop_term`: the
+    node proposes only once its term's NOOP applied, `MetaStateMachine`'s precondition); snapshots go
+    through `MetaAdapter.snapshot` / `restore`, at start from the WAL's and on InstallSnapshot;
   - leadership lost (not leader, or another term than the one it proposed in): `abandon_proposals()`.
 
 Checks (besides `SafetyChecker`'s, which compares `digest()` — the committed state without the applied
@@ -21,7 +22,8 @@ Invariants:
   1. The replica's `applied_index` is the machine's (`note_applied` moves it for Raft's own entries).
   2. Checks only read; the reference replica is fed only entries some replica applied.
 
-Imports: stdlib, `jsraft.raft`, `jsraft.meta`, `jsraft.wal`, siblings. Reference: meta/machine.py,
+Imports: stdlib, `jsraft.raft`, `jsraft.meta`, `jsraft.replica.meta_adapter`, `jsraft.wal`, siblings.
+Reference: meta/machine.py,
 replica/meta_adapter.py, DESIGN.md §5.
 """
 
@@ -31,8 +33,9 @@ import random
 from typing import TYPE_CHECKING
 
 from jsraft.meta import EntryKind as MetaKind
-from jsraft.meta import MalformedMetaSnapshot, MetaStateMachine, PeerAdd, encode_entry
+from jsraft.meta import Applied, MalformedMetaSnapshot, MetaStateMachine, PeerAdd, encode_entry
 from jsraft.raft import Entry, EntryType
+from jsraft.replica.meta_adapter import MetaAdapter
 from jsraft.testing.sim.app_mutants import meta_machine_class
 from jsraft.testing.sim.meta_clients import PROBE_PREFIX, MetaClients
 from jsraft.testing.sim.violation import Violation
@@ -147,7 +150,7 @@ class MetaReplica:
     def __init__(self, app: MetaApp, driver: NodeDriver) -> None:
         self.app, self.driver, self.node_id = app, driver, driver.node_id
         self.machine = meta_machine_class(app.mutant, self.node_id)()
-        self.noop_term = 0
+        self.adapter = MetaAdapter(self.machine, on_applied=self._on_applied, on_restored=_ignore)
         self.leading_term = 0  # the term this node proposed in (its in-flight proposals belong to it)
         self.probes: dict[int, bytes] = {}
 
@@ -160,20 +163,19 @@ class MetaReplica:
         return self.machine.digest()
 
     def apply(self, entry: Entry) -> int:
-        if entry.type is not EntryType.NORMAL:
-            if entry.type is EntryType.NOOP:
-                self.noop_term = max(self.noop_term, entry.term)
-            self.machine.note_applied(entry.index)
-            return self.digest
-        applied = self.machine.apply(entry.index, entry.data)
-        if applied.kind is MetaKind.PEER_ADD and applied.target.startswith(PROBE_PREFIX):
-            self.probes[entry.index] = entry.data
-        self.app.on_result(self.node_id, entry.index, result_key(applied))
+        [applied] = self.adapter.apply([entry])
+        if applied is not None:
+            if applied.kind is MetaKind.PEER_ADD and applied.target.startswith(PROBE_PREFIX):
+                self.probes[entry.index] = entry.data
+            self.app.on_result(self.node_id, entry.index, result_key(applied))
         return self.digest
+
+    def _on_applied(self, applied: Applied) -> None:
+        return None  # production opens and closes stream groups here; the meta app runs none
 
     def install(self, data: bytes, index: int) -> None:
         try:
-            self.machine.restore(data)
+            self.adapter.restore(data)
         except MalformedMetaSnapshot as error:
             raise Violation("state-machine-safety", f"{self.node_id}: meta snapshot {index} does not decode: "
                                                     f"{error}") from None
@@ -182,8 +184,8 @@ class MetaReplica:
                                                     f"through {self.machine.applied_index}")
         self.leading_term = 0
 
-    def snapshot_data(self) -> bytes:
-        return self.machine.snapshot()
+    def snapshot_data(self) -> bytes | None:
+        return self.adapter.snapshot() if self.adapter.snapshot_ready() else None
 
     def prepare_install(self, index: int) -> None:
         return None
@@ -203,7 +205,7 @@ class MetaReplica:
 
     def ready_to_propose(self) -> bool:
         node = self.driver.node
-        if node is None or node.role != "leader" or self.noop_term != node.current_term:
+        if node is None or node.role != "leader" or self.adapter.noop_term != node.current_term:
             return False
         self.leading_term = node.current_term
         return True
@@ -215,3 +217,6 @@ class MetaReplica:
             return False
         return True
 
+
+def _ignore(replaced: list[tuple[str, str]]) -> None:
+    return None  # production reconciles its stream groups with the restored assignments; none run here

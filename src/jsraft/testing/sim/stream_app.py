@@ -1,42 +1,36 @@
-"""`--app stream`: every simulated node applies its committed entries to a real `StreamStateMachine`.
+"""`--app stream`: every simulated node runs production's stream replica core on its own `SimDisk`.
 
 Owns: `StreamApp` (the run's stream config drawn from the seed, the simulated wall clock, the replicas'
-factory, the workload, the audit checker) and `StreamReplica`, one node's stream runtime — what
-`server.stream_adapter` and `server.stream_replica` do in production, synchronously:
-  - the store is a real `FileStore` on the node's own `SimDisk` (directory `stream/msgs`), so crash loss,
-    torn writes, read-time bit flips and (for nodes in the fault atlas) damage at rest reach it;
-  - start: `StreamStateMachine(store, ...)`; with the WAL's snapshot, `restore(data, recovering=True)`; a
-    non-empty `RepairPlan` becomes a pending catch-up (`store_may_be_ahead`); the WAL's committed entries
-    then replay, and `finish_recovery()` runs once the replay reaches the log's last index at open time;
-  - NOOP and CONF_CHANGE entries only move the machine's `applied_index` (the NOOP's term is recorded: a
-    `StreamLeader` is built only once its term's NOOP applied);
-  - a leader's snapshot (InstallSnapshot): `restore(data)`; a non-empty plan becomes a pending catch-up;
-  - while a catch-up is pending, committed entries wait in order (`buffered`) and apply once it is done
-    (the machine must not apply entries between its snapshot and the end of the repair);
-  - a replica that is drifted or whose store lists faults is resynced: the source's snapshot is restored,
-    then caught up (`stream_repair`); catch-ups run *directly in-process*, `serve_catchup` on the
-    source's machine answering `CatchupSession` requests through the wire encoding, and only while the
-    two nodes have a two-way link in the simulated network;
-  - compaction: only while the machine is current, fault-free, not replaying and its store at the log's
-    last sequence (production's `StreamAdapter.snapshot_ready`); the store is synced first (DESIGN §2: the
-    store is fsynced before the WAL is compacted past it), then `machine.snapshot()`;
-  - a durable mark (`stream/repair`) says the store may lack effects of entries the WAL's snapshot covers:
-    written before a leader's snapshot is made durable, when the machine drifts, when a resync starts;
-    removed once the store holds the group's state again and is synced. A marked replica restarts with
-    `restore(recovering=False)`: the full plan, digests compared, as the store may be behind anywhere.
+factory, the workload, the audit checker) and `StreamReplica`, the simulator's handle on one node's
+*production* objects:
+  - `server.stream_adapter.StreamAdapter` around a `StreamStateMachine` whose store is a real `FileStore`
+    on the node's `SimDisk` (directory `stream/msgs`), so crash loss, torn writes, read-time bit flips
+    and (for nodes in the fault atlas) damage at rest reach it. The adapter applies every committed entry
+    (NOOP / CONF_CHANGE only move the position; its `noop_term` gates leading), holds entries back while a
+    repair plan is pending, begins and restores resyncs, ends the WAL replay (`recovery_target`,
+    `finish_recovery`), gates compaction (`snapshot_ready`, the store fsynced first) and hands every entry
+    to the stream's consumers (its `ConsumerReplica`; `--app consumer` watches it, `consumer_app`);
+  - start: the adapter restores the WAL's snapshot as production's runtime does at open (recovering);
+    a leader's snapshot (InstallSnapshot) goes through the same `restore`;
+  - repairs: production's decisions (`jsraft.replica.stream_repair`) with the simulated stream leader as
+    the peer (`stream_repair`);
+  - leading: a `StreamLeader` is built under production's conditions (`jsraft.replica.stream_leading`).
+Nothing here applies, holds back, restores or repairs by itself: a change to any of those in production
+is what the simulator runs.
 
 Digest compared across replicas at each index (`SafetyChecker.on_apply`): the group position the log
 implies (last sequence, last msg-id, last timestamp, last audit id, the dedupe window, the config), which
 stream machine invariant 3 says every replica holds whatever its store's health. The store's state tuple
-is compared at AUDIT entries (`stream_checks`).
+is compared at AUDIT entries (`stream_checks`), from every replica's report (production forwards only a
+current machine's: the checker sees more than the leader's audit does).
 
 Invariants:
-  1. The replica's `applied_index` is the Raft position; the machine's may be ahead only after a resync
-     from a source that had applied further (entries up to it are then skipped, and no digest is given).
+  1. The replica's `applied_index` is the adapter's: the Raft position, held entries counted.
   2. A replica never vouches (digest None) for an index its machine has not applied exactly.
   3. Every choice comes from the generator the app is given (config: `rngs.knobs`; workload: clients').
 
-Imports: stdlib, `jsraft.raft`, `jsraft.store`, `jsraft.stream`, `jsraft.jsapi`, siblings.
+Imports: stdlib, `jsraft.raft`, `jsraft.replica`, `jsraft.replica.stream_adapter`, `jsraft.store`,
+`jsraft.stream`, `jsraft.jsapi`, `jsraft.consumer`, siblings.
 Reference: stream/machine.py (Lifecycle), replica/stream_adapter.py, DESIGN.md §6, §8.
 """
 
@@ -47,12 +41,15 @@ import random
 import zlib
 from typing import TYPE_CHECKING
 
+from jsraft.consumer import DeleteOp, encode_ops
 from jsraft.jsapi.stream_config import StreamConfig, parse_stream_config
 from jsraft.raft import Entry, EntryType
+from jsraft.replica.stream_leading import leader_ready
+from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
-from jsraft.stream import StreamLeader, StreamStateMachine, store_config_for
-from jsraft.stream.entries import encode_consumer
+from jsraft.stream import ApplyResult, EntryKind, StreamLeader, StreamStateMachine, store_config_for
+from jsraft.stream.entries import encode_consumer, entry_kind
 from jsraft.stream.errors import StreamNotHealthy
 from jsraft.stream.results import Health
 from jsraft.stream.snapshot import decode_snapshot
@@ -69,7 +66,7 @@ if TYPE_CHECKING:
 STREAM = "SIM"
 STREAM_DIR = "stream"
 STORE_DIR = "stream/msgs"
-MARKER = "stream/repair"  # present: the store may lack effects of entries the WAL's snapshot covers
+PROBE_NAME = "probe-"
 TICK_NS = 10_000_000  # one simulated tick is 10 ms of the leader's wall clock
 EPOCH_NS = 1_700_000_000_000_000_000
 BLOCK_BYTES = 64 << 10  # the smallest block a FileStore takes: several blocks per run
@@ -106,6 +103,7 @@ class StreamApp:
         # Request/chunk round trips per step: a source keeps applying entries between them (1, 3) or not.
         self.chunks_per_step = rng.choice((1, 3, 1000))
         self.mutant = mutant
+        self.probe_values: set[bytes] = set()
         self.checker = StreamChecker(self)
 
     def describe(self) -> str:
@@ -118,6 +116,10 @@ class StreamApp:
     def machine_class(self, node_id: str):  # type: ignore[no-untyped-def]
         """What builds `node_id`'s stream machine: `(store, config, raw) -> StreamStateMachine`."""
         return stream_machine_class(self.mutant, node_id)
+
+    def attach_consumers(self, replica: StreamReplica) -> None:
+        """The consumer app watches the adapter's `ConsumerReplica` here; the stream app leaves it be."""
+        return None
 
     @staticmethod
     def now_ns(now: int) -> int:
@@ -147,7 +149,11 @@ class StreamApp:
         return StreamClients(self, sim.rngs.clients, sim.knobs.propose)
 
     def probe(self, number: int) -> bytes:
-        return encode_consumer(f"probe-{number}".encode())
+        """A well-formed CONSUMER entry (a DELETE of a consumer that never exists): production's adapter
+        hands it to the stream's consumers, and a malformed body stops the group, as it must."""
+        value = encode_consumer(encode_ops([DeleteOp(name=f"{PROBE_NAME}{number}")]))
+        self.probe_values.add(value)
+        return value
 
     def after_step(self, sim: Simulation) -> None:
         self.checker.after_step(sim)
@@ -163,65 +169,54 @@ class StreamApp:
 
 
 class StreamReplica:
+    """One node's stream replica: production's `StreamAdapter` around a `StreamStateMachine` on `SimDisk`."""
+
     def __init__(self, app: StreamApp, driver: NodeDriver, index: int, data: bytes | None) -> None:
         self.app, self.driver, self.node_id = app, driver, driver.node_id
-        self.applied_index = index  # the Raft position (invariant 1)
-        self.noop_term = 0
-        self.buffered: list[Entry] = []
-        self.pending: stream_repair.Pending | None = None
         self.leader: StreamLeader | None = None
         self.leader_term = 0
         self.probes: dict[int, bytes] = {}
-        self.next_repair_tick = 0
+        self.repair = stream_repair.RepairState()
         if driver.setup.corruptible:
             app.checker.unverified.add(self.node_id)  # its disk may have lost anything: the audit settles it
-        machine_class = app.machine_class(self.node_id)
         config = app.config
         if data is not None and (raw := decode_snapshot(data).raw_config):
             config = parse_stream_config(raw)[0]
-        self.machine: StreamStateMachine = machine_class(app.open_store(driver.disk, config), app.config, app.raw)
-        self.marked = driver.disk.exists(MARKER)
+        machine = app.machine_class(self.node_id)(app.open_store(driver.disk, config), app.config, app.raw)
+        self.adapter = StreamAdapter(machine)
+        app.attach_consumers(self)
         if data is not None:
-            # Marked: the store may lack effects the snapshot covers (module docstring): plan in full.
-            plan = self.machine.restore(data, recovering=not self.marked)
-            if not plan.is_empty:
-                self.pending = stream_repair.Pending(plan.group, index, store_may_be_ahead=not self.marked)
-                self.trace(f"restored snapshot {index}{' (marked)' if self.marked else ''} needs a catch-up: "
-                           f"{_plan_text(plan)}")
-            elif self.marked:
-                self.unmark()
+            self.adapter.restore(data)  # recovery_target is None: this replica's own snapshot, recovering
+            if self.adapter.plan is not None:
+                self.trace(f"restored snapshot {index} needs a catch-up: {_plan_text(self.adapter.plan.plan)}")
         node = driver.node
-        self.recovery_target: int | None = node.log.last_index if node is not None else None
-        self.check_recovery()
+        self.adapter.recovery_target = node.log.last_index if node is not None else 0
+        self.adapter.check_recovery()
+
+    @property
+    def machine(self) -> StreamStateMachine:
+        return self.adapter.machine
 
     def trace(self, text: str) -> None:
         self.driver.trace.add(f"{self.node_id} stream: {text}")
 
-    def mark(self, why: str) -> None:
-        """Durably note that the store may lack effects of entries the WAL no longer holds."""
-        if not self.marked:
-            self.driver.disk.write_atomic(MARKER, why.encode())
-            self.marked = True
-
-    def unmark(self) -> None:
-        """The store holds the group's state at the machine's position: make it durable, drop the mark."""
-        if self.marked:
-            self.machine.store.sync()
-            self.driver.disk.remove(MARKER)
-            self.driver.disk.sync_dir(STREAM_DIR)
-            self.marked = False
-
     def fresh_store(self) -> FileStore:
         """A repair that needs an empty store (the old one cut its head beyond the group's)."""
+        self.machine.store.close()
         self.driver.disk.remove_tree(STORE_DIR)
+        self.driver.disk.sync_dir(STREAM_DIR)
         self.trace("store replaced by a fresh one for the repair")
         return self.app.open_store(self.driver.disk, self.machine.config)
 
     # --- Replica interface (module `app`) -------------------------------------------------------
 
     @property
+    def applied_index(self) -> int:
+        return self.adapter.applied_index  # the Raft position: the held entries count (invariant 1)
+
+    @property
     def digest(self) -> int | None:
-        if self.machine.applied_index != self.applied_index or self.buffered:
+        if self.adapter.deferred or self.machine.applied_index != self.adapter.applied_index:
             return None  # invariant 2
         return self.position_digest()
 
@@ -232,83 +227,55 @@ class StreamReplica:
         return zlib.crc32(machine.raw_config, zlib.crc32(repr(head).encode()))
 
     def apply(self, entry: Entry) -> int | None:
-        self.applied_index = entry.index
-        if entry.type is EntryType.NOOP:
-            self.noop_term = max(self.noop_term, entry.term)
-        if self.pending is not None or self.buffered:
-            self.buffered.append(entry)
-            return None
-        self.apply_now(entry)
+        before = self.machine.applied_index
+        [result] = self.adapter.apply([entry])
+        if self.machine.applied_index == entry.index and before < entry.index:
+            self._observe(entry, result)
         return self.digest
 
-    def apply_now(self, entry: Entry) -> None:
+    def _observe(self, entry: Entry, result: object) -> None:
         machine = self.machine
-        if entry.index <= machine.applied_index:
-            return  # a resync from a source further along covered it (invariant 1)
-        if entry.type is not EntryType.NORMAL:
-            machine.applied_index = entry.index
-        else:
-            result = machine.apply(entry.index, entry.data)
+        if isinstance(result, ApplyResult):
             if result.audit is not None:
                 self.app.checker.on_audit(self, result.audit)
-            elif result.consumer_body is not None:
-                self.probes[entry.index] = entry.data
             if result.finding is not None:
                 self.trace(f"drift found applying {entry.index}: {result.finding}")
-            if machine.health is not Health.current:
-                self.mark(f"{machine.health} at {entry.index}")
-        self.check_recovery()
-
-    def check_recovery(self) -> None:
-        target, machine = self.recovery_target, self.machine
-        if (target is not None and machine.replaying and machine.applied_index >= target
-                and self.pending is None and not self.buffered):
-            findings = machine.finish_recovery()
-            if findings:
-                self.trace(f"recovery findings: {findings}")
+        if entry.type is EntryType.NORMAL and entry_kind(entry.data) is EntryKind.CONSUMER:
+            self.probes[entry.index] = entry.data
+        if machine.health is not Health.current and not self.repair.noted_unhealthy:
+            self.repair.noted_unhealthy = True
+            self.trace(f"{machine.health} at {entry.index}")
 
     def prepare_install(self, index: int) -> None:
-        self.mark(f"installing the leader's snapshot {index}")
+        return None  # production's adapter takes no note before a leader's snapshot is made durable
 
     def install(self, data: bytes, index: int) -> None:
-        """A leader's snapshot at `index` (InstallSnapshot); `prepare_install` marked the store."""
-        self.buffered = [e for e in self.buffered if e.index > index]
-        self.applied_index = index
+        """A leader's snapshot at `index` (InstallSnapshot), through the adapter as production restores it."""
         self.leader = None
-        if index <= self.machine.applied_index:
-            return  # a resync already brought the machine past it
-        self.pending = None
-        plan = self.machine.restore(data)
-        if not plan.is_empty:
-            self.pending = stream_repair.Pending(plan.group, index, store_may_be_ahead=False)
-            self.trace(f"snapshot {index} from the leader needs a catch-up: {_plan_text(plan)}")
-        else:
-            self.unmark()
+        self.adapter.restore(data)
+        if self.adapter.plan is not None:
+            self.trace(f"snapshot {index} from the leader needs a catch-up: {_plan_text(self.adapter.plan.plan)}")
 
     def snapshot_data(self) -> bytes | None:
-        machine = self.machine
-        if self.pending is not None or self.buffered or machine.applied_index != self.applied_index:
+        if not self.adapter.snapshot_ready():
             return None
-        # As production's `StreamAdapter.snapshot_ready`: current, fault-free, not replaying, in step.
-        if not machine.can_lead or machine.replaying or machine.store.state().last_seq != machine.last_seq:
-            return None
-        machine.store.sync()
         try:
-            data = machine.snapshot()
+            return self.adapter.snapshot()
         except StreamNotHealthy as error:  # e.g. a record found damaged while the snapshot was built
             self.trace(f"snapshot refused: {error}")
             return None
-        self.unmark()  # the store was just synced at the snapshot's state
-        return data
 
     def holds(self, index: int, value: bytes) -> bool:
         return self.probes.get(index) == value
 
     def unsettled(self) -> str | None:
-        if self.pending is not None:
-            return f"catch-up to snapshot {self.pending.snapshot_index} pending"
-        if self.buffered:
-            return f"{len(self.buffered)} entries wait behind a catch-up"
+        adapter = self.adapter
+        if adapter.plan is not None:
+            return f"catch-up to snapshot {adapter.plan.index} pending"
+        if adapter.resync_pending is not None:
+            return f"resync waits for index {adapter.resync_pending}"
+        if adapter.deferred:
+            return f"{adapter.deferred} entries wait behind a catch-up"
         if self.machine.health is not Health.current:
             return f"stream replica {self.machine.health}"
         faults = self.machine.store.faults()
@@ -324,30 +291,21 @@ class StreamReplica:
     # --- Leading ------------------------------------------------------------------------------
 
     def stream_leader(self) -> StreamLeader | None:
-        """This node's `StreamLeader`, built under production's conditions (stream_replica invariant 1)."""
+        """This node's `StreamLeader`, built under production's conditions (`StreamReplica._leader_ready`)."""
         node = self.driver.node
         if node is None or node.role != "leader":
             self.leader = None
             return None
-        machine = self.machine
-        healthy = machine.health is Health.current and self.pending is None and not self.buffered
-        if self.leader is not None and self.leader_term == node.current_term and healthy:
+        if self.leader is not None and self.leader_term == node.current_term and self.machine.can_lead:
             return self.leader
         self.leader = None
-        if (not healthy or self.noop_term != node.current_term or node.log.applied_index < node.log.last_index
-                or not machine.can_lead or machine.applied_index != self.applied_index):
+        if not leader_ready(is_leader=True, noop_term=self.adapter.noop_term, current_term=node.current_term,
+                            applied_index=node.log.applied_index, last_index=node.log.last_index,
+                            machine=self.machine):
             return None
-        self.leader = StreamLeader(machine, audit_interval_ns=self.app.audit_interval_ticks * TICK_NS)
+        self.leader = StreamLeader(self.machine, audit_interval_ns=self.app.audit_interval_ticks * TICK_NS)
         self.leader_term = node.current_term
         return self.leader
-
-    def flush_buffered(self, sim: Simulation) -> None:
-        """The catch-up is done: apply what waited, and give the checker the digests withheld."""
-        while self.buffered and self.pending is None:
-            entry = self.buffered.pop(0)
-            self.apply_now(entry)
-            if self.machine.applied_index == entry.index:
-                sim.checker.on_digest(self.node_id, entry.index, self.position_digest())
 
 
 def _plan_text(plan) -> str:  # type: ignore[no-untyped-def]

@@ -172,10 +172,12 @@ class StreamChecker:
             return
         self.audit_drifts += 1
         replica.trace(f"AUDIT {index} finds it drifted: {_key_text(key)}, the group holds {_key_text(reference)}")
-        if replica.driver.up and replica.driver.replica is replica and replica.machine.health is Health.current:
+        adapter = replica.adapter
+        # As production's `RepairWorker.on_audit_order`: a replica already repairing is left to it.
+        if (replica.driver.up and replica.driver.replica is replica and replica.machine.health is Health.current
+                and adapter.plan is None and not adapter.holding):
             replica.machine.mark_drifted(Finding(kind=FindingKind.audit_mismatch, first=key[0], last=key[1],
                                                  detail=f"AUDIT {index}"))
-            replica.mark(f"drifted at AUDIT {index}")
 
     # --- End of run -------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from jsraft.stream import PubOutcome, StreamLeader
-from jsraft.stream.entries import MsgsBatch, decode_entry, encode_consumer
+from jsraft.stream.entries import MsgsBatch, decode_entry
 from jsraft.testing.sim.clients import UNCOMMITTED_MAX
 from jsraft.testing.sim.violation import Violation
 
@@ -49,7 +49,6 @@ PURGE_RATE = 0.004
 CONFIG_RATE = 0.002
 MSG_ID_SHARE = 0.3
 DUPLICATE_SHARE = 0.05
-PROBE_PREFIX = encode_consumer(b"probe-")  # `StreamApp.probe`: CONSUMER entries, which nothing else proposes
 
 
 def msg_id_headers(msg_id: str) -> bytes:
@@ -79,7 +78,7 @@ class StreamClients:
         """Publishes are client writes (their MSGS entries are unique); deletes, purges, timers are not."""
         publishes = self.in_entries.pop(value, None)
         if publishes is None:
-            return value.startswith(PROBE_PREFIX)  # the liveness phase's probes are unique writes too
+            return value in self.app.probe_values  # the liveness phase's probes are unique writes too
         self.acknowledged += 1
         for seq, subject, payload, msg_id in publishes:
             known = self.acked.setdefault(seq, (subject, payload))

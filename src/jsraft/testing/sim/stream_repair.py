@@ -1,36 +1,32 @@
-"""Stream repair in the simulator: range catch-up after a snapshot, and resync of a drifted replica.
+"""Stream repair in the simulator: production's repair decisions, with the simulated leader as the peer.
 
-Owns: what production's runtime is to do with a `RepairPlan` (replica/stream_adapter.py leaves it as a
-TODO(#4)), run synchronously between two simulator steps:
-  - `Pending`: a catch-up a replica owes — to a leader's snapshot it installed, or to its own snapshot at
-    restart (`store_may_be_ahead`). While one is pending the replica applies no entries (they wait).
-  - `step`: once per simulator step per running replica: run the pending catch-up, or resync a replica
-    that is drifted or whose store lists faults (the source's snapshot is restored, then caught up — what
-    the running audit's "resynced" means, DESIGN §8).
-  - The catch-up itself: a `CatchupSession` on the replica, its requests answered by `serve_catchup` on
-    the source's machine, every request and chunk through the wire encoding (`catchup_wire`). It runs
-    **directly, in-process**, not as messages of the simulated network, but spread over steps: at most
-    `StreamApp.chunks_per_step` round trips per step (1, 3 or all, per seed), so the source keeps applying
-    entries (deletes, purges, expiry, appends) while it serves, and a session is dropped and planned
-    again when its source crashes, stops qualifying or loses its two-way link to the replica.
+Owns: the transport of a repair between two simulator steps — what production's
+`server.stream_repair.RepairWorker` does over `$rpc`, with every decision taken by the same functions
+(`jsraft.replica.stream_repair`: which job next, the catch-up session and its plan, the release of the
+held entries, when a leader is unfit) and the same adapter (`server.stream_adapter.StreamAdapter`:
+`begin_resync`, `plan`, `release`). Per simulator step and running replica, `step`:
+  - hands the Raft leadership away when the replica leads but cannot serve (`unfit_to_lead`), to the
+    first reachable follower, at most once per election timeout (RepairWorker invariant 4);
+  - *resync*: asks the stream leader for its stream snapshot (`repair_serve.leader_snapshot`: the
+    leader's machine snapshot with its consumers) and hands it to `adapter.begin_resync`;
+  - *carry out*: runs a `CatchupSession` whose requests the stream leader answers
+    (`answer_catchup`, as `repair_serve.serve_catchup_request`), every request and chunk through the wire
+    encoding, at most `StreamApp.chunks_per_step` round trips per step, so the leader keeps applying
+    entries between them; a session is dropped when its plan generation changes (a newer snapshot), when
+    the leader changes or loses its two-way link to the replica, and retried after `RETRY_TICKS` on a
+    refusal (production: `_Retry`) or escalated to a resync when it fails verification (`CatchupFailed`).
 
-The source: the Raft leader if it qualifies, else the first other running replica that does — its
-machine current and fault-free (`can_lead`), nothing pending or waiting, applied at least to the index the
-catch-up targets (a source behind the snapshot would report as deleted what it has not applied yet).
-(Production's `server.stream_repair` asks only the stream leader; here any replica that qualifies serves,
-so a catch-up is not held up by a leader that is itself repairing.)
+Only the stream leader serves (repair_serve invariant 1): the Raft leader this node knows of, with a
+`StreamLeader` built under production's conditions, never the replica itself.
 
 Invariants:
-  1. A failed or interrupted catch-up (`CatchupFailed`: a refusal, a bad chunk; a source gone) leaves the
-     catch-up pending; it is planned again against the same group state (the store may have moved), a
-     failed one after `RETRY_TICKS`. A newer snapshot installed meanwhile replaces it (and its session).
-  2. The entries that waited apply in order as soon as the catch-up is done, and their digests are then
-     checked like any other (`SafetyChecker.on_digest`).
-  3. A catch-up is bounded: more than `ROUNDS_MAX` requests is a `liveness` violation.
-  4. The audit checker is told the highest index any source had applied while it served
+  1. Every decision is production's (`jsraft.replica.stream_repair`); this module only moves bytes.
+  2. A catch-up is bounded: more than `ROUNDS_MAX` requests in one session is a `liveness` violation.
+  3. The audit checker is told the highest index the leader had applied while it served
      (`StreamChecker.on_caught_up`): the store may reflect removals up to there.
 
-Imports: stdlib, attrs, `jsraft.stream`, siblings. Reference: stream/catchup.py, DESIGN.md §6, §8.
+Imports: stdlib, attrs, `jsraft.replica`, `jsraft.stream`, siblings. Reference: server/groups/stream_repair.py,
+server/groups/repair_serve.py, DESIGN.md §6, §8.
 """
 
 from __future__ import annotations
@@ -39,13 +35,12 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from jsraft.errors import DamagedSequence
+from jsraft.errors import JsraftError
+from jsraft.replica import stream_repair as decide
 from jsraft.stream import catchup_wire
-from jsraft.stream.catchup import CatchupSession, serve_catchup
+from jsraft.stream.catchup import CatchupSession
 from jsraft.stream.catchup_wire import CatchupRequest
-from jsraft.stream.errors import CatchupFailed, StreamNotHealthy
-from jsraft.stream.results import Health
-from jsraft.stream.snapshot import GroupState
+from jsraft.stream.errors import CatchupFailed
 from jsraft.testing.sim.violation import Violation
 
 if TYPE_CHECKING:
@@ -57,162 +52,208 @@ ROUNDS_MAX = 100_000
 
 
 @attrs.define
-class Pending:
-    """A catch-up a replica owes, and the session carrying it out (kept across steps)."""
+class RepairState:
+    """A replica's repair worker state (what `RepairWorker` keeps between its tries)."""
 
-    group: GroupState
-    snapshot_index: int
-    store_may_be_ahead: bool
+    escalate: bool = False
+    plan_generation: int = -1
     session: CatchupSession | None = None
     request: CatchupRequest | None = None
+    generation: int = -1  # the plan generation the session carries out
     source_id: str = ""
-    source_index: int = 0  # the highest applied index a source had while it served this catch-up
+    source_index: int = 0  # the highest applied index the leader had while it served this session
     requests: int = 0
+    next_tick: int = 0
+    last_transfer_tick: int | None = None
+    noted_unhealthy: bool = False
+    in_episode: bool = False  # a drift episode is open (RepairWorker's `episode`)
+    recovery_noted: bool = False
+    audit_wanted: bool = False  # ask the stream leader for an audit (`StreamAudit.request_soon`)
 
 
 def step(sim: Simulation, replica: StreamReplica) -> None:
-    if replica.pending is None and replica.buffered:
-        replica.flush_buffered(sim)
-    if sim.clock.now < replica.next_repair_tick:
+    state = replica.repair
+    _hand_over_if_unfit(sim, replica)
+    _note_episode(replica)
+    if state.audit_wanted:
+        _ask_for_audit(sim, replica)
+    if sim.clock.now < state.next_tick:
         return
-    pending = replica.pending
-    if pending is None:
-        if _needs_resync(replica):
-            resync(sim, replica)
+    job = decide.next_job(replica.adapter, escalate=state.escalate)
+    if job is None:
+        state.session = None
         return
-    if pending.session is not None and not _qualifies(sim, replica, pending.source_id, pending.snapshot_index):
-        replica.trace(f"catch-up from {pending.source_id} interrupted; planning again")
-        replica.app.checker.interrupted += 1
-        pending.session = None
-    if pending.session is None:
-        source = find_source(sim, replica, pending.snapshot_index)
-        if source is None or not _start(sim, replica, source):
-            return
-    _exchange(sim, replica, replica.app.chunks_per_step)
-
-
-def _needs_resync(replica: StreamReplica) -> bool:
-    machine = replica.machine
-    return machine.health is Health.drifted or (machine.health is Health.current and bool(machine.store.faults()))
-
-
-def _qualifies(sim: Simulation, replica: StreamReplica, node_id: str, min_index: int) -> bool:
-    driver = sim.drivers.get(node_id)
-    if node_id == replica.node_id or driver is None or not driver.up:
-        return False
-    source = driver.replica
-    machine = source.machine
-    # Never a replaying machine: its store may hold messages of entries it has not replayed yet, and a
-    # catch-up served from it would hand those out as the group's state at the snapshot's index
-    # (seed 115 of `--app consumer`). Production serves only from the stream leader, which is built only
-    # once the replay is over (server/groups/repair_serve.py, stream_replica invariant 1).
-    if (source.pending is not None or source.buffered or not machine.can_lead or machine.replaying
-            or machine.applied_index < min_index or machine.applied_index != source.applied_index):
-        return False
-    network = sim.network
-    return network.can_send(node_id, replica.node_id) and network.can_send(replica.node_id, node_id)
-
-
-def find_source(sim: Simulation, replica: StreamReplica, min_index: int) -> StreamReplica | None:
-    leader = sim.leader_id()
-    order = ([leader] if leader is not None else []) + [n for n in sorted(sim.drivers) if n != leader]
-    for node_id in order:
-        if _qualifies(sim, replica, node_id, min_index):
-            return sim.drivers[node_id].replica
-    return None
-
-
-def _start(sim: Simulation, replica: StreamReplica, source: StreamReplica) -> bool:
-    """Plan against the store as it is now and open a session with `source`; False if it failed."""
-    pending = replica.pending
-    assert pending is not None
-    machine = replica.machine
-    plan = machine.plan_against(pending.group, store_may_be_ahead=pending.store_may_be_ahead)
-    session = CatchupSession(machine, pending.group, snapshot_index=pending.snapshot_index,
-                             reset_store=replica.fresh_store, bytes_max=replica.app.catchup_bytes,
-                             store_may_be_ahead=pending.store_may_be_ahead)
-    pending.session, pending.source_id = session, source.node_id
-    pending.source_index = max(pending.source_index, source.machine.applied_index)
-    try:
-        pending.request = session.start(plan)
-    except (CatchupFailed, DamagedSequence) as error:
-        _failed(sim, replica, error)
-        return False
-    return True
-
-
-def _exchange(sim: Simulation, replica: StreamReplica, chunks_max: int) -> None:
-    """Up to `chunks_max` request/chunk round trips, every message through the wire encoding."""
-    pending = replica.pending
-    assert pending is not None and pending.session is not None
-    source = sim.drivers[pending.source_id].replica
-    try:
-        for _ in range(chunks_max):
-            if pending.request is None:
-                break
-            pending.requests += 1
-            if pending.requests > ROUNDS_MAX:
-                raise Violation("liveness", f"{replica.node_id}: catch-up to {pending.snapshot_index} did not end "
-                                            f"within {ROUNDS_MAX} requests")
-            request = catchup_wire.decode_catchup(catchup_wire.encode_request(pending.request))
-            answer = serve_catchup(source.machine, request)
-            pending.source_index = max(pending.source_index, source.machine.applied_index)
-            if isinstance(answer, catchup_wire.CatchupRefusal):
-                pending.session.on_refusal(catchup_wire.decode_catchup(catchup_wire.encode_refusal(answer)))
-            pending.request = pending.session.on_chunk(catchup_wire.decode_catchup(catchup_wire.encode_chunk(answer)))
-    except (CatchupFailed, DamagedSequence) as error:
-        # DamagedSequence: a record of this store found damaged during the catch-up (a read of a message
-        # the session deletes, `CatchupSession._place_deleted`); the store now lists it: plan again.
-        _failed(sim, replica, error)
+    source = _leader(sim, replica)
+    if source is None:
+        if state.session is not None:
+            replica.app.checker.interrupted += 1
+            replica.trace(f"catch-up from {state.source_id} interrupted: no stream leader to ask")
+            state.session = None
+        state.next_tick = sim.clock.now + RETRY_TICKS
         return
-    if pending.request is None:
-        _done(sim, replica)
+    if job is decide.Job.resync:
+        _resync(sim, replica, source)
+    else:
+        _carry_out(sim, replica, source)
 
 
-def _failed(sim: Simulation, replica: StreamReplica, error: Exception) -> None:
-    pending = replica.pending
-    assert pending is not None
-    replica.next_repair_tick = sim.clock.now + RETRY_TICKS
-    replica.app.checker.failed += 1
-    replica.trace(f"catch-up from {pending.source_id} failed: {error}; retrying later")
-    pending.session = pending.request = None
+def _note_episode(replica: StreamReplica) -> None:
+    """DESIGN §8, "an audit after every recovery and repair": as `RepairWorker._note_recovered` and
+    `_close_episode_if_whole`, which call `StreamAudit.request_soon`."""
+    state, adapter = replica.repair, replica.adapter
+    whole = decide.is_whole(adapter)
+    if not state.recovery_noted and not adapter.machine.replaying and not adapter.holding:
+        state.recovery_noted = state.audit_wanted = True
+    if not whole:
+        state.in_episode = True
+    elif state.in_episode:
+        state.in_episode, state.noted_unhealthy, state.audit_wanted = False, False, True
 
 
-def _done(sim: Simulation, replica: StreamReplica) -> None:
-    pending = replica.pending
-    assert pending is not None and pending.session is not None
-    result = pending.session.result
-    assert result is not None
-    replica.pending = None
-    if replica.machine.health is Health.current:
-        replica.unmark()
-    replica.app.checker.on_caught_up(replica.node_id, pending.source_index, verified=result.verified is True)
-    replica.app.checker.repairs += 1
-    replica.trace(f"caught up to snapshot {pending.snapshot_index} from {pending.source_id} ({pending.requests} "
-                  f"requests): fetched {result.fetched_msgs}, deleted {result.deleted_seqs}, reset {result.reset}, "
-                  f"verified {result.verified}")
-    replica.flush_buffered(sim)
-
-
-def resync(sim: Simulation, replica: StreamReplica) -> None:
-    """A drifted or faulty replica takes a current source's snapshot and catches up to it."""
-    machine = replica.machine
-    source = find_source(sim, replica, machine.applied_index)
+def _ask_for_audit(sim: Simulation, replica: StreamReplica) -> None:
+    """`StreamAudit._ask_for_audit`: this node's own StreamLeader, or the stream leader over one RPC."""
+    own = replica.stream_leader()
+    source = replica if own is not None else _leader(sim, replica)
     if source is None:
         return
+    leader = source.stream_leader()
+    assert leader is not None
+    leader.request_audit()
+    replica.repair.audit_wanted = False
+
+
+def _leader(sim: Simulation, replica: StreamReplica) -> StreamReplica | None:
+    """The stream leader this replica would ask (`RepairWorker._leader` + `repair_serve`'s check)."""
+    node = replica.driver.node
+    leader_id = node.leader_id if node is not None else None
+    if leader_id is None or leader_id == replica.node_id:
+        return None
+    driver = sim.drivers.get(leader_id)
+    if driver is None or not driver.up or driver.replica.stream_leader() is None:
+        return None
+    network = sim.network
+    if not (network.can_send(leader_id, replica.node_id) and network.can_send(replica.node_id, leader_id)):
+        return None
+    return driver.replica
+
+
+def _hand_over_if_unfit(sim: Simulation, replica: StreamReplica) -> None:
+    """RepairWorker invariant 4 (`_step_down_if_unfit`)."""
+    node, state = replica.driver.node, replica.repair
+    if node is None or node.role != "leader" or not decide.unfit_to_lead(replica.adapter):
+        return
+    timeout = replica.driver.setup.raft_config.election_ticks
+    if state.last_transfer_tick is not None and sim.clock.now - state.last_transfer_tick < timeout:
+        return
+    followers = node.status().reachable_followers
+    if not followers:
+        return
+    state.last_transfer_tick = sim.clock.now
+    replica.trace(f"cannot serve ({replica.machine.health}): handing the leadership to {followers[0]}")
     try:
-        data = source.machine.snapshot()
-    except StreamNotHealthy:
+        node.transfer_leadership(followers[0])
+    except JsraftError as error:
+        replica.trace(f"leadership transfer to {followers[0]} not started: {error}")
+
+
+def _resync(sim: Simulation, replica: StreamReplica, source: StreamReplica) -> None:
+    """`RepairWorker._resync` with `repair_serve.leader_snapshot` on the simulated leader."""
+    state, machine = replica.repair, source.machine
+    index = machine.applied_index
+    try:
+        data = machine.snapshot(extra=source.adapter.consumers.snapshot_extra())
+        state.escalate = False
+        replica.adapter.begin_resync(index, data)
+    except JsraftError as error:  # the leader cannot snapshot now, or a stale snapshot: try again later
+        _failed(sim, replica, f"resync from {source.node_id} at {index} failed: {error}")
         return
-    index = source.machine.applied_index
-    why = f"{machine.health}, faults {machine.store.faults()[:3]}"
-    replica.mark(f"resync to {source.node_id}'s snapshot at {index}")
-    plan = machine.restore(data)
     replica.app.checker.resyncs += 1
-    replica.trace(f"resync ({why}) from {source.node_id}'s snapshot at {index}")
-    if plan.is_empty:
-        replica.unmark()
+    replica.trace(f"resync ({replica.machine.health}, faults {replica.machine.store.faults()[:3]}) from "
+                  f"{source.node_id}'s snapshot at {index}")
+
+
+def _carry_out(sim: Simulation, replica: StreamReplica, source: StreamReplica) -> None:
+    """`RepairWorker._carry_out`, spread over steps (at most `chunks_per_step` round trips per step)."""
+    state, adapter = replica.repair, replica.adapter
+    pending = adapter.plan
+    assert pending is not None
+    if state.session is not None and (state.generation != pending.generation or state.source_id != source.node_id):
+        replica.app.checker.interrupted += 1
+        replica.trace(f"catch-up from {state.source_id} interrupted; planning again")
+        state.session = None
+    if state.session is None:
+        first = state.plan_generation != pending.generation
+        if first:
+            state.source_index = 0
+        state.plan_generation = state.generation = pending.generation
+        session, plan = decide.open_session(adapter, first=first, reset_store=replica.fresh_store,
+                                            bytes_max=replica.app.catchup_bytes)
+        state.session, state.source_id, state.requests = session, source.node_id, 0
+        state.source_index = max(state.source_index, source.machine.applied_index)
+        try:
+            state.request = session.start(plan)
+        except CatchupFailed as error:
+            _escalate(sim, replica, error)
+            return
+        except JsraftError as error:
+            _failed(sim, replica, f"catch-up from {source.node_id} failed: {error}")
+            return
+    _exchange(sim, replica, source)
+
+
+def _exchange(sim: Simulation, replica: StreamReplica, source: StreamReplica) -> None:
+    state = replica.repair
+    session = state.session
+    assert session is not None
+    try:
+        for _ in range(replica.app.chunks_per_step):
+            if state.request is None:
+                break
+            state.requests += 1
+            if state.requests > ROUNDS_MAX:
+                raise Violation("liveness", f"{replica.node_id}: a catch-up did not end within {ROUNDS_MAX} requests")
+            request = catchup_wire.decode_catchup(catchup_wire.encode_request(state.request))
+            answer = decide.answer_catchup(source.machine, request.stream, request)
+            state.source_index = max(state.source_index, source.machine.applied_index)
+            if isinstance(answer, catchup_wire.CatchupRefusal):
+                _failed(sim, replica, f"{source.node_id} refused: {answer.reason}")
+                return
+            state.request = session.on_chunk(catchup_wire.decode_catchup(catchup_wire.encode_chunk(answer)))
+    except CatchupFailed as error:
+        _escalate(sim, replica, error)
         return
-    replica.pending = Pending(plan.group, index, store_may_be_ahead=False)
-    if _start(sim, replica, source):
-        _exchange(sim, replica, replica.app.chunks_per_step)
+    except JsraftError as error:  # e.g. DamagedSequence: a record of this store found damaged on the way
+        _failed(sim, replica, f"catch-up from {source.node_id} failed: {error}")
+        return
+    if state.request is None:
+        _done(sim, replica, session)
+
+
+def _escalate(sim: Simulation, replica: StreamReplica, error: Exception) -> None:
+    replica.repair.escalate = True  # RepairWorker invariant 3
+    _failed(sim, replica, f"catch-up from {replica.repair.source_id} failed verification: {error}")
+
+
+def _failed(sim: Simulation, replica: StreamReplica, why: str) -> None:
+    state = replica.repair
+    state.next_tick = sim.clock.now + RETRY_TICKS
+    state.session = state.request = None
+    replica.app.checker.failed += 1
+    replica.trace(f"{why}; retrying later")
+
+
+def _done(sim: Simulation, replica: StreamReplica, session: CatchupSession) -> None:
+    state, adapter = replica.repair, replica.adapter
+    state.session = state.request = None
+    result = session.result
+    assert result is not None
+    index = adapter.plan.index if adapter.plan is not None else adapter.machine.applied_index
+    if not decide.finish_session(adapter, session, state.generation):
+        return
+    replica.app.checker.on_caught_up(replica.node_id, state.source_index, verified=result.verified is True)
+    replica.app.checker.repairs += 1
+    replica.trace(f"caught up to snapshot {index} from {state.source_id} ({state.requests} requests): fetched "
+                  f"{result.fetched_msgs}, deleted {result.deleted_seqs}, reset {result.reset}, verified "
+                  f"{result.verified}")
+    if adapter.machine.applied_index == adapter.applied_index:
+        sim.checker.on_digest(replica.node_id, adapter.applied_index, replica.position_digest())

@@ -1,0 +1,24 @@
+"""When a stream replica may lead its stream, without I/O (layer L3½): production's `StreamReplica` and the
+simulator both ask here before they build a `StreamLeader`.
+
+Owns: `leader_ready`, the conditions of stream_replica invariant 1 — the node is the group's Raft leader,
+its term's NOOP applied on this replica (so every entry of earlier terms applied too), every entry in its
+log applied, and the stream machine can lead (current, fault-free, not replaying).
+
+Invariants:
+  1. A `StreamLeader` built when `leader_ready` is false could decide from a state that misses entries
+     the group committed: the conditions are written once, here.
+
+Imports: L3 (`stream`). Never trio, time, os or the server layer.
+"""
+
+from __future__ import annotations
+
+from jsraft.stream import StreamStateMachine
+
+
+def leader_ready(*, is_leader: bool, noop_term: int, current_term: int, applied_index: int, last_index: int,
+                 machine: StreamStateMachine | None) -> bool:
+    """Invariant 1: may this replica build a `StreamLeader` now?"""
+    return (is_leader and noop_term == current_term and applied_index >= last_index and machine is not None
+            and machine.can_lead)

@@ -1,0 +1,122 @@
+"""A stream replica's repair decisions, without I/O (layer L3½): what production's `RepairWorker` and the
+simulator both run.
+
+Owns: the deterministic half of DESIGN §8's repair — which job a replica's repair worker does next
+(`next_job`), the catch-up session that carries out a pending plan (`open_session`, `finish_session`),
+when a drift episode is over (`is_whole`), when a replica must hand its Raft leadership away
+(`unfit_to_lead`), and the stream leader's answer to one catch-up request (`answer_catchup`). The
+transports stay with their callers: production's `server.stream_repair.RepairWorker` (trio, `$rpc` to the
+stream leader, backoff) and `server.repair_serve`; the simulator (`testing.sim.stream_repair`) asks the
+simulated leader between two steps.
+
+The adapter is production's `server.stream_adapter.StreamAdapter`, taken by its shape (`RepairAdapter`):
+this layer never imports the server layer.
+
+Invariants:
+  1. `next_job`: an escalation (a session that failed verification) resyncs; a pending plan is carried
+     out; nothing is done while a resync waits for its index or the replay runs; a machine that is not
+     current, or whose store lists faults, resyncs.
+  2. A session belongs to one plan generation: `finish_session` releases the held entries only when the
+     session ended and the plan is still the adapter's (`stream_repair` invariant 2).
+  3. `finish_session` fsyncs the store before it releases anything: the WAL already holds the snapshot
+     that covers the fetched messages (its entries are gone), so until the store is durable they exist on
+     this replica only in memory; a power failure then would lose acknowledged messages here (found by
+     the simulator, `--app stream` seed 16: the repair worker never synced after a catch-up).
+  4. The first session of a plan carries out the plan as restored; a retry plans again against the store
+     as it is now (it may have moved).
+  5. `answer_catchup` refuses a request for a snapshot index the machine has not applied yet (it could not
+     tell "deleted" from "not yet written") or for another stream; it never guesses.
+
+Imports: L3 (`stream`), stdlib. Never trio, time, os or the server layer.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from jsraft.store.filestore import FileStore
+from jsraft.stream import CatchupChunk, CatchupRefusal, CatchupRequest, Health, StreamStateMachine, serve_catchup
+from jsraft.stream.catchup import CatchupSession
+
+
+class RepairAdapter(Protocol):
+    """What the decisions read of `server.stream_adapter.StreamAdapter`."""
+
+    machine: StreamStateMachine
+    plan: Any  # PendingPlan | None
+    generation: int
+
+    @property
+    def holding(self) -> bool: ...
+
+    @property
+    def resync_pending(self) -> int | None: ...
+
+    def release(self) -> None: ...
+
+
+class Job(enum.Enum):
+    resync = "resync"  # ask the leader for its stream snapshot (`StreamAdapter.begin_resync`)
+    carry_out = "carry_out"  # run a catch-up session for the pending plan
+
+
+def next_job(adapter: RepairAdapter, *, escalate: bool) -> Job | None:
+    """Invariant 1."""
+    machine = adapter.machine
+    if escalate:
+        return Job.resync
+    if adapter.plan is not None:
+        return Job.carry_out
+    if adapter.resync_pending is not None or machine.replaying:
+        return None  # waiting for the log to reach the resync's index, or for the replay to end
+    if machine.health is not Health.current or machine.store.faults():
+        return Job.resync
+    return None
+
+
+def open_session(adapter: RepairAdapter, *, first: bool, reset_store: Callable[[], FileStore],
+                 bytes_max: int) -> tuple[CatchupSession, Any]:
+    """The session carrying out the adapter's pending plan, and the plan it starts from (invariant 4)."""
+    pending, machine = adapter.plan, adapter.machine
+    assert pending is not None
+    plan = pending.plan if first else machine.plan_against(pending.plan.group, store_may_be_ahead=pending.recovering)
+    session = CatchupSession(machine, pending.plan.group, snapshot_index=pending.index, reset_store=reset_store,
+                             bytes_max=bytes_max, store_may_be_ahead=pending.recovering)
+    return session, plan
+
+
+def finish_session(adapter: RepairAdapter, session: CatchupSession, generation: int) -> bool:
+    """The session ended: make the store durable and release what the adapter held back, if the plan is
+    still this one (invariants 2 and 3)."""
+    if session.result is not None and adapter.generation == generation:
+        adapter.machine.store.sync()
+        adapter.release()
+        return True
+    return False
+
+
+def is_whole(adapter: RepairAdapter) -> bool:
+    """The replica is whole again: current, not replaying, fault-free, nothing planned, held or awaited."""
+    machine = adapter.machine
+    return not (machine.health is not Health.current or machine.replaying or machine.store.faults()
+                or adapter.plan is not None or adapter.holding or adapter.resync_pending is not None)
+
+
+def unfit_to_lead(adapter: RepairAdapter) -> bool:
+    """A Raft leader in this state cannot serve the stream and should hand its leadership away (a replay
+    alone ends by itself)."""
+    machine = adapter.machine
+    waiting = adapter.holding or adapter.resync_pending is not None
+    return waiting or not (machine.can_lead or machine.replaying)
+
+
+def answer_catchup(machine: StreamStateMachine, stream: str, request: CatchupRequest) -> CatchupChunk | CatchupRefusal:
+    """The stream leader's answer to one catch-up request (invariant 5); the caller checked it leads."""
+    if request.stream != stream:
+        return CatchupRefusal(reason=f"no stream {request.stream} here")
+    if machine.applied_index < request.snapshot_index:
+        return CatchupRefusal(reason=f"the leader applied {machine.applied_index}, below the snapshot index "
+                                     f"{request.snapshot_index}")
+    return serve_catchup(machine, request)

@@ -1,0 +1,114 @@
+"""`jsraft.replica.stream_repair` and `stream_leading`: the repair and leading decisions production's repair
+worker and the simulator share (unit tests: no network, no trio).
+
+Method: a leader `StreamStateMachine` on a MemStore applies a log of real MSGS entries (the `Log`,
+`machine` and `follower` of test_repair_adapter.py); a follower's production `StreamAdapter` is fed the same entries,
+restores the leader's snapshot or begins a resync, and the decisions are asked at each point: which job
+comes next, the session that carries out a plan (first try and retry), the release of the held entries
+only for the plan's own generation, when the replica is whole again and when it is unfit to lead, and
+the leader's answer to a catch-up request (served, or refused when the request is beyond what it
+applied or for another stream), and that a finished catch-up survives a power failure (a FileStore on a
+`SimDisk`, crashed right after `finish_session`).
+"""
+
+from __future__ import annotations
+
+import random
+
+from jsraft.jsapi.stream_config import parse_stream_config
+from jsraft.replica import stream_repair as decide
+from jsraft.replica.stream_leading import leader_ready
+from jsraft.replica.stream_adapter import StreamAdapter
+from jsraft.store.filestore import FileStore
+from jsraft.stream import CatchupRefusal, CatchupRequest, Finding, FindingKind, StreamStateMachine, store_config_for
+from jsraft.testing.simdisk import SimDisk
+from test_repair_adapter import Log, follower
+
+def test_a_restored_plan_is_carried_out_and_released_for_its_own_generation_only():
+    log, adapter = Log(), follower()
+    adapter.apply([log.msgs(100)])
+    log.msgs(100)
+    assert decide.next_job(adapter, escalate=False) is None and decide.is_whole(adapter)
+    adapter.restore(log.leader.snapshot())  # InstallSnapshot at 2: the store lacks 101..200
+    assert decide.next_job(adapter, escalate=False) is decide.Job.carry_out
+    assert decide.next_job(adapter, escalate=True) is decide.Job.resync
+    assert not decide.is_whole(adapter) and decide.unfit_to_lead(adapter)
+    adapter.apply([log.msgs(10)])  # held back behind the plan
+
+    session, plan = decide.open_session(adapter, first=True, reset_store=None, bytes_max=1 << 20)
+    assert plan is adapter.plan.plan and plan.fetch == ((101, 200),)
+    request = session.start(plan)
+    while request is not None:
+        answer = decide.answer_catchup(log.leader, "S", request)
+        request = session.on_chunk(answer)
+    assert not decide.finish_session(adapter, session, adapter.generation - 1)  # a stale session
+    assert adapter.holding and adapter.deferred == 1
+    assert decide.finish_session(adapter, session, adapter.generation)
+    assert not adapter.holding and adapter.machine.applied_index == 3
+    assert decide.is_whole(adapter) and not decide.unfit_to_lead(adapter)
+    assert adapter.machine.store.state().agreement_key() == log.leader.store.state().agreement_key()
+
+
+def test_a_retry_plans_again_against_the_store_as_it_is_now():
+    log, adapter = Log(), follower()
+    adapter.apply([log.msgs(100)])
+    log.msgs(100)
+    adapter.restore(log.leader.snapshot())
+    first_plan = adapter.plan.plan
+    _, plan = decide.open_session(adapter, first=False, reset_store=None, bytes_max=1 << 20)
+    assert plan is not first_plan and plan.fetch == first_plan.fetch  # recomputed, same store
+
+
+def test_a_drifted_or_faulty_replica_resyncs_but_waits_for_a_pending_resync_index():
+    log, adapter = Log(), follower()
+    adapter.apply([log.msgs(100)])
+    adapter.machine.mark_drifted(Finding(kind=FindingKind.audit_mismatch))
+    assert decide.next_job(adapter, escalate=False) is decide.Job.resync
+    log.msgs(10)
+    adapter.begin_resync(2, log.leader.snapshot())  # the leader stands at 2, this replica at 1
+    assert adapter.resync_pending == 2
+    assert decide.next_job(adapter, escalate=False) is None  # the log has to reach 2 first
+    assert decide.unfit_to_lead(adapter)
+
+
+def test_the_leader_refuses_a_request_beyond_what_it_applied_or_for_another_stream():
+    log = Log()
+    log.msgs(10)
+    ahead = CatchupRequest(stream="S", snapshot_index=5, ranges=((1, 10),), bytes_max=1 << 16)
+    assert isinstance(decide.answer_catchup(log.leader, "S", ahead), CatchupRefusal)
+    other = CatchupRequest(stream="T", snapshot_index=1, ranges=((1, 10),), bytes_max=1 << 16)
+    assert isinstance(decide.answer_catchup(log.leader, "S", other), CatchupRefusal)
+    served = CatchupRequest(stream="S", snapshot_index=1, ranges=((1, 10),), bytes_max=1 << 16)
+    assert not isinstance(decide.answer_catchup(log.leader, "S", served), CatchupRefusal)
+
+
+def test_leader_ready_needs_every_condition():
+    log = Log()
+    log.msgs(1)
+    ready = dict(is_leader=True, noop_term=3, current_term=3, applied_index=7, last_index=7, machine=log.leader)
+    assert leader_ready(**ready)
+    for key, value in (("is_leader", False), ("noop_term", 2), ("applied_index", 6), ("machine", None)):
+        assert not leader_ready(**{**ready, key: value}), key
+    log.leader.mark_drifted(Finding(kind=FindingKind.audit_mismatch))
+    assert not leader_ready(**ready)
+
+
+def test_a_finished_catch_up_is_durable_before_the_held_entries_apply():
+    """Invariant 3: the fetched messages survive a power failure right after the session ended (without
+    the fsync they were only in memory while the WAL's snapshot already covered them)."""
+    log = Log()
+    config, raw = parse_stream_config(b'{"name": "S", "subjects": ["s.>"]}')
+    disk = SimDisk(random.Random(7), corruption_allowed=False)
+    store_config = store_config_for(config)
+    adapter = StreamAdapter(StreamStateMachine(FileStore.open(disk.sub("msgs"), store_config), config, raw))
+    adapter.recovery_target = 0
+    log.msgs(40), log.msgs(40)
+    adapter.restore(log.leader.snapshot())  # the leader's snapshot at 2: fetch 1..80
+    session, plan = decide.open_session(adapter, first=True, reset_store=None, bytes_max=1 << 20)
+    request = session.start(plan)
+    while request is not None:
+        request = session.on_chunk(decide.answer_catchup(log.leader, "S", request))
+    assert decide.finish_session(adapter, session, adapter.generation)
+    disk.crash(torn=False)
+    reopened = FileStore.open(disk.sub("msgs"), store_config)
+    assert reopened.state().agreement_key() == log.leader.store.state().agreement_key()

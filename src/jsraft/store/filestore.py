@@ -293,10 +293,9 @@ class FileStore(Accounting):
         if block not in self.files.blocks:  # its block emptied and was removed, the record with its file
             self.sync()
             return True
-        # The overwrite changes an older record in place, out of the newest block's append order: make
-        # everything before it durable first (the tombstone just written and any unsynced earlier removal,
-        # e.g. a limit's), or a crash could keep the erase and lose what came before it — a durable state
-        # that is no prefix of the store's history, which neither recovery nor a replay can put right.
+        # The overwrite changes an older record in place, out of append order: make everything before it
+        # durable first (the tombstone just written, any earlier removal), or a crash could keep the erase
+        # and lose what came before it: a durable state no prefix of the history, beyond any repair.
         self.sync()
         filler = encode_record(Kind.ERASED, seq, 0, bytes(length - HEADER_BYTES))
         handle = self.files.handle(block.number)

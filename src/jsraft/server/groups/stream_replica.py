@@ -29,8 +29,7 @@ Invariants:
      as leader it decides no publish (answered 10194), delivers nothing, proposes no expiry — only the
      consumer's deletion. The group still replicates what a leader that can run it commits (one log).
 
-Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L3½
-(`replica.stream_leading`), L4 (`runtime`), trio, siblings.
+Imports: stdlib, L0, L1 (`disk`, `raft`, `jsapi`), L2 (`store`), L3 (`stream`), L3½ (`replica`), L4, trio, siblings.
 Reference: DESIGN.md §2, §6; stream/machine.py lifecycle.
 """
 

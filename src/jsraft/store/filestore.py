@@ -265,9 +265,7 @@ class FileStore(Accounting):
         self.touched = True
         # Limits apply per message; one pass after the batch removes the same, unless they interleave.
         for run in ([msgs[i:i + 1] for i in range(len(msgs))] if fs_remove.limits_interleave(self, msgs) else [msgs]):
-            start = 0
-            while start < len(run):
-                start = fs_append.append_run(self, run, start)
+            fs_append.append_all(self, run)
             fs_remove.enforce_limits(self, {m[1] for m in run})
 
     def skip(self, seq: int, count: int = 1) -> None:

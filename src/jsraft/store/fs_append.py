@@ -35,6 +35,13 @@ _PREFIX = struct.Struct("<HI")
 _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
 
 
+def append_all(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> None:
+    """Append a validated batch, one run per block it fills."""
+    start = 0
+    while start < len(msgs):
+        start = append_run(store, msgs, start)
+
+
 def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]], start: int) -> int:
     """Append `msgs[start:]` to the newest block until it is full; return where it stopped.
 

@@ -14,8 +14,10 @@ Invariants:
      (`stable_index`, pending truncations) assumes storage has either done a `Ready` or not, never "is
      doing it"; a conflicting AppendEntries stepped mid-write could otherwise ask storage to truncate
      below a commit the same in-flight write is recording.
-  2. `send_messages` runs only after the work's persistence returned (the Ready contract), and
-     `finish` (apply, then `advance`) only after `send_messages` (`GroupCycle` invariants 2 and 3).
+  2. `send_first_messages` (a leader's, `Ready.send_first`) runs before the work's persistence,
+     `send_messages` (everything else) only after it returned (the Ready contract), and `finish` (apply,
+     then `advance`, where the leader's own fsynced copy starts to count) only after both (`GroupCycle`
+     invariants 2 and 3).
   3. A failed or closed group never touches its core or WAL again; its proposals all settle.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio. Reference: etcd-io/raft
@@ -239,6 +241,10 @@ class Group:
         self.busy = True
         self.idle = trio.Event()
         return work
+
+    def send_first_messages(self, work: Work, send: SendFn) -> None:
+        """A leader's messages, before its persistence (invariant 2, `GroupCycle.send_first`)."""
+        self.cycle.send_first(work, send)
 
     def send_messages(self, work: Work, send: SendFn) -> None:
         """Step 3 of the cycle; call only once the work is durable (invariant 2)."""

@@ -17,8 +17,9 @@ Invariants:
      with `must_sync` before any message that depends on them is sent (rule 1, see `Ready`).
   5. A leader's own copy of an entry counts toward commit only once a `Ready` holding it was advanced
      (after its fsync) in the term it was built in (`Ready.leader_term`, `rule_leader_own_match`): its
-     AppendEntries may leave before that fsync (`Ready.send_first`), so commit still needs a majority of
-     fsynced copies.
+     AppendEntries may leave before that fsync (`Ready.send_first`, `pipelined_messages`), and its
+     followers' acknowledgements may be stepped meanwhile, so commit still needs a majority of fsynced
+     copies.
 
 Imports: L0, attrs (through siblings), stdlib. Never trio, socket, time, threading or module-level random.
 Reference: Raft paper Fig. 2; etcd-io/raft `raft.go`, `rawnode.go`.
@@ -285,6 +286,17 @@ class RaftNode(SafetyRules):
         index = self.rule_leader_own_match(self.log.stable_index, self.log.last_index)
         if own is not None and own.maybe_update(index) and replication.maybe_commit(self):
             replication.broadcast_append(self)
+
+    def pipelined_messages(self) -> list[Message]:
+        """While a leader's `send_first` Ready is being persisted, the driver may step its followers'
+        AppendEntriesResponses of this term (nothing else) and send what they produced now, without a
+        `Ready`: AppendEntries, snapshots, TimeoutNow, in a term and vote already durable (invariant 5).
+        Empty unless that holds; what is not taken here leaves with the next `Ready`."""
+        if (self.role is not Role.LEADER or not self.outbox
+                or not ready.messages_independent_of_storage(self)):
+            return []
+        messages, self.outbox = self.outbox, []
+        return messages
 
     def status(self) -> Status:
         return repair.build_status(self)

@@ -102,6 +102,11 @@ def _fenced_fields(hard_state: HardState) -> tuple[object, ...]:
     return (hard_state.current_term, hard_state.voted_for, hard_state.repairing)
 
 
+def messages_independent_of_storage(node: RaftNode) -> bool:
+    """A leader's messages depend on nothing unpersisted: its term, vote and repairing flag are durable."""
+    return _fenced_fields(node.hard_state()) == _fenced_fields(node.persisted_hard_state)
+
+
 def has_ready(node: RaftNode) -> bool:
     log = node.log
     return bool(
@@ -138,7 +143,7 @@ def build_ready(node: RaftNode) -> Ready:
         messages=messages,
         read_states=read_states,
         must_sync=node.rule_must_sync(durable_changed, log_written),
-        send_first=leading and _fenced_fields(hard_state) == _fenced_fields(node.persisted_hard_state),
+        send_first=leading and messages_independent_of_storage(node),
         leader_term=node.current_term if leading else 0,
     )
 

@@ -144,7 +144,10 @@ class GroupCycle:
     def run(self, send: SendFn, persisted: Callable[[Work], None] = _ignore) -> Work:
         """One whole cycle inline (steps 1–4), for a driver without worker threads. `persisted(work)` is
         called right after the fsync (an observer: the simulator's checkers)."""
-        work = self.take()
+        return self.run_taken(self.take(), send, persisted)
+
+    def run_taken(self, work: Work, send: SendFn, persisted: Callable[[Work], None] = _ignore) -> Work:
+        """Steps 2–4 of `run` for work already taken."""
         self.send_first(work, send)
         persist.write_work(self.wal, self.disk, work)
         persist.sync_work(self.wal, self.disk, work)

@@ -59,12 +59,24 @@ class ForgetVoteOnRestart(RaftNode):
         return attrs.evolve(hard_state, voted_for=None)
 
 
+# --- Leader pipelining (issue #18) ---------------------------------------------------------------------
+#   leader-counts-unsynced  `rule_leader_own_match` returns the appended index: the leader counts its own
+#                           copy toward commit before its fsync returned, while its AppendEntries already
+#                           left (`Ready.send_first`).
+
+
+class LeaderCountsUnsynced(RaftNode):
+    def rule_leader_own_match(self, persisted_index: int, appended_index: int) -> int:
+        return appended_index
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "ack-before-fsync": AckBeforeFsync,
     "truncate-on-corruption": TruncateOnCorruption,
     "repairing-node-votes": RepairingNodeVotes,
     "no-prevote": NoPreVote,
     "forget-vote-on-restart": ForgetVoteOnRestart,
+    "leader-counts-unsynced": LeaderCountsUnsynced,
 }
 
 

@@ -154,6 +154,9 @@ class NodeDriver:
         self.verbose = False
         # Told when this node sends a granted (non-pre) vote: the fault scheduler may crash it right after.
         self.on_vote_granted: Callable[[str], None] | None = None
+        # Told when this node, a leader whose fsync is in flight, sends a commit index above what it has
+        # fsynced: the fault scheduler may crash it inside that window.
+        self.on_commit_before_own_fsync: Callable[[str], None] | None = None
 
     @property
     def up(self) -> bool:
@@ -221,6 +224,8 @@ class NodeDriver:
                 node.step(message)
                 for out in node.pipelined_messages():
                     self._send(out.to_id, GROUP, out)
+                if node.log.commit_index > node.log.stable_index and self.on_commit_before_own_fsync:
+                    self.on_commit_before_own_fsync(self.node_id)
             else:
                 self._held.append(message)
 

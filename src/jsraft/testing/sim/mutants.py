@@ -16,6 +16,9 @@ rule has teeth: with the mutant every node runs the broken rule, and some seed m
                           (`term-inflation`).
   forget-vote-on-restart  `rule_restore_hard_state` drops `voted_for`: after a restart the node can vote
                           twice in one term (`double-vote`, then maybe `election-safety`).
+  leader-counts-unsynced  `rule_leader_own_match` returns the appended index: a pipelining leader counts
+                          its own copy before its fsync; a commit can then rest on one fsynced copy and
+                          be applied by a follower while a crash loses it (`state-machine-safety`).
 
 Invariants:
   1. A mutant differs from `RaftNode` in one method only.

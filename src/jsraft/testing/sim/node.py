@@ -16,9 +16,15 @@ restarts repairing with no vote to trust, `storage_uuid_changed`, never re-boots
 `RaftNode`; the app opens the replica from the snapshot (and, for the stream, its store on this disk) and
 re-applies the committed entries the core hands out.
 
+Leader pipelining, as the runtime does it: a leader's `send_first` cycle sends its messages, writes, and
+completes (fsync, the other messages, apply, `advance()`) at a later `pump`, 1–6 ticks on (`FSYNC_TICKS`).
+Meanwhile its followers' AppendEntriesResponses of its term are stepped and what they produce is sent at
+once (`RaftNode.pipelined_messages`); every other input waits — messages, ticks, and proposals (refused, the
+client tries again) — and a crash loses the unsynced writes.
+
 Invariants:
   1. No message of a `Ready` reaches the network before that `Ready` is persisted (and fsynced when asked):
-     `GroupCycle` invariant 2.
+     `GroupCycle` invariant 2 — except a leader's, when the core allows it (`Ready.send_first`).
   2. The replica's applied index equals the core's applied index after every `advance()` (`GroupCycle`
      invariant 3; a breach is an `InvariantViolation`, reported as `crash`).
   3. Each node's randomness (core RNG per incarnation, disk faults) comes from its own sub-generator.

@@ -18,8 +18,7 @@ The ready loop, one cycle at a time:
      arrived during the previous one. Groups with nothing to write (heartbeats, a commit-hint change,
      applying entries already durable here) skip this step and are finished before the others' fsync.
   3. Only after the fsyncs returned: send each group's messages, apply its committed entries (settling
-     proposals with the state machine's results), `advance()`, and feed it what waited. A leader's
-     messages (`Ready.send_first`) leave before step 2 instead: its followers fsync while it does.
+     proposals with the state machine's results), `advance()`, and feed it what waited.
 
 Backpressure: each group admits at most `proposals_in_flight_max` proposals that have not settled;
 `propose` waits for a free slot (cancellable). Inboxes of messages that arrive while a group is busy are
@@ -37,10 +36,7 @@ every group is closed: the proposals still waiting settle with `GroupClosed`, la
 and nothing that depends on unfsynced state was ever sent.
 
 Invariants:
-  1. No message of a `Ready` is handed to `send` before the fsync covering that `Ready` returned — except
-     a leader's, when the core marks them independent of it (`Ready.send_first`: AppendEntries and the
-     like, in a term and vote already durable). The leader's own copy counts toward commit only after
-     its fsync (`advance()`), so a commit still needs a majority of fsynced copies.
+  1. No message of a `Ready` is sent before the fsync covering it returned, but a leader's (`Ready.send_first`).
   2. A proposal returns a result only after its entry was applied here, which requires it to be
      committed, which requires a majority (this node included, for a leader) to have fsynced it.
   3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores.
@@ -350,19 +346,16 @@ class NodeRuntime:
         return batch
 
     async def _cycle(self, batch: list[tuple[Group, Work]]) -> None:
-        """Persist the batch, then for each group: send, apply, advance (invariant 1).
-
-        Groups with nothing to write (heartbeats, applies of entries already durable here) are finished
-        first: nothing of theirs is waiting for a disk, so they need not wait for the others' fsync.
-        """
+        """A leader's messages first; persist the batch, then for each group: send, apply, advance
+        (invariant 1). Groups with nothing to write (heartbeats, applies of entries already durable here)
+        are finished first: nothing of theirs waits for a disk, so they need not wait for others' fsync."""
+        for group, work in batch:
+            group.send_first_messages(work, self._send)  # its followers fsync while it does
         durable = [(group, work) for group, work in batch if not work.needs_disk]
         for group, work in durable:
-            group.send_first_messages(work, self._send)
             group.send_messages(work, self._send)
             self._finish(group, work)
         pending = [(group, work) for group, work in batch if work.needs_disk]
-        for group, work in pending:
-            group.send_first_messages(work, self._send)  # a leader's: its followers fsync meanwhile
         errors = await self._persist(pending)
         for (group, work), error in zip(pending, errors):
             if error is not None:

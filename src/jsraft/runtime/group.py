@@ -124,6 +124,8 @@ class Group:
         if not self.busy:
             self.node.step(message)
             return True
+        # Checked now so the transport learns about a misbehaving peer from this call, not never.
+        validate_message(message, self.node.id, self.node.config.snapshot_bytes_max)
         if self._pipelining is not None and self._steps_while_persisting(message):
             # A follower's acknowledgement while our own fsync runs (invariant 1's exception): it may
             # commit on the followers' fsynced copies alone; what it makes us send leaves now.
@@ -131,8 +133,6 @@ class Group:
             for out in self.node.pipelined_messages():
                 self._pipelining(out.to_id, self.name, out)
             return True
-        # Checked now so the transport learns about a misbehaving peer from this call, not never.
-        validate_message(message, self.node.id, self.node.config.snapshot_bytes_max)
         if self._inbox_messages >= self.inbox_messages_max:
             return False
         self._inbox.append(message)
@@ -261,7 +261,6 @@ class Group:
             self._pipelining = send
 
     def _steps_while_persisting(self, message: Message) -> bool:
-        validate_message(message, self.node.id, self.node.config.snapshot_bytes_max)
         return (isinstance(message, AppendEntriesResponse) and message.term == self.node.current_term
                 and self.node.role is Role.LEADER)
 

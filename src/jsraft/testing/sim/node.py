@@ -17,7 +17,7 @@ restarts repairing with no vote to trust, `storage_uuid_changed`, never re-boots
 re-applies the committed entries the core hands out.
 
 Leader pipelining, as the runtime does it: a leader's `send_first` cycle sends its messages, writes, and
-completes (fsync, the other messages, apply, `advance()`) at a later `pump`, 1–6 ticks on (`FSYNC_TICKS`).
+completes (fsync, the other messages, apply, `advance()`) at a later `pump`, 1–5 ticks on (`FSYNC_TICKS`).
 Meanwhile its followers' AppendEntriesResponses of its term are stepped and what they produce is sent at
 once (`RaftNode.pipelined_messages`); every other input waits — messages, ticks, and proposals (refused, the
 client tries again) — and a crash loses the unsynced writes.
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 GROUP = "sim"  # the one group a simulated node runs (the name in its marker and on its messages)
 READY_LOOPS_MAX = 64
 PROPOSED_KEPT_MAX = 2000
-FSYNC_TICKS = (1, 1, 1, 2, 3, 6)  # how long a leader's pipelined fsync takes, drawn per cycle
+FSYNC_TICKS = (1, 1, 1, 1, 2, 5)  # how long a leader's pipelined fsync takes, drawn per cycle
 
 
 @attrs.frozen(kw_only=True)
@@ -167,6 +167,12 @@ class NodeDriver:
     @property
     def up(self) -> bool:
         return self.node is not None
+
+    @property
+    def persisting(self) -> bool:
+        """A leader's pipelined cycle is in flight: proposals are refused until it completes (the runtime
+        would hold them in the group's inbox), so a client with state to lose waits for the next step."""
+        return self._in_flight is not None
 
     # --- Life cycle ---------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 Method: every node runs on a `RecordingDisk` (a `SimDisk` with an exact model of what is durable). At
 the moment the runtime hands a message to the network, `DurabilityChecker` crashes a copy of the
 sender's disk, opens a real `Wal` on it, and checks that the message is backed by what survived: a
-granted vote by a durable vote, a campaign by a durable self-vote, entries sent by entries held, an
+granted vote by a durable vote, a campaign by a durable self-vote, entries sent by a durable term (a leader sends its entries while
+its own fsync runs), an
 acknowledgement by durable entries and acked watermark (persist-before-send). When the leader's state
 machine applies an entry — the moment its proposer's `propose()` gets the result — the test crashes a
 copy of every node's disk and counts the copies that hold the entry: a majority must
@@ -29,6 +30,7 @@ class SendBeforePersistRuntime(NodeRuntime):
 
     async def _cycle(self, batch):
         for group, work in batch:
+            group.send_first_messages(work, self._send)
             group.send_messages(work, self._send)
         await self._persist(batch)
         for group, work in batch:

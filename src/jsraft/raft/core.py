@@ -15,6 +15,11 @@ Invariants:
      are in a live leader's lease. A message with a lower term is answered at most with our term.
   4. `current_term`, `voted_for`, `acked_watermark` and `repairing` reach storage through `Ready.hard_state`
      with `must_sync` before any message that depends on them is sent (rule 1, see `Ready`).
+  5. A leader's own copy of an entry counts toward commit only once a `Ready` holding it was advanced
+     (after its fsync) in the term it was built in (`Ready.leader_term`, `rule_leader_own_match`): its
+     AppendEntries may leave before that fsync (`Ready.send_first`, `pipelined_messages`), and its
+     followers' acknowledgements may be stepped meanwhile, so commit still needs a majority of fsynced
+     copies.
 
 Imports: L0, attrs (through siblings), stdlib. Never trio, socket, time, threading or module-level random.
 Reference: Raft paper Fig. 2; etcd-io/raft `raft.go`, `rawnode.go`.
@@ -235,6 +240,7 @@ class RaftNode(SafetyRules):
         index = self.log.last_index + 1
         self.append_as_leader([Entry(index=index, term=self.current_term, type=entry_type, data=bytes(data))])
         replication.broadcast_append(self)
+        self._count_own_copy()  # nothing, unless a mutant counts what is not yet fsynced
         return index
 
     def transfer_leadership(self, to: str) -> None:
@@ -265,11 +271,32 @@ class RaftNode(SafetyRules):
     def advance(self, rd: ready.Ready) -> None:
         """The driver did everything `rd` asked (persisted, sent, applied)."""
         ready.apply_advance(self, rd)
-        if self.role is Role.LEADER:
-            own = self.progress.get(self.id)
-            if own is not None and own.maybe_update(self.log.stable_index) and replication.maybe_commit(self):
-                replication.broadcast_append(self)
+        if rd.leader_term and rd.leader_term == self.current_term:
+            # The leader's self-acknowledgement, like a follower's AppendEntriesResponse after its fsync:
+            # its entries leave before that fsync (`Ready.send_first`), so only now do they count. A node
+            # that stopped leading that term meanwhile counts nothing.
+            self._count_own_copy()
         repair.maybe_finish_repair(self)
+
+    def _count_own_copy(self) -> None:
+        """Raise the leader's own match index to what it has fsynced (rule 1), and commit what that allows."""
+        if self.role is not Role.LEADER:
+            return
+        own = self.progress.get(self.id)
+        index = self.rule_leader_own_match(self.log.stable_index, self.log.last_index)
+        if own is not None and own.maybe_update(index) and replication.maybe_commit(self):
+            replication.broadcast_append(self)
+
+    def pipelined_messages(self) -> list[Message]:
+        """While a leader's `send_first` Ready is being persisted, the driver may step its followers'
+        AppendEntriesResponses of this term (nothing else) and send what they produced now, without a
+        `Ready`: AppendEntries, snapshots, TimeoutNow, in a term and vote already durable (invariant 5).
+        Empty unless that holds; what is not taken here leaves with the next `Ready`."""
+        if (self.role is not Role.LEADER or not self.outbox
+                or not ready.messages_independent_of_storage(self)):
+            return []
+        messages, self.outbox = self.outbox, []
+        return messages
 
     def status(self) -> Status:
         return repair.build_status(self)

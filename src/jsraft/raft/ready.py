@@ -9,6 +9,11 @@ Invariants:
      ones): term and vote changes, entries, the acked watermark. Hence the ordering contract on `Ready`.
   3. `committed_entries` never include a faulty entry, nor one above `commit_index`, nor (while repairing)
      one not yet verified against a leader (`repair.trusted_index`).
+  4. `send_first` only for a leader whose term, vote and repairing flag in this `Ready` are the ones already
+     persisted: its messages (AppendEntries, heartbeats, snapshots, TimeoutNow, refusals) then depend on
+     nothing the `Ready` persists, and may leave while its fsync runs (etcd's pipelining). The leader's
+     own copy of `entries` counts toward commit only in `advance()`, after that fsync, and only if it
+     still leads `leader_term` (`RaftNode.advance`).
 
 Imports: L0, attrs. Reference: etcd-io/raft `node.go` (`Ready`, `Advance`).
 """
@@ -56,7 +61,8 @@ class Ready:
        If `must_sync`, fsync all of it before step 2.
     2. Only then send `messages`. They may grant a vote, acknowledge entries or report the acked
        watermark; sent before step 1 is durable, a crash could make them lies (rules 1 and 2). Messages to
-       this node itself are never emitted.
+       this node itself are never emitted. Exception: if `send_first`, send them before step 1 (a
+       leader's messages, invariant 4).
     3. Install `snapshot` in the application, then apply `committed_entries` in order, and answer
        `read_states` once the application has applied through each one's index.
     """
@@ -79,11 +85,26 @@ class Ready:
     read_states: tuple[ReadState, ...] = ()
     # Fsync step 1 before step 2: term, vote, watermark, repairing flag or the log changed (rule 1).
     must_sync: bool = False
+    # The messages may be sent before step 1 (a leader's, invariant 4).
+    send_first: bool = False
+    # The term this node led when the Ready was built, else 0: `advance()` counts the leader's own copy
+    # of the entries only if it still leads this term (invariant 4).
+    leader_term: int = 0
 
 
 def _durable_fields(hard_state: HardState) -> tuple[object, ...]:
     """Fields whose change must be fsynced; `commit_index` is only a restart hint."""
     return (hard_state.current_term, hard_state.voted_for, hard_state.acked_watermark, hard_state.repairing)
+
+
+def _fenced_fields(hard_state: HardState) -> tuple[object, ...]:
+    """Fields a leader's messages depend on: they must be durable before any of them is sent."""
+    return (hard_state.current_term, hard_state.voted_for, hard_state.repairing)
+
+
+def messages_independent_of_storage(node: RaftNode) -> bool:
+    """A leader's messages depend on nothing unpersisted: its term, vote and repairing flag are durable."""
+    return _fenced_fields(node.hard_state()) == _fenced_fields(node.persisted_hard_state)
 
 
 def has_ready(node: RaftNode) -> bool:
@@ -100,7 +121,8 @@ def build_ready(node: RaftNode) -> Ready:
     truncate_from, entries, repaired = log.take_writes()
     snapshot, node.pending_snapshot = node.pending_snapshot, None
     committed = log.committed_to_apply(node.config.committed_entries_per_ready_max, repair.trusted_index(node))
-    if entries and node.role is Role.LEADER:
+    leading = node.role is Role.LEADER
+    if entries and leading:
         # Rule 2 for the leader: it counts its own copy toward commit once this Ready is durable, which is
         # an acknowledgement too; the watermark covering it is persisted with the entries.
         node.acked_watermark = node.rule_acked_watermark(node.acked_watermark, entries[-1].index)
@@ -121,6 +143,8 @@ def build_ready(node: RaftNode) -> Ready:
         messages=messages,
         read_states=read_states,
         must_sync=node.rule_must_sync(durable_changed, log_written),
+        send_first=leading and messages_independent_of_storage(node),
+        leader_term=node.current_term if leading else 0,
     )
 
 

@@ -5,7 +5,8 @@ Owns: `send_append` (one batch to one follower, within its in-flight window), `b
 
 Invariants:
   1. The leader counts only durable copies toward commit: a follower's match index comes from its
-     acknowledgement (sent after its fsync), the leader's own from `advance()` (after its fsync).
+     acknowledgement (sent after its fsync), the leader's own from `advance()` (after its fsync, which
+     may still run while its AppendEntries travel and its followers' acknowledgements are stepped).
   2. Only an entry of the leader's current term is committed by counting replicas (§5.4.2).
   3. At most `max_inflight_msgs` AppendEntries with entries are unacknowledged per follower; each holds at
      most `max_entries_per_msg` entries and `max_bytes_per_msg` bytes (but at least one entry).

@@ -6,6 +6,7 @@ Owns: `SafetyRules`, a mixin of `RaftNode`. Every decision that one of the proje
 the rule prevents. Production code never overrides them and no configuration reaches them.
 
   rule 1  term and vote durable before use ....... `rule_must_sync`, `rule_restore_hard_state`
+          a leader counts only its fsynced copy ... `rule_leader_own_match`
   rule 2  acked watermark, repairing on restore .. `rule_classify_restored_log`, `rule_acked_watermark`
   rule 3  a repairing replica neither votes ...... `rule_may_grant_vote`
           nor campaigns .......................... `rule_may_campaign`
@@ -22,6 +23,8 @@ Mutants they are meant for (the simulator's names):
   repairing-node-votes    rule_may_grant_vote returns True while repairing.
   no-prevote              rule_pre_vote_enabled returns False.
   forget-vote-on-restart  rule_restore_hard_state returns the hard state with voted_for=None.
+  leader-counts-unsynced  rule_leader_own_match returns the appended index: the leader counts its own
+                          copy before its fsync returned.
 
 Rule 4 (halt and report, `accept_data_loss`) and rule 7 (a changed storage UUID means repairing, decided
 inside `rule_classify_restored_log`) live in `repair`.
@@ -55,6 +58,11 @@ class SafetyRules:
         those messages depend on; with `must_sync` the driver makes them durable before it sends.
         """
         return durable_hard_state_changed or log_written
+
+    def rule_leader_own_match(self, persisted_index: int, appended_index: int) -> int:
+        """Rule 1 for the leader's own copy: with pipelining its AppendEntries leave before its fsync, so
+        it counts toward commit only what its fsync covered (`persisted_index`), never merely appended."""
+        return persisted_index
 
     def rule_restore_hard_state(self, hard_state: HardState) -> HardState:
         """Rule 1: a restarted replica uses the term and vote it persisted, never fresh ones."""

@@ -1,4 +1,5 @@
-"""`GroupCycle`: one Raft group's synchronous Ready cycle — persist → send → apply, written once (layer L3½).
+"""`GroupCycle`: one Raft group's synchronous Ready cycle — persist → send → apply, written once (layer L3½);
+a leader sends first and persists while its messages travel.
 
 Owns: what a node does with one group's `Ready`, in the order the `Ready` contract (raft/ready.py) and
 DESIGN §2/§4 demand, for every driver: the production runtime (a trio shell that runs `persist` on a
@@ -10,8 +11,10 @@ and network) drive these same objects. One cycle:
      fsync: it is a restart hint, safe to lose); the group marker on the first durable cycle. A leader's
      snapshot in the `Ready` is announced to the state machine first (`prepare_install`, optional): the
      WAL is about to drop the entries it covers.
-  2. `persist.write_work` then `persist.sync_work` (module `persist`: writes, fsync, hard state, marker).
-  3. `send()` — only after step 2 returned: the `Ready`'s messages.
+  2. `send_first()` — a leader's messages (`Ready.send_first`: they depend on nothing this cycle persists)
+     leave now, so the followers write and fsync while the leader does (etcd's pipelining).
+     Then `persist.write_work` and `persist.sync_work` (module `persist`: writes, fsync, hard state, marker).
+  3. `send()` — only after step 2 returned: every other `Ready`'s messages (votes, acknowledgements).
   4. `finish()` — install the leader's snapshot in the state machine, apply the committed entries, tell the
      proposal owner (`on_snapshot`, `on_applied`), `advance()`; then our own compaction reaches the core.
 `run()` does 1–4 inline, for drivers without worker threads (the simulator).
@@ -20,8 +23,11 @@ Invariants:
   1. At most one cycle is outstanding: `take()` is not called again before `finish()` of the previous
      cycle (the core's own `ready()`/`advance()` invariant, checked there). The driver keeps every other
      input (steps, ticks, proposals) away from the core meanwhile (runtime `group` invariant 1).
-  2. `send` runs only after the work's persistence returned, `finish` only after `send` (the Ready
-     contract: a message may depend on what this cycle made durable).
+  2. A message leaves before the work's persistence returned only if the core said it may
+     (`Ready.send_first`, a leader's); every other one only after (`send`), and `finish` only after both
+     (the Ready contract: a message may depend on what this cycle made durable). The leader's own copy
+     counts toward commit only in `finish` (`advance()`, after the fsync): a majority still means a
+     majority of fsynced copies.
   3. The state machine's `applied_index` equals the core's after every `advance()` (checked).
   4. Our own snapshot is taken only of applied, durable entries whose membership changes the core has
      applied, and only when the state machine can vouch for its state (`snapshot_ready()`, optional).
@@ -105,12 +111,20 @@ class GroupCycle:
                 prepare(rd.snapshot.meta)  # before the WAL drops the entries the snapshot covers
         return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker)
 
+    def send_first(self, work: Work, send: SendFn) -> None:
+        """Step 2's first half: a leader's messages, before its persistence (invariant 2)."""
+        if work.ready is not None and work.ready.send_first:
+            self._send_all(work.ready, send)
+
     def send(self, work: Work, send: SendFn) -> None:
-        """Step 3; call only once the work is durable (invariant 2)."""
-        if work.ready is None:
-            return
+        """Step 3; call only once the work is durable (invariant 2). Messages `send_first` sent are not
+        sent again."""
+        if work.ready is not None and not work.ready.send_first:
+            self._send_all(work.ready, send)
+
+    def _send_all(self, ready: Ready, send: SendFn) -> None:
         name = self.name
-        for message in work.ready.messages:
+        for message in ready.messages:
             # A full link drops the message; Raft's retransmission and heartbeats cover the loss.
             send(message.to_id, name, message)
 
@@ -129,8 +143,12 @@ class GroupCycle:
 
     def run(self, send: SendFn, persisted: Callable[[Work], None] = _ignore) -> Work:
         """One whole cycle inline (steps 1–4), for a driver without worker threads. `persisted(work)` is
-        called between the fsync and the first message (an observer: the simulator's checkers)."""
-        work = self.take()
+        called right after the fsync (an observer: the simulator's checkers)."""
+        return self.run_taken(self.take(), send, persisted)
+
+    def run_taken(self, work: Work, send: SendFn, persisted: Callable[[Work], None] = _ignore) -> Work:
+        """Steps 2–4 of `run` for work already taken."""
+        self.send_first(work, send)
         persist.write_work(self.wal, self.disk, work)
         persist.sync_work(self.wal, self.disk, work)
         persisted(work)

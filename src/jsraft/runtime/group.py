@@ -10,12 +10,17 @@ Invariants:
   1. The `RaftNode` is never stepped, ticked, proposed to or changed by the operator (`accept_data_loss`
      waits) while one of its `Ready`s is being persisted (`busy`). Inputs that arrive meanwhile wait, bounded — messages in an inbox of at most
      `inbox_messages_max`, proposals there too (bounded by their permits), ticks as a capped count, one
-     leadership transfer — and are fed right after `advance()`. Why: the core's log bookkeeping
+     leadership transfer — and are fed right after `advance()`. The one exception is a leader's
+     pipelined cycle (`Ready.send_first`): its followers' AppendEntriesResponses of its term are stepped
+     at once and what they produce is sent at once (`RaftNode.pipelined_messages`) — they touch only
+     progress and the commit index, never the log or the hard state's fenced fields. Why: the core's log bookkeeping
      (`stable_index`, pending truncations) assumes storage has either done a `Ready` or not, never "is
      doing it"; a conflicting AppendEntries stepped mid-write could otherwise ask storage to truncate
      below a commit the same in-flight write is recording.
-  2. `send_messages` runs only after the work's persistence returned (the Ready contract), and
-     `finish` (apply, then `advance`) only after `send_messages` (`GroupCycle` invariants 2 and 3).
+  2. `send_first_messages` (a leader's, `Ready.send_first`) runs before the work's persistence,
+     `send_messages` (everything else) only after it returned (the Ready contract), and `finish` (apply,
+     then `advance`, where the leader's own fsynced copy starts to count) only after both (`GroupCycle`
+     invariants 2 and 3).
   3. A failed or closed group never touches its core or WAL again; its proposals all settle.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio. Reference: etcd-io/raft
@@ -37,7 +42,7 @@ from jsraft.errors import invariant
 from jsraft.raft.core import RaftNode
 from jsraft.raft.errors import BadConfChange, NotLeader, PeerProtocolError, ProposalDropped, RaftError
 from jsraft.raft.membership import ConfChange
-from jsraft.raft.messages import Message, validate_message
+from jsraft.raft.messages import AppendEntriesResponse, Message, validate_message
 from jsraft.raft.status import Role, Status
 from jsraft.replica.cycle import GroupCycle, SendFn
 from jsraft.replica.persist import Work
@@ -94,6 +99,7 @@ class Group:
         self._campaign_asked = False  # an election asked for while busy (`campaign`)
         self._inbox_messages = 0
         self._ticks_pending = 0
+        self._pipelining: SendFn | None = None  # a leader's cycle is persisting: its send function
         # Ticks kept while busy: enough for an election timeout to pass, bounded all the same.
         self._ticks_pending_max = 2 * node.config.election_ticks
 
@@ -120,6 +126,13 @@ class Group:
             return True
         # Checked now so the transport learns about a misbehaving peer from this call, not never.
         validate_message(message, self.node.id, self.node.config.snapshot_bytes_max)
+        if self._pipelining is not None and self._steps_while_persisting(message):
+            # A follower's acknowledgement while our own fsync runs (invariant 1's exception): it may
+            # commit on the followers' fsynced copies alone; what it makes us send leaves now.
+            self.node.step(message)
+            for out in self.node.pipelined_messages():
+                self._pipelining(out.to_id, self.name, out)
+            return True
         if self._inbox_messages >= self.inbox_messages_max:
             return False
         self._inbox.append(message)
@@ -240,6 +253,17 @@ class Group:
         self.idle = trio.Event()
         return work
 
+    def send_first_messages(self, work: Work, send: SendFn) -> None:
+        """A leader's messages, before its persistence (invariant 2, `GroupCycle.send_first`); until
+        `finish`, its followers' acknowledgements are stepped as they come (invariant 1)."""
+        self.cycle.send_first(work, send)
+        if work.ready is not None and work.ready.send_first:
+            self._pipelining = send
+
+    def _steps_while_persisting(self, message: Message) -> bool:
+        return (isinstance(message, AppendEntriesResponse) and message.term == self.node.current_term
+                and self.node.role is Role.LEADER)
+
     def send_messages(self, work: Work, send: SendFn) -> None:
         """Step 3 of the cycle; call only once the work is durable (invariant 2)."""
         self.cycle.send(work, send)
@@ -247,6 +271,7 @@ class Group:
     def finish(self, work: Work) -> None:
         """Step 4 and `advance()` (`GroupCycle.finish`); then the inputs that waited. Exceptions from the
         state machine propagate: the caller fails the group (its core is never used again)."""
+        self._pipelining = None
         self.cycle.finish(work)
         self.busy = False
         self.idle.set()
@@ -294,6 +319,7 @@ class Group:
             self.book.settle(proposal, error=GroupClosed(message))
         self.book.fail_all(lambda: GroupClosed(message))
         self.wal.close()
+        self._pipelining = None
         self.busy = False
         self.idle.set()
 

@@ -36,7 +36,7 @@ every group is closed: the proposals still waiting settle with `GroupClosed`, la
 and nothing that depends on unfsynced state was ever sent.
 
 Invariants:
-  1. No message of a `Ready` is handed to `send` before the fsync covering that `Ready` returned.
+  1. No message of a `Ready` is sent before the fsync covering it returned, but a leader's (`Ready.send_first`).
   2. A proposal returns a result only after its entry was applied here, which requires it to be
      committed, which requires a majority (this node included, for a leader) to have fsynced it.
   3. One ticker paces every group from `clock.monotonic()`; wall time never reaches the Raft cores. Missed
@@ -346,11 +346,11 @@ class NodeRuntime:
         return batch
 
     async def _cycle(self, batch: list[tuple[Group, Work]]) -> None:
-        """Persist the batch, then for each group: send, apply, advance (invariant 1).
-
-        Groups with nothing to write (heartbeats, applies of entries already durable here) are finished
-        first: nothing of theirs is waiting for a disk, so they need not wait for the others' fsync.
-        """
+        """A leader's messages first; persist the batch, then for each group: send, apply, advance
+        (invariant 1). Groups with nothing to write (heartbeats, applies of entries already durable here)
+        are finished first: nothing of theirs waits for a disk, so they need not wait for others' fsync."""
+        for group, work in batch:
+            group.send_first_messages(work, self._send)  # its followers fsync while it does
         durable = [(group, work) for group, work in batch if not work.needs_disk]
         for group, work in durable:
             group.send_messages(work, self._send)

@@ -50,7 +50,8 @@ class FaultScheduler:
             return
         for node_id in sorted(self.crash_next):
             if sim.drivers[node_id].up:
-                sim.trace.add(f"fault: crash {node_id} right after it voted")
+                sim.trace.add(f"fault: crash {node_id} right after it voted (or announced a commit "
+                              f"before its own fsync returned)")
                 self._crash(sim, node_id, torn=False, down_ticks=self.rng.randint(0, 2))
         self.crash_next.clear()
         if "net" in self.faults:
@@ -61,6 +62,11 @@ class FaultScheduler:
     def on_vote_granted(self, node_id: str) -> None:
         if self.enabled and self.knobs.crash_after_vote and self.rng.random() < self.knobs.crash_after_vote:
             self.crash_next.add(node_id)
+
+    def on_commit_before_own_fsync(self, node_id: str) -> None:
+        """A pipelining leader announced a commit its own fsync does not cover yet: crash it in that
+        window now and then (the commit must already be durable on a majority of followers)."""
+        self.on_vote_granted(node_id)
 
     # --- Network ------------------------------------------------------------------------------------
 

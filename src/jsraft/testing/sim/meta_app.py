@@ -205,8 +205,9 @@ class MetaReplica:
 
     def ready_to_propose(self) -> bool:
         node = self.driver.node
-        if node is None or node.role != "leader" or self.adapter.noop_term != node.current_term:
-            return False
+        if (node is None or node.role != "leader" or self.adapter.noop_term != node.current_term
+                or self.driver.persisting):
+            return False  # (a persisting leader would queue the proposal, not refuse it: wait a step)
         self.leading_term = node.current_term
         return True
 

@@ -20,6 +20,9 @@ rule has teeth: with the mutant every node runs the broken rule, and some seed m
                           the durable hard state, the cycle whose one segment fsync makes the entries and
                           the hard-state record after them durable together (issue #18): acknowledgements
                           and votes leave before it, and a crash loses what they promised.
+  leader-counts-unsynced  `rule_leader_own_match` returns the appended index: a pipelining leader counts
+                          its own copy before its fsync; a commit can then rest on one fsynced copy and
+                          be applied by a follower while a crash loses it (`state-machine-safety`).
 
 Invariants:
   1. A mutant differs from `RaftNode` in one method only.
@@ -75,6 +78,17 @@ class AckBeforeCombinedFsync(RaftNode):
 # ------------------------------------------------------------------------------------------------------
 
 
+# --- Leader pipelining (issue #18) ---------------------------------------------------------------------
+#   leader-counts-unsynced  `rule_leader_own_match` returns the appended index: the leader counts its own
+#                           copy toward commit before its fsync returned, while its AppendEntries already
+#                           left (`Ready.send_first`).
+
+
+class LeaderCountsUnsynced(RaftNode):
+    def rule_leader_own_match(self, persisted_index: int, appended_index: int) -> int:
+        return appended_index
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "ack-before-fsync": AckBeforeFsync,
     "truncate-on-corruption": TruncateOnCorruption,
@@ -82,6 +96,7 @@ MUTANTS: dict[str, type[RaftNode]] = {
     "no-prevote": NoPreVote,
     "forget-vote-on-restart": ForgetVoteOnRestart,
     "ack-before-combined-fsync": AckBeforeCombinedFsync,
+    "leader-counts-unsynced": LeaderCountsUnsynced,
 }
 
 

@@ -16,9 +16,15 @@ restarts repairing with no vote to trust, `storage_uuid_changed`, never re-boots
 `RaftNode`; the app opens the replica from the snapshot (and, for the stream, its store on this disk) and
 re-applies the committed entries the core hands out.
 
+Leader pipelining, as the runtime does it: a leader's `send_first` cycle sends its messages, writes, and
+completes (fsync, the other messages, apply, `advance()`) at a later `pump`, 1–5 ticks on (`FSYNC_TICKS`).
+Meanwhile its followers' AppendEntriesResponses of its term are stepped and what they produce is sent at
+once (`RaftNode.pipelined_messages`); every other input waits — messages, ticks, and proposals (refused, the
+client tries again) — and a crash loses the unsynced writes.
+
 Invariants:
   1. No message of a `Ready` reaches the network before that `Ready` is persisted (and fsynced when asked):
-     `GroupCycle` invariant 2.
+     `GroupCycle` invariant 2 — except a leader's, when the core allows it (`Ready.send_first`).
   2. The replica's applied index equals the core's applied index after every `advance()` (`GroupCycle`
      invariant 3; a breach is an `InvariantViolation`, reported as `crash`).
   3. Each node's randomness (core RNG per incarnation, disk faults) comes from its own sub-generator.
@@ -35,9 +41,11 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from jsraft.errors import CorruptRecord, invariant
-from jsraft.raft import Entry, NotLeader, ProposalDropped, RaftConfig, RaftNode, RequestVoteResponse, SnapshotMeta
+from jsraft.raft import (
+    AppendEntriesResponse, Entry, NotLeader, ProposalDropped, RaftConfig, RaftNode, RequestVoteResponse, SnapshotMeta,
+)
 from jsraft.raft.messages import Message
-from jsraft.replica import GROUP_MARKER, GroupCycle, Work, marker_contents, restored_state
+from jsraft.replica import GROUP_MARKER, GroupCycle, Work, marker_contents, persist, restored_state
 from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.violation import Violation
 from jsraft.testing.simdisk import SimDisk
@@ -51,6 +59,7 @@ if TYPE_CHECKING:
 GROUP = "sim"  # the one group a simulated node runs (the name in its marker and on its messages)
 READY_LOOPS_MAX = 64
 PROPOSED_KEPT_MAX = 2000
+FSYNC_TICKS = (1, 1, 1, 1, 2, 5)  # how long a leader's pipelined fsync takes, drawn per cycle
 
 
 @attrs.frozen(kw_only=True)
@@ -137,6 +146,12 @@ class NodeDriver:
         self.wal: Wal | None = None
         self.cycle: GroupCycle | None = None
         self._acked: list[tuple[int, int, bytes]] = []
+        # A leader's pipelined cycle whose fsync completes at the next `pump` (module docstring), and the
+        # inputs that wait for it, as the runtime holds them for a busy group.
+        self._in_flight: Work | None = None
+        self._in_flight_due = 0  # the tick its fsync returns at
+        self._held: list[Message] = []
+        self._held_ticks = 0
         self.app: Any = app if app is not None else RegisterApp()
         self.replica: Any = self.app.open(self, 0, None) if self.app.name == "register" else None
         self.proposed: dict[tuple[int, int], bytes] = {}
@@ -145,10 +160,19 @@ class NodeDriver:
         self.verbose = False
         # Told when this node sends a granted (non-pre) vote: the fault scheduler may crash it right after.
         self.on_vote_granted: Callable[[str], None] | None = None
+        # Told when this node, a leader whose fsync is in flight, sends a commit index above what it has
+        # fsynced: the fault scheduler may crash it inside that window.
+        self.on_commit_before_own_fsync: Callable[[str], None] | None = None
 
     @property
     def up(self) -> bool:
         return self.node is not None
+
+    @property
+    def persisting(self) -> bool:
+        """A leader's pipelined cycle is in flight: proposals are refused until it completes (the runtime
+        would hold them in the group's inbox), so a client with state to lose waits for the next step."""
+        return self._in_flight is not None
 
     # --- Life cycle ---------------------------------------------------------------------------------
 
@@ -178,6 +202,7 @@ class NodeDriver:
     def crash(self, *, torn: bool) -> None:
         """Power loss for this node: everything not fsynced is gone; the process is gone."""
         counts = self.disk.crash(torn=torn)
+        self._in_flight, self._held, self._held_ticks = None, [], 0
         self.node = None
         self.wal = None
         self.cycle = None
@@ -190,6 +215,9 @@ class NodeDriver:
         node = self.node
         if node is None:
             return
+        if self._in_flight is not None:
+            self._held_ticks += count
+            return
         for _ in range(count):
             node.tick()
 
@@ -200,13 +228,24 @@ class NodeDriver:
         for message in messages:
             if self.verbose:
                 self.trace.message(f"deliver {describe(message)}")
-            node.step(message)
+            if self._in_flight is None:
+                node.step(message)
+            elif (isinstance(message, AppendEntriesResponse) and message.term == node.current_term
+                  and node.role == "leader"):
+                # The runtime's exception for a persisting leader (runtime `group` invariant 1).
+                node.step(message)
+                for out in node.pipelined_messages():
+                    self._send(out.to_id, GROUP, out)
+                if node.log.commit_index > node.log.stable_index and self.on_commit_before_own_fsync:
+                    self.on_commit_before_own_fsync(self.node_id)
+            else:
+                self._held.append(message)
 
     def propose(self, value: bytes) -> int | None:
         """Propose at this node if it leads; returns the index, or None if it is not (able to be) leader."""
         node = self.node
-        if node is None or node.role != "leader":
-            return None
+        if node is None or node.role != "leader" or self._in_flight is not None:
+            return None  # (the runtime would queue it while busy; the client tries again later)
         try:
             index = node.propose(value)
         except (NotLeader, ProposalDropped):
@@ -228,10 +267,15 @@ class NodeDriver:
             return acked
         self._now = now
         for _ in range(READY_LOOPS_MAX):
-            if not cycle.has_work():
-                return acked
             try:
-                cycle.run(self._send, self._persisted)
+                if self._in_flight is not None:
+                    if now < self._in_flight_due:
+                        return acked
+                    self._complete_in_flight()
+                if not cycle.has_work():
+                    return acked
+                if self._run_cycle(cycle):
+                    return acked  # its fsync completes at the next pump
             except CorruptRecord as error:
                 # A read-time fault found while running: the runtime stops the group, which restarts.
                 self.trace.add(f"{self.node_id} wal error while running: {error}; restarting")
@@ -239,6 +283,34 @@ class NodeDriver:
                 self.start()
                 return acked
         raise Violation("crash", f"{self.node_id}: Ready loop did not settle in {READY_LOOPS_MAX} rounds")
+
+    def _run_cycle(self, cycle: GroupCycle) -> bool:
+        """`GroupCycle.run`, except that a leader's pipelined cycle stops after its writes, its messages
+        sent: True, and its fsync completes at the next `pump` — followers' acknowledgements may arrive
+        and a crash may strike meanwhile, as in production."""
+        work = cycle.take()
+        if work.ready is None or not work.ready.send_first or not work.needs_disk:
+            cycle.run_taken(work, self._send, self._persisted)
+            return False
+        cycle.send_first(work, self._send)
+        persist.write_work(cycle.wal, cycle.disk, work)
+        self._in_flight = work
+        # A slow fsync now and then: long enough for acknowledgements to come back, or a crash to strike.
+        self._in_flight_due = self._now + self.rng.choice(FSYNC_TICKS)
+        return True
+
+    def _complete_in_flight(self) -> None:
+        work, self._in_flight = self._in_flight, None
+        cycle, node = self.cycle, self.node
+        assert work is not None and cycle is not None and node is not None
+        persist.sync_work(cycle.wal, cycle.disk, work)
+        self._persisted(work)
+        cycle.send(work, self._send)
+        cycle.finish(work)
+        ticks, self._held_ticks = self._held_ticks, 0
+        held, self._held = self._held, []
+        self.tick(ticks)
+        self.deliver(held)
 
     def _persisted(self, work: Work) -> None:
         if work.ready is not None:

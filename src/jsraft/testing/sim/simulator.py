@@ -117,6 +117,7 @@ class Simulation:
         driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace, self.app)
         driver.verbose = self.verbose
         driver.on_vote_granted = self.faults.on_vote_granted
+        driver.on_commit_before_own_fsync = self.faults.on_commit_before_own_fsync
         self.drivers[node_id] = driver
         return driver
 

@@ -117,8 +117,8 @@ class StreamClients:
     def _leader(self, sim: Simulation) -> tuple[NodeDriver, StreamReplica, StreamLeader] | None:
         for _, driver in sorted(sim.drivers.items()):
             node = driver.node
-            if node is None or node.role != "leader":
-                continue
+            if node is None or node.role != "leader" or driver.persisting:
+                continue  # (a persisting leader would queue the proposal, not refuse it: wait a step)
             if node.log.last_index - node.log.commit_index >= UNCOMMITTED_MAX:
                 continue
             leader = driver.replica.stream_leader()

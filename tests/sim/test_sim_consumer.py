@@ -85,9 +85,9 @@ def test_the_store_ahead_and_damaged_record_seeds_pass() -> None:
 
 
 def test_a_consumer_run_does_consumer_work() -> None:
-    # Seed 1 (was 3 until the simulated leader fsync began to last 1-5 ticks, leader pipelining: seed 3's
-    # schedule then created only 2 consumers; the thresholds below are unchanged).
-    result = run_seed(config_for(1, app="consumer"))
+    # Seed 0 (was 3, then 1: the schedule a seed produces moved with leader pipelining's 1-5-tick leader
+    # fsync and again with the production repair driving the simulator; the thresholds are unchanged).
+    result = run_seed(config_for(0, app="consumer"))
     assert result.ok, f"[{result.invariant}] {result.detail}"
     stats = result.stats
     assert stats["stream_consumer_creates"] > 2 and stats["stream_consumer_deliveries"] > 50, stats

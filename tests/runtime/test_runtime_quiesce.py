@@ -14,6 +14,7 @@ import trio
 
 from runtime_harness import GROUP, TICK_MS, Cluster, ListMachine, eventually
 
+from jsraft.raft.errors import ProposalDropped
 from jsraft.runtime.errors import BadBeat
 from jsraft.runtime.quiesce import Beat, decode_beat, encode_beat
 
@@ -227,7 +228,20 @@ async def test_many_groups_through_idle_work_transfers_and_a_restart_always_have
                 for name in names[1:]:
                     await cluster.runtimes[victim].open_group(name, voters=cluster.ids, state_machine=ListMachine())
         for name in names:
-            leader = await cluster.wait_leader(name)
-            assert await cluster.runtimes[leader].propose(name, b"last") is not None
+            assert await _commit_at_the_leader(cluster, name) is not None
         await cluster.stop_all()
         nursery.cancel_scope.cancel()
+
+
+async def _commit_at_the_leader(cluster: Cluster, name: str) -> int | None:
+    """Propose at `name`'s leader. A leadership transfer of the last round may still be in flight: its
+    leader drops proposals until the transfer completes or aborts (within an election timeout), so ask
+    the leader of that moment again until then; never longer than 10 s of the test's clock."""
+    with trio.fail_after(10):
+        while True:
+            leader = await cluster.wait_leader(name)
+            try:
+                return await cluster.runtimes[leader].propose(name, b"last")
+            except ProposalDropped as dropped:
+                assert "transferred" in str(dropped), dropped
+                await trio.sleep(TICK_MS / 1000)

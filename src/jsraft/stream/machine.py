@@ -272,6 +272,21 @@ class StreamStateMachine:
         """An audit found this replica disagreeing with the majority: stop trusting the store."""
         self._drift(finding)
 
+    def mark_store_lost(self, finding: Finding) -> None:
+        """The store lost its messages by design (a memory store after a restart): not damage, but the
+        replica holds none of the group's messages, so it is repairing until a peer's copy or an accepted
+        loss (`accept_store_loss`) makes it current; entries meanwhile move only the group position."""
+        self.health = Health.repairing
+        self.note(finding)
+
+    def accept_store_loss(self) -> None:
+        """Every replica lost the store (memory storage, all restarted): the stream goes on empty at the
+        log's position — first_seq = last_seq + 1, so no sequence is ever handed out twice."""
+        state = self.store.state()
+        if self.last_seq > 0 and (state.last_seq < self.last_seq or state.msgs):
+            self.store.compact(self.last_seq + 1)
+        self.finish_repair()
+
     @property
     def can_lead(self) -> bool:
         """A replica serves as leader (and as a catch-up source) only while current and fault-free."""

@@ -18,7 +18,8 @@ Invariants:
      fresh leader snapshot. Waits between tries grow to `repair_backoff_max_s`.
   4. A replica that cannot serve (under repair, drifted, with faults) and finds itself Raft leader hands
      the leadership to the most caught-up voter that answered within the last election timeout
-     (`Status.reachable_followers`), at most once per election timeout.
+     (`Status.reachable_followers`), at most once per election timeout — unless its memory store lost
+     its messages: then `memory_stream` rule 5 decides.
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
@@ -42,7 +43,7 @@ from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
-from jsraft.store.filestore import FileStore
+from jsraft.server.groups.memory_stream import fresh_store
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
     MalformedCatchup, decode_catchup, encode_request,
@@ -321,15 +322,13 @@ class RepairWorker:
             raise _Retry("no other replica leads the stream now")
         return leader
 
-    def _fresh_store(self) -> FileStore:
+    def _fresh_store(self) -> Any:
         """A repair that must put back messages below the store's first sequence: an empty store."""
         replica = self.replica
         old = replica.store
         config = old.config
         old.close()
-        replica.disk.remove_tree("msgs")
-        replica.disk.sync_dir("")
-        replica.store = FileStore.open(replica.disk.sub("msgs"), config)
+        replica.store = fresh_store(replica.disk, replica.config, config)
         return replica.store
 
     def _step_down_if_unfit(self) -> None:
@@ -340,6 +339,8 @@ class RepairWorker:
         waiting = adapter.holding or adapter.resync_pending is not None
         if not waiting and (machine.can_lead or machine.replaying):  # a replay alone ends by itself
             return
+        if replica.memory_loss.lost:
+            return  # memory_stream rule 5 decides for a replica whose memory store lost its messages
         try:
             status = replica.runtime.status(replica.group).raft
         except JsraftError:

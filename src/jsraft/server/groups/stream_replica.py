@@ -1,7 +1,7 @@
 """`StreamReplica`: one stream group on this node — its store, state machine, Raft group and, while this
 node leads it, its `StreamLeader` and the publish pump (layer L5).
 
-Owns: opening a replica (`streams/<name>/msgs` FileStore, `config.json` with the raw config, `group` with
+Owns: opening a replica (its store — `streams/<name>/msgs` FileStore, or in memory, `memory_stream` —, `config.json` with the raw config, `group` with
 the Raft group name, Raft WAL under `streams/<name>/raft`), following leadership, coalescing publishes
 into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config). Its repairs
 and audits are tasks of their own it runs (`stream_repair.RepairWorker`, `stream_audit.AuditRunner`).
@@ -65,7 +65,7 @@ from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.stream_members import check_members
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.store.base import StoreConfig
-from jsraft.store.filestore import FileStore
+from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, open_store
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
 
 log = logging.getLogger("jsraft.server.stream")
@@ -128,17 +128,26 @@ class StreamReplica(ConfigFollowing):
         self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)
         # Invariant 6: a consumer this node cannot run (its API level, its config) stops the stream here.
         self.stopped = StoppedWatch(name, node_id, self.options.api_level, offline_warnings, advisories.queue)
+        # A memory replica reopened without its messages, and when that loss is accepted (memory_stream).
+        self.memory_loss = MemoryLoss(self, call_peer=call_peer, interval_s=self.options.tick_s * 5,
+                                      rpc_timeout_s=self.options.rpc_timeout_s)
 
     # --- Opening and closing ----------------------------------------------------------------------
 
     async def open(self, assigned_index: int = 0) -> None:
         """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record)."""
+        # memory_stream rule 2: a memory replica over a group that ran here before lost its messages.
+        lost = is_memory(self.config) and self.disk.exists("raft")
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
+        if lost:
+            self.memory_loss.mark()  # before the replay: no entry may write into the lost store
         voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries
         await self.runtime.open_group(self.group, voters=voters, state_machine=self.adapter, raft_config=self.raft_config,
                                       disk=self.disk.sub("raft"), assigned_index=assigned_index, snapshot_every_entries=every)
+        if lost:
+            self.memory_loss.mark()  # again: restoring this replica's own snapshot left a plan or none
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
         self.first_election = FirstElection(self.runtime, self.group, self.node_id,
@@ -150,7 +159,7 @@ class StreamReplica(ConfigFollowing):
             self.disk.write_atomic("group", self.group.encode())
         # Every record's CRC is checked at startup (DESIGN §8), not only the blocks the index does not cover.
         base = StoreConfig(name=self.config.name, block_size=self.options.block_bytes)
-        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config, base), use_index=False)
+        self.store = open_store(self.disk, self.config, store_config_for(self.config, base))
 
     async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
         """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its
@@ -214,6 +223,8 @@ class StreamReplica(ConfigFollowing):
                 nursery.start_soon(self.repair.run)
                 nursery.start_soon(self.audit.run)
                 nursery.start_soon(self.consumers.run)
+                if is_memory(self.config):
+                    nursery.start_soon(self.memory_loss.run)
                 ticks = 0
                 while True:
                     self.first_election.tick()

@@ -40,6 +40,7 @@ class Node:
         self.config = tmp_path / f"{name}.json"
         self.config.write_text(json.dumps({"stream_snapshot_every_entries": 10}))
         self.process: subprocess.Popen | None = None
+        self.log_path = tmp_path / f"{name}.log"
 
     def start(self) -> None:
         self.launch()
@@ -54,8 +55,9 @@ class Node:
                 "-m", str(self.monitor), "--tick-ms", "50"]
         if routes:
             args += ["--cluster-port", str(self.cluster), "--routes", routes]
-        self.process = subprocess.Popen([sys.executable, "-m", "jsraft", "serve", *args],
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(self.log_path, "a") as log:  # the node's warnings, kept for a failure's report
+            self.process = subprocess.Popen([sys.executable, "-m", "jsraft", "serve", *args],
+                                            stdout=subprocess.DEVNULL, stderr=log)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -220,3 +222,47 @@ def test_r3_memory_stream_survives_a_follower_then_a_leader_restart(nodes):
         assert os.path.isdir(node.msgs_dir("F")), node.name
         stats = node.jsz()
         assert stats["memory"] > 0 and stats["storage"] > 0, stats
+
+
+@pytest.mark.parametrize("nodes", [3], indirect=True)
+def test_r3_memory_stream_after_every_replica_restarted_is_empty_at_its_position(nodes):
+    async def create_and_fill():
+        nc = await connect(nodes[0])
+        js = nc.jetstream()
+        await js.add_stream(name="M", subjects=["m.>"], storage="memory", num_replicas=3)
+        await js.add_stream(name="F", subjects=["f.>"], num_replicas=3)
+        for i in range(30):
+            assert (await js.publish("m.a", f"x{i}".encode())).seq == i + 1
+            await js.publish("f.a", f"y{i}".encode())
+        await nc.close()
+
+    def all_agree(stream: str):
+        found = {agreement(node, stream) for node in nodes}
+        return next(iter(found)) if len(found) == 1 and None not in found else None
+
+    in_asyncio(create_and_fill)
+    poll(lambda: all_agree("M") and all_agree("F"), DEADLINE_S, "three replicas agree")
+    file_state = all_agree("F")
+    for node in nodes:
+        node.kill()
+    for node in nodes:
+        node.launch()
+    for node in nodes:
+        node.wait_serving()
+    # No replica holds M's messages any more: the group goes on empty after sequence 30, on all three.
+    state = poll(lambda: all_agree("M"), DEADLINE_S, "M current on all three after the full restart")
+    assert state[:4] == (31, 30, 0, 0), state
+    assert all_agree("F") == file_state
+
+    async def usable():
+        nc = await connect(nodes[1])
+        js = nc.jetstream()
+        info = await js.stream_info("M")
+        assert (info.state.messages, info.state.first_seq, info.state.last_seq) == (0, 31, 30)
+        assert (await js.publish("m.a", b"again")).seq == 31
+        assert (await js.get_msg("M", 31)).data == b"again"
+        assert (await js.get_msg("F", 30)).data == b"y29"
+        await nc.close()
+
+    in_asyncio(usable)
+    poll(lambda: (all_agree("M") or (0, 0, 0))[2] == 1, DEADLINE_S, "the new message on all three")

@@ -23,7 +23,8 @@ Invariants:
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
-     node, whatever number of tries it took.
+     node, whatever number of tries it took. An episode that began with a memory store emptied by a
+     restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
 
 Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), attrs, trio, server siblings.
 Reference: DESIGN.md §6 (range catch-up), §8; stream/catchup.py.
@@ -84,6 +85,11 @@ class _Episode:
     reset: bool = False
     verified: bool | None = None
     tries: int = 0
+
+    @property
+    def memory_restart(self) -> bool:
+        """The episode began with a memory store that restarted empty (memory_stream rule 2): not drift."""
+        return bool(self.findings) and self.findings[0].kind is FindingKind.memory_lost
 
     def add(self, findings: Sequence[Finding]) -> None:
         for finding in findings:
@@ -204,6 +210,8 @@ class RepairWorker:
         if episode.advised is not None:
             return
         episode.advised = len(episode.findings)
+        if episode.memory_restart:
+            return  # invariant 5: a memory store emptied by a restart is not drift
         replica = self.replica
         leads = replica.leader_id() == replica.node_id
         self.advisories.record(drift_advisory(
@@ -223,6 +231,11 @@ class RepairWorker:
         self.fetched_msgs += episode.fetched_msgs
         self.repaired_at_index = machine.applied_index
         replica = self.replica
+        if episode.memory_restart:
+            log.info("stream %s on %s: caught up after its memory store restarted empty (%d messages fetched)",
+                     replica.name, replica.node_id, episode.fetched_msgs)
+            replica.audit.request_soon()
+            return
         self.advisories.record(repaired_advisory(
             replica.name, replica.node_id, index=machine.applied_index,
             state=machine.store.state().agreement_key(), fetched_msgs=episode.fetched_msgs,

@@ -140,6 +140,8 @@ def test_r1_memory_stream_restarts_empty_and_takes_publishes(nodes):
         assert (await js.get_msg("M", 7)).data == b"x6"
         info = await js.stream_info("M")
         assert str(getattr(info.config.storage, "value", info.config.storage)) == "memory" and info.state.messages == 25
+        account = await js.account_info()  # $JS.API.INFO: the bytes count as memory, none as storage
+        assert account.memory == info.state.bytes > 0 and account.storage == 0, account
         await nc.close()
 
     in_asyncio(before)

@@ -239,7 +239,7 @@ class StreamAdapter:
         holds them, accepts the loss (`accept_store_loss`). Called at open, before the WAL replay."""
         self.plan, self._resync, self.hold_after = None, None, None
         self.generation += 1
-        self.machine.mark_store_lost(finding)
+        self.machine.mark_drifted(finding, Health.repairing)
         self._release_deferred()
 
     def accept_store_loss(self) -> None:
@@ -247,7 +247,11 @@ class StreamAdapter:
         the pending plan or resync, go on empty at the log's position, apply what was held back."""
         self.plan, self._resync, self.hold_after = None, None, None
         self.generation += 1  # a session still in flight is abandoned (stream_repair invariant 2)
-        self.machine.accept_store_loss()
+        machine = self.machine
+        # Empty at the log's position: first_seq = last_seq + 1, so no sequence is ever handed out twice.
+        if machine.last_seq > 0 and (machine.store.state().last_seq < machine.last_seq or machine.store.state().msgs):
+            machine.store.compact(machine.last_seq + 1)
+        machine.finish_repair()
         self._release_deferred()
         self._on_change()
 

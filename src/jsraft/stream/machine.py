@@ -259,8 +259,8 @@ class StreamStateMachine:
 
     # --- Health ----------------------------------------------------------------------------------
 
-    def _drift(self, finding: Finding) -> Finding:
-        self.health = Health.drifted
+    def _drift(self, finding: Finding, health: Health = Health.drifted) -> Finding:
+        self.health = health
         self.note(finding)
         return finding
 
@@ -268,24 +268,9 @@ class StreamStateMachine:
         self.findings.append(finding)
         del self.findings[:-_FINDINGS_MAX]
 
-    def mark_drifted(self, finding: Finding) -> None:
-        """An audit found this replica disagreeing with the majority: stop trusting the store."""
-        self._drift(finding)
-
-    def mark_store_lost(self, finding: Finding) -> None:
-        """The store lost its messages by design (a memory store after a restart): not damage, but the
-        replica holds none of the group's messages, so it is repairing until a peer's copy or an accepted
-        loss (`accept_store_loss`) makes it current; entries meanwhile move only the group position."""
-        self.health = Health.repairing
-        self.note(finding)
-
-    def accept_store_loss(self) -> None:
-        """Every replica lost the store (memory storage, all restarted): the stream goes on empty at the
-        log's position — first_seq = last_seq + 1, so no sequence is ever handed out twice."""
-        state = self.store.state()
-        if self.last_seq > 0 and (state.last_seq < self.last_seq or state.msgs):
-            self.store.compact(self.last_seq + 1)
-        self.finish_repair()
+    def mark_drifted(self, finding: Finding, health: Health = Health.drifted) -> None:
+        """An audit found the store disagreeing with the majority (`repairing`: a memory store restarted empty)."""
+        self._drift(finding, health)
 
     @property
     def can_lead(self) -> bool:

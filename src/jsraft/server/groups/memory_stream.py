@@ -22,7 +22,7 @@ Rules (DESIGN §8; nats-server keeps a memory stream's messages only in the proc
   5. A lost replica that leads hands the leadership to a current peer (this task, not stream_repair's
      step-down, decides for a lost replica: the step-down would hand a full loss round and round).
 
-Imports: stdlib, L0, L1 (`disk`, `jsapi`, `raft`), L2 (`store`), L3 (`stream`), trio.
+Imports: stdlib, L0, L1 (`disk`, `jsapi`, `raft`), L2 (`store`), L3 (`stream`), trio, sibling `stream_options`.
 Reference: nats-server `server/memstore.go`, `jetstream_cluster.go` (createRaftGroup: a memory stream's
 messages are in memory only).
 """
@@ -39,6 +39,7 @@ from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
 from jsraft.jsapi import StorageType
 from jsraft.raft.status import Role
+from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.store.memstore import MemStore
@@ -75,11 +76,11 @@ def fresh_store(disk: Disk, config: StreamConfig, store_config: StoreConfig) -> 
 class MemoryLoss:
     """Rules 2 and 4 for one memory replica; `lost` is what `replica.state` reports as `store_lost`."""
 
-    def __init__(self, replica: "StreamReplica", *, call_peer: Any, interval_s: float, rpc_timeout_s: float) -> None:
+    def __init__(self, replica: "StreamReplica", *, call_peer: Any, options: StreamOptions) -> None:
         self.replica = replica
         self.call_peer = call_peer
-        self.interval_s = interval_s
-        self.rpc_timeout_s = rpc_timeout_s
+        self.interval_s = options.tick_s * 5  # a few ticks: well inside an election timeout
+        self.rpc_timeout_s = options.rpc_timeout_s
         self.lost = False
         self.accepted = 0  # losses this node accepted (rule 4)
 

@@ -87,8 +87,7 @@ class _Episode:
     tries: int = 0
 
     @property
-    def memory_restart(self) -> bool:
-        """The episode began with a memory store that restarted empty (memory_stream rule 2): not drift."""
+    def memory_restart(self) -> bool:  # it began with a memory store that restarted empty (memory_stream 2)
         return bool(self.findings) and self.findings[0].kind is FindingKind.memory_lost
 
     def add(self, findings: Sequence[Finding]) -> None:
@@ -210,9 +209,9 @@ class RepairWorker:
         if episode.advised is not None:
             return
         episode.advised = len(episode.findings)
-        if episode.memory_restart:
-            return  # invariant 5: a memory store emptied by a restart is not drift
         replica = self.replica
+        if episode.memory_restart:  # invariant 5: a memory store emptied by a restart is not drift
+            return
         leads = replica.leader_id() == replica.node_id
         self.advisories.record(drift_advisory(
             replica.name, replica.node_id, leader=leads, index=episode.started_index, audit_id=0,
@@ -231,16 +230,12 @@ class RepairWorker:
         self.fetched_msgs += episode.fetched_msgs
         self.repaired_at_index = machine.applied_index
         replica = self.replica
-        if episode.memory_restart:
-            log.info("stream %s on %s: caught up after its memory store restarted empty (%d messages fetched)",
-                     replica.name, replica.node_id, episode.fetched_msgs)
-            replica.audit.request_soon()
-            return
-        self.advisories.record(repaired_advisory(
-            replica.name, replica.node_id, index=machine.applied_index,
-            state=machine.store.state().agreement_key(), fetched_msgs=episode.fetched_msgs,
-            deleted_seqs=episode.deleted_seqs, reset=episode.reset, verified=episode.verified,
-            findings=episode.findings[episode.advised or 0:]))  # what the repair itself found on the way
+        if not episode.memory_restart:  # invariant 5
+            self.advisories.record(repaired_advisory(
+                replica.name, replica.node_id, index=machine.applied_index,
+                state=machine.store.state().agreement_key(), fetched_msgs=episode.fetched_msgs,
+                deleted_seqs=episode.deleted_seqs, reset=episode.reset, verified=episode.verified,
+                findings=episode.findings[episode.advised or 0:]))  # what the repair itself found on the way
         replica.audit.request_soon()  # DESIGN §8: an audit after every recovery and repair
 
     def on_audit_order(self, index: int, expected: Any, found: Any) -> str:

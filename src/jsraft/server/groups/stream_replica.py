@@ -1,10 +1,11 @@
 """`StreamReplica`: one stream group on this node — its store, state machine, Raft group and, while this
 node leads it, its `StreamLeader` and the publish pump (layer L5).
 
-Owns: opening a replica (its store — `streams/<name>/msgs` FileStore, or in memory, `memory_stream` —, `config.json` with the raw config, `group` with
-the Raft group name, Raft WAL under `streams/<name>/raft`), following leadership, coalescing publishes
-into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config). Its repairs
-and audits are tasks of their own it runs (`stream_repair.RepairWorker`, `stream_audit.AuditRunner`).
+Owns: opening a replica (its store: the `streams/<name>/msgs` FileStore or a MemStore, `memory_stream`;
+`config.json` with the raw config, `group` with the Raft group name, Raft WAL under `streams/<name>/raft`),
+following leadership, coalescing publishes into `StreamLeader.decide` batches, and the leader-side
+operations (delete, purge, config). Its repairs, audits and a memory store's loss are tasks of their own
+(`stream_repair.RepairWorker`, `stream_audit.AuditRunner`, `memory_stream.MemoryLoss`).
 
 Invariants:
   1. A `StreamLeader` exists only while this node leads, its term's NOOP has applied and every entry of
@@ -128,9 +129,7 @@ class StreamReplica(ConfigFollowing):
         self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)
         # Invariant 6: a consumer this node cannot run (its API level, its config) stops the stream here.
         self.stopped = StoppedWatch(name, node_id, self.options.api_level, offline_warnings, advisories.queue)
-        # A memory replica reopened without its messages, and when that loss is accepted (memory_stream).
-        self.memory_loss = MemoryLoss(self, call_peer=call_peer, interval_s=self.options.tick_s * 5,
-                                      rpc_timeout_s=self.options.rpc_timeout_s)
+        self.memory_loss = MemoryLoss(self, call_peer=call_peer, options=self.options)  # a memory store lost
 
     # --- Opening and closing ----------------------------------------------------------------------
 

@@ -120,6 +120,19 @@ def in_asyncio(scenario, *args):
     return asyncio.run(asyncio.wait_for(scenario(*args), 240))
 
 
+async def create_and_fill(node: Node, memory_msgs: int, file_msgs: int) -> None:
+    """R3 memory stream M (`m.>`, payloads x0, x1, ...) and R3 file stream F (`f.>`, y0, y1, ...)."""
+    nc = await connect(node)
+    js = nc.jetstream()
+    await js.add_stream(name="M", subjects=["m.>"], storage="memory", num_replicas=3)
+    await js.add_stream(name="F", subjects=["f.>"], num_replicas=3)
+    for i in range(memory_msgs):
+        assert (await js.publish("m.a", f"x{i}".encode())).seq == i + 1
+    for i in range(file_msgs):
+        assert (await js.publish("f.a", f"y{i}".encode())).seq == i + 1
+    await nc.close()
+
+
 def agreement(node: Node, stream: str):
     local = node.local(stream)
     if not local or local.get("health") != "current":
@@ -181,22 +194,11 @@ def test_r3_memory_stream_survives_a_follower_then_a_leader_restart(nodes):
                     return entry["leader"]
         return None
 
-    async def create_and_fill():
-        nc = await connect(nodes[0])
-        js = nc.jetstream()
-        await js.add_stream(name="M", subjects=["m.>"], storage="memory", num_replicas=3)
-        await js.add_stream(name="F", subjects=["f.>"], num_replicas=3)
-        for i in range(100):
-            assert (await js.publish("m.a", f"x{i}".encode())).seq == i + 1
-        for i in range(20):
-            await js.publish("f.a", f"y{i}".encode())
-        await nc.close()
-
     def all_agree(stream: str, messages: int):
         found = {agreement(node, stream) for node in nodes}
         return len(found) == 1 and None not in found and next(iter(found))[2] == messages
 
-    in_asyncio(create_and_fill)
+    in_asyncio(create_and_fill, nodes[0], 100, 20)
     poll(lambda: all_agree("M", 100) and all_agree("F", 20), DEADLINE_S, "three replicas agree")
     before_m, before_f = agreement(nodes[0], "M"), agreement(nodes[0], "F")
 
@@ -228,21 +230,11 @@ def test_r3_memory_stream_survives_a_follower_then_a_leader_restart(nodes):
 
 @pytest.mark.parametrize("nodes", [3], indirect=True)
 def test_r3_memory_stream_after_every_replica_restarted_is_empty_at_its_position(nodes):
-    async def create_and_fill():
-        nc = await connect(nodes[0])
-        js = nc.jetstream()
-        await js.add_stream(name="M", subjects=["m.>"], storage="memory", num_replicas=3)
-        await js.add_stream(name="F", subjects=["f.>"], num_replicas=3)
-        for i in range(30):
-            assert (await js.publish("m.a", f"x{i}".encode())).seq == i + 1
-            await js.publish("f.a", f"y{i}".encode())
-        await nc.close()
-
     def all_agree(stream: str):
         found = {agreement(node, stream) for node in nodes}
         return next(iter(found)) if len(found) == 1 and None not in found else None
 
-    in_asyncio(create_and_fill)
+    in_asyncio(create_and_fill, nodes[0], 30, 30)
     poll(lambda: all_agree("M") and all_agree("F"), DEADLINE_S, "three replicas agree")
     file_state = all_agree("F")
     for node in nodes:

@@ -93,14 +93,15 @@ class MemoryLoss:
             "memory storage: the messages were held by the process that stopped")))
 
     async def run(self) -> None:
-        while True:
+        """Until the replica holds its messages again; a store is lost only at open, so this task ends."""
+        while self.lost:
             await trio.sleep(self.interval_s)
             machine = self.replica.machine
-            if not self.lost or machine is None:
+            if machine is None:
                 continue
             if machine.health is Health.current:
                 self.lost = False  # a resync from a peer made it whole (rule 3)
-                continue
+                return
             if not self._may_decide():
                 continue
             holder = await self._holder()

@@ -222,7 +222,7 @@ class StreamReplica(ConfigFollowing):
                 nursery.start_soon(self.repair.run)
                 nursery.start_soon(self.audit.run)
                 nursery.start_soon(self.consumers.run)
-                if is_memory(self.config):
+                if self.memory_loss.lost:
                     nursery.start_soon(self.memory_loss.run)
                 ticks = 0
                 while True:

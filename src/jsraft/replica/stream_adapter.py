@@ -232,6 +232,29 @@ class StreamAdapter:
         else:
             self.hold_after = index
 
+    def mark_store_lost(self, finding: Finding) -> None:
+        """The store came back without its messages by design (a memory store at a restart): whatever
+        plan the replica's own snapshot left is dropped — the store holds none of the group's messages,
+        before or after that snapshot — and the replica repairs from a peer (a resync) or, when no replica
+        holds them, accepts the loss (`accept_store_loss`). Called at open, before the WAL replay."""
+        self.plan, self._resync, self.hold_after = None, None, None
+        self.generation += 1
+        self.machine.mark_drifted(finding, Health.repairing)
+        self._release_deferred()
+
+    def accept_store_loss(self) -> None:
+        """No replica holds the stream's messages any more (memory storage, every replica restarted): drop
+        the pending plan or resync, go on empty at the log's position, apply what was held back."""
+        self.plan, self._resync, self.hold_after = None, None, None
+        self.generation += 1  # a session still in flight is abandoned (stream_repair invariant 2)
+        machine = self.machine
+        # Empty at the log's position: first_seq = last_seq + 1, so no sequence is ever handed out twice.
+        if machine.last_seq > 0 and (machine.store.state().last_seq < machine.last_seq or machine.store.state().msgs):
+            machine.store.compact(machine.last_seq + 1)
+        machine.finish_repair()
+        self._release_deferred()
+        self._on_change()
+
     def _restore_resync(self) -> None:
         assert self._resync is not None
         index, data = self._resync

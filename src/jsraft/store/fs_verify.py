@@ -118,18 +118,20 @@ async def verify_in_background(get_store: Callable[[], Any], run_sync: Callable[
                                sleep: Callable[[float], Awaitable[None]], on_damage: Callable[[], None],
                                idle_s: float = 1.0) -> None:
     """Verify, block by block, what the current store (`get_store()`, which may be replaced) took on trust
-    at open; read each block with `run_sync` (a worker thread) and settle it here. Runs until cancelled."""
+    at open; read each block with `run_sync` (a worker thread) and settle it here. Returns once a store is
+    there with nothing left to verify (a store that replaces it later is empty or fully scanned)."""
     blocks, damaged = 0, 0
     while True:
         store = get_store()
         region = next_region(store) if store is not None else None
         if region is None:
+            if store is None:  # not yet (the log still replays) or for now (being replaced)
+                await sleep(idle_s)
+                continue
             if blocks:
                 log.info("store %s: background verification of %d blocks done, %d damaged records",
-                         store.config.name if store is not None else "?", blocks, damaged)
-                blocks, damaged = 0, 0
-            await sleep(idle_s)
-            continue
+                         store.config.name, blocks, damaged)
+            return  # only an open from the index leaves anything unverified: an idle replica costs nothing
         number, limit = region
         found = await run_sync(read_region, store.disk, number, limit)
         if store is not get_store() or store._closed:

@@ -51,6 +51,7 @@ class FindingKind(enum.StrEnum):
     content_mismatch = "content_mismatch"  # a replayed MSGS entry differs from the stored message
     sequence_mismatch = "sequence_mismatch"  # a MSGS entry did not start at the store's last_seq + 1
     audit_mismatch = "audit_mismatch"  # the replica's state tuple disagreed with the majority at an audit
+    memory_lost = "memory_lost"  # a memory store's messages, gone with the process that held them (not damage)
 
 
 @attrs.frozen(kw_only=True)

@@ -259,8 +259,8 @@ class StreamStateMachine:
 
     # --- Health ----------------------------------------------------------------------------------
 
-    def _drift(self, finding: Finding) -> Finding:
-        self.health = Health.drifted
+    def _drift(self, finding: Finding, health: Health = Health.drifted) -> Finding:
+        self.health = health
         self.note(finding)
         return finding
 
@@ -268,9 +268,9 @@ class StreamStateMachine:
         self.findings.append(finding)
         del self.findings[:-_FINDINGS_MAX]
 
-    def mark_drifted(self, finding: Finding) -> None:
-        """An audit found this replica disagreeing with the majority: stop trusting the store."""
-        self._drift(finding)
+    def mark_drifted(self, finding: Finding, health: Health = Health.drifted) -> None:
+        """An audit found the store disagreeing with the majority (`repairing`: a memory store restarted empty)."""
+        self._drift(finding, health)
 
     @property
     def can_lead(self) -> bool:

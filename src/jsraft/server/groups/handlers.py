@@ -197,7 +197,7 @@ class Handlers:
                 "applied_index": machine.applied_index, "last_seq": machine.last_seq,
                 "leader": replica.leader_id(), "faults": len(replica.store.faults()),
                 "holding": adapter is not None and adapter.holding, "repair": replica.repair.describe(),
-                "last_audit_index": replica.audit.last_audit_index,
+                "last_audit_index": replica.audit.last_audit_index, "store_lost": replica.memory_loss.lost,
                 "findings": [finding.to_json() for finding in machine.findings[-8:]]}, ()
 
 

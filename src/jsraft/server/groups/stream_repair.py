@@ -18,11 +18,13 @@ Invariants:
      fresh leader snapshot. Waits between tries grow to `repair_backoff_max_s`.
   4. A replica that cannot serve (under repair, drifted, with faults) and finds itself Raft leader hands
      the leadership to the most caught-up voter that answered within the last election timeout
-     (`Status.reachable_followers`), at most once per election timeout.
+     (`Status.reachable_followers`), at most once per election timeout — unless its memory store lost
+     its messages: then `memory_stream` rule 5 decides.
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
-     node, whatever number of tries it took.
+     node, whatever number of tries it took. An episode that began with a memory store emptied by a
+     restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
 
 Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), L3½ (`replica.stream_repair`: every
 repair decision), attrs, trio, server siblings.
@@ -44,7 +46,7 @@ from jsraft.raft.status import Role
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.replica import stream_repair as decide
-from jsraft.store.filestore import FileStore
+from jsraft.server.groups.memory_stream import fresh_store
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
     MalformedCatchup, decode_catchup, encode_request,
@@ -85,6 +87,10 @@ class _Episode:
     reset: bool = False
     verified: bool | None = None
     tries: int = 0
+
+    @property
+    def memory_restart(self) -> bool:  # it began with a memory store that restarted empty (memory_stream 2)
+        return bool(self.findings) and self.findings[0].kind is FindingKind.memory_lost
 
     def add(self, findings: Sequence[Finding]) -> None:
         for finding in findings:
@@ -205,6 +211,8 @@ class RepairWorker:
             return
         episode.advised = len(episode.findings)
         replica = self.replica
+        if episode.memory_restart:  # invariant 5: a memory store emptied by a restart is not drift
+            return
         leads = replica.leader_id() == replica.node_id
         self.advisories.record(drift_advisory(
             replica.name, replica.node_id, leader=leads, index=episode.started_index, audit_id=0,
@@ -220,11 +228,12 @@ class RepairWorker:
         self.fetched_msgs += episode.fetched_msgs
         self.repaired_at_index = machine.applied_index
         replica = self.replica
-        self.advisories.record(repaired_advisory(
-            replica.name, replica.node_id, index=machine.applied_index,
-            state=machine.store.state().agreement_key(), fetched_msgs=episode.fetched_msgs,
-            deleted_seqs=episode.deleted_seqs, reset=episode.reset, verified=episode.verified,
-            findings=episode.findings[episode.advised or 0:]))  # what the repair itself found on the way
+        if not episode.memory_restart:  # invariant 5
+            self.advisories.record(repaired_advisory(
+                replica.name, replica.node_id, index=machine.applied_index,
+                state=machine.store.state().agreement_key(), fetched_msgs=episode.fetched_msgs,
+                deleted_seqs=episode.deleted_seqs, reset=episode.reset, verified=episode.verified,
+                findings=episode.findings[episode.advised or 0:]))  # what the repair itself found on the way
         replica.audit.request_soon()  # DESIGN §8: an audit after every recovery and repair
 
     def on_audit_order(self, index: int, expected: Any, found: Any) -> str:
@@ -316,15 +325,13 @@ class RepairWorker:
             raise _Retry("no other replica leads the stream now")
         return leader
 
-    def _fresh_store(self) -> FileStore:
+    def _fresh_store(self) -> Any:
         """A repair that must put back messages below the store's first sequence: an empty store."""
         replica = self.replica
         old = replica.store
         config = old.config
         old.close()
-        replica.disk.remove_tree("msgs")
-        replica.disk.sync_dir("")
-        replica.store = FileStore.open(replica.disk.sub("msgs"), config)
+        replica.store = fresh_store(replica.disk, replica.config, config)
         return replica.store
 
     def _step_down_if_unfit(self) -> None:
@@ -334,6 +341,8 @@ class RepairWorker:
             return
         if not decide.unfit_to_lead(adapter):  # a replay alone ends by itself
             return
+        if replica.memory_loss.lost:
+            return  # memory_stream rule 5 decides for a replica whose memory store lost its messages
         try:
             status = replica.runtime.status(replica.group).raft
         except JsraftError:

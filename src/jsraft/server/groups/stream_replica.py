@@ -1,10 +1,11 @@
 """`StreamReplica`: one stream group on this node — its store, state machine, Raft group and, while this
 node leads it, its `StreamLeader` and the publish pump (layer L5).
 
-Owns: opening a replica (`streams/<name>/msgs` FileStore, `config.json` with the raw config, `group` with
-the Raft group name, Raft WAL under `streams/<name>/raft`), following leadership, coalescing publishes
-into `StreamLeader.decide` batches, and the leader-side operations (delete, purge, config). Its repairs
-and audits are tasks of their own it runs (`stream_repair.RepairWorker`, `stream_audit.AuditRunner`).
+Owns: opening a replica (its store: the `streams/<name>/msgs` FileStore or a MemStore, `memory_stream`;
+`config.json` with the raw config, `group` with the Raft group name, Raft WAL under `streams/<name>/raft`),
+following leadership, coalescing publishes into `StreamLeader.decide` batches, and the leader-side
+operations (delete, purge, config). Its repairs, audits and a memory store's loss are tasks of their own
+(`stream_repair.RepairWorker`, `stream_audit.AuditRunner`, `memory_stream.MemoryLoss`).
 
 Invariants:
   1. A `StreamLeader` exists only while this node leads, its term's NOOP has applied and every entry of
@@ -66,8 +67,7 @@ from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.store.base import StoreConfig
-from jsraft.store.filestore import FileStore
-from jsraft.store.fs_verify import verify_in_background
+from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, open_store, start_store_tasks
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
 
 log = logging.getLogger("jsraft.server.stream")
@@ -75,7 +75,6 @@ log = logging.getLogger("jsraft.server.stream")
 PUBLISHES_QUEUED_MAX = 65536
 DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
 MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
-
 
 Done = Callable[[Any], None]  # called once with a queued publish's `PubOutcome`, or what failed it
 Queued = tuple[str, bytes, bytes, Done]
@@ -130,17 +129,24 @@ class StreamReplica(ConfigFollowing):
         self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)
         # Invariant 6: a consumer this node cannot run (its API level, its config) stops the stream here.
         self.stopped = StoppedWatch(name, node_id, self.options.api_level, offline_warnings, advisories.queue)
+        self.memory_loss = MemoryLoss(self, call_peer=call_peer, options=self.options)  # a memory store lost
 
     # --- Opening and closing ----------------------------------------------------------------------
 
     async def open(self, assigned_index: int = 0) -> None:
         """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record)."""
+        # memory_stream rule 2: a memory replica over a group that ran here before lost its messages.
+        lost = is_memory(self.config) and self.disk.exists("raft")
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
+        if lost:
+            self.memory_loss.mark()  # before the replay: no entry may write into the lost store
         voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries
         await self.runtime.open_group(self.group, voters=voters, state_machine=self.adapter, raft_config=self.raft_config,
                                       disk=self.disk.sub("raft"), assigned_index=assigned_index, snapshot_every_entries=every)
+        if lost:
+            self.memory_loss.mark()  # again: restoring this replica's own snapshot left a plan or none
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index
         self.adapter.check_recovery()
         self.first_election = FirstElection(self.runtime, self.group, self.node_id,
@@ -153,7 +159,7 @@ class StreamReplica(ConfigFollowing):
         # The index is trusted once it checks against the block tails (what it does not cover is scanned);
         # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
         base = StoreConfig(name=self.config.name, block_size=self.options.block_bytes)
-        self.store = FileStore.open(self.disk.sub("msgs"), store_config_for(self.config, base))
+        self.store = open_store(self.disk, self.config, store_config_for(self.config, base))
 
     async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
         """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its
@@ -216,10 +222,7 @@ class StreamReplica(ConfigFollowing):
                 nursery.start_soon(self.repair.run)
                 nursery.start_soon(self.audit.run)
                 nursery.start_soon(self.consumers.run)
-                # Not while the log replays: it competes with the replay for the interpreter, and is not
-                # needed to be current (every read is CRC-checked meanwhile).
-                nursery.start_soon(verify_in_background, self._store_to_verify, trio.to_thread.run_sync, trio.sleep,
-                                   self.repair.wake)
+                start_store_tasks(self, nursery)
                 ticks = 0
                 while True:
                     self.first_election.tick()
@@ -235,9 +238,6 @@ class StreamReplica(ConfigFollowing):
                     await trio.sleep(tick_s)
                     if loop_may_sleep(self):
                         await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
-
-    def _store_to_verify(self) -> Any:
-        return self.store if self.machine is not None and not self.machine.replaying else None
 
     def _advise(self) -> None:
         """nats-server's stream leader elected advisory (once per term this node leads a replicated stream),

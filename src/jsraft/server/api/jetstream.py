@@ -15,8 +15,11 @@ Invariants:
   3. A `PubAck` is returned only for a publish whose entry committed and applied at the leader.
   4. A consumer request is checked as the JetStream API checks it (`jsapi_consumer`): the same codes,
      the same stored config (name filled in, an ephemeral's 5 s inactive threshold).
+  5. A stream created (only when no node had created it), updated or deleted here publishes the same
+     `$JS.EVENT.ADVISORY.STREAM.*` action advisory as through the JetStream API; consumer advisories come
+     from the stream group either way.
 
-Imports: stdlib, L0, L1 (`jsapi`), L4 (`client` values), attrs, trio, server siblings. Reference: nats-py `nats.js.JetStreamContext`.
+Imports: stdlib, L0, L1 (`jsapi`), L3½ (`replica.stream_events`), L4 (`client` values), attrs, trio, server siblings. Reference: nats-py `nats.js.JetStreamContext`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from jsraft.jsapi import StreamConfig, parse_stream_config
 from jsraft.jsapi.consumer_config import ConsumerConfig, validate_consumer_name
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import NoLeader, ServerError
+from jsraft.replica.stream_events import stream_action
 from jsraft.server.api.jetstream_pull import EmbeddedPull
+from jsraft.server.api.jsapi_data import meta_barrier
 from jsraft.server.api.jsapi_consumer import generated_name, stored_consumer_config
 
 if TYPE_CHECKING:
@@ -80,14 +85,25 @@ class JetStreamContext:
     async def add_stream(self, config: StreamConfig | Mapping[str, Any] | None = None, **params: Any) -> StreamInfo:
         raw = config_bytes(config, params)
         parsed, _ = parse_stream_config(raw)  # invariant 1
+        await meta_barrier(self._node)  # as the API: advise "create" only for a stream no node had created
+        existed = parsed.name in self._node.meta.names()
         await self._node.call_meta("stream.create", {"name": parsed.name}, [raw])
-        return await self._settled(parsed.name)
+        info = await self._settled(parsed.name)
+        if not existed:
+            self._advise(parsed.name, "create")
+        return info
 
     async def update_stream(self, config: StreamConfig | Mapping[str, Any] | None = None, **params: Any) -> StreamInfo:
         raw = config_bytes(config, params)
         parsed, _ = parse_stream_config(raw)
         await self._node.call_meta("stream.update", {"name": parsed.name}, [raw])
-        return await self._settled(parsed.name)
+        info = await self._settled(parsed.name)
+        self._advise(parsed.name, "modify")
+        return info
+
+    def _advise(self, name: str, action: str) -> None:
+        """The stream action advisory the JetStream API publishes for the same change (invariant 5)."""
+        self._node.streams.advisories.publish(*stream_action(name, action))
 
     async def _settled(self, name: str, timeout_s: float = 10.0) -> StreamInfo:
         """Invariant 2: this node's meta holds the stream and its group answers from a leader."""
@@ -99,6 +115,7 @@ class JetStreamContext:
 
     async def delete_stream(self, name: str) -> bool:
         await self._node.call_meta("stream.delete", {"name": name})
+        self._advise(name, "delete")
         return True
 
     async def stream_info(self, name: str) -> StreamInfo:

@@ -14,7 +14,7 @@ import trio
 
 from runtime_harness import GROUP, TICK_MS, Cluster, ListMachine, eventually
 
-from jsraft.raft.errors import ProposalDropped
+from jsraft.raft.errors import NotLeader, ProposalDropped
 from jsraft.runtime.errors import BadBeat
 from jsraft.runtime.quiesce import Beat, decode_beat, encode_beat
 
@@ -235,8 +235,9 @@ async def test_many_groups_through_idle_work_transfers_and_a_restart_always_have
 
 async def _commit_at_the_leader(cluster: Cluster, name: str) -> int | None:
     """Propose at `name`'s leader. A leadership transfer of the last round may still be in flight: its
-    leader drops proposals until the transfer completes or aborts (within an election timeout), so ask
-    the leader of that moment again until then; never longer than 10 s of the test's clock."""
+    leader drops proposals until the transfer completes or aborts (within an election timeout), and when
+    it completes the leader `wait_leader` named has stepped down (NotLeader). Either way ask the leader of
+    that moment again; never longer than 10 s of the test's clock."""
     with trio.fail_after(10):
         while True:
             leader = await cluster.wait_leader(name)
@@ -244,4 +245,6 @@ async def _commit_at_the_leader(cluster: Cluster, name: str) -> int | None:
                 return await cluster.runtimes[leader].propose(name, b"last")
             except ProposalDropped as dropped:
                 assert "transferred" in str(dropped), dropped
-                await trio.sleep(TICK_MS / 1000)
+            except NotLeader:
+                assert cluster.leaders(name) != [leader]  # it really lost the leadership
+            await trio.sleep(TICK_MS / 1000)

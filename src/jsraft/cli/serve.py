@@ -50,7 +50,6 @@ from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
-from jsraft.server.ops.monitor import Monitor
 from jsraft.server.nats.tls import check_tls_files
 
 log = logging.getLogger("jsraft.serve")
@@ -293,13 +292,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _monitor(node: Node, config: NodeConfig) -> Any:
+    """The node's monitor, or None without a monitor port: its modules (prometheus_client) are imported only
+    when one is asked for, so a node without `-m` starts sooner."""
+    if config.monitor_port is None:
+        return None
+    from jsraft.server.ops.monitor import Monitor
+
+    return Monitor(node, config.monitor_host, config.monitor_port)
+
+
 async def serve(config: NodeConfig, ports_file_dir: str | None = None) -> None:
     """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariants 2, 4)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         log_startup(config)
         node = Node(config)
         await node.prepare()  # a foreign store directory fails here, before any listener opens
-        monitor = Monitor(node, config.monitor_host, config.monitor_port) if config.monitor_port is not None else None
+        monitor = _monitor(node, config)
         node_done = trio.Event()
 
         async def run_node(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -4,7 +4,7 @@ Method: start the command with stderr piped, read stderr line by line until the 
 wall time since just before exec, then SIGTERM the process and wait for it. Repeated `--rounds` times per
 command; prints median (min-max) per command. Run with the project's venv:
 
-    .venv/bin/python bench/startup_time.py --rounds 5 [--jetstream] [--nats-server]
+    .venv/bin/python bench/startup_time.py --rounds 5 [--jetstream] [--nats-server] [-- more server flags]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jetstream", action="store_true", help="add -js -sd DIR (a fresh directory per round)")
     parser.add_argument("--nats-server", action="store_true", help="also time the nats-server on PATH")
+    parser.add_argument("extra", nargs=argparse.REMAINDER, help="more server flags, after --")
     options = parser.parse_args()
     jsraft = os.path.join(os.path.dirname(sys.executable), "jsraft")
     commands = {"jsraft serve": [jsraft, "serve"]}
@@ -55,7 +56,8 @@ def main() -> int:
         for name, base in commands.items():  # alternate, so load swings hit both sides alike
             with tempfile.TemporaryDirectory(prefix="startup-bench-") as store:
                 extra = ["-js", "-sd", store] if options.jetstream else []
-                results[name].append(time_once([*base, "-p", "-1", "-a", "127.0.0.1", *extra]))
+                more = [flag for flag in options.extra if flag != "--"]
+                results[name].append(time_once([*base, "-p", "-1", "-a", "127.0.0.1", *extra, *more]))
     for name, times in results.items():
         print(f"{name}: median {statistics.median(times):.3f} s (min {min(times):.3f}, max {max(times):.3f}), "
               f"{len(times)} rounds")

@@ -1,5 +1,6 @@
 """`import jsraft.cli` and `jsraft serve`'s own modules load none of the other subcommands' modules, nor the
-monitor's (prometheus_client) or the client commands' (rich) dependencies, nor Spark's; every command is
+monitor's (prometheus_client) or the client commands' (rich) dependencies, nor the in-process API and the
+client package, nor Spark's; every command is
 still reachable through the group.
 
 Method: a fresh interpreter (subprocess) imports the module under test and prints the sorted names in
@@ -23,7 +24,7 @@ NOT_FOR_SERVE = (
     "jsraft.cli.demo", "jsraft.cli.group_cmd", "jsraft.cli.local_cluster", "jsraft.cli.msg_cmd",
     "jsraft.cli.report_cmd", "jsraft.cli.session", "jsraft.cli.store_demo", "jsraft.cli.stream_cmd",
     "jsraft.server.ops.monitor", "jsraft.server.ops.metrics", "prometheus_client", "rich", "pyspark",
-    "pyarrow",
+    "pyarrow", "jsraft.client", "jsraft.server.api.jetstream",
 )
 
 
@@ -64,4 +65,4 @@ def test_every_lazy_command_resolves_to_its_name():
         assert command is not None and command.name == name
     stream = cli.get_command(context, "stream")
     assert isinstance(stream, click.Group)
-    assert {"backup", "restore", "group", "accept-loss"} <= set(stream.list_commands(context))
+    assert {"backup", "restore", "group", "accept-loss", "report"} <= set(stream.list_commands(context))

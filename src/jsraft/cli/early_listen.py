@@ -63,6 +63,8 @@ def bind_early(args: list[str]) -> EarlyListener | None:
     if address is None:
         return None
     host, port = address
+    if not 0 <= port <= 65535:  # the node's configuration names the bad value (invariant 1)
+        return None
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:

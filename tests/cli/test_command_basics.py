@@ -26,7 +26,10 @@ def test_version():
 
 
 def _commands(group: click.Group, path: str = "jsraft"):
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):  # the group's lazy commands are loaded by get_command
+        command = group.get_command(context, name)
+        assert command is not None, f"{path} {name}"
         yield f"{path} {name}", command
         if isinstance(command, click.Group):
             yield from _commands(command, f"{path} {name}")

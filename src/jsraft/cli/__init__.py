@@ -15,6 +15,11 @@ command's name (`jsraft.cli.demo`, `jsraft.cli.serve` stay the modules). Subcomm
 Invariants:
   1. Exit status: 0 success, 1 failure, 2 usage error, for every subcommand (session invariant 1).
   2. A closed stdout (the reader went away) ends the command without a traceback, after its cleanup ran.
+  3. Importing this package imports no subcommand's module: each is imported when its command is looked
+     up (`LAZY_COMMANDS`; `serve`'s parser in `build_parser`), so `jsraft serve` starts without the client
+     commands' modules (tests/cli/test_lazy_commands.py).
+  4. `serve` binds its client port (`cli.early_listen`) before importing anything of the node, so a client
+     that connects while the node starts waits for INFO instead of being refused.
 
 Imports: stdlib, click, L5 (`server`, through `serve` and `demo`), cli siblings.
 """
@@ -22,6 +27,7 @@ Imports: stdlib, click, L5 (`server`, through `serve` and `demo`), cli siblings.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from typing import Any
@@ -29,28 +35,66 @@ from typing import Any
 import click
 
 from jsraft import __version__
-from jsraft.cli.backup_cmd import backup, restore, stream_backup, stream_restore
-from jsraft.cli.check_cmd import EXIT_DAMAGED, EXIT_USAGE, check, check_store, find_stores
-from jsraft.cli.cluster_cmd import cluster
-from jsraft.cli.consumer_cmd import consumer
-from jsraft.cli.msg_cmd import account, pub, req, sub
-from jsraft.cli.report_cmd import server
-from jsraft.cli.serve import add_parser as add_serve_parser
-from jsraft.cli.stream_cmd import stream
-from jsraft.cli.group_cmd import stream_accept_loss, stream_group
 
-__all__ = ["build_parser", "check_store", "cli", "find_stores", "main"]
+__all__ = ["build_parser", "cli", "main"]
+
+EXIT_FAILED, EXIT_USAGE = 1, 2  # invariant 1
+# Invariant 3: command name -> "module:attribute", imported when the command is looked up.
+LAZY_COMMANDS = {
+    "check": "jsraft.cli.check_cmd:check",
+    "stream": "jsraft.cli.stream_cmd:stream",
+    "consumer": "jsraft.cli.consumer_cmd:consumer",
+    "pub": "jsraft.cli.msg_cmd:pub",
+    "sub": "jsraft.cli.msg_cmd:sub",
+    "req": "jsraft.cli.msg_cmd:req",
+    "account": "jsraft.cli.msg_cmd:account",
+    "backup": "jsraft.cli.backup_cmd:backup",
+    "restore": "jsraft.cli.backup_cmd:restore",
+    "cluster": "jsraft.cli.cluster_cmd:cluster",
+    "server": "jsraft.cli.report_cmd:server",
+}
+# subcommands of `stream` that live in other modules, added when `stream` is loaded (`report_cmd` adds
+# `stream report` itself, with `@stream.command`, when it is imported)
+_STREAM_EXTRAS = ("jsraft.cli.backup_cmd:stream_backup", "jsraft.cli.backup_cmd:stream_restore",
+                  "jsraft.cli.group_cmd:stream_group", "jsraft.cli.group_cmd:stream_accept_loss")
+_STREAM_MODULES = ("jsraft.cli.report_cmd",)
+
+
+def _load(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+class LazyGroup(click.Group):
+    """A click group whose `LAZY_COMMANDS` are imported on first lookup (click's documented lazy-group
+    pattern), so `jsraft serve` does not pay for the client commands' modules."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY_COMMANDS:
+            command = _load(LAZY_COMMANDS[cmd_name])
+            if cmd_name == "stream":
+                for extra in _STREAM_EXTRAS:
+                    command.add_command(_load(extra))
+                for module in _STREAM_MODULES:
+                    importlib.import_module(module)
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser `jsraft serve`'s raw arguments are handed to (`serve` owns its flags)."""
+    from jsraft.cli.serve import add_parser as add_serve_parser
+
     parser = argparse.ArgumentParser(prog="jsraft", description="jsraft: a JetStream-compatible store")
     sub_parsers = parser.add_subparsers(dest="command", required=True)
     add_serve_parser(sub_parsers)
     return parser
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", "-V", prog_name="jsraft", message="%(prog)s %(version)s")
 def cli() -> None:
     """jsraft: a JetStream-compatible, Raft-replicated message store, and its operator's tool.
@@ -65,11 +109,16 @@ def cli() -> None:
 def serve_command(args: tuple[str, ...]) -> int:
     """Run one node (flags and/or --config FILE; nats-server's spellings work). `jsraft serve --help` lists
     the flags."""
+    from jsraft.cli.early_listen import bind_early
+
+    early = bind_early(list(args))  # before the node's modules are imported (invariant 4)
     try:
         namespace = build_parser().parse_args(["serve", *args])
     except SystemExit as exit_:
+        if early is not None:
+            early.sock.close()
         return EXIT_USAGE if exit_.code else 0
-    return namespace.func(namespace)
+    return namespace.func(namespace, early)
 
 
 @cli.command("demo")
@@ -89,14 +138,6 @@ def demo_command(directory: str | None, messages: int | None, store: bool) -> in
     from jsraft.cli.demo import run_cluster_demo
 
     return run_cluster_demo(directory, messages or 5_000)
-
-
-for command in (check, stream, consumer, pub, sub, req, account, backup, restore, cluster, server):
-    cli.add_command(command)
-stream.add_command(stream_backup)
-stream.add_command(stream_restore)
-stream.add_command(stream_group)
-stream.add_command(stream_accept_loss)
 
 
 def _broken_pipe(error: BaseException) -> bool:
@@ -124,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except click.Abort:
         click.echo("Aborted!", err=True)
-        return EXIT_DAMAGED
+        return EXIT_FAILED
     except KeyboardInterrupt:  # ^C is how `jsraft sub` without --count ends
         return 130
     except BaseException as error:  # noqa: BLE001 — only a closed pipe is swallowed

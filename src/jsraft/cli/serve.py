@@ -27,6 +27,8 @@ Invariants:
      `--auth` exist because nats-server (and nats-py's tests) use them.
   7. Given no store directory, a node asked for JetStream (`-js`) uses the shared default; one not asked
      a private directory removed when it stops (`serve_store`), as nats-server without `-js` stores nothing.
+  8. The client socket `jsraft` bound before importing the node (`cli.early_listen`) is served only if the
+     configuration asks for its host and port; otherwise it is closed and the node binds its own.
 
 Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -40,17 +42,18 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 from typing import Any
 
 import trio
 
 from jsraft import __version__
+from jsraft.cli.early_listen import EarlyListener
 from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
-from jsraft.server.ops.monitor import Monitor
 from jsraft.server.nats.tls import check_tls_files
 
 log = logging.getLogger("jsraft.serve")
@@ -269,17 +272,22 @@ def _leaf(error: BaseException) -> BaseException:
     return error
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
+def cmd_serve(args: argparse.Namespace, early: EarlyListener | None = None) -> int:
+    """Run `serve`; `early` is the client socket bound before the imports, used if the configuration asks
+    for its address (invariant 8)."""
     try:
         config = config_from_args(args)
         check_tls_files(config)  # invariant 1: a bad certificate file is a configuration error
     except InvalidConfig as error:  # invariant 1
         where = f" in {args.config}" if args.config and args.config not in str(error) else ""
         print(f"jsraft serve: configuration error{where}: {error}", file=sys.stderr)
+        if early is not None:
+            early.sock.close()
         return EXIT_USAGE
     setup_logging(args.log_level)
+    client_socket = early.take(config.client_host, config.client_port) if early is not None else None
     try:
-        trio.run(serve, config, args.ports_file_dir)
+        trio.run(serve, config, args.ports_file_dir, client_socket)
     except BaseException as raised:  # noqa: BLE001 — reported below, or re-raised if not ours
         error = _leaf(raised)
         if isinstance(error, (JsraftError, OSError)):
@@ -293,13 +301,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def serve(config: NodeConfig, ports_file_dir: str | None = None) -> None:
+def _monitor(node: Node, config: NodeConfig) -> Any:
+    """The node's monitor, or None without a monitor port: its modules (prometheus_client) are imported only
+    when one is asked for, so a node without `-m` starts sooner."""
+    if config.monitor_port is None:
+        return None
+    from jsraft.server.ops.monitor import Monitor
+
+    return Monitor(node, config.monitor_host, config.monitor_port)
+
+
+async def serve(config: NodeConfig, ports_file_dir: str | None = None,
+                client_socket: socket.socket | None = None) -> None:
     """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariants 2, 4)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         log_startup(config)
         node = Node(config)
         await node.prepare()  # a foreign store directory fails here, before any listener opens
-        monitor = Monitor(node, config.monitor_host, config.monitor_port) if config.monitor_port is not None else None
+        if client_socket is not None:  # the client listener serves it (invariant 8)
+            node.clients.listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(client_socket))]
+        monitor = _monitor(node, config)
         node_done = trio.Event()
 
         async def run_node(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

@@ -12,10 +12,27 @@ request layer), `ops` (monitoring HTTP, metrics, readiness, test hooks). The tri
 Imports: L0–L4, trio (DESIGN.md §1).
 """
 
+from typing import TYPE_CHECKING
+
 from jsraft.server.settings.config import NodeConfig
 from jsraft.server.errors import IdentityMismatch, NoLeader, RemoteError, RpcRefused, RpcTimeout, ServerError
-from jsraft.server.api.jetstream import JetStreamContext, PubAck, RawStreamMsg, StreamInfo
 from jsraft.server.node import Node, open_node
+
+if TYPE_CHECKING:
+    from jsraft.server.api.jetstream import JetStreamContext, PubAck, RawStreamMsg, StreamInfo
+
+# The in-process API (and through it the client package) is imported on first use: `jsraft serve` has no
+# use for it (PEP 562 module `__getattr__`; tests/cli/test_lazy_commands.py).
+_LAZY = {"JetStreamContext", "PubAck", "RawStreamMsg", "StreamInfo"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        from jsraft.server.api import jetstream
+
+        return getattr(jetstream, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "IdentityMismatch", "JetStreamContext", "Node", "NodeConfig", "NoLeader", "PubAck", "RawStreamMsg",

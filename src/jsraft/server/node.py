@@ -30,7 +30,7 @@ import time
 from functools import partial
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -48,7 +48,6 @@ from jsraft.server.nats.client_server import ClientServer
 from jsraft.server.settings.config import NodeConfig
 from jsraft.server.groups import publish_batch
 from jsraft.server.groups.handlers import Handlers
-from jsraft.server.api.jetstream import JetStreamContext
 from jsraft.server.api.jsapi_handlers import JsApi
 from jsraft.server.ops.readiness import Readiness
 from jsraft.server.settings.identity import IDENTITY_FILE, NodeIdentity, load_or_format
@@ -67,6 +66,9 @@ from jsraft.server.nats.tls import TlsContexts
 from jsraft.runtime.quiesce import BEAT_GROUP
 from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
 from jsraft.transport.cluster_auth import ClusterAuth
+
+if TYPE_CHECKING:
+    from jsraft.server.api.jetstream import JetStreamContext
 
 log = logging.getLogger("jsraft.server")
 
@@ -320,6 +322,9 @@ class Node:
         return [name for name in self.runtime.group_names() if name != META_GROUP]
 
     def jetstream(self) -> JetStreamContext:
+        """The in-process JetStream API (imported here: a node serving clients has no use for it)."""
+        from jsraft.server.api.jetstream import JetStreamContext
+
         return JetStreamContext(self)
 
 

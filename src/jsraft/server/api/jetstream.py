@@ -36,6 +36,7 @@ from jsraft.client.connection import connect
 from jsraft.client.jetstream import config_bytes
 from jsraft.client.push import PushSubscription
 from jsraft.client.values import ConsumerInfo, PubAck, RawStreamMsg, consumer_info_from
+from jsraft.server.api.header_block import decode_headers, encode_headers
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig, parse_stream_config
 from jsraft.jsapi.consumer_config import ConsumerConfig, validate_consumer_name
@@ -56,24 +57,6 @@ class StreamInfo:
     state: dict[str, int]
     cluster: dict[str, Any]
     config_raw: bytes = attrs.field(repr=False, default=b"")
-
-
-def encode_headers(headers: Mapping[str, str] | None) -> bytes:
-    if not headers:
-        return b""
-    lines = "".join(f"{key}: {value}\r\n" for key, value in headers.items())
-    return f"NATS/1.0\r\n{lines}\r\n".encode()
-
-
-def decode_headers(block: bytes) -> dict[str, str] | None:
-    if not block:
-        return None
-    found: dict[str, str] = {}
-    for line in block.decode(errors="replace").split("\r\n")[1:]:
-        key, sep, value = line.partition(":")
-        if sep:
-            found.setdefault(key.strip(), value.strip())
-    return found
 
 
 class JetStreamContext:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound, StreamNotFound
 from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription
 from jsraft.server.api.direct_batch import serve_batch, serve_multi_last
-from jsraft.server.api.jetstream import decode_headers
+from jsraft.server.api.header_block import decode_headers
 from jsraft.server.api.jsapi_codec import MsgGetRequest, decode_request, direct_headers, status_headers
 
 if TYPE_CHECKING:

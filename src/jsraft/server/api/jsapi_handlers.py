@@ -57,7 +57,7 @@ from jsraft.server.api.consumer_control import ConsumerControl
 from jsraft.server.api.consumer_hub import ConsumerHub
 from jsraft.server.errors import NoLeader
 from jsraft.server.api.group_ops import GroupOps
-from jsraft.server.api.jetstream import decode_headers
+from jsraft.server.api.header_block import decode_headers
 from jsraft.server.api.jsapi_codec import (
     LIST_LIMIT, NAMES_LIMIT, ZERO_TIME, SUBJECT_DETAILS_MAX, NotEmptyRequest, PagedRequest, StreamInfoRequest, StreamMismatch,
     StreamNamePathSeparators, decode_request, decode_stream_config, dumps, is_empty_request,

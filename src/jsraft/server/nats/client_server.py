@@ -14,10 +14,9 @@ Invariants:
      subscriptions when it connected with `echo: false`. In a cluster a member on this node is
      preferred; only a group no member here took is left to the peers (invariant 5). Wildcard tokens
      are routed as nats-server's (`t.a.>` reaches `t.*.>`, not `t.a.b`); invalid subjects reach nobody.
-  2. No-responders: a publish with a reply subject that reached nobody, here or at a peer (`forward`
-     sent it nowhere), from a client whose CONNECT had `headers` and `no_responders`, is answered with
-     `HMSG <reply> <sid> 16 16` + `NATS/1.0 503` on the client's own subscription matching the reply
-     (nats-server `processInboundClientMsg`).
+  2. No-responders: a publish with a reply subject that reached nobody here or at a peer (`forward` sent
+     it nowhere), from a client whose CONNECT had `headers` and `no_responders`, gets `HMSG <reply> <sid>
+     16 16` + `NATS/1.0 503` on its own subscription matching the reply (nats-server `processInboundClientMsg`).
   3. Internal handlers for messages from one connection start in the order the messages arrived (each
      waits for its predecessor to have started), so a handler that queues its work before its first
      checkpoint keeps the publisher's order; a `sync` handler (stream publishes) is called at once, in
@@ -192,6 +191,7 @@ class ClientServer:
         self._internal_last = trio.Event()
         self._internal_last.set()
         self.ack_rivals = 0  # invariant 6
+        self.listeners: list[trio.SocketListener] = []  # bound already (`jsraft serve`): served, not bound
         self._ack_sub: InternalSubscription | None = None
         self._ack_handler: Callable[[str, str | None, bytes], None] | None = None
         self.sublist.observers.append(self.count_ack_rival)
@@ -200,7 +200,7 @@ class ClientServer:
 
     async def run(self, *, task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen, report `started((host, port))`, serve clients until cancelled."""
-        listeners = await trio.open_tcp_listeners(self.options.port, host=self.options.host)
+        listeners = self.listeners or await trio.open_tcp_listeners(self.options.port, host=self.options.host)
         self.address = (self.options.host, listeners[0].socket.getsockname()[1])
         try:
             async with trio.open_nursery() as nursery:

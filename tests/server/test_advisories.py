@@ -55,16 +55,23 @@ async def _interest_everywhere(cluster: Any, subject: str, subscriber_node: str)
     await cluster.wait_until(known, 10, what=f"interest in {subject} on every node")
 
 
+async def subscribed_on_n2(cluster: Any, probe: str) -> tuple[Any, Any]:
+    """Once the cluster is ready: a client on n2 subscribed to every advisory, its interest (checked with
+    `probe`, a subject under it) known to every node."""
+    await cluster.wait_for_meta_leader()
+    await cluster.wait_ready()
+    client = await jsraft.client.connect(cluster.node("n2").url)
+    sub = await client.subscribe(ALL)
+    await client.flush()
+    await _interest_everywhere(cluster, probe, "n2")
+    return client, sub
+
+
 async def test_lifecycle_leader_offline_and_drift_advisories(tmp_path):
     seen: list[tuple[str, dict[str, Any]]] = []
     async with trio.open_nursery() as nursery:
         async with start(nursery, tmp_path) as cluster:
-            await cluster.wait_for_meta_leader()
-            await cluster.wait_ready()
-            client = await jsraft.client.connect(cluster.node("n2").url)
-            sub = await client.subscribe(ALL)
-            await client.flush()
-            await _interest_everywhere(cluster, "$JS.EVENT.ADVISORY.STREAM.CREATED.A", "n2")
+            client, sub = await subscribed_on_n2(cluster, "$JS.EVENT.ADVISORY.STREAM.CREATED.A")
             admin = await jsraft.client.connect(cluster.node("n3").url)  # the API of another node
             js = admin.jetstream(timeout=10)
             await js.add_stream(name="A", subjects=["a.>"], num_replicas=3)

@@ -15,22 +15,16 @@ from typing import Any
 
 import trio
 
-import jsraft.client
 from jsraft.replica.stream_events import ACTION_TYPE
 from drift_kit import start
-from test_advisories import ALL, _collect, _interest_everywhere
+from test_advisories import _collect, subscribed_on_n2
 
 
 async def test_embedded_create_update_delete_publish_stream_action_advisories(tmp_path):
     seen: list[tuple[str, dict[str, Any]]] = []
     async with trio.open_nursery() as nursery:
         async with start(nursery, tmp_path) as cluster:
-            await cluster.wait_for_meta_leader()
-            await cluster.wait_ready()
-            client = await jsraft.client.connect(cluster.node("n2").url)
-            sub = await client.subscribe(ALL)
-            await client.flush()
-            await _interest_everywhere(cluster, "$JS.EVENT.ADVISORY.STREAM.CREATED.E", "n2")
+            client, sub = await subscribed_on_n2(cluster, "$JS.EVENT.ADVISORY.STREAM.CREATED.E")
             js = cluster.node("n3").jetstream()
             await js.add_stream(name="E", subjects=["e.>"], num_replicas=3)
             await js.add_stream(name="E", subjects=["e.>"], num_replicas=3)  # idempotent: no new "create"

@@ -30,7 +30,9 @@ Invariants:
   4. `noop_term`: as in `meta_adapter` — a StreamLeader is built only once its term's NOOP applied.
   5. `snapshot()` is offered (`snapshot_ready()`) only while the machine is current, fault-free, not
      replaying and holds nothing back, and it fsyncs the store first (DESIGN §2: the store is durable
-     before the WAL is compacted past it).
+     before the WAL is compacted past it). A fault found while it is built (a read-time flip) raises
+     `SnapshotUnavailable`: the cycle skips that compaction; the fault is listed, so `snapshot_ready()`
+     says no until the store is repaired.
   6. An AUDIT's report leaves this replica (`on_audit`) only when it was computed by a current machine
      outside the recovery replay: anything else is known not to stand for the group.
   7. The stream's consumers (`consumers`, replica/consumer_replica.py) see every entry right after the
@@ -51,9 +53,10 @@ import attrs
 from jsraft.errors import JsraftError
 from jsraft.raft.types import Entry, EntryType
 from jsraft.replica.consumer_replica import ConsumerReplica
+from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.stream import (
-    ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamStateMachine,
-    decode_snapshot,
+    ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamNotHealthy,
+    StreamStateMachine, decode_snapshot,
 )
 
 log = logging.getLogger("jsraft.server.stream")
@@ -196,7 +199,10 @@ class StreamAdapter:
 
     def snapshot(self) -> bytes:
         self.machine.store.sync()  # invariant 5
-        return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
+        try:
+            return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
+        except StreamNotHealthy as error:  # e.g. a record read back damaged: now a listed store fault
+            raise SnapshotUnavailable(f"stream snapshot refused: {error.description}") from error
 
     def restore(self, data: bytes) -> None:
         """The runtime's restore: this replica's own snapshot at open, or the leader's (InstallSnapshot)."""

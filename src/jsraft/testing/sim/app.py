@@ -16,8 +16,9 @@ An `App` (built once per run by `make_app`) answers:
                                  driver's disk holds after a power failure.
 A `Replica` has `applied_index` (the Raft position: driver invariant 2), `digest` (compared across
 replicas at each index by `SafetyChecker`), `apply(entry) -> digest or None` (None: this replica cannot
-vouch for its state at that index, e.g. the entry waits behind a catch-up), `snapshot_data()` (None: not
-now), `prepare_install(index)` (a leader's snapshot is about to be made durable in the WAL, which then
+vouch for its state at that index, e.g. the entry waits behind a catch-up), `snapshot_data()` (may raise
+`SnapshotUnavailable`: the cycle skips that compaction), an optional `snapshot_ready()` (False: not now),
+`prepare_install(index)` (a leader's snapshot is about to be made durable in the WAL, which then
 drops the entries it covers), `holds(index, value)` (a liveness probe), `unsettled()` (None, or why it has
 not converged), and `step(sim)` (per-step runtime work such as a catch-up).
 

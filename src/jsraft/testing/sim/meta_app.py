@@ -199,8 +199,11 @@ class MetaReplica:
                                                     f"through {self.machine.applied_index}")
         self.leading_term = 0
 
-    def snapshot_data(self) -> bytes | None:
-        return self.adapter.snapshot() if self.adapter.snapshot_ready() else None
+    def snapshot_ready(self) -> bool:
+        return self.adapter.snapshot_ready()
+
+    def snapshot_data(self) -> bytes:
+        return self.adapter.snapshot()
 
     def prepare_install(self, index: int) -> None:
         return None

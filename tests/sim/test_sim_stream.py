@@ -233,3 +233,12 @@ def test_a_store_whose_only_change_is_a_moved_head_is_replayed() -> None:
         restarted.apply(index, entry)
     restarted.finish_recovery()
     assert store.state().agreement_key() == reference.store.state().agreement_key()
+
+
+def test_a_snapshot_refused_for_a_damaged_read_is_skipped_by_the_production_cycle() -> None:
+    """Seed 5: a read-time flip found while a replica builds its own snapshot. The simulator no longer
+    catches the refusal itself: `StreamAdapter.snapshot()` raises `SnapshotUnavailable` into production's
+    `GroupCycle`, which skips that compaction (cycle invariant 5), and the run still passes every check."""
+    result = run_seed(config_for(5, app="stream"))
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+    assert result.stats["snapshots_refused"] >= 1, result.stats

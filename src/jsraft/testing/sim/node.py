@@ -123,6 +123,7 @@ class SimMachine:
         try:
             data = self.driver.replica.snapshot_data()
         except SnapshotUnavailable as error:
+            self.driver.snapshots_refused += 1
             self.driver.trace.add(f"{self.driver.node_id} snapshot at {index} refused: {error.description}")
             raise
         self.driver.trace.add(f"{self.driver.node_id} compacted through {index}")
@@ -142,6 +143,7 @@ class NodeDriver:
         self.node: RaftNode | None = None
         self.wal: Wal | None = None
         self.cycle: GroupCycle | None = None
+        self.snapshots_refused = 0  # own snapshots the replica refused (the cycle skipped the compaction)
         self._acked: list[tuple[int, int, bytes]] = []
         # A leader's pipelined cycle whose fsync completes at the next `pump` (module docstring), and the
         # inputs that wait for it, as the runtime holds them for a busy group.

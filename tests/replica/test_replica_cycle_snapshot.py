@@ -74,14 +74,20 @@ def _publish(cycle: GroupCycle, seq: int) -> None:
     _settle(cycle)
 
 
-def test_a_snapshot_refused_for_a_damaged_read_skips_the_compaction_and_the_group_goes_on(tmp_path):
+def _started(tmp_path) -> tuple[GroupCycle, StreamAdapter, FlippingStore]:  # type: ignore[no-untyped-def]
+    """A leading group with messages 1..3 and 2 deleted (an interior delete: the snapshot walks the store)."""
     cycle, adapter, store = _group(tmp_path)
     cycle.node.campaign()
     _settle(cycle)
     for seq in (1, 2, 3):
         _publish(cycle, seq)
-    cycle.node.propose(stream_entries.encode_delete(2))  # an interior delete: the snapshot walks the store
+    cycle.node.propose(stream_entries.encode_delete(2))
     _settle(cycle)
+    return cycle, adapter, store
+
+
+def test_a_snapshot_refused_for_a_damaged_read_skips_the_compaction_and_the_group_goes_on(tmp_path):
+    cycle, adapter, store = _started(tmp_path)
     compacted = cycle.node.log.snapshot_index
     assert compacted > 0  # compaction works while the store reads clean
 
@@ -104,13 +110,7 @@ def test_a_snapshot_refused_for_a_damaged_read_skips_the_compaction_and_the_grou
 
 
 def test_after_the_store_is_repaired_the_next_compaction_happens(tmp_path):
-    cycle, adapter, store = _group(tmp_path)
-    cycle.node.campaign()
-    _settle(cycle)
-    for seq in (1, 2, 3):
-        _publish(cycle, seq)
-    cycle.node.propose(stream_entries.encode_delete(2))
-    _settle(cycle)
+    cycle, adapter, store = _started(tmp_path)
     store.flipped = True
     _publish(cycle, 4)
     _publish(cycle, 5)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from jsraft.meta import EntryKind as MetaKind
 from jsraft.meta import Applied, MalformedMetaSnapshot, MetaStateMachine, PeerAdd, encode_entry
-from jsraft.raft import Entry, EntryType
+from jsraft.raft import Entry, EntryType, SnapshotMeta
 from jsraft.replica.meta_adapter import MetaAdapter
 from jsraft.testing.sim.app_mutants import meta_machine_class
 from jsraft.testing.sim.meta_clients import PROBE_PREFIX, MetaClients
@@ -205,7 +205,7 @@ class MetaReplica:
     def snapshot_data(self) -> bytes:
         return self.adapter.snapshot()
 
-    def prepare_install(self, index: int) -> None:
+    def prepare_install(self, meta: SnapshotMeta) -> None:
         return None
 
     def holds(self, index: int, value: bytes) -> bool:

@@ -100,7 +100,7 @@ class SimMachine:
 
     def prepare_install(self, meta: SnapshotMeta) -> None:
         self._installing = meta
-        self.driver.replica.prepare_install(meta.index)
+        self.driver.replica.prepare_install(meta)
 
     def restore(self, data: bytes) -> None:
         meta, self._installing = self._installing, None

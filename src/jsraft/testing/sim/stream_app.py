@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from jsraft.consumer import DeleteOp, encode_ops
 from jsraft.jsapi.stream_config import StreamConfig, parse_stream_config
-from jsraft.raft import Entry, EntryType
+from jsraft.raft import Entry, EntryType, SnapshotMeta
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.base import StoreConfig
@@ -245,8 +245,8 @@ class StreamReplica:
             self.repair.noted_unhealthy = True
             self.trace(f"{machine.health} at {entry.index}")
 
-    def prepare_install(self, index: int) -> None:
-        return None  # production's adapter takes no note before a leader's snapshot is made durable
+    def prepare_install(self, meta: SnapshotMeta) -> None:
+        self.adapter.prepare_install(meta)  # the store fsynced before the WAL drops what it covers
 
     def install(self, data: bytes, index: int) -> None:
         """A leader's snapshot at `index` (InstallSnapshot), through the adapter as production restores it."""

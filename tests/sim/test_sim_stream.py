@@ -233,3 +233,21 @@ def test_a_store_whose_only_change_is_a_moved_head_is_replayed() -> None:
         restarted.apply(index, entry)
     restarted.finish_recovery()
     assert store.state().agreement_key() == reference.store.state().agreement_key()
+
+
+def test_a_snapshot_refused_for_a_damaged_read_is_skipped_by_the_production_cycle() -> None:
+    """Seed 5: a read-time flip found while a replica builds its own snapshot. The simulator no longer
+    catches the refusal itself: `StreamAdapter.snapshot()` raises `SnapshotUnavailable` into production's
+    `GroupCycle`, which skips that compaction (cycle invariant 5), and the run still passes every check."""
+    result = run_seed(config_for(5, app="stream"))
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+    assert result.stats["snapshots_refused"] >= 1, result.stats
+
+
+def test_a_leaders_snapshot_is_not_compacted_into_the_wal_before_the_store_is_durable() -> None:
+    """Seed 185 (`stream-audit` at AUDIT 77, found 2026-11-27 on main e27212d, a production bug): n4's store
+    already matched the leader's snapshot at 72 (no plan), through deletes it had applied but not fsynced;
+    the WAL saved the snapshot and dropped the entries; a crash lost the deletes, and recovery found the two
+    messages back. `StreamAdapter.prepare_install` now fsyncs the store before the WAL compacts."""
+    result = run_seed(config_for(185, app="stream"))
+    assert result.ok, f"[{result.invariant}] {result.detail}"

@@ -31,6 +31,10 @@ Invariants:
   3. The state machine's `applied_index` equals the core's after every `advance()` (checked).
   4. Our own snapshot is taken only of applied, durable entries whose membership changes the core has
      applied, and only when the state machine can vouch for its state (`snapshot_ready()`, optional).
+  5. A `snapshot()` that raises `SnapshotUnavailable` (the machine found, while building it, that it cannot
+     vouch for its state — a read-time flip in a stream store) skips that compaction: nothing is saved or
+     compacted, the log keeps every entry, and the group goes on; the cycle asks again once more is
+     applied (or a snapshot is requested). Compaction is an optimisation, never a reason to stop a group.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), siblings. Never trio, `runtime` or `server`.
 Reference: etcd-io/raft `rawnode.go` usage; DESIGN §2, §4.
@@ -38,6 +42,7 @@ Reference: etcd-io/raft `rawnode.go` usage; DESIGN §2, §4.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 from jsraft.disk.base import Disk
@@ -49,12 +54,14 @@ from jsraft.raft.ready import Ready, Snapshot
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.replica import persist
 from jsraft.replica.persist import Work
-from jsraft.replica.state_machine import StateMachine
+from jsraft.replica.state_machine import SnapshotUnavailable, StateMachine
 from jsraft.wal import Wal
 
 # send(to_id, group_name, message) -> accepted. A refused message is lost; Raft retransmits.
 SendFn = Callable[[str, str, Message], bool]
 AppliedFn = Callable[[Sequence[Entry], Sequence[object]], None]
+
+log = logging.getLogger("jsraft.replica.cycle")
 
 
 def _ignore(*_args: object) -> None:
@@ -81,9 +88,12 @@ class GroupCycle:
         self._marker = marker  # written with the first durable cycle, then None
         self._unsaved_hard_state: HardState | None = None
         self._snapshot_requested = False
+        self._refused_at: int | None = None  # the applied index whose snapshot the machine refused
+        self.snapshots_refused = 0
 
     def request_snapshot(self) -> None:
         self._snapshot_requested = True
+        self._refused_at = None
 
     # --- One cycle ------------------------------------------------------------------------------
 
@@ -185,8 +195,8 @@ class GroupCycle:
         """The applied index to snapshot and compact through now, or None (not due, or not possible)."""
         node, log_ = self.node, self.node.log
         index = self.state_machine.applied_index
-        if index <= log_.snapshot_index:
-            return None
+        if index <= log_.snapshot_index or index == self._refused_at:
+            return None  # (refused: asked again once more is applied, or on request — invariant 5)
         every = self.snapshot_every_entries
         if not self._snapshot_requested and (every is None or index - log_.snapshot_index < every):
             return None
@@ -208,8 +218,15 @@ class GroupCycle:
         index = self._compaction_index()
         if index is None:
             return None
-        self._snapshot_requested = False
         term = self.node.log.term_at(index)
         invariant(term is not None, "a compaction point has a known term")
         meta = SnapshotMeta(index=index, term=term or 0, conf=membership.conf_at(self.node, index))
-        return Snapshot(meta=meta, data=self.state_machine.snapshot())
+        try:
+            data = self.state_machine.snapshot()
+        except SnapshotUnavailable as error:  # invariant 5: skip it, the log keeps every entry
+            self._refused_at = index
+            self.snapshots_refused += 1
+            log.warning("group %s: no snapshot at %d, compaction skipped: %s", self.name, index, error.description)
+            return None
+        self._snapshot_requested = False
+        return Snapshot(meta=meta, data=data)

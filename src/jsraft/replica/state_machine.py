@@ -15,7 +15,10 @@ How the applied index is tracked, and how a state machine is restored:
     after a crash — the index its own storage made durable — or it loses those entries for good.
   - `snapshot()` returns the state at exactly `applied_index`. A state machine with durable state makes
     that state durable first (DESIGN §2: the store is fsynced before the WAL is compacted past it). The
-    runtime saves the bytes in the WAL, then compacts the log through that index.
+    runtime saves the bytes in the WAL, then compacts the log through that index. A state machine that
+    finds, while building it, that it cannot vouch for its state (a record read back damaged) raises
+    `SnapshotUnavailable`: the cycle skips this compaction (the log keeps every entry) and asks again
+    later; compaction is an optimisation, never a reason to stop a group.
 
 Invariants (checked by the runtime with `invariant()`):
   1. `apply` is called with every committed entry exactly once, in index order, contiguous from
@@ -34,7 +37,7 @@ Optional hooks, looked up with `getattr` by `replica.cycle.GroupCycle`:
   - `prepare_install(meta: SnapshotMeta)`: a leader's snapshot is about to be written to the WAL, which
     then drops the entries it covers; called before that write, `restore` follows in the same cycle.
 
-Imports: L1 (`raft.types`), stdlib. Never trio. Reference: hashicorp/raft `FSM` (Apply / Snapshot / Restore);
+Imports: L0 (`errors`), L1 (`raft.types`), stdlib. Never trio. Reference: hashicorp/raft `FSM` (Apply / Snapshot / Restore);
 etcd-io/raft `Ready.CommittedEntries`.
 """
 
@@ -43,7 +46,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from jsraft.errors import JsraftError
 from jsraft.raft.types import Entry
+
+
+class SnapshotUnavailable(JsraftError):
+    """The state machine cannot vouch for its state now (found damaged while the snapshot was built)."""
+
+    err_code = 20903
+    http_code = 503
+    default_description = "state machine cannot snapshot now"
 
 
 class StateMachine(Protocol):

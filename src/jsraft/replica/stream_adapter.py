@@ -30,7 +30,10 @@ Invariants:
   4. `noop_term`: as in `meta_adapter` — a StreamLeader is built only once its term's NOOP applied.
   5. `snapshot()` is offered (`snapshot_ready()`) only while the machine is current, fault-free, not
      replaying and holds nothing back, and it fsyncs the store first (DESIGN §2: the store is durable
-     before the WAL is compacted past it).
+     before the WAL is compacted past it), and so does `prepare_install()` before a leader's snapshot
+     compacts it. A fault found while it is built (a read-time flip) raises
+     `SnapshotUnavailable`: the cycle skips that compaction; the fault is listed, so `snapshot_ready()`
+     says no until the store is repaired.
   6. An AUDIT's report leaves this replica (`on_audit`) only when it was computed by a current machine
      outside the recovery replay: anything else is known not to stand for the group.
   7. The stream's consumers (`consumers`, replica/consumer_replica.py) see every entry right after the
@@ -49,11 +52,12 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from jsraft.errors import JsraftError
-from jsraft.raft.types import Entry, EntryType
+from jsraft.raft.types import Entry, EntryType, SnapshotMeta
 from jsraft.replica.consumer_replica import ConsumerReplica
+from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.stream import (
-    ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamStateMachine,
-    decode_snapshot,
+    ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamNotHealthy,
+    StreamStateMachine, decode_snapshot,
 )
 
 log = logging.getLogger("jsraft.server.stream")
@@ -196,7 +200,17 @@ class StreamAdapter:
 
     def snapshot(self) -> bytes:
         self.machine.store.sync()  # invariant 5
-        return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
+        try:
+            return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
+        except StreamNotHealthy as error:  # e.g. a record read back damaged: now a listed store fault
+            raise SnapshotUnavailable(f"stream snapshot refused: {error.description}") from error
+
+    def prepare_install(self, meta: SnapshotMeta) -> None:
+        """A leader's snapshot is about to be made durable in the WAL, which then drops the entries it
+        covers: what the store holds of them is made durable first (invariant 5). Without it, a store that
+        already matched the snapshot (no plan) could lose, at the next power cut, applied deletes the log
+        can no longer replay, and recovery would find them back (simulator stream seed 185)."""
+        self.machine.store.sync()
 
     def restore(self, data: bytes) -> None:
         """The runtime's restore: this replica's own snapshot at open, or the leader's (InstallSnapshot)."""

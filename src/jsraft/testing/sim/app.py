@@ -16,8 +16,9 @@ An `App` (built once per run by `make_app`) answers:
                                  driver's disk holds after a power failure.
 A `Replica` has `applied_index` (the Raft position: driver invariant 2), `digest` (compared across
 replicas at each index by `SafetyChecker`), `apply(entry) -> digest or None` (None: this replica cannot
-vouch for its state at that index, e.g. the entry waits behind a catch-up), `snapshot_data()` (None: not
-now), `prepare_install(index)` (a leader's snapshot is about to be made durable in the WAL, which then
+vouch for its state at that index, e.g. the entry waits behind a catch-up), `snapshot_data()` (may raise
+`SnapshotUnavailable`: the cycle skips that compaction), an optional `snapshot_ready()` (False: not now),
+`prepare_install(meta)` (a leader's snapshot is about to be made durable in the WAL, which then
 drops the entries it covers), `holds(index, value)` (a liveness probe), `unsettled()` (None, or why it has
 not converged), and `step(sim)` (per-step runtime work such as a catch-up).
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jsraft.raft import Entry
+from jsraft.raft import Entry, SnapshotMeta
 from jsraft.testing.sim.clients import Clients
 from jsraft.testing.sim.register import Register
 from jsraft.testing.sim.violation import Violation
@@ -69,7 +70,7 @@ class RegisterReplica(Register):
     def step(self, sim: Simulation) -> None:
         return None
 
-    def prepare_install(self, index: int) -> None:
+    def prepare_install(self, meta: SnapshotMeta) -> None:
         return None
 
 

@@ -46,6 +46,7 @@ from jsraft.raft import (
 )
 from jsraft.raft.messages import Message
 from jsraft.replica import GROUP_MARKER, GroupCycle, Work, marker_contents, persist, restored_state
+from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.violation import Violation
 from jsraft.testing.simdisk import SimDisk
@@ -85,7 +86,6 @@ class SimMachine:
     def __init__(self, driver: NodeDriver) -> None:
         self.driver = driver
         self._installing: SnapshotMeta | None = None
-        self._snapshot: tuple[int, bytes] | None = None  # taken by `snapshot_ready`, returned by `snapshot`
 
     @property
     def applied_index(self) -> int:
@@ -100,7 +100,7 @@ class SimMachine:
 
     def prepare_install(self, meta: SnapshotMeta) -> None:
         self._installing = meta
-        self.driver.replica.prepare_install(meta.index)
+        self.driver.replica.prepare_install(meta)
 
     def restore(self, data: bytes) -> None:
         meta, self._installing = self._installing, None
@@ -112,22 +112,20 @@ class SimMachine:
         driver.trace.add(f"{driver.node_id} installed snapshot {meta.index}/{meta.term}")
 
     def snapshot_ready(self) -> bool:
-        """The app replica says whether it can snapshot by returning None from `snapshot_data`; the bytes
-        it did return are kept for `snapshot()`, asked right after in the same `take()`. `has_work()` asks
-        first and `take()` again at the same index: the second answer is the kept one, so the replica
-        builds one snapshot (and syncs its store once) per compaction."""
-        if self._snapshot is not None and self._snapshot[0] == self.applied_index:
-            return True
-        data = self.driver.replica.snapshot_data()
-        self._snapshot = (self.applied_index, data) if data is not None else None
-        return data is not None
+        """The app replica's own `snapshot_ready()` (production's adapters have one), else always."""
+        ready = getattr(self.driver.replica, "snapshot_ready", None)
+        return ready is None or bool(ready())
 
     def snapshot(self) -> bytes:
-        kept, self._snapshot = self._snapshot, None
+        """The replica's snapshot; a `SnapshotUnavailable` it raises goes to the cycle, which skips this
+        compaction as production's does (cycle invariant 5)."""
         index = self.applied_index
-        data = kept[1] if kept is not None and kept[0] == index else self.driver.replica.snapshot_data()
-        invariant(data is not None, "snapshot() follows a snapshot_ready() that said yes")
-        assert data is not None
+        try:
+            data = self.driver.replica.snapshot_data()
+        except SnapshotUnavailable as error:
+            self.driver.snapshots_refused += 1
+            self.driver.trace.add(f"{self.driver.node_id} snapshot at {index} refused: {error.description}")
+            raise
         self.driver.trace.add(f"{self.driver.node_id} compacted through {index}")
         return data
 
@@ -145,6 +143,7 @@ class NodeDriver:
         self.node: RaftNode | None = None
         self.wal: Wal | None = None
         self.cycle: GroupCycle | None = None
+        self.snapshots_refused = 0  # own snapshots the replica refused (the cycle skipped the compaction)
         self._acked: list[tuple[int, int, bytes]] = []
         # A leader's pipelined cycle whose fsync completes at the next `pump` (module docstring), and the
         # inputs that wait for it, as the runtime holds them for a busy group.

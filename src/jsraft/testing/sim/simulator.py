@@ -197,6 +197,7 @@ class Simulation:
             "terms": max(self.checker.leader_of_term, default=0), **self.faults.counts,
             "membership_proposals": self.membership.proposals,
             "transfers": self.membership.transfers, "applied_checks": self.checker.checks,
+            "snapshots_refused": sum(d.snapshots_refused for d in self.drivers.values()),
             **self.clients.stats(), **self.app.stats(),
         }
 

@@ -43,14 +43,13 @@ from typing import TYPE_CHECKING
 
 from jsraft.consumer import DeleteOp, encode_ops
 from jsraft.jsapi.stream_config import StreamConfig, parse_stream_config
-from jsraft.raft import Entry, EntryType
+from jsraft.raft import Entry, EntryType, SnapshotMeta
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.stream import ApplyResult, EntryKind, StreamLeader, StreamStateMachine, store_config_for
 from jsraft.stream.entries import encode_consumer, entry_kind
-from jsraft.stream.errors import StreamNotHealthy
 from jsraft.stream.results import Health
 from jsraft.stream.snapshot import decode_snapshot
 from jsraft.testing.sim import stream_repair
@@ -246,8 +245,8 @@ class StreamReplica:
             self.repair.noted_unhealthy = True
             self.trace(f"{machine.health} at {entry.index}")
 
-    def prepare_install(self, index: int) -> None:
-        return None  # production's adapter takes no note before a leader's snapshot is made durable
+    def prepare_install(self, meta: SnapshotMeta) -> None:
+        self.adapter.prepare_install(meta)  # the store fsynced before the WAL drops what it covers
 
     def install(self, data: bytes, index: int) -> None:
         """A leader's snapshot at `index` (InstallSnapshot), through the adapter as production restores it."""
@@ -256,14 +255,11 @@ class StreamReplica:
         if self.adapter.plan is not None:
             self.trace(f"snapshot {index} from the leader needs a catch-up: {_plan_text(self.adapter.plan.plan)}")
 
-    def snapshot_data(self) -> bytes | None:
-        if not self.adapter.snapshot_ready():
-            return None
-        try:
-            return self.adapter.snapshot()
-        except StreamNotHealthy as error:  # e.g. a record found damaged while the snapshot was built
-            self.trace(f"snapshot refused: {error}")
-            return None
+    def snapshot_ready(self) -> bool:
+        return self.adapter.snapshot_ready()
+
+    def snapshot_data(self) -> bytes:
+        return self.adapter.snapshot()  # a fault found meanwhile: `SnapshotUnavailable`, the cycle skips
 
     def holds(self, index: int, value: bytes) -> bool:
         return self.probes.get(index) == value

@@ -287,6 +287,26 @@ def test_a_pristine_replica_catches_up_from_nothing(mem_maker, maker):
     _agree(group)
 
 
+def test_a_pristine_replica_takes_an_empty_groups_moved_first_seq(mem_maker, maker):
+    """An empty stream that was purged reports first = last + 1 = 1, a store that never held anything
+    first 0: a newcomer restoring the group's snapshot lifts its store to first 1, or every later audit
+    finds the two state tuples different (simulator consumer seed 247)."""
+    group = Group({"leader": make_machine(mem_maker)}, "leader")
+    group.commit(group.leader.propose_purge(None).entry)
+    leader = group.machines["leader"]
+    assert (leader.store.state().first_seq, leader.store.state().last_seq) == (1, 0)
+    newcomer = make_machine(maker)
+    assert newcomer.store.state().first_seq == 0
+    group.machines["follower"] = newcomer
+    plan = newcomer.restore(leader.snapshot())
+    assert plan.compact_to == 1 and plan.fetch == ()
+    catch_up(newcomer, leader, plan)
+    _agree(group)
+    pristine = make_machine(maker)  # a group that never moved keeps first 0: nothing to lift
+    untouched = Group({"leader": make_machine(mem_maker), "follower": pristine}, "leader")
+    assert pristine.restore(untouched.machines["leader"].snapshot()).compact_to is None
+
+
 def test_memstore_is_not_a_fault_domain_so_plans_never_ask_it_to_repair():
     store = MemStore(StoreConfig(name="ORDERS"))
     assert store.faults() == []

@@ -122,8 +122,11 @@ def plan_repair(local: StoreState, faults: list[Fault], local_ranges: dict[int, 
     if local.msgs and local.first_seq < g_floor:
         findings.append(Finding(kind=FindingKind.head_behind, first=local.first_seq, last=g_floor - 1))
         compact_to = g_floor
-    elif local.last_seq < g_floor - 1:
-        compact_to = g_floor  # nothing to remove: lift an empty or short store to the group's floor
+    elif local.last_seq < g_floor - 1 or (not local.msgs and group.first_seq and local.first_seq < g_floor):
+        # Nothing to remove: lift an empty or short store to the group's floor — also an empty one at the
+        # same last_seq whose first_seq never moved (0: nothing ever stored) while the group's did (a purge
+        # of an empty stream makes it first = last + 1). A group that never moved (first 0) stays as it is.
+        compact_to = g_floor
     for fault in faults:
         if fault.last >= g_floor and fault.first <= g_last:
             findings.append(fault_finding(fault, local))

@@ -312,6 +312,11 @@ class StreamLeader:
         """Audit at the next `audit_due` (after a replica recovered or was repaired)."""
         self._last_audit_ns = None
 
+    def audit_owed(self) -> bool:
+        """Whether the stream changed since the last audit proposed here, so a periodic audit is still to
+        come: the task that proposes it must not sleep through the group's quiescence meanwhile."""
+        return (self.machine.last_seq, *self.machine.store.state().agreement_key()) != self._audited
+
     def audit_due(self, now_ns: int) -> bytes | None:
         """An AUDIT entry to propose now, or None. Periodic audits skip a stream whose state tuple (and
         last sequence) did not change since the last audit proposed here: every replica's tuple is

@@ -144,7 +144,9 @@ class AuditRunner:
                     await self._ask_for_audit()
                 await self._leader_turn()
                 await trio.sleep(self.options.tick_s)
-                if not (self._audit_wanted or self._requested or self._pending):
+                leader = self.replica.leader
+                if not (self._audit_wanted or self._requested or self._pending
+                        or (leader is not None and leader.audit_owed())):  # new entries: an audit to come
                     await self.replica.runtime.ticker.wait_awake(self.replica.group)  # quiesced: idle
 
     async def _send_task(self) -> None:

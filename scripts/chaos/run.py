@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from jsraft.testing.chaos.runner import run_scenario
+from jsraft.testing.chaos.runner import run_dir, run_scenario, used
 from jsraft.testing.chaos.scenarios import SCENARIOS, SMOKE
 
 
@@ -42,6 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     ids = sorted(SCENARIOS) if args.all else list(SMOKE) if args.smoke else args.scenario
     seeds = args.seed or [1]
     out = args.out or os.path.join("chaos-out", time.strftime("%Y%m%d-%H%M%S"))
+    taken = [run_dir(out, s, seed) for s in ids for seed in seeds if used(run_dir(out, s, seed))]
+    if taken:
+        print(f"error: {', '.join(taken)} already hold(s) a chaos run; choose another --out "
+              "(nothing was started)", file=sys.stderr)
+        return 2
     passed = failed = 0
     for scenario_id in ids:
         for seed in seeds:

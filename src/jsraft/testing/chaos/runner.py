@@ -50,6 +50,25 @@ class RunResult:
     error: str | None = None
 
 
+class RunDirectoryUsed(Exception):
+    """A run's directory already holds a run. The history files are appended to as the run goes, so a
+    second run there would be judged together with the first one's operations (a false I3, for example):
+    the runner refuses it instead of mixing them or deleting the earlier evidence."""
+
+    def __init__(self, out_dir: str) -> None:
+        super().__init__(f"{out_dir} already holds a chaos run; choose another --out (nothing was started)")
+        self.out_dir = out_dir
+
+
+def run_dir(out_root: str, scenario_id: str, seed: int) -> str:
+    return os.path.join(out_root, f"{scenario_id}-seed{seed}")
+
+
+def used(out_dir: str) -> bool:
+    """Whether `out_dir` exists and is not empty."""
+    return os.path.isdir(out_dir) and bool(os.listdir(out_dir))
+
+
 def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root: str, *,
                  rate: float | None = None, mutant: str | None = None, secure_links: bool = False) -> RunResult:
     """One scenario run. `secure_links`: the nodes' links use mutual TLS (a CA and a certificate made for
@@ -57,7 +76,9 @@ def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root
     production cluster."""
     scenario = SCENARIOS[scenario_id]
     duration = scenario.duration_s if duration_s is None else duration_s
-    out_dir = os.path.join(out_root, f"{scenario_id}-seed{seed}")
+    out_dir = run_dir(out_root, scenario_id, seed)
+    if used(out_dir):
+        raise RunDirectoryUsed(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     handler = _log_to(out_dir)
     error: str | None = None

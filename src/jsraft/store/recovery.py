@@ -21,6 +21,9 @@ Invariants:
      (`fs_index`). What it vouches for is read and CRC-checked later, in the background (`fs_verify`).
   4. A block read that shows damage or a torn tail is read again before either is believed: a read
      error is not the file's content (FileStore invariant 4).
+  5. A newest block file that is empty or a strict prefix of its preamble is a creation a crash
+     interrupted (`BlockFiles.create` syncs the preamble before the block takes a message): its preamble
+     is written again, nothing is reported; any other bad header is damage.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from jsraft.errors import BadFileFormat
 from jsraft.store.base import FaultKind, msg_size
 from jsraft.store.blocks import (
     Block,
+    block_preamble,
     check_file_header,
     content_crc,
     message_subject,
@@ -272,6 +276,27 @@ def _read_clean(store: "FileStore", number: int, start: int) -> tuple[bytes, Sca
     return buffer, result
 
 
+def _interrupted_create(buffer: bytes, block: Block) -> bool:
+    """Whether the newest block file is one whose creation was interrupted (invariant 5): empty, or a
+    strict prefix of the preamble `BlockFiles.create` writes before the file is synced and used. It holds
+    no message; anything else with a bad header is damage."""
+    preamble = block_preamble(block.number, block.first_seq)
+    return len(buffer) < len(preamble) and preamble.startswith(buffer)
+
+
+def _finish_create(store: "FileStore", block: Block) -> None:
+    """Write the interrupted block's preamble again, so appends after recovery land after a header (they
+    used to start at offset 0 of the empty file, and the next full scan read the block as damage)."""
+    block.size = 0
+    if store.read_only:
+        return
+    handle = store.files.handle(block.number)
+    handle.truncate(0)
+    handle.append(block_preamble(block.number, block.first_seq))
+    handle.sync()
+    block.size = handle.size()
+
+
 def recover(store: "FileStore", *, use_index: bool = True) -> None:
     disk = store.disk
     names = disk.listdir("")
@@ -290,6 +315,9 @@ def recover(store: "FileStore", *, use_index: bool = True) -> None:
             store.files.add(block)
         start = resume[1] if resume is not None and number == resume[0] else FILE_HEADER_BYTES
         buffer, result = _read_clean(store, number, start)
+        if number == numbers[-1] and _interrupted_create(buffer, block):
+            _finish_create(store, block)
+            continue
         if result is None:  # a bad file header: the whole file is damage
             rebuild.damage_pending += len(buffer)
             rebuild.damaged_bytes += len(buffer)

@@ -2,9 +2,10 @@
 
 Owns: `AccountLimits` (nats-server's `JetStreamAccountLimits`, with the JSON API's field names, as
 `$JS.API.INFO` serves it under `limits`), the errors nats-server answers when a stream config breaks one,
-and the pure checks `check_stream_config` (no state needed) and `check_reservation` (against what the
-account's other streams reserve). `max_streams` is enforced by the meta leader (`meta.leader`), the
-consumer limits by the API that creates consumers.
+the pure checks `check_stream_config` (no state needed) and `check_reservation` (against what the
+account's other streams reserve), and the consumer's: `consumers_max` (per stream, where the stream
+leader creates consumers) and `consumer_with_account_limits` (`max_ack_pending`'s default and bound, where
+the API node stores the request). `max_streams` is enforced by the meta leader (`meta.leader`).
 
 Invariants:
   1. -1 is "unlimited" for every number (nats-server's default for a field an account block leaves out);
@@ -16,7 +17,8 @@ Invariants:
   3. Un-tiered limits are flat: a stream of R replicas reserves R times its `max_bytes` (nats-server's
      `accountReservation` with no tier).
 
-Imports: stdlib, attrs, L0 (`errors`). Reference: nats-server `server/jetstream.go` (`checkLimits`,
+Imports: stdlib, attrs, L0 (`errors`), `jsapi` siblings (`consumer_checks`, `consumer_config`).
+Reference: nats-server `server/jetstream.go` (`checkLimits`,
 `checkBytesLimits`, `maxBytesLimits`), `server/stream.go` (`checkStreamCfg`), `server/opts.go`
 (`parseJetStreamForAccount`), `server/errors.json`.
 """
@@ -27,7 +29,9 @@ from typing import Any
 
 import attrs
 
-from jsraft.errors import BadRequest, InvalidConfig
+from jsraft.errors import BadRequest, InvalidConfig, JsraftError
+from jsraft.jsapi.consumer_checks import ConsumerConfigError
+from jsraft.jsapi.consumer_config import MAX_ACK_PENDING_DEFAULT
 
 
 class StreamMaxBytesRequired(BadRequest):
@@ -44,17 +48,21 @@ class StreamMaxStreamBytesExceeded(BadRequest):
     default_description = "stream max bytes exceeds account limit max stream bytes"
 
 
-class MemoryResourcesExceeded(BadRequest):
-    """JSMemoryResourcesExceededErr: the memory streams' reservations would pass the account's `max_memory`."""
+class MemoryResourcesExceeded(JsraftError):
+    """JSMemoryResourcesExceededErr: the memory streams' reservations would pass the account's `max_memory`
+    (nats-server answers it with code 500)."""
 
     err_code = 10028
+    http_code = 500
     default_description = "insufficient memory resources available"
 
 
-class StorageResourcesExceeded(BadRequest):
-    """JSStorageResourcesExceededErr: the file streams' reservations would pass the account's `max_storage`."""
+class StorageResourcesExceeded(JsraftError):
+    """JSStorageResourcesExceededErr: the file streams' reservations would pass the account's `max_storage`
+    (code 500, as nats-server's)."""
 
     err_code = 10047
+    http_code = 500
     default_description = "insufficient storage resources available"
 
 
@@ -105,3 +113,29 @@ def check_reservation(limits: AccountLimits, config: Any, reserved_bytes: int) -
             raise MemoryResourcesExceeded()
     elif limits.max_storage >= 0 and wanted > limits.max_storage - reserved_bytes:
         raise StorageResourcesExceeded()
+
+
+def consumers_max(stream_max_consumers: int, limits: AccountLimits) -> int:
+    """The consumers one stream may have: its own `max_consumers`, or the account's when that is lower or
+    the stream sets none (nats-server `addConsumerWithAssignment`); 0 or less: no limit."""
+    if stream_max_consumers <= 0 or 0 < limits.max_consumers < stream_max_consumers:
+        return limits.max_consumers
+    return stream_max_consumers
+
+
+def consumer_with_account_limits(limits: AccountLimits, stored: dict[str, Any], config: Any,
+                                 stream_ack_pending_max: int) -> dict[str, Any]:
+    """A consumer create's stored config (`stored`, the request's JSON) with the account's part of
+    nats-server's `setConsumerConfigDefaults` — a `max_ack_pending` the request and the stream's
+    `consumer_limits` leave unset is the account's when that is below the default 1000 — then its part
+    of `checkConsumerCfg`: a `max_ack_pending` above the account's is refused (10121). `config`: the
+    parsed config with the stream's defaults applied."""
+    limit = limits.max_ack_pending
+    if limit <= 0:
+        return stored
+    if not stored.get("max_ack_pending") and stream_ack_pending_max <= 0 and config.ack_policy != "none" \
+            and limit < MAX_ACK_PENDING_DEFAULT:
+        return {**stored, "max_ack_pending": limit}
+    if config.max_ack_pending > limit:
+        raise ConsumerConfigError("max_ack_pending_excess", limit=limit)
+    return stored

@@ -2,9 +2,8 @@
 
 Owns: the account info answer (nats-server's `JetStreamAccountStats`: usage, reservations, stream and
 consumer counts, `limits`, `domain`, `api`), the account-limit checks a stream create or update passes
-before it reaches the meta leader (`check_stream`), the checks and default a consumer config gets from
-the account (`check_consumer`), and the domain's API prefix: `$JS.<domain>.API.>` is imported into
-`$JS.API.>` (`import_domain_api`), as nats-server maps it.
+before it reaches the meta leader (`check_stream`), and the domain's API prefix: `$JS.<domain>.API.>`
+is imported into `$JS.API.>` (`import_domain_api`), as nats-server maps it.
 
 Invariants:
   1. Usage counts every replica's bytes, as nats-server sums what each server stores; reservations are
@@ -21,8 +20,8 @@ Invariants:
 
 Imports: stdlib, L1 (`jsapi`), L3 (`meta` errors and assignments), server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsAccountInfoRequest`), `server/jetstream.go`
-(`JetStreamAccountStats`, `checkLimits`), `server/consumer.go` (`setConsumerConfigDefaults`,
-`checkConsumerCfg`), `server/jetstream.go` (`enableJetStream`'s domain service import).
+(`JetStreamAccountStats`, `checkLimits`, `enableJetStream`'s domain service import). The consumer limits
+are applied by `jsapi_consumer` (`max_ack_pending`) and `consumer_admin` (`max_consumers` per stream).
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StorageType
 from jsraft.jsapi.account_limits import AccountLimits, check_reservation, check_stream_config, reservation_bytes
-from jsraft.meta import MaximumConsumersLimit, StreamAssignment
+from jsraft.meta import MaximumConsumersLimit, MaximumStreamsLimit, StreamAssignment
 from jsraft.server.api.jsapi_data import meta_barrier
 from jsraft.server.nats.client_server import ClientServer, InternalMsg
 
@@ -124,16 +123,24 @@ class Account:
 
     # --- Limits -----------------------------------------------------------------------------------------
 
-    async def check_stream(self, config: Any) -> None:
+    async def check_stream(self, config: Any, *, create: bool) -> None:
         """A stream create's or update's config against the account (`jsapi.account_limits` invariant 2;
-        invariant 2 here). `config` has its defaults applied."""
-        check_stream_config(self.limits, config)
-        if 0 < self.limits.max_consumers < config.max_consumers:
-            raise MaximumConsumersLimit()
-        if self.limits.max_memory < 0 and self.limits.max_storage < 0:
-            return
+        invariant 2 here). `config` has its defaults applied. A create that would pass `max_streams` is
+        refused here already so that it gets nats-server's answer (10027 before 10026 or 10047); the
+        meta leader's count is the one that holds under races."""
+        limits = self.limits
+        check_stream_config(limits, config)
+        if limits.max_streams <= 0 and limits.max_memory < 0 and limits.max_storage < 0:
+            if 0 < limits.max_consumers < config.max_consumers:
+                raise MaximumConsumersLimit()
+            return  # nothing depends on the other streams: no read barrier (a create's latency)
         await meta_barrier(self.node)
+        names = self.node.meta.names()
+        if create and config.name not in names and 0 < limits.max_streams <= len(names):
+            raise MaximumStreamsLimit()
+        if 0 < limits.max_consumers < config.max_consumers:
+            raise MaximumConsumersLimit()
         reserved = sum(reservation_bytes(other.config) for other in self.node.meta.streams()
                        if other.config is not None and other.name != config.name
                        and other.config.storage == config.storage)
-        check_reservation(self.limits, config, reserved)
+        check_reservation(limits, config, reserved)

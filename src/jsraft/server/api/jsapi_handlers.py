@@ -221,7 +221,7 @@ class JsApi:
         if config.mirror_direct and config.mirror is None:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
         config.with_defaults().validate()
-        await self.account.check_stream(config.with_defaults())
+        await self.account.check_stream(config.with_defaults(), create=True)
         await meta_barrier(self.node)  # `did_create` is true only for a stream no node had created
         existed = request.name in self.node.meta.names()
         result, _ = await self.node.call_meta("stream.create", {"name": request.name}, [raw])
@@ -236,7 +236,7 @@ class JsApi:
         config.with_defaults().validate()
         if config.name != request.name:
             raise StreamMismatch()
-        await self.account.check_stream(config.with_defaults())
+        await self.account.check_stream(config.with_defaults(), create=False)
         replica = self.node.streams.replicas.get(request.name)
         if replica is not None and replica.stopped_reason is not None:  # only deletes while stopped
             raise StreamOffline(replica.stopped_reason)

@@ -66,21 +66,24 @@ class StorageResourcesExceeded(JsraftError):
     default_description = "insufficient storage resources available"
 
 
-def _at_least_unlimited(instance: Any, attribute: attrs.Attribute, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-        raise InvalidConfig(f"account limits: {attribute.name} must be -1 (unlimited) or a number >= 0")
-
-
 @attrs.frozen(kw_only=True)
 class AccountLimits:
-    max_memory: int = attrs.field(default=-1, validator=_at_least_unlimited)
-    max_storage: int = attrs.field(default=-1, validator=_at_least_unlimited)
-    max_streams: int = attrs.field(default=-1, validator=_at_least_unlimited)
-    max_consumers: int = attrs.field(default=-1, validator=_at_least_unlimited)
-    max_ack_pending: int = attrs.field(default=-1, validator=_at_least_unlimited)
-    memory_max_stream_bytes: int = attrs.field(default=-1, validator=_at_least_unlimited)
-    storage_max_stream_bytes: int = attrs.field(default=-1, validator=_at_least_unlimited)
+    max_memory: int = -1
+    max_storage: int = -1
+    max_streams: int = -1
+    max_consumers: int = -1
+    max_ack_pending: int = -1
+    memory_max_stream_bytes: int = -1
+    storage_max_stream_bytes: int = -1
     max_bytes_required: bool = False
+
+    def validate(self) -> "AccountLimits":
+        """Invariant 1: every number is -1 (unlimited) or at least 0."""
+        for field in attrs.fields(AccountLimits):
+            value = getattr(self, field.name)
+            if field.type in (int, "int") and (isinstance(value, bool) or value < -1):
+                raise InvalidConfig(f"account limits: {field.name} must be -1 (unlimited) or a number >= 0")
+        return self
 
     def to_json(self) -> dict[str, Any]:
         """The `limits` object of `$JS.API.INFO`, in nats-server's field order."""

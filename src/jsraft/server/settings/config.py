@@ -17,6 +17,8 @@ Invariants (checked by `validate()`):
   6. Security settings (`auth_config`) are valid; a secret (`cluster_secret`, `monitor_token`, passwords,
      tokens) never appears in the config's `repr` and is at least `SECRET_CHARS_MIN` long where it guards
      a port (cluster secret, monitor token).
+  7. The JetStream account's limits are -1 (unlimited) or >= 0, and a `jetstream_domain` is one subject
+     token (it becomes the `$JS.<domain>.API.` prefix).
 
 Imports: L0 (`errors`, `limits`), L1 (`codec`, `jsapi`), L3 (`stream.catchup_wire` bounds, `meta`'s snapshot
 interval), attrs, `config_file`.
@@ -175,6 +177,7 @@ class NodeConfig:
             raise InvalidConfig("node config: tick_ms must be at least 1")
         if self.election_ticks < 3:
             raise InvalidConfig("node config: election_ticks must be at least 3")
+        self.account_limits.validate()
         self._validate_stream_fields()
         self._validate_client_fields()
         self._validate_security_fields()

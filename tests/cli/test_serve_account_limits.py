@@ -53,16 +53,28 @@ accounts: {
 """
 
 
-def serve_with(tmp_path, conf: str | None):
+def run_against(tmp_path, conf: str | None, scenario, timeout_s: float = 60.0) -> dict:
+    """Start `jsraft serve -js` (with `conf` as its config file), run `scenario(nc, seen)` with one nats-py
+    connection, stop the server; what the scenario saw."""
     args = ["-js", f"-sd={tmp_path / 'js'}"]
     if conf is not None:
         (tmp_path / "server.conf").write_text(conf)
         args += ["-c", str(tmp_path / "server.conf")]
-    return start(tmp_path, *args)
+    process, url = start(tmp_path, *args)
 
+    async def connected() -> dict:
+        nc = await nats.connect(url)
+        seen: dict = {}
+        try:
+            await scenario(nc, seen)
+        finally:
+            await nc.close()
+        return seen
 
-def run(scenario, *args, timeout_s: float = 60.0):
-    return asyncio.run(asyncio.wait_for(scenario(*args), timeout_s))
+    try:
+        return asyncio.run(asyncio.wait_for(connected(), timeout_s))
+    finally:
+        stop(process)
 
 
 async def refused(call) -> tuple[int, int, str]:
@@ -72,46 +84,36 @@ async def refused(call) -> tuple[int, int, str]:
     return error.value.code, error.value.err_code, error.value.description
 
 
-async def limits_scenario(url: str) -> dict:
-    nc = await nats.connect(url)
+async def limits_scenario(nc, seen: dict) -> None:
     js = nc.jetstream()
-    seen: dict = {}
-    try:
-        seen["no max_bytes"] = await refused(js.add_stream(name="F0", subjects=["f0"]))
-        seen["file over"] = await refused(js.add_stream(name="F0", subjects=["f0"], max_bytes=65536))
-        seen["memory over"] = await refused(js.add_stream(name="M0", subjects=["m0"], max_bytes=4096,
-                                                          storage=StorageType.MEMORY))
-        seen["stream consumers"] = await refused(js.add_stream(name="F0", subjects=["f0"], max_bytes=100,
-                                                               max_consumers=5))
-        await js.add_stream(name="F1", subjects=["f1"], max_bytes=4096)
-        await js.add_stream(name="F2", subjects=["f2"], max_bytes=4096)
-        seen["storage reserved"] = await refused(js.add_stream(name="F3", subjects=["f3"], max_bytes=1000))
-        # F2's own old reservation is not counted against its update (4096 + 4000 <= 9000).
-        seen["update"] = (await js.update_stream(name="F2", subjects=["f2"], max_bytes=4000)).config.max_bytes
-        seen["update no max_bytes"] = await refused(js.update_stream(name="F2", subjects=["f2"]))
-        await js.add_stream(name="M1", subjects=["m1"], max_bytes=2048, storage=StorageType.MEMORY)
-        await js.add_stream(name="M2", subjects=["m2"], max_bytes=2048, storage=StorageType.MEMORY)
-        seen["streams"] = await refused(js.add_stream(name="F3", subjects=["f3"], max_bytes=10))
-        first = await js.add_consumer("F1", ConsumerConfig(durable_name="c1", ack_policy="explicit"))
-        seen["default max_ack_pending"] = first.config.max_ack_pending
-        seen["ack pending over"] = await refused(js.add_consumer("F1", ConsumerConfig(
-            durable_name="c2", ack_policy="explicit", max_ack_pending=500)))
-        await js.add_consumer("F1", ConsumerConfig(durable_name="c2", ack_policy="explicit", max_ack_pending=50))
-        seen["consumers"] = await refused(js.add_consumer("F1", ConsumerConfig(durable_name="c3",
-                                                                                 ack_policy="explicit")))
-        await js.add_consumer("F2", ConsumerConfig(durable_name="c1", ack_policy="explicit"))  # a cap per stream
-        seen["info"] = json.loads((await nc.request("$JS.API.INFO", b"", timeout=10)).data)
-    finally:
-        await nc.close()
-    return seen
+    seen["no max_bytes"] = await refused(js.add_stream(name="F0", subjects=["f0"]))
+    seen["file over"] = await refused(js.add_stream(name="F0", subjects=["f0"], max_bytes=65536))
+    seen["memory over"] = await refused(js.add_stream(name="M0", subjects=["m0"], max_bytes=4096,
+                                                      storage=StorageType.MEMORY))
+    seen["stream consumers"] = await refused(js.add_stream(name="F0", subjects=["f0"], max_bytes=100,
+                                                           max_consumers=5))
+    await js.add_stream(name="F1", subjects=["f1"], max_bytes=4096)
+    await js.add_stream(name="F2", subjects=["f2"], max_bytes=4096)
+    seen["storage reserved"] = await refused(js.add_stream(name="F3", subjects=["f3"], max_bytes=1000))
+    # F2's own old reservation is not counted against its update (4096 + 4000 <= 9000).
+    seen["update"] = (await js.update_stream(name="F2", subjects=["f2"], max_bytes=4000)).config.max_bytes
+    seen["update no max_bytes"] = await refused(js.update_stream(name="F2", subjects=["f2"]))
+    await js.add_stream(name="M1", subjects=["m1"], max_bytes=2048, storage=StorageType.MEMORY)
+    await js.add_stream(name="M2", subjects=["m2"], max_bytes=2048, storage=StorageType.MEMORY)
+    seen["streams"] = await refused(js.add_stream(name="F3", subjects=["f3"], max_bytes=10))
+    first = await js.add_consumer("F1", ConsumerConfig(durable_name="c1", ack_policy="explicit"))
+    seen["default max_ack_pending"] = first.config.max_ack_pending
+    seen["ack pending over"] = await refused(js.add_consumer("F1", ConsumerConfig(
+        durable_name="c2", ack_policy="explicit", max_ack_pending=500)))
+    await js.add_consumer("F1", ConsumerConfig(durable_name="c2", ack_policy="explicit", max_ack_pending=50))
+    seen["consumers"] = await refused(js.add_consumer("F1", ConsumerConfig(durable_name="c3",
+                                                                             ack_policy="explicit")))
+    await js.add_consumer("F2", ConsumerConfig(durable_name="c1", ack_policy="explicit"))  # a cap per stream
+    seen["info"] = json.loads((await nc.request("$JS.API.INFO", b"", timeout=10)).data)
 
 
 def test_account_limits_refuse_with_nats_server_codes(tmp_path):
-    process, url = serve_with(tmp_path, LIMITS)
-    try:
-        seen = run(limits_scenario, url)
-    finally:
-        stop(process)
+    seen = run_against(tmp_path, LIMITS, limits_scenario)
     assert seen["no max_bytes"] == (400, 10113, "account requires a stream config to have max bytes set")
     over = (400, 10122, "stream max bytes exceeds account limit max stream bytes")
     assert seen["file over"] == over and seen["memory over"] == over
@@ -132,40 +134,30 @@ def test_account_limits_refuse_with_nats_server_codes(tmp_path):
     assert info["domain"] == "hub" and "tiers" not in info
 
 
-async def usage_scenario(url: str) -> dict:
-    nc = await nats.connect(url)
+async def usage_scenario(nc, seen: dict) -> None:
     js = nc.jetstream()
-    seen: dict = {}
-    try:
-        await refused(js.add_stream(name="limits", subjects=["limits"]))
-        await js.add_stream(name="limits", subjects=["limits"], max_bytes=128)
-        await js.publish("limits", b"A" * 55)
-        for _ in range(5):
-            await js.publish("limits", b"A")
-        seen["messages"] = (await js.stream_info("limits")).state.messages
-        seen["account"] = await js.account_info()
-        seen["plain"] = json.loads((await nc.request("$JS.API.INFO", b"", timeout=10)).data)
-        seen["domain"] = json.loads((await nc.request("$JS.test-domain.API.INFO", b"", timeout=10)).data)
-        seen["stream domain"] = json.loads(
-            (await nc.request("$JS.test-domain.API.STREAM.INFO.limits", b"", timeout=10)).data)["domain"]
-        in_domain = nc.jetstream(domain="test-domain")  # every API subject under $JS.test-domain.API
-        psub = await in_domain.pull_subscribe("limits", durable="d", stream="limits")
-        msgs = await psub.fetch(3, timeout=10)
-        for msg in msgs:
-            await msg.ack_sync()
-        seen["fetched"] = [msg.data for msg in msgs]
-        seen["after"] = json.loads((await nc.request("$JS.API.INFO", b"", timeout=10)).data)
-    finally:
-        await nc.close()
-    return seen
+    await refused(js.add_stream(name="limits", subjects=["limits"]))
+    await js.add_stream(name="limits", subjects=["limits"], max_bytes=128)
+    await js.publish("limits", b"A" * 55)
+    for _ in range(5):
+        await js.publish("limits", b"A")
+    seen["messages"] = (await js.stream_info("limits")).state.messages
+    seen["account"] = await js.account_info()
+    seen["plain"] = json.loads((await nc.request("$JS.API.INFO", b"", timeout=10)).data)
+    seen["domain"] = json.loads((await nc.request("$JS.test-domain.API.INFO", b"", timeout=10)).data)
+    seen["stream domain"] = json.loads(
+        (await nc.request("$JS.test-domain.API.STREAM.INFO.limits", b"", timeout=10)).data)["domain"]
+    in_domain = nc.jetstream(domain="test-domain")  # every API subject under $JS.test-domain.API
+    psub = await in_domain.pull_subscribe("limits", durable="d", stream="limits")
+    msgs = await psub.fetch(3, timeout=10)
+    for msg in msgs:
+        await msg.ack_sync()
+    seen["fetched"] = [msg.data for msg in msgs]
+    seen["after"] = json.loads((await nc.request("$JS.API.INFO", b"", timeout=10)).data)
 
 
 def test_account_info_usage_limits_and_domain_as_nats_server(tmp_path):
-    process, url = serve_with(tmp_path, NATS_PY_LIMITS)
-    try:
-        seen = run(usage_scenario, url)
-    finally:
-        stop(process)
+    seen = run_against(tmp_path, NATS_PY_LIMITS, usage_scenario)
     assert seen["messages"] == 3  # 91 + 5 × 37 bytes held to max_bytes 128: the last three, 111 bytes
     account = seen["account"]
     assert (account.memory, account.storage, account.streams, account.consumers) == (0, 111, 1, 0)
@@ -185,35 +177,25 @@ def test_account_info_usage_limits_and_domain_as_nats_server(tmp_path):
     assert seen["after"]["consumers"] == 1
 
 
-async def unsubscribed_pull_scenario(url: str) -> dict:
-    nc = await nats.connect(url)
+async def unsubscribed_pull_scenario(nc, seen: dict) -> None:
     js = nc.jetstream()
-    seen: dict = {}
-    try:
-        await js.add_stream(name="TEST2", subjects=["a3"])
-        sub = await js.pull_subscribe("a3", "two")
-        await js.publish("a3", b"first")
-        seen["first"] = [msg.data for msg in await sub.fetch(1, timeout=10)]
-        await js.publish("a3", b"last message")
-        seen["pending before"] = (await sub.consumer_info()).num_pending
-        await sub.unsubscribe()
-        with pytest.raises(nats.errors.TimeoutError):
-            await sub.fetch(1, timeout=1)  # its reply subject has no subscriber: nothing may be sent there
-        info = await sub.consumer_info()
-        seen["pending after"] = (info.num_pending, info.num_ack_pending)
-        again = await js.pull_subscribe("a3", "two")
-        seen["again"] = [msg.data for msg in await again.fetch(1, timeout=10)]
-    finally:
-        await nc.close()
-    return seen
+    await js.add_stream(name="TEST2", subjects=["a3"])
+    sub = await js.pull_subscribe("a3", "two")
+    await js.publish("a3", b"first")
+    seen["first"] = [msg.data for msg in await sub.fetch(1, timeout=10)]
+    await js.publish("a3", b"last message")
+    seen["pending before"] = (await sub.consumer_info()).num_pending
+    await sub.unsubscribe()
+    with pytest.raises(nats.errors.TimeoutError):
+        await sub.fetch(1, timeout=1)  # its reply subject has no subscriber: nothing may be sent there
+    info = await sub.consumer_info()
+    seen["pending after"] = (info.num_pending, info.num_ack_pending)
+    again = await js.pull_subscribe("a3", "two")
+    seen["again"] = [msg.data for msg in await again.fetch(1, timeout=10)]
 
 
 def test_a_pull_request_nobody_listens_to_any_more_leaves_the_message_pending(tmp_path):
-    process, url = serve_with(tmp_path, None)
-    try:
-        seen = run(unsubscribed_pull_scenario, url)
-    finally:
-        stop(process)
+    seen = run_against(tmp_path, None, unsubscribed_pull_scenario)
     assert seen["first"] == [b"first"]
     assert seen["pending before"] == 1
     assert seen["pending after"] == (1, 1)  # "last message" still pending; "first" unacked

@@ -147,6 +147,10 @@ async def usage_scenario(nc, seen: dict) -> None:
     seen["domain"] = json.loads((await nc.request("$JS.test-domain.API.INFO", b"", timeout=10)).data)
     seen["stream domain"] = json.loads(
         (await nc.request("$JS.test-domain.API.STREAM.INFO.limits", b"", timeout=10)).data)["domain"]
+    listed = json.loads((await nc.request("$JS.API.STREAM.LIST", b"{}", timeout=10)).data)
+    update = json.dumps({"name": "limits", "subjects": ["limits"], "max_bytes": 128}).encode()
+    updated = json.loads((await nc.request("$JS.API.STREAM.UPDATE.limits", update, timeout=10)).data)
+    seen["list and update domain"] = (listed["streams"][0]["domain"], updated["domain"])
     in_domain = nc.jetstream(domain="test-domain")  # every API subject under $JS.test-domain.API
     psub = await in_domain.pull_subscribe("limits", durable="d", stream="limits")
     msgs = await psub.fetch(3, timeout=10)
@@ -173,6 +177,7 @@ def test_account_info_usage_limits_and_domain_as_nats_server(tmp_path):
     assert domain["api"]["total"] == plain["api"]["total"] + 1  # one account, counted on either prefix
     assert {**domain, "api": None} == {**plain, "api": None}
     assert seen["stream domain"] == "test-domain"
+    assert seen["list and update domain"] == ("test-domain", "test-domain")
     assert seen["fetched"] == [b"A", b"A", b"A"]
     assert seen["after"]["consumers"] == 1
 

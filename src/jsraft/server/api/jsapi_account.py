@@ -69,6 +69,12 @@ class Account:
         self.domain: str | None = node.config.jetstream_domain
         self.counters = counters  # (api total, api errors) of the answers so far
 
+    def with_domain(self, info: dict[str, Any]) -> dict[str, Any]:
+        """A stream info as nats-server serves it in an info, update or list answer: with the domain."""
+        if self.domain is not None:
+            info["domain"] = self.domain
+        return info
+
     # --- $JS.API.INFO -----------------------------------------------------------------------------------
 
     async def info(self) -> dict[str, Any]:

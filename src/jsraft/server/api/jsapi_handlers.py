@@ -243,7 +243,7 @@ class JsApi:
         result, _ = await self.node.call_meta("stream.update", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result)
         self._advise(*stream_action(request.name, "modify"))
-        return info
+        return self.account.with_domain(info)  # nats-server's update answer has it, its create answer not
 
     def _advise(self, subject: str, body: dict[str, Any]) -> None:
         """A stream action advisory, published by the node that answered the request (once per change)."""
@@ -297,9 +297,7 @@ class JsApi:
                 info["state"]["subjects"] = page
             else:  # nats-server leaves an empty page out
                 del info["state"]["subjects"]
-        if self.account.domain is not None:
-            info["domain"] = self.account.domain
-        return {**paged, **info}
+        return {**paged, **self.account.with_domain(info)}
 
     async def stream_delete(self, request: ApiRequest) -> dict[str, Any]:
         if not is_empty_request(request.payload):
@@ -336,7 +334,7 @@ class JsApi:
                 info = await self.info(name)
                 # nats-server lists the stored config: no dynamic `_nats.*` metadata (api_level rule 4).
                 info["config"]["metadata"] = listed_metadata(info["config"].get("metadata", {}))
-                infos[name] = info
+                infos[name] = self.account.with_domain(info)
             except JsraftError as error:
                 if error.err_code == StreamOffline.err_code:  # stopped by a consumer it cannot run
                     offline[name] = error.description.removeprefix("stream is offline: ")

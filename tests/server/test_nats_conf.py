@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 
+import attrs
 import pytest
 
 from jsraft.errors import InvalidConfig
+from jsraft.jsapi.account_limits import AccountLimits
 from jsraft.server import NodeConfig
 from jsraft.server.settings.config_file import config_format
 from jsraft.server.settings.nats_conf import parse_nats_conf
@@ -141,3 +143,39 @@ def test_accounts_tag_their_users(tmp_path, accounts, expected):
     config = NodeConfig.from_file(write(tmp_path, f"accounts {{ {accounts} }}\n"),
                                   {"name": "n1", "store_dir": str(tmp_path / "d")})
     assert {user.user: user.account for user in config.client_auth.users} == expected
+
+
+def test_jetstream_domain_and_the_account_limits(tmp_path):
+    text = """
+jetstream { domain: "hub" }
+accounts {
+  A {
+    users: [{user: a}]
+    jetstream { mem: 64MB, max_file: 1GB, streams: 10, consumers: 20, max_ack_pending: 100,
+                mem_max_stream_bytes: 2048, disk_max_stream_bytes: 4k, max_stream_bytes: true }
+  }
+  B { users: [{user: b}] }
+}
+"""
+    config = NodeConfig.from_file(write(tmp_path, text), {"name": "n1", "store_dir": str(tmp_path / "d")})
+    assert config.jetstream_domain == "hub"
+    assert attrs.asdict(config.account_limits) == {
+        "max_memory": 64 << 20, "max_storage": 1 << 30, "max_streams": 10, "max_consumers": 20,
+        "max_ack_pending": 100, "memory_max_stream_bytes": 2048, "storage_max_stream_bytes": 4000,
+        "max_bytes_required": True}
+    bare = NodeConfig.from_file(write(tmp_path, "accounts { A { users: [{user: a}], jetstream: enabled } }\n"),
+                                {"name": "n1", "store_dir": str(tmp_path / "d")})
+    assert bare.jetstream_domain is None and bare.account_limits == AccountLimits()  # every limit -1
+
+
+@pytest.mark.parametrize("text, message", [
+    ("accounts { A { jetstream { max_mem: 1GB, max_flies: 3 } } }", "accounts.jetstream.max_flies: unknown"),
+    ("accounts { A { jetstream { max_streams: lots } } }", "max_streams: expected a size or number"),
+    ("accounts { A { jetstream { max_bytes_required: 1 } } }", "max_bytes_required: expected a boolean"),
+    ("accounts { A { jetstream { max_streams: -5 } } }", "max_streams must be -1 (unlimited) or a number >= 0"),
+    ('jetstream { domain: "a.b" }', "jetstream_domain must be one subject token"),
+])
+def test_bad_account_limits_or_domain_are_refused(tmp_path, text, message):
+    with pytest.raises(InvalidConfig) as raised:
+        NodeConfig.from_file(write(tmp_path, text + "\n"), {"name": "n1", "store_dir": str(tmp_path / "d")})
+    assert message in str(raised.value)

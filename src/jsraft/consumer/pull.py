@@ -183,6 +183,11 @@ class WaitingQueue:
             return pending_status(409, "Batch Completed", request.batch, 0)
         return None
 
+    def drop(self, request: PullRequest) -> None:
+        """Remove `request` unanswered: nobody listens on its reply subject any more (nats-server's
+        `getNextWaiting` removes such a request without a status)."""
+        self.requests.pop(request.arrival, None)
+
     def too_large(self, request: PullRequest) -> Status:
         """The next message alone exceeds the request's `max_bytes` (nats-server removes the request)."""
         self.requests.pop(request.arrival, None)

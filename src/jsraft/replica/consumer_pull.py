@@ -18,6 +18,9 @@ Invariants:
   3. A request replaces a queued one with the same reply subject (see `Leading.pull`).
   4. `MAX_DELIVERIES` advisories are returned for every message given up (nats-server
      `$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.<stream>.<consumer>`).
+  5. A message is never delivered to a request whose reply subject nobody listens on any more (its
+     client unsubscribed): when there is something to deliver, such a request is dropped unanswered and
+     the message stays pending (`num_pending` counts it), as nats-server's `getNextWaiting` does.
 
 Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), L1 (`jsapi`: `rfc3339`). Reference: nats-server
 `server/consumer.go` (processNextMsgRequest, processWaiting, getNextMsg, notifyDeliveryExceeded).
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from jsraft.consumer import ConsumerEntry, ConsumerLeader, Status, WaitingQueue
@@ -120,8 +124,11 @@ class Leading:
         return min(times, default=None)
 
 
-def serve(leading: Leading, store: StreamStore, now_ns: int) -> tuple[list[Op], list[Send]]:
-    """One pass over `leading`'s waiting requests (module invariants): the ops to propose, then what to send."""
+def serve(leading: Leading, store: StreamStore, now_ns: int,
+          interested: Callable[[str], bool] | None = None) -> tuple[list[Op], list[Send]]:
+    """One pass over `leading`'s waiting requests (module invariants): the ops to propose, then what to
+    send. `interested(reply)`: whether a subscription still listens on a request's reply subject (None:
+    every one is taken to; invariant 5)."""
     ops: list[Op] = []
     sends: list[Send] = []
     queue, leader = leading.queue, leading.leader
@@ -129,6 +136,9 @@ def serve(leading: Leading, store: StreamStore, now_ns: int) -> tuple[list[Op], 
         request = queue.head()
         if request is None:
             break
+        if interested is not None and not interested(request.reply) and leading.available(store, now_ns):
+            queue.drop(request)  # invariant 5: what it would take stays pending for the next request
+            continue
         # A batch of 0 (nats-server takes it as sent) still gets one message, which ends the request.
         plan = leader.next_deliveries(store, now_ns, min(max(request.batch, 1), DELIVER_BATCH_MAX),
                                       request.max_bytes)

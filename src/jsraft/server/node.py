@@ -89,7 +89,8 @@ class Node:
         self.killed = False
         # Raft group -> peer -> monotonic ns of the last Raft message from it: what a leader last heard.
         self.raft_heard_ns: dict[str, dict[str, int]] = {}
-        self.meta = MetaStateMachine(clustered=config.clustered, api_level=config.api_level)
+        self.meta = MetaStateMachine(clustered=config.clustered, api_level=config.api_level,
+                                     max_streams=config.account_limits.max_streams)
         # The node's clock: with the test hooks on, a wall clock the hooks can skew at run time (its
         # monotonic time, which paces every timeout and election, is the system's, untouched).
         self.clock: SystemClock | SkewableClock = SkewableClock() if config.test_hooks else SystemClock()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
 from jsraft.jsapi import consumer_required_level, served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
+from jsraft.jsapi.account_limits import consumers_max
 from jsraft.meta import ConsumerOffline, StreamOffline  # both take the reason alone (10195, 10194)
 from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.consumer_errors import (
@@ -191,7 +192,8 @@ class ConsumerAdmin:
             check_update(existing.config, config)
         elif action == "update":
             raise ConsumerDoesNotExist()
-        elif 0 < machine.config.max_consumers <= len(consumers.consumers):
+        elif 0 < consumers_max(machine.config.max_consumers, self.node.config.account_limits) \
+                <= len(consumers.consumers):
             raise MaximumConsumersLimit()
         consumers.check_create(name, config)
         proposal = await service.propose([consumers.create_op(name, config, raw, service.now_ns())])

@@ -107,6 +107,11 @@ class ConsumerHub:
         routes = getattr(self.node, "routes", None)
         return routes is not None and bool(routes.interested_peers(subject))
 
+    def has_reply_interest(self, reply: str) -> bool:
+        """Whether a pull request's reply subject is still listened on: a client subscription here or at
+        a peer, or a collector of the embedded context's pulls (consumer_pull invariant 5)."""
+        return reply in self._collectors or self.has_interest(reply)
+
     def publish(self, send: Send) -> None:
         collector = self._collectors.get(send.subject)
         if collector is not None:

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from jsraft.errors import InvalidConfig, InvalidJSON, UnknownConfigField
 from jsraft.jsapi import listed_metadata
+from jsraft.jsapi.account_limits import consumer_with_account_limits
 from jsraft.jsapi.consumer_config import parse_consumer_config, rfc3339_to_ns, validate_consumer_name
 from jsraft.server.groups.consumer_errors import (
     ConsumerNamePathSeparators, DurableNameNotInSubject, DurableNameNotMatchSubject, DurableNameNotSet,
@@ -181,16 +182,26 @@ class ConsumerEndpoints:
         raw = stored_consumer_config(name, config, generated=not given)
         assignment = await online(self.node, request.name, stopped_ok=True)
         try:
-            parse_consumer_config(raw, stream=assignment.config)  # invariant 1: refused here, not later
+            parsed, _ = parse_consumer_config(raw, stream=assignment.config)  # invariant 1: refused here, not later
         except InvalidJSON:
             raise
         except InvalidConfig as error:
             if isinstance(error, UnknownConfigField) or type(error) is InvalidConfig:
                 raise _json_error(error) from None
             raise
+        raw = self._account_limited(raw, parsed, assignment.config)
         result, _ = await self.node.call_stream(request.name, "consumer.create", {"name": name, "action": action},
                                                 [raw])
         return dict(result)
+
+    def _account_limited(self, raw: bytes, parsed: Any, stream: Any) -> bytes:
+        """The stored config with the account's `max_ack_pending` default, or 10121 above it."""
+        limits = self.node.config.account_limits
+        stream_limits = getattr(stream, "consumer_limits", None)
+        stored = json.loads(raw)
+        limited = consumer_with_account_limits(limits, stored, parsed,
+                                               stream_limits.max_ack_pending if stream_limits is not None else 0)
+        return raw if limited is stored else json.dumps(limited, separators=(",", ":")).encode()
 
     async def info(self, request: "ApiRequest") -> dict[str, Any]:
         if not is_empty_request(request.payload):

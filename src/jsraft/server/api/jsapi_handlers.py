@@ -4,7 +4,7 @@
 Owns: the internal subscriptions and the table from request subject to endpoint, the response envelope
 (`{"type": "io.nats.jetstream.api.v1.<kind>", ...}` or `{"type": ..., "error": {"code", "err_code",
 "description"}}`), the API counters of `$JS.API.INFO` (`api.total`, `api.errors`), the account info
-itself, and the admin endpoints (stream create, update, info, delete, names, list). The data endpoints
+(served by `jsapi_account`, which also imports the domain's API prefix), and the admin endpoints (stream create, update, info, delete, names, list). The data endpoints
 are in `jsapi_data`, snapshot and restore in `jsapi_snapshot`, direct gets in `jsapi_direct`, the leader-side work in `jsapi_stream`, the consumer
 endpoints in `jsapi_consumer` (their leader side in `consumer_admin` and `consumer_control`; pull requests
 and acks, which are not JSON API requests, in `consumer_hub`). It attaches the client port to the node's
@@ -49,8 +49,8 @@ import trio
 
 from jsraft import subjects
 from jsraft.errors import InvalidConfig, JsraftError
-from jsraft.jsapi import API_LEVEL, StorageType, listed_metadata
-from jsraft.meta import StreamAssignment, StreamOffline
+from jsraft.jsapi import listed_metadata
+from jsraft.meta import StreamOffline
 from jsraft.server.nats.client_server import ClientServer, InternalMsg
 from jsraft.server.api.consumer_admin import ConsumerAdmin
 from jsraft.server.api.consumer_control import ConsumerControl
@@ -63,6 +63,7 @@ from jsraft.server.api.jsapi_codec import (
     StreamNamePathSeparators, decode_request, decode_stream_config, dumps, is_empty_request,
     is_json_object_or_array, response_type,
 )
+from jsraft.server.api.jsapi_account import Account, import_domain_api
 from jsraft.server.api.jsapi_consumer import ConsumerEndpoints
 from jsraft.server.api.jsapi_data import DataEndpoints, meta_barrier, online
 from jsraft.server.api.bulk_get import BulkGets
@@ -82,10 +83,6 @@ REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
 SETTLE_TIMEOUT_S = 10.0
 GROUP_WAIT_S = 2.0  # `_local_group_known`: past it the router's retries take over (nothing is lost)
 GROUP_POLL_S = 0.002
-STATE_TIMEOUT_S = 1.0
-# nats-server's account limits when none are configured: every one unlimited.
-UNLIMITED = {"max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1, "max_ack_pending": -1,
-             "memory_max_stream_bytes": -1, "storage_max_stream_bytes": -1, "max_bytes_required": False}
 
 
 @attrs.frozen
@@ -169,6 +166,8 @@ class JsApi:
         ]
         for subject in API_SUBJECTS:
             clients.subscribe_internal(subject, self.dispatch)
+        self.account = Account(node, lambda: (self.total, self.errors))  # $JS.API.INFO, limits, domain
+        import_domain_api(clients, node.config.jetstream_domain)
 
     # --- Dispatch -----------------------------------------------------------------------------------
 
@@ -207,51 +206,7 @@ class JsApi:
     # --- Account ------------------------------------------------------------------------------------
 
     async def account_info(self, request: ApiRequest) -> dict[str, Any]:
-        """nats-server `JetStreamAccountStats`. Usage counts every replica's bytes, as nats-server sums
-        what each server stores; reservations are `max_bytes` times the replicas."""
-        await meta_barrier(self.node)
-        used = {StorageType.memory: 0, StorageType.file: 0}
-        reserved = {StorageType.memory: 0, StorageType.file: 0}
-        assignments = self.node.meta.streams()
-        for assignment in assignments:
-            config = assignment.config
-            if config is None:
-                continue
-            used[config.storage] += await self._stream_bytes(assignment) * config.num_replicas
-            reserved[config.storage] += max(config.max_bytes, 0) * config.num_replicas
-        consumers = 0
-        for assignment in assignments:
-            consumers += await self._consumer_count(assignment)
-        return {"memory": used[StorageType.memory], "storage": used[StorageType.file],
-                "reserved_memory": reserved[StorageType.memory], "reserved_storage": reserved[StorageType.file],
-                "streams": len(assignments), "consumers": consumers, "limits": dict(UNLIMITED),
-                "api": {"level": self.node.config.api_level, "total": self.total, "errors": self.errors}}
-
-    async def _consumer_count(self, assignment: StreamAssignment) -> int:
-        """The stream's consumers (they live in its Raft group, not in the meta state): this node's
-        replica's, else its leader's names; 0 when neither answers."""
-        replica = self.node.streams.replicas.get(assignment.name)
-        if replica is not None and replica.adapter is not None:
-            return len(replica.adapter.consumers.entries)
-        try:
-            answer, _ = await self.node.call_stream(assignment.name, "consumer.names", {})
-            return len(answer["names"])
-        except JsraftError:
-            return 0
-
-    async def _stream_bytes(self, assignment: StreamAssignment) -> int:
-        """Bytes one replica of the stream holds: this node's, else the first peer's that answers."""
-        replica = self.node.streams.replicas.get(assignment.name)
-        if replica is not None and replica.store is not None:
-            return replica.store.state().bytes
-        for peer in assignment.peers:
-            try:
-                answer, _ = await self.node.rpc.call(peer, "replica.state", {"stream": assignment.name},
-                                                     timeout_s=STATE_TIMEOUT_S)
-                return int(answer["state"]["bytes"])
-            except JsraftError:
-                continue
-        return 0
+        return await self.account.info()
 
     # --- Stream admin -------------------------------------------------------------------------------
 
@@ -266,6 +221,7 @@ class JsApi:
         if config.mirror_direct and config.mirror is None:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
         config.with_defaults().validate()
+        await self.account.check_stream(config.with_defaults(), create=True)
         await meta_barrier(self.node)  # `did_create` is true only for a stream no node had created
         existed = request.name in self.node.meta.names()
         result, _ = await self.node.call_meta("stream.create", {"name": request.name}, [raw])
@@ -280,13 +236,14 @@ class JsApi:
         config.with_defaults().validate()
         if config.name != request.name:
             raise StreamMismatch()
+        await self.account.check_stream(config.with_defaults(), create=False)
         replica = self.node.streams.replicas.get(request.name)
         if replica is not None and replica.stopped_reason is not None:  # only deletes while stopped
             raise StreamOffline(replica.stopped_reason)
         result, _ = await self.node.call_meta("stream.update", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result)
         self._advise(*stream_action(request.name, "modify"))
-        return info
+        return self.account.with_domain(info)  # nats-server's update answer has it, its create answer not
 
     def _advise(self, subject: str, body: dict[str, Any]) -> None:
         """A stream action advisory, published by the node that answered the request (once per change)."""
@@ -340,7 +297,7 @@ class JsApi:
                 info["state"]["subjects"] = page
             else:  # nats-server leaves an empty page out
                 del info["state"]["subjects"]
-        return {**paged, **info}
+        return {**paged, **self.account.with_domain(info)}
 
     async def stream_delete(self, request: ApiRequest) -> dict[str, Any]:
         if not is_empty_request(request.payload):
@@ -377,7 +334,7 @@ class JsApi:
                 info = await self.info(name)
                 # nats-server lists the stored config: no dynamic `_nats.*` metadata (api_level rule 4).
                 info["config"]["metadata"] = listed_metadata(info["config"].get("metadata", {}))
-                infos[name] = info
+                infos[name] = self.account.with_domain(info)
             except JsraftError as error:
                 if error.err_code == StreamOffline.err_code:  # stopped by a consumer it cannot run
                     offline[name] = error.description.removeprefix("stream is offline: ")

@@ -269,7 +269,7 @@ class ConsumerService:
                 if type(leading) is PushLeading:
                     served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))
                 else:
-                    served_ops, served = serve(leading, store, now_ns)
+                    served_ops, served = serve(leading, store, now_ns, getattr(self.port, "has_reply_interest", None))
             except JsraftError as error:  # a damaged record met on the way: the repair worker sees it too
                 log.warning("stream %s: consumer %s not served: %s", self.stream, leading.name, error)
                 continue

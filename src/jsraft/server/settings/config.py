@@ -17,6 +17,8 @@ Invariants (checked by `validate()`):
   6. Security settings (`auth_config`) are valid; a secret (`cluster_secret`, `monitor_token`, passwords,
      tokens) never appears in the config's `repr` and is at least `SECRET_CHARS_MIN` long where it guards
      a port (cluster secret, monitor token).
+  7. The JetStream account's limits are -1 (unlimited) or >= 0, and a `jetstream_domain` is one subject
+     token (it becomes the `$JS.<domain>.API.` prefix).
 
 Imports: L0 (`errors`, `limits`), L1 (`codec`, `jsapi`), L3 (`stream.catchup_wire` bounds, `meta`'s snapshot
 interval), attrs, `config_file`.
@@ -34,6 +36,7 @@ from jsraft import limits
 from jsraft.codec import structure
 from jsraft.errors import InvalidConfig
 from jsraft.jsapi import API_LEVEL
+from jsraft.jsapi.account_limits import AccountLimits
 from jsraft.meta import META_SNAPSHOT_ENTRIES
 from jsraft.server.settings.auth_config import ClientAuthConfig, TlsConfig
 from jsraft.server.settings.config_file import load_config_file, merge_overrides
@@ -99,6 +102,11 @@ class NodeConfig:
     # makes the node behave as an older server would — assets needing more are loaded offline. For tests
     # and for rehearsing a downgrade; never above the build's level.
     api_level: int = API_LEVEL
+    # JetStream's domain (nats-server `jetstream { domain }`): served in `$JS.API.INFO` and stream info, and
+    # `$JS.<domain>.API.>` reaches the API as `$JS.API.>` does. None: no domain.
+    jetstream_domain: str | None = None
+    # The JetStream account's limits (`accounts { A { jetstream { max_mem … } } }`); the default: unlimited.
+    account_limits: AccountLimits = attrs.field(factory=AccountLimits)
     # Security (`auth_config`; invariant 6). Client port: who may connect and do what, and TLS. Cluster
     # links: a shared secret every node proves in the handshake (a challenge-response HMAC; the secret
     # never crosses the wire), and/or mutual TLS. Monitor: a bearer token for every endpoint, and TLS.
@@ -169,6 +177,7 @@ class NodeConfig:
             raise InvalidConfig("node config: tick_ms must be at least 1")
         if self.election_ticks < 3:
             raise InvalidConfig("node config: election_ticks must be at least 3")
+        self.account_limits.validate()
         self._validate_stream_fields()
         self._validate_client_fields()
         self._validate_security_fields()
@@ -194,6 +203,9 @@ class NodeConfig:
                                 "must be at least 0")
         if self.meta_snapshot_every_entries < 0:
             raise InvalidConfig("node config: meta_snapshot_every_entries must be at least 0")
+        if self.jetstream_domain is not None and (not self.jetstream_domain or any(
+                c.isspace() or c in ".*>" for c in self.jetstream_domain)):
+            raise InvalidConfig("node config: jetstream_domain must be one subject token (no '.', '*', '>')")
         if not 0 <= self.api_level <= API_LEVEL:
             raise InvalidConfig(f"node config: api_level must be 0..{API_LEVEL} (this build's level)")
         if not limits.block_bytes_min <= self.stream_block_bytes <= limits.block_bytes_max:

@@ -2,10 +2,10 @@
 
 Owns: `node_fields(conf, where)`, turning the map `nats_conf` parsed into the JSON-shaped dict
 `NodeConfig.from_dict` decodes, plus a list of notes about what jsraft does not do. Covered: server name,
-`listen`/`host`/`port`, `http`/`http_port`/`https_port`, `jetstream { store_dir … }`, `cluster { name,
+`listen`/`host`/`port`, `http`/`http_port`/`https_port`, `jetstream { store_dir, domain … }`, `cluster { name,
 listen, routes, authorization, tls }`, `authorization { … }` (a user, a token, `users` with permissions,
 `default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one
-JetStream serves), `no_auth_user`, `tls { … }`,
+JetStream serves; that account's `jetstream { max_mem … }` limits, `account_limits`), `no_auth_user`, `tls { … }`,
 `max_payload`, `max_pending`, `ping_interval`, `ping_max`, `write_deadline`, `ports_file_dir` (where
 `NodeConfig` has the field).
 
@@ -160,8 +160,6 @@ def accounts_users(block: Any, notes: list[str]) -> list[dict[str, Any]]:
     accounts = {name: _table(account, f"accounts.{name}") for name, account in block.items()}
     for name, account in accounts.items():
         _refuse_unknown(account, {"users", "jetstream"}, f"accounts.{name}")
-        if isinstance(account.get("jetstream"), dict):
-            notes.append(f"accounts.{name}.jetstream limits are not enforced")
     with_js = [name for name, account in accounts.items()
                if account.get("jetstream") not in (None, False, "disabled", "disable")]
     if len(with_js) > 1:
@@ -175,6 +173,45 @@ def accounts_users(block: Any, notes: list[str]) -> list[dict[str, Any]]:
             fields.pop("account", None)
             users.append(fields if name == main else {**fields, "account": str(name)})
     return users
+
+
+# nats-server's spellings of an account's JetStream limits (`parseJetStreamForAccount`) -> `AccountLimits`.
+_ACCOUNT_LIMIT_KEYS = {
+    **dict.fromkeys(("max_memory", "max_mem", "mem", "memory"), "max_memory"),
+    **dict.fromkeys(("max_store", "max_file", "max_disk", "store", "disk"), "max_storage"),
+    **dict.fromkeys(("max_streams", "streams"), "max_streams"),
+    **dict.fromkeys(("max_consumers", "consumers"), "max_consumers"),
+    **dict.fromkeys(("max_bytes_required", "max_stream_bytes", "max_bytes"), "max_bytes_required"),
+    **dict.fromkeys(("mem_max_stream_bytes", "memory_max_stream_bytes"), "memory_max_stream_bytes"),
+    **dict.fromkeys(("disk_max_stream_bytes", "store_max_stream_bytes"), "storage_max_stream_bytes"),
+    "max_ack_pending": "max_ack_pending",
+}
+
+
+def account_limits(block: Any, notes: list[str]) -> dict[str, Any] | None:
+    """The limits of the account JetStream serves (`accounts_users` picks it), as `AccountLimits` fields;
+    None when its `jetstream` is not a block. A key nats-server does not know is refused, as nats-server
+    refuses it; `cluster_traffic` (which account carries Raft traffic) is noted."""
+    accounts = _table(block, "accounts")
+    with_js = [account for account in accounts.values()
+               if isinstance(account, dict) and isinstance(account.get("jetstream"), dict)]
+    if len(with_js) != 1:
+        return None
+    fields: dict[str, Any] = {}
+    for key, value in with_js[0]["jetstream"].items():
+        where = f"accounts.jetstream.{key}"
+        if key.lower() == "cluster_traffic":
+            notes.append(f"{where} is not supported (one account carries all traffic); ignored")
+            continue
+        name = _ACCOUNT_LIMIT_KEYS.get(key.lower())
+        if name is None:
+            raise InvalidConfig(f"{where}: unknown JetStream account limit")
+        wanted = bool if name == "max_bytes_required" else int
+        if not isinstance(value, wanted) or (wanted is int and isinstance(value, bool)):
+            raise InvalidConfig(f"{where}: expected a {'boolean' if wanted is bool else 'size or number'}, "
+                                f"got {value!r}")
+        fields[name] = value
+    return fields
 
 
 Handler = Callable[[Any, dict[str, Any], list[str]], None]
@@ -227,6 +264,8 @@ def _jetstream(value: Any, fields: dict[str, Any], notes: list[str]) -> None:
     for key, item in _table(value, "jetstream").items():
         if key in ("store_dir", "storedir", "store"):
             fields["store_dir"] = str(item)
+        elif key == "domain":
+            fields["jetstream_domain"] = str(item)
         else:
             notes.append(f"jetstream.{key} is not supported by jsraft; ignored")
 
@@ -275,6 +314,9 @@ def node_fields(conf: dict[str, Any], known_fields: set[str]) -> tuple[dict[str,
             auth.update(authorization_fields(value, "authorization"))
         elif key == "accounts":
             auth.setdefault("users", []).extend(accounts_users(value, notes))
+            limits = account_limits(value, notes)
+            if limits is not None:
+                fields["account_limits"] = limits
         elif key == "no_auth_user":
             auth["no_auth_user"] = str(value)
         elif key == "tls":

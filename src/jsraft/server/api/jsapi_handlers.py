@@ -81,7 +81,6 @@ API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>", "$JS.API.C
 REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
 SETTLE_TIMEOUT_S = 10.0
 GROUP_WAIT_S = 2.0  # `_local_group_known`: past it the router's retries take over (nothing is lost)
-GROUP_POLL_S = 0.002
 STATE_TIMEOUT_S = 1.0
 # nats-server's account limits when none are configured: every one unlimited.
 UNLIMITED = {"max_memory": -1, "max_storage": -1, "max_streams": -1, "max_consumers": -1, "max_ack_pending": -1,
@@ -295,9 +294,11 @@ class JsApi:
     async def _settled_info(self, name: str, result: dict[str, Any]) -> dict[str, Any]:
         """Invariant 4: the stream info, with the config the meta leader answered."""
         version = int(result.get("config_index", 0))  # this node's meta must hold the answered config
+        meta = self.node.meta
         with trio.move_on_after(SETTLE_TIMEOUT_S):
-            while name not in self.node.meta.names() or self.node.meta.stream(name).config_index < version:
-                await trio.sleep(self.node.tick_s / 20)
+            # Woken after each Ready cycle (`runtime.progress`), not polled.
+            await self.node.runtime.progress.until(
+                lambda: name in meta.names() and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
             info = await self.info(name)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
@@ -308,15 +309,14 @@ class JsApi:
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 
     async def _local_group_known(self, name: str) -> None:
-        """Before a create's or update's info, on a member of the stream: wait (polled finely, bounded)
-        until its replica opened and knows the group's leader (`first_election`), so the info finds the
-        leader at once, not after the router's backoff for a group not yet open (up to a tick a step)."""
-        with trio.move_on_after(GROUP_WAIT_S):
-            while self.node.name in self.node.meta.stream(name).peers:
-                replica = self.node.streams.replicas.get(name)
-                if replica is not None and replica.leader_id() is not None:
-                    return
-                await trio.sleep(GROUP_POLL_S)
+        """Before a create's or update's info, on a member of the stream: wait (woken after each cycle,
+        bounded) until its replica opened and knows the group's leader (`first_election`), so the info
+        finds the leader at once, not after the router's backoff for a group not yet open (up to a tick a step)."""
+        def known() -> bool:
+            replica = self.node.streams.replicas.get(name)
+            return (self.node.name not in self.node.meta.stream(name).peers
+                    or (replica is not None and replica.leader_id() is not None))
+        await self.node.runtime.progress.until(known, GROUP_WAIT_S)
 
     async def info(self, name: str, subjects_filter: str = "") -> dict[str, Any]:
         assignment = await online(self.node, name)  # its config version: read-your-writes (jsapi_stream 6)

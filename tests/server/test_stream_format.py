@@ -82,23 +82,17 @@ def _crash_at(monkeypatch, step: str) -> None:
             real(self, path, data)
         monkeypatch.setattr(OsDisk, "write_atomic", write_atomic)
         return
-    if step == "rename":
-        real_rename = OsDisk.rename
+    if step in ("rename", "sync_dir"):
+        # The tree's own rename (not a file's inside it); the sync of `streams/` once the tree has its name.
+        when = {"rename": lambda self, src, *_: src.startswith(FORMAT_PREFIX),
+                "sync_dir": lambda self, path: path == "" and self.root.endswith("streams") and self.exists("ORDERS")}
+        real = getattr(OsDisk, step)
 
-        def rename(self, src, dst):
-            if src.startswith(FORMAT_PREFIX):  # the tree's own rename, not a file's inside it
+        def patched(self, *args):
+            if when[step](self, *args):
                 raise Crash(step)
-            real_rename(self, src, dst)
-        monkeypatch.setattr(OsDisk, "rename", rename)
-        return
-    if step == "sync_dir":
-        real_sync_dir = OsDisk.sync_dir
-
-        def sync_dir(self, path):
-            if path == "" and self.root.endswith("streams") and self.exists("ORDERS"):
-                raise Crash(step)
-            real_sync_dir(self, path)
-        monkeypatch.setattr(OsDisk, "sync_dir", sync_dir)
+            real(self, *args)
+        monkeypatch.setattr(OsDisk, step, patched)
         return
 
     def crash(self, *args, **kwargs):

@@ -1,14 +1,18 @@
-"""How long a stream create takes as nats-py sees it: jsraft against nats-server, R1 and R3, same machine.
+"""How long a stream (KV bucket, object store) create takes as nats-py sees it: jsraft against
+nats-server, R1 and R3, same machine.
 
 Method: for each topology (one node; three nodes) and system (jsraft via `scripts/cluster.py`, nats-server
 2.15.1 with its default sync and with `sync_interval: always`, started by `bench/nats_servers.py`), one
-nats-py connection to the first node creates `--streams` streams one after the other
-(`js.add_stream(name=..., subjects=[...], num_replicas=R)`, file storage), each timed from the request to
-its answer; the systems alternate within a topology and the order rotates each round. Reported: the median
-and the 90th percentile per system and topology over every create of every round, and the ratio of
-jsraft's median to each nats-server's. Nothing is retried: a create that fails fails the run.
+nats-py connection to the first node creates `--streams` assets one after the other, each timed from the
+request to its answer: `--kinds` picks streams (`js.add_stream(name=..., subjects=[...],
+num_replicas=R)`, file storage), KV buckets (`js.create_key_value(KeyValueConfig(bucket=..., replicas=R))`)
+and object stores (`js.create_object_store(bucket=..., config=ObjectStoreConfig(replicas=R))`). The
+systems alternate within a topology and the order rotates each round. Reported per kind, system and
+topology: the median and the 90th percentile over every create of every round, the ratio of jsraft's
+median to each nats-server's, and the load average (1 min) when the topology started and ended. Nothing
+is retried: a create that fails fails the run.
 
-    .venv/bin/python bench/create_latency.py --streams 30 --rounds 3
+    .venv/bin/python bench/create_latency.py --streams 30 --rounds 3 --kinds stream,kv,obj
 
 Must not import jsraft (it drives servers over NATS only).
 """
@@ -38,7 +42,18 @@ def start(system: str, nodes: int, root: str) -> Any:
     return NatsServers(directory, nodes=nodes, sync_always=(system == "nats_always"), label=system).start()
 
 
-async def creates(url: str, replicas: int, count: int, prefix: str) -> list[float]:
+async def _create(js: Any, kind: str, name: str, replicas: int) -> None:
+    from nats.js.api import KeyValueConfig, ObjectStoreConfig
+
+    if kind == "stream":
+        await js.add_stream(name=name, subjects=[f"{name.lower()}.>"], num_replicas=replicas)
+    elif kind == "kv":
+        await js.create_key_value(KeyValueConfig(bucket=name, replicas=replicas))
+    else:
+        await js.create_object_store(bucket=name, config=ObjectStoreConfig(replicas=replicas))
+
+
+async def creates(url: str, replicas: int, count: int, prefix: str, kind: str = "stream") -> list[float]:
     import nats
 
     nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
@@ -47,7 +62,7 @@ async def creates(url: str, replicas: int, count: int, prefix: str) -> list[floa
         seconds = []
         for i in range(count):
             began = time.perf_counter()
-            await js.add_stream(name=f"{prefix}{i}", subjects=[f"{prefix.lower()}{i}.>"], num_replicas=replicas)
+            await _create(js, kind, f"{prefix}{i}", replicas)
             seconds.append(time.perf_counter() - began)
         return seconds
     finally:
@@ -59,41 +74,61 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _figures(samples: dict[str, list[float]]) -> dict[str, Any]:
+    figures: dict[str, Any] = {system: {"median_ms": round(statistics.median(v) * 1000, 1),
+                                        "p90_ms": round(quantile(v, 0.9) * 1000, 1), "creates": len(v)}
+                               for system, v in samples.items()}
+    for other in ("nats_default", "nats_always"):
+        figures[f"jsraft/{other}"] = round(figures["jsraft"]["median_ms"] / figures[other]["median_ms"], 2)
+    return figures
+
+
+def run_topology(root: str, topology: str, kinds: list[str], creates_n: int, rounds: int) -> dict[str, Any]:
+    """Every kind's creates on one topology, the systems alternating, the order rotating each round."""
+    nodes = 3 if topology == "r3" else 1
+    load_start = os.getloadavg()[0]
+    running = {system: start(system, nodes, root) for system in SYSTEMS}
+    samples = {kind: {system: [] for system in SYSTEMS} for kind in kinds}
+    try:
+        for round_no in range(rounds):
+            order = SYSTEMS[round_no % len(SYSTEMS):] + SYSTEMS[:round_no % len(SYSTEMS)]
+            for kind in kinds:
+                for system in order:
+                    samples[kind][system] += asyncio.run(creates(
+                        running[system].urls[0], nodes, creates_n, f"C{round_no}{kind.upper()}X", kind))
+    finally:
+        for servers in running.values():
+            servers.stop()
+    result: dict[str, Any] = {kind: _figures(samples[kind]) for kind in kinds}
+    result["loadavg"] = [load_start, os.getloadavg()[0]]
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--streams", type=int, default=30, help="creates per system per round")
+    parser.add_argument("--streams", type=int, default=30, help="creates per kind per system per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--topologies", default="r1,r3")
+    parser.add_argument("--kinds", default="stream", help="comma-separated: stream, kv, obj")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    unknown = set(kinds) - {"stream", "kv", "obj"}
+    if unknown:
+        parser.error(f"unknown kinds: {sorted(unknown)}")
     result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                              "streams": args.streams, "rounds": args.rounds, "loadavg": os.getloadavg()[0]}
+                              "streams": args.streams, "rounds": args.rounds}
     with tempfile.TemporaryDirectory(prefix="create-latency-") as root:
         for topology in args.topologies.split(","):
-            nodes = 3 if topology == "r3" else 1
-            running = {system: start(system, nodes, root) for system in SYSTEMS}
-            samples: dict[str, list[float]] = {system: [] for system in SYSTEMS}
-            try:
-                for round_no in range(args.rounds):
-                    order = SYSTEMS[round_no % len(SYSTEMS):] + SYSTEMS[:round_no % len(SYSTEMS)]
-                    for system in order:
-                        samples[system] += asyncio.run(creates(running[system].urls[0], nodes, args.streams,
-                                                               f"C{round_no}X"))
-            finally:
-                for servers in running.values():
-                    servers.stop()
-            figures = {system: {"median_ms": round(statistics.median(v) * 1000, 1),
-                                "p90_ms": round(quantile(v, 0.9) * 1000, 1), "creates": len(v)}
-                       for system, v in samples.items()}
-            for other in ("nats_default", "nats_always"):
-                figures[f"jsraft/{other}"] = round(figures["jsraft"]["median_ms"] / figures[other]["median_ms"], 2)
-            result[topology] = figures
+            result[topology] = run_topology(root, topology, kinds, args.streams, args.rounds)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for topology in args.topologies.split(","):
-            for system, figure in result[topology].items():
-                print(f"{topology} {system}: {figure}")
+            print(f"{topology} load average {result[topology]['loadavg']}")
+            for kind in kinds:
+                for system, figure in result[topology][kind].items():
+                    print(f"{topology} {kind} {system}: {figure}")
     return 0
 
 

@@ -61,3 +61,23 @@ def test_recreated_path_starts_empty():
     disk.makedirs("streams/ORDERS")
     disk.crash()
     assert disk.is_dir("streams/ORDERS") and disk.listdir("streams/ORDERS") == []
+
+
+def test_sync_tree_makes_every_file_and_name_below_it_durable():
+    """`sync_tree` (Disk contract 4): what the unsynced view wrote survives a crash only once it ran."""
+    for synced in (True, False):
+        disk = SimDisk(random.Random(2))
+        disk.makedirs("streams")
+        tree = disk.unsynced().sub("streams/.format-ORDERS")
+        tree.sub("raft").open("wal.log", create=True).append(b"entries")
+        tree.open("group", create=True).append(b"S-ORDERS-7")
+        if synced:
+            disk.sync_tree("streams/.format-ORDERS")
+            disk.sync_dir("streams")
+        disk.crash()
+        if synced:
+            assert disk.read_file("streams/.format-ORDERS/raft/wal.log") == b"entries"
+            assert disk.read_file("streams/.format-ORDERS/group") == b"S-ORDERS-7"
+        else:
+            assert not disk.exists("streams/.format-ORDERS/group") or disk.read_file(
+                "streams/.format-ORDERS/group") != b"S-ORDERS-7"

@@ -5,6 +5,8 @@ Durability contract (what `OsDisk` provides and `SimDisk` models):
   2. A file's *name* (creation, rename, removal) is durable only after `Disk.sync_dir()` of its parent.
   3. `write_atomic` makes the new content and its name durable before returning: after a crash the
      path holds either the old content or the new, never a mix.
+  4. Except through an `unsynced()` view, where 1–3 wait for a later `sync_tree()` covering the path:
+     nothing written through that view may be relied on before it.
 """
 
 from __future__ import annotations
@@ -72,4 +74,12 @@ class Disk(Protocol):
 
     def sub(self, path: str) -> "Disk":
         """A disk rooted at `path` below this one, sharing its durability tracking."""
+        ...
+
+    def unsynced(self) -> "Disk":
+        """This disk with its file and directory syncs skipped (contract 4): for formatting a tree."""
+        ...
+
+    def sync_tree(self, path: str) -> None:
+        """fsync every file and directory under `path`, each directory after its children."""
         ...

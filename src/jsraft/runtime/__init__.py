@@ -9,8 +9,9 @@ a group applies to (re-exported from `replica`), the clocks (`Clock`, `SystemClo
 `SteadyWall`), `GroupStatus`, and the runtime's errors. Modules: `node_runtime` (the ticker, the ready
 loop and group commit), `group` (one group's inputs, busy while its cycle is in flight), `persist` (the
 worker-thread batching of a cycle's disk half), `proposals` (backpressure and waiters), `group_record` (the groups this storage started: a lost group
-directory never bootstraps again), `ticker` (the one tick pass over the awake groups), `quiesce` (idle
-groups stop ticking; the per-peer node beat and liveness), `clock`, `errors`.
+directory never bootstraps again), `progress` (wakes waiters after every cycle), `ticker` (the one tick
+pass over the awake groups), `quiesce` (idle groups stop ticking; the per-peer node beat and liveness),
+`clock`, `errors`.
 
 Imports: L0–L3½ and trio. Never `transport`: the transport calls `NodeRuntime.deliver` and is called
 through the `send` function the runtime is given.

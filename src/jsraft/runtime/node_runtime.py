@@ -73,6 +73,7 @@ from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
 from jsraft.runtime.persist import Job, open_storage, persist_jobs
+from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
 from jsraft.runtime.ticker import Ticker
@@ -99,14 +100,12 @@ class NodeRuntime:
         self.disk = disk
         self.clock = clock
         self.tick_ms = tick_ms
-        self.proposals_in_flight_max = proposals_in_flight_max
-        self.inbox_messages_max = inbox_messages_max
+        self.proposals_in_flight_max, self.inbox_messages_max = proposals_in_flight_max, inbox_messages_max
         self.fsync_threads_max = fsync_threads_max
         self.wal_segment_bytes = wal_segment_bytes
         self._run_in_worker = run_in_worker
         self.group_record = group_record  # what this storage started; None: the group markers only
-        self._rng = rng
-        self._send = send
+        self._rng, self._send = rng, send
         self._groups: dict[str, Group] = {}
         self.quiescence = None if send_beat is None else Quiescence(
             node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks, rng=rng)
@@ -114,9 +113,9 @@ class NodeRuntime:
         # Groups with an input or a finished cycle since the ready loop looked: a cycle is O(active groups).
         self._dirty: dict[str, Group] = {}
         self._opening: set[str] = set()
-        self._closed = False
-        self._running = False
+        self._closed = self._running = False
         self._wakeup = trio.Event()
+        self.progress = Progress()  # set after every cycle: what waits for applies and leaders wakes then
 
     # --- Groups ---------------------------------------------------------------------------------
 
@@ -328,6 +327,7 @@ class NodeRuntime:
                 await self._wakeup.wait()
                 continue
             await self._cycle(batch)
+            self.progress.notify()
 
     def _collect(self) -> list[tuple[Group, Work]]:
         """Step 1 of the cycle: the work of every dirty group that has some."""

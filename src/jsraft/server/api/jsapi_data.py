@@ -14,7 +14,7 @@ Invariants:
      node's meta state has applied all the meta leader had committed when asked, so a stream created
      through another node a moment ago is found here.
 
-Imports: stdlib, L0, L3 (`meta` errors), trio, server siblings.
+Imports: stdlib, L0, L3 (`meta` errors), server siblings (the runtime's `progress` through the node).
 Reference: nats-server `server/jetstream_api.go` (`jsStreamPurgeRequest`, `jsMsgGetRequest`,
 `jsMsgDeleteRequest`, `jsStreamLeaderStepDownRequest`, `jsLeaderStepDownRequest`, `jsStreamRemovePeerRequest`, `jsLeaderServerRemoveRequest`).
 """
@@ -22,8 +22,6 @@ Reference: nats-server `server/jetstream_api.go` (`jsStreamPurgeRequest`, `jsMsg
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-
-import trio
 
 from jsraft.errors import BadRequest, StreamNotFound
 from jsraft.meta import StreamAssignment, StreamOffline
@@ -45,10 +43,8 @@ async def meta_barrier(node: "Node", timeout_s: float = BARRIER_TIMEOUT_S) -> No
     asked (invariant 4); `NoLeader` (10008) when there is no leader or this node does not catch up."""
     result, _ = await node.call_meta("jsapi.meta_index", {})
     target = int(result["commit_index"])
-    with trio.move_on_after(timeout_s):
-        while node.meta.applied_index < target:
-            await trio.sleep(node.tick_s / 20)
-        return
+    if await node.runtime.progress.until(lambda: node.meta.applied_index >= target, timeout_s):
+        return  # woken after each Ready cycle (`runtime.progress`), not polled
     raise NoLeader(f"the meta state on {node.name} is behind the meta leader's")
 
 

@@ -23,7 +23,8 @@ Invariants:
      every stream created or deleted through any node before the request arrived is seen.
   4. A create or update is answered with the stream info of the config the meta leader committed, once
      this node's meta state holds that config (so the caller's next request here finds it, and reads
-     the new limits: jsapi_stream invariant 6) and the group applied it.
+     the new limits: jsapi_stream invariant 6) and the group applied it — but the create that made the
+     group, whose replicas open with its config, does not wait for its CONFIG entry (a later INFO does).
   5. An error answer carries, besides `type` and `error`, the fields nats-server's response struct
      always serializes, at their zero value: `total`/`offset`/`limit` 0 for stream info, names and list,
      `"streams": null` (names) or `[]` (list), `"purged": 0` for a purge.
@@ -82,7 +83,6 @@ API_SUBJECTS = ("$JS.API.INFO", "$JS.API.STREAM.>", "$JS.API.META.>", "$JS.API.C
 REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
 SETTLE_TIMEOUT_S = 10.0
 GROUP_WAIT_S = 2.0  # `_local_group_known`: past it the router's retries take over (nothing is lost)
-GROUP_POLL_S = 0.002
 
 
 @attrs.frozen
@@ -225,7 +225,7 @@ class JsApi:
         await meta_barrier(self.node)  # `did_create` is true only for a stream no node had created
         existed = request.name in self.node.meta.names()
         result, _ = await self.node.call_meta("stream.create", {"name": request.name}, [raw])
-        info = await self._settled_info(request.name, result)
+        info = await self._settled_info(request.name, result, created=not existed)
         if not existed:
             info["did_create"] = True
             self._advise(*stream_action(request.name, "create"))
@@ -249,14 +249,15 @@ class JsApi:
         """A stream action advisory, published by the node that answered the request (once per change)."""
         self.node.streams.advisories.publish(subject, body)
 
-    async def _settled_info(self, name: str, result: dict[str, Any]) -> dict[str, Any]:
-        """Invariant 4: the stream info, with the config the meta leader answered."""
+    async def _settled_info(self, name: str, result: dict[str, Any], *, created: bool = False) -> dict[str, Any]:
+        """Invariant 4: the stream info, with the config the meta leader answered (`created`: by this create)."""
         version = int(result.get("config_index", 0))  # this node's meta must hold the answered config
-        with trio.move_on_after(SETTLE_TIMEOUT_S):
-            while name not in self.node.meta.names() or self.node.meta.stream(name).config_index < version:
-                await trio.sleep(self.node.tick_s / 20)
+        meta = self.node.meta
+        with trio.move_on_after(SETTLE_TIMEOUT_S):  # woken after each Ready cycle (`runtime.progress`)
+            await self.node.runtime.progress.until(
+                lambda: name in meta.names() and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
-            info = await self.info(name)
+            info = await self.info(name, config_index=0 if created else None)
             info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
                                          self.node.config.api_level)
             if not self.node.config.clustered:
@@ -265,20 +266,19 @@ class JsApi:
         raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
 
     async def _local_group_known(self, name: str) -> None:
-        """Before a create's or update's info, on a member of the stream: wait (polled finely, bounded)
-        until its replica opened and knows the group's leader (`first_election`), so the info finds the
-        leader at once, not after the router's backoff for a group not yet open (up to a tick a step)."""
-        with trio.move_on_after(GROUP_WAIT_S):
-            while self.node.name in self.node.meta.stream(name).peers:
-                replica = self.node.streams.replicas.get(name)
-                if replica is not None and replica.leader_id() is not None:
-                    return
-                await trio.sleep(GROUP_POLL_S)
+        """Before a create's or update's info, on a member of the stream: wait (bounded) until its replica
+        opened and knows the group's leader (`first_election`), so the info finds the leader at once."""
+        def known() -> bool:
+            replica = self.node.streams.replicas.get(name)
+            return (self.node.name not in self.node.meta.stream(name).peers
+                    or (replica is not None and replica.leader_id() is not None))
+        await self.node.runtime.progress.until(known, GROUP_WAIT_S)
 
-    async def info(self, name: str, subjects_filter: str = "") -> dict[str, Any]:
+    async def info(self, name: str, subjects_filter: str = "", *, config_index: int | None = None) -> dict[str, Any]:
         assignment = await online(self.node, name)  # its config version: read-your-writes (jsapi_stream 6)
         result, _ = await self.node.call_stream(name, "jsapi.stream_info", {
-            "subjects_filter": subjects_filter, "config_index": assignment.config_index})
+            "subjects_filter": subjects_filter,
+            "config_index": assignment.config_index if config_index is None else config_index})
         return dict(result)
 
     async def stream_info(self, request: ApiRequest) -> dict[str, Any]:

@@ -131,11 +131,11 @@ async def _config_applied(replica: StreamReplica, config_index: int) -> None:
                 await replica.reconcile_config_now()
             except JsraftError:
                 pass  # not leading any more, or the proposal failed: the loop below decides
-        while replica.machine is None or replica.machine.config_meta_index < config_index:
-            if replica.closed or replica.stopped_reason is not None:
-                break
-            await trio.sleep(0.002)
-        else:
+        def settled() -> bool:
+            return replica.closed or replica.stopped_reason is not None or (
+                replica.machine is not None and replica.machine.config_meta_index >= config_index)
+        await replica.runtime.progress.until(settled, CONFIG_WAIT_S)  # woken after each cycle, not polled
+        if replica.machine is not None and replica.machine.config_meta_index >= config_index:
             return
     raise NotLeader(None)
 

@@ -8,7 +8,7 @@ Invariants:
   1. A value of 0 in the config turns the periodic action off (`snapshot_every_entries` None, audits only
      when asked); everything else was range-checked by `NodeConfig.validate` (config invariant 4).
 
-Imports: L1 (`jsapi`), L3 (`stream.catchup_wire`), attrs, server siblings (`config`).
+Imports: L1 (`jsapi`), L2 (`store.base`), L3 (`stream.catchup_wire`, `stream.store_config`), attrs, server siblings (`config`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from __future__ import annotations
 import attrs
 
 from jsraft import limits
-from jsraft.jsapi import API_LEVEL
+from jsraft.jsapi import API_LEVEL, StreamConfig
 from jsraft.server.settings.config import NodeConfig
+from jsraft.store.base import StoreConfig
 from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT
+from jsraft.stream.store_config import store_config_for
 
 AUDIT_REPORT_TIMEOUT_S = 2.0  # how long a leader waits for the replicas' reports of one AUDIT
 
@@ -47,3 +49,8 @@ class StreamOptions:
                    repair_backoff_min_s=min(tick_s, config.stream_repair_backoff_max_ms / 1000),
                    repair_backoff_max_s=config.stream_repair_backoff_max_ms / 1000,
                    rpc_timeout_s=2.0 if config.test_mode else 5.0, tick_s=tick_s, api_level=config.api_level)
+
+
+def replica_store_config(config: StreamConfig, options: StreamOptions) -> StoreConfig:
+    """The store config a replica of `config` opens its store with (its open and `stream_format` alike)."""
+    return store_config_for(config, StoreConfig(name=config.name, block_size=options.block_bytes))

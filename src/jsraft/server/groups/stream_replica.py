@@ -60,15 +60,14 @@ from jsraft.replica.publish_pipeline import BatchAnswers, InFlightBatches
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
-from jsraft.server.groups.stream_options import StreamOptions
+from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
 from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
 from jsraft.replica.stream_leading import leader_ready
-from jsraft.store.base import StoreConfig
 from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, open_store, start_store_tasks
-from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine, store_config_for
+from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine
 
 log = logging.getLogger("jsraft.server.stream")
 
@@ -158,8 +157,7 @@ class StreamReplica(ConfigFollowing):
             self.disk.write_atomic("group", self.group.encode())
         # The index is trusted once it checks against the block tails (what it does not cover is scanned);
         # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
-        base = StoreConfig(name=self.config.name, block_size=self.options.block_bytes)
-        self.store = open_store(self.disk, self.config, store_config_for(self.config, base))
+        self.store = open_store(self.disk, self.config, replica_store_config(self.config, self.options))
 
     async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
         """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its

@@ -22,6 +22,8 @@ Invariants:
   5. A replica's group and store are closed only after all of its tasks ended: cancelling them is not
      enough, since a task woken in the same scheduling round still runs until its next checkpoint, and
      on a closed store or group it would raise and take the node down.
+  6. A stream with no directory here gets it formatted whole before its replica opens
+     (`stream_format`): a directory exists under the stream's name only complete and durable.
 
 Imports: stdlib, L0, L1, L3 (`meta`), L4 (`runtime`), trio, server siblings.
 """
@@ -42,6 +44,7 @@ from jsraft.raft.config import RaftConfig
 from jsraft.runtime import NodeRuntime
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
+from jsraft.server.groups.stream_format import format_new_replica, remove_format_leftovers
 from jsraft.server.groups.stream_repair import CallPeer
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
@@ -132,6 +135,8 @@ class StreamManager:
     # --- The handler task ------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        for entry in await trio.to_thread.run_sync(remove_format_leftovers, self.disk):
+            log.info("streams: removed %s, a stream directory whose formatting a crash interrupted", entry)
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             task_status.started()
@@ -167,6 +172,11 @@ class StreamManager:
         if replica is not None and replica.group == assignment.group:
             await self._update(replica, assignment)
             return
+        # A stream new to this node gets its directory formatted whole, with one fsync per file and per
+        # directory (`stream_format`); the replica's open then finds every name it needs in place.
+        await trio.to_thread.run_sync(lambda: format_new_replica(
+            self.disk, name=assignment.name, group=assignment.group, config=assignment.config,
+            raw=assignment.config_raw, options=self.options))
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,

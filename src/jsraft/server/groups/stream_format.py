@@ -1,0 +1,71 @@
+"""Formatting a new stream replica's directory in one durable step (layer L5).
+
+Owns: `format_new_replica`, which builds `streams/<name>/` for a stream this node opens with no directory
+for it yet, and `remove_format_leftovers`. A create used to make every name durable as it made it — a
+directory fsync after each file written and each directory created, 18 fsyncs for one stream directory
+(`bench/README.md`, "Stream create latency") — which on a loaded disk was most of a create's time. Here
+the whole tree is written through an unsynced view, made durable by one `sync_tree` (one fsync per file
+and per directory), and only then given its name.
+
+Invariants:
+  1. A stream directory appears under its name only complete and durable: it is built under
+     `.format-<name>` (a name no stream has: stream names cannot contain '.'), synced whole, renamed to
+     `<name>`, and `streams/` is synced before this returns. A crash at any point leaves either no
+     `<name>` (the meta log replays the create and this runs again) or the complete tree.
+  2. A `.format-*` directory never had its rename, so no group ever ran from it and the node's group
+     record never named its group (`group_record.add` runs when the group opens, after the rename):
+     removing one loses nothing. One is removed before its name is formatted again, and at startup.
+  3. An existing `<name>` directory is never touched: a replica that ran before recovers from it.
+  4. The tree holds what the replica's own open would have made (the same openers make it): `config.json`
+     and `group`; for a file-backed stream its `msgs/` store and its `raft/` WAL directory. A memory
+     stream's `raft/` is left to its open: its presence means "this replica ran before" (memory_stream
+     rule 2).
+
+Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), sibling `memory_stream`, `stream_options`.
+Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
+"""
+
+from __future__ import annotations
+
+from jsraft.disk.base import Disk
+from jsraft.jsapi import StreamConfig
+from jsraft.server.groups.memory_stream import is_memory, open_store
+from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
+from jsraft.wal import Wal
+
+FORMAT_PREFIX = ".format-"
+RAFT_DIR = "raft"
+
+
+def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes,
+                       options: StreamOptions) -> bool:
+    """Run in a worker thread: format `streams/<name>` for group `group` unless it exists (invariant 3).
+    True when it formatted."""
+    if streams.exists(name):
+        return False
+    temp = f"{FORMAT_PREFIX}{name}"
+    if streams.exists(temp):
+        streams.remove_tree(temp)  # invariant 2: an earlier format that crashed before its rename
+    tree = streams.unsynced().sub(temp)
+    tree.write_atomic("config.json", raw)
+    tree.write_atomic("group", group.encode())
+    if not is_memory(config):
+        open_store(tree, config, replica_store_config(config, options)).close()
+        wal, _ = Wal.open(tree.sub(RAFT_DIR))
+        wal.close()
+    streams.sync_tree(temp)  # every file and directory of the tree, once each
+    streams.rename(temp, name)
+    streams.sync_dir("")
+    return True
+
+
+def remove_format_leftovers(streams: Disk) -> list[str]:
+    """Remove every `.format-*` directory under `streams/` (invariant 2); the names removed."""
+    if not streams.is_dir(""):
+        return []
+    leftovers = [entry for entry in streams.listdir("") if entry.startswith(FORMAT_PREFIX)]
+    for entry in leftovers:
+        streams.remove_tree(entry)
+    if leftovers:
+        streams.sync_dir("")
+    return leftovers

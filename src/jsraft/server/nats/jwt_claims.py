@@ -142,7 +142,7 @@ def decode(token: str, kind: str) -> Claims:
         raise JwtInvalid("JWT of an unsupported (newer) version")
     found = payload.get("type") or nats.get("type")
     if found != kind:
-        raise JwtInvalid(f"expected a {kind} JWT, got {str(found)[:20]!r}")
+        raise JwtInvalid(f"the JWT is not of type {kind!r} (it is {str(found)[:20]!r})")
     issuer, subject = payload.get("iss"), payload.get("sub")
     if not isinstance(issuer, str) or not isinstance(subject, str):
         raise JwtInvalid(f"{kind} JWT without iss or sub")

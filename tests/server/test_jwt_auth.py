@@ -94,6 +94,25 @@ async def test_v1_claims_and_account_signing_keys_are_admitted(tmp_path):
         await client.aclose()
 
 
+async def test_scoped_signing_keys_impose_their_template(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="jsraft")
+    realm = Realm()
+    scoped, templated, account = Entity("account"), Entity("account"), Entity("account")
+    realm.account_jwts[account.public] = realm.operator.issue(account.public, "account", {"signing_keys": [
+        {"kind": "user_scope", "key": scoped.public, "template": {"pub": {"allow": ["scoped.>"]}}},
+        {"kind": "user_scope", "key": templated.public, "template": {"pub": {"allow": ["{{name()}}.>"]}}}]})
+    async with jsraft.open_node(trust_config(tmp_path, realm)) as node:
+        user = Entity("user")
+        client = await admitted(node, user, scoped.issue(user.public, "user", {"issuer_account": account.public}))
+        await client.send(b"PUB scoped.a 1\r\nx\r\nPUB other 1\r\ny\r\n")
+        assert errors_in(await client.round_trip()) == ['Permissions Violation for Publish to "other"']
+        await client.aclose()
+        with_own = scoped.issue(user.public, "user", {"issuer_account": account.public, "pub": {"allow": [">"]}})
+        assert "carries no permissions" in await refused(node, caplog, user, with_own)
+        placeholders = templated.issue(user.public, "user", {"issuer_account": account.public})
+        assert "templates are not supported" in await refused(node, caplog, user, placeholders)
+
+
 async def test_bad_jwts_and_signatures_are_refused_without_leaking_secrets(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="jsraft")
     realm = Realm()

@@ -261,3 +261,17 @@ async def test_bad_preloaded_jwts_stop_the_node_at_start(tmp_path):
                 pass
     with pytest.raises(InvalidConfig, match="operator"):
         TrustConfig(operators=(), resolver_preload={}).validate("x")
+
+
+def test_unenforced_account_limits_are_named_at_start(caplog):
+    from jsraft.server.nats.jwt_auth import JwtTrust
+
+    realm = Realm()
+    limited = Entity("account")
+    realm.account_jwts[limited.public] = realm.operator.issue(
+        limited.public, "account", {"limits": {"subs": 10, "conn": -1}, "exports": [{"subject": "x"}]})
+    with caplog.at_level(logging.WARNING, logger="jsraft"):
+        trust = JwtTrust(TrustConfig(operators=(realm.operator_jwt,), resolver_preload=realm.account_jwts))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"account {limited.public} (account): exports, subs in its JWT are not enforced by jsraft"]
+    assert trust.jetstream_account == realm.js.public

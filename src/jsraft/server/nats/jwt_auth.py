@@ -22,8 +22,10 @@ Invariants:
      account None); every other account is isolated under its public key (ClientServer invariant 8). Two
      accounts with JetStream are an `InvalidConfig` (jsraft serves JetStream in one account).
   5. Reasons never contain a JWT, a signature or the nonce (auth invariant 1); they name keys and what failed.
+  6. What an account JWT asks that jsraft does not enforce (connection, subscription and data limits,
+     imports and exports) is logged as a warning at start.
 
-Imports: stdlib (`ipaddress`, `time`), L0, server siblings (`credentials`, `jwt_claims`), settings (`auth_config`).
+Imports: stdlib (`ipaddress`, `logging`), L0, server siblings (`credentials`, `jwt_claims`), settings (`auth_config`).
 Reference: nats-server `server/auth.go` (`processClientOrLeafAuthentication`, `buildInternalNkeyUser`),
 `server/jwt.go` (`validateSrc`, `validateTrustedOperators`), `server/accounts.go` (`isRevoked`).
 """
@@ -31,6 +33,7 @@ Reference: nats-server `server/auth.go` (`processClientOrLeafAuthentication`, `b
 from __future__ import annotations
 
 import ipaddress
+import logging
 from typing import Any
 
 from jsraft.errors import InvalidConfig
@@ -39,7 +42,10 @@ from jsraft.server.nats.credentials import AuthRefused, Grant, verify_nkey
 from jsraft.server.nats.jwt_claims import Claims, JwtInvalid
 from jsraft.server.settings.auth_config import Permissions, ResponsePermission, SubjectPermission, TrustConfig
 
+log = logging.getLogger("jsraft.server.clients")
+
 CONNECTION_TYPE_STANDARD = "STANDARD"
+UNENFORCED_LIMITS = ("subs", "conn", "leaf", "data", "payload", "imports", "exports")
 RESPONSES_MAX_DEFAULT = 1  # nats-server DEFAULT_ALLOW_RESPONSES_MAX_MSGS
 RESPONSES_EXPIRES_MS_DEFAULT = 120_000  # DEFAULT_ALLOW_RESPONSES_EXPIRATION
 RESPONSES_UNLIMITED = 2**31
@@ -90,6 +96,17 @@ def _src_allows(cidrs: Any, host: str | None) -> bool:
         return False
 
 
+def _warn_unenforced(account: Claims) -> None:
+    """An account JWT's connection/subscription/data limits and its imports and exports are not enforced by
+    jsraft: said once at start, never silently (nats_conf_map invariant 1's spirit)."""
+    limits = account.nats.get("limits") or {}
+    unenforced = [key for key in UNENFORCED_LIMITS if limits.get(key) not in (None, -1)]
+    unenforced += [key for key in ("imports", "exports") if account.nats.get(key)]
+    if unenforced:
+        log.warning("account %s (%s): %s in its JWT are not enforced by jsraft", account.subject, account.name,
+                    ", ".join(sorted(set(unenforced))))
+
+
 class JwtTrust:
     """The trusted operators and the MEMORY resolver's accounts (read-only: safe from worker threads)."""
 
@@ -104,6 +121,7 @@ class JwtTrust:
             if account.subject != key:
                 raise InvalidConfig(f"resolver_preload {key}: the JWT is account {account.subject}'s")
             self.accounts[key] = account
+            _warn_unenforced(account)
         with_js = [key for key, account in self.accounts.items() if jwt_claims.jetstream_enabled(account)]
         if len(with_js) > 1:
             raise InvalidConfig(f"resolver_preload: JetStream enabled in more than one account ({', '.join(with_js)}) "

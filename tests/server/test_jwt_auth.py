@@ -113,6 +113,23 @@ async def test_scoped_signing_keys_impose_their_template(tmp_path, caplog):
         assert "templates are not supported" in await refused(node, caplog, user, placeholders)
 
 
+async def test_trusted_keys_instead_of_an_operator_jwt(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="jsraft")
+    realm = Realm()
+    trust = TrustConfig(trusted_keys=(realm.operator.public,), resolver_preload=realm.account_jwts)
+    async with jsraft.open_node(single(tmp_path, client_auth=ClientAuthConfig(trust=trust))) as node:
+        user, user_jwt = realm.user()
+        client = await admitted(node, user, user_jwt)
+        await client.aclose()
+    other = Realm()  # its accounts are signed by an operator this node does not trust
+    trust = TrustConfig(trusted_keys=(realm.operator.public,), resolver_preload=other.account_jwts)
+    async with jsraft.open_node(single(tmp_path, client_auth=ClientAuthConfig(trust=trust))) as node:
+        user, user_jwt = other.user()
+        assert "not signed by a trusted operator" in await refused(node, caplog, user, user_jwt)
+    with pytest.raises(InvalidConfig, match="conflicting options"):
+        TrustConfig(operators=(realm.operator_jwt,), trusted_keys=(realm.operator.public,)).validate("x")
+
+
 async def test_bad_jwts_and_signatures_are_refused_without_leaking_secrets(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="jsraft")
     realm = Realm()
@@ -240,6 +257,10 @@ def test_config_file_operator_resolver_and_refusals(tmp_path):
     assert config.client_auth.trust.operators == (realm.operator_jwt,)
     assert dict(config.client_auth.trust.resolver_preload) == realm.account_jwts
     assert realm.operator_jwt not in repr(config)
+    trusted = text.replace(f"operator: {tmp_path / 'op.jwt'}", f"trusted_keys: [{realm.operator.public}]")
+    (tmp_path / "t.conf").write_text(trusted)
+    config = NodeConfig.from_file(str(tmp_path / "t.conf"), {"name": "n1", "store_dir": str(tmp_path / "d")})
+    assert (config.client_auth.trust.operators, config.client_auth.trust.trusted_keys) == ((), (realm.operator.public,))
     inline = text.replace(str(tmp_path / "op.jwt"), realm.operator_jwt)
     for bad, message in ((inline.replace("MEMORY", 'URL("http://localhost:9090/jwt/v1/accounts/")'),
                           "only the MEMORY resolver"),

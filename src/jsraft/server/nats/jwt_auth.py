@@ -8,7 +8,8 @@ operator mode; `jwt_permissions`, a user JWT's permissions as a `Permissions` va
 Invariants:
   1. A connection is admitted only when: its user JWT verifies (jwt_claims invariant 1) and is within
      `nbf`/`exp`; its account (`issuer_account`, else the issuer) is in the resolver; that account JWT is
-     issued by a trusted operator key (an operator's subject or one of its signing keys) and not expired;
+     issued by a trusted operator key (an operator's subject or one of its signing keys, or a configured
+     trusted key) and not expired;
      the user JWT's issuer is the account or one of the account's signing keys; the user is not revoked;
      `allowed_connection_types` (if any) include STANDARD; `src` (if any) contains the client's address;
      and — unless the JWT is a bearer token the account allows — `sig` is the user key's Ed25519
@@ -111,7 +112,7 @@ class JwtTrust:
     """The trusted operators and the MEMORY resolver's accounts (read-only: safe from worker threads)."""
 
     def __init__(self, config: TrustConfig) -> None:
-        self.trusted_keys: set[str] = set()
+        self.trusted_keys: set[str] = set(config.trusted_keys)
         for position, token in enumerate(config.operators):
             operator = self._decode_config(token, "operator", f"operator[{position}]")
             self.trusted_keys |= {operator.subject, *jwt_claims.signing_keys(operator)}

@@ -13,7 +13,8 @@ Invariants:
      password nor an NKey, two users of one name, an NKey that is not a user public key (`U…`, 56 chars),
      a subject in a permission list that is not a valid subject filter, TLS without a certificate and key,
      `verify` without a CA file; operator mode together with a token or users (nats-server: "operators do
-     not allow users to be configured directly"), or without an operator, or a preloaded account whose
+     not allow users to be configured directly"), or without an operator (JWT or trusted key), both kinds
+     at once, a trusted key that is not an operator public key, or a preloaded account whose
      key is not an account public key (`A…`, 56 chars). JWTs themselves are decoded by `server.nats.jwt_auth`.
   3. `SubjectPermission.allow` is None for "everything" and `()` for "nothing" (nats-server's nil and
      empty allow lists differ the same way); `deny` always wins over `allow`.
@@ -32,6 +33,7 @@ from jsraft.errors import InvalidConfig, InvalidSubject
 BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 NKEY_USER_PREFIX = "U"
 NKEY_ACCOUNT_PREFIX = "A"
+NKEY_OPERATOR_PREFIX = "O"
 NKEY_PUBLIC_CHARS = 56
 
 
@@ -97,16 +99,24 @@ def _is_public_key(key: str, prefix: str) -> bool:
 
 @attrs.frozen(kw_only=True)
 class TrustConfig:
-    """Operator (JWT) mode, nats-server's `operator` + `resolver: MEMORY` + `resolver_preload`: `operators`
-    are operator JWTs (their keys sign account JWTs); `resolver_preload` maps an account public key to
-    its account JWT. A client then authenticates with a user JWT and the nonce signed by its seed."""
+    """Operator (JWT) mode, nats-server's `operator` (or `trusted_keys`) + `resolver: MEMORY` +
+    `resolver_preload`: `operators` are operator JWTs (their keys sign account JWTs), `trusted_keys` bare
+    operator public keys; `resolver_preload` maps an account public key to its account JWT. A client then authenticates with a user JWT and the nonce signed by its seed."""
 
-    operators: tuple[str, ...] = attrs.field(repr=False)
+    operators: tuple[str, ...] = attrs.field(default=(), repr=False)
+    trusted_keys: tuple[str, ...] = ()  # nats-server `trusted_keys`: operator public keys instead of JWTs
     resolver_preload: dict[str, str] = attrs.field(factory=dict, repr=False)
 
     def validate(self, where: str) -> "TrustConfig":
-        if not self.operators or not all(isinstance(jwt, str) and jwt for jwt in self.operators):
-            raise InvalidConfig(f"{where}: operator mode needs at least one operator JWT")
+        if self.operators and self.trusted_keys:
+            raise InvalidConfig(f"{where}: conflicting options for trusted_keys and operator (nats-server refuses "
+                                "them together too)")
+        if not (self.operators or self.trusted_keys) or not all(jwt for jwt in self.operators):
+            raise InvalidConfig(f"{where}: operator mode needs at least one operator JWT or trusted key")
+        for key in self.trusted_keys:
+            if not _is_public_key(key, NKEY_OPERATOR_PREFIX):
+                raise InvalidConfig(f"{where}: trusted key {key!r} is not an operator public key "
+                                    f"(O…, {NKEY_PUBLIC_CHARS} characters)")
         for key in self.resolver_preload:
             if not _is_public_key(key, NKEY_ACCOUNT_PREFIX):
                 raise InvalidConfig(f"{where}.resolver_preload: {key!r} is not an account public key "

@@ -5,15 +5,15 @@ Owns: `node_fields(conf, where)`, turning the map `nats_conf` parsed into the JS
 `listen`/`host`/`port`, `http`/`http_port`/`https_port`, `jetstream { store_dir … }`, `cluster { name,
 listen, routes, authorization, tls }`, `authorization { … }` (a user, a token, `users` with permissions,
 `default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one
-JetStream serves), `no_auth_user`, `tls { … }`, operator mode (`operator` — a JWT or a file holding one —,
-`resolver: MEMORY`, `resolver_preload { ACCOUNT_KEY: JWT }`; see `trust_fields`),
+JetStream serves), `no_auth_user`, `tls { … }`, operator mode (`operator` — a JWT or a file holding one —
+or `trusted_keys`, `resolver: MEMORY`, `resolver_preload { ACCOUNT_KEY: JWT }`; see `trust_fields`),
 `max_payload`, `max_pending`, `ping_interval`, `ping_max`, `write_deadline`, `ports_file_dir` (where
 `NodeConfig` has the field).
 
 Invariants:
   1. Nothing is ignored silently: a key jsraft does not act on is named in a note (logged as a warning),
      and one whose absence would weaken security — an unknown key inside `authorization`, `tls`, a user
-     or its permissions; a resolver other than MEMORY, `trusted_keys`, `system_account`; JetStream in
+     or its permissions; a resolver other than MEMORY, `system_account`; JetStream in
      several accounts;
      `verify_and_map`, `insecure` — is an `InvalidConfig` naming it.
   2. A cluster route must name its node (`NAME=nats://HOST:PORT`, or `nats://NAME@HOST:PORT`): jsraft's
@@ -37,7 +37,8 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _TLS_KEYS = {"cert_file": "cert_file", "key_file": "key_file", "ca_file": "ca_file", "verify": "verify",
              "handshake_first": "handshake_first", "timeout": "timeout_ms"}
 _TLS_NOTED = ("cipher_suites", "curve_preferences", "min_version", "pinned_certs", "ocsp_peer")
-_UNSAFE_TOP = ("trusted", "trusted_keys", "system_account")
+_UNSAFE_TOP = ("system_account",)
+_TRUSTED_KEYS = ("trusted", "trusted_keys")
 _OPERATOR_KEYS = ("operator", "operators", "roots", "root", "root_operators", "root_operator")
 _RESOLVER_KEYS = ("resolver", "account_resolver", "accounts_resolver")
 _MEMORY_RESOLVER = re.compile(r"(?i)\s*(MEM|MEMORY)\s*")
@@ -204,10 +205,13 @@ def _operator_jwt(value: Any, where: str) -> str:
 
 
 def trust_fields(conf: dict[str, Any]) -> dict[str, Any] | None:
-    """Operator mode's `TrustConfig` fields from the top-level keys, or None without an operator."""
+    """Operator mode's `TrustConfig` fields from the top-level keys, or None without an operator or trusted
+    keys."""
     operator_keys = [key for key in _OPERATOR_KEYS if key in conf]
+    trusted = [str(value) for key in _TRUSTED_KEYS if key in conf
+               for value in (conf[key] if isinstance(conf[key], list) else [conf[key]])]
     resolver_keys = [key for key in _RESOLVER_KEYS if key in conf]
-    if not operator_keys:
+    if not operator_keys and not trusted:
         if resolver_keys or "resolver_preload" in conf:
             raise InvalidConfig("resolver: an account resolver needs an operator (operator: <JWT or file>)")
         return None
@@ -224,7 +228,8 @@ def trust_fields(conf: dict[str, Any]) -> dict[str, Any] | None:
     preload = _table(conf.get("resolver_preload", {}), "resolver_preload")
     if not all(isinstance(jwt, str) for jwt in preload.values()):
         raise InvalidConfig("resolver_preload: preload map value should be a string JWT")
-    return {"operators": operators, "resolver_preload": {str(key): jwt.strip() for key, jwt in preload.items()}}
+    return {"operators": operators, "trusted_keys": trusted,
+            "resolver_preload": {str(key): jwt.strip() for key, jwt in preload.items()}}
 
 
 Handler = Callable[[Any, dict[str, Any], list[str]], None]
@@ -319,7 +324,7 @@ def node_fields(conf: dict[str, Any], known_fields: set[str]) -> tuple[dict[str,
         if key in _UNSAFE_TOP:
             raise InvalidConfig(f"{key} is not supported by jsraft (operator mode takes operator, resolver: MEMORY "
                                 "and resolver_preload); refusing to start without the authentication it configures")
-        if key in (*_OPERATOR_KEYS, *_RESOLVER_KEYS, "resolver_preload"):
+        if key in (*_OPERATOR_KEYS, *_TRUSTED_KEYS, *_RESOLVER_KEYS, "resolver_preload"):
             continue  # trust_fields, below
         if key in _HANDLERS:
             _HANDLERS[key](value, fields, notes)

@@ -101,7 +101,8 @@ def _is_public_key(key: str, prefix: str) -> bool:
 class TrustConfig:
     """Operator (JWT) mode, nats-server's `operator` (or `trusted_keys`) + `resolver: MEMORY` +
     `resolver_preload`: `operators` are operator JWTs (their keys sign account JWTs), `trusted_keys` bare
-    operator public keys; `resolver_preload` maps an account public key to its account JWT. A client then authenticates with a user JWT and the nonce signed by its seed."""
+    operator public keys; `resolver_preload` maps an account public key to its account JWT. A client then
+    authenticates with a user JWT and the nonce signed by its seed."""
 
     operators: tuple[str, ...] = attrs.field(default=(), repr=False)
     trusted_keys: tuple[str, ...] = ()  # nats-server `trusted_keys`: operator public keys instead of JWTs

@@ -58,6 +58,15 @@ async def admitted(node, user: Entity, user_jwt: str) -> RawClient:
     return client
 
 
+async def admitted_subscriber(node, first: tuple[Entity, str], second: tuple[Entity, str], sub: bytes
+                              ) -> tuple[RawClient, RawClient]:
+    """Two admitted clients, the second subscribed with `sub` (confirmed by a round trip)."""
+    clients = (await admitted(node, *first), await admitted(node, *second))
+    await clients[1].send(sub)
+    await clients[1].round_trip()
+    return clients
+
+
 async def test_good_creds_connect_with_nats_py_and_request_reply(tmp_path):
     realm = Realm()
     user, user_jwt = realm.user()
@@ -193,10 +202,8 @@ async def test_permissions_from_the_jwt_are_enforced(tmp_path):
                                             "sub": {"allow": ["foo.>", "_INBOX.>"]}})
     watcher, watcher_jwt = realm.user()
     async with jsraft.open_node(trust_config(tmp_path, realm)) as node:
-        limited_client = await admitted(node, limited, limited_jwt)
-        watcher_client = await admitted(node, watcher, watcher_jwt)
-        await watcher_client.send(b"SUB > 1\r\n")
-        await watcher_client.round_trip()
+        limited_client, watcher_client = await admitted_subscriber(node, (limited, limited_jwt), (watcher, watcher_jwt),
+                                                                   b"SUB > 1\r\n")
         await limited_client.send(b"PUB bar 1\r\nx\r\nPUB foo.secret 1\r\ny\r\nPUB foo.ok 1\r\nz\r\nSUB bar 7\r\n")
         assert errors_in(await limited_client.round_trip()) == [
             'Permissions Violation for Publish to "bar"', 'Permissions Violation for Publish to "foo.secret"',
@@ -212,10 +219,8 @@ async def test_accounts_are_isolated_and_jetstream_is_the_js_accounts(tmp_path):
     js_user, js_jwt = realm.user(realm.js)
     plain_user, plain_jwt = realm.user(realm.plain)
     async with jsraft.open_node(trust_config(tmp_path, realm)) as node:
-        js_client = await admitted(node, js_user, js_jwt)
-        plain_client = await admitted(node, plain_user, plain_jwt)
-        await js_client.send(b"SUB shared 1\r\n")
-        await js_client.round_trip()
+        plain_client, js_client = await admitted_subscriber(node, (plain_user, plain_jwt), (js_user, js_jwt),
+                                                            b"SUB shared 1\r\n")
         await plain_client.send(b"PUB shared 4\r\nnope\r\n")
         await plain_client.round_trip()
         await js_client.send(b"PUB shared 3\r\nyes\r\n")

@@ -54,6 +54,7 @@ from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
+from jsraft.server.nats.jwt_auth import check_trust
 from jsraft.server.nats.tls import check_tls_files
 
 log = logging.getLogger("jsraft.serve")
@@ -278,6 +279,7 @@ def cmd_serve(args: argparse.Namespace, early: EarlyListener | None = None) -> i
     try:
         config = config_from_args(args)
         check_tls_files(config)  # invariant 1: a bad certificate file is a configuration error
+        check_trust(config)  # and so is a bad operator or account JWT
     except InvalidConfig as error:  # invariant 1
         where = f" in {args.config}" if args.config and args.config not in str(error) else ""
         print(f"jsraft serve: configuration error{where}: {error}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """Operator (JWT) mode on the NATS client port: trusted operators, the MEMORY resolver, user JWTs (layer L5).
 
-Owns: `JwtTrust`, built from a `TrustConfig` at start (every operator and preloaded account JWT decoded and
-verified, or `InvalidConfig`), which checks one CONNECT's `jwt` and `sig` and answers with the `Grant` or
-raises `AuthRefused` — the order and the checks of nats-server's `processClientOrLeafAuthentication` in
+Owns: `JwtTrust`, built from a `TrustConfig` at start — every operator and preloaded account JWT decoded
+and verified, or `InvalidConfig` (`check_trust` does it before `jsraft serve` touches anything) — which
+checks one CONNECT's `jwt` and `sig` and answers with the `Grant` or raises `AuthRefused` — the order and the checks of nats-server's `processClientOrLeafAuthentication` in
 operator mode; `jwt_permissions`, a user JWT's permissions as a `Permissions` value.
 
 Invariants:
@@ -208,3 +208,11 @@ class JwtTrust:
         if limits.get("times"):
             raise AuthRefused(f"{who}: connect-time windows (times) are not supported by jsraft")
 
+
+def check_trust(config: object) -> None:
+    """Decode every operator and preloaded account JWT a `NodeConfig` names, so a bad one is a
+    configuration error (`InvalidConfig`) before anything starts (as `tls.check_tls_files` does for
+    certificates)."""
+    auth = getattr(config, "client_auth", None)
+    if auth is not None and auth.trust is not None:
+        JwtTrust(auth.trust)

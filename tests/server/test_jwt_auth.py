@@ -177,6 +177,26 @@ async def test_expired_not_yet_valid_and_revoked_users_are_refused(tmp_path, cap
         await client.aclose()
 
 
+async def test_bearer_tokens_and_connection_types(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="jsraft")
+    realm = Realm()
+    strict = Entity("account")
+    realm.account_jwts[strict.public] = realm.operator.issue(strict.public, "account",
+                                                            {"limits": {"disallow_bearer": True}})
+    async with jsraft.open_node(trust_config(tmp_path, realm)) as node:
+        bearer, bearer_jwt = realm.user(nats={"bearer_token": True})
+        client = await RawClient.connect(node.client_address, {"jwt": bearer_jwt})  # no signature needed
+        assert errors_in(await client.round_trip()) == []
+        await client.aclose()
+        user, user_jwt = realm.user(strict, nats={"bearer_token": True})
+        assert "does not allow bearer tokens" in await refused(node, caplog, None, user_jwt)
+        user, user_jwt = realm.user(nats={"allowed_connection_types": ["WEBSOCKET", "MQTT"]})
+        assert "connection type not allowed" in await refused(node, caplog, user, user_jwt)
+        user, user_jwt = realm.user(nats={"allowed_connection_types": ["STANDARD"]})
+        client = await admitted(node, user, user_jwt)
+        await client.aclose()
+
+
 async def test_unknown_account_wrong_operator_and_foreign_signer_are_refused(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="jsraft")
     realm = Realm()

@@ -260,15 +260,21 @@ async def test_accounts_are_isolated_and_jetstream_is_the_js_accounts(tmp_path):
             await client.aclose()
 
 
-async def test_a_user_is_disconnected_when_its_jwt_expires(tmp_path):
+async def test_a_user_is_disconnected_when_its_or_its_accounts_jwt_expires(tmp_path):
     import time
 
     realm = Realm()
-    user, user_jwt = realm.user(exp=int(time.time()) + 3)
+    soon = Entity("account")
+    realm.account_jwts[soon.public] = realm.operator.issue(soon.public, "account", exp=int(time.time()) + 4)
     async with jsraft.open_node(trust_config(tmp_path, realm)) as node:
+        user, user_jwt = realm.user(exp=int(time.time()) + 3)
+        account_user, account_user_jwt = realm.user(soon, exp=int(time.time()) + 3600)
         client = await admitted(node, user, user_jwt)
+        account_client = await admitted(node, account_user, account_user_jwt)
         assert errors_in(await client.read_to_eof(timeout_s=10)) == ["User Authentication Expired"]
-        await client.aclose()
+        assert errors_in(await account_client.read_to_eof(timeout_s=10)) == ["Account Authentication Expired"]
+        for each in (client, account_client):
+            await each.aclose()
 
 
 def test_config_file_operator_resolver_and_refusals(tmp_path):

@@ -33,7 +33,6 @@ ERR_NO_RESPONDERS_REQUIRES_HEADERS = "no responders requires headers support"
 ERR_MAX_CONNECTIONS = "maximum connections exceeded"
 ERR_AUTHORIZATION = "Authorization Violation"
 ERR_AUTH_TIMEOUT = "Authentication Timeout"
-ERR_AUTH_EXPIRED = "User Authentication Expired"  # a user JWT's exp passed while connected
 # Not fatal: nats-server sends these and keeps the connection.
 ERR_INVALID_SUBJECT = "Invalid Subject"
 ERR_INVALID_PUBLISH_SUBJECT = "Invalid Publish Subject"

@@ -64,7 +64,7 @@ class ConnSecurity:
         self.responses: Any = None  # `permissions.Responses` with allow_responses
         self._pending_connect: dict[str, Any] | None = None
         self._authenticated = trio.Event()
-        self._expires_s: float | None = None  # a user JWT's exp (unix seconds)
+        self._expiry: tuple[float, str] | None = None  # a JWT's exp (unix seconds), the -ERR it closes with
 
     async def _authenticate(self, options: dict[str, Any]) -> None:
         authenticator = self.server.authenticator
@@ -78,7 +78,7 @@ class ConnSecurity:
         self._pending_connect = None
         self.authed = True
         self.identity = grant.identity
-        self._expires_s = grant.expires_s
+        self._expiry = (grant.expires_s, grant.expired_text) if grant.expires_s is not None else None
         self._authenticated.set()
         if grant.account is not None:  # an isolated account: its own subjects (ClientServer invariant 8)
             self.sublist = self.server.account_sublists.setdefault(grant.account, Sublist())
@@ -103,10 +103,11 @@ class ConnSecurity:
             self.close("authentication timeout", texts.ERR_AUTH_TIMEOUT)
             return
         await self._authenticated.wait()
-        if self._expires_s is not None:  # nats-server closes a user at its JWT's exp (`authExpired`)
-            await trio.sleep(max(0.0, self._expires_s - time.time()))
-            log.info("client %r (%s): user JWT expired", self, self.identity)
-            self.close("user JWT expired", texts.ERR_AUTH_EXPIRED)
+        if self._expiry is not None:  # nats-server closes a user at its JWT's exp (`authExpired`)
+            expires_s, text = self._expiry
+            await trio.sleep(max(0.0, expires_s - time.time()))
+            log.info("client %r (%s): %s", self, self.identity, text)
+            self.close(text.lower(), text)
 
     def _may_publish(self, subject: str) -> bool:
         perms = self.perms

@@ -54,7 +54,8 @@ class Grant:
     identity: str
     permissions: Permissions | None
     account: str | None = None  # None: the main account (`UserConfig.account`)
-    expires_s: float | None = None  # a user JWT's `exp` (unix seconds): the connection closes then
+    expires_s: float | None = None  # a user's or account's JWT `exp` (unix seconds): the connection closes then
+    expired_text: str = "User Authentication Expired"  # the -ERR it closes with (nats-server's words)
 
 
 def new_nonce() -> str:

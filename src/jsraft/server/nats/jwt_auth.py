@@ -18,7 +18,8 @@ Invariants:
      scoped signing key's permission template with `{{ }}` placeholders.
   3. The grant's permissions are the user JWT's (or its scoped signing key's template): an empty allow list
      means "no restriction" as in nats-server's `buildInternalNkeyUser`; `resp` without a publish allow
-     list makes that list empty (permissions invariant 1). The grant's `expires_s` is the user JWT's `exp`.
+     list makes that list empty (permissions invariant 1). The grant's `expires_s` is the earlier of the user's and the account's JWT `exp`, with
+     nats-server's `-ERR` for it (`User Authentication Expired` or `Account Authentication Expired`).
   4. Accounts: the one preloaded account whose JWT enables JetStream is the node's main account (grant
      account None); every other account is isolated under its public key (ClientServer invariant 8). Two
      accounts with JetStream are an `InvalidConfig` (jsraft serves JetStream in one account).
@@ -50,6 +51,7 @@ UNENFORCED_LIMITS = ("subs", "conn", "leaf", "data", "payload", "imports", "expo
 RESPONSES_MAX_DEFAULT = 1  # nats-server DEFAULT_ALLOW_RESPONSES_MAX_MSGS
 RESPONSES_EXPIRES_MS_DEFAULT = 120_000  # DEFAULT_ALLOW_RESPONSES_EXPIRATION
 RESPONSES_UNLIMITED = 2**31
+INFINITY = float("inf")
 
 
 def _subject_permission(value: Any) -> SubjectPermission | None:
@@ -154,8 +156,10 @@ class JwtTrust:
             permissions = jwt_permissions(limits)
         except (InvalidConfig, TypeError, ValueError):
             raise AuthRefused(f"user {user.subject}: its JWT's permissions are not valid") from None
+        expiry = min(((user.expires, "User"), (account.expires, "Account")), key=lambda pair: pair[0] or INFINITY)
         return Grant(user.subject, permissions, None if account_key == self.jetstream_account else account_key,
-                     expires_s=float(user.expires) if user.expires else None)
+                     expires_s=float(expiry[0]) if expiry[0] else None,
+                     expired_text=f"{expiry[1]} Authentication Expired")
 
     def _account(self, key: str) -> Claims:
         account = self.accounts.get(key)

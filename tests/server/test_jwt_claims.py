@@ -102,3 +102,6 @@ def test_permissions_as_nats_server_builds_them():
     assert jwt_permissions({"resp": {"max": -1}}).allow_responses.expires_ms == 120_000
     with pytest.raises(InvalidConfig, match="not a valid subject"):
         jwt_permissions({"pub": {"allow": ["a..b"]}})
+    for malformed in ({"pub": {"allow": "foo"}}, {"pub": ["foo"]}, {"sub": {"deny": [1]}}, {"resp": True}):
+        with pytest.raises(ValueError):  # never read as "no restriction"
+            jwt_permissions(malformed)

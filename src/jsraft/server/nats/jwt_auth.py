@@ -17,7 +17,8 @@ Invariants:
   2. What jsraft cannot enforce is refused rather than ignored: connect-time windows (`times`) and a
      scoped signing key's permission template with `{{ }}` placeholders.
   3. The grant's permissions are the user JWT's (or its scoped signing key's template): an empty allow list
-     means "no restriction" as in nats-server's `buildInternalNkeyUser`; `resp` without a publish allow
+     means "no restriction" as in nats-server's `buildInternalNkeyUser`, a malformed one (not a list of
+     subjects) refuses the connection; `resp` without a publish allow
      list makes that list empty (permissions invariant 1). The grant's `expires_s` is the earlier of the user's and the account's JWT `exp`, with
      nats-server's `-ERR` for it (`User Authentication Expired` or `Account Authentication Expired`).
   4. Accounts: the one preloaded account whose JWT enables JetStream is the node's main account (grant
@@ -54,9 +55,20 @@ RESPONSES_UNLIMITED = 2**31
 INFINITY = float("inf")
 
 
+def _subjects(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("a permission list is not a list of subjects")  # never read as "no restriction"
+    return tuple(value)
+
+
 def _subject_permission(value: Any) -> SubjectPermission | None:
-    value = value if isinstance(value, dict) else {}
-    allow, deny = tuple(value.get("allow") or ()), tuple(value.get("deny") or ())
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("a permission is not an object")
+    allow, deny = _subjects(value.get("allow")), _subjects(value.get("deny"))
     if not allow and not deny:
         return None
     return SubjectPermission(allow=allow or None, deny=deny)
@@ -67,6 +79,8 @@ def jwt_permissions(limits: dict[str, Any]) -> Permissions | None:
     publish, subscribe = _subject_permission(limits.get("pub")), _subject_permission(limits.get("sub"))
     resp = limits.get("resp")
     responses = None
+    if resp is not None and not isinstance(resp, dict):
+        raise ValueError("resp is not an object")
     if isinstance(resp, dict):
         max_msgs, ttl_ns = int(resp.get("max") or 0), int(resp.get("ttl") or 0)
         responses = ResponsePermission(
@@ -154,7 +168,7 @@ class JwtTrust:
         self._check_connection(account, user, limits, options, nonce, host)
         try:
             permissions = jwt_permissions(limits)
-        except (InvalidConfig, TypeError, ValueError):
+        except (InvalidConfig, TypeError, ValueError, AttributeError):
             raise AuthRefused(f"user {user.subject}: its JWT's permissions are not valid") from None
         expiry = min(((user.expires, "User"), (account.expires, "Account")), key=lambda pair: pair[0] or INFINITY)
         return Grant(user.subject, permissions, None if account_key == self.jetstream_account else account_key,

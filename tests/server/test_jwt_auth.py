@@ -58,6 +58,11 @@ async def admitted(node, user: Entity, user_jwt: str) -> RawClient:
     return client
 
 
+async def admit_once(node, user: Entity, user_jwt: str) -> None:
+    client = await admitted(node, user, user_jwt)
+    await client.aclose()
+
+
 async def admitted_subscriber(node, first: tuple[Entity, str], second: tuple[Entity, str], sub: bytes
                               ) -> tuple[RawClient, RawClient]:
     """Two admitted clients, the second subscribed with `sub` (confirmed by a round trip)."""
@@ -96,11 +101,9 @@ async def test_v1_claims_and_account_signing_keys_are_admitted(tmp_path):
                                                              {"signing_keys": [signer.public]})
     async with jsraft.open_node(trust_config(tmp_path, realm)) as node:
         user = Entity("user")
-        client = await admitted(node, user, realm.plain.issue(user.public, "user", {"pub": {}, "sub": {}}, version=1))
-        await client.aclose()
+        await admit_once(node, user, realm.plain.issue(user.public, "user", {"pub": {}, "sub": {}}, version=1))
         signed_by_key = signer.issue(user.public, "user", {"issuer_account": account.public})
-        client = await admitted(node, user, signed_by_key)
-        await client.aclose()
+        await admit_once(node, user, signed_by_key)
 
 
 async def test_scoped_signing_keys_impose_their_template(tmp_path, caplog):
@@ -128,8 +131,7 @@ async def test_trusted_keys_instead_of_an_operator_jwt(tmp_path, caplog):
     trust = TrustConfig(trusted_keys=(realm.operator.public,), resolver_preload=realm.account_jwts)
     async with jsraft.open_node(single(tmp_path, client_auth=ClientAuthConfig(trust=trust))) as node:
         user, user_jwt = realm.user()
-        client = await admitted(node, user, user_jwt)
-        await client.aclose()
+        await admit_once(node, user, user_jwt)
     other = Realm()  # its accounts are signed by an operator this node does not trust
     trust = TrustConfig(trusted_keys=(realm.operator.public,), resolver_preload=other.account_jwts)
     async with jsraft.open_node(single(tmp_path, client_auth=ClientAuthConfig(trust=trust))) as node:
@@ -173,8 +175,7 @@ async def test_expired_not_yet_valid_and_revoked_users_are_refused(tmp_path, cap
         elsewhere, elsewhere_jwt = realm.user(nats={"src": ["10.9.8.0/24"]})
         assert "not allowed by its src" in await refused(node, caplog, elsewhere, elsewhere_jwt)
         here, here_jwt = realm.user(nats={"src": ["127.0.0.0/8"]})
-        client = await admitted(node, here, here_jwt)
-        await client.aclose()
+        await admit_once(node, here, here_jwt)
 
 
 async def test_bearer_tokens_and_connection_types(tmp_path, caplog):
@@ -193,8 +194,7 @@ async def test_bearer_tokens_and_connection_types(tmp_path, caplog):
         user, user_jwt = realm.user(nats={"allowed_connection_types": ["WEBSOCKET", "MQTT"]})
         assert "connection type not allowed" in await refused(node, caplog, user, user_jwt)
         user, user_jwt = realm.user(nats={"allowed_connection_types": ["STANDARD"]})
-        client = await admitted(node, user, user_jwt)
-        await client.aclose()
+        await admit_once(node, user, user_jwt)
 
 
 async def test_unknown_account_wrong_operator_and_foreign_signer_are_refused(tmp_path, caplog):

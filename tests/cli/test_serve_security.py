@@ -48,3 +48,15 @@ def test_bad_security_flags_exit_2_and_touch_nothing(tmp_path, flags, message):
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "configuration error" in result.stderr
     assert not data.exists()
+
+
+def test_a_bad_operator_jwt_exits_2_and_touches_nothing(tmp_path):
+    bad_operator = "eyJub3QtYS1oZWFkZXI.e30.c2ln"  # looks inline (eyJ), but its header is no JWT header
+    (tmp_path / "n.conf").write_text(f"operator: {bad_operator}\nresolver: MEMORY\n")
+    data = tmp_path / "data"
+    result = subprocess.run([sys.executable, "-m", "jsraft", "serve", "-c", str(tmp_path / "n.conf"), "--name", "a",
+                             "--store-dir", str(data), "-p", "0", "--cluster-port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "configuration error" in result.stderr and "operator[0]: JWT header" in result.stderr
+    assert bad_operator not in result.stderr and not data.exists()

@@ -54,7 +54,7 @@ from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
-from jsraft.server.nats.tls import check_tls_files
+from jsraft.server.nats import jwt_auth, tls as nats_tls
 
 log = logging.getLogger("jsraft.serve")
 
@@ -277,7 +277,8 @@ def cmd_serve(args: argparse.Namespace, early: EarlyListener | None = None) -> i
     for its address (invariant 8)."""
     try:
         config = config_from_args(args)
-        check_tls_files(config)  # invariant 1: a bad certificate file is a configuration error
+        nats_tls.check_tls_files(config)  # invariant 1: a bad certificate file is a configuration error
+        jwt_auth.check_trust(config)  # and so is a bad operator or account JWT
     except InvalidConfig as error:  # invariant 1
         where = f" in {args.config}" if args.config and args.config not in str(error) else ""
         print(f"jsraft serve: configuration error{where}: {error}", file=sys.stderr)
@@ -346,8 +347,7 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None,
                 monitor.mark_running()
             log.info("Listening for client connections on %s:%d", *node.client_address)
             if ports_file_dir is not None:
-                ports_file = write_ports_file(ports_file_dir, node.url, monitor_url,
-                                              node.cluster_address)
+                ports_file = write_ports_file(ports_file_dir, node.url, monitor_url, node.cluster_address)
             log.info("Server is ready")
             try:
                 async for signum in signals:

@@ -1,9 +1,9 @@
 """Client authentication on the NATS port: token, users with passwords, NKeys (layer L5).
 
 Owns: `Authenticator`, which checks one CONNECT's credentials against a `ClientAuthConfig` and answers
-with the `Grant` (who, with which permissions) or raises `AuthRefused` with a reason fit for a log;
-`new_nonce()` for INFO; `verify_nkey()` (an Ed25519 signature of the nonce, checked against the user's
-configured public key).
+with the `Grant` (who, with which permissions) or raises `AuthRefused` with a reason fit for a log (those
+two, `new_nonce()` and the NKey signature check `verify_nkey()` live in `credentials`, shared with
+`jwt_auth`, and are re-exported here).
 
 Invariants:
   1. A refusal's reason never contains a secret: it names the user or NKey public key and what was wrong
@@ -14,93 +14,27 @@ Invariants:
      key from the configuration (never one the client sent that is not configured), after checking the
      key's prefix (user) and CRC16.
   4. `no_auth_user`: a CONNECT with no credentials at all is that user; any credential given is checked.
+  5. Operator mode (`ClientAuthConfig.trust`): only a user JWT admits (`jwt_auth.JwtTrust`); a token,
+     user or NKey in the CONNECT is not consulted, as in nats-server.
 
-Imports: stdlib (`base64`, `binascii`, `hmac`, `secrets`), bcrypt, cryptography (Ed25519), attrs, L0,
-server siblings (`auth_config`).
+Imports: stdlib (`hmac`), bcrypt, server siblings (`credentials`, `jwt_auth`), settings (`auth_config`).
 Reference: nats-server `server/auth.go` (`processClientOrLeafAuthentication`, `comparePasswords`),
 nkeys (`PREFIX_BYTE_USER`, CRC16), ADR-14 style nonce signing.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hmac
-import secrets
 from typing import Any
 
-import attrs
 import bcrypt
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from jsraft.errors import JsraftError
-from jsraft.server.settings.auth_config import BCRYPT_PREFIXES, ClientAuthConfig, Permissions, UserConfig
+from jsraft.server.nats.credentials import (AuthRefused, Grant, decode_signature, new_nonce, nkey_public_bytes,
+                                            verify_nkey)
+from jsraft.server.nats.jwt_auth import JwtTrust
+from jsraft.server.settings.auth_config import BCRYPT_PREFIXES, ClientAuthConfig, UserConfig
 
-NKEY_PREFIX_BYTE_USER = 20 << 3  # base32-encodes to 'U'
-NONCE_BYTES = 11  # nats-server's nonceRawLen
-
-
-class AuthRefused(JsraftError):
-    """A CONNECT whose credentials do not admit it; `reason` is loggable (invariant 1)."""
-
-    err_code = 20720
-    http_code = 401
-    default_description = "authorization violation"
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@attrs.frozen
-class Grant:
-    """Who a connection authenticated as, and what it may do (None: everything)."""
-
-    identity: str
-    permissions: Permissions | None
-    account: str | None = None  # None: the main account (`UserConfig.account`)
-
-
-def new_nonce() -> str:
-    """A fresh nonce for INFO, base64url without padding (nats-server's encoding)."""
-    return base64.urlsafe_b64encode(secrets.token_bytes(NONCE_BYTES)).rstrip(b"=").decode()
-
-
-def _b32decode(text: str) -> bytes:
-    return base64.b32decode(text + "=" * (-len(text) % 8))
-
-
-def nkey_public_bytes(public_key: str) -> bytes:
-    """The raw 32-byte Ed25519 key of a user NKey (`U…`); ValueError if prefix or CRC16 is wrong."""
-    try:
-        raw = _b32decode(public_key)
-    except (binascii.Error, ValueError):
-        raise ValueError("not base32") from None
-    if len(raw) != 35 or raw[0] != NKEY_PREFIX_BYTE_USER:
-        raise ValueError("not a user public key")
-    if binascii.crc_hqx(raw[:-2], 0) != int.from_bytes(raw[-2:], "little"):
-        raise ValueError("CRC16 mismatch")
-    return raw[1:33]
-
-
-def _decode_signature(sig: str) -> bytes:
-    """A CONNECT `sig`: base64url without padding (nats-py), or standard base64 (nats-server accepts both)."""
-    padded = sig + "=" * (-len(sig) % 4)
-    try:
-        return base64.urlsafe_b64decode(padded)
-    except (binascii.Error, ValueError):
-        return base64.b64decode(padded, validate=True)
-
-
-def verify_nkey(public_key: str, nonce: str, sig: str) -> bool:
-    """Whether `sig` is `public_key`'s Ed25519 signature of `nonce` (invariant 3)."""
-    try:
-        key = Ed25519PublicKey.from_public_bytes(nkey_public_bytes(public_key))
-        key.verify(_decode_signature(sig), nonce.encode())
-    except (ValueError, binascii.Error, InvalidSignature, TypeError):
-        return False
-    return True
+__all__ = ["AuthRefused", "Authenticator", "Grant", "decode_signature", "new_nonce", "nkey_public_bytes", "verify_nkey"]
 
 
 def _password_ok(configured: str, given: str) -> bool:
@@ -124,18 +58,21 @@ class Authenticator:
         self.config = config.validate()
         self.users = {user.user: user for user in config.users if user.user}
         self.nkeys = {user.nkey: user for user in config.users if user.nkey}
+        self.trust = JwtTrust(config.trust) if config.trust is not None else None
 
     @property
     def wants_nonce(self) -> bool:
-        return bool(self.nkeys)
+        return bool(self.nkeys) or self.trust is not None
 
     def _grant(self, user: UserConfig | None) -> Grant:
         if user is None:
             return Grant("token", self.config.default_permissions)
         return Grant(user.identity, user.permissions or self.config.default_permissions, user.account)
 
-    def authenticate(self, options: dict[str, Any], nonce: str | None) -> Grant:
-        """The grant for a CONNECT's `options`, or `AuthRefused` (invariants 1–4)."""
+    def authenticate(self, options: dict[str, Any], nonce: str | None, host: str | None = None) -> Grant:
+        """The grant for a CONNECT's `options` from a client at `host`, or `AuthRefused` (invariants 1–5)."""
+        if self.trust is not None:
+            return self.trust.authenticate(options, nonce, host)
         config = self.config
         token, user_name = _text(options, "auth_token"), _text(options, "user")
         nkey = _text(options, "nkey")

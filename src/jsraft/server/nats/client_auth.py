@@ -18,6 +18,7 @@ Reference: nats-server `server/client.go` (`authViolation`, `pubPermissionViolat
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import trio
@@ -62,11 +63,14 @@ class ConnSecurity:
         self.perms: ConnPermissions | None = None
         self.responses: Any = None  # `permissions.Responses` with allow_responses
         self._pending_connect: dict[str, Any] | None = None
+        self._authenticated = trio.Event()
+        self._expiry: tuple[float, str] | None = None  # a JWT's exp (unix seconds), the -ERR it closes with
 
     async def _authenticate(self, options: dict[str, Any]) -> None:
         authenticator = self.server.authenticator
+        host = self.peer.rpartition(":")[0] or None  # type: ignore[attr-defined]
         try:
-            grant: Grant = await trio.to_thread.run_sync(authenticator.authenticate, options, self.nonce)
+            grant: Grant = await trio.to_thread.run_sync(authenticator.authenticate, options, self.nonce, host)
         except AuthRefused as refused:
             self._pending_connect = None
             self._auth_violation(refused.reason)
@@ -74,6 +78,8 @@ class ConnSecurity:
         self._pending_connect = None
         self.authed = True
         self.identity = grant.identity
+        self._expiry = (grant.expires_s, grant.expired_text) if grant.expires_s is not None else None
+        self._authenticated.set()
         if grant.account is not None:  # an isolated account: its own subjects (ClientServer invariant 8)
             self.sublist = self.server.account_sublists.setdefault(grant.account, Sublist())
         if grant.permissions is not None:
@@ -95,6 +101,13 @@ class ConnSecurity:
             log.warning("client %r: no CONNECT within the authentication timeout", self)
             self.server.stats.auth_failures += 1
             self.close("authentication timeout", texts.ERR_AUTH_TIMEOUT)
+            return
+        await self._authenticated.wait()
+        if self._expiry is not None:  # nats-server closes a user at its JWT's exp (`authExpired`)
+            expires_s, text = self._expiry
+            await trio.sleep(max(0.0, expires_s - time.time()))
+            log.info("client %r (%s): %s", self, self.identity, text)
+            self.close(text.lower(), text)
 
     def _may_publish(self, subject: str) -> bool:
         perms = self.perms

@@ -2,7 +2,8 @@
 
 Owns: the frozen values `NodeConfig` carries for who may connect and what they may do —
 `ClientAuthConfig` (a token, or users with plain or bcrypt passwords or NKeys, each with optional
-`Permissions`), `TlsConfig` (certificate files and options of one listener), and their `validate()`.
+`Permissions`, or operator mode: `TrustConfig`, the trusted operator JWTs and the MEMORY resolver's
+account JWTs), `TlsConfig` (certificate files and options of one listener), and their `validate()`.
 Nothing here opens a file or a socket; `server.auth` and `server.tls` use these values.
 
 Invariants:
@@ -11,7 +12,10 @@ Invariants:
   2. `validate()` refuses what nats-server refuses: a token together with users, a user with neither a
      password nor an NKey, two users of one name, an NKey that is not a user public key (`U…`, 56 chars),
      a subject in a permission list that is not a valid subject filter, TLS without a certificate and key,
-     `verify` without a CA file.
+     `verify` without a CA file; operator mode together with a token or users (nats-server: "operators do
+     not allow users to be configured directly"), or without an operator (JWT or trusted key), both kinds
+     at once, a trusted key that is not an operator public key, or a preloaded account whose
+     key is not an account public key (`A…`, 56 chars). JWTs themselves are decoded by `server.nats.jwt_auth`.
   3. `SubjectPermission.allow` is None for "everything" and `()` for "nothing" (nats-server's nil and
      empty allow lists differ the same way); `deny` always wins over `allow`.
 
@@ -28,6 +32,8 @@ from jsraft.errors import InvalidConfig, InvalidSubject
 
 BCRYPT_PREFIXES = ("$2a$", "$2b$", "$2y$")
 NKEY_USER_PREFIX = "U"
+NKEY_ACCOUNT_PREFIX = "A"
+NKEY_OPERATOR_PREFIX = "O"
 NKEY_PUBLIC_CHARS = 56
 
 
@@ -87,6 +93,38 @@ class UserConfig:
         return self.nkey or self.user or "?"
 
 
+def _is_public_key(key: str, prefix: str) -> bool:
+    return key.startswith(prefix) and len(key) == NKEY_PUBLIC_CHARS and key.isalnum() and key.isupper()
+
+
+@attrs.frozen(kw_only=True)
+class TrustConfig:
+    """Operator (JWT) mode, nats-server's `operator` (or `trusted_keys`) + `resolver: MEMORY` +
+    `resolver_preload`: `operators` are operator JWTs (their keys sign account JWTs), `trusted_keys` bare
+    operator public keys; `resolver_preload` maps an account public key to its account JWT. A client then
+    authenticates with a user JWT and the nonce signed by its seed."""
+
+    operators: tuple[str, ...] = attrs.field(default=(), repr=False)
+    trusted_keys: tuple[str, ...] = ()  # nats-server `trusted_keys`: operator public keys instead of JWTs
+    resolver_preload: dict[str, str] = attrs.field(factory=dict, repr=False)
+
+    def validate(self, where: str) -> "TrustConfig":
+        if self.operators and self.trusted_keys:
+            raise InvalidConfig(f"{where}: conflicting options for trusted_keys and operator (nats-server refuses "
+                                "them together too)")
+        if not (self.operators or self.trusted_keys) or not all(jwt for jwt in self.operators):
+            raise InvalidConfig(f"{where}: operator mode needs at least one operator JWT or trusted key")
+        for key in self.trusted_keys:
+            if not _is_public_key(key, NKEY_OPERATOR_PREFIX):
+                raise InvalidConfig(f"{where}: trusted key {key!r} is not an operator public key "
+                                    f"(O…, {NKEY_PUBLIC_CHARS} characters)")
+        for key in self.resolver_preload:
+            if not _is_public_key(key, NKEY_ACCOUNT_PREFIX):
+                raise InvalidConfig(f"{where}.resolver_preload: {key!r} is not an account public key "
+                                    f"(A…, {NKEY_PUBLIC_CHARS} characters)")
+        return self
+
+
 @attrs.frozen(kw_only=True)
 class ClientAuthConfig:
     """Who may connect to the client port. `token`: one shared token; `users`: named users and NKeys.
@@ -97,6 +135,7 @@ class ClientAuthConfig:
     default_permissions: Permissions | None = None
     no_auth_user: str | None = None
     timeout_ms: int = 2000
+    trust: TrustConfig | None = None  # operator (JWT) mode: no token, no users
 
     @property
     def has_nkeys(self) -> bool:
@@ -104,9 +143,14 @@ class ClientAuthConfig:
 
     def validate(self) -> "ClientAuthConfig":
         where = "node config: client_auth"
-        if self.token is not None and self.users:
+        if self.trust is not None:
+            if self.token is not None or self.users or self.no_auth_user is not None:
+                raise InvalidConfig(f"{where}: operator mode does not allow a token or users to be configured "
+                                    "directly (nats-server refuses it too)")
+            self.trust.validate(f"{where}.trust")
+        elif self.token is not None and self.users:
             raise InvalidConfig(f"{where}: a token and users cannot both be set (nats-server refuses it too)")
-        if self.token is None and not self.users:
+        elif self.token is None and not self.users:
             raise InvalidConfig(f"{where}: give a token or at least one user")
         if self.token is not None and not self.token:
             raise InvalidConfig(f"{where}: the token is empty")
@@ -126,8 +170,7 @@ def _validate_user(user: UserConfig, where: str, seen: set[str]) -> None:
     if user.nkey is not None:
         if user.user is not None or user.password is not None:
             raise InvalidConfig(f"{where}: an NKey user has no user name or password")
-        if not (user.nkey.startswith(NKEY_USER_PREFIX) and len(user.nkey) == NKEY_PUBLIC_CHARS
-                and user.nkey.isalnum() and user.nkey.isupper()):
+        if not _is_public_key(user.nkey, NKEY_USER_PREFIX):
             raise InvalidConfig(f"{where}: nkey must be a user public key (U…, {NKEY_PUBLIC_CHARS} characters)")
     elif not user.user:
         raise InvalidConfig(f"{where}: a user needs a name (user) or an nkey")

@@ -5,14 +5,17 @@ Owns: `node_fields(conf, where)`, turning the map `nats_conf` parsed into the JS
 `listen`/`host`/`port`, `http`/`http_port`/`https_port`, `jetstream { store_dir, domain … }`, `cluster { name,
 listen, routes, authorization, tls }`, `authorization { … }` (a user, a token, `users` with permissions,
 `default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one
-JetStream serves; that account's `jetstream { max_mem … }` limits, `account_limits`), `no_auth_user`, `tls { … }`,
+JetStream serves; that account's `jetstream { max_mem … }` limits, `account_limits`), `no_auth_user`,
+`tls { … }`, operator mode (`operator` — a JWT or a file holding one — or `trusted_keys`, `resolver: MEMORY`,
+`resolver_preload { ACCOUNT_KEY: JWT }`; see `trust_fields`),
 `max_payload`, `max_pending`, `ping_interval`, `ping_max`, `write_deadline`, `ports_file_dir` (where
 `NodeConfig` has the field).
 
 Invariants:
   1. Nothing is ignored silently: a key jsraft does not act on is named in a note (logged as a warning),
      and one whose absence would weaken security — an unknown key inside `authorization`, `tls`, a user
-     or its permissions; `operator`/`resolver` (JWT auth); JetStream in several accounts;
+     or its permissions; a resolver other than MEMORY, `system_account`; JetStream in
+     several accounts;
      `verify_and_map`, `insecure` — is an `InvalidConfig` naming it.
   2. A cluster route must name its node (`NAME=nats://HOST:PORT`, or `nats://NAME@HOST:PORT`): jsraft's
      Raft voters are named before any connection is made.
@@ -35,8 +38,12 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 _TLS_KEYS = {"cert_file": "cert_file", "key_file": "key_file", "ca_file": "ca_file", "verify": "verify",
              "handshake_first": "handshake_first", "timeout": "timeout_ms"}
 _TLS_NOTED = ("cipher_suites", "curve_preferences", "min_version", "pinned_certs", "ocsp_peer")
-_UNSAFE_TOP = ("operator", "operators", "trusted", "trusted_keys", "resolver", "resolver_preload",
-               "system_account")
+_UNSAFE_TOP = ("system_account",)
+_TRUSTED_KEYS = ("trusted", "trusted_keys")
+_OPERATOR_KEYS = ("operator", "operators", "roots", "root", "root_operators", "root_operator")
+_RESOLVER_KEYS = ("resolver", "account_resolver", "accounts_resolver")
+_MEMORY_RESOLVER = re.compile(r"(?i)\s*(MEM|MEMORY)\s*")
+_JWT_PREFIX = "eyJ"  # nats-server's jwtPrefix: an operator value that is not a file but a JWT
 _IGNORED_TOP = ("debug", "trace", "logtime", "log_file", "pid_file", "syslog", "max_connections",
                 "max_control_line", "max_subscriptions", "lame_duck_duration", "websocket", "leafnodes",
                 "gateway", "mqtt", "server_tags", "max_traced_msg_len", "connect_error_reports",
@@ -214,6 +221,55 @@ def account_limits(block: Any, notes: list[str]) -> dict[str, Any] | None:
     return fields
 
 
+def _decorated_jwt(contents: str) -> str:
+    """The JWT of an operator file: the line inside a `-----BEGIN … JWT-----` block, or the whole text."""
+    lines = [line.strip() for line in contents.splitlines()]
+    for i in range(len(lines) - 2):
+        if lines[i].startswith("---") and lines[i + 2].startswith("---") and lines[i + 1]:
+            return lines[i + 1]
+    return contents.strip()
+
+
+def _operator_jwt(value: Any, where: str) -> str:
+    """nats-server's `readOperatorJWT`: a file holding the JWT, or (starting `eyJ`) the JWT itself."""
+    text = str(value)
+    try:
+        with open(text, encoding="utf-8") as file:
+            return _decorated_jwt(file.read())
+    except OSError as error:
+        if not text.startswith(_JWT_PREFIX):
+            raise InvalidConfig(f"{where}: cannot read operator JWT file {text!r}: {error.strerror}") from None
+    return _decorated_jwt(text)
+
+
+def trust_fields(conf: dict[str, Any]) -> dict[str, Any] | None:
+    """Operator mode's `TrustConfig` fields from the top-level keys, or None without an operator or trusted
+    keys."""
+    operator_keys = [key for key in _OPERATOR_KEYS if key in conf]
+    trusted = [str(value) for key in _TRUSTED_KEYS if key in conf
+               for value in (conf[key] if isinstance(conf[key], list) else [conf[key]])]
+    resolver_keys = [key for key in _RESOLVER_KEYS if key in conf]
+    if not operator_keys and not trusted:
+        if resolver_keys or "resolver_preload" in conf:
+            raise InvalidConfig("resolver: an account resolver needs an operator (operator: <JWT or file>)")
+        return None
+    operators = []
+    for key in operator_keys:
+        values = conf[key] if isinstance(conf[key], list) else [conf[key]]
+        operators += [_operator_jwt(value, key) for value in values]
+    if not resolver_keys:
+        raise InvalidConfig("operator: operators require an account resolver to be configured (resolver: MEMORY)")
+    resolver = conf[resolver_keys[0]]
+    if not isinstance(resolver, str) or not _MEMORY_RESOLVER.fullmatch(resolver):
+        raise InvalidConfig(f"{resolver_keys[0]}: only the MEMORY resolver is supported by jsraft (got "
+                            f"{str(resolver)[:40]!r}); refusing to start without the accounts it would serve")
+    preload = _table(conf.get("resolver_preload", {}), "resolver_preload")
+    if not all(isinstance(jwt, str) for jwt in preload.values()):
+        raise InvalidConfig("resolver_preload: preload map value should be a string JWT")
+    return {"operators": operators, "trusted_keys": trusted,
+            "resolver_preload": {str(key): jwt.strip() for key, jwt in preload.items()}}
+
+
 Handler = Callable[[Any, dict[str, Any], list[str]], None]
 
 
@@ -306,8 +362,10 @@ def node_fields(conf: dict[str, Any], known_fields: set[str]) -> tuple[dict[str,
     tls_block = None
     for key, value in conf.items():
         if key in _UNSAFE_TOP:
-            raise InvalidConfig(f"{key}: JWT/operator authentication is not supported; refusing to start "
-                                "without the authentication it configures")
+            raise InvalidConfig(f"{key} is not supported by jsraft (operator mode takes operator, resolver: MEMORY "
+                                "and resolver_preload); refusing to start without the authentication it configures")
+        if key in (*_OPERATOR_KEYS, *_TRUSTED_KEYS, *_RESOLVER_KEYS, "resolver_preload"):
+            continue  # trust_fields, below
         if key in _HANDLERS:
             _HANDLERS[key](value, fields, notes)
         elif key == "authorization":
@@ -334,6 +392,9 @@ def node_fields(conf: dict[str, Any], known_fields: set[str]) -> tuple[dict[str,
         if tls_block is None:
             raise InvalidConfig("https_port needs a tls { … } block with the certificate to serve")
         fields["monitor_tls"] = {key: value for key, value in tls_block.items() if key != "handshake_first"}
+    trust = trust_fields(conf)
+    if trust is not None:
+        auth["trust"] = trust
     if auth:
         fields["client_auth"] = auth
     return fields, notes

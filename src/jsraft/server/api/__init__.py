@@ -1,7 +1,8 @@
 """The JetStream API of a node (layer L5): `$JS.API.*` and jsraft's own API subjects, their codecs,
 request and response shapes, and the embedded `JetStreamContext`.
 
-Modules: `jsapi_handlers` (`JsApi`: the API subjects on the client port), `jsapi_codec` (JSON shapes and
+Modules: `jsapi_handlers` (`JsApi`: the API subjects on the client port), `api_parts` (`ApiParts`: what
+the endpoints use of the node, wired once by `server.node`), `jsapi_codec` (JSON shapes and
 error bodies), `jsapi_stream`, `jsapi_consumer`, `jsapi_data`, `jsapi_direct`, `jsapi_snapshot` (the
 endpoints), `direct_batch`, `bulk_get`, `snapshot_format`, `snapshot_leader` (batched reads, bulk reads,
 snapshots and restores), `consumer_admin`, `consumer_control`, `consumer_hub` (the consumer API), `group_ops` (the operator's view of a stream's Raft group), `jetstream` /

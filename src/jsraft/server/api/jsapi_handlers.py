@@ -73,7 +73,7 @@ from jsraft.server.api.jsapi_stream import LeaderSide, config_json
 from jsraft.replica.stream_events import stream_action
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger("jsraft.server.jsapi")
 
@@ -116,24 +116,24 @@ class Route:
 
 
 class JsApi:
-    def __init__(self, node: "Node", clients: ClientServer) -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts", clients: ClientServer, table: dict[str, Any]) -> None:
+        self.parts = parts
         self.total = 0
         self.errors = 0
-        LeaderSide(node).register(node.handlers.table)
-        data = DataEndpoints(node)
-        consumers = ConsumerEndpoints(node)
-        ConsumerAdmin(node).register(node.handlers.table)
-        ConsumerControl(node).register(node.handlers.table)  # consumer.pause
-        SnapshotLeaderSide(node).register(node.handlers.table)  # snapshot.read, restore.append/finish
-        snapshots = SnapshotEndpoints(node, clients, Endpoints(
+        LeaderSide(parts).register(table)  # `table`: the node's request table (`Handlers.table`)
+        data = DataEndpoints(parts)
+        consumers = ConsumerEndpoints(parts)
+        ConsumerAdmin(parts).register(table)
+        ConsumerControl(parts).register(table)  # consumer.pause
+        SnapshotLeaderSide(parts).register(table)  # snapshot.read, restore.append/finish
+        snapshots = SnapshotEndpoints(parts, clients, Endpoints(
             stream_info=self.stream_info, stream_create=self.stream_create, stream_delete=self.stream_delete,
             consumer_create=consumers.create, consumer_list=consumers.list))
-        node.streams.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
-        self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
-        self.direct = DirectGets(node, clients)
-        self.bulk = BulkGets(node.streams.replicas, node.call_stream, clients)  # $JSRAFT.BULK.GET.<stream>
-        self.group_ops = GroupOps(node, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>
+        parts.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
+        self.consumer_hub = ConsumerHub(parts, clients)  # pull requests and acks (not JSON API requests)
+        self.direct = DirectGets(parts, clients)
+        self.bulk = BulkGets(parts.local.replicas, parts.call_stream, clients)  # $JSRAFT.BULK.GET.<stream>
+        self.group_ops = GroupOps(parts, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>
         self.routes = [
             Route(("INFO",), "account_info_response", self.account_info),
             Route(("STREAM", "CREATE", "*"), "stream_create_response", self.stream_create),
@@ -192,7 +192,7 @@ class JsApi:
         answer: dict[str, Any] = {"type": response_type(route.kind)}
         try:
             headers = decode_headers(msg.headers or b"") or {}
-            self.node.meta.check_request_level(headers.get(REQUIRED_LEVEL_HEADER))
+            self.parts.meta.check_request_level(headers.get(REQUIRED_LEVEL_HEADER))
             answer.update(await route.endpoint(ApiRequest(name, msg.payload, msg.reply, msg.subject)))
         except JsraftError as error:
             log.debug("JetStream API %s failed: %s", msg.subject, error)
@@ -209,10 +209,10 @@ class JsApi:
     async def account_info(self, request: ApiRequest) -> dict[str, Any]:
         """nats-server `JetStreamAccountStats`. Usage counts every replica's bytes, as nats-server sums
         what each server stores; reservations are `max_bytes` times the replicas."""
-        await meta_barrier(self.node)
+        await meta_barrier(self.parts)
         used = {StorageType.memory: 0, StorageType.file: 0}
         reserved = {StorageType.memory: 0, StorageType.file: 0}
-        assignments = self.node.meta.streams()
+        assignments = self.parts.meta.streams()
         for assignment in assignments:
             config = assignment.config
             if config is None:
@@ -225,28 +225,28 @@ class JsApi:
         return {"memory": used[StorageType.memory], "storage": used[StorageType.file],
                 "reserved_memory": reserved[StorageType.memory], "reserved_storage": reserved[StorageType.file],
                 "streams": len(assignments), "consumers": consumers, "limits": dict(UNLIMITED),
-                "api": {"level": self.node.config.api_level, "total": self.total, "errors": self.errors}}
+                "api": {"level": self.parts.config.api_level, "total": self.total, "errors": self.errors}}
 
     async def _consumer_count(self, assignment: StreamAssignment) -> int:
         """The stream's consumers (they live in its Raft group, not in the meta state): this node's
         replica's, else its leader's names; 0 when neither answers."""
-        replica = self.node.streams.replicas.get(assignment.name)
+        replica = self.parts.local.replicas.get(assignment.name)
         if replica is not None and replica.adapter is not None:
             return len(replica.adapter.consumers.entries)
         try:
-            answer, _ = await self.node.call_stream(assignment.name, "consumer.names", {})
+            answer, _ = await self.parts.call_stream(assignment.name, "consumer.names", {})
             return len(answer["names"])
         except JsraftError:
             return 0
 
     async def _stream_bytes(self, assignment: StreamAssignment) -> int:
         """Bytes one replica of the stream holds: this node's, else the first peer's that answers."""
-        replica = self.node.streams.replicas.get(assignment.name)
+        replica = self.parts.local.replicas.get(assignment.name)
         if replica is not None and replica.store is not None:
             return replica.store.state().bytes
         for peer in assignment.peers:
             try:
-                answer, _ = await self.node.rpc.call(peer, "replica.state", {"stream": assignment.name},
+                answer, _ = await self.parts.call_peer(peer, "replica.state", {"stream": assignment.name},
                                                      timeout_s=STATE_TIMEOUT_S)
                 return int(answer["state"]["bytes"])
             except JsraftError:
@@ -266,9 +266,9 @@ class JsApi:
         if config.mirror_direct and config.mirror is None:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
         config.with_defaults().validate()
-        await meta_barrier(self.node)  # `did_create` is true only for a stream no node had created
-        existed = request.name in self.node.meta.names()
-        result, _ = await self.node.call_meta("stream.create", {"name": request.name}, [raw])
+        await meta_barrier(self.parts)  # `did_create` is true only for a stream no node had created
+        existed = request.name in self.parts.meta.names()
+        result, _ = await self.parts.call_meta("stream.create", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result)
         if not existed:
             info["did_create"] = True
@@ -280,47 +280,47 @@ class JsApi:
         config.with_defaults().validate()
         if config.name != request.name:
             raise StreamMismatch()
-        replica = self.node.streams.replicas.get(request.name)
+        replica = self.parts.local.replicas.get(request.name)
         if replica is not None and replica.stopped_reason is not None:  # only deletes while stopped
             raise StreamOffline(replica.stopped_reason)
-        result, _ = await self.node.call_meta("stream.update", {"name": request.name}, [raw])
+        result, _ = await self.parts.call_meta("stream.update", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result)
         self._advise(*stream_action(request.name, "modify"))
         return info
 
     def _advise(self, subject: str, body: dict[str, Any]) -> None:
         """A stream action advisory, published by the node that answered the request (once per change)."""
-        self.node.streams.advisories.publish(subject, body)
+        self.parts.advisories.publish(subject, body)
 
     async def _settled_info(self, name: str, result: dict[str, Any]) -> dict[str, Any]:
         """Invariant 4: the stream info, with the config the meta leader answered."""
         version = int(result.get("config_index", 0))  # this node's meta must hold the answered config
         with trio.move_on_after(SETTLE_TIMEOUT_S):
-            while name not in self.node.meta.names() or self.node.meta.stream(name).config_index < version:
-                await trio.sleep(self.node.tick_s / 20)
+            while name not in self.parts.meta.names() or self.parts.meta.stream(name).config_index < version:
+                await trio.sleep(self.parts.tick_s / 20)
             await self._local_group_known(name)
             info = await self.info(name)
-            info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
-                                         self.node.config.api_level)
-            if not self.node.config.clustered:
+            info["config"] = config_json(result["config"], self.parts.meta.stream(name).required_level,
+                                         self.parts.config.api_level)
+            if not self.parts.config.clustered:
                 info.pop("cluster", None)  # a standalone nats-server's create/update answer has none
             return info
-        raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
+        raise NoLeader(f"stream {name!r} was stored but is not visible on {self.parts.name} yet")
 
     async def _local_group_known(self, name: str) -> None:
         """Before a create's or update's info, on a member of the stream: wait (polled finely, bounded)
         until its replica opened and knows the group's leader (`first_election`), so the info finds the
         leader at once, not after the router's backoff for a group not yet open (up to a tick a step)."""
         with trio.move_on_after(GROUP_WAIT_S):
-            while self.node.name in self.node.meta.stream(name).peers:
-                replica = self.node.streams.replicas.get(name)
+            while self.parts.name in self.parts.meta.stream(name).peers:
+                replica = self.parts.local.replicas.get(name)
                 if replica is not None and replica.leader_id() is not None:
                     return
                 await trio.sleep(GROUP_POLL_S)
 
     async def info(self, name: str, subjects_filter: str = "") -> dict[str, Any]:
-        assignment = await online(self.node, name)  # its config version: read-your-writes (jsapi_stream 6)
-        result, _ = await self.node.call_stream(name, "jsapi.stream_info", {
+        assignment = await online(self.parts, name)  # its config version: read-your-writes (jsapi_stream 6)
+        result, _ = await self.parts.call_stream(name, "jsapi.stream_info", {
             "subjects_filter": subjects_filter, "config_index": assignment.config_index})
         return dict(result)
 
@@ -345,7 +345,7 @@ class JsApi:
     async def stream_delete(self, request: ApiRequest) -> dict[str, Any]:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
-        await self.node.call_meta("stream.delete", {"name": request.name})
+        await self.parts.call_meta("stream.delete", {"name": request.name})
         self._advise(*stream_action(request.name, "delete"))
         return {"success": True}
 
@@ -354,8 +354,8 @@ class JsApi:
     async def _names(self, payload: bytes) -> tuple[list[str], int]:
         """The stream names matching the request's subject filter, sorted; and the page's offset."""
         body = decode_request(payload, PagedRequest) if is_json_object_or_array(payload) else PagedRequest()
-        await meta_barrier(self.node)
-        names = [assignment.name for assignment in self.node.meta.streams()
+        await meta_barrier(self.parts)
+        names = [assignment.name for assignment in self.parts.meta.streams()
                  if not body.subject or any(subjects.overlaps(body.subject, subject)
                                             for subject in assignment.subjects or (assignment.name,))]
         return names, min(max(body.offset, 0), len(names))
@@ -369,7 +369,7 @@ class JsApi:
     async def stream_list(self, request: ApiRequest) -> dict[str, Any]:
         names, offset = await self._names(request.payload)
         page = names[offset:offset + LIST_LIMIT]
-        offline = {name: reason for name, reason in self.node.meta.offline().items() if name in page}
+        offline = {name: reason for name, reason in self.parts.meta.offline().items() if name in page}
         infos: dict[str, dict[str, Any]] = {}
 
         async def one(name: str) -> None:

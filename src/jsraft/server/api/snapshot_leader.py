@@ -47,7 +47,7 @@ from jsraft.stream import entries
 from jsraft.stream.headers import parse_headers
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.groups.stream_lookup import LocalStreams
     from jsraft.server.groups.stream_replica import StreamReplica
 
 Result = tuple[Any, Sequence[bytes]]
@@ -58,8 +58,8 @@ Restored = tuple[int, int, bytes, bytes, bytes]  # seq, timestamp_ns, subject, h
 
 
 class SnapshotLeaderSide:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, local: "LocalStreams") -> None:
+        self.local = local
 
     def register(self, table: dict[str, Any]) -> None:
         table.update({"snapshot.read": self.read, "restore.append": self.append, "restore.finish": self.finish,
@@ -67,9 +67,9 @@ class SnapshotLeaderSide:
 
     async def _leading(self, args: dict[str, Any]) -> "StreamReplica":
         name = validate_stream_name(str(args["stream"]))
-        replica = self.node.streams.replicas.get(name)
+        replica = self.local.replicas.get(name)
         if replica is None:
-            self.node.require_stream(name, args)
+            self.local.require_stream(name, args)
             raise NotLeader(None)  # invariant 1
         await replica.wait_leader(1.0)
         return replica
@@ -123,7 +123,7 @@ class SnapshotLeaderSide:
 
     async def consumer_state(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         """Consumer `name`'s replicated state as the leader holds it, in `encode_consumer`'s format."""
-        service = await leading_service(self.node, args)
+        service = await leading_service(self.local, args)
         entry = service.replica.adapter.consumers.entries.get(str(args["name"]))  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
@@ -132,7 +132,7 @@ class SnapshotLeaderSide:
     async def consumer_position(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         """Give restored consumer `name` its original's state (`blobs[0]`, `encode_consumer`'s), or without
         one move it past its original's ack floor (invariant 5)."""
-        service = await leading_service(self.node, args)
+        service = await leading_service(self.local, args)
         name, floor = str(args["name"]), int(args["ack_floor_stream_seq"])
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:

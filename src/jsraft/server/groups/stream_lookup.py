@@ -1,0 +1,90 @@
+"""Finding a stream on this node: the narrow parts the services get instead of the whole `Node` (L5).
+
+Owns: `require_stream` (how a request for a stream that has no replica open here is answered),
+`stream_for_subject` (which stream takes a subject, from this node's meta state), `LocalStreams` (this
+node's name, its open stream replicas and `require_stream` bound to its meta state: what a leader-side
+endpoint needs to find the replica a request is for) and the call signatures of the routes a request
+can take (`CallMeta`, `CallStream`, `CallPeer`), which `Node` wires once.
+
+Invariants:
+  1. A request for a stream this node does not know is `StreamNotFound` only when the caller found the
+     stream at a meta index this node has applied too; otherwise `NotLeader(None)`, which the caller's
+     router retries (the create is on its way here).
+  2. `LocalStreams.replicas` is the `StreamManager`'s own dict, not a copy: a replica opened or closed
+     after the wiring is seen at once.
+
+Imports: stdlib, attrs, L0, L1 (`raft` errors, `subjects`), L3 (`meta`). Must not import `server.node`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+import attrs
+
+from jsraft import subjects
+from jsraft.errors import StreamNotFound
+from jsraft.meta import MetaStateMachine
+from jsraft.raft.errors import NotLeader
+
+if TYPE_CHECKING:
+    from jsraft.server.groups.stream_replica import StreamReplica
+
+Reply = tuple[Any, list[bytes]]
+
+
+class CallMeta(Protocol):
+    """A request carried to the meta leader (`Node.call_meta`)."""
+
+    def __call__(self, method: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> Awaitable[Reply]: ...
+
+
+class CallStream(Protocol):
+    """A request carried to a stream's leader, wherever it is (`Node.call_stream`)."""
+
+    def __call__(self, stream: str, method: str, args: dict[str, Any],
+                 blobs: Sequence[bytes] = ()) -> Awaitable[Reply]: ...
+
+
+class CallPeer(Protocol):
+    """A request to one named peer over `$rpc` (`Rpc.call`)."""
+
+    def __call__(self, to_node: str, method: str, args: dict[str, Any], blobs: Sequence[bytes] = (), *,
+                 timeout_s: float = ...) -> Awaitable[Reply]: ...
+
+
+def require_stream(meta: MetaStateMachine, name: str, args: dict[str, Any]) -> None:
+    """A request for stream `name` came here (this node has no replica of it open): `StreamNotFound`
+    when the stream does not exist here, unless the caller saw it at a meta index this node has not
+    applied yet — then `NotLeader(None)`, which the caller's router retries: the create is on its way
+    (invariant 1). Returns when the stream exists (the caller then says it is not open here)."""
+    try:
+        meta.stream(name)
+    except StreamNotFound:
+        if int(args.get("meta_index", 0)) > meta.applied_index:
+            raise NotLeader(None) from None
+        raise
+
+
+def stream_for_subject(meta: MetaStateMachine, subject: str) -> str:
+    for assignment in meta.streams():
+        if any(subjects.matches(pattern, subject) for pattern in assignment.subjects):
+            return assignment.name
+    raise StreamNotFound(f"no stream matches subject {subject!r}")
+
+
+@attrs.frozen(kw_only=True)
+class LocalStreams:
+    """This node's stream replicas, and how a request for one not open here is answered."""
+
+    name: str  # this node's
+    replicas: dict[str, StreamReplica]  # invariant 2
+    meta: MetaStateMachine
+
+    def require_stream(self, name: str, args: dict[str, Any]) -> None:
+        require_stream(self.meta, name, args)
+
+
+# The callable form, for services that take `require_stream` alone.
+RequireStream = Callable[[str, dict[str, Any]], None]

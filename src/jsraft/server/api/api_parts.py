@@ -61,8 +61,5 @@ class ApiParts:
     def tick_s(self) -> float:
         return self.config.tick_ms / 1000
 
-    def require_stream(self, name: str, args: dict[str, Any]) -> None:
-        self.local.require_stream(name, args)
-
     def stream_for_subject(self, subject: str) -> str:
         return stream_for_subject(self.local.meta, subject)

@@ -30,7 +30,6 @@ from jsraft.consumer import ConsumerEntry, DeleteOp, num_pending
 from jsraft.jsapi import consumer_required_level, served_metadata, validate_stream_name
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
 from jsraft.meta import ConsumerOffline, StreamOffline  # both take the reason alone (10195, 10194)
-from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.consumer_errors import (
     ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, MaximumConsumersLimit,
 )
@@ -121,10 +120,7 @@ async def leading_service(local: "LocalStreams", args: dict[str, Any]) -> Consum
     """The consumer service of `args["stream"]` on this node, leading (invariant 1): `NotLeader` when this
     node has no replica of it, `StreamNotFound` when the stream does not exist at all."""
     name = validate_stream_name(str(args["stream"]))
-    replica = local.replicas.get(name)
-    if replica is None:
-        local.require_stream(name, args)
-        raise NotLeader(None)
+    replica = local.replica(name, args)
     await replica.wait_leader(1.0)
     replica.consumers.follow(replica.leader)
     replica.consumers.require()

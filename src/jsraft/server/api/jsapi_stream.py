@@ -157,10 +157,7 @@ class LeaderSide:
     async def _leading(self, args: dict[str, Any]) -> StreamReplica:
         """Invariant 1."""
         name = validate_stream_name(str(args["stream"]))
-        replica = self.parts.local.replicas.get(name)
-        if replica is None:
-            self.parts.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-            raise NotLeader(None)  # it exists, but is not open here
+        replica = self.parts.local.replica(name, args)
         await replica.wait_leader(1.0)
         if replica.closed or self.parts.local.replicas.get(name) is not replica:
             raise NotLeader(None)  # stopped or replaced while we waited: whoever leads now answers

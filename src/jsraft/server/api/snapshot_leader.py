@@ -38,7 +38,6 @@ from jsraft.codec.records import encode_message
 from jsraft.consumer import SkipOp, StateOp, decode_consumer, encode_consumer, encode_ops
 from jsraft.errors import JsraftError, NoMessageFound
 from jsraft.jsapi import validate_stream_name
-from jsraft.raft.errors import NotLeader
 from jsraft.server.api.consumer_admin import leading_service
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import RestoreFailed
@@ -67,10 +66,7 @@ class SnapshotLeaderSide:
 
     async def _leading(self, args: dict[str, Any]) -> "StreamReplica":
         name = validate_stream_name(str(args["stream"]))
-        replica = self.local.replicas.get(name)
-        if replica is None:
-            self.local.require_stream(name, args)
-            raise NotLeader(None)  # invariant 1
+        replica = self.local.replica(name, args)  # NotLeader when not open here (invariant 1)
         await replica.wait_leader(1.0)
         return replica
 

@@ -27,7 +27,6 @@ import trio
 from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.jsapi import validate_stream_name
 from jsraft.meta import StreamAssignment
-from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.stream_audit import report_from_json
 from jsraft.server.groups.repair_serve import leader_snapshot, serve_catchup_request
 from jsraft.server.groups.stream_replica import StreamReplica, api_error
@@ -104,11 +103,7 @@ class Handlers:
 
     def _replica(self, args: dict[str, Any]) -> StreamReplica:
         name = validate_stream_name(str(args["stream"]))
-        replica = self.local.replicas.get(name)
-        if replica is None:
-            self.local.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-            raise NotLeader(None)  # exists, but is not (yet) open here
-        return replica
+        return self.local.replica(name, args)
 
     async def _leading(self, args: dict[str, Any]) -> StreamReplica:
         replica = self._replica(args)

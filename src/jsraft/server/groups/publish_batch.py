@@ -31,7 +31,6 @@ import trio
 
 from jsraft.errors import BadRequest, JsraftError
 from jsraft.jsapi import validate_stream_name
-from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.rpc import error_body, error_from_body
 from jsraft.server.groups.stream_replica import api_error
 
@@ -90,10 +89,7 @@ def _checked(local: "LocalStreams", args: dict[str, Any], blobs: list[bytes]) ->
         raise BadRequest(f"{METHOD}: malformed arguments: {error!r}") from None
     if not isinstance(subjects, list) or len(blobs) != 2 * len(subjects) or len(subjects) > PUBLISHES_MAX:
         raise BadRequest(f"{METHOD}: {len(blobs)} blobs for a batch of subjects")
-    replica = local.replicas.get(name)
-    if replica is None:
-        local.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-        raise NotLeader(None)  # exists, but is not (yet) open here
+    replica = local.replica(name, args)  # NotLeader when it exists but is not (yet) open here
     return replica, subjects
 
 

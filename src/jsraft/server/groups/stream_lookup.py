@@ -85,6 +85,15 @@ class LocalStreams:
     def require_stream(self, name: str, args: dict[str, Any]) -> None:
         require_stream(self.meta, name, args)
 
+    def replica(self, name: str, args: dict[str, Any]) -> StreamReplica:
+        """The replica of stream `name` open here; else `StreamNotFound` when the stream does not exist
+        (invariant 1), or `NotLeader(None)` when it exists but is not (yet) open here."""
+        replica = self.replicas.get(name)
+        if replica is None:
+            self.require_stream(name, args)
+            raise NotLeader(None)
+        return replica
+
 
 # The callable form, for services that take `require_stream` alone.
 RequireStream = Callable[[str, dict[str, Any]], None]

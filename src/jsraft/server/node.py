@@ -6,7 +6,9 @@ dispatch (Raft messages by group name, stamping when each peer was last heard pe
 changes to the NATS cluster routes), and the two routes a request can take: to the meta leader (admin)
 or to a stream's leader (data). The JetStream API on top is in `jetstream`; the NATS client port
 (`clients`, `url`) in `client_server` and `stream_publish`, its interest and messages between nodes in
-`routes`.
+`routes`. Each service gets the narrow parts it uses, wired here once — `LocalStreams`, the call
+signatures of `stream_lookup`, the router, `ApiParts` for the JetStream API, callables for `Readiness` —
+not the `Node` (only the whole-node observers in tests/test_architecture.py's `NODE_HOLDERS` take it).
 
 Invariants:
   1. The store directory is locked for this node (`disk.lock`: a second process, or a second `Node` in

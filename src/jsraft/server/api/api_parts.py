@@ -18,19 +18,16 @@ Imports: stdlib, attrs, L3 (`meta`), L3½ (`replica.advisories`), L4 (`runtime`)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from collections.abc import Callable
 
 import attrs
 
 from jsraft.meta import MetaStateMachine
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.runtime import NodeRuntime
+from jsraft.server.groups.router import Local
 from jsraft.server.groups.stream_lookup import CallMeta, CallPeer, CallStream, LocalStreams, stream_for_subject
 from jsraft.server.settings.config import NodeConfig
-
-# (from_node, method, args, blobs) -> (result, blobs): `Handlers.handle`, a method served on this node.
-Handle = Callable[[str, str, dict[str, Any], Sequence[bytes]], Awaitable[tuple[Any, Sequence[bytes]]]]
 
 
 @attrs.frozen(kw_only=True)
@@ -40,7 +37,7 @@ class ApiParts:
     call_meta: CallMeta
     call_stream: CallStream
     call_peer: CallPeer  # `Rpc.call`: one named peer
-    handle: Handle
+    handle: Local  # `Handlers.handle`: a method served on this node, (from_node, method, args, blobs)
     runtime: NodeRuntime
     online: Callable[[], set[str]]  # this node and every connected peer
     raft_heard_ns: dict[str, dict[str, int]]  # group -> peer -> monotonic ns last heard (stream info `active`)

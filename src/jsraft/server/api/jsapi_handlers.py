@@ -125,7 +125,7 @@ class JsApi:
         consumers = ConsumerEndpoints(parts)
         ConsumerAdmin(parts).register(table)
         ConsumerControl(parts).register(table)  # consumer.pause
-        SnapshotLeaderSide(parts).register(table)  # snapshot.read, restore.append/finish
+        SnapshotLeaderSide(parts.local).register(table)  # snapshot.read, restore.append/finish
         snapshots = SnapshotEndpoints(parts, clients, Endpoints(
             stream_info=self.stream_info, stream_create=self.stream_create, stream_delete=self.stream_delete,
             consumer_create=consumers.create, consumer_list=consumers.list))

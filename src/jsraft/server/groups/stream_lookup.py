@@ -3,8 +3,9 @@
 Owns: `require_stream` (how a request for a stream that has no replica open here is answered),
 `stream_for_subject` (which stream takes a subject, from this node's meta state), `LocalStreams` (this
 node's name, its open stream replicas and `require_stream` bound to its meta state: what a leader-side
-endpoint needs to find the replica a request is for) and the call signatures of the routes a request
-can take (`CallMeta`, `CallStream`, `CallPeer`), which `Node` wires once.
+endpoint needs to find the replica a request is for) and `CallMeta`, the signature of a request to the
+meta leader; with `router.CallStream` and `stream_repair.CallPeer` (re-exported here) they are the
+routes a request can take, which `Node` wires once.
 
 Invariants:
   1. A request for a stream this node does not know is `StreamNotFound` only when the caller found the
@@ -13,12 +14,13 @@ Invariants:
   2. `LocalStreams.replicas` is the `StreamManager`'s own dict, not a copy: a replica opened or closed
      after the wiring is seen at once.
 
-Imports: stdlib, attrs, L0, L1 (`raft` errors, `subjects`), L3 (`meta`). Must not import `server.node`.
+Imports: stdlib, attrs, L0, L1 (`raft` errors, `subjects`), L3 (`meta`), siblings (`router`, `stream_repair`
+for the call signatures). Must not import `server.node`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
@@ -27,6 +29,8 @@ from jsraft import subjects
 from jsraft.errors import StreamNotFound
 from jsraft.meta import MetaStateMachine
 from jsraft.raft.errors import NotLeader
+from jsraft.server.groups.router import CallStream
+from jsraft.server.groups.stream_repair import CallPeer
 
 if TYPE_CHECKING:
     from jsraft.server.groups.stream_replica import StreamReplica
@@ -35,23 +39,9 @@ Reply = tuple[Any, list[bytes]]
 
 
 class CallMeta(Protocol):
-    """A request carried to the meta leader (`Node.call_meta`)."""
+    """`Node.call_meta`: a request carried to the meta leader (the router finds it)."""
 
-    def __call__(self, method: str, args: dict[str, Any], blobs: Sequence[bytes] = ()) -> Awaitable[Reply]: ...
-
-
-class CallStream(Protocol):
-    """A request carried to a stream's leader, wherever it is (`Node.call_stream`)."""
-
-    def __call__(self, stream: str, method: str, args: dict[str, Any],
-                 blobs: Sequence[bytes] = ()) -> Awaitable[Reply]: ...
-
-
-class CallPeer(Protocol):
-    """A request to one named peer over `$rpc` (`Rpc.call`)."""
-
-    def __call__(self, to_node: str, method: str, args: dict[str, Any], blobs: Sequence[bytes] = (), *,
-                 timeout_s: float = ...) -> Awaitable[Reply]: ...
+    async def __call__(self, method: str, args: dict[str, Any], blobs: Sequence[bytes] = ...) -> Reply: ...
 
 
 def require_stream(meta: MetaStateMachine, name: str, args: dict[str, Any]) -> None:
@@ -97,3 +87,6 @@ class LocalStreams:
 
 # The callable form, for services that take `require_stream` alone.
 RequireStream = Callable[[str, dict[str, Any]], None]
+
+__all__ = ["CallMeta", "CallPeer", "CallStream", "LocalStreams", "RequireStream", "require_stream",
+           "stream_for_subject"]

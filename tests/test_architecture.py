@@ -14,7 +14,10 @@ longer needed, or a file that grew past its entry, fails the test). Inside the s
 subpackages are ranked — `settings` < `nats` < `groups` < `api` < `ops` < the top modules (`node`) — and a
 module imports at run time only its own subpackage, lower-ranked ones and `server.errors` (an allowlist
 of exceptions that may only shrink); `api` reaches the NATS face only through its port
-(`nats.client_server`); no subpackage imports another's private (`_x`) module or name. Every rule has
+(`nats.client_server`); no subpackage imports another's private (`_x`) module or name; no subpackage
+module names `Node` (not even in an annotation) or reaches through a stored one (`self.node.x`,
+`self._node.x`): services get the narrow parts they use, wired once in `server/node.py` (an allowlist of
+whole-node observers that may only shrink). Every rule has
 teeth: a test plants each kind of violation in a temporary copy of the package and sees the check report
 it.
 """
@@ -216,6 +219,29 @@ def _server_target(name: str) -> tuple[str, str] | None:
     return (parts[2], parts[2])
 
 
+# Modules of the subpackages that still take the whole `Node` (#13: services receive the narrow parts they
+# use). The monitoring views and metrics read most of the node (the monitor wires the test hooks' parts); `cluster_urls` sets the client port's
+# connect_urls. May only shrink.
+NODE_HOLDERS = {"server/ops/monitor.py", "server/ops/metrics.py", "server/ops/monitor_views.py",
+                "server/nats/cluster_urls.py"}
+NODE_ATTRIBUTES = {"node", "_node"}
+
+
+def _node_uses(tree: ast.Module, imports: set[str]) -> list[str]:
+    """Where a module names `Node` or reaches through a stored node (`<x>.node.<attr>`)."""
+    found = [f"imports {name}" for name in sorted(imports) if name == "jsraft.server.node"]
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module == "jsraft.server" and any(a.name == "Node" for a in n.names):
+            found.append(f"imports Node from jsraft.server at line {n.lineno}")
+        elif isinstance(n, ast.Name) and n.id == "Node":
+            found.append(f"names Node at line {n.lineno}")
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.strip() == "Node":
+            found.append(f"annotates with 'Node' at line {n.lineno}")
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr in NODE_ATTRIBUTES:
+            found.append(f"reaches through a stored node (.{n.value.attr}.{n.attr}) at line {n.lineno}")
+    return found
+
+
 def _server_problems(path: pathlib.Path, tree: ast.Module, imports: set[str], root: pathlib.Path) -> list[str]:
     rel = path.relative_to(root)
     if len(rel.parts) < 3 or rel.parts[1] not in SERVER_RANKS:
@@ -223,6 +249,9 @@ def _server_problems(path: pathlib.Path, tree: ast.Module, imports: set[str], ro
     own = rel.parts[1]
     runtime = _runtime_imports(tree, path, root)
     problems = []
+    if str(rel) not in NODE_HOLDERS:
+        problems += [f"server.{own}: {rel.name} {use}: take the narrow parts instead of Node (wired in node.py)"
+                     for use in _node_uses(tree, imports)]
     for name in sorted(imports):
         target = _server_target(name)
         if target is None or target[0] == own:
@@ -241,6 +270,14 @@ def _server_problems(path: pathlib.Path, tree: ast.Module, imports: set[str], ro
                 not in SERVER_RANK_EXCEPTIONS:
             problems.append(f"server.{own} imports {name}: server.{sub} ranks above it")
     return problems
+
+
+def test_node_holders_are_all_needed():
+    for rel in sorted(NODE_HOLDERS):
+        path = SRC / rel
+        assert path.exists(), f"{rel}: file gone; remove it from NODE_HOLDERS"
+        tree = ast.parse(path.read_text())
+        assert _node_uses(tree, _imports(tree, path, SRC)), f"{rel} no longer takes Node: remove it from NODE_HOLDERS"
 
 
 def test_server_rank_exceptions_are_all_needed():
@@ -399,6 +436,12 @@ PLANTED = {
     "server/nats/planted_rank.py": ("from jsraft.server.groups.streams import StreamManager\n",
                                     "server.groups ranks above it"),
     "server/settings/planted_node.py": ("from jsraft.server.node import Node\n", "the top of the server"),
+    "server/api/planted_node_annotation.py": (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from jsraft.server.node import Node\n"
+        "def f(node: 'Node') -> None: ...\n", "take the narrow parts instead of Node"),
+    "server/groups/planted_stored_node.py": (
+        "class S:\n    def __init__(self, node):\n        self._node = node\n"
+        "    def f(self):\n        return self._node.call_stream('s', 'm', {})\n", "reaches through a stored node"),
     "server/groups/planted_private.py": ("from jsraft.server.nats._secret import key\n",
                                          "a private name of another subpackage"),
 }

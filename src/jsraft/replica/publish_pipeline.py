@@ -1,6 +1,10 @@
-"""The stream leader's publish batches in flight: decided, proposed, waiting for their entries (layer L3½).
+"""The stream leader's publish pipeline: decide → open batch → entries, then the batches in flight until
+their entries settle (layer L3½).
 
-Owns: `BatchAnswers` (one `StreamLeader.decide` batch: which publish gets which answer, filled in by the
+Owns: `decide` (whether a batch of publishes may be decided now — a `StreamLeader` exists and the stream is
+not stopped here — and, if so, `StreamLeader.decide`'s dedup / expected-seq / limits checks and the MSGS
+entries to propose), `InFlightBatches.decide_and_open` (that decision opened as a batch: the entries the
+trio shell proposes, or every publish refused at once), `BatchAnswers` (one `StreamLeader.decide` batch: which publish gets which answer, filled in by the
 runtime's `on_settled` callbacks of its entries' proposals) and `InFlightBatches` (every such batch of
 one replica, answered in the order they were decided). With them the replica's pump proposes a batch and
 goes on to decide the next one at once, instead of waiting for the first to commit: the entries of
@@ -16,8 +20,15 @@ Invariants:
   3. A duplicate of a publish still in flight is answered as its original is (`StreamLeader` marks it
      `pending` with the original's seq), whether the original is in its own batch or an earlier one
      (answered first, by 1) — never acknowledged while the original may yet be lost.
+  4. Nothing is decided without a `StreamLeader` (NotLeader) or while the stream is stopped here
+     (StreamOffline, stream_replica invariant 6): such a batch is refused whole and opens no batch, so
+     no sequence is assigned that no entry will carry.
 
-Imports: stdlib, L3 (`stream` outcomes and results).
+The trio shell (`server.groups.stream_replica`) only proposes the entries `decide_and_open` returns, in
+order; the simulator's stream clients (`testing.sim.stream_clients`) decide through `decide` as well.
+
+Imports: stdlib, L1 (`raft` errors), L3 (`stream` leader, outcomes and results; `meta` errors).
+Must not import: trio, anything of the server layer.
 """
 
 from __future__ import annotations
@@ -26,9 +37,25 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jsraft.stream import ApplyResult, PubOutcome
+from jsraft.meta import StreamOffline
+from jsraft.raft.errors import NotLeader
+from jsraft.stream import ApplyResult, PubOutcome, StreamLeader
+from jsraft.stream.leader import Decision
 
 Done = Callable[[Any], None]
+Publish = tuple[str, bytes, bytes]  # (subject, headers, payload)
+Queued = tuple[str, bytes, bytes, Done]  # a publish and the callback its answer goes to
+
+
+def decide(leader: StreamLeader | None, publishes: Sequence[Publish], now_ns: int, *,
+           leader_id: str | None, stopped_reason: str | None) -> Decision | BaseException:
+    """The decision on `publishes` arrived together at `now_ns` (the node's steady wall clock): the
+    `StreamLeader`'s outcomes and entries, or why none may be decided now (invariant 4)."""
+    if leader is None:
+        return NotLeader(leader_id)
+    if stopped_reason is not None:
+        return StreamOffline(stopped_reason)
+    return leader.decide(publishes, now_ns)
 
 
 class BatchAnswers:
@@ -84,6 +111,18 @@ class InFlightBatches:
 
     def __len__(self) -> int:
         return len(self._batches)
+
+    def decide_and_open(self, leader: StreamLeader | None, batch: Sequence[Queued], now_ns: int, *,
+                        leader_id: str | None, stopped_reason: str | None) -> tuple[BatchAnswers, list[bytes]] | None:
+        """Decide `batch` and open it: its answers and the entries to propose, in order. `None` when it was
+        refused whole (invariant 4): every publish has been answered with the refusal already."""
+        decision = decide(leader, [(subject, headers, payload) for subject, headers, payload, _ in batch], now_ns,
+                          leader_id=leader_id, stopped_reason=stopped_reason)
+        if isinstance(decision, BaseException):
+            for _, _, _, done in batch:
+                done(decision)
+            return None
+        return self.open([done for _, _, _, done in batch], decision.outcomes), decision.entries
 
     def open(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome]) -> BatchAnswers:
         batch = BatchAnswers(dones, outcomes)

@@ -6,7 +6,9 @@ dispatch (Raft messages by group name, stamping when each peer was last heard pe
 changes to the NATS cluster routes), and the two routes a request can take: to the meta leader (admin)
 or to a stream's leader (data). The JetStream API on top is in `jetstream`; the NATS client port
 (`clients`, `url`) in `client_server` and `stream_publish`, its interest and messages between nodes in
-`routes`.
+`routes`. Each service gets the narrow parts it uses, wired here once — `LocalStreams`, the call
+signatures of `stream_lookup`, the router, `ApiParts` for the JetStream API, callables for `Readiness` —
+not the `Node` (only the whole-node observers in tests/test_architecture.py's `NODE_HOLDERS` take it).
 
 Invariants:
   1. The store directory is locked for this node (`disk.lock`: a second process, or a second `Node` in
@@ -34,11 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft import subjects
 from jsraft.disk import OsDisk
 from jsraft.disk.lock import StoreLock, acquire_store_lock
-from jsraft.errors import StreamNotFound, invariant, naming_port
-from jsraft.raft.errors import NotLeader
+from jsraft.errors import invariant, naming_port
 from jsraft.meta import MetaStateMachine
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.messages import Message
@@ -48,6 +48,7 @@ from jsraft.server.nats.client_server import ClientServer
 from jsraft.server.settings.config import NodeConfig
 from jsraft.server.groups import publish_batch
 from jsraft.server.groups.handlers import Handlers
+from jsraft.server.api.api_parts import ApiParts
 from jsraft.server.api.jsapi_handlers import JsApi
 from jsraft.server.ops.readiness import Readiness
 from jsraft.server.settings.identity import IDENTITY_FILE, NodeIdentity, load_or_format
@@ -59,6 +60,7 @@ from jsraft.server.nats.routes import Routes
 from jsraft.server.groups.rpc import RPC_GROUP, Rpc
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_publish import client_service
+from jsraft.server.groups.stream_lookup import LocalStreams, require_stream, stream_for_subject
 from jsraft.server.groups.streams import StreamManager
 from jsraft.server.nats.cluster_urls import ClusterUrls
 from jsraft.server.groups.versioning import log_banner
@@ -98,7 +100,11 @@ class Node:
         # steps slewed away (runtime/clock.py invariant 3), so a clock stepped minutes forward cannot
         # age every message id out of the duplicate window at once.
         self.steady_clock = SteadyWall(self.clock)
-        self.readiness = Readiness(self)
+        # The parts the readiness rule reads are built later (`_build`): until then it says "not open".
+        self.readiness = Readiness(self.name, self.meta,
+                                   meta_status=lambda: self.runtime.status(META_GROUP).raft,
+                                   noop_term=lambda: self.meta_adapter.noop_term,
+                                   streams_pending=lambda: self.streams.pending)
         self._scope = trio.CancelScope()
 
     def raft_config(self) -> RaftConfig:
@@ -177,21 +183,31 @@ class Node:
             config=_TEST_TRANSPORT if config.test_mode else None, bind_host=self._outgoing_host(),
             auth=ClusterAuth(config.cluster_secret, config.cluster_name) if config.cluster_secret else None,
             tls=TlsContexts(config.cluster_tls, "cluster_tls", mutual=True) if config.cluster_tls else None)
-        self.handlers = Handlers(self)
-        self.rpc = Rpc(self.transport.send, self.handlers.handle)
-        self.router = Router(self.name, self.rpc, self.handlers.handle, tick_s=self.tick_s,
-                             deadline_s=10.0, attempt_timeout_s=2.0 if config.test_mode else 5.0)
+        call_peer = partial(_call_peer, self)  # the request layer is built after the parts that use it
         self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
                                         meta=self.meta, adapter=self.meta_adapter, online=self.online,
                                         tick_s=self.tick_s,
                                         snapshot_every_entries=config.meta_snapshot_every_entries or None,
                                         storage_uuid=str(self.identity.storage_uuid),
-                                        online_uuids=self.online_storage_uuids, call_peer=self.rpc.call)
-        self.clients: ClientServer = client_service(self)
+                                        online_uuids=self.online_storage_uuids, call_peer=call_peer)
+        local = LocalStreams(name=self.name, replicas=self.streams.replicas, meta=self.meta)
+        self.handlers = Handlers(local=local, meta_service=self.meta_service, status=self.runtime.status,
+                                 call_peer=call_peer)
+        self.rpc = Rpc(self.transport.send, self.handlers.handle)
+        self.router = Router(self.name, self.rpc, self.handlers.handle, tick_s=self.tick_s,
+                             deadline_s=10.0, attempt_timeout_s=2.0 if config.test_mode else 5.0)
+        self.clients: ClientServer = client_service(config, self.identity.storage_uuid, local=local,
+                                                    router=self.router, rpc=self.rpc, call_stream=self.call_stream)
         # `msg.publish_batch`, served at a stream's leader; queued as its frame is read (rpc invariant 5).
-        self.handlers.table[publish_batch.METHOD] = partial(publish_batch.publish_batch, self)
-        self.rpc.starters[publish_batch.METHOD] = partial(publish_batch.start_publish_batch, self)
-        self.jsapi = JsApi(self, self.clients)  # `$JS.API.>` on the client port
+        self.handlers.table[publish_batch.METHOD] = partial(publish_batch.publish_batch, local)
+        self.rpc.starters[publish_batch.METHOD] = partial(publish_batch.start_publish_batch, local)
+        self.api_parts = ApiParts(
+            local=local, config=config, call_meta=self.call_meta, call_stream=self.call_stream, call_peer=call_peer,
+            handle=self.handlers.handle, runtime=self.runtime, online=self.online, raft_heard_ns=self.raft_heard_ns,
+            meta_ready=self.meta_service.ready, advisories=self.streams.advisories,
+            flush_routes=lambda: self.routes.flush(),  # the routes are built last (api_parts invariant 2)
+            peer_interest=lambda subject: bool(self.routes.interested_peers(subject)))
+        self.jsapi = JsApi(self.api_parts, self.clients, self.handlers.table)  # `$JS.API.>` on the client port
         for service in (self.jsapi.consumer_hub, self.jsapi.group_ops):  # consumer.next, ..., group.status, ...
             service.register(self.handlers.table)
         self.streams.consumer_port = self.jsapi.consumer_hub  # push consumers publish and ask interest there
@@ -302,22 +318,11 @@ class Node:
                                       blobs, hint=hint, candidates=lambda: assignment.peers)
 
     def require_stream(self, name: str, args: dict[str, Any]) -> None:
-        """A request for stream `name` came here (this node has no replica of it open): `StreamNotFound`
-        when the stream does not exist here, unless the caller saw it at a meta index this node has not
-        applied yet — then `NotLeader(None)`, which the caller's router retries: the create is on its way.
-        Returns when the stream exists (the caller then says it is not open here)."""
-        try:
-            self.meta.stream(name)
-        except StreamNotFound:
-            if int(args.get("meta_index", 0)) > self.meta.applied_index:
-                raise NotLeader(None) from None
-            raise
+        """`stream_lookup.require_stream` on this node's meta state."""
+        require_stream(self.meta, name, args)
 
     def stream_for_subject(self, subject: str) -> str:
-        for assignment in self.meta.streams():
-            if any(subjects.matches(pattern, subject) for pattern in assignment.subjects):
-                return assignment.name
-        raise StreamNotFound(f"no stream matches subject {subject!r}")
+        return stream_for_subject(self.meta, subject)
 
     def group_names(self) -> list[str]:
         return [name for name in self.runtime.group_names() if name != META_GROUP]
@@ -326,7 +331,12 @@ class Node:
         """The in-process JetStream API (imported here: a node serving clients has no use for it)."""
         from jsraft.server.api.jetstream import JetStreamContext
 
-        return JetStreamContext(self)
+        return JetStreamContext(self.api_parts, self.clients.publish, lambda: self.url)
+
+
+def _call_peer(node: Node, *args: Any, **kwargs: Any) -> Any:
+    """`Rpc.call` of `node`, looked up at call time: the services that take it are built before it."""
+    return node.rpc.call(*args, **kwargs)
 
 
 @asynccontextmanager

@@ -31,7 +31,6 @@ from jsraft.jsapi import consumer_required_level, served_metadata, validate_stre
 from jsraft.jsapi.consumer_config import ConsumerConfig, parse_consumer_config
 from jsraft.jsapi.account_limits import consumers_max
 from jsraft.meta import ConsumerOffline, StreamOffline  # both take the reason alone (10195, 10194)
-from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.consumer_errors import (
     ConsumerAlreadyExists, ConsumerCreateFailed, ConsumerDoesNotExist, ConsumerNotFound, MaximumConsumersLimit,
 )
@@ -42,7 +41,8 @@ from jsraft.server.api.jsapi_stream import cluster_json
 from jsraft.server.groups.versioning import check_consumer_level, consumer_offline_reason
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
+    from jsraft.server.groups.stream_lookup import LocalStreams
 
 Result = tuple[Any, Sequence[bytes]]
 
@@ -117,14 +117,11 @@ def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store:
     return info
 
 
-async def leading_service(node: "Node", args: dict[str, Any]) -> ConsumerService:
+async def leading_service(local: "LocalStreams", args: dict[str, Any]) -> ConsumerService:
     """The consumer service of `args["stream"]` on this node, leading (invariant 1): `NotLeader` when this
     node has no replica of it, `StreamNotFound` when the stream does not exist at all."""
     name = validate_stream_name(str(args["stream"]))
-    replica = node.streams.replicas.get(name)
-    if replica is None:
-        node.require_stream(name, args)
-        raise NotLeader(None)
+    replica = local.replica(name, args)
     await replica.wait_leader(1.0)
     replica.consumers.follow(replica.leader)
     replica.consumers.require()
@@ -134,38 +131,38 @@ async def leading_service(node: "Node", args: dict[str, Any]) -> ConsumerService
 class ConsumerAdmin:
     """The `consumer.*` admin methods; `register` adds them to a node's request table."""
 
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts") -> None:
+        self.parts = parts
 
     def register(self, table: dict[str, Any]) -> None:
         table.update({"consumer.create": self.create, "consumer.delete": self.delete,
                       "consumer.info": self.info, "consumer.names": self.names, "consumer.list": self.list})
 
     async def _service(self, args: dict[str, Any]) -> ConsumerService:
-        return await leading_service(self.node, args)
+        return await leading_service(self.parts.local, args)
 
     def _cluster(self, service: ConsumerService) -> dict[str, Any] | None:
-        config = self.node.config
+        config = self.parts.config
         if not config.clustered:
             return None
-        online = self.node.online()
-        peers = self.node.meta.stream(service.stream).peers
+        online = self.parts.online()
+        peers = self.parts.meta.stream(service.stream).peers
         replicas = {peer: {"current": True, "status": "current"} if peer in online
                     else {"offline": True, "status": "offline"} for peer in peers}
         # A consumer lives in its stream's group and is led by the stream's leader (DESIGN §6).
-        return cluster_json(config.cluster_name, None, self.node.name, replicas,
+        return cluster_json(config.cluster_name, None, self.parts.name, replicas,
                             leader_since_ns=service.replica.leader_since_ns,
-                            heard_ns=self.node.raft_heard_ns.get(service.replica.group))
+                            heard_ns=self.parts.raft_heard_ns.get(service.replica.group))
 
     def _info(self, service: ConsumerService, name: str) -> dict[str, Any]:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
-        reason = consumer_offline_reason(entry, self.node.config.api_level)
+        reason = consumer_offline_reason(entry, self.parts.config.api_level)
         if reason is not None:
             raise ConsumerOffline(reason)
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
-                         self._cluster(service), service.now_ns(), self.node.config.api_level)
+                         self._cluster(service), service.now_ns(), self.parts.config.api_level)
 
     # --- Methods ------------------------------------------------------------------------------------------
 
@@ -175,10 +172,10 @@ class ConsumerAdmin:
         machine = service.replica.machine
         assert machine is not None
         config, raw = parse_consumer_config(blobs[0], stream=machine.config)
-        check_consumer_level(config, config.pause_until_ns, self.node.config.api_level)
+        check_consumer_level(config, config.pause_until_ns, self.parts.config.api_level)
         consumers = service.replica.adapter.consumers.consumers  # type: ignore[union-attr]  # the ConsumerSet
         existing = consumers.consumers.get(name)
-        offline = consumer_offline_reason(existing, self.node.config.api_level) if existing is not None else None
+        offline = consumer_offline_reason(existing, self.parts.config.api_level) if existing is not None else None
         if offline is not None:
             raise ConsumerOffline(offline)
         if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
@@ -192,7 +189,7 @@ class ConsumerAdmin:
             check_update(existing.config, config)
         elif action == "update":
             raise ConsumerDoesNotExist()
-        elif 0 < consumers_max(machine.config.max_consumers, self.node.config.account_limits) \
+        elif 0 < consumers_max(machine.config.max_consumers, self.parts.config.account_limits) \
                 <= len(consumers.consumers):
             raise MaximumConsumersLimit()
         consumers.check_create(name, config)

@@ -31,7 +31,7 @@ from jsraft.server.api.jsapi_codec import rfc3339
 from jsraft.server.groups.versioning import check_consumer_level, consumer_offline_reason
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 Result = tuple[Any, Sequence[bytes]]
 
@@ -47,14 +47,14 @@ def pause_answer(until_ns: int, now_ns: int) -> dict[str, Any]:
 class ConsumerControl:
     """The `consumer.pause` method; `register` adds it to a node's request table."""
 
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts") -> None:
+        self.parts = parts
 
     def register(self, table: dict[str, Any]) -> None:
         table["consumer.pause"] = self.pause
 
     async def _service(self, args: dict[str, Any]) -> ConsumerService:
-        return await leading_service(self.node, args)
+        return await leading_service(self.parts.local, args)
 
     async def pause(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         service = await self._service(args)
@@ -62,12 +62,12 @@ class ConsumerControl:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
-        offline = consumer_offline_reason(entry, self.node.config.api_level)
+        offline = consumer_offline_reason(entry, self.parts.config.api_level)
         if offline is not None:
             raise ConsumerOffline(offline)
         if service.replica.stopped_reason is not None:  # stream_replica invariant 6: only deletes
             raise StreamOffline(service.replica.stopped_reason)
-        check_consumer_level(entry.config, until_ns, self.node.config.api_level)
+        check_consumer_level(entry.config, until_ns, self.parts.config.api_level)
         before_ns = entry.paused_until_ns
         proposal = await service.propose([PauseOp(name=name, until_ns=until_ns)])
         await service.replica.runtime.outcome(service.replica.group, proposal)  # invariant 2

@@ -49,7 +49,7 @@ from jsraft.replica.consumer_pull import Send
 from jsraft.server.groups.consumer_service import ConsumerService
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger("jsraft.server.consumers")
 
@@ -65,8 +65,8 @@ FETCH_EXPIRES_MAX_S = 1.0  # one `consumer.fetch` waits at most this long (below
 
 
 class ConsumerHub:
-    def __init__(self, node: "Node", clients: ClientServer) -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts", clients: ClientServer) -> None:
+        self.parts = parts
         self.clients = clients
         self.acks_dropped = 0
         self._lanes: dict[str, list[tuple[str, str, bytes]]] = {}
@@ -91,8 +91,7 @@ class ConsumerHub:
         it; nats-server starts delivering at that subscription."""
         if not added or type(sub) is InternalSubscription:
             return
-        streams = getattr(self.node, "streams", None)
-        for replica in streams.replicas.values() if streams is not None else ():
+        for replica in self.parts.local.replicas.values():
             if replica.consumers.awaits_interest(sub.subject):
                 replica.consumers.wake()
 
@@ -104,8 +103,7 @@ class ConsumerHub:
             return True
         if any(type(sub) is not InternalSubscription for members in result.queues for sub in members):
             return True
-        routes = getattr(self.node, "routes", None)
-        return routes is not None and bool(routes.interested_peers(subject))
+        return self.parts.peer_interest(subject)
 
     def has_reply_interest(self, reply: str) -> bool:
         """Whether a pull request's reply subject is still listened on: a client subscription here or at
@@ -123,7 +121,7 @@ class ConsumerHub:
 
     def _local(self, stream: str) -> ConsumerService | None:
         """This node's service for `stream` when it leads it now."""
-        replica = self.node.streams.replicas.get(stream)
+        replica = self.parts.local.replicas.get(stream)
         if replica is None:
             return None
         replica.consumers.follow(replica.leader)
@@ -152,8 +150,8 @@ class ConsumerHub:
 
     async def _carry_next(self, stream: str, consumer: str, msg: InternalMsg) -> None:
         try:
-            self.node.routes.flush()  # invariant 1
-            await self.node.call_stream(stream, "consumer.next", {"consumer": consumer, "reply": msg.reply},
+            self.parts.flush_routes()  # invariant 1
+            await self.parts.call_stream(stream, "consumer.next", {"consumer": consumer, "reply": msg.reply},
                                         [msg.payload])
         except (StreamNotFound, ConsumerNotFound):
             self.clients.publish(msg.reply or "", b"", headers=NO_RESPONDERS)  # invariant 3
@@ -169,9 +167,9 @@ class ConsumerHub:
         return {}, []
 
     async def _leading(self, stream: str) -> ConsumerService:
-        replica = self.node.streams.replicas.get(stream)
+        replica = self.parts.local.replicas.get(stream)
         if replica is None:
-            self.node.meta.stream(stream)  # StreamNotFound when it does not exist at all
+            self.parts.meta.stream(stream)  # StreamNotFound when it does not exist at all
             raise NotLeader(None)
         await replica.wait_leader(1.0)
         replica.consumers.follow(replica.leader)
@@ -222,7 +220,7 @@ class ConsumerHub:
                     continue
                 args = {"subjects": [s for s, _, _ in batch], "replies": [r for _, r, _ in batch]}
                 try:
-                    await self.node.call_stream(stream, "consumer.acks", args, [b for _, _, b in batch])
+                    await self.parts.call_stream(stream, "consumer.acks", args, [b for _, _, b in batch])
                 except JsraftError as error:
                     self.acks_dropped += len(batch)
                     log.info("%d acks for stream %s dropped: %s", len(batch), stream, error)

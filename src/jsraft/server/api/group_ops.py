@@ -39,7 +39,7 @@ from jsraft.replica.stream_events import now_rfc3339
 
 if TYPE_CHECKING:
     from jsraft.runtime.group import GroupStatus
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ def given_up(before: GroupStatus, after: GroupStatus) -> dict[str, int] | None:
 class GroupOps:
     """The two subscriptions, and the `$rpc` methods each peer serves for them."""
 
-    def __init__(self, node: Node, clients: ClientServer) -> None:
-        self._node = node
+    def __init__(self, parts: ApiParts, clients: ClientServer) -> None:
+        self._parts = parts
         self._clients = clients
         clients.subscribe_internal(GROUP_PREFIX + "*", self._group_request)
         clients.subscribe_internal(ACCEPT_PREFIX + "*", self._accept_request)
@@ -85,32 +85,32 @@ class GroupOps:
 
     def _group_name(self, args: dict[str, Any]) -> str:
         name = validate_stream_name(str(args["stream"]))
-        replica = self._node.streams.replicas.get(name)
+        replica = self._parts.local.replicas.get(name)
         if replica is None:
-            raise StreamNotFound(f"stream {name!r} is not open on {self._node.name}")
+            raise StreamNotFound(f"stream {name!r} is not open on {self._parts.name}")
         return replica.group
 
     async def _local_status(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, tuple[()]]:
-        return status_json(self._node.name, self._node.runtime.status(self._group_name(args))), ()
+        return status_json(self._parts.name, self._parts.runtime.status(self._group_name(args))), ()
 
     async def _local_accept(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, tuple[()]]:
         group = self._group_name(args)
-        changed = await self._node.runtime.accept_data_loss(group)
+        changed = await self._parts.runtime.accept_data_loss(group)
         if changed is None:
-            raise AcceptLossRefused(f"{self._node.name} is not repairing stream {args['stream']!r}")
+            raise AcceptLossRefused(f"{self._parts.name} is not repairing stream {args['stream']!r}")
         before, after = changed
         lost = given_up(before, after)
         log.warning("ACCEPTED DATA LOSS on stream %s (group %s) at the operator's request: kept the log "
                     "through %d, gave up %s; was repairing because: %s", args["stream"], group,
                     after.raft.last_index, f"{lost['first']}..{lost['last']}" if lost else "nothing it knew of",
                     before.raft.repair_reason)
-        return {"node": self._node.name, "kept_through": after.raft.last_index, "given_up": lost,
+        return {"node": self._parts.name, "kept_through": after.raft.last_index, "given_up": lost,
                 "repair_reason": before.raft.repair_reason}, ()
 
     # --- On the node that received the request ---------------------------------------------------------------
 
     async def _statuses(self, stream: str) -> list[dict[str, Any]]:
-        peers = self._node.meta.stream(stream).peers
+        peers = self._parts.meta.stream(stream).peers
         found: dict[str, dict[str, Any]] = {}
 
         async def ask(peer: str) -> None:
@@ -125,10 +125,10 @@ class GroupOps:
         return [found[peer] for peer in peers]
 
     async def _call(self, peer: str, method: str, args: dict[str, Any]) -> Any:
-        if peer == self._node.name:
-            result, _ = await self._node.handlers.handle(peer, method, args, [])
+        if peer == self._parts.name:
+            result, _ = await self._parts.handle(peer, method, args, [])
         else:
-            result, _ = await self._node.rpc.call(peer, method, args, timeout_s=PEER_TIMEOUT_S)
+            result, _ = await self._parts.call_peer(peer, method, args, timeout_s=PEER_TIMEOUT_S)
         return result
 
     async def _group_request(self, msg: InternalMsg) -> None:
@@ -137,7 +137,7 @@ class GroupOps:
 
     async def _group(self, stream: str) -> dict[str, Any]:
         validate_stream_name(stream)
-        assignment = self._node.meta.stream(stream)
+        assignment = self._parts.meta.stream(stream)
         return {"stream": stream, "group": assignment.group, "replicas": await self._statuses(stream)}
 
     async def _accept_request(self, msg: InternalMsg) -> None:
@@ -147,7 +147,7 @@ class GroupOps:
     async def _accept(self, stream: str, payload: bytes) -> dict[str, Any]:
         validate_stream_name(stream)
         named = _accept_body(stream, payload)
-        assignment = self._node.meta.stream(stream)
+        assignment = self._parts.meta.stream(stream)
         statuses = {s["node"]: s for s in await self._statuses(stream)}
         for name in named:  # invariant 1: all checked before any is touched
             status = statuses.get(name)

@@ -25,7 +25,7 @@ Imports: stdlib, L0, L1 (`jsapi`), L3½ (`replica.stream_events`), L4 (`client` 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -48,7 +48,7 @@ from jsraft.server.api.jsapi_data import meta_barrier
 from jsraft.server.api.jsapi_consumer import generated_name, stored_consumer_config
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 
 @attrs.frozen
@@ -60,17 +60,18 @@ class StreamInfo:
 
 
 class JetStreamContext:
-    def __init__(self, node: "Node") -> None:
-        self._node = node
+    def __init__(self, parts: "ApiParts", publish: Callable[..., bool], url: Callable[[], str | None]) -> None:
+        """`publish`: the client port's (`ClientServer.publish`); `url`: this node's client URL, once open."""
+        self._parts, self._publish, self._url = parts, publish, url
 
     # --- Streams -------------------------------------------------------------------------------------
 
     async def add_stream(self, config: StreamConfig | Mapping[str, Any] | None = None, **params: Any) -> StreamInfo:
         raw = config_bytes(config, params)
         parsed, _ = parse_stream_config(raw)  # invariant 1
-        await meta_barrier(self._node)  # as the API: advise "create" only for a stream no node had created
-        existed = parsed.name in self._node.meta.names()
-        await self._node.call_meta("stream.create", {"name": parsed.name}, [raw])
+        await meta_barrier(self._parts)  # as the API: advise "create" only for a stream no node had created
+        existed = parsed.name in self._parts.meta.names()
+        await self._parts.call_meta("stream.create", {"name": parsed.name}, [raw])
         info = await self._settled(parsed.name)
         if not existed:
             self._advise(parsed.name, "create")
@@ -79,30 +80,30 @@ class JetStreamContext:
     async def update_stream(self, config: StreamConfig | Mapping[str, Any] | None = None, **params: Any) -> StreamInfo:
         raw = config_bytes(config, params)
         parsed, _ = parse_stream_config(raw)
-        await self._node.call_meta("stream.update", {"name": parsed.name}, [raw])
+        await self._parts.call_meta("stream.update", {"name": parsed.name}, [raw])
         info = await self._settled(parsed.name)
         self._advise(parsed.name, "modify")
         return info
 
     def _advise(self, name: str, action: str) -> None:
         """The stream action advisory the JetStream API publishes for the same change (invariant 5)."""
-        self._node.streams.advisories.publish(*stream_action(name, action))
+        self._parts.advisories.publish(*stream_action(name, action))
 
     async def _settled(self, name: str, timeout_s: float = 10.0) -> StreamInfo:
         """Invariant 2: this node's meta holds the stream and its group answers from a leader."""
         with trio.move_on_after(timeout_s):
-            while name not in self._node.meta.names():
-                await trio.sleep(self._node.tick_s / 2)
+            while name not in self._parts.meta.names():
+                await trio.sleep(self._parts.tick_s / 2)
             return await self.stream_info(name)
-        raise NoLeader(f"stream {name!r} was created but is not visible on {self._node.name} yet")
+        raise NoLeader(f"stream {name!r} was created but is not visible on {self._parts.name} yet")
 
     async def delete_stream(self, name: str) -> bool:
-        await self._node.call_meta("stream.delete", {"name": name})
+        await self._parts.call_meta("stream.delete", {"name": name})
         self._advise(name, "delete")
         return True
 
     async def stream_info(self, name: str) -> StreamInfo:
-        result, _ = await self._node.call_stream(name, "stream.info", {})
+        result, _ = await self._parts.call_stream(name, "stream.info", {})
         raw = result["config"].encode()
         config, _ = parse_stream_config(raw)
         return StreamInfo(config=config, state=result["state"], cluster=result["cluster"], config_raw=raw)
@@ -111,11 +112,11 @@ class JetStreamContext:
         return [await self.stream_info(name) for name in self.stream_names()]
 
     def stream_names(self) -> list[str]:
-        return self._node.meta.names()
+        return self._parts.meta.names()
 
     async def purge_stream(self, name: str, subject: str | None = None, seq: int | None = None,
                            keep: int | None = None) -> int:
-        result, _ = await self._node.call_stream(name, "stream.purge", {"subject": subject, "seq": seq, "keep": keep})
+        result, _ = await self._parts.call_stream(name, "stream.purge", {"subject": subject, "seq": seq, "keep": keep})
         return int(result["purged"])
 
     # --- Messages ------------------------------------------------------------------------------------
@@ -132,8 +133,8 @@ class JetStreamContext:
                            ("Nats-Expected-Last-Msg-Id", expected_last_msg_id)):
             if value is not None:
                 all_headers[key] = str(value)
-        name = stream or self._node.stream_for_subject(subject)
-        call = self._node.call_stream(name, "msg.publish", {"subject": subject},
+        name = stream or self._parts.stream_for_subject(subject)
+        call = self._parts.call_stream(name, "msg.publish", {"subject": subject},
                                       [encode_headers(all_headers), bytes(payload)])
         if timeout is None:
             result, _ = await call
@@ -148,12 +149,12 @@ class JetStreamContext:
         if (seq is None) == (last is None):
             raise JsraftError("get_msg needs exactly one of seq and last_by_subj")
         args = {"seq": seq} if seq is not None else {"last_by_subj": last}
-        result, blobs = await self._node.call_stream(stream_name, "msg.get", args)
+        result, blobs = await self._parts.call_stream(stream_name, "msg.get", args)
         return RawStreamMsg(subject=result["subject"], seq=int(result["seq"]), data=blobs[1],
                             headers=decode_headers(blobs[0]), time_ns=int(result["time_ns"]), stream=stream_name)
 
     async def delete_msg(self, stream_name: str, seq: int) -> bool:
-        await self._node.call_stream(stream_name, "msg.delete", {"seq": seq})
+        await self._parts.call_stream(stream_name, "msg.delete", {"seq": seq})
         return True
 
     # --- Consumers -----------------------------------------------------------------------------------
@@ -167,30 +168,30 @@ class JetStreamContext:
         name = validate_consumer_name(given or generated_name())
         # invariant 4; an unnamed ephemeral's config keeps no name, as nats-server's (and the JetStream API's)
         raw = stored_consumer_config(name, data, generated=not given)
-        result, _ = await self._node.call_stream(stream, "consumer.create", {"name": name, "action": ""}, [raw])
+        result, _ = await self._parts.call_stream(stream, "consumer.create", {"name": name, "action": ""}, [raw])
         return consumer_info_from(result)
 
     async def consumer_info(self, stream: str, consumer: str) -> ConsumerInfo:
-        result, _ = await self._node.call_stream(stream, "consumer.info", {"name": validate_consumer_name(consumer)})
+        result, _ = await self._parts.call_stream(stream, "consumer.info", {"name": validate_consumer_name(consumer)})
         return consumer_info_from(result)
 
     async def consumers(self, stream: str) -> list[ConsumerInfo]:
         infos: list[ConsumerInfo] = []
         while True:
-            result, _ = await self._node.call_stream(stream, "consumer.list", {"offset": len(infos)})
+            result, _ = await self._parts.call_stream(stream, "consumer.list", {"offset": len(infos)})
             infos += [consumer_info_from(info) for info in result["infos"]]
             if not result["infos"] or len(infos) >= int(result["total"]):
                 return infos
 
     async def delete_consumer(self, stream: str, consumer: str) -> bool:
-        await self._node.call_stream(stream, "consumer.delete", {"name": validate_consumer_name(consumer)})
+        await self._parts.call_stream(stream, "consumer.delete", {"name": validate_consumer_name(consumer)})
         return True
 
     async def pull_subscribe(self, subject: str, durable: str | None = None, stream: str | None = None,
                              config: ConsumerConfig | Mapping[str, Any] | None = None) -> EmbeddedPull:
         """nats-py's `pull_subscribe`: durable `durable` (created, filtered on `subject`, if missing) or a
         new ephemeral; `stream` defaults to the stream holding `subject`."""
-        stream = stream or self._node.stream_for_subject(subject)
+        stream = stream or self._parts.stream_for_subject(subject)
         if durable is not None:
             try:
                 await self.consumer_info(stream, durable)
@@ -205,7 +206,7 @@ class JetStreamContext:
         return self.pull_subscribe_bind((await self.add_consumer(stream, data)).name, stream)
 
     def pull_subscribe_bind(self, consumer: str, stream: str) -> EmbeddedPull:
-        return EmbeddedPull(self._node.call_stream, self._node.clients.publish, stream,
+        return EmbeddedPull(self._parts.call_stream, self._publish, stream,
                             validate_consumer_name(consumer))
 
     async def subscribe(self, subject: str, queue: str | None = None, **options: Any) -> PushSubscription:
@@ -213,9 +214,10 @@ class JetStreamContext:
         .subscribe`), through a client connection of its own to this node's client port: a push consumer
         delivers NATS messages to subscribers of its deliver subject, which only a connection can hold.
         `unsubscribe()` closes that connection."""
-        if self._node.url is None:
+        url = self._url()
+        if url is None:
             raise ServerError("the node's client port is not open: push consumers need it")
-        client = await connect(self._node.url)
+        client = await connect(url)
         try:
             sub = await client.jetstream().subscribe(subject, queue, **options)
         except BaseException:

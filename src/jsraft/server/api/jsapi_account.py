@@ -37,7 +37,7 @@ from jsraft.server.api.jsapi_data import meta_barrier
 from jsraft.server.nats.client_server import ClientServer, InternalMsg
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 STATE_TIMEOUT_S = 1.0
 API_PREFIX = "$JS.API."
@@ -63,10 +63,10 @@ def import_domain_api(clients: ClientServer, domain: str | None) -> None:
 
 
 class Account:
-    def __init__(self, node: "Node", counters: Callable[[], tuple[int, int]]) -> None:
-        self.node = node
-        self.limits: AccountLimits = node.config.account_limits
-        self.domain: str | None = node.config.jetstream_domain
+    def __init__(self, parts: "ApiParts", counters: Callable[[], tuple[int, int]]) -> None:
+        self.parts = parts
+        self.limits: AccountLimits = parts.config.account_limits
+        self.domain: str | None = parts.config.jetstream_domain
         self.counters = counters  # (api total, api errors) of the answers so far
 
     def with_domain(self, info: dict[str, Any]) -> dict[str, Any]:
@@ -79,10 +79,10 @@ class Account:
 
     async def info(self) -> dict[str, Any]:
         """Invariants 1 and 4, in nats-server's field order."""
-        await meta_barrier(self.node)
+        await meta_barrier(self.parts)
         used = {StorageType.memory: 0, StorageType.file: 0}
         reserved = {StorageType.memory: 0, StorageType.file: 0}
-        assignments = self.node.meta.streams()
+        assignments = self.parts.meta.streams()
         consumers = 0
         for assignment in assignments:
             config = assignment.config
@@ -98,29 +98,29 @@ class Account:
             "streams": len(assignments), "consumers": consumers, "limits": self.limits.to_json()}
         if self.domain is not None:
             answer["domain"] = self.domain
-        answer["api"] = {"level": self.node.config.api_level, "total": total, "errors": errors}
+        answer["api"] = {"level": self.parts.config.api_level, "total": total, "errors": errors}
         return answer
 
     async def _consumer_count(self, assignment: StreamAssignment) -> int:
         """The stream's consumers (they live in its Raft group, not in the meta state): this node's
         replica's, else its leader's names; 0 when neither answers."""
-        replica = self.node.streams.replicas.get(assignment.name)
+        replica = self.parts.local.replicas.get(assignment.name)
         if replica is not None and replica.adapter is not None:
             return len(replica.adapter.consumers.entries)
         try:
-            answer, _ = await self.node.call_stream(assignment.name, "consumer.names", {})
+            answer, _ = await self.parts.call_stream(assignment.name, "consumer.names", {})
             return len(answer["names"])
         except JsraftError:
             return 0
 
     async def _stream_bytes(self, assignment: StreamAssignment) -> int:
         """Bytes one replica of the stream holds: this node's, else the first peer's that answers."""
-        replica = self.node.streams.replicas.get(assignment.name)
+        replica = self.parts.local.replicas.get(assignment.name)
         if replica is not None and replica.store is not None:
             return replica.store.state().bytes
         for peer in assignment.peers:
             try:
-                answer, _ = await self.node.rpc.call(peer, "replica.state", {"stream": assignment.name},
+                answer, _ = await self.parts.call_peer(peer, "replica.state", {"stream": assignment.name},
                                                      timeout_s=STATE_TIMEOUT_S)
                 return int(answer["state"]["bytes"])
             except JsraftError:
@@ -140,13 +140,13 @@ class Account:
             if 0 < limits.max_consumers < config.max_consumers:
                 raise MaximumConsumersLimit()
             return  # nothing depends on the other streams: no read barrier (a create's latency)
-        await meta_barrier(self.node)
-        names = self.node.meta.names()
+        await meta_barrier(self.parts)
+        names = self.parts.meta.names()
         if create and config.name not in names and 0 < limits.max_streams <= len(names):
             raise MaximumStreamsLimit()
         if 0 < limits.max_consumers < config.max_consumers:
             raise MaximumConsumersLimit()
-        reserved = sum(reservation_bytes(other.config) for other in self.node.meta.streams()
+        reserved = sum(reservation_bytes(other.config) for other in self.parts.meta.streams()
                        if other.config is not None and other.name != config.name
                        and other.config.storage == config.storage)
         check_reservation(limits, config, reserved)

@@ -55,7 +55,7 @@ from jsraft.server.api.jsapi_data import online
 
 if TYPE_CHECKING:
     from jsraft.server.api.jsapi_handlers import ApiRequest
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 EPHEMERAL_INACTIVE_THRESHOLD_NS = 5_000_000_000  # nats-server JsDeleteWaitTimeDefault
 _REQUEST_FIELDS = {"stream_name", "config", "action", "pedantic"}
@@ -170,8 +170,8 @@ def stepdown_args(payload: bytes) -> dict[str, Any]:
 
 
 class ConsumerEndpoints:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts") -> None:
+        self.parts = parts
 
     async def create(self, request: "ApiRequest") -> dict[str, Any]:
         stream_name, config, action = decode_create(request.payload)
@@ -180,7 +180,7 @@ class ConsumerEndpoints:
         given = _names(request.subject, request.name, config)
         name = validate_consumer_name(given or generated_name())
         raw = stored_consumer_config(name, config, generated=not given)
-        assignment = await online(self.node, request.name, stopped_ok=True)
+        assignment = await online(self.parts, request.name, stopped_ok=True)
         try:
             parsed, _ = parse_consumer_config(raw, stream=assignment.config)  # invariant 1: refused here, not later
         except InvalidJSON:
@@ -190,13 +190,13 @@ class ConsumerEndpoints:
                 raise _json_error(error) from None
             raise
         raw = self._account_limited(raw, parsed, assignment.config)
-        result, _ = await self.node.call_stream(request.name, "consumer.create", {"name": name, "action": action},
+        result, _ = await self.parts.call_stream(request.name, "consumer.create", {"name": name, "action": action},
                                                 [raw])
         return dict(result)
 
     def _account_limited(self, raw: bytes, parsed: Any, stream: Any) -> bytes:
         """The stored config with the account's `max_ack_pending` default, or 10121 above it."""
-        limits = self.node.config.account_limits
+        limits = self.parts.config.account_limits
         stream_limits = getattr(stream, "consumer_limits", None)
         stored = json.loads(raw)
         limited = consumer_with_account_limits(limits, stored, parsed,
@@ -206,35 +206,35 @@ class ConsumerEndpoints:
     async def info(self, request: "ApiRequest") -> dict[str, Any]:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
-        await online(self.node, request.name, stopped_ok=True)
-        result, _ = await self.node.call_stream(request.name, "consumer.info",
+        await online(self.parts, request.name, stopped_ok=True)
+        result, _ = await self.parts.call_stream(request.name, "consumer.info",
                                                 {"name": request.subject.split(".")[5]})
         return dict(result)
 
     async def delete(self, request: "ApiRequest") -> dict[str, Any]:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
-        await online(self.node, request.name, stopped_ok=True)
-        await self.node.call_stream(request.name, "consumer.delete", {"name": request.subject.split(".")[5]})
+        await online(self.parts, request.name, stopped_ok=True)
+        await self.parts.call_stream(request.name, "consumer.delete", {"name": request.subject.split(".")[5]})
         return {"success": True}
 
     async def pause(self, request: "ApiRequest") -> dict[str, Any]:
         """`$JS.API.CONSUMER.PAUSE.<stream>.<consumer>` (invariant 6), answered by the stream leader."""
         until_ns = decode_pause(request.payload)
-        await online(self.node, request.name, stopped_ok=True)
-        result, _ = await self.node.call_stream(request.name, "consumer.pause",
+        await online(self.parts, request.name, stopped_ok=True)
+        result, _ = await self.parts.call_stream(request.name, "consumer.pause",
                                                 {"name": request.subject.split(".")[5], "until_ns": until_ns})
         return dict(result)
 
     async def leader_stepdown(self, request: "ApiRequest") -> dict[str, Any]:
         """`$JS.API.CONSUMER.LEADER.STEPDOWN.<stream>.<consumer>` (invariant 5)."""
-        if not self.node.config.clustered:
+        if not self.parts.config.clustered:
             raise ClusterRequired()
         args = stepdown_args(request.payload)
-        assignment = await online(self.node, request.name, stopped_ok=True)
-        await self.node.call_stream(request.name, "consumer.info", {"name": request.subject.split(".")[6]})
+        assignment = await online(self.parts, request.name, stopped_ok=True)
+        await self.parts.call_stream(request.name, "consumer.info", {"name": request.subject.split(".")[6]})
         if assignment.config is not None and assignment.config.num_replicas > 1:
-            await self.node.call_stream(request.name, "jsapi.stream_stepdown", args)
+            await self.parts.call_stream(request.name, "jsapi.stream_stepdown", args)
         return {"success": True}
 
     def _offset(self, payload: bytes) -> int:
@@ -243,8 +243,8 @@ class ConsumerEndpoints:
 
     async def names(self, request: "ApiRequest") -> dict[str, Any]:
         offset = self._offset(request.payload)
-        await online(self.node, request.name, stopped_ok=True)
-        result, _ = await self.node.call_stream(request.name, "consumer.names", {})
+        await online(self.parts, request.name, stopped_ok=True)
+        result, _ = await self.parts.call_stream(request.name, "consumer.names", {})
         names = list(result["names"])
         offset = min(offset, len(names))
         return {"total": len(names), "offset": offset, "limit": NAMES_LIMIT,
@@ -252,8 +252,8 @@ class ConsumerEndpoints:
 
     async def list(self, request: "ApiRequest") -> dict[str, Any]:
         offset = self._offset(request.payload)
-        await online(self.node, request.name, stopped_ok=True)
-        result, _ = await self.node.call_stream(request.name, "consumer.list", {"offset": offset})
+        await online(self.parts, request.name, stopped_ok=True)
+        result, _ = await self.parts.call_stream(request.name, "consumer.list", {"offset": offset})
         infos = [dict(info) for info in result["infos"]]
         for info in infos:  # nats-server lists the stored config: no dynamic `_nats.*` metadata (invariant 4)
             info["config"] = {**info["config"], "metadata": listed_metadata(info["config"].get("metadata", {}))}

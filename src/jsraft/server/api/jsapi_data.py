@@ -14,7 +14,7 @@ Invariants:
      node's meta state has applied all the meta leader had committed when asked, so a stream created
      through another node a moment ago is found here.
 
-Imports: stdlib, L0, L3 (`meta` errors), server siblings (the runtime's `progress` through the node).
+Imports: stdlib, L0, L3 (`meta` errors), server siblings (the runtime's `progress` through `ApiParts`).
 Reference: nats-server `server/jetstream_api.go` (`jsStreamPurgeRequest`, `jsMsgGetRequest`,
 `jsMsgDeleteRequest`, `jsStreamLeaderStepDownRequest`, `jsLeaderStepDownRequest`, `jsStreamRemovePeerRequest`, `jsLeaderServerRemoveRequest`).
 """
@@ -33,34 +33,34 @@ from jsraft.server.api.jsapi_codec import (
 
 if TYPE_CHECKING:
     from jsraft.server.api.jsapi_handlers import ApiRequest
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 BARRIER_TIMEOUT_S = 10.0
 
 
-async def meta_barrier(node: "Node", timeout_s: float = BARRIER_TIMEOUT_S) -> None:
+async def meta_barrier(parts: "ApiParts", timeout_s: float = BARRIER_TIMEOUT_S) -> None:
     """Wait until this node's meta state has applied everything the meta leader had committed when
     asked (invariant 4); `NoLeader` (10008) when there is no leader or this node does not catch up."""
-    result, _ = await node.call_meta("jsapi.meta_index", {})
+    result, _ = await parts.call_meta("jsapi.meta_index", {})
     target = int(result["commit_index"])
-    if await node.runtime.progress.until(lambda: node.meta.applied_index >= target, timeout_s):
+    if await parts.runtime.progress.until(lambda: parts.meta.applied_index >= target, timeout_s):
         return  # woken after each Ready cycle (`runtime.progress`), not polled
-    raise NoLeader(f"the meta state on {node.name} is behind the meta leader's")
+    raise NoLeader(f"the meta state on {parts.name} is behind the meta leader's")
 
 
-async def online(node: "Node", name: str, *, stopped_ok: bool = False) -> StreamAssignment:
+async def online(parts: "ApiParts", name: str, *, stopped_ok: bool = False) -> StreamAssignment:
     """The stream's assignment; `StreamNotFound` (10059) if there is none — said only after a read
     barrier — and `StreamOffline` (10194) for a stream loaded offline (DESIGN §9), or, unless
     `stopped_ok` (the consumer endpoints, which answer for each consumer), stopped on this node by a
     consumer it cannot run (stream_replica invariant 6)."""
     try:
-        assignment = node.meta.stream(name)
+        assignment = parts.meta.stream(name)
     except StreamNotFound:
-        await meta_barrier(node)
-        assignment = node.meta.stream(name)
+        await meta_barrier(parts)
+        assignment = parts.meta.stream(name)
     if assignment.offline_reason is not None:
         raise StreamOffline(assignment.offline_reason)
-    replica = node.streams.replicas.get(name)
+    replica = parts.local.replicas.get(name)
     stopped = replica.stopped_reason if replica is not None and not stopped_ok else None
     if stopped is not None:
         raise StreamOffline(stopped)
@@ -68,8 +68,8 @@ async def online(node: "Node", name: str, *, stopped_ok: bool = False) -> Stream
 
 
 class DataEndpoints:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts") -> None:
+        self.parts = parts
 
     async def purge(self, request: "ApiRequest") -> dict[str, Any]:
         body = PurgeRequest()
@@ -77,9 +77,9 @@ class DataEndpoints:
             body = decode_request(request.payload, PurgeRequest)
         if body.seq > 0 and body.keep > 0:
             raise BadRequest()  # nats-server: seq and keep are mutually exclusive
-        await online(self.node, request.name)
+        await online(self.parts, request.name)
         args = {"subject": body.filter or None, "seq": body.seq or None, "keep": body.keep or None}
-        result, _ = await self.node.call_stream(request.name, "stream.purge", args)
+        result, _ = await self.parts.call_stream(request.name, "stream.purge", args)
         return {"success": True, "purged": int(result["purged"])}
 
     async def msg_get(self, request: "ApiRequest") -> dict[str, Any]:
@@ -88,8 +88,8 @@ class DataEndpoints:
         body = decode_request(request.payload, MsgGetRequest)
         if body.batch > 0 or body.max_bytes > 0 or body.up_to_seq > 0 or body.multi_last or body.conflicting():
             raise BadRequest()  # batches are direct gets only; exactly one way to pick the message
-        await online(self.node, request.name)
-        result, blobs = await self.node.call_stream(request.name, "jsapi.msg_get", body.rpc_args())
+        await online(self.parts, request.name)
+        result, blobs = await self.parts.call_stream(request.name, "jsapi.msg_get", body.rpc_args())
         headers = b"" if body.no_hdr else blobs[0]
         return {"message": stored_msg_json(str(result["subject"]), int(result["seq"]), headers, blobs[1],
                                            int(result["time_ns"]))}
@@ -98,12 +98,12 @@ class DataEndpoints:
         if is_empty_request(request.payload):
             raise BadRequest()
         body = decode_request(request.payload, MsgDeleteRequest)
-        await online(self.node, request.name)
-        await self.node.call_stream(request.name, "msg.delete", {"seq": body.seq, "erase": not body.no_erase})
+        await online(self.parts, request.name)
+        await self.parts.call_stream(request.name, "msg.delete", {"seq": body.seq, "erase": not body.no_erase})
         return {"success": True}
 
     def _stepdown_args(self, payload: bytes) -> dict[str, Any]:
-        if not self.node.config.clustered:
+        if not self.parts.config.clustered:
             raise ClusterRequired()
         body = StepdownRequest()
         if is_json_object_or_array(payload):
@@ -115,8 +115,8 @@ class DataEndpoints:
 
     async def stream_stepdown(self, request: "ApiRequest") -> dict[str, Any]:
         args = self._stepdown_args(request.payload)
-        await online(self.node, request.name)
-        await self.node.call_stream(request.name, "jsapi.stream_stepdown", args)
+        await online(self.parts, request.name)
+        await self.parts.call_stream(request.name, "jsapi.stream_stepdown", args)
         return {"success": True}
 
     async def stream_peer_remove(self, request: "ApiRequest") -> dict[str, Any]:
@@ -125,9 +125,9 @@ class DataEndpoints:
         body = decode_request(request.payload, PeerRemoveRequest) if request.payload.strip() else PeerRemoveRequest()
         if not body.peer:
             raise BadRequest("peer is required")
-        await meta_barrier(self.node)
-        self.node.meta.stream(request.name)  # StreamNotFound (10059) first, as nats-server
-        await self.node.call_meta("stream.peer_remove", {"name": request.name, "peer": body.peer})
+        await meta_barrier(self.parts)
+        self.parts.meta.stream(request.name)  # StreamNotFound (10059) first, as nats-server
+        await self.parts.call_meta("stream.peer_remove", {"name": request.name, "peer": body.peer})
         return {"success": True}
 
     async def server_remove(self, request: "ApiRequest") -> dict[str, Any]:
@@ -139,9 +139,9 @@ class DataEndpoints:
             raise BadRequest("peer or peer_id is required")
         if body.peer and body.peer_id and body.peer != body.peer_id:
             raise BadRequest("peer and peer_id name different servers")
-        await self.node.call_meta("server.remove", {"peer": peer})
+        await self.parts.call_meta("server.remove", {"peer": peer})
         return {"success": True}
 
     async def meta_stepdown(self, request: "ApiRequest") -> dict[str, Any]:
-        await self.node.call_meta("jsapi.meta_stepdown", self._stepdown_args(request.payload))
+        await self.parts.call_meta("jsapi.meta_stepdown", self._stepdown_args(request.payload))
         return {"success": True}

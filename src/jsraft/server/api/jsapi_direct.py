@@ -35,7 +35,7 @@ from jsraft.server.api.header_block import decode_headers
 from jsraft.server.api.jsapi_codec import MsgGetRequest, decode_request, direct_headers, status_headers
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger("jsraft.server.jsapi")
 
@@ -44,8 +44,8 @@ _NOT_FOUND = (NoMessageFound.err_code, StreamNotFound.err_code)
 
 
 class DirectGets:
-    def __init__(self, node: "Node", clients: ClientServer) -> None:
-        self._node = node
+    def __init__(self, parts: "ApiParts", clients: ClientServer) -> None:
+        self._parts = parts
         self._clients = clients
         self._seen_index: int | None = None
         self._subs: dict[str, list[InternalSubscription]] = {}
@@ -53,7 +53,7 @@ class DirectGets:
 
     def refresh(self) -> None:
         """Invariant 1, checked before each route (like `StreamPublishes.refresh`)."""
-        meta = self._node.meta
+        meta = self._parts.meta
         if meta.applied_index == self._seen_index:
             return
         self._seen_index = meta.applied_index
@@ -74,7 +74,7 @@ class DirectGets:
             return
         headers = decode_headers(msg.headers or b"") or {}
         try:
-            self._node.meta.check_request_level(headers.get("Nats-Required-Api-Level"))
+            self._parts.meta.check_request_level(headers.get("Nats-Required-Api-Level"))
         except JsraftError:
             msg.respond(b"", headers=status_headers(412, "Required Api Level"))
             return
@@ -83,18 +83,18 @@ class DirectGets:
             msg.respond(b"", headers=request)
             return
         if request.multi_last:
-            await serve_multi_last(self._node.call_stream, lambda payload, block: msg.respond(payload, headers=block),
+            await serve_multi_last(self._parts.call_stream, lambda payload, block: msg.respond(payload, headers=block),
                                    stream, filters=request.multi_last, up_to_seq=request.up_to_seq,
                                    batch=request.batch)
             return
         if request.batch > 0:
-            max_bytes = request.max_bytes or self._node.config.client_pending_bytes_max
-            await serve_batch(self._node.call_stream, lambda payload, block: msg.respond(payload, headers=block),
+            max_bytes = request.max_bytes or self._parts.config.client_pending_bytes_max
+            await serve_batch(self._parts.call_stream, lambda payload, block: msg.respond(payload, headers=block),
                               stream, seq=request.seq, subject_filter=request.next_by_subj, batch=request.batch,
                               max_bytes=max_bytes, no_hdr=request.no_hdr)
             return
         try:
-            result, blobs = await self._node.call_stream(stream, "jsapi.msg_get", request.rpc_args())
+            result, blobs = await self._parts.call_stream(stream, "jsapi.msg_get", request.rpc_args())
         except JsraftError as error:
             if error.err_code in _NOT_FOUND:
                 msg.respond(b"", headers=status_headers(404, "Message Not Found"))

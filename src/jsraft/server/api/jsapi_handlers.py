@@ -75,7 +75,7 @@ from jsraft.server.api.jsapi_stream import LeaderSide, config_json
 from jsraft.replica.stream_events import stream_action
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger("jsraft.server.jsapi")
 
@@ -113,24 +113,24 @@ class Route:
 
 
 class JsApi:
-    def __init__(self, node: "Node", clients: ClientServer) -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts", clients: ClientServer, table: dict[str, Any]) -> None:
+        self.parts = parts
         self.total = 0
         self.errors = 0
-        LeaderSide(node).register(node.handlers.table)
-        data = DataEndpoints(node)
-        consumers = ConsumerEndpoints(node)
-        ConsumerAdmin(node).register(node.handlers.table)
-        ConsumerControl(node).register(node.handlers.table)  # consumer.pause
-        SnapshotLeaderSide(node).register(node.handlers.table)  # snapshot.read, restore.append/finish
-        snapshots = SnapshotEndpoints(node, clients, Endpoints(
+        LeaderSide(parts).register(table)  # `table`: the node's request table (`Handlers.table`)
+        data = DataEndpoints(parts)
+        consumers = ConsumerEndpoints(parts)
+        ConsumerAdmin(parts).register(table)
+        ConsumerControl(parts).register(table)  # consumer.pause
+        SnapshotLeaderSide(parts.local).register(table)  # snapshot.read, restore.append/finish
+        snapshots = SnapshotEndpoints(parts, clients, Endpoints(
             stream_info=self.stream_info, stream_create=self.stream_create, stream_delete=self.stream_delete,
             consumer_create=consumers.create, consumer_list=consumers.list))
-        node.streams.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
-        self.consumer_hub = ConsumerHub(node, clients)  # pull requests and acks (not JSON API requests)
-        self.direct = DirectGets(node, clients)
-        self.bulk = BulkGets(node.streams.replicas, node.call_stream, clients)  # $JSRAFT.BULK.GET.<stream>
-        self.group_ops = GroupOps(node, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>
+        parts.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
+        self.consumer_hub = ConsumerHub(parts, clients)  # pull requests and acks (not JSON API requests)
+        self.direct = DirectGets(parts, clients)
+        self.bulk = BulkGets(parts.local.replicas, parts.call_stream, clients)  # $JSRAFT.BULK.GET.<stream>
+        self.group_ops = GroupOps(parts, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>
         self.routes = [
             Route(("INFO",), "account_info_response", self.account_info),
             Route(("STREAM", "CREATE", "*"), "stream_create_response", self.stream_create),
@@ -166,8 +166,8 @@ class JsApi:
         ]
         for subject in API_SUBJECTS:
             clients.subscribe_internal(subject, self.dispatch)
-        self.account = Account(node, lambda: (self.total, self.errors))  # $JS.API.INFO, limits, domain
-        import_domain_api(clients, node.config.jetstream_domain)
+        self.account = Account(parts, lambda: (self.total, self.errors))  # $JS.API.INFO, limits, domain
+        import_domain_api(clients, parts.config.jetstream_domain)
 
     # --- Dispatch -----------------------------------------------------------------------------------
 
@@ -191,7 +191,7 @@ class JsApi:
         answer: dict[str, Any] = {"type": response_type(route.kind)}
         try:
             headers = decode_headers(msg.headers or b"") or {}
-            self.node.meta.check_request_level(headers.get(REQUIRED_LEVEL_HEADER))
+            self.parts.meta.check_request_level(headers.get(REQUIRED_LEVEL_HEADER))
             answer.update(await route.endpoint(ApiRequest(name, msg.payload, msg.reply, msg.subject)))
         except JsraftError as error:
             log.debug("JetStream API %s failed: %s", msg.subject, error)
@@ -222,9 +222,9 @@ class JsApi:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
         config.with_defaults().validate()
         await self.account.check_stream(config.with_defaults(), create=True)
-        await meta_barrier(self.node)  # `did_create` is true only for a stream no node had created
-        existed = request.name in self.node.meta.names()
-        result, _ = await self.node.call_meta("stream.create", {"name": request.name}, [raw])
+        await meta_barrier(self.parts)  # `did_create` is true only for a stream no node had created
+        existed = request.name in self.parts.meta.names()
+        result, _ = await self.parts.call_meta("stream.create", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result, created=not existed)
         if not existed:
             info["did_create"] = True
@@ -237,46 +237,46 @@ class JsApi:
         if config.name != request.name:
             raise StreamMismatch()
         await self.account.check_stream(config.with_defaults(), create=False)
-        replica = self.node.streams.replicas.get(request.name)
+        replica = self.parts.local.replicas.get(request.name)
         if replica is not None and replica.stopped_reason is not None:  # only deletes while stopped
             raise StreamOffline(replica.stopped_reason)
-        result, _ = await self.node.call_meta("stream.update", {"name": request.name}, [raw])
+        result, _ = await self.parts.call_meta("stream.update", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result)
         self._advise(*stream_action(request.name, "modify"))
         return self.account.with_domain(info)  # nats-server's update answer has it, its create answer not
 
     def _advise(self, subject: str, body: dict[str, Any]) -> None:
         """A stream action advisory, published by the node that answered the request (once per change)."""
-        self.node.streams.advisories.publish(subject, body)
+        self.parts.advisories.publish(subject, body)
 
     async def _settled_info(self, name: str, result: dict[str, Any], *, created: bool = False) -> dict[str, Any]:
         """Invariant 4: the stream info, with the config the meta leader answered (`created`: by this create)."""
         version = int(result.get("config_index", 0))  # this node's meta must hold the answered config
-        meta = self.node.meta
+        meta = self.parts.meta
         with trio.move_on_after(SETTLE_TIMEOUT_S):  # woken after each Ready cycle (`runtime.progress`)
-            await self.node.runtime.progress.until(
+            await self.parts.runtime.progress.until(
                 lambda: name in meta.names() and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
             info = await self.info(name, config_index=0 if created else None)
-            info["config"] = config_json(result["config"], self.node.meta.stream(name).required_level,
-                                         self.node.config.api_level)
-            if not self.node.config.clustered:
+            info["config"] = config_json(result["config"], self.parts.meta.stream(name).required_level,
+                                         self.parts.config.api_level)
+            if not self.parts.config.clustered:
                 info.pop("cluster", None)  # a standalone nats-server's create/update answer has none
             return info
-        raise NoLeader(f"stream {name!r} was stored but is not visible on {self.node.name} yet")
+        raise NoLeader(f"stream {name!r} was stored but is not visible on {self.parts.name} yet")
 
     async def _local_group_known(self, name: str) -> None:
         """Before a create's or update's info, on a member of the stream: wait (bounded) until its replica
         opened and knows the group's leader (`first_election`), so the info finds the leader at once."""
         def known() -> bool:
-            replica = self.node.streams.replicas.get(name)
-            return (self.node.name not in self.node.meta.stream(name).peers
+            replica = self.parts.local.replicas.get(name)
+            return (self.parts.name not in self.parts.meta.stream(name).peers
                     or (replica is not None and replica.leader_id() is not None))
-        await self.node.runtime.progress.until(known, GROUP_WAIT_S)
+        await self.parts.runtime.progress.until(known, GROUP_WAIT_S)
 
     async def info(self, name: str, subjects_filter: str = "", *, config_index: int | None = None) -> dict[str, Any]:
-        assignment = await online(self.node, name)  # its config version: read-your-writes (jsapi_stream 6)
-        result, _ = await self.node.call_stream(name, "jsapi.stream_info", {
+        assignment = await online(self.parts, name)  # its config version: read-your-writes (jsapi_stream 6)
+        result, _ = await self.parts.call_stream(name, "jsapi.stream_info", {
             "subjects_filter": subjects_filter,
             "config_index": assignment.config_index if config_index is None else config_index})
         return dict(result)
@@ -302,7 +302,7 @@ class JsApi:
     async def stream_delete(self, request: ApiRequest) -> dict[str, Any]:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
-        await self.node.call_meta("stream.delete", {"name": request.name})
+        await self.parts.call_meta("stream.delete", {"name": request.name})
         self._advise(*stream_action(request.name, "delete"))
         return {"success": True}
 
@@ -311,8 +311,8 @@ class JsApi:
     async def _names(self, payload: bytes) -> tuple[list[str], int]:
         """The stream names matching the request's subject filter, sorted; and the page's offset."""
         body = decode_request(payload, PagedRequest) if is_json_object_or_array(payload) else PagedRequest()
-        await meta_barrier(self.node)
-        names = [assignment.name for assignment in self.node.meta.streams()
+        await meta_barrier(self.parts)
+        names = [assignment.name for assignment in self.parts.meta.streams()
                  if not body.subject or any(subjects.overlaps(body.subject, subject)
                                             for subject in assignment.subjects or (assignment.name,))]
         return names, min(max(body.offset, 0), len(names))
@@ -326,7 +326,7 @@ class JsApi:
     async def stream_list(self, request: ApiRequest) -> dict[str, Any]:
         names, offset = await self._names(request.payload)
         page = names[offset:offset + LIST_LIMIT]
-        offline = {name: reason for name, reason in self.node.meta.offline().items() if name in page}
+        offline = {name: reason for name, reason in self.parts.meta.offline().items() if name in page}
         infos: dict[str, dict[str, Any]] = {}
 
         async def one(name: str) -> None:

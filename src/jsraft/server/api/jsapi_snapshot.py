@@ -63,7 +63,7 @@ from jsraft.server.api.snapshot_format import (
 if TYPE_CHECKING:
     from jsraft.server.nats.client_server import ClientServer, InternalMsg
     from jsraft.server.api.jsapi_handlers import ApiRequest
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger("jsraft.server.snapshot")
 
@@ -111,8 +111,8 @@ def _without_server_metadata(config: dict[str, Any]) -> dict[str, Any]:
 
 
 class SnapshotEndpoints:
-    def __init__(self, node: "Node", clients: "ClientServer", endpoints: Endpoints) -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts", clients: "ClientServer", endpoints: Endpoints) -> None:
+        self.parts = parts
         self.clients = clients
         self.endpoints = endpoints
 
@@ -152,7 +152,7 @@ class SnapshotEndpoints:
             seq, last_seq = int(info["state"]["first_seq"]), int(info["state"]["last_seq"])
             done = last_seq == 0
             while not done:
-                result, blobs = await self.node.call_stream(
+                result, blobs = await self.parts.call_stream(
                     name, "snapshot.read", {"from_seq": seq, "last_seq": last_seq, "bytes_max": READ_BYTES})
                 records = []
                 for seq_, _, subject, headers, payload, crc in iter_records(blobs[0]):
@@ -163,7 +163,7 @@ class SnapshotEndpoints:
                 seq, done = int(result["next_seq"]), bool(result["done"])
             for consumer in consumers:
                 try:  # its replicated state as the leader holds it now (`snapshot_format`'s CONSUMER frame)
-                    _, state = await self.node.call_stream(name, "snapshot.consumer", {"name": consumer["name"]})
+                    _, state = await self.parts.call_stream(name, "snapshot.consumer", {"name": consumer["name"]})
                 except ConsumerNotFound:
                     continue  # deleted since it was listed: not in the snapshot
                 await sender.write(encode_consumer({**consumer, STATE_KEY: base64.b64encode(state[0]).decode()}))
@@ -187,8 +187,8 @@ class SnapshotEndpoints:
             raise BadRequest("restore request needs the stream's config")
         if body["config"].get("name") != request.name:
             raise BadRequest("stream name in subject does not match request")
-        await meta_barrier(self.node)
-        if request.name in self.node.meta.names():
+        await meta_barrier(self.parts)
+        if request.name in self.parts.meta.names():
             raise StreamExistsRestore()  # invariant 3
         restore = _Restore(self, request, body, secrets.token_hex(8))
         restore.sub = self.clients.subscribe_internal(restore.deliver_subject, restore.on_chunk)
@@ -255,7 +255,7 @@ class _Restore:
         self.owner, self.request, self.body = owner, request, body
         self.name = request.name
         self.deliver_subject = f"$JS.SNAPSHOT.RESTORE.{self.name}.{token}"
-        directory = os.path.join(owner.node.config.store_dir, "restore")
+        directory = os.path.join(owner.parts.config.store_dir, "restore")
         self.path = os.path.join(directory, f"{self.name}.{token}.part")
         try:
             os.makedirs(directory, exist_ok=True)
@@ -367,13 +367,13 @@ class _Restore:
             state = base64.b64decode(consumer.get(STATE_KEY) or "", validate=True)
         except ValueError:
             raise BadSnapshot(f"restore failed: consumer {consumer['name']!r} state is not base64") from None
-        await self.owner.node.call_stream(self.name, "restore.consumer",
+        await self.owner.parts.call_stream(self.name, "restore.consumer",
                                           {"name": consumer["name"], "ack_floor_stream_seq": floor}, [state])
 
     async def _replay(self, end: dict[str, Any]) -> None:
         """Second pass over the staged file: the messages to the leader, then the tuple check (invariant 2)."""
         reader = SnapshotReader()
-        node = self.owner.node
+        parts = self.owner.parts
         try:
             staged = open(self.path, "rb")
         except OSError as error:
@@ -384,8 +384,8 @@ class _Restore:
                 records = [encode_message(seq, ts, subject.encode(errors="surrogateescape"), headers, payload)[0]
                            for seq, ts, subject, headers, payload in reader.messages()]
                 if records:
-                    await node.call_stream(self.name, "restore.append", {}, [b"".join(records)])
-        restored, _ = await node.call_stream(self.name, "restore.finish", {"last_seq": end["last_seq"]})
+                    await parts.call_stream(self.name, "restore.append", {}, [b"".join(records)])
+        restored, _ = await parts.call_stream(self.name, "restore.finish", {"last_seq": end["last_seq"]})
         if restored != end:
             raise RestoreFailed(f"restore failed: the restored stream's state {restored} is not the "
                                 f"snapshot's {end}")

@@ -50,7 +50,7 @@ from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.server.groups.stream_replica import StreamReplica
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.api.api_parts import ApiParts
 
 Result = tuple[Any, Sequence[bytes]]
 STEPDOWN_ELECTION_TIMEOUTS = 4  # how long a stepdown may take, in election timeouts (invariant 3)
@@ -143,8 +143,8 @@ async def _config_applied(replica: StreamReplica, config_index: int) -> None:
 class LeaderSide:
     """The `jsapi.*` request methods; `register` adds them to a node's request table."""
 
-    def __init__(self, node: "Node", rng: random.Random | None = None) -> None:
-        self.node = node
+    def __init__(self, parts: "ApiParts", rng: random.Random | None = None) -> None:
+        self.parts = parts
         self._rng = rng or random.Random()
 
     def register(self, table: dict[str, Any]) -> None:
@@ -157,12 +157,9 @@ class LeaderSide:
     async def _leading(self, args: dict[str, Any]) -> StreamReplica:
         """Invariant 1."""
         name = validate_stream_name(str(args["stream"]))
-        replica = self.node.streams.replicas.get(name)
-        if replica is None:
-            self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-            raise NotLeader(None)  # it exists, but is not open here
+        replica = self.parts.local.replica(name, args)
         await replica.wait_leader(1.0)
-        if replica.closed or self.node.streams.replicas.get(name) is not replica:
+        if replica.closed or self.parts.local.replicas.get(name) is not replica:
             raise NotLeader(None)  # stopped or replaced while we waited: whoever leads now answers
         stopped = replica.stopped_reason
         if stopped is not None:  # stream_replica invariant 6
@@ -175,25 +172,25 @@ class LeaderSide:
         replica = await self._leading(args)
         await _config_applied(replica, int(args.get("config_index", 0)))
         # The replicas' standing, collected by the node's own stream info (it asks every peer).
-        base, _ = await self.node.handlers.handle(self.node.name, "stream.info", {"stream": replica.name}, [])
+        base, _ = await self.parts.handle(self.parts.name, "stream.info", {"stream": replica.name}, [])
         replica = await self._leading(args)  # still leading after those awaits
-        assignment = self.node.meta.stream(replica.name)
+        assignment = self.parts.meta.stream(replica.name)
         state, first_ts_ns, last_ts_ns = read_state(replica)  # invariant 2: no await from here on
         subjects = None
         if args.get("subjects_filter"):
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
-        config = self.node.config
+        config = self.parts.config
         info = {
             "config": config_json(base["config"], assignment.required_level, config.api_level),
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
             # A standalone nats-server names only itself, as the leader (no cluster name, no group).
-            "cluster": cluster_json(config.cluster_name, replica.group, self.node.name, base["cluster"]["replicas"],
+            "cluster": cluster_json(config.cluster_name, replica.group, self.parts.name, base["cluster"]["replicas"],
                                     leader_since_ns=replica.leader_since_ns,
-                                    heard_ns=self.node.raft_heard_ns.get(replica.group))
-            if config.clustered else {"leader": self.node.name},
+                                    heard_ns=self.parts.raft_heard_ns.get(replica.group))
+            if config.clustered else {"leader": self.parts.name},
             "ts": rfc3339(time.time_ns()),
         }
         return info, ()
@@ -241,10 +238,10 @@ class LeaderSide:
         """The meta leader's commit index, for a read barrier (Raft's ReadIndex, §6.4): a node that has
         applied up to it has seen every admin change committed before the request arrived. Only a leader
         that applied its own term's no-op knows its commit index is current."""
-        status = self.node.runtime.status(META_GROUP).raft
+        status = self.parts.runtime.status(META_GROUP).raft
         if status.role is not Role.LEADER:
             raise NotLeader(status.leader_id)
-        if not self.node.meta_service.ready():
+        if not self.parts.meta_ready():
             raise NoLeader("the meta leader has not applied its term's first entry yet")
         return {"commit_index": status.commit_index}, ()
 
@@ -256,7 +253,7 @@ class LeaderSide:
         return {"success": True}, ()
 
     async def meta_stepdown(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        status = self.node.runtime.status(META_GROUP).raft
+        status = self.parts.runtime.status(META_GROUP).raft
         if status.role is not Role.LEADER:
             raise NotLeader(status.leader_id)
         await self._step_down(META_GROUP, args)
@@ -264,33 +261,33 @@ class LeaderSide:
 
     async def _step_down(self, group: str, args: dict[str, Any]) -> None:
         """Hand `group`'s leadership to a chosen voter and wait until it moved (invariant 3)."""
-        target = self._target(self.node.runtime.status(group).raft.voters, args)
+        target = self._target(self.parts.runtime.status(group).raft.voters, args)
         try:
-            self.node.runtime.transfer_leadership(group, target)
+            self.parts.runtime.transfer_leadership(group, target)
         except JsraftError as error:
             raise RaftGeneral(error.description) from None
-        timeout_s = STEPDOWN_ELECTION_TIMEOUTS * self.node.config.election_ticks * self.node.tick_s
+        timeout_s = STEPDOWN_ELECTION_TIMEOUTS * self.parts.config.election_ticks * self.parts.tick_s
         with trio.move_on_after(timeout_s):
-            while self.node.runtime.status(group).raft.role is Role.LEADER:
-                await trio.sleep(self.node.tick_s / 2)
+            while self.parts.runtime.status(group).raft.role is Role.LEADER:
+                await trio.sleep(self.parts.tick_s / 2)
             return
         raise RaftGeneral(f"leadership transfer to {target} did not complete")
 
     def _target(self, voters: Sequence[str], args: dict[str, Any]) -> str:
         """The new leader: the preferred server, or a connected voter matching the placement
         (nats-server `getStepDownPreferredPlacement`; jsraft nodes carry no tags)."""
-        others = sorted(voter for voter in voters if voter != self.node.name)
+        others = sorted(voter for voter in voters if voter != self.parts.name)
         preferred = str(args.get("preferred") or "")
         if preferred:
-            if preferred == self.node.name:
+            if preferred == self.parts.name:
                 raise ClusterNoPeers(f"preferred server {json.dumps(preferred)} is already leader")
             if preferred not in others:
                 raise ClusterNoPeers(f"preferred server {json.dumps(preferred)} not known")
             return preferred
-        online = self.node.online()
+        online = self.parts.online()
         candidates = [voter for voter in others if voter in online]
         cluster = str(args.get("cluster") or "")
-        if (cluster and cluster != self.node.config.cluster_name) or args.get("tags"):
+        if (cluster and cluster != self.parts.config.cluster_name) or args.get("tags"):
             candidates = []
         if not candidates:
             raise ClusterNoPeers("no replacement peer connected")

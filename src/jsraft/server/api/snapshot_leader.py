@@ -38,7 +38,6 @@ from jsraft.codec.records import encode_message
 from jsraft.consumer import SkipOp, StateOp, decode_consumer, encode_consumer, encode_ops
 from jsraft.errors import JsraftError, NoMessageFound
 from jsraft.jsapi import validate_stream_name
-from jsraft.raft.errors import NotLeader
 from jsraft.server.api.consumer_admin import leading_service
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.server.errors import RestoreFailed
@@ -47,7 +46,7 @@ from jsraft.stream import entries
 from jsraft.stream.headers import parse_headers
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.groups.stream_lookup import LocalStreams
     from jsraft.server.groups.stream_replica import StreamReplica
 
 Result = tuple[Any, Sequence[bytes]]
@@ -58,8 +57,8 @@ Restored = tuple[int, int, bytes, bytes, bytes]  # seq, timestamp_ns, subject, h
 
 
 class SnapshotLeaderSide:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, local: "LocalStreams") -> None:
+        self.local = local
 
     def register(self, table: dict[str, Any]) -> None:
         table.update({"snapshot.read": self.read, "restore.append": self.append, "restore.finish": self.finish,
@@ -67,10 +66,7 @@ class SnapshotLeaderSide:
 
     async def _leading(self, args: dict[str, Any]) -> "StreamReplica":
         name = validate_stream_name(str(args["stream"]))
-        replica = self.node.streams.replicas.get(name)
-        if replica is None:
-            self.node.require_stream(name, args)
-            raise NotLeader(None)  # invariant 1
+        replica = self.local.replica(name, args)  # NotLeader when not open here (invariant 1)
         await replica.wait_leader(1.0)
         return replica
 
@@ -123,7 +119,7 @@ class SnapshotLeaderSide:
 
     async def consumer_state(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         """Consumer `name`'s replicated state as the leader holds it, in `encode_consumer`'s format."""
-        service = await leading_service(self.node, args)
+        service = await leading_service(self.local, args)
         entry = service.replica.adapter.consumers.entries.get(str(args["name"]))  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
@@ -132,7 +128,7 @@ class SnapshotLeaderSide:
     async def consumer_position(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         """Give restored consumer `name` its original's state (`blobs[0]`, `encode_consumer`'s), or without
         one move it past its original's ack floor (invariant 5)."""
-        service = await leading_service(self.node, args)
+        service = await leading_service(self.local, args)
         name, floor = str(args["name"]), int(args["ack_floor_stream_seq"])
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:

@@ -19,7 +19,7 @@ Imports: stdlib, L0, L1, L3, L4 (`raft` errors through `runtime`), trio, server 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -27,13 +27,14 @@ import trio
 from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.jsapi import validate_stream_name
 from jsraft.meta import StreamAssignment
-from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.stream_audit import report_from_json
 from jsraft.server.groups.repair_serve import leader_snapshot, serve_catchup_request
 from jsraft.server.groups.stream_replica import StreamReplica, api_error
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.runtime.group import GroupStatus
+    from jsraft.server.groups.meta_service import MetaService
+    from jsraft.server.groups.stream_lookup import CallPeer, LocalStreams
 
 Result = tuple[Any, Sequence[bytes]]
 REPLICA_STATE_TIMEOUT_S = 1.0
@@ -46,8 +47,11 @@ def assignment_json(assignment: StreamAssignment) -> dict[str, Any]:
 
 
 class Handlers:
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, *, local: LocalStreams, meta_service: MetaService, status: Callable[[str], GroupStatus],
+                 call_peer: CallPeer) -> None:
+        """`status`: a local group's status (`NodeRuntime.status`); `call_peer`: `Rpc.call`."""
+        self.local, self.meta_service = local, meta_service
+        self._status, self._call_peer = status, call_peer
         self.table = {
             "stream.create": self.stream_create, "stream.update": self.stream_update,
             "stream.delete": self.stream_delete, "stream.peer_remove": self.stream_peer_remove,
@@ -72,38 +76,34 @@ class Handlers:
     # --- Meta leader -----------------------------------------------------------------------------------
 
     async def stream_create(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        assignment = await self.node.meta_service.create_stream(str(args["name"]), blobs[0])
+        assignment = await self.meta_service.create_stream(str(args["name"]), blobs[0])
         return assignment_json(assignment), ()
 
     async def stream_update(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        assignment = await self.node.meta_service.update_stream(str(args["name"]), blobs[0])
+        assignment = await self.meta_service.update_stream(str(args["name"]), blobs[0])
         return assignment_json(assignment), ()
 
     async def stream_delete(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        await self.node.meta_service.delete_stream(str(args["name"]))
+        await self.meta_service.delete_stream(str(args["name"]))
         return {"success": True}, ()
 
     async def server_remove(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        await self.node.meta_service.server_remove(str(args["peer"]))
+        await self.meta_service.server_remove(str(args["peer"]))
         return {"success": True}, ()
 
     async def meta_removed(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         """The meta leader tells this server it was removed and its storage may not rejoin."""
-        return self.node.meta_service.members.on_notice(args), ()
+        return self.meta_service.members.on_notice(args), ()
 
     async def stream_peer_remove(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        assignment = await self.node.meta_service.stream_peer_remove(str(args["name"]), str(args["peer"]))
+        assignment = await self.meta_service.stream_peer_remove(str(args["name"]), str(args["peer"]))
         return assignment_json(assignment), ()
 
     # --- Stream leader -----------------------------------------------------------------------------------
 
     def _replica(self, args: dict[str, Any]) -> StreamReplica:
         name = validate_stream_name(str(args["stream"]))
-        replica = self.node.streams.replicas.get(name)
-        if replica is None:
-            self.node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-            raise NotLeader(None)  # exists, but is not (yet) open here
-        return replica
+        return self.local.replica(name, args)
 
     async def _leading(self, args: dict[str, Any]) -> StreamReplica:
         replica = self._replica(args)
@@ -139,15 +139,15 @@ class Handlers:
 
     async def stream_info(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         replica = await self._leading(args)
-        assignment = self.node.meta.stream(replica.name)
+        assignment = self.local.meta.stream(replica.name)
         replicas: dict[str, Any] = {}
 
         async def ask(peer: str) -> None:
             try:
-                if peer == self.node.name:
+                if peer == self.local.name:
                     replicas[peer], _ = await self.replica_state({"stream": replica.name}, [])
                 else:
-                    replicas[peer], _ = await self.node.rpc.call(peer, "replica.state", {"stream": replica.name},
+                    replicas[peer], _ = await self._call_peer(peer, "replica.state", {"stream": replica.name},
                                                                  timeout_s=REPLICA_STATE_TIMEOUT_S)
             except JsraftError as error:
                 replicas[peer] = {"offline": True, "error": error.description}
@@ -156,11 +156,11 @@ class Handlers:
             for peer in assignment.peers:
                 nursery.start_soon(ask, peer)
         state = replica.store.state()
-        commit_index = self.node.runtime.status(replica.group).raft.commit_index
+        commit_index = self._status(replica.group).raft.commit_index
         return {
             "config": assignment_json(assignment)["config"],
             "state": _state_json(state),
-            "cluster": {"leader": self.node.name, "replicas": replica.audit.describe(replicas, commit_index)},
+            "cluster": {"leader": self.local.name, "replicas": replica.audit.describe(replicas, commit_index)},
         }, ()
 
     # --- Repairs and audits (stream_repair, stream_audit) ----------------------------------------------------
@@ -189,9 +189,9 @@ class Handlers:
 
     async def replica_state(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         name = validate_stream_name(str(args["stream"]))
-        replica = self.node.streams.replicas.get(name)
+        replica = self.local.replicas.get(name)
         if replica is None or replica.machine is None:
-            raise StreamNotFound(f"stream {name!r} is not open on {self.node.name}")
+            raise StreamNotFound(f"stream {name!r} is not open on {self.local.name}")
         machine, adapter = replica.machine, replica.adapter
         return {"state": _state_json(replica.store.state()), "health": str(replica.repair.health()),
                 "applied_index": machine.applied_index, "last_seq": machine.last_seq,

@@ -31,12 +31,11 @@ import trio
 
 from jsraft.errors import BadRequest, JsraftError
 from jsraft.jsapi import validate_stream_name
-from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.rpc import error_body, error_from_body
 from jsraft.server.groups.stream_replica import api_error
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.groups.stream_lookup import LocalStreams
 
 METHOD = "msg.publish_batch"
 PUBLISHES_MAX = 256
@@ -81,7 +80,7 @@ def decode_outcome(outcome: Any) -> tuple[int, bool] | JsraftError:
     return BadRequest(f"malformed publish outcome {outcome!r}")
 
 
-def _checked(node: "Node", args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[Any]]:
+def _checked(local: "LocalStreams", args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[Any]]:
     """The replica (None: not open here) and the subjects of a well-formed request."""
     try:
         name = validate_stream_name(str(args["stream"]))
@@ -90,10 +89,7 @@ def _checked(node: "Node", args: dict[str, Any], blobs: list[bytes]) -> tuple[An
         raise BadRequest(f"{METHOD}: malformed arguments: {error!r}") from None
     if not isinstance(subjects, list) or len(blobs) != 2 * len(subjects) or len(subjects) > PUBLISHES_MAX:
         raise BadRequest(f"{METHOD}: {len(blobs)} blobs for a batch of subjects")
-    replica = node.streams.replicas.get(name)
-    if replica is None:
-        node.require_stream(name, args)  # StreamNotFound when the stream does not exist at all
-        raise NotLeader(None)  # exists, but is not (yet) open here
+    replica = local.replica(name, args)  # NotLeader when it exists but is not (yet) open here
     return replica, subjects
 
 
@@ -109,26 +105,26 @@ def _queue(replica: Any, subjects: list[Any], blobs: list[bytes]) -> _Answers:
     return answers
 
 
-async def _reply(node: "Node", answers: _Answers) -> tuple[Any, Sequence[bytes]]:
+async def _reply(local: "LocalStreams", answers: _Answers) -> tuple[Any, Sequence[bytes]]:
     if answers.missing:
         await answers.event.wait()
-    return {"outcomes": [encode_outcome(answer) for answer in answers.answers], "leader": node.name}, ()
+    return {"outcomes": [encode_outcome(answer) for answer in answers.answers], "leader": local.name}, ()
 
 
-async def publish_batch(node: "Node", args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, Sequence[bytes]]:
+async def publish_batch(local: "LocalStreams", args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, Sequence[bytes]]:
     """The stream leader's side of `msg.publish_batch` (invariants 1 and 2), for the request table."""
-    replica, subjects = _checked(node, args, blobs)
+    replica, subjects = _checked(local, args, blobs)
     if not replica.can_enqueue():
         await replica.wait_leader(1.0)  # NotLeader (with a hint) when this node does not lead it
-    return await _reply(node, _queue(replica, subjects, blobs))
+    return await _reply(local, _queue(replica, subjects, blobs))
 
 
-def start_publish_batch(node: "Node", from_node: str, args: dict[str, Any],
+def start_publish_batch(local: "LocalStreams", from_node: str, args: dict[str, Any],
                         blobs: list[bytes]) -> Awaitable[tuple[Any, Sequence[bytes]]]:
     """The `$rpc` starter of `msg.publish_batch` (rpc invariant 5): a batch from a peer is queued as its
     frame is read, so the batches one node sends while earlier ones are out keep their order here.
     Only while no leader is ready does it wait, in the serving task, like `publish_batch`."""
-    replica, subjects = _checked(node, args, blobs)
+    replica, subjects = _checked(local, args, blobs)
     if replica.can_enqueue():
-        return _reply(node, _queue(replica, subjects, blobs))
-    return publish_batch(node, args, blobs)
+        return _reply(local, _queue(replica, subjects, blobs))
+    return publish_batch(local, args, blobs)

@@ -5,7 +5,7 @@ kept in step with it before each route; carrying each publish (with the client's
 to the stream's leader; and answering the PubAck JSON on the reply subject — `{"stream": ..., "seq": ...}`,
 plus `"duplicate": true` for a duplicate `Nats-Msg-Id` — or `{"error": {"code", "err_code", "description"},
 "stream": ..., "seq": 0}` (nats-server's `JSPubAckResponse`: its embedded `PubAck` always serializes `seq`).
-That is what nats-py's `js.publish` and `js.publish_async` read. Also `client_service(node)`, which builds
+That is what nats-py's `js.publish` and `js.publish_async` read. Also `client_service(config, ...)`, which builds
 the node's `ClientServer` with this hook attached.
 
 The path of a publish, per message only what must be (DESIGN §12): the subscription is a `sync` one, so
@@ -62,7 +62,10 @@ from jsraft.server.errors import NoLeader, RpcRefused
 from jsraft.server.groups.stream_replica import api_error
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.groups.router import Router
+    from jsraft.server.groups.rpc import Rpc
+    from jsraft.server.groups.stream_lookup import CallStream, LocalStreams
+    from jsraft.server.settings.config import NodeConfig
 
 log = logging.getLogger("jsraft.server.clients")
 
@@ -73,14 +76,14 @@ def server_id(storage_uuid: str) -> str:
     return "N" + uuid.UUID(storage_uuid).hex.upper()
 
 
-def client_service(node: "Node") -> ClientServer:
+def client_service(config: NodeConfig, storage_uuid: str | None, *, local: LocalStreams, router: Router, rpc: Rpc,
+                   call_stream: CallStream) -> ClientServer:
     """The node's client port, with stream-subject publishes routed to the streams."""
-    config = node.config
-    storage_uuid = node.identity.storage_uuid if node.identity is not None else str(uuid.UUID(int=0))
-    clients = ClientServer(ClientOptions.of(config), server_id=server_id(storage_uuid), server_name=node.name,
+    storage_uuid = storage_uuid if storage_uuid is not None else str(uuid.UUID(int=0))
+    clients = ClientServer(ClientOptions.of(config), server_id=server_id(storage_uuid), server_name=local.name,
                            authenticator=Authenticator(config.client_auth) if config.client_auth else None,
                            tls=TlsContexts(config.client_tls, "client_tls") if config.client_tls else None)
-    StreamPublishes(node, clients)
+    StreamPublishes(clients, local=local, router=router, rpc=rpc, call_stream=call_stream)
     return clients
 
 
@@ -107,8 +110,11 @@ class _Lane:
 
 
 class StreamPublishes:
-    def __init__(self, node: "Node", clients: ClientServer) -> None:
-        self._node = node
+    def __init__(self, clients: ClientServer, *, local: LocalStreams, router: Router, rpc: Rpc,
+                 call_stream: CallStream) -> None:
+        """`local`: this node's replicas and meta state; `router` paces retries (`Node.call_stream`'s),
+        `rpc` sends a batch straight to a known leader, `call_stream` finds one."""
+        self._local, self._router, self._rpc, self._call_stream = local, router, rpc, call_stream
         self._clients = clients
         self._seen_index: int | None = None
         self._subs: dict[tuple[str, str], InternalSubscription] = {}
@@ -119,7 +125,7 @@ class StreamPublishes:
 
     def refresh(self) -> None:
         """Invariant 1."""
-        meta = self._node.meta
+        meta = self._local.meta
         index = meta.applied_index
         if index == self._seen_index:
             return
@@ -140,7 +146,7 @@ class StreamPublishes:
         """Invariant 3: straight into the local leader's queue when nothing of this stream waits in its
         lane, else behind what does."""
         if stream not in self._lanes:
-            replica = self._node.streams.replicas.get(stream)
+            replica = self._local.replicas.get(stream)
             if replica is not None and replica.can_enqueue():
                 self._enqueue_local(stream, replica, msg, 0.0)
                 return
@@ -148,11 +154,11 @@ class StreamPublishes:
         if offline is not None:  # loaded offline here (DESIGN §9): no replica runs it, none will answer
             self._answer_error(stream, msg, StreamOffline(offline))
             return
-        self._to_lane(stream, msg, trio.current_time() + self._node.router.deadline_s)
+        self._to_lane(stream, msg, trio.current_time() + self._router.deadline_s)
 
     def _offline_reason(self, stream: str) -> str | None:
         try:
-            return self._node.meta.stream(stream).offline_reason
+            return self._local.meta.stream(stream).offline_reason
         except JsraftError:
             return None
 
@@ -162,7 +168,7 @@ class StreamPublishes:
         if isinstance(answer, _NOT_STORED):
             # Not stored (never proposed, or its entry was replaced): carry it to the new leader.
             if not deadline:
-                deadline = trio.current_time() + self._node.router.deadline_s
+                deadline = trio.current_time() + self._router.deadline_s
             if deadline > trio.current_time():
                 self._to_lane(stream, msg, deadline, retry=True)
             else:
@@ -180,7 +186,7 @@ class StreamPublishes:
         if not msg.reply:
             return False
         try:
-            config = self._node.meta.stream(stream).config
+            config = self._local.meta.stream(stream).config
         except JsraftError:
             return True
         return config is None or not config.no_ack
@@ -226,17 +232,17 @@ class StreamPublishes:
                     # Something was refused or not stored: give leadership a tick to settle, then let the
                     # router find the leader (and pace its own retries).
                     lane.slow = False
-                    await trio.sleep(self._node.router.tick_s)
+                    await trio.sleep(self._router.tick_s)
                     await self._carry(stream, lane, _take_batch(lane))
                     continue
-                replica = self._node.streams.replicas.get(stream)
+                replica = self._local.replicas.get(stream)
                 if replica is not None and replica.can_enqueue():
                     for _, msg, deadline in _take_batch(lane):
                         self._enqueue_local(stream, replica, msg, deadline)
                     continue
                 leader = replica.leader_id() if replica is not None else lane.leader
                 batch = _take_batch(lane)
-                if leader is None or leader == self._node.name or not self._send_remote(stream, lane, leader, batch):
+                if leader is None or leader == self._local.name or not self._send_remote(stream, lane, leader, batch):
                     await self._carry(stream, lane, batch)
         finally:
             if self._lanes.get(stream) is lane:
@@ -254,9 +260,9 @@ class StreamPublishes:
         args, blobs = _request(stream, batch)
         # `meta_index`, as `Node.call_stream` sends it: a peer whose meta state is behind ours (a restarted
         # or removed server our stale leader hint names) answers "not leader", not "no such stream".
-        args["meta_index"] = self._node.meta.applied_index
+        args["meta_index"] = self._local.meta.applied_index
         try:
-            request_id = self._node.rpc.send_request(leader, publish_batch.METHOD, args, blobs)
+            request_id = self._rpc.send_request(leader, publish_batch.METHOD, args, blobs)
         except JsraftError:  # no link, or its queue is full: the router will find a way, or say why not
             return False
         lane.out += 1
@@ -265,7 +271,7 @@ class StreamPublishes:
 
     async def _await_reply(self, stream: str, lane: _Lane, batch: list[Item], request_id: int) -> None:
         try:
-            result, _ = await self._node.rpc.reply(request_id, timeout_s=self._node.router.attempt_timeout_s)
+            result, _ = await self._rpc.reply(request_id, timeout_s=self._router.attempt_timeout_s)
         except (NotLeader, RpcRefused, NoLeader):  # refused whole, nothing queued: carry it again
             lane.slow = True
             self._requeue(stream, lane, batch)
@@ -283,7 +289,7 @@ class StreamPublishes:
         refused whole), waited for."""
         args, blobs = _request(stream, batch)
         try:
-            result, _ = await self._node.call_stream(stream, publish_batch.METHOD, args, blobs)
+            result, _ = await self._call_stream(stream, publish_batch.METHOD, args, blobs)
         except JsraftError as error:
             for _, msg, _ in batch:
                 self._answer_error(stream, msg, error)

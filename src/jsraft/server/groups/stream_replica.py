@@ -46,7 +46,6 @@ import trio
 from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
-from jsraft.meta import StreamOffline
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
@@ -56,7 +55,7 @@ from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.groups.first_election import FirstElection
-from jsraft.replica.publish_pipeline import BatchAnswers, InFlightBatches
+from jsraft.replica.publish_pipeline import BatchAnswers, Done, InFlightBatches, Queued
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
@@ -75,8 +74,6 @@ PUBLISHES_QUEUED_MAX = 65536
 DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
 MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
 
-Done = Callable[[Any], None]  # called once with a queued publish's `PubOutcome`, or what failed it
-Queued = tuple[str, bytes, bytes, Done]
 
 
 def api_error(error: ApiError) -> RemoteError:
@@ -316,19 +313,14 @@ class StreamReplica(ConfigFollowing):
             except JsraftError as error:
                 self._settle(batch, [error] * len(batch))
                 return
-            leader = self.leader
-            if leader is None:
-                self._settle(batch, [NotLeader(self.leader_id())] * len(batch))
-                return
-            stopped = self.stopped_reason
-            if stopped is not None:  # invariant 6
-                self._settle(batch, [StreamOffline(stopped)] * len(batch))
-                return
             # Timestamps come from the node's steady wall clock (its steps slewed: runtime/clock.py invariant 3).
-            decision = leader.decide([(s, h, p) for s, h, p, _ in batch], self.runtime.clock.wall_ns())
-            answers = self._batches.open([done for _, _, _, done in batch], decision.outcomes)
+            opened = self._batches.decide_and_open(self.leader, batch, self.runtime.clock.wall_ns(),
+                                                   leader_id=self.leader_id(), stopped_reason=self.stopped_reason)
+            if opened is None:
+                return  # refused whole (no leader, or stopped here: invariant 6); every publish answered
+            answers, entries = opened
             failure: JsraftError | None = None
-            for entry in decision.entries:
+            for entry in entries:
                 answers.entries_open += 1
                 try:
                     await self._submit(entry, lambda proposal: self._entry_settled(answers, proposal))

@@ -55,7 +55,7 @@ from jsraft.server.ops import monitor_views as views
 from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.server.ops.metrics import CONTENT_TYPE, node_ready, node_registry, render
 from jsraft.server.ops.monitor_views import format_uptime  # noqa: F401  (re-exported: its readers import it here)
-from jsraft.server.ops.test_hooks import PREFIX as TEST_PREFIX, TestHooks
+from jsraft.server.ops.test_hooks import PREFIX as TEST_PREFIX, HookParts, TestHooks
 from jsraft.server.nats.tls import TlsContexts, handshake
 
 if TYPE_CHECKING:
@@ -137,6 +137,13 @@ def render_response(status: int, body: Body | None, *, head_only: bool = False,
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head_only else payload)
 
 
+def _hook_parts(node: "Node") -> HookParts:
+    """The parts the test hooks read, wired from the node (test_hooks invariant 5)."""
+    return HookParts(name=node.name, meta=node.meta, replicas=lambda: node.streams.replicas,
+                     advisories=lambda: node.streams.advisories, status=lambda group: node.runtime.status(group),
+                     clock=node.clock, steady_clock=node.steady_clock)
+
+
 class Monitor:
     def __init__(self, node: "Node", host: str = "127.0.0.1", port: int = 0) -> None:
         self.node = node
@@ -151,7 +158,8 @@ class Monitor:
         self.http_requests: dict[str, int] = {}  # /varz `http_req_stats`
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
         # `/test/` only with the node's test hooks on (test_hooks invariant 1).
-        self.test_hooks = TestHooks(node) if getattr(getattr(node, "config", None), "test_hooks", False) else None
+        hooks_on = getattr(getattr(node, "config", None), "test_hooks", False)
+        self.test_hooks = TestHooks(_hook_parts(node)) if hooks_on else None
         config = getattr(node, "config", None)
         self._token: str | None = getattr(config, "monitor_token", None)  # invariant 4
         self.tls = TlsContexts(config.monitor_tls, "monitor_tls") if getattr(config, "monitor_tls", None) else None

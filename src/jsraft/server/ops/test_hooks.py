@@ -21,6 +21,8 @@ Invariants:
      `READ_SCAN_SEQS_MAX` sequences; the caller continues from `next_seq`.
   4. A bad request (unknown stream, group or consumer, a malformed number) is a 4xx with the reason,
      never an exception into the monitor.
+  5. The hooks read the node through `HookParts` (wired by the monitor), never through `Node`; the parts
+     built only when the node starts (its replicas, advisories, runtime) are callables read per request.
 
 Imports: stdlib, L0, L2 (`store` errors), L3 (`stream.headers`), L4 (`runtime` clock), server siblings.
 Must not import `jsraft.testing`. Reference: ../shared/CHAOS.md "Test hooks"; issue #7.
@@ -29,7 +31,10 @@ Must not import `jsraft.testing`. Reference: ../shared/CHAOS.md "Test hooks"; is
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from jsraft.errors import CorruptRecord, JsraftError, NoMessageFound
 from jsraft.runtime import SkewableClock
@@ -37,7 +42,9 @@ from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.stream.headers import parse_headers
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.meta import MetaStateMachine
+    from jsraft.replica.advisories import AdvisoryLog
+    from jsraft.runtime import GroupStatus, SteadyWall, SystemClock
     from jsraft.server.groups.stream_replica import StreamReplica
 
 READ_BATCH_MAX = 1000
@@ -79,11 +86,24 @@ def _required(query: dict[str, str], key: str) -> str:
     return value
 
 
+@attrs.frozen(kw_only=True)
+class HookParts:
+    """What the hooks read of the node (invariant 5)."""
+
+    name: str
+    meta: MetaStateMachine
+    replicas: Callable[[], dict[str, StreamReplica]]
+    advisories: Callable[[], AdvisoryLog]
+    status: Callable[[str], GroupStatus]  # `NodeRuntime.status`
+    clock: SystemClock | SkewableClock
+    steady_clock: SteadyWall
+
+
 class TestHooks:
     __test__ = False  # not a pytest class, despite the name
 
-    def __init__(self, node: "Node") -> None:
-        self.node = node
+    def __init__(self, parts: HookParts) -> None:
+        self.parts = parts
 
     def respond(self, method: str, path: str, query: dict[str, str]) -> Answer:
         """`(status, body)` for `/test/<hook>`; 405 for a method the hook does not take."""
@@ -106,22 +126,22 @@ class TestHooks:
 
     def _replica(self, query: dict[str, str]) -> "StreamReplica":
         stream = _required(query, "stream")
-        replica = self.node.streams.replicas.get(stream)
+        replica = self.parts.replicas().get(stream)
         if replica is None:
-            raise HookRefused(404, f"no local replica of stream {stream!r} on {self.node.name}")
+            raise HookRefused(404, f"no local replica of stream {stream!r} on {self.parts.name}")
         if replica.store is None:
             raise HookRefused(503, f"the replica of {stream!r} is not open yet")
         return replica
 
     def streams(self, query: dict[str, str]) -> dict[str, Any]:
-        return {"node": self.node.name, "streams": sorted(self.node.streams.replicas)}
+        return {"node": self.parts.name, "streams": sorted(self.parts.replicas())}
 
     def advisories(self, query: dict[str, str]) -> dict[str, Any]:
         """The stream advisories this node raised since it started (drift found, repaired: what each
         repair found and fetched), optionally for one stream — how a harness tells a ranged repair from
         a truncation."""
         stream = query.get("stream") or None
-        return {"node": self.node.name, "advisories": self.node.streams.advisories.entries(stream=stream)}
+        return {"node": self.parts.name, "advisories": self.parts.advisories().entries(stream=stream)}
 
     def replica_read(self, query: dict[str, str]) -> dict[str, Any]:
         """Up to `batch` messages of the local store from `from_seq` (invariant 3)."""
@@ -178,7 +198,7 @@ class TestHooks:
 
     def _raft_status(self, group: str) -> Any:
         try:
-            return self.node.runtime.status(group).raft
+            return self.parts.status(group).raft
         except JsraftError:
             return None  # closing, or not open yet
 
@@ -187,9 +207,9 @@ class TestHooks:
         if group == "meta":
             name = META_GROUP
         else:
-            replica = self.node.streams.replicas.get(group)
+            replica = self.parts.replicas().get(group)
             if replica is None:
-                raise HookRefused(404, f"no local replica of stream {group!r} on {self.node.name}")
+                raise HookRefused(404, f"no local replica of stream {group!r} on {self.parts.name}")
             name = replica.group
         status = self._raft_status(name)
         if status is None:
@@ -201,7 +221,7 @@ class TestHooks:
                 "voters": list(status.voters), "halted_reason": status.halted_reason}
 
     def meta_state(self, query: dict[str, str]) -> dict[str, Any]:
-        meta = self.node.meta
+        meta = self.parts.meta
         streams: dict[str, Any] = {}
         consumers: dict[str, list[str]] = {}
         for assignment in meta.streams():
@@ -210,7 +230,7 @@ class TestHooks:
                                         "offline_reason": assignment.offline_reason}
             # Consumers are replicated in their stream's group (DESIGN §7), not in the meta state: the names
             # come from the local replica; a stream without one here is left out.
-            replica = self.node.streams.replicas.get(assignment.name)
+            replica = self.parts.replicas().get(assignment.name)
             if replica is not None and replica.adapter is not None:
                 consumers[assignment.name] = sorted(replica.adapter.consumers.entries)
         status = self._raft_status(META_GROUP)
@@ -237,7 +257,7 @@ class TestHooks:
     # --- Clock (invariant 2) ---------------------------------------------------------------------------
 
     def clock(self, query: dict[str, str], *, write: bool = False) -> dict[str, Any]:
-        clock = self.node.clock
+        clock = self.parts.clock
         if not isinstance(clock, SkewableClock):
             raise HookRefused(409, "the node's clock is not skewable (started without test_hooks)")
         if write:
@@ -250,4 +270,4 @@ class TestHooks:
             except JsraftError as error:  # a negative rate
                 raise HookRefused(400, str(error)) from None
         return {"offset_s": clock.offset_ns / 1e9, "rate": clock.rate, "wall_ns": clock.wall_ns(),
-                "steady_wall_ns": self.node.steady_clock.wall_ns()}
+                "steady_wall_ns": self.parts.steady_clock.wall_ns()}

@@ -7,9 +7,8 @@ listen, routes, authorization, tls }`, `authorization { … }` (a user, a token,
 `default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one
 JetStream serves; that account's `jetstream { max_mem … }` limits, `account_limits`), `no_auth_user`,
 `tls { … }`, operator mode (`operator` — a JWT or a file holding one — or `trusted_keys`, `resolver: MEMORY`,
-`resolver_preload { ACCOUNT_KEY: JWT }`; see `trust_fields`),
-`max_payload`, `max_pending`, `ping_interval`, `ping_max`, `write_deadline`, `ports_file_dir` (where
-`NodeConfig` has the field).
+`resolver_preload { ACCOUNT_KEY: JWT }`; see `trust_fields`), `max_payload`, `max_pending`, `ping_interval`,
+`ping_max`, `write_deadline`, `ports_file_dir` (where `NodeConfig` has the field).
 
 Invariants:
   1. Nothing is ignored silently: a key jsraft does not act on is named in a note (logged as a warning),

@@ -4,8 +4,8 @@ Owns: what clients and the stream leader propose, at whichever node leads with a
 under production's conditions (`StreamReplica.stream_leader`). Each step, at that leader:
   - `expire_due(now)` (max_age, by the simulated clock: 10 ms per tick) and `audit_due(now)` are proposed
     when due, as the leader's timers would — in the liveness phase too, where clients have stopped;
-  - with the seed's rate, a batch of 1-6 publishes is decided (`StreamLeader.decide`) and its MSGS entries
-    proposed; payloads are unique (`p<n>:` plus filler), some carry a `Nats-Msg-Id`, a few repeat an
+  - with the seed's rate, a batch of 1-6 publishes is decided (`replica.publish_pipeline.decide`, the
+    production decision: `StreamLeader.decide` behind the pump's gate) and its MSGS entries proposed; payloads are unique (`p<n>:` plus filler), some carry a `Nats-Msg-Id`, a few repeat an
     earlier one (a duplicate: answered with the original's sequence while it is in the window);
   - at lower rates: a DELETE (or erase) of a sequence in the stream, a PURGE (all, a subject, up to a
     sequence, keep N, a subject keeping N), a CONFIG update (per-subject limit changed and back, with an
@@ -23,7 +23,7 @@ Invariants:
   3. Like the register's clients, nothing is proposed at a leader with `UNCOMMITTED_MAX` entries not yet
      committed.
 
-Imports: stdlib, `jsraft.stream`, siblings.
+Imports: stdlib, `jsraft.replica`, `jsraft.stream`, siblings.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import random
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from jsraft.replica import publish_pipeline
 from jsraft.stream import PubOutcome, StreamLeader
 from jsraft.stream.entries import MsgsBatch, decode_entry
 from jsraft.testing.sim.clients import UNCOMMITTED_MAX
@@ -147,7 +148,11 @@ class StreamClients:
                 self.msg_ids.append(f"m{self.published}")
                 headers = msg_id_headers(self.msg_ids[-1])
             publishes.append((rng.choice(SUBJECTS), headers, payload))
-        decision = leader.decide(publishes, now_ns)
+        # The production decision (`publish_pipeline.decide`, as `StreamReplica`'s pump makes it); this
+        # stream has no consumer that could stop it, and `_leader` found a `StreamLeader`, so it decides.
+        decision = publish_pipeline.decide(leader, publishes, now_ns, leader_id=driver.node_id, stopped_reason=None)
+        if isinstance(decision, BaseException):
+            raise Violation("crash", f"a built StreamLeader refused to decide: {decision!r}")
         carried = self._carried(decision.entries)
         for (subject, headers, payload), outcome in zip(publishes, decision.outcomes):
             self._outcome(subject, headers, payload, outcome, carried)

@@ -80,7 +80,7 @@ class Transport:
                  listen_port: int, peers: Mapping[str, Address], *, on_message: OnMessage,
                  config: TransportConfig | None = None, bind_host: str | None = None,
                  rng: random.Random | None = None, on_link: OnLink | None = None,
-                 auth: ClusterAuth | None = None, tls: Any = None) -> None:
+                 auth: ClusterAuth | None = None, tls: Any = None, open_membership: bool = False) -> None:
         self.config = config if config is not None else TransportConfig()
         self.config.validate()
         check_name(node_id, "node id")
@@ -101,12 +101,21 @@ class Transport:
         # so a reload takes effect on the next one; `.handshake_timeout_s`.
         self.tls = tls
         self.refused_auth = 0
+        # Open membership (core-NATS route discovery, `seeds`): a node of this cluster this node has not
+        # heard of is served when it dials in (its address comes later, by gossip); off, only the peer
+        # table is (invariant 3). Raft groups stay what their configurations say either way.
+        self.open_membership = open_membership
         self._rng = rng if rng is not None else random.Random()
         self._peers: dict[str, Peer] = {}
         self._nursery: trio.Nursery | None = None
         self._inbound_handshakes = 0
         self.dropped_unknown = 0
         self.update_peers(peers)
+
+    @property
+    def rng(self) -> random.Random:
+        """The randomness the dialers' backoff jitter draws from."""
+        return self._rng
 
     @property
     def listen_address(self) -> Address:
@@ -142,7 +151,8 @@ class Transport:
                     log.info("transport %s listening on %s:%d", self.node_id, self.listen_host, self.listen_port)
                 self._nursery = nursery
                 for peer in self._peers.values():
-                    self._start_dialer(peer)
+                    if peer.address is not None:
+                        self._start_dialer(peer)
                 task_status.started(self.listen_address if listeners else None)
         finally:
             self._nursery = None
@@ -194,6 +204,44 @@ class Transport:
                 if self._nursery is not None:
                     self._start_dialer(peer)
 
+    def add_peer(self, node_id: str, address: Address | None) -> None:
+        """Learn (or give an address to) one peer without touching the others (open membership: a peer
+        met by gossip or dialing in). A peer already dialable keeps its address and its link."""
+        if node_id == self.node_id:
+            return
+        check_name(node_id, "peer node id")
+        peer = self._peers.get(node_id)
+        if peer is None:
+            peer = self._peers[node_id] = Peer(node_id, None, SendQueue(self.config.send_queue_frames_max,
+                                                                         self.config.send_queue_bytes_max))
+        if peer.address is None and address is not None:
+            peer.address = (str(address[0]), int(address[1]))
+            if self._nursery is not None and peer.dialer_scope is None:
+                self._start_dialer(peer)
+
+    def add_seed(self, address: Address) -> None:
+        """Dial `address`, a cluster listener whose node's name is not known yet (a bare route), until it
+        answers (`seeds.seed_loop`); needs `open_membership` and a running transport."""
+        from jsraft.transport.seeds import seed_loop
+
+        invariant(self.open_membership and self._nursery is not None, "seeds need open membership, running")
+        self._nursery.start_soon(seed_loop, self, (str(address[0]), int(address[1])))  # type: ignore[union-attr]
+
+    async def serve_adopted(self, link: Link) -> None:
+        """Serve `link`, dialed to a seed and handshaken, as its node's link (a peer it makes known), until
+        it ends; at once if that node already has a link that wins (`Peer.offer`)."""
+        invariant(link.remote is not None, "a handshaken link")
+        name = link.remote.node_name  # type: ignore[union-attr]
+        self.add_peer(name, None)
+        peer = self._peers[name]
+        if peer.offer(self.node_id, link):
+            await self._serve(peer, link)
+
+    async def wait_disconnected(self, node_id: str) -> None:
+        """Return once `node_id` has no current link (at once if it is unknown)."""
+        while (peer := self._peers.get(node_id)) is not None and not peer.disconnected.is_set():
+            await peer.disconnected.wait()
+
     def peer_status(self) -> dict[str, PeerStatus]:
         return {node_id: peer.status() for node_id, peer in sorted(self._peers.items())}
 
@@ -233,7 +281,8 @@ class Transport:
 
     async def _dial(self, peer: Peer) -> Link | None:
         """A handshaken outbound link to `peer`, or None (logged, recorded) if that failed."""
-        host, port = peer.address
+        invariant(peer.address is not None, "a dialer runs only for a peer with an address")
+        host, port = peer.address  # type: ignore[misc]
         try:
             with trio.fail_after(self.config.dial_timeout_s):
                 stream = await trio.open_tcp_stream(host, port, local_address=self.bind_host)
@@ -243,12 +292,7 @@ class Transport:
             return None
         link = Link(stream, Direction.OUTBOUND)
         try:
-            with trio.fail_after(self.config.handshake_timeout_s):
-                await secure_outbound(link, self.auth, self.tls)
-                await link.send_hello(self.hello)
-                remote = await link.receive_hello()
-            check_hello(self.hello, remote, expected_node=peer.node_id)
-            link.accept_remote(remote, self.config.frame_bytes_max)
+            await self.handshake_outbound(link, peer.node_id)
             return link
         except HandshakeRefused as exc:
             await self._note_refusal(peer, link, exc)
@@ -259,6 +303,16 @@ class Transport:
             log.log(logging.WARNING if hostile else logging.INFO, "transport %s: %s", self.node_id, peer.last_error)
         await link.close()
         return None
+
+    async def handshake_outbound(self, link: Link, expected_node: str | None) -> None:
+        """The dialer's half of the handshake on `link` (`expected_node` None: any node of this cluster, a
+        seed's); raises `HandshakeRefused`, a link-ending error or `trio.TooSlowError`."""
+        with trio.fail_after(self.config.handshake_timeout_s):
+            await secure_outbound(link, self.auth, self.tls)
+            await link.send_hello(self.hello)
+            remote = await link.receive_hello()
+        check_hello(self.hello, remote, expected_node=expected_node)
+        link.accept_remote(remote, self.config.frame_bytes_max)
 
     async def _note_refusal(self, peer: Peer, link: Link, exc: HandshakeRefused) -> None:
         repeated = peer.last_error == str(exc)
@@ -280,6 +334,8 @@ class Transport:
         link = Link(stream, Direction.INBOUND)
         try:
             remote = await self._accept_handshake(link)
+            if remote is not None and self.open_membership and remote.node_name not in self._peers:
+                self.add_peer(remote.node_name, None)  # its address comes by gossip, later
             peer = self._peers.get(remote.node_name) if remote is not None else None
             if peer is None:
                 return
@@ -306,7 +362,7 @@ class Transport:
                     log.warning("transport %s: refused connection from %s: %s", self.node_id, where, refusal)
                     return None
                 remote = await link.receive_hello()
-            check_hello(self.hello, remote, known_nodes=self._peers)
+            check_hello(self.hello, remote, known_nodes=None if self.open_membership else self._peers)
             link.accept_remote(remote, self.config.frame_bytes_max)
             return remote
         except HandshakeRefused as exc:

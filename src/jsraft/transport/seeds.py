@@ -1,0 +1,99 @@
+"""Seed routes: dialing a cluster listener by address alone, to learn which node is there (layer L4, trio).
+
+Owns: `seed_loop`, the dialer of one bare route (`nats://HOST:PORT`, nats-server's `--routes` without
+names). It dials the address until a node of this cluster answers the handshake, serves that link as the
+node's (`Transport.serve_adopted`: the node joins the peer table, open membership), and once that node has
+no link any more dials the address again — the node found there the next time may be another one (a
+restarted nats-style node without a stored name comes back under a new one).
+
+Invariants:
+  1. A route to this node itself is ignored: an address equal to the cluster listener's is never dialed,
+     and a listener that refuses the handshake because the dialer has its own name (the node dialed
+     itself through another address, say a wildcard listener) ends the loop. nats-server likewise drops
+     a route whose server id is its own.
+  2. Failed dials back off (`Backoff`, as the per-peer dialers do); nothing here blocks `Transport.send`.
+  3. The loop ends with the transport (its nursery) and never outlives it.
+
+Imports: stdlib, L0, trio, transport siblings. Reference: nats-server `server/route.go` (solicited routes,
+`isRouteToSelf`-style duplicate-server-id checks).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import trio
+
+from jsraft.transport.backoff import Backoff
+from jsraft.transport.errors import HandshakeRefused
+from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
+
+if TYPE_CHECKING:
+    from jsraft.transport.transport import Transport
+
+log = logging.getLogger("jsraft.transport")
+
+# What an acceptor answers a dialer that presents the acceptor's own name (`wire.check_hello`).
+_OWN_NAME_REFUSAL = "claims this node's own name"
+
+
+def is_own_address(transport: "Transport", address: Address) -> bool:
+    """Whether `address` is this transport's own cluster listener (invariant 1's cheap half)."""
+    host, port = transport.listen_address
+    return port == address[1] and host == address[0]
+
+
+async def seed_loop(transport: "Transport", address: Address) -> None:
+    """Dial the seed at `address` for as long as the transport runs (module docstring)."""
+    where = f"{address[0]}:{address[1]}"
+    if is_own_address(transport, address):
+        log.info("transport %s: route %s is this node's own listener: ignored", transport.node_id, where)
+        return
+    backoff = Backoff(transport.config.backoff_initial_s, transport.config.backoff_max_s, transport.rng)
+    while True:
+        link = await _dial_seed(transport, address)
+        if link is _SELF:
+            log.info("transport %s: route %s leads to this node itself: ignored", transport.node_id, where)
+            return
+        if link is None:
+            await trio.sleep(backoff.next_delay())
+            continue
+        name = link.remote.node_name  # type: ignore[union-attr]
+        backoff.reset()
+        try:
+            log.info("transport %s: route %s is node %s", transport.node_id, where, name)
+            await transport.serve_adopted(link)
+        finally:
+            await link.close()
+        await transport.wait_disconnected(name)
+        await trio.sleep(backoff.next_delay())
+
+
+_SELF = object()
+
+
+async def _dial_seed(transport: "Transport", address: Address) -> Link | object | None:
+    """A handshaken link to whichever node listens at `address`; `_SELF` when that is this node; None
+    (logged at debug level: a seed that is not up yet is normal) when the dial or handshake failed."""
+    host, port = address
+    try:
+        with trio.fail_after(transport.config.dial_timeout_s):
+            stream = await trio.open_tcp_stream(host, port, local_address=transport.bind_host)
+    except (OSError, trio.TooSlowError) as exc:
+        log.debug("transport %s: seed %s:%d: %s", transport.node_id, host, port, exc or "timed out")
+        return None
+    link = Link(stream, Direction.OUTBOUND)
+    try:
+        await transport.handshake_outbound(link, None)
+        return link
+    except HandshakeRefused as exc:
+        if _OWN_NAME_REFUSAL in exc.reason:
+            await link.close()
+            return _SELF
+        log.warning("transport %s: seed %s:%d refused: %s", transport.node_id, host, port, exc.reason)
+    except (*LINK_ENDING_ERRORS, trio.TooSlowError) as exc:
+        log.info("transport %s: seed %s:%d: handshake failed: %s", transport.node_id, host, port,
+                 exc or "timed out")
+    await link.close()
+    return None

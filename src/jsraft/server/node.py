@@ -115,8 +115,6 @@ class Node:
                 async with trio.open_nursery() as nursery:
                     listen = partial(self.transport.run, listen=config.listens_for_cluster)
                     self.cluster_address = await nursery.start(listen)
-                    for seed in config.seed_addresses():  # bare routes: found by address (route_gossip)
-                        self.transport.add_seed(seed)
                     await nursery.start(self.runtime.run)
                     await nursery.start(self.rpc.run)
                     await nursery.start(self.routes.run)
@@ -130,6 +128,9 @@ class Node:
                     nursery.start_soon(self.meta_service.run)
                     with naming_port("client", config.client_host, config.client_port):
                         self.client_address = await nursery.start(self.clients.run)
+                    # Bare routes are dialed once the client URL peers will ask for is bound (route_gossip).
+                    for seed in config.seed_addresses():
+                        self.transport.add_seed(seed)
                     nursery.start_soon(self.cluster_urls.run)  # INFO's connect_urls
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)

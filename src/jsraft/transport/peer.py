@@ -35,6 +35,9 @@ from jsraft.transport.send_queue import SendQueue
 
 log = logging.getLogger("jsraft.transport")
 
+# Why an acceptor refuses a second connection of a node pair (`Transport`, `seeds`).
+DUPLICATE_REASON = "a connection between these nodes already exists"
+
 
 @attrs.frozen(kw_only=True)
 class PeerStatus:

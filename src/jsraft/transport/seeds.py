@@ -28,6 +28,7 @@ import trio
 from jsraft.transport.backoff import Backoff
 from jsraft.transport.errors import HandshakeRefused
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
+from jsraft.transport.peer import DUPLICATE_REASON
 
 if TYPE_CHECKING:
     from jsraft.transport.transport import Transport
@@ -52,6 +53,10 @@ async def seed_loop(transport: "Transport", address: Address) -> None:
         return
     backoff = Backoff(transport.config.backoff_initial_s, transport.config.backoff_max_s, transport.rng)
     while True:
+        known = transport.connected_at(address)
+        if known is not None:  # that node is linked already (it dialed in): no second connection
+            await transport.wait_disconnected(known)
+            continue
         link = await _dial_seed(transport, address)
         if link is _SELF:
             log.info("transport %s: route %s leads to this node itself: ignored", transport.node_id, where)
@@ -91,7 +96,9 @@ async def _dial_seed(transport: "Transport", address: Address) -> Link | object 
         if _OWN_NAME_REFUSAL in exc.reason:
             await link.close()
             return _SELF
-        log.warning("transport %s: seed %s:%d refused: %s", transport.node_id, host, port, exc.reason)
+        # A duplicate: the node there dialed this one first; its address arrives by gossip (`connected_at`).
+        level = logging.DEBUG if DUPLICATE_REASON in exc.reason else logging.WARNING
+        log.log(level, "transport %s: seed %s:%d refused: %s", transport.node_id, host, port, exc.reason)
     except (*LINK_ENDING_ERRORS, trio.TooSlowError) as exc:
         log.info("transport %s: seed %s:%d: handshake failed: %s", transport.node_id, host, port,
                  exc or "timed out")

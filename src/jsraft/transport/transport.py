@@ -53,7 +53,7 @@ from jsraft.transport.cluster_auth import ClusterAuth, secure_inbound, secure_ou
 from jsraft.transport.config import TransportConfig
 from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, LinkClosed, TransportProtocolError
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
-from jsraft.transport.peer import Peer, PeerStatus
+from jsraft.transport.peer import DUPLICATE_REASON, Peer, PeerStatus
 from jsraft.transport.send_queue import SendQueue
 from jsraft.transport.wire import (
     FrameKind, Hello, check_hello, check_name, data_frame_bytes, encode_frame, encode_group,
@@ -63,7 +63,6 @@ log = logging.getLogger("jsraft.transport")
 
 OnMessage = Callable[[str, str, bytes | memoryview], None]
 OnLink = Callable[[str, bool], None]
-DUPLICATE_REASON = "a connection between these nodes already exists"
 
 
 @lru_cache(maxsize=4096)
@@ -236,6 +235,13 @@ class Transport:
         peer = self._peers[name]
         if peer.offer(self.node_id, link):
             await self._serve(peer, link)
+
+    def connected_at(self, address: Address) -> str | None:
+        """The node with a current link whose cluster address is `address`, if one is known."""
+        for peer in self._peers.values():
+            if peer.address == address and peer.link is not None:
+                return peer.node_id
+        return None
 
     async def wait_disconnected(self, node_id: str) -> None:
         """Return once `node_id` has no current link (at once if it is unknown)."""

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from jsraft.server.node import Node
 
 ASK_TIMEOUT_S = 1.0
+ASK_AGAIN_S = 0.05
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -90,10 +91,18 @@ class ClusterUrls:
             self.node.clients.announce_info()
 
     async def _ask(self, peer: str) -> None:
-        try:
-            answer, _ = await self.node.rpc.call(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
-        except JsraftError:
-            return  # asked again at the next refresh
-        url = str(answer.get("url") or "") if isinstance(answer, dict) else ""
-        if url:
-            self.peer_urls[peer] = url
+        """Ask `peer` for its client URL; a peer that has none yet (linked before its client listener was
+        bound) is asked again every `ASK_AGAIN_S` for `ASK_TIMEOUT_S`, then at the next refresh."""
+        deadline = trio.current_time() + ASK_TIMEOUT_S
+        while True:
+            try:
+                answer, _ = await self.node.rpc.call(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
+            except JsraftError:
+                return  # asked again at the next refresh
+            url = str(answer.get("url") or "") if isinstance(answer, dict) else ""
+            if url:
+                self.peer_urls[peer] = url
+                return
+            if trio.current_time() + ASK_AGAIN_S > deadline:
+                return
+            await trio.sleep(ASK_AGAIN_S)

@@ -31,7 +31,7 @@ Invariants:
   8. The client socket `jsraft` bound before importing the node (`cli.early_listen`) is served only if the
      configuration asks for its host and port; otherwise it is closed and the node binds its own.
 
-Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
+Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import trio
 
 from jsraft import __version__
 from jsraft.cli.early_listen import EarlyListener
+from jsraft.cli.serve_routes import parse_cluster, parse_routes
 from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
@@ -184,50 +185,6 @@ def security_overrides(args: argparse.Namespace) -> dict[str, Any]:
     if args.monitor_token_file is not None:
         overrides["monitor_token"] = _read_secret(args.monitor_token_file, "--monitor-token-file")
     return overrides
-
-
-def _strip_scheme(text: str) -> str:
-    """`nats://h:p`, `nats-route://h:p` -> `h:p` (nats-server parses these as URLs and ignores the scheme)."""
-    scheme, sep, rest = text.partition("://")
-    return rest if sep and scheme.replace("-", "").isalpha() else text
-
-
-def parse_routes(values: list[str]) -> tuple[dict[str, str], list[str]]:
-    """`--routes` values -> (named peers, seed routes). `NAME=[nats://]HOST:PORT` names a peer (a JetStream
-    cluster's Raft voters are named before any connection); a bare `[nats://]HOST:PORT` is a seed route, as
-    nats-server's: dialed by address, the rest of the cluster found by route gossip. One kind per node."""
-    peers: dict[str, str] = {}
-    seeds: list[str] = []
-    for item in (part.strip() for value in values for part in value.split(",")):
-        if not item:
-            continue
-        name, sep, address = item.partition("=")
-        if not sep:
-            seed = _strip_scheme(item)
-            host, colon, port = seed.rpartition(":")
-            if not colon or not host or not port.isdigit() or "@" in host:
-                raise InvalidConfig(f"--routes: {item!r} is not NAME=HOST:PORT nor [nats://]HOST:PORT")
-            if seed not in seeds:
-                seeds.append(seed)
-            continue
-        if not name.strip() or not address.strip():
-            raise InvalidConfig(f"--routes: {item!r} is not NAME=HOST:PORT")
-        if name.strip() in peers:
-            raise InvalidConfig(f"--routes: {name.strip()!r} is given twice")
-        peers[name.strip()] = _strip_scheme(address.strip())
-    if peers and seeds:
-        raise InvalidConfig("--routes: give every route with its node's name (NAME=HOST:PORT) or none "
-                            "(seed routes, found by gossip), not a mix")
-    return peers, seeds
-
-
-def parse_cluster(text: str) -> tuple[str, int]:
-    """`--cluster nats://0.0.0.0:6222` (or `HOST:PORT`, `[::1]:6222`) -> `("0.0.0.0", 6222)`."""
-    host, sep, port = _strip_scheme(text.strip()).rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or "@" in host:
-        raise InvalidConfig(f"--cluster: {text!r} is not [nats://]HOST:PORT")
-    return host, int(port)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:

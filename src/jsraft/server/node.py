@@ -65,7 +65,7 @@ from jsraft.server.nats.cluster_urls import ClusterUrls
 from jsraft.server.groups.versioning import log_banner
 from jsraft.server.nats.tls import TlsContexts
 from jsraft.runtime.quiesce import BEAT_GROUP
-from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
+from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts, start_seed
 from jsraft.transport.cluster_auth import ClusterAuth
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Node:
                         self.client_address = await nursery.start(self.clients.run)
                     # Bare routes are dialed once the client URL peers will ask for is bound (route_gossip).
                     for seed in config.seed_addresses():
-                        self.transport.add_seed(seed)
+                        start_seed(self.transport, seed)
                     nursery.start_soon(self.cluster_urls.run)  # INFO's connect_urls
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)

@@ -1,6 +1,7 @@
-"""Seed routes: dialing a cluster listener by address alone, to learn which node is there (layer L4, trio).
+"""Open membership: peers met at run time, and seed routes dialed by address alone (layer L4, trio).
 
-Owns: `seed_loop`, the dialer of one bare route (`nats://HOST:PORT`, nats-server's `--routes` without
+Owns: `add_peer` (a peer joins the table without touching the others: one that dialed in, or one route
+gossip named), `start_seed` and `seed_loop`, the dialer of one bare route (`nats://HOST:PORT`, nats-server's `--routes` without
 names). It dials the address until a node of this cluster answers the handshake, serves that link as the
 node's (`Transport.serve_adopted`: the node joins the peer table, open membership), and once that node has
 no link any more dials the address again — the node found there the next time may be another one (a
@@ -14,6 +15,9 @@ Invariants:
   2. Failed dials back off (`Backoff`, as the per-peer dialers do); nothing here blocks `Transport.send`.
   3. The loop ends with the transport (its nursery) and never outlives it.
 
+This module is the transport's own extension (its peer table, nursery and link serving): it reaches into
+`Transport`'s private parts, as the transport's methods do, and nothing outside the package does.
+
 Imports: stdlib, L0, trio, transport siblings. Reference: nats-server `server/route.go` (solicited routes,
 `isRouteToSelf`-style duplicate-server-id checks).
 """
@@ -25,10 +29,13 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from jsraft.errors import invariant
 from jsraft.transport.backoff import Backoff
 from jsraft.transport.errors import HandshakeRefused
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
-from jsraft.transport.peer import DUPLICATE_REASON
+from jsraft.transport.peer import DUPLICATE_REASON, Peer
+from jsraft.transport.send_queue import SendQueue
+from jsraft.transport.wire import check_name
 
 if TYPE_CHECKING:
     from jsraft.transport.transport import Transport
@@ -37,6 +44,29 @@ log = logging.getLogger("jsraft.transport")
 
 # What an acceptor answers a dialer that presents the acceptor's own name (`wire.check_hello`).
 _OWN_NAME_REFUSAL = "claims this node's own name"
+
+
+def add_peer(transport: "Transport", node_id: str, address: Address | None) -> None:
+    """Learn `node_id` (or give it an address) without touching the other peers. A peer already dialable
+    keeps its address and its link; one given its first address gets a dialer."""
+    if node_id == transport.node_id:
+        return
+    check_name(node_id, "peer node id")
+    config = transport.config
+    peer = transport._peers.get(node_id)
+    if peer is None:
+        peer = Peer(node_id, None, SendQueue(config.send_queue_frames_max, config.send_queue_bytes_max))
+        transport._peers[node_id] = peer
+    if peer.address is None and address is not None:
+        peer.address = (str(address[0]), int(address[1]))
+        if transport._nursery is not None and peer.dialer_scope is None:
+            transport._start_dialer(peer)
+
+
+def start_seed(transport: "Transport", address: Address) -> None:
+    """Dial the bare route `address` for as long as `transport` runs (`seed_loop`)."""
+    invariant(transport.open_membership and transport._nursery is not None, "seeds need open membership, running")
+    transport._nursery.start_soon(seed_loop, transport, (str(address[0]), int(address[1])))  # type: ignore[union-attr]
 
 
 def is_own_address(transport: "Transport", address: Address) -> bool:
@@ -51,11 +81,11 @@ async def seed_loop(transport: "Transport", address: Address) -> None:
     if is_own_address(transport, address):
         log.info("transport %s: route %s is this node's own listener: ignored", transport.node_id, where)
         return
-    backoff = Backoff(transport.config.backoff_initial_s, transport.config.backoff_max_s, transport.rng)
+    backoff = Backoff(transport.config.backoff_initial_s, transport.config.backoff_max_s, transport._rng)
     while True:
-        known = transport.connected_at(address)
+        known = _connected_at(transport, address)
         if known is not None:  # that node is linked already (it dialed in): no second connection
-            await transport.wait_disconnected(known)
+            await _wait_disconnected(transport, known)
             continue
         link = await _dial_seed(transport, address)
         if link is _SELF:
@@ -68,14 +98,38 @@ async def seed_loop(transport: "Transport", address: Address) -> None:
         backoff.reset()
         try:
             log.info("transport %s: route %s is node %s", transport.node_id, where, name)
-            await transport.serve_adopted(link)
+            await _serve_adopted(transport, link)
         finally:
             await link.close()
-        await transport.wait_disconnected(name)
+        await _wait_disconnected(transport, name)
         await trio.sleep(backoff.next_delay())
 
 
 _SELF = object()
+
+
+async def _serve_adopted(transport: "Transport", link: Link) -> None:
+    """Serve `link`, dialed to a seed and handshaken, as its node's link (the node joins the peer table),
+    until it ends; at once if that node already has a link that wins (`Peer.offer`)."""
+    name = link.remote.node_name  # type: ignore[union-attr]
+    add_peer(transport, name, None)
+    peer = transport._peers[name]
+    if peer.offer(transport.node_id, link):
+        await transport._serve(peer, link)
+
+
+def _connected_at(transport: "Transport", address: Address) -> str | None:
+    """The node with a current link whose cluster address is `address`, if one is known."""
+    for name, status in transport.peer_status().items():
+        if status.address == address and status.connected:
+            return name
+    return None
+
+
+async def _wait_disconnected(transport: "Transport", name: str) -> None:
+    """Return once `name` has no current link (at once if it is unknown)."""
+    while (peer := transport._peers.get(name)) is not None and not peer.disconnected.is_set():
+        await peer.disconnected.wait()
 
 
 async def _dial_seed(transport: "Transport", address: Address) -> Link | object | None:

@@ -13,8 +13,8 @@ Invariants:
   2. A hostile or broken peer — garbage, an oversized frame, a bad CRC, another cluster, an unknown node, no
      handshake within `handshake_timeout_s` — gets its connection closed and a log line; nothing else is
      affected. Every such path ends inside the handler of that one connection (link invariant 1).
-  3. Only a peer in the current peer table is served, and its identity is what its HELLO said; messages
-     are delivered with that identity.
+  3. Only a peer in the current peer table is served (with `open_membership`, any node of this cluster,
+     which joins it; `seeds`), and its identity is what its HELLO said; messages carry that identity.
   4. Cancelling `run()` closes the listener and every link; no task outlives it.
   5. With a cluster secret (`auth`), no frame of a connection is read past the proof exchange
      (`cluster_auth`) unless the other side proved the secret; with TLS (`tls`), every connection is
@@ -54,6 +54,7 @@ from jsraft.transport.config import TransportConfig
 from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, LinkClosed, TransportProtocolError
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
 from jsraft.transport.peer import DUPLICATE_REASON, Peer, PeerStatus
+from jsraft.transport.seeds import add_peer
 from jsraft.transport.send_queue import SendQueue
 from jsraft.transport.wire import (
     FrameKind, Hello, check_hello, check_name, data_frame_bytes, encode_frame, encode_group,
@@ -100,21 +101,13 @@ class Transport:
         # so a reload takes effect on the next one; `.handshake_timeout_s`.
         self.tls = tls
         self.refused_auth = 0
-        # Open membership (core-NATS route discovery, `seeds`): a node of this cluster this node has not
-        # heard of is served when it dials in (its address comes later, by gossip); off, only the peer
-        # table is (invariant 3). Raft groups stay what their configurations say either way.
-        self.open_membership = open_membership
+        self.open_membership = open_membership  # invariant 3; Raft groups are untouched by it
         self._rng = rng if rng is not None else random.Random()
         self._peers: dict[str, Peer] = {}
         self._nursery: trio.Nursery | None = None
         self._inbound_handshakes = 0
         self.dropped_unknown = 0
         self.update_peers(peers)
-
-    @property
-    def rng(self) -> random.Random:
-        """The randomness the dialers' backoff jitter draws from."""
-        return self._rng
 
     @property
     def listen_address(self) -> Address:
@@ -202,51 +195,6 @@ class Transport:
                 self._peers[node_id] = peer
                 if self._nursery is not None:
                     self._start_dialer(peer)
-
-    def add_peer(self, node_id: str, address: Address | None) -> None:
-        """Learn (or give an address to) one peer without touching the others (open membership: a peer
-        met by gossip or dialing in). A peer already dialable keeps its address and its link."""
-        if node_id == self.node_id:
-            return
-        check_name(node_id, "peer node id")
-        peer = self._peers.get(node_id)
-        if peer is None:
-            peer = self._peers[node_id] = Peer(node_id, None, SendQueue(self.config.send_queue_frames_max,
-                                                                         self.config.send_queue_bytes_max))
-        if peer.address is None and address is not None:
-            peer.address = (str(address[0]), int(address[1]))
-            if self._nursery is not None and peer.dialer_scope is None:
-                self._start_dialer(peer)
-
-    def add_seed(self, address: Address) -> None:
-        """Dial `address`, a cluster listener whose node's name is not known yet (a bare route), until it
-        answers (`seeds.seed_loop`); needs `open_membership` and a running transport."""
-        from jsraft.transport.seeds import seed_loop
-
-        invariant(self.open_membership and self._nursery is not None, "seeds need open membership, running")
-        self._nursery.start_soon(seed_loop, self, (str(address[0]), int(address[1])))  # type: ignore[union-attr]
-
-    async def serve_adopted(self, link: Link) -> None:
-        """Serve `link`, dialed to a seed and handshaken, as its node's link (a peer it makes known), until
-        it ends; at once if that node already has a link that wins (`Peer.offer`)."""
-        invariant(link.remote is not None, "a handshaken link")
-        name = link.remote.node_name  # type: ignore[union-attr]
-        self.add_peer(name, None)
-        peer = self._peers[name]
-        if peer.offer(self.node_id, link):
-            await self._serve(peer, link)
-
-    def connected_at(self, address: Address) -> str | None:
-        """The node with a current link whose cluster address is `address`, if one is known."""
-        for peer in self._peers.values():
-            if peer.address == address and peer.link is not None:
-                return peer.node_id
-        return None
-
-    async def wait_disconnected(self, node_id: str) -> None:
-        """Return once `node_id` has no current link (at once if it is unknown)."""
-        while (peer := self._peers.get(node_id)) is not None and not peer.disconnected.is_set():
-            await peer.disconnected.wait()
 
     def peer_status(self) -> dict[str, PeerStatus]:
         return {node_id: peer.status() for node_id, peer in sorted(self._peers.items())}
@@ -341,7 +289,7 @@ class Transport:
         try:
             remote = await self._accept_handshake(link)
             if remote is not None and self.open_membership and remote.node_name not in self._peers:
-                self.add_peer(remote.node_name, None)  # its address comes by gossip, later
+                add_peer(self, remote.node_name, None)  # its address comes by gossip, later
             peer = self._peers.get(remote.node_name) if remote is not None else None
             if peer is None:
                 return

@@ -28,14 +28,10 @@ Invariants:
   8. A user's permissions are enforced on every PUB and SUB, and a subscription overlapping its deny list
      never delivers a denied subject (`permissions`); a refusal gets `-ERR 'Permissions Violation for …'`
      and the connection stays open, as nats-server keeps it.
-  9. Under TLS, what the client sent in one burst is answered in one write: a TLS stream hands over one
-     record per read, with a scheduling point between reads, so before it gathers the queue the writer
-     yields until the reader has handled every record already received (it went `TLS_IDLE_ROUNDS`
-     rounds without a read; bounded by `TLS_DRAIN_ROUNDS_MAX`). Otherwise
-     the answer to a burst's first command could go out alone and the rest a moment later, after a client
-     that got what it waited for may have closed: nats-py, asked to close, sends its TLS close_notify,
-     and data arriving after it is an `APPLICATION_DATA_AFTER_CLOSE_NOTIFY` error (nats-py's
-     `test_tls_reconnect`: two subscribers answer one request; the second answer came after the close).
+  9. Under TLS, a burst the client sent is answered in one write: TLS reads hand over one record each,
+     with a scheduling point between, so the writer first yields until the reader went `TLS_IDLE_ROUNDS`
+     rounds without a read (at most `TLS_DRAIN_ROUNDS_MAX`). Else a second answer could follow a client's
+     close_notify — nats-py then reports APPLICATION_DATA_AFTER_CLOSE_NOTIFY (its `test_tls_reconnect`).
 
 Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings.
 Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
@@ -64,9 +60,7 @@ log = logging.getLogger("jsraft.server.clients")
 
 READ_BYTES_MAX = 64 << 10
 INTERNAL_INFLIGHT_MAX = 1024
-# Invariant 9: the writer of a TLS client waits until the reader spent this many scheduling rounds
-# without handling a read (one round can look idle only because of the order tasks ran in), and at
-# most this many rounds in all.
+# Invariant 9 (one round can look idle only because of the order tasks ran in, so two).
 TLS_IDLE_ROUNDS = 2
 TLS_DRAIN_ROUNDS_MAX = 16
 _BOOL_OPTIONS = ("verbose", "pedantic", "headers", "no_responders", "echo")

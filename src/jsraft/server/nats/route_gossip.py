@@ -21,18 +21,21 @@ Invariants:
   3. Only linked nodes are relayed: a node that is gone is not spread further by this one.
   4. What a peer gossips is bounded and checked (`route_wire` invariant 1, `GOSSIP_NODES_MAX`).
 
-Imports: stdlib, L0, server siblings (`route_wire`). Reference: nats-server `server/route.go`
-(`processRouteInfo`, `forwardNewRouteInfoToKnownServers`, implicit routes).
+Imports: stdlib, L0, L4 (`transport`'s `add_peer`), server siblings (`route_wire`).
+Reference: nats-server `server/route.go` (`processRouteInfo`, `forwardNewRouteInfoToKnownServers`,
+implicit routes).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from jsraft.server.nats import route_wire
 from jsraft.server.nats.route_wire import ROUTE_GROUP, Gossip
+from jsraft.transport import add_peer
 
 if TYPE_CHECKING:
     from jsraft.server.node import Node
@@ -128,7 +131,7 @@ def install(node: "Node") -> RouteGossip:
         status = transport.peer_status().get(peer)
         return status.remote_address[0] if status is not None and status.remote_address else None
 
-    gossip = RouteGossip(node.name, own_address=own_address, add_peer=transport.add_peer, send=transport.send,
-                         linked=node.route_peers, remote_host=remote_host)
+    gossip = RouteGossip(node.name, own_address=own_address, add_peer=partial(add_peer, transport),
+                         send=transport.send, linked=node.route_peers, remote_host=remote_host)
     node.routes.gossip = gossip
     return gossip

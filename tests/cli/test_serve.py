@@ -96,7 +96,7 @@ def stop(process: subprocess.Popen, signum: int = signal.SIGTERM) -> tuple[int, 
     ("node.toml", 'name = "a"\nstore_dir = "{dir}"\n', ["--monitor-port", "70000"], "monitor_port"),
     ("node.toml", 'name = "a"\nstore_dir = "{dir}"\n[peers]\nn2 = "nowhere"\n', [], "peers.n2"),
     (None, "", ["--name", "a", "-sd", "{dir}", "-p", "-2"], "client_port must be 0..65535"),
-    (None, "", ["-n", "a", "--routes", "nats://127.0.0.1:6223"], "needs its node's name"),
+    (None, "", ["-n", "a", "-js", "--routes", "nats://127.0.0.1:6223"], "needs its node's name"),
     ("missing.toml", None, [], "cannot read"),
 ])
 def test_configuration_errors_exit_2_and_touch_nothing(tmp_path, name, text, args, message):
@@ -288,8 +288,27 @@ def test_routes_forms(argv):
     assert parse_serve(*argv)[1]["peers"] == {"n2": "127.0.0.1:6223", "n3": "127.0.0.1:6224"}
 
 
+@pytest.mark.parametrize("argv, seeds", [
+    (["--routes", "nats://127.0.0.1:6223"], ["127.0.0.1:6223"]),
+    (["--routes", "nats://127.0.0.1:6223,nats://127.0.0.1:6224", "--routes", "127.0.0.1:6223"],
+     ["127.0.0.1:6223", "127.0.0.1:6224"]),
+])
+def test_bare_routes_are_seed_routes(argv, seeds):
+    """nats-server's bare routes: dialed by address, the rest of the cluster found by gossip."""
+    overrides = parse_serve(*argv)[1]
+    assert overrides["seed_routes"] == seeds and "peers" not in overrides
+
+
+def test_bare_routes_with_jetstream_are_refused():
+    from jsraft.cli.serve import config_from_args
+    args, _ = parse_serve("-js", "-n", "a", "-sd=/nonexistent/js", "--routes", "nats://127.0.0.1:6223")
+    with pytest.raises(InvalidConfig, match="needs its node's name"):
+        config_from_args(args)
+
+
 @pytest.mark.parametrize("argv, message", [
-    (["--routes", "nats://127.0.0.1:6223"], "needs its node's name"),
+    (["--routes", "n2=127.0.0.1:6223,nats://127.0.0.1:6224"], "not a mix"),
+    (["--routes", "nats://127.0.0.1"], "is not NAME=HOST:PORT nor"),
     (["--routes", "n2=nats://127.0.0.1:6223,n2=127.0.0.1:6224"], "given twice"),
     (["--cluster", "nats://user:pw@127.0.0.1:6333"], "is not [nats://]HOST:PORT"),
     (["--cluster", "127.0.0.1"], "is not [nats://]HOST:PORT"),

@@ -7,8 +7,9 @@ form Go's flag package accepts, e.g. `-port`, `-store_dir=DIR`; and the security
 `--auth`, `--tls`, `--tlscert`, `--tlskey`, `--tlsverify`, `--tlscacert`, `--cluster-secret-file`,
 `--monitor-token-file`), turning them into a `NodeConfig` (a config
 file first, flags on top), logging to stderr, running the node with its monitor, and stopping on SIGTERM or
-SIGINT. nats-server's routes are bare URLs; jsraft's name each node (`NAME=nats://HOST:PORT`), because its
-Raft voters are named before any connection is made.
+SIGINT. nats-server's routes are bare URLs; a JetStream cluster's name each node (`NAME=nats://HOST:PORT`),
+because its Raft voters are named before any connection is made. Bare routes (no `-js`) are seed routes:
+a core-NATS cluster that finds itself by route gossip (`server.nats.route_gossip`).
 
 Invariants:
   1. A configuration error (unknown field, bad value, unreadable file, malformed flag) exits with status 2
@@ -30,7 +31,7 @@ Invariants:
   8. The client socket `jsraft` bound before importing the node (`cli.early_listen`) is served only if the
      configuration asks for its host and port; otherwise it is closed and the node binds its own.
 
-Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
+Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import trio
 
 from jsraft import __version__
 from jsraft.cli.early_listen import EarlyListener
+from jsraft.cli.serve_routes import parse_cluster, parse_routes
 from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
@@ -96,7 +98,8 @@ def add_parser(sub: Any) -> None:
     _flag(serve, ("--routes", "--peers"), ("routes",), dest="peers", action="append",
           metavar="NAME=HOST:PORT,...",
           help="the other nodes' cluster addresses, each with its node name; nats:// optional "
-               "(repeatable, comma-separated)")
+               "(repeatable, comma-separated). Without -js, bare [nats://]HOST:PORT routes are seeds: "
+               "the rest of the cluster is found by route gossip")
     _flag(serve, ("--cluster-name", "--cluster_name"), ("cluster_name",), dest="cluster_name", metavar="NAME",
           help="cluster name (default jsraft)")
     serve.add_argument("--tick-ms", type=int, help="Raft tick in milliseconds (default 100)")
@@ -184,37 +187,6 @@ def security_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
-def _strip_scheme(text: str) -> str:
-    """`nats://h:p`, `nats-route://h:p` -> `h:p` (nats-server parses these as URLs and ignores the scheme)."""
-    scheme, sep, rest = text.partition("://")
-    return rest if sep and scheme.replace("-", "").isalpha() else text
-
-
-def parse_peers(values: list[str]) -> dict[str, str]:
-    """`["n2=127.0.0.1:6223,n3=nats://127.0.0.1:6224"]` -> `{"n2": "127.0.0.1:6223", ...}`."""
-    peers: dict[str, str] = {}
-    for item in (part.strip() for value in values for part in value.split(",")):
-        if not item:
-            continue
-        name, sep, address = item.partition("=")
-        if not sep or not name.strip() or not address.strip():
-            hint = " (a route needs its node's name: jsraft's Raft voters are named)" if "://" in item else ""
-            raise InvalidConfig(f"--routes: {item!r} is not NAME=HOST:PORT{hint}")
-        if name.strip() in peers:
-            raise InvalidConfig(f"--routes: {name.strip()!r} is given twice")
-        peers[name.strip()] = _strip_scheme(address.strip())
-    return peers
-
-
-def parse_cluster(text: str) -> tuple[str, int]:
-    """`--cluster nats://0.0.0.0:6222` (or `HOST:PORT`, `[::1]:6222`) -> `("0.0.0.0", 6222)`."""
-    host, sep, port = _strip_scheme(text.strip()).rpartition(":")
-    host = host.removeprefix("[").removesuffix("]")
-    if not sep or not host or not port.isdigit() or "@" in host:
-        raise InvalidConfig(f"--cluster: {text!r} is not [nats://]HOST:PORT")
-    return host, int(port)
-
-
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The NodeConfig fields the command line sets (unset flags are absent, so a file's value stands)."""
     overrides = {field: getattr(args, field) for field in _FIELDS if getattr(args, field) is not None}
@@ -226,7 +198,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     if args.cluster is not None or args.cluster_port is not None:
         overrides["cluster_listen"] = True  # asked for: listen even before peers are known
     if args.peers is not None:
-        overrides["peers"] = parse_peers(args.peers)
+        peers, seeds = parse_routes(args.peers)
+        overrides.update({"peers": peers} if peers else {"seed_routes": seeds})
     _api_level_override(args, overrides)
     overrides.update(security_overrides(args))
     return overrides
@@ -235,6 +208,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 def config_from_args(args: argparse.Namespace) -> NodeConfig:
     overrides = overrides_from_args(args)
     jetstream = jetstream_asked(args)
+    if jetstream and overrides.get("seed_routes"):
+        raise InvalidConfig("--routes: a JetStream cluster needs its node's name on every route "
+                            "(NAME=HOST:PORT): its Raft voters are named, and do not grow by route gossip")
     if args.config is not None:
         return NodeConfig.from_file(args.config, overrides, lambda fields: with_defaults(fields, jetstream))
     return NodeConfig.from_dict(with_defaults(overrides, jetstream))
@@ -340,7 +316,8 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None,
             await nursery.start(run_node)
             if node.cluster_address is not None:
                 log.info("Cluster %s: listening for route connections on %s:%d, peers %s", config.cluster_name,
-                         *node.cluster_address, ",".join(sorted(config.peers)) or "none yet")
+                         *node.cluster_address, ",".join(sorted(config.peers)) or
+                         (f"found from seed routes {','.join(config.seed_routes)}" if config.seed_routes else "none yet"))
             if not config.clustered:  # a cluster's meta leader needs its peers: do not wait for them here
                 await node.wait_ready(timeout_s=60.0)
             if monitor is not None:

@@ -56,6 +56,7 @@ from jsraft.replica.meta_adapter import MetaAdapter
 from jsraft.server.groups.meta_service import META_GROUP, MetaService
 from jsraft.server.nats.route_wire import ROUTE_GROUP
 from jsraft.server.groups.router import Router
+from jsraft.server.nats import route_gossip
 from jsraft.server.nats.routes import Routes
 from jsraft.server.groups.rpc import RPC_GROUP, Rpc
 from jsraft.server.groups.stream_options import StreamOptions
@@ -66,7 +67,7 @@ from jsraft.server.nats.cluster_urls import ClusterUrls
 from jsraft.server.groups.versioning import log_banner
 from jsraft.server.nats.tls import TlsContexts
 from jsraft.runtime.quiesce import BEAT_GROUP
-from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts
+from jsraft.transport import Transport, TransportConfig, decode_message, encode_message_parts, start_seed
 from jsraft.transport.cluster_auth import ClusterAuth
 
 if TYPE_CHECKING:
@@ -134,6 +135,9 @@ class Node:
                     nursery.start_soon(self.meta_service.run)
                     with naming_port("client", config.client_host, config.client_port):
                         self.client_address = await nursery.start(self.clients.run)
+                    # Bare routes are dialed once the client URL peers will ask for is bound (route_gossip).
+                    for seed in config.seed_addresses():
+                        start_seed(self.transport, seed)
                     nursery.start_soon(self.cluster_urls.run)  # INFO's connect_urls
                     log.info("node %s up: cluster %s at %s", self.name, config.cluster_name, self.cluster_address)
                     task_status.started(self)
@@ -182,7 +186,8 @@ class Node:
             config.peer_addresses(), on_message=self._on_message, on_link=self._on_link,
             config=_TEST_TRANSPORT if config.test_mode else None, bind_host=self._outgoing_host(),
             auth=ClusterAuth(config.cluster_secret, config.cluster_name) if config.cluster_secret else None,
-            tls=TlsContexts(config.cluster_tls, "cluster_tls", mutual=True) if config.cluster_tls else None)
+            tls=TlsContexts(config.cluster_tls, "cluster_tls", mutual=True) if config.cluster_tls else None,
+            open_membership=bool(config.seed_routes))
         call_peer = partial(_call_peer, self)  # the request layer is built after the parts that use it
         self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
                                         meta=self.meta, adapter=self.meta_adapter, online=self.online,
@@ -217,6 +222,9 @@ class Node:
         # a lost interest frame can go unnoticed there.
         self.routes = Routes(self.name, self.clients, self.transport.send,
                              digest_interval_s=0.2 if config.test_mode else 1.0)
+        if config.seed_routes:
+            route_gossip.install(self.name, self.transport, self.routes, lambda: self.cluster_address,
+                                 self.route_peers)
 
     def _outgoing_host(self) -> str | None:
         """The address outgoing cluster connections are bound to: with the test hooks on and a specific
@@ -275,6 +283,8 @@ class Node:
         if group == ROUTE_GROUP:
             self.routes.on_payload(from_node, payload)
             return
+        if from_node not in self.config.peers:
+            return  # a node met by route gossip is in no Raft group here (route_gossip's decision)
         # A payload that does not decode raises RaftCodecError: the transport closes that link.
         self.runtime.deliver(group, decode_message(payload))
         heard = self.raft_heard_ns.get(group)
@@ -285,14 +295,22 @@ class Node:
     def _on_link(self, peer: str, up: bool) -> None:
         self.rpc.on_link(peer, up)
         self.routes.on_link(peer, up)
+        self.cluster_urls.wake()  # INFO's connect_urls follow the links
 
     def online(self) -> set[str]:
-        return {self.name} | {peer for peer, status in self.transport.peer_status().items() if status.connected}
+        """This node and its connected configured peers: the servers JetStream may place on. A node met
+        only by route gossip is left out (route_gossip's decision)."""
+        return {self.name} | {peer for peer, status in self.transport.peer_status().items()
+                              if status.connected and peer in self.config.peers}
+
+    def route_peers(self) -> set[str]:
+        """Every node with a current link, configured or met by route gossip (core NATS routing)."""
+        return {peer for peer, status in self.transport.peer_status().items() if status.connected}
 
     def online_storage_uuids(self) -> dict[str, str]:
-        """Name -> storage UUID of this node and of each connected peer (from its HELLO)."""
+        """Name -> storage UUID of this node and of each connected configured peer (from its HELLO)."""
         uuids = {peer: str(status.storage_uuid) for peer, status in self.transport.peer_status().items()
-                 if status.connected and status.storage_uuid is not None}
+                 if status.connected and status.storage_uuid is not None and peer in self.config.peers}
         return {**uuids, self.name: str(self.identity.storage_uuid) if self.identity else ""}
 
     # --- Routes ---------------------------------------------------------------------------------------

@@ -35,13 +35,16 @@ from jsraft.transport.send_queue import SendQueue
 
 log = logging.getLogger("jsraft.transport")
 
+# Why an acceptor refuses a second connection of a node pair (`Transport`, `seeds`).
+DUPLICATE_REASON = "a connection between these nodes already exists"
+
 
 @attrs.frozen(kw_only=True)
 class PeerStatus:
     """A snapshot of one peer's link for monitoring (`/varz`-style) and tests."""
 
     node_id: str
-    address: Address
+    address: Address | None  # None: a peer that dialed in, whose own address is not known yet
     connected: bool
     direction: str | None  # "outbound" (we dialed) or "inbound", None when disconnected
     local_address: Address | None
@@ -78,7 +81,7 @@ def new_link_wins(local_id: str, peer_id: str, new: Link, old: Link) -> bool:
 
 
 class Peer:
-    def __init__(self, node_id: str, address: Address, queue: SendQueue) -> None:
+    def __init__(self, node_id: str, address: Address | None, queue: SendQueue) -> None:
         self.node_id = node_id
         self.address = address
         self.queue = queue

@@ -13,8 +13,8 @@ Invariants:
   2. A hostile or broken peer — garbage, an oversized frame, a bad CRC, another cluster, an unknown node, no
      handshake within `handshake_timeout_s` — gets its connection closed and a log line; nothing else is
      affected. Every such path ends inside the handler of that one connection (link invariant 1).
-  3. Only a peer in the current peer table is served, and its identity is what its HELLO said; messages
-     are delivered with that identity.
+  3. Only a peer in the current peer table is served (with `open_membership`, any node of this cluster,
+     which joins it; `seeds`), and its identity is what its HELLO said; messages carry that identity.
   4. Cancelling `run()` closes the listener and every link; no task outlives it.
   5. With a cluster secret (`auth`), no frame of a connection is read past the proof exchange
      (`cluster_auth`) unless the other side proved the secret; with TLS (`tls`), every connection is
@@ -53,7 +53,8 @@ from jsraft.transport.cluster_auth import ClusterAuth, secure_inbound, secure_ou
 from jsraft.transport.config import TransportConfig
 from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, LinkClosed, TransportProtocolError
 from jsraft.transport.link import LINK_ENDING_ERRORS, Address, Direction, Link
-from jsraft.transport.peer import Peer, PeerStatus
+from jsraft.transport.peer import DUPLICATE_REASON, Peer, PeerStatus
+from jsraft.transport.seeds import add_peer
 from jsraft.transport.send_queue import SendQueue
 from jsraft.transport.wire import (
     FrameKind, Hello, check_hello, check_name, data_frame_bytes, encode_frame, encode_group,
@@ -63,7 +64,6 @@ log = logging.getLogger("jsraft.transport")
 
 OnMessage = Callable[[str, str, bytes | memoryview], None]
 OnLink = Callable[[str, bool], None]
-DUPLICATE_REASON = "a connection between these nodes already exists"
 
 
 @lru_cache(maxsize=4096)
@@ -80,7 +80,7 @@ class Transport:
                  listen_port: int, peers: Mapping[str, Address], *, on_message: OnMessage,
                  config: TransportConfig | None = None, bind_host: str | None = None,
                  rng: random.Random | None = None, on_link: OnLink | None = None,
-                 auth: ClusterAuth | None = None, tls: Any = None) -> None:
+                 auth: ClusterAuth | None = None, tls: Any = None, open_membership: bool = False) -> None:
         self.config = config if config is not None else TransportConfig()
         self.config.validate()
         check_name(node_id, "node id")
@@ -101,6 +101,7 @@ class Transport:
         # so a reload takes effect on the next one; `.handshake_timeout_s`.
         self.tls = tls
         self.refused_auth = 0
+        self.open_membership = open_membership  # invariant 3; Raft groups are untouched by it
         self._rng = rng if rng is not None else random.Random()
         self._peers: dict[str, Peer] = {}
         self._nursery: trio.Nursery | None = None
@@ -142,7 +143,8 @@ class Transport:
                     log.info("transport %s listening on %s:%d", self.node_id, self.listen_host, self.listen_port)
                 self._nursery = nursery
                 for peer in self._peers.values():
-                    self._start_dialer(peer)
+                    if peer.address is not None:
+                        self._start_dialer(peer)
                 task_status.started(self.listen_address if listeners else None)
         finally:
             self._nursery = None
@@ -233,7 +235,8 @@ class Transport:
 
     async def _dial(self, peer: Peer) -> Link | None:
         """A handshaken outbound link to `peer`, or None (logged, recorded) if that failed."""
-        host, port = peer.address
+        invariant(peer.address is not None, "a dialer runs only for a peer with an address")
+        host, port = peer.address  # type: ignore[misc]
         try:
             with trio.fail_after(self.config.dial_timeout_s):
                 stream = await trio.open_tcp_stream(host, port, local_address=self.bind_host)
@@ -243,12 +246,7 @@ class Transport:
             return None
         link = Link(stream, Direction.OUTBOUND)
         try:
-            with trio.fail_after(self.config.handshake_timeout_s):
-                await secure_outbound(link, self.auth, self.tls)
-                await link.send_hello(self.hello)
-                remote = await link.receive_hello()
-            check_hello(self.hello, remote, expected_node=peer.node_id)
-            link.accept_remote(remote, self.config.frame_bytes_max)
+            await self.handshake_outbound(link, peer.node_id)
             return link
         except HandshakeRefused as exc:
             await self._note_refusal(peer, link, exc)
@@ -259,6 +257,16 @@ class Transport:
             log.log(logging.WARNING if hostile else logging.INFO, "transport %s: %s", self.node_id, peer.last_error)
         await link.close()
         return None
+
+    async def handshake_outbound(self, link: Link, expected_node: str | None) -> None:
+        """The dialer's half of the handshake on `link` (`expected_node` None: any node of this cluster, a
+        seed's); raises `HandshakeRefused`, a link-ending error or `trio.TooSlowError`."""
+        with trio.fail_after(self.config.handshake_timeout_s):
+            await secure_outbound(link, self.auth, self.tls)
+            await link.send_hello(self.hello)
+            remote = await link.receive_hello()
+        check_hello(self.hello, remote, expected_node=expected_node)
+        link.accept_remote(remote, self.config.frame_bytes_max)
 
     async def _note_refusal(self, peer: Peer, link: Link, exc: HandshakeRefused) -> None:
         repeated = peer.last_error == str(exc)
@@ -280,6 +288,8 @@ class Transport:
         link = Link(stream, Direction.INBOUND)
         try:
             remote = await self._accept_handshake(link)
+            if remote is not None and self.open_membership and remote.node_name not in self._peers:
+                add_peer(self, remote.node_name, None)  # its address comes by gossip, later
             peer = self._peers.get(remote.node_name) if remote is not None else None
             if peer is None:
                 return
@@ -306,7 +316,7 @@ class Transport:
                     log.warning("transport %s: refused connection from %s: %s", self.node_id, where, refusal)
                     return None
                 remote = await link.receive_hello()
-            check_hello(self.hello, remote, known_nodes=self._peers)
+            check_hello(self.hello, remote, known_nodes=None if self.open_membership else self._peers)
             link.accept_remote(remote, self.config.frame_bytes_max)
             return remote
         except HandshakeRefused as exc:

@@ -6,8 +6,8 @@ the rest of the server uses), `client_accept`, `client_conn`, `client_auth`, `cl
 (one client connection: handshake, protocol, security, subscriptions, counters), `auth` (who may connect),
 `credentials` (what the authenticators share), `jwt_auth` / `jwt_claims` (operator mode: user JWTs),
 `permissions` (what a connection may publish and subscribe), `tls`, `sublist` (subject interest),
-`routes` / `route_interest` / `route_wire` (interest and messages between nodes), `cluster_urls` (INFO's
-`connect_urls`).
+`routes` / `route_interest` / `route_wire` (interest and messages between nodes), `route_gossip` (a
+core-NATS mesh grown from seed routes), `cluster_urls` (INFO's `connect_urls`).
 
 Imports: L0–L4, trio, `jsraft.server.settings`, `jsraft.server.errors`. Never the JetStream API (`api`),
 the groups (`groups`) or operations (`ops`): the NATS face knows nothing of JetStream.

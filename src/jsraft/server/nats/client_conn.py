@@ -28,6 +28,10 @@ Invariants:
   8. A user's permissions are enforced on every PUB and SUB, and a subscription overlapping its deny list
      never delivers a denied subject (`permissions`); a refusal gets `-ERR 'Permissions Violation for …'`
      and the connection stays open, as nats-server keeps it.
+  9. Under TLS, a burst the client sent is answered in one write: TLS reads hand over one record each,
+     with a scheduling point between, so the writer first yields until the reader went `TLS_IDLE_ROUNDS`
+     rounds without a read (at most `TLS_DRAIN_ROUNDS_MAX`). Else a second answer could follow a client's
+     close_notify — nats-py then reports APPLICATION_DATA_AFTER_CLOSE_NOTIFY (its `test_tls_reconnect`).
 
 Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings.
 Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
@@ -56,6 +60,9 @@ log = logging.getLogger("jsraft.server.clients")
 
 READ_BYTES_MAX = 64 << 10
 INTERNAL_INFLIGHT_MAX = 1024
+# Invariant 9 (one round can look idle only because of the order tasks ran in, so two).
+TLS_IDLE_ROUNDS = 2
+TLS_DRAIN_ROUNDS_MAX = 16
 _BOOL_OPTIONS = ("verbose", "pedantic", "headers", "no_responders", "echo")
 _STR_OPTIONS = ("name", "lang", "version")
 
@@ -90,6 +97,7 @@ class ClientConn(ConnSecurity):
         self._out_bytes = 0
         self._inflight_bytes = 0
         self._wake = trio.Event()
+        self._reads = 0  # reads handled (invariant 9)
         self._closed = trio.Event()
         self._flushed = trio.Event()
         self._read_scope = trio.CancelScope()
@@ -208,6 +216,10 @@ class ClientConn(ConnSecurity):
                 await self._wake.wait()
                 self._wake = trio.Event()
                 continue
+            if type(self.stream) is trio.SSLStream:
+                await self._let_reader_drain()  # invariant 9
+                if not self._out:
+                    continue  # a slow consumer's queue was dropped meanwhile
             chunk = b"".join(self._out)
             self._out.clear()
             self._inflight_bytes, self._out_bytes = self._out_bytes, 0
@@ -222,6 +234,18 @@ class ClientConn(ConnSecurity):
             if deadline.cancelled_caught:  # invariant 2
                 self._slow_consumer(f"WriteDeadline of {self.options.write_deadline_s}s exceeded")
                 self._flushed.set()
+                return
+
+    async def _let_reader_drain(self) -> None:
+        """Yield until the reader went `TLS_IDLE_ROUNDS` scheduling rounds without handling a read (it is
+        waiting for the network, not working through records already received), at most
+        `TLS_DRAIN_ROUNDS_MAX` rounds: a client that never stops sending must still be answered."""
+        idle = 0
+        for _ in range(TLS_DRAIN_ROUNDS_MAX):
+            reads = self._reads
+            await trio.lowlevel.checkpoint()
+            idle = idle + 1 if self._reads == reads else 0
+            if idle >= TLS_IDLE_ROUNDS:
                 return
 
     # --- Inbound ----------------------------------------------------------------------------------------
@@ -240,6 +264,7 @@ class ClientConn(ConnSecurity):
                 self._last_in_s = trio.current_time()
                 self.protocol.receive_data(data)
                 self._process_events()
+                self._reads += 1  # invariant 9: the writer watches the reader's progress
                 while self._pending_connect is not None and not self.closed:  # invariant 7
                     await self._authenticate(self._pending_connect)
                     self._process_events()

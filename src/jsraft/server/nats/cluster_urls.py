@@ -15,6 +15,9 @@ Invariants:
      which of its addresses a client can reach (nats-server's `client_advertise` is not supported).
   4. The asynchronous INFO goes only to clients past their handshake (`ClientConn.handshaken`: a PONG
      was sent), so it never lands between a client's CONNECT and its first PONG.
+  5. Every linked node counts, configured or met by route gossip (`Node.route_peers`), and a link that
+     comes or goes refreshes at once (`wake`), not only every `refresh_s`: a client learns of a node
+     that joined within a round trip, as from nats-server.
 
 Imports: stdlib, L0, trio, server siblings (through the node). Reference: nats-server `server/route.go`
 (`addConnectURLsAndSendINFOToClients`).
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
     from jsraft.server.node import Node
 
 ASK_TIMEOUT_S = 1.0
+ASK_AGAIN_S = 0.05
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 
@@ -43,6 +47,11 @@ class ClusterUrls:
         self.refresh_s = refresh_s
         self.peer_urls: dict[str, str] = {}  # connected peer -> its client host:port
         self.connect_urls: list[str] | None = None  # None: not clustered, INFO has no key (invariant 2)
+        self._wake = trio.Event()
+
+    def wake(self) -> None:
+        """A link came or went: refresh now (invariant 5)."""
+        self._wake.set()
 
     def register(self, table: dict[str, Any]) -> None:
         table["node.client_url"] = self.client_url
@@ -60,14 +69,16 @@ class ClusterUrls:
 
     async def run(self) -> None:
         """Refresh every `refresh_s` until cancelled."""
-        if not self.node.config.clustered:
+        if not (self.node.config.clustered or self.node.config.seed_routes):
             return
         while True:
+            self._wake = trio.Event()
             await self.refresh()
-            await trio.sleep(self.refresh_s)
+            with trio.move_on_after(self.refresh_s):
+                await self._wake.wait()
 
     async def refresh(self) -> None:
-        online = self.node.online() - {self.node.name}
+        online = self.node.route_peers()
         self.peer_urls = {peer: url for peer, url in self.peer_urls.items() if peer in online}  # invariant 1
         async with trio.open_nursery() as nursery:
             for peer in sorted(online - set(self.peer_urls)):
@@ -80,10 +91,18 @@ class ClusterUrls:
             self.node.clients.announce_info()
 
     async def _ask(self, peer: str) -> None:
-        try:
-            answer, _ = await self.node.rpc.call(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
-        except JsraftError:
-            return  # asked again at the next refresh
-        url = str(answer.get("url") or "") if isinstance(answer, dict) else ""
-        if url:
-            self.peer_urls[peer] = url
+        """Ask `peer` for its client URL; a peer that has none yet (linked before its client listener was
+        bound) is asked again every `ASK_AGAIN_S` for `ASK_TIMEOUT_S`, then at the next refresh."""
+        deadline = trio.current_time() + ASK_TIMEOUT_S
+        while True:
+            try:
+                answer, _ = await self.node.rpc.call(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
+            except JsraftError:
+                return  # asked again at the next refresh
+            url = str(answer.get("url") or "") if isinstance(answer, dict) else ""
+            if url:
+                self.peer_urls[peer] = url
+                return
+            if trio.current_time() + ASK_AGAIN_S > deadline:
+                return
+            await trio.sleep(ASK_AGAIN_S)

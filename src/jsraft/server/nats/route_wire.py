@@ -10,6 +10,9 @@ and `$rpc` frames. Five frame kinds (little-endian, like the transport's own fra
     DELTA   kind u8 | epoch u64 | seq u64 | entries                    (weight 0 removes an entry)
     DIGEST  kind u8 | epoch u64 | seq u64 | count u32 | digest u64
     RESYNC  kind u8                                                    ("send me your full STATE")
+    GOSSIP  kind u8 | address str16 | count u16, each name str16 | address str16
+            (route discovery, `route_gossip`: the sender's own cluster "host:port" — "" when it listens
+            on a wildcard host — then the other nodes it knows with theirs)
 
     entries: count u32, each subject u16+bytes | queue u16+bytes (empty: a plain subscription) | weight u32
 
@@ -76,6 +79,7 @@ class Kind(enum.IntEnum):
     DELTA = 3
     DIGEST = 4
     RESYNC = 5
+    GOSSIP = 6
 
 
 _MSGS_KIND = bytes([Kind.MSGS])
@@ -116,7 +120,16 @@ class Msgs(NamedTuple):
     messages: list[RoutedMsg]
 
 
-Frame = Msgs | Interest | Digest | Resync
+class Gossip(NamedTuple):
+    """The sender's cluster address ("" unknown) and the nodes it knows: name -> "host:port"."""
+
+    address: str
+    nodes: dict[str, str]
+
+
+Frame = Msgs | Interest | Digest | Resync | Gossip
+# Nodes one GOSSIP frame may list: far more than any cluster, and a bound on what a peer can make us dial.
+GOSSIP_NODES_MAX = 1024
 
 
 # --- Encoding -------------------------------------------------------------------------------------------
@@ -189,6 +202,12 @@ def encode_resync() -> bytes:
     return U8.pack(Kind.RESYNC)
 
 
+def encode_gossip(address: str, nodes: dict[str, str]) -> bytes:
+    items = sorted(nodes.items())[:GOSSIP_NODES_MAX]
+    return b"".join([U8.pack(Kind.GOSSIP), str16(address), U16.pack(len(items)),
+                     *(str16(name) + str16(where) for name, where in items)])
+
+
 # --- Decoding (invariants 1 and 2) ----------------------------------------------------------------------
 
 
@@ -217,6 +236,8 @@ def decode(payload: bytes | memoryview) -> Frame:
         frame = Digest(reader.u64(), reader.u64(), reader.u32(), reader.u64())
     elif kind == Kind.RESYNC:
         frame = Resync()
+    elif kind == Kind.GOSSIP:
+        frame = _decode_gossip(reader)
     else:
         raise reader.fail(f"unknown route frame kind {kind}")
     reader.finish()
@@ -315,6 +336,31 @@ def _decode_entries(reader: Reader, *, weight_min: int) -> dict[Key, int]:
             raise reader.fail(f"interest weight {weight} below {weight_min}")
         entries[(filter_, queue)] = weight
     return entries
+
+
+def _decode_gossip(reader: Reader) -> Gossip:
+    address = _gossip_address(reader, allow_empty=True)
+    count = reader.u16()
+    if count > GOSSIP_NODES_MAX:
+        raise reader.fail(f"{count} gossiped nodes exceed {GOSSIP_NODES_MAX}")
+    nodes: dict[str, str] = {}
+    for _ in range(count):
+        name = reader.str16("node name")
+        if not 0 < len(name.encode()) <= 255 or any(c.isspace() or c in "/\\" for c in name):
+            raise reader.fail(f"gossiped node name {name[:64]!r} is not a node name")
+        nodes[name] = _gossip_address(reader)
+    return Gossip(address, nodes)
+
+
+def _gossip_address(reader: Reader, *, allow_empty: bool = False) -> str:
+    """A "host:port" with a port in 1..65535 (or "" where allowed)."""
+    text = reader.str16("cluster address")
+    if text == "" and allow_empty:
+        return text
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise reader.fail(f"gossiped address {text[:64]!r} is not host:port")
+    return text
 
 
 def _queue(reader: Reader, *, allow_empty: bool = False) -> str:

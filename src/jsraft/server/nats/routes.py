@@ -56,7 +56,10 @@ from jsraft.protocol.wire import wire_text
 from jsraft.server.nats import route_wire
 from jsraft.server.nats.client_server import ClientServer, InternalSubscription
 from jsraft.server.nats.route_interest import LocalInterest, PeerView
-from jsraft.server.nats.route_wire import MSGS_BATCH_BYTES_MAX, ROUTE_GROUP, Digest, Interest, Key, Msgs, Resync
+from jsraft.server.nats.route_gossip import RouteGossip
+from jsraft.server.nats.route_wire import (
+    MSGS_BATCH_BYTES_MAX, ROUTE_GROUP, Digest, Gossip, Interest, Key, Msgs, Resync,
+)
 from jsraft.server.nats.sublist import Sublist
 from jsraft.transport.errors import FrameTooLarge
 
@@ -135,6 +138,8 @@ class Routes:
         self._batches: dict[str, list[bytes]] = {}  # peer -> encoded messages not yet sent
         self._batch_bytes: dict[str, int] = {}
         self._wake = trio.Event()
+        # Route discovery from seed routes (`route_gossip`); None: the peers are configured by name.
+        self.gossip: RouteGossip | None = None
         clients.sublist.observers.append(self._on_local_change)
         self.remote.observers.append(clients.count_ack_rival)  # a peer's ack interest ends the ack shortcut
         clients.forward = self.forward
@@ -234,6 +239,8 @@ class Routes:
 
     def on_link(self, peer: str, up: bool) -> None:
         """The transport's link callback: a full STATE on every new link; a lost peer's interest dropped."""
+        if self.gossip is not None:
+            self.gossip.on_link(peer, up)
         if up:
             self.flush()  # the other peers get pending changes as DELTAs; this one gets them in the STATE
             out = self._out.setdefault(peer, _Outbound())
@@ -259,6 +266,10 @@ class Routes:
                 self.clients.deliver_routed(msg.subject, msg.subject_bytes, msg.reply, msg.headers, msg.payload,
                                             msg.queues)
             return
+        if isinstance(frame, Gossip):
+            if self.gossip is not None:  # a node whose peers are configured by name ignores gossip
+                self.gossip.on_frame(from_node, frame)
+            return
         view = self._views.get(from_node)
         if view is None:
             view = self._views[from_node] = PeerView(self.entries_max)
@@ -272,6 +283,7 @@ class Routes:
                 self._ask_resync(from_node)
         elif isinstance(frame, Resync):
             self._serve_resync(from_node)
+
 
     def _apply(self, peer: str, changes: list[tuple[Key, int, int]]) -> None:
         subs = self._remote_subs.setdefault(peer, {})

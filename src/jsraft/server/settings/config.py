@@ -6,7 +6,7 @@ is an error naming it), reading a JSON or TOML file (`NodeConfig.from_file`, in 
 
 Invariants (checked by `validate()`):
   1. `name` and `cluster_name` are non-empty and fit the transport handshake; `name` is not among `peers`.
-  2. Every peer address is `host:port` with a port in 1..65535; `cluster_port`/`client_port` and a set
+  2. Every peer and seed route address is `host:port` with a port in 1..65535; `cluster_port`/`client_port` and a set
      `monitor_port` are 0..65535 (0: pick an ephemeral port, for tests).
   3. `election_ticks >= 3`: a heartbeat every tick must fit several times in an election timeout, or
      one late tick deposes a healthy leader.
@@ -81,6 +81,11 @@ class NodeConfig:
     monitor_port: int | None = None
     # Every other node of the cluster: name -> "host:port" of its cluster listener. Empty: a single node.
     peers: dict[str, str] = attrs.field(factory=dict)
+    # Seed routes: cluster listeners ("host:port") known only by address — nats-server's bare `--routes`.
+    # The node dials them, learns who is there and the rest of the cluster by route gossip
+    # (`server.nats.route_gossip`), and routes core NATS across that mesh; no Raft group grows from it,
+    # so it is for nodes without named peers (a JetStream cluster names its voters in `peers`).
+    seed_routes: list[str] = attrs.field(factory=list)
     tick_ms: int = 100
     election_ticks: int = 10
     # Shorter transport timeouts and eager reconnects for in-process test clusters.
@@ -147,7 +152,11 @@ class NodeConfig:
 
     @property
     def listens_for_cluster(self) -> bool:
-        return self.clustered if self.cluster_listen is None else self.cluster_listen
+        wanted = self.clustered or bool(self.seed_routes)
+        return wanted if self.cluster_listen is None else self.cluster_listen
+
+    def seed_addresses(self) -> list[tuple[str, int]]:
+        return [parse_address(seed, "seed_routes") for seed in self.seed_routes]
 
     def peer_addresses(self) -> dict[str, tuple[str, int]]:
         return {name: parse_address(address, f"peers.{name}") for name, address in sorted(self.peers.items())}
@@ -166,8 +175,12 @@ class NodeConfig:
             raise InvalidConfig("node config: store_dir is required")
         if self.name in self.peers:
             raise InvalidConfig(f"node config: peers must not list this node ({self.name!r})")
-        if self.cluster_listen is False and self.peers:
+        if self.cluster_listen is False and (self.peers or self.seed_routes):
             raise InvalidConfig("node config: a node with peers needs its cluster listener (cluster_listen)")
+        if self.peers and self.seed_routes:
+            raise InvalidConfig("node config: give peers by name or seed_routes by address, not both (a "
+                                "named cluster's Raft voters do not grow by route gossip)")
+        self.seed_addresses()  # invariant 2: raises on a malformed address
         for port_field in ("cluster_port", "client_port", "monitor_port"):
             port = getattr(self, port_field)
             if port is not None and not 0 <= port <= 65535:

@@ -14,12 +14,14 @@ Order within one group's work, and why (DESIGN §2, §4):
      that conflicts with the log truncates it first); the leader's snapshot; the appended entries; the
      rewritten faulty entries (`wal.repaired.put_repaired`).
   2. `sync_work` — the hard state is appended to the WAL *after* the entries (its acked watermark vouches
-     for them), then `Wal.sync()`: one fsync of the segment makes entries and hard state durable together
-     (DESIGN §2: one fsync per Ready cycle; issue #18). A crash before it returns tears or loses both, and
-     recovery cuts the torn tail and falls back to the previous cycle's hard state, which vouches for
-     nothing the torn cycle wrote. Term and vote are durable before any message is sent (the cycle sends
-     only after `sync_work` returned); when they change, `Wal.sync()` also writes them to the WAL's witness
-     file (rare: elections).
+     for them), then `Wal.sync()`: one fsync of the segment makes entries and hard-state record durable
+     together, and then a second fsync makes the same hard state durable in the WAL's witness file. A
+     crash before the first returns tears or loses both, and recovery cuts the torn tail and falls back to
+     the previous cycle's hard state, which vouches for nothing the torn cycle wrote; the witness, written
+     only after the entries are durable, is what still tells when damage at rest takes the tail away
+     (`wal.hardstate`: why one fsync cannot do both; DESIGN §2's "one fsync per Ready cycle" is not
+     reached, issue #18). Term and vote are durable before any message is sent (the cycle sends only
+     after `sync_work` returned).
   3. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
      not a new group (`restore`).
 

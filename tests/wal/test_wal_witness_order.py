@@ -102,7 +102,7 @@ def test_the_last_acknowledged_cycle_lost_at_rest_is_never_silent(seed: int, fau
     elif fault == "lose_file":
         applied = disk.lose_file(path)
     else:
-        applied = disk.rollback_chunk(path, size - 1)  # the chunk holding the cycle's hard-state record
+        applied = disk.rollback_chunk(path, rng.choice((start, size - 1)))  # where the cycle begins or ends
     if not applied:
         assert fault == "rollback_chunk", f"{fault} must always apply"
         pytest.skip("the last chunk has no earlier synced version in this history")

@@ -20,7 +20,7 @@ cycle's entries are not — a false "log below the acked watermark" after a plai
 repairing and a coordinated power cut halts the group (a scratch build: 58 of 60 seeds) — or carries only
 an earlier cycle's, and then nothing outside the tail vouches for the last acknowledged cycle, whose loss
 at rest (tail cut, lost segment, rolled-back chunk) looks exactly like a crash before its fsync (a scratch
-build: 61 of 101 faults silent; 37 of the 300 seeds of `test_wal_corruption.py`). The bytes a torn cycle
+build: 61 of 109 faults silent; 37 of the 300 seeds of `test_wal_corruption.py`). The bytes a torn cycle
 leaves and the bytes that damage leaves can be identical, and they need opposite verdicts; only a copy made
 durable *after* the entries tells them apart, and that order costs the second fsync. Writing in
 place would leave nothing valid if the write tore, so each write goes to the *older* slot and carries a

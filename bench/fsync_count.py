@@ -65,8 +65,9 @@ def _traced(pid: int, url: str, publishes: int, trace: Path) -> dict[str, float]
     tracer: list[subprocess.Popen] = []
 
     def attach() -> None:
-        tracer.append(subprocess.Popen(["strace", "-f", "-c", "-w", "-o", str(trace), "-e",
-                                        "trace=fsync,fdatasync", "-p", str(pid)], stderr=subprocess.PIPE, text=True))
+        command = ["strace", "-f", "-c", "-w", "-o", str(trace), "-e", "trace=fsync,fdatasync",
+                   "-p", str(pid)]
+        tracer.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
         # strace says "Process N attached" for each thread once it traces it; wait for the first.
         assert tracer[0].stderr is not None
         tracer[0].stderr.readline()

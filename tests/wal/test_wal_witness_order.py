@@ -8,9 +8,10 @@ of two failures, and each test here pins one of them on `SimDisk`, seed by seed:
 
   1. The claim reaches the medium before the data (a crash inside the cycle's fsync, SimDisk's `torn`
      rule): the acked watermark is durable above a log whose last cycle tore. That cycle was never
-     acknowledged, so any loss finding is false — and a replica that finds one turns repairing, so after
-     a coordinated power cut the group halts (issue #14). Checked: a crash between `save_hard_state` and
-     the end of `sync` never leaves the replica repairing and keeps every entry of an earlier cycle.
+     acknowledged, so any loss finding is false — and a replica that finds one turns repairing, so a
+     coordinated power cut can leave every voter repairing and halt the group (issue #14). Checked: a
+     crash between `save_hard_state` and the end of `sync` never leaves the replica repairing and keeps
+     every entry of an earlier cycle.
   2. The copy outside the tail carries only an older cycle's hard state (the copy of cycle N written in
      cycle N + 1, which never outruns its data): then the last acknowledged cycle is vouched for only by
      the tail itself, and damage at rest that removes that tail — cut, lost segment, rolled-back chunk —
@@ -37,15 +38,20 @@ SEGMENT_BYTES = 6000
 FAULTS = ("truncate_tail", "lose_file", "rollback_chunk")
 
 
+def _cycle_writes(wal: Wal, rng: random.Random, written: list[Entry]) -> None:
+    """A cycle up to its fsync: a random batch, then the hard state acknowledging it (`written` grows)."""
+    lo = len(written) + 1
+    batch = make_entries(lo, lo + rng.randint(1, 10), term=1, size=rng.randint(10, 400))
+    wal.append(batch)
+    written += batch
+    wal.save_hard_state(HardState(current_term=1, voted_for="n1", acked_watermark=len(written)))
+
+
 def _cycles(wal: Wal, rng: random.Random, count: int) -> list[Entry]:
     """`count` synced cycles of random batches, each acknowledged (watermark = its last index)."""
     written: list[Entry] = []
     for _ in range(count):
-        lo = len(written) + 1
-        batch = make_entries(lo, lo + rng.randint(1, 10), term=1, size=rng.randint(10, 400))
-        wal.append(batch)
-        written += batch
-        wal.save_hard_state(HardState(current_term=1, voted_for="n1", acked_watermark=len(written)))
+        _cycle_writes(wal, rng, written)
         wal.sync()
     return written
 
@@ -68,14 +74,12 @@ def test_a_cycle_torn_after_its_hard_state_was_saved_is_not_damage(seed: int) ->
     root = SimDisk(random.Random(seed), corruption_allowed=False)
     wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     written = _cycles(wal, rng, rng.randint(2, 20))
-    acked = len(written)
-    lo = acked + 1
-    wal.append(make_entries(lo, lo + rng.randint(1, 10), term=1, size=rng.randint(10, 400)))
-    wal.save_hard_state(HardState(current_term=1, voted_for="n1", acked_watermark=wal.last_index()))
+    acked = list(written)
+    _cycle_writes(wal, rng, written)
     root.crash(torn=bool(seed % 4))  # the cycle's fsync never returned: nothing of it was acknowledged
     _, recovered = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     assert not recovered.repairing, recovered.reasons
-    assert recovered.entries[:acked] == written, "an entry of an earlier, acknowledged cycle was lost"
+    assert recovered.entries[: len(acked)] == acked, "an entry of an earlier, acknowledged cycle was lost"
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -87,11 +91,7 @@ def test_the_last_acknowledged_cycle_lost_at_rest_is_never_silent(seed: int, fau
     wal, _ = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
     written = _cycles(wal, rng, rng.randint(2, 20))
     name_before, size_before = _last_segment(disk), disk.file_size(_last_segment(disk))
-    lo = len(written) + 1
-    batch = make_entries(lo, lo + rng.randint(1, 10), term=1, size=rng.randint(10, 400))
-    wal.append(batch)
-    written += batch
-    wal.save_hard_state(HardState(current_term=1, voted_for="n1", acked_watermark=len(written)))
+    _cycle_writes(wal, rng, written)
     wal.sync()
     wal.close()
     path = _last_segment(disk)

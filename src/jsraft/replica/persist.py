@@ -32,6 +32,10 @@ of two fsyncs. Before a cut both facts the WAL's guard reads are recorded, which
 cases (a repairing replica whose hint covers stale copies, and one that just became repairing). Both
 guards only ever make the WAL more conservative: the flag is only raised here, the hint only lowered.
 
+The simulator runs `seal_work` with `write_work` for a pipelining leader's cycle and `sync_work(sealed=True)`
+when its fsync completes, so a crash in between finds every write of the cycle, hard state included, in
+the page cache and none of it durable — a crash inside the cycle's fsync.
+
 A runtime that batches groups does step 1 of every group before step 2 of any (group commit: one fsync
 per touched file per cycle); within one group the order above always holds.
 
@@ -129,10 +133,17 @@ def _before_cut(wal: Wal, hard_state: HardState | None) -> None:
         wal.save_hard_state(attrs.evolve(stored, commit_index=commit_index, repairing=repairing))
 
 
-def sync_work(wal: Wal, disk: Disk, work: Work) -> None:
-    """Steps 2–3: the hard state after the entries, the one fsync covering both, the marker."""
+def seal_work(wal: Wal, work: Work) -> None:
+    """Step 2's write: the hard state after the entries, to the page cache. With `write_work` it is every
+    write the cycle's fsync must cover; `sync_work` does it first unless told it was done (`sealed`)."""
     if work.hard_state is not None:
         wal.save_hard_state(work.hard_state)
+
+
+def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False) -> None:
+    """Steps 2–3: the hard state after the entries (unless `seal_work` ran), the fsyncs, the marker."""
+    if not sealed:
+        seal_work(wal, work)
     if work.must_sync or work.hard_state is not None:
         wal.sync()
     if work.marker is not None:

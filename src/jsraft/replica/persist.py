@@ -1,10 +1,10 @@
 """Making one cycle's work durable: step 1 of the Ready contract, written once (layer L3½).
 
 Owns: `Work` (what one group must make durable in one cycle: its `Ready`, the hard state to save, an
-own snapshot to save and compact to, the group marker), `write_work` and `sync_work`. Nothing here
-touches a `RaftNode` or a state machine: `cycle.GroupCycle` builds a `Work`, these two functions write
-it (the production runtime runs them on a worker thread, the simulator inline), then the cycle sends,
-applies and advances.
+own snapshot to save and compact to, the group marker), `write_work`, `seal_work` and `sync_work`. Nothing
+here touches a `RaftNode` or a state machine: `cycle.GroupCycle` builds a `Work`, these functions write it
+(the production runtime runs them on a worker thread, the simulator inline), then the cycle sends, applies
+and advances.
 
 Order within one group's work, and why (DESIGN §2, §4):
   1. `write_work` — writes to the page cache: our own snapshot and the log compaction it allows; before a

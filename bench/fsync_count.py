@@ -106,7 +106,7 @@ def run_jsraft(publishes: int, pythonpath: str | None) -> dict[str, float]:
 
 def run_nats(publishes: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as work:
-        with NatsServers(os.path.join(work, "nats"), nodes=1, sync_always=True).start() as servers:
+        with NatsServers(os.path.join(work, "nats"), nodes=1, sync_always=True) as servers:  # enter starts it
             (pid,) = servers.pids.values()
             return _traced(pid, servers.urls[0], publishes, Path(work) / "strace.txt")
 

@@ -1,10 +1,10 @@
 """Making one cycle's work durable: step 1 of the Ready contract, written once (layer L3½).
 
 Owns: `Work` (what one group must make durable in one cycle: its `Ready`, the hard state to save, an
-own snapshot to save and compact to, the group marker), `write_work` and `sync_work`. Nothing here
-touches a `RaftNode` or a state machine: `cycle.GroupCycle` builds a `Work`, these two functions write
-it (the production runtime runs them on a worker thread, the simulator inline), then the cycle sends,
-applies and advances.
+own snapshot to save and compact to, the group marker), `write_work`, `seal_work` and `sync_work`. Nothing
+here touches a `RaftNode` or a state machine: `cycle.GroupCycle` builds a `Work`, these functions write it
+(the production runtime runs them on a worker thread, the simulator inline), then the cycle sends, applies
+and advances.
 
 Order within one group's work, and why (DESIGN §2, §4):
   1. `write_work` — writes to the page cache: our own snapshot and the log compaction it allows; before a
@@ -14,12 +14,14 @@ Order within one group's work, and why (DESIGN §2, §4):
      that conflicts with the log truncates it first); the leader's snapshot; the appended entries; the
      rewritten faulty entries (`wal.repaired.put_repaired`).
   2. `sync_work` — the hard state is appended to the WAL *after* the entries (its acked watermark vouches
-     for them), then `Wal.sync()`: one fsync of the segment makes entries and hard state durable together
-     (DESIGN §2: one fsync per Ready cycle; issue #18). A crash before it returns tears or loses both, and
-     recovery cuts the torn tail and falls back to the previous cycle's hard state, which vouches for
-     nothing the torn cycle wrote. Term and vote are durable before any message is sent (the cycle sends
-     only after `sync_work` returned); when they change, `Wal.sync()` also writes them to the WAL's witness
-     file (rare: elections).
+     for them), then `Wal.sync()`: one fsync of the segment makes entries and hard-state record durable
+     together, and then a second fsync makes the same hard state durable in the WAL's witness file. A
+     crash before the first returns tears or loses both, and recovery cuts the torn tail and falls back to
+     the previous cycle's hard state, which vouches for nothing the torn cycle wrote; the witness, written
+     only after the entries are durable, is what still tells when damage at rest takes the tail away
+     (`wal.hardstate`: why one fsync cannot do both; DESIGN §2's "one fsync per Ready cycle" is not
+     reached, issue #18). Term and vote are durable before any message is sent (the cycle sends only
+     after `sync_work` returned).
   3. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
      not a new group (`restore`).
 
@@ -29,6 +31,10 @@ watermark). In one segment write this is the record order; the old separate slot
 of two fsyncs. Before a cut both facts the WAL's guard reads are recorded, which covers both drivers'
 cases (a repairing replica whose hint covers stale copies, and one that just became repairing). Both
 guards only ever make the WAL more conservative: the flag is only raised here, the hint only lowered.
+
+The simulator runs `seal_work` with `write_work` for a pipelining leader's cycle and `sync_work(sealed=True)`
+when its fsync completes, so a crash in between finds every write of the cycle, hard state included, in
+the page cache and none of it durable — a crash inside the cycle's fsync.
 
 A runtime that batches groups does step 1 of every group before step 2 of any (group commit: one fsync
 per touched file per cycle); within one group the order above always holds.
@@ -127,10 +133,17 @@ def _before_cut(wal: Wal, hard_state: HardState | None) -> None:
         wal.save_hard_state(attrs.evolve(stored, commit_index=commit_index, repairing=repairing))
 
 
-def sync_work(wal: Wal, disk: Disk, work: Work) -> None:
-    """Steps 2–3: the hard state after the entries, the one fsync covering both, the marker."""
+def seal_work(wal: Wal, work: Work) -> None:
+    """Step 2's write: the hard state after the entries, to the page cache. With `write_work` it is every
+    write the cycle's fsync must cover; `sync_work` does it first unless told it was done (`sealed`)."""
     if work.hard_state is not None:
         wal.save_hard_state(work.hard_state)
+
+
+def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False) -> None:
+    """Steps 2–3: the hard state after the entries (unless `seal_work` ran), the fsyncs, the marker."""
+    if not sealed:
+        seal_work(wal, work)
     if work.must_sync or work.hard_state is not None:
         wal.sync()
     if work.marker is not None:

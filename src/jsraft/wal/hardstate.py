@@ -9,10 +9,24 @@ cannot show such a loss, since what is lost is the record that would tell. It is
 fsynced after the segment in every cycle that saved a hard state (`Wal.sync`); written only when term, vote
 or repairing change, `tests/wal/test_wal_corruption.py` lost acknowledged entries silently in 11 of 300
 seeds (`bench/README.md`, "fsyncs per sync publish"). A witness slot torn by a power cut, or rotted, is
-covered by the segment record fsynced before it (`recovery`, decision 2): not damage (issue #14). Writing in
-place would leave nothing valid if the write tore, so each write goes to the *older* slot and carries a
-sequence above every one written before (slots and WAL records share one counter); recovery takes the valid
-hard state with the highest sequence.
+covered by the segment record fsynced before it (`recovery`, decision 2): not damage (issue #14).
+
+Why the witness is a second fsync and not part of the segment's (issue #18; `bench/README.md`, "fsyncs per
+sync publish"; pinned by `tests/wal/test_wal_witness_order.py`): one fsync gives no order between the pages
+it flushes, and a crash inside it (SimDisk's `torn` rule: a prefix by offset; a real disk: any subset of
+pages) can keep any part of the cycle. So a hard-state copy damage at the tail cannot reach (e.g. slots in
+the head pages of the active segment) either carries this cycle's watermark, and can be durable while the
+cycle's entries are not — a false "log below the acked watermark" after a plain crash, the replica turns
+repairing, and a coordinated power cut can halt the group (a scratch build: 58 of 60 seeds) — or carries
+only an earlier cycle's, and then nothing outside the tail vouches for the last acknowledged cycle, whose
+loss at rest (tail cut, lost segment, rolled-back chunk) looks exactly like a crash before its fsync (a
+scratch build: 61 of 109 faults silent; 37 of the 300 seeds of `test_wal_corruption.py`). The bytes a torn
+cycle leaves and the bytes that damage leaves can be identical, and they need opposite verdicts; only a copy
+made durable *after* the entries tells them apart, and that order costs the second fsync.
+
+Writing in place would leave nothing valid if the write tore, so each write goes to the *older* slot and
+carries a sequence above every one written before (slots and WAL records share one counter); recovery takes
+the valid hard state with the highest sequence.
 
 Invariants:
   1. Slot `i` only ever holds sequences `s` with `s % 2 == i`: writes alternate, and a write after a bad

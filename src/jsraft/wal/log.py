@@ -204,7 +204,8 @@ class Wal(SegmentFiles):
 
     def sync(self) -> None:
         """One fsync per touched segment (oldest first), then the directory if a segment was created, then
-        the witness file if term, vote or repairing changed since it was last written."""
+        the witness file (its own fsync) if a hard state was saved since it was last written: every cycle
+        that saves one, so such a cycle costs two fsyncs (`hardstate`: why the witness cannot ride along)."""
         for name in sorted(self._dirty):
             self._handles[name].sync()
         self._dirty.clear()

@@ -20,7 +20,8 @@ Leader pipelining, as the runtime does it: a leader's `send_first` cycle sends i
 completes (fsync, the other messages, apply, `advance()`) at a later `pump`, 1–5 ticks on (`FSYNC_TICKS`).
 Meanwhile its followers' AppendEntriesResponses of its term are stepped and what they produce is sent at
 once (`RaftNode.pipelined_messages`); every other input waits — messages, ticks, and proposals (refused, the
-client tries again) — and a crash loses the unsynced writes.
+client tries again) — and a crash loses the unsynced writes: entries and hard state alike, since both are
+written before the fsync (`replica.persist.seal_work`), so the crash lands inside the cycle's fsync.
 
 Invariants:
   1. No message of a `Ready` reaches the network before that `Ready` is persisted (and fsynced when asked):
@@ -293,6 +294,7 @@ class NodeDriver:
             return False
         cycle.send_first(work, self._send)
         persist.write_work(cycle.wal, cycle.disk, work)
+        persist.seal_work(cycle.wal, work)  # every write before the fsync, so a crash can land inside it
         self._in_flight = work
         # A slow fsync now and then: long enough for acknowledgements to come back, or a crash to strike.
         self._in_flight_due = self._now + self.rng.choice(FSYNC_TICKS)
@@ -302,7 +304,7 @@ class NodeDriver:
         work, self._in_flight = self._in_flight, None
         cycle, node = self.cycle, self.node
         assert work is not None and cycle is not None and node is not None
-        persist.sync_work(cycle.wal, cycle.disk, work)
+        persist.sync_work(cycle.wal, cycle.disk, work, sealed=True)
         self._persisted(work)
         cycle.send(work, self._send)
         cycle.finish(work)

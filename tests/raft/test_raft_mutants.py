@@ -96,7 +96,9 @@ def test_mutant_forget_vote_on_restart_votes_twice_in_one_term():
         cluster.stabilize()
         voter = cluster.nodes["n2"]
         voter.step(RequestVote(from_id="n1", to_id="n2", term=5, last_log_index=3, last_log_term=1))
+        cluster.process_ready("n2")  # term 5 durable, then the vote (vote_fence invariant 2)
         cluster.process_ready("n2")
+        assert voter.voted_for == "n1"
         cluster.queue.clear()
         cluster.restart("n2")
         voter = cluster.nodes["n2"]

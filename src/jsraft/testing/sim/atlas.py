@@ -3,7 +3,9 @@
 Owns: `FaultAtlas` (the fixed minority of nodes, chosen per seed, whose `SimDisk` allows corruption) and
 `corrupt_at_rest`, which damages a stopped node's files the way CHAOS.md's S09/S10 do: flip a bit in a
 segment, a snapshot or the hard-state file; cut a segment's tail; lose a segment, a snapshot or the
-hard-state file; roll a 4 KiB chunk of a segment back to an earlier synced version (a lost write).
+hard-state file; roll a 4 KiB chunk of a segment back to an earlier synced version (a lost write); lose
+the newest hard-state write outright (`lose-last-vote`: its witness slot flipped and its segment record cut
+off with the tail, the one damage wal recovery cannot cover from the log — what the vote fence is for).
 
 What is deliberately not done: rolling back the hard-state file's chunk. Its two slots are written
 alternately, each fsynced; a rolled-back chunk restores an older pair of valid slots, indistinguishable from
@@ -29,8 +31,12 @@ from __future__ import annotations
 
 import random
 
+from jsraft.codec.records import HEADER_BYTES, Kind, scan_records
 from jsraft.testing.simdisk import CHUNK_BYTES, SimDisk
-from jsraft.wal.format import HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS, SNAPSHOT_DIR, WAL_DIR
+from jsraft.wal.format import (
+    HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS, SEGMENT_DATA_START, SNAPSHOT_DIR, WAL_DIR, parse_segment_name,
+)
+from jsraft.wal.hardstate import read_slots
 
 # Every jsraft file starts with magic (4 bytes) then the format version byte (codec FILE_HEADER).
 _VERSION_BYTE_OFFSET = 4
@@ -40,6 +46,7 @@ _SLOT_RECORD_BYTES = 64
 _DAMAGE = (
     ("flip-segment", 30), ("flip-snapshot", 8), ("flip-hardstate", 8), ("truncate-segment", 15),
     ("lose-segment", 10), ("lose-snapshot", 5), ("lose-hardstate", 4), ("rollback-segment", 20),
+    ("lose-last-vote", 6),
 )
 
 
@@ -53,6 +60,8 @@ def corrupt_at_rest(disk: SimDisk, rng: random.Random) -> str:
     """Damage one file of a stopped node's disk; returns what was done ("" if nothing applied)."""
     kinds, weights = zip(*_DAMAGE)
     kind = rng.choices(kinds, weights)[0]
+    if kind == "lose-last-vote":
+        return _lose_last_hard_state(disk, rng)
     segments, snapshots = _files(disk, WAL_DIR), _files(disk, SNAPSHOT_DIR)
     hard_state = [HARD_STATE_FILE] if disk.exists(HARD_STATE_FILE) else []
     pool = {"segment": segments, "snapshot": snapshots, "hardstate": hard_state}[kind.partition("-")[2]]
@@ -70,6 +79,29 @@ def corrupt_at_rest(disk: SimDisk, rng: random.Random) -> str:
         size = disk.file_size(path)
         done = size > 0 and disk.rollback_chunk(path, rng.randrange(0, size, CHUNK_BYTES) if size else 0)
     return f"{kind} {path}" if done else ""
+
+
+def _lose_last_hard_state(disk: SimDisk, rng: random.Random) -> str:
+    """Lose the newest hard-state write: cut the newest segment from its record of that write on (the
+    entries before it stay) and flip a header bit of the witness slot holding it. "" if the newest write's
+    record is not at the newest segment's end region (nothing applied then)."""
+    if not disk.exists(HARD_STATE_FILE):
+        return ""
+    slots = read_slots(disk)[:2]
+    newest = max((0, 1), key=lambda i: slots[i].sequence)
+    sequence = slots[newest].sequence
+    names = sorted((n for n in (disk.listdir(WAL_DIR) if disk.is_dir(WAL_DIR) else [])
+                    if parse_segment_name(n) is not None), key=lambda n: parse_segment_name(n) or 0)
+    if sequence < 0 or not names:
+        return ""
+    path = f"{WAL_DIR}/{names[-1]}"
+    buffer = disk.read_file(path)
+    found = [r for r in scan_records(buffer, SEGMENT_DATA_START).records
+             if r.kind == Kind.WAL_HARD_STATE and r.ident_a == sequence]
+    if not found or not disk.truncate_tail(path, len(buffer) - found[-1].offset):
+        return ""
+    disk.flip_bit(HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[newest] + rng.randrange(HEADER_BYTES))
+    return f"lose-last-vote {path} + {HARD_STATE_FILE} slot {newest} (sequence {sequence})"
 
 
 def _flip_offset(disk: SimDisk, path: str, rng: random.Random) -> int:

@@ -61,7 +61,7 @@ def corrupt_at_rest(disk: SimDisk, rng: random.Random) -> str:
     kinds, weights = zip(*_DAMAGE)
     kind = rng.choices(kinds, weights)[0]
     if kind == "lose-last-vote":
-        return _lose_last_hard_state(disk, rng)
+        return lose_last_hard_state(disk, rng)
     segments, snapshots = _files(disk, WAL_DIR), _files(disk, SNAPSHOT_DIR)
     hard_state = [HARD_STATE_FILE] if disk.exists(HARD_STATE_FILE) else []
     pool = {"segment": segments, "snapshot": snapshots, "hardstate": hard_state}[kind.partition("-")[2]]
@@ -81,24 +81,24 @@ def corrupt_at_rest(disk: SimDisk, rng: random.Random) -> str:
     return f"{kind} {path}" if done else ""
 
 
-def _lose_last_hard_state(disk: SimDisk, rng: random.Random) -> str:
+def lose_last_hard_state(disk: SimDisk, rng: random.Random) -> str:
     """Lose the newest hard-state write: cut the newest segment from its record of that write on (the
-    entries before it stay) and flip a header bit of the witness slot holding it. "" if the newest write's
-    record is not at the newest segment's end region (nothing applied then)."""
+    entries before it stay) and flip a header bit of the witness slot holding its copy. "" if the newest
+    segment's last hard-state record is not the one that slot copies (nothing applied then)."""
     if not disk.exists(HARD_STATE_FILE):
         return ""
     slots = read_slots(disk)[:2]
     newest = max((0, 1), key=lambda i: slots[i].sequence)
-    sequence = slots[newest].sequence
+    sequence, older = slots[newest].sequence, slots[1 - newest].sequence
     names = sorted((n for n in (disk.listdir(WAL_DIR) if disk.is_dir(WAL_DIR) else [])
                     if parse_segment_name(n) is not None), key=lambda n: parse_segment_name(n) or 0)
     if sequence < 0 or not names:
         return ""
     path = f"{WAL_DIR}/{names[-1]}"
     buffer = disk.read_file(path)
-    found = [r for r in scan_records(buffer, SEGMENT_DATA_START).records
-             if r.kind == Kind.WAL_HARD_STATE and r.ident_a == sequence]
-    if not found or not disk.truncate_tail(path, len(buffer) - found[-1].offset):
+    # The witness copy takes the next sequence of its slot's parity after the record it checkpoints.
+    found = [r for r in scan_records(buffer, SEGMENT_DATA_START).records if r.kind == Kind.WAL_HARD_STATE]
+    if not found or not older < found[-1].ident_a < sequence or not disk.truncate_tail(path, len(buffer) - found[-1].offset):
         return ""
     disk.flip_bit(HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[newest] + rng.randrange(HEADER_BYTES))
     return f"lose-last-vote {path} + {HARD_STATE_FILE} slot {newest} (sequence {sequence})"

@@ -3,9 +3,10 @@
 Owns: `FaultAtlas` (the fixed minority of nodes, chosen per seed, whose `SimDisk` allows corruption) and
 `corrupt_at_rest`, which damages a stopped node's files the way CHAOS.md's S09/S10 do: flip a bit in a
 segment, a snapshot or the hard-state file; cut a segment's tail; lose a segment, a snapshot or the
-hard-state file; roll a 4 KiB chunk of a segment back to an earlier synced version (a lost write); lose
-the newest hard-state write outright (`lose-last-vote`: its witness slot flipped and its segment record cut
-off with the tail, the one damage wal recovery cannot cover from the log — what the vote fence is for).
+hard-state file; roll a 4 KiB chunk of a segment back to an earlier synced version (a lost write). And
+`lose_last_hard_state` (`lose-last-vote`, applied by the fault scheduler to a node crashed right after it
+voted): the newest hard-state write lost outright, its witness slot flipped and its segment record cut off
+with the tail — the one damage wal recovery cannot cover from the log, what the raft vote fence is for.
 
 What is deliberately not done: rolling back the hard-state file's chunk. Its two slots are written
 alternately, each fsynced; a rolled-back chunk restores an older pair of valid slots, indistinguishable from
@@ -46,7 +47,6 @@ _SLOT_RECORD_BYTES = 64
 _DAMAGE = (
     ("flip-segment", 30), ("flip-snapshot", 8), ("flip-hardstate", 8), ("truncate-segment", 15),
     ("lose-segment", 10), ("lose-snapshot", 5), ("lose-hardstate", 4), ("rollback-segment", 20),
-    ("lose-last-vote", 6),
 )
 
 
@@ -60,8 +60,6 @@ def corrupt_at_rest(disk: SimDisk, rng: random.Random) -> str:
     """Damage one file of a stopped node's disk; returns what was done ("" if nothing applied)."""
     kinds, weights = zip(*_DAMAGE)
     kind = rng.choices(kinds, weights)[0]
-    if kind == "lose-last-vote":
-        return lose_last_hard_state(disk, rng)
     segments, snapshots = _files(disk, WAL_DIR), _files(disk, SNAPSHOT_DIR)
     hard_state = [HARD_STATE_FILE] if disk.exists(HARD_STATE_FILE) else []
     pool = {"segment": segments, "snapshot": snapshots, "hardstate": hard_state}[kind.partition("-")[2]]
@@ -98,7 +96,9 @@ def lose_last_hard_state(disk: SimDisk, rng: random.Random) -> str:
     buffer = disk.read_file(path)
     # The witness copy takes the next sequence of its slot's parity after the record it checkpoints.
     found = [r for r in scan_records(buffer, SEGMENT_DATA_START).records if r.kind == Kind.WAL_HARD_STATE]
-    if not found or not older < found[-1].ident_a < sequence or not disk.truncate_tail(path, len(buffer) - found[-1].offset):
+    if not found or not older < found[-1].ident_a < sequence:
+        return ""
+    if not disk.truncate_tail(path, len(buffer) - found[-1].offset):
         return ""
     disk.flip_bit(HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[newest] + rng.randrange(HEADER_BYTES))
     return f"lose-last-vote {path} + {HARD_STATE_FILE} slot {newest} (sequence {sequence})"

@@ -39,6 +39,9 @@ class FaultScheduler:
         self.restart_at: dict[str, int] = {}
         self.crash_next: set[str] = set()
         self.crashed_after_vote: set[str] = set()
+        # Its own generator, seeded from the scheduler's state without drawing from it: the fault timeline
+        # of every seed (and the regressions pinned to seeds) stays what it was before this fault existed.
+        self.vote_loss_rng = random.Random(hash(rng.getstate()[1]))  # a tuple of ints: a stable hash
         self.enabled = True
         self.counts = {"crashes": 0, "power_failures": 0, "partitions": 0, "corruptions": 0}
 
@@ -146,7 +149,8 @@ class FaultScheduler:
         self.crashed_after_vote.discard(node_id)
         if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id) and voted:
             # The vote it just cast may be the write lost at rest (what the vote fence is for).
-            if self.rng.random() < 0.5 and (done := lose_last_hard_state(driver.disk, self.rng)):
+            loss = self.vote_loss_rng
+            if loss.random() < 0.5 and (done := lose_last_hard_state(driver.disk, loss)):
                 self.counts["corruptions"] += 1
                 sim.trace.add(f"fault: corrupt {node_id} at rest: {done}")
         if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id):

@@ -10,6 +10,7 @@ damaged node's vote, and the acknowledged write is gone.
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from raft_network import Cluster
 
@@ -18,6 +19,7 @@ from jsraft.testing.sim.mutants import (
     AckBeforeFsync,
     ForgetVoteOnRestart,
     NoPreVote,
+    NoVoteFence,
     RepairingNodeVotes,
     TruncateOnCorruption,
 )
@@ -96,10 +98,40 @@ def test_mutant_forget_vote_on_restart_votes_twice_in_one_term():
         cluster.stabilize()
         voter = cluster.nodes["n2"]
         voter.step(RequestVote(from_id="n1", to_id="n2", term=5, last_log_index=3, last_log_term=1))
+        cluster.process_ready("n2")  # term 5 durable, then the vote (vote_fence invariant 2)
         cluster.process_ready("n2")
+        assert voter.voted_for == "n1"
         cluster.queue.clear()
         cluster.restart("n2")
         voter = cluster.nodes["n2"]
         voter.step(RequestVote(from_id="n3", to_id="n2", term=5, last_log_index=3, last_log_term=1))
+        granted = [m for m in voter.outbox if isinstance(m, RequestVoteResponse) and m.vote_granted]
+        assert bool(granted) is second_vote
+
+
+def test_mutant_no_vote_fence_votes_again_one_term_above_its_restored_term():
+    # n3 grants n2 in term T+1, loses that hard-state write (restored at its term-T state, repairing), is
+    # repaired by n1 in term T; then n1 asks for a vote in T+1. Only the real class refuses.
+    for node_class, second_vote in ((RaftNode, False), (NoVoteFence, True)):
+        cluster = Cluster(["n1", "n2", "n3"], node_class={"n3": node_class})
+        cluster.elect("n1")
+        cluster.stabilize()
+        voter = cluster.nodes["n3"]
+        term = voter.current_term
+        older = cluster.storages["n3"].durable.hard_state
+        voter.step(RequestVote(from_id="n2", to_id="n3", term=term + 1, last_log_index=99, last_log_term=term,
+                               leadership_transfer=True))
+        cluster.process_ready("n3")
+        assert cluster.storages["n3"].durable.hard_state.voted_for == "n2"
+        cluster.crash("n3")
+        for state in (cluster.storages["n3"].durable, cluster.storages["n3"].written):
+            state.hard_state = attrs.evolve(older, repairing=True)
+        cluster.restart("n3")
+        cluster.run(5)
+        voter = cluster.nodes["n3"]
+        assert not voter.repairing and voter.current_term == term
+        voter.outbox.clear()
+        voter.step(RequestVote(from_id="n1", to_id="n3", term=term + 1, last_log_index=99, last_log_term=term,
+                               leadership_transfer=True))
         granted = [m for m in voter.outbox if isinstance(m, RequestVoteResponse) and m.vote_granted]
         assert bool(granted) is second_vote

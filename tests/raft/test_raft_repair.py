@@ -21,6 +21,7 @@ from jsraft.raft import (
     RequestVoteResponse, RestoredState, StatusProbe, TimeoutNow, encode_conf_change,
 )
 from jsraft.raft import snapshot as snapshot_module
+from jsraft.raft import vote_fence
 from jsraft.raft.membership import ConfChange, ConfChangeType
 
 
@@ -92,7 +93,7 @@ def test_a_repairing_replica_refuses_votes_and_says_why(pre_vote):
                           pre_vote=pre_vote))
     (answer,) = [m for m in node.ready().messages if isinstance(m, RequestVoteResponse)]
     assert not answer.vote_granted and answer.repairing
-    assert node.voted_for is None
+    assert node.voted_for != "n1"
 
 
 def test_a_repairing_replica_never_campaigns():
@@ -236,14 +237,19 @@ def test_accept_data_loss_keeps_the_verified_prefix_and_is_persisted():
     assert rd.must_sync
 
 
-def test_accept_data_loss_fences_the_vote_of_the_current_term():
-    # Rule 7 for the operator's way out too: a vote this replica cast in term 2 may be among what it lost.
+def test_accept_data_loss_fences_the_vote_of_the_current_term_and_the_one_above():
+    # Rule 7 for the operator's way out too: a vote this replica cast in term 2, or (a lost hard-state
+    # write) in term 3, may be among what it lost.
     node = restored_node(faulty={5})
     assert node.repairing and node.voted_for is None
     assert node.accept_data_loss()
-    assert node.voted_for == "n2" and node.ready().hard_state.voted_for == "n2"
-    node.step(RequestVote(from_id="n3", to_id="n2", term=2, last_log_index=9, last_log_term=2))
-    assert node.voted_for == "n2", "a second vote in the fenced term"
+    fenced = vote_fence.marker(3)
+    rd = node.ready()
+    assert node.voted_for == fenced and rd.hard_state.voted_for == fenced
+    node.advance(rd)
+    for term in (2, 3):
+        node.step(RequestVote(from_id="n3", to_id="n2", term=term, last_log_index=9, last_log_term=term))
+        assert node.voted_for == fenced, f"a second vote in fenced term {term}"
 
 
 def test_a_lower_term_refusal_from_a_repairing_voter_still_counts_for_the_halt():

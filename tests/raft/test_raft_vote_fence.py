@@ -4,7 +4,11 @@ Method: the issue's case on a real three-voter in-memory `Cluster` (raft_network
 n2 in the current term (n1 hands its leadership over); then its newest hard-state slot is lost: recovery
 falls back to the older slot, which holds that term with no vote, and persists `repairing` (wal recovery
 decision 2). n3 is repaired by n2 in that same term and restarts. A delayed RequestVote of that term from
-n1 must then be refused; before the fix it was granted, a second vote in one term.
+n1 must then be refused; before the fix it was granted, a second vote in one term. The same one term
+higher: n3 grants a RequestVote of term T+1, loses that write and falls back to its term-T state, is
+repaired by the term-T leader, and must refuse term T+1 (after the repair and after a restart) yet grant
+term T+2; its own campaign skips T+1. And the one-step rule the fence rests on: a vote is written at most
+one term above the durable term. Each test was checked to fail with the fence (or the rule) removed.
 """
 
 from __future__ import annotations
@@ -44,3 +48,89 @@ def test_a_replica_repaired_after_losing_its_vote_grants_no_second_vote_in_that_
     n3.step(RequestVote(from_id="n1", to_id="n3", term=term, last_log_index=99, last_log_term=term,
                         leadership_transfer=True))
     assert not any(m.vote_granted for m in n3.outbox if isinstance(m, RequestVoteResponse))
+
+
+def _vote(node, *, frm: str, term: int) -> bool:
+    """Step a RequestVote of `term` from `frm` into `node`; True if it was granted."""
+    node.outbox.clear()
+    node.step(RequestVote(from_id=frm, to_id=node.id, term=term, last_log_index=99, last_log_term=term,
+                          leadership_transfer=True))
+    return any(m.vote_granted for m in node.outbox if isinstance(m, RequestVoteResponse))
+
+
+def _lose_newest_hard_state(cluster: Cluster, node_id: str, older) -> None:
+    """Crash `node_id`; its newest hard-state write is lost and recovery falls back to `older`, repairing
+    (what wal recovery does with a damaged witness slot no newer segment record covers)."""
+    cluster.crash(node_id)
+    storage = cluster.storages[node_id]
+    for state in (storage.durable, storage.written):
+        state.hard_state = attrs.evolve(older, repairing=True)
+
+
+def test_a_vote_lost_one_term_above_the_repair_leaders_term_is_not_cast_again():
+    # n3 voted for n2 in term T+1 (n2's campaign that went nowhere), lost that write, fell back to its
+    # term-T state, was repaired by n1 (still leading term T); a RequestVote of term T+1 from n1 must then
+    # be refused — after the repair, and again after a restart (the fence is persisted).
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.elect("n1")
+    cluster.nodes["n1"].propose(b"v")
+    cluster.stabilize()
+    n3 = cluster.nodes["n3"]
+    term = n3.current_term
+    older = cluster.storages["n3"].durable.hard_state
+    assert _vote(n3, frm="n2", term=term + 1), "the setup: n3 grants n2 in term T+1"
+    cluster.process_ready("n3")
+    assert cluster.storages["n3"].durable.hard_state.voted_for == "n2"
+
+    _lose_newest_hard_state(cluster, "n3", older)
+    n3 = cluster.restart("n3")
+    assert n3.repairing and n3.current_term == term
+    cluster.run(5)
+    n3 = cluster.nodes["n3"]
+    assert not n3.repairing and n3.current_term == term and cluster.leader() == "n1"
+    assert not _vote(n3, frm="n1", term=term + 1)
+
+    cluster.crash("n3")
+    n3 = cluster.restart("n3")
+    assert not n3.repairing and n3.current_term == term
+    assert not _vote(n3, frm="n1", term=term + 1)
+    cluster.process_ready("n3")
+    # The fence ends at the term above: a later election gets n3's vote (a durable term first, one step).
+    assert _vote(n3, frm="n1", term=term + 2)
+
+
+def test_the_repaired_replicas_own_campaign_skips_the_fenced_term():
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.elect("n1")
+    cluster.stabilize()
+    n3 = cluster.nodes["n3"]
+    term = n3.current_term
+    older = cluster.storages["n3"].durable.hard_state
+    assert _vote(n3, frm="n2", term=term + 1)
+    cluster.process_ready("n3")
+    _lose_newest_hard_state(cluster, "n3", older)
+    cluster.restart("n3")
+    cluster.run(5)
+    n3 = cluster.nodes["n3"]
+    assert not n3.repairing and n3.current_term == term
+    cluster.crash("n1")
+    for _ in range(200):
+        cluster.run(1)
+        if cluster.leader() is not None:
+            break
+    leader = cluster.leader()
+    assert leader is not None and cluster.nodes[leader].current_term >= term + 2, (
+        leader, cluster.nodes["n3"].status())
+
+
+def test_a_vote_is_written_at_most_one_term_above_the_durable_term():
+    # The one-step rule that bounds what a single lost write can hold: a RequestVote two terms above the
+    # durable term moves the replica to that term without a vote; the candidate's retry is granted.
+    cluster = Cluster(["n1", "n2", "n3"])
+    cluster.elect("n1")
+    n3 = cluster.nodes["n3"]
+    durable = n3.persisted_hard_state.current_term
+    assert not _vote(n3, frm="n2", term=durable + 2)
+    assert n3.current_term == durable + 2 and n3.voted_for is None
+    cluster.process_ready("n3")
+    assert _vote(n3, frm="n2", term=durable + 2)

@@ -34,6 +34,8 @@ EXPECTED = {
                                   "double-vote", "election-safety"},
     # A commit resting on the leader's unsynced copy survives its crash on a minority only.
     "leader-counts-unsynced": {"state-machine-safety", "leader-completeness", "acked-lost", "log-matching"},
+    # A vote lost with a damaged hard-state slot, cast again after the repair (issue #14, hole 3).
+    "no-vote-fence": {"double-vote", "election-safety"},
 }
 
 
@@ -41,7 +43,17 @@ def test_every_mutant_is_listed() -> None:
     assert set(EXPECTED) == set(MUTANTS)
 
 
-@pytest.mark.parametrize("mutant", sorted(EXPECTED))
+# Not caught by the simulator yet (issue #14): 1000 seeds (mixed 3/5 nodes, all faults, with the at-rest
+# damage `lose-last-vote` after a vote) passed on 2026-11-27. The double vote needs a lost vote whose
+# candidate did not win while the old leader repairs the voter in the term below; the Raft-core test
+# `tests/raft/test_raft_mutants.py::test_mutant_no_vote_fence_votes_again_one_term_above_its_restored_term`
+# shows the mutant's second vote and the real core's refusal.
+NOT_YET_CAUGHT = {"no-vote-fence"}
+
+
+@pytest.mark.parametrize("mutant", [
+    pytest.param(name, marks=pytest.mark.skip(reason="not caught by the simulator within 1000 seeds yet"))
+    if name in NOT_YET_CAUGHT else name for name in sorted(EXPECTED)])
 def test_mutant_is_caught_within_500_seeds(mutant: str) -> None:
     configs = [config_for(seed, nodes="mixed", mutant=mutant) for seed in range(SEEDS_MAX)]
     batch = run_batch(configs, jobs=2, stop_at_first_failure=True)

@@ -117,6 +117,12 @@ class RaftNode(SafetyRules):
         # entry: besides faulty records, storage may have restored stale copies (a rolled-back write).
         self.repair_verified_index = snapshot_index if self.repairing else last_index
         self.vote_unknown = verdict.vote_unknown
+        self.vote_fence_term = self.rule_vote_fence(hard_state, self.repairing)
+        # A bootstrapped group's first term counts as durable for the one-step rule (`vote_fence`): storage
+        # that loses the first write is empty again, a member that never started.
+        self.bootstrap_term = 0 if restored.entries_persisted else hard_state.current_term
+        self.campaign_pending: bool | None = None  # a campaign waiting for its term below to be durable
+        self.vote_pending: RequestVote | None = None  # a RequestVote waiting for the term it raised us to
         # What storage holds; if we now know we are repairing, the first Ready persists that (rule 2).
         self.persisted_hard_state = restored.hard_state if restored.entries_persisted else HardState()
         self.snapshot_meta: SnapshotMeta | None = snap
@@ -271,6 +277,10 @@ class RaftNode(SafetyRules):
     def advance(self, rd: ready.Ready) -> None:
         """The driver did everything `rd` asked (persisted, sent, applied)."""
         ready.apply_advance(self, rd)
+        if self.vote_pending is not None:
+            election.resume_vote(self)
+        if self.campaign_pending is not None:
+            election.resume_campaign(self)
         if rd.leader_term and rd.leader_term == self.current_term:
             # The leader's self-acknowledgement, like a follower's AppendEntriesResponse after its fsync:
             # its entries leave before that fsync (`Ready.send_first`), so only now do they count. A node

@@ -22,7 +22,7 @@ import enum
 from typing import TYPE_CHECKING
 
 from jsraft.errors import invariant
-from jsraft.raft import membership, replication, repair
+from jsraft.raft import membership, replication, repair, vote_fence
 from jsraft.raft.errors import BadConfChange, NotLeader
 from jsraft.raft.messages import RequestVote, RequestVoteResponse, TimeoutNow
 from jsraft.raft.progress import Progress
@@ -45,7 +45,7 @@ class _Tally(enum.Enum):
 def become_follower(node: RaftNode, term: int, leader_id: str | None) -> None:
     if term > node.current_term:
         node.current_term = term
-        node.voted_for = None
+        node.voted_for = vote_fence.vote_after_term_change(node, term)
         node.leader_commit_seen = None
         node.leader_match_index = 0
     node.role = Role.FOLLOWER
@@ -60,8 +60,8 @@ def become_pre_candidate(node: RaftNode) -> None:
     _reset(node)
 
 
-def become_candidate(node: RaftNode) -> None:
-    node.current_term += 1
+def become_candidate(node: RaftNode, term: int) -> None:
+    node.current_term = term
     node.voted_for = node.id
     node.leader_commit_seen = None
     node.leader_match_index = 0
@@ -115,8 +115,33 @@ def campaign(node: RaftNode, *, transfer: bool = False) -> None:
 
 
 def _start_election(node: RaftNode, *, transfer: bool) -> None:
-    become_candidate(node)
+    term = vote_fence.campaign_term(node)
+    if term is None:
+        # Our own vote may go only one term above the durable one (vote_fence invariant 2): make the term
+        # below the campaign's durable first, without a vote; the campaign resumes once it is
+        # (`resume_campaign`, from `advance`).
+        become_follower(node, max(node.current_term, node.vote_fence_term), None)
+        node.campaign_pending = transfer
+        return
+    become_candidate(node, term)
     _request_votes(node, term=node.current_term, pre_vote=False, transfer=transfer)
+
+
+def resume_campaign(node: RaftNode) -> None:
+    """A campaign deferred until its term below was durable: run it now if nothing changed meanwhile (no
+    leader heard of, still a promotable follower)."""
+    transfer, node.campaign_pending = node.campaign_pending, None
+    if transfer is None or vote_fence.campaign_term(node) is None:
+        return  # the term moved on again meanwhile: the next election timeout campaigns, if still due
+    if node.role is Role.FOLLOWER and node.leader_id is None and node.is_promotable():
+        _start_election(node, transfer=transfer)
+
+
+def resume_vote(node: RaftNode) -> None:
+    """A RequestVote held until the term it raised us to was durable: answer it now, if still in it."""
+    message, node.vote_pending = node.vote_pending, None
+    if message is not None and message.term == node.current_term:
+        handle_request_vote(node, message)
 
 
 def _request_votes(node: RaftNode, *, term: int, pre_vote: bool, transfer: bool) -> None:
@@ -180,14 +205,22 @@ def handle_request_vote(node: RaftNode, message: RequestVote) -> None:
     can_vote = (node.voted_for == message.from_id
                 or (node.voted_for is None and node.leader_id is None)
                 or (message.pre_vote and message.term > node.current_term))
-    if can_vote and node.log.is_up_to_date(message.last_log_index, message.last_log_term):
-        if not message.pre_vote:
-            # The vote is in the hard state of the same Ready as this response (rule 1).
-            node.voted_for = message.from_id
-            node.election_elapsed = 0
-        _answer_vote(node, message, granted=True)
-    else:
+    if not can_vote or not node.log.is_up_to_date(message.last_log_index, message.last_log_term):
         _answer_vote(node, message, granted=False)
+        return
+    if message.pre_vote:
+        _answer_vote(node, message, granted=True)
+        return
+    if vote_fence.vote_waits_for_durable_term(node, message):
+        node.vote_pending = message  # answered once the term it raised us to is durable (`resume_vote`)
+        return
+    if not vote_fence.may_write_vote(node, message.term):
+        _answer_vote(node, message, granted=False)
+        return
+    # The vote is in the hard state of the same Ready as this response (rule 1).
+    node.voted_for = message.from_id
+    node.election_elapsed = 0
+    _answer_vote(node, message, granted=True)
 
 
 def refuse_vote(node: RaftNode, message: RequestVote) -> None:

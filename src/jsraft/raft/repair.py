@@ -11,9 +11,9 @@ Owns: the storage-fault rules that are about a replica's own damage.
           group halts and says so; `accept_data_loss` is the operator's explicit way out.
   Rule 7  `classify_restored_log`: a data directory whose storage UUID changed is a new member that may
           have voted under its old identity: it is repairing. `maybe_finish_repair` and
-          `accept_data_loss`: every replica that leaves repairing fences its vote for the current term (a damaged hard-state slot loses a vote
-          as surely as lost storage does). A vote lost in a term above any this replica learns of before
-          its repair ends is not fenced: nothing it can read names that term.
+          `accept_data_loss`: every replica that leaves repairing fences its vote (`vote_fence`): no vote
+          in the current term, nor in any term up to its restored term + 1 (a damaged hard-state slot
+          loses a vote as surely as lost storage does, and the one-step rule bounds its term).
 
 Invariants:
   1. A repairing replica is never leader.
@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from jsraft.errors import invariant
+from jsraft.raft import vote_fence
 from jsraft.raft.errors import ProposalDropped
 from jsraft.raft.messages import StatusProbe, StatusProbeResponse
 from jsraft.raft.status import Role, Status
@@ -102,12 +103,11 @@ def maybe_finish_repair(node: RaftNode) -> None:
         return
     node.repairing = False
     node.repair_reason = None
-    if node.voted_for is None:
-        # Rule 7, for every repair: whatever made this replica repair — a new storage UUID, a lost or
-        # damaged hard-state slot (recovery falls back to the older slot, which may predate a vote), a
-        # rolled-back write — a vote it cast in the current term may be among what it lost. Voting for
-        # itself (a vote nobody receives) makes sure it grants no second vote in this term.
-        node.voted_for = node.id
+    # Rule 7, for every repair: whatever made this replica repair — a new storage UUID, a lost or damaged
+    # hard-state slot (recovery falls back to the older slot, which may predate a vote), a rolled-back
+    # write — a vote it cast in the current term, or the one above its restored term, may be among what
+    # it lost: it votes in neither (`vote_fence`).
+    vote_fence.fence_at_repair_end(node)
     node.vote_unknown = False
 
 
@@ -157,8 +157,7 @@ def accept_data_loss(node: RaftNode) -> bool:
     node.acked_watermark = min(node.acked_watermark, log.last_index)
     node.repairing = False
     node.repair_reason = None
-    if node.voted_for is None:
-        node.voted_for = node.id  # rule 7, as in `maybe_finish_repair`: a lost vote in this term is fenced
+    vote_fence.fence_at_repair_end(node)  # rule 7, as in `maybe_finish_repair`
     node.vote_unknown = False
     return True
 

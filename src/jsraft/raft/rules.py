@@ -11,6 +11,7 @@ the rule prevents. Production code never overrides them and no configuration rea
   rule 3  a repairing replica neither votes ...... `rule_may_grant_vote`
           nor campaigns .......................... `rule_may_campaign`
           (what it trusts and when it is repaired: `repair.trusted_index`, `repair.maybe_finish_repair`)
+          no vote where a lost one may be ......... `rule_vote_fence` (`vote_fence`)
   rule 5  never truncate a committed entry ....... `rule_check_truncation`
   rule 6  no snapshot from a faulty leader ....... `rule_may_send_snapshot`
   (pre-vote, thesis §9.6) ........................ `rule_pre_vote_enabled`
@@ -25,6 +26,8 @@ Mutants they are meant for (the simulator's names):
   forget-vote-on-restart  rule_restore_hard_state returns the hard state with voted_for=None.
   leader-counts-unsynced  rule_leader_own_match returns the appended index: the leader counts its own
                           copy before its fsync returned.
+  no-vote-fence           rule_vote_fence returns 0: a replica repaired after losing a hard-state write
+                          votes again in the term it voted in before (`double-vote`).
 
 Rule 4 (halt and report, `accept_data_loss`) and rule 7 (a changed storage UUID means repairing, decided
 inside `rule_classify_restored_log`) live in `repair`.
@@ -38,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from jsraft.errors import invariant
 from jsraft.raft.repair import RestoreVerdict, classify_restored_log
+from jsraft.raft.vote_fence import fence_on_restore
 
 if TYPE_CHECKING:
     from jsraft.raft.config import RaftConfig, RestoredState
@@ -79,6 +83,11 @@ class SafetyRules:
     def rule_may_grant_vote(self) -> bool:
         """Rule 3: a repairing replica's vote would count data it no longer has; it refuses."""
         return not self.repairing
+
+    def rule_vote_fence(self, hard_state: HardState, repairing: bool) -> int:
+        """Rule 3 after repair: the highest term a replica restored this way must not vote in (0: none);
+        a damaged hard-state slot may have taken a vote in the restored term or the one above."""
+        return fence_on_restore(hard_state, repairing)
 
     def rule_may_campaign(self) -> bool:
         """Rule 3: a repairing replica never pre-votes, campaigns, or answers TimeoutNow."""

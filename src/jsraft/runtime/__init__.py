@@ -18,13 +18,13 @@ through the `send` function the runtime is given.
 """
 
 from jsraft.runtime.clock import Clock, SkewableClock, SteadyWall, SystemClock
-from jsraft.runtime.errors import GroupClosed, GroupError, GroupExists, GroupNotFound, OutcomeUnknown
+from jsraft.runtime.errors import GroupClosed, GroupError, GroupExists, GroupHalted, GroupNotFound, OutcomeUnknown
 from jsraft.replica.cycle import SendFn
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group import GroupStatus
 from jsraft.runtime.node_runtime import NodeRuntime
 
 __all__ = [
-    "Clock", "GroupClosed", "GroupError", "GroupExists", "GroupNotFound", "GroupStatus", "NodeRuntime",
-    "OutcomeUnknown", "SendFn", "SkewableClock", "StateMachine", "SteadyWall", "SystemClock",
+    "Clock", "GroupClosed", "GroupError", "GroupExists", "GroupHalted", "GroupNotFound", "GroupStatus",
+    "NodeRuntime", "OutcomeUnknown", "SendFn", "SkewableClock", "StateMachine", "SteadyWall", "SystemClock",
 ]

@@ -67,3 +67,12 @@ class BadBeat(GroupError):
     err_code = 20205
     http_code = 400
     default_description = "malformed node beat"
+
+
+class GroupHalted(GroupClosed):
+    """The group's Raft core broke one of its own rules (an `InvariantViolation`, e.g. rule 5: a committed
+    entry would be removed): this group stopped for good on this node, the node and its other groups go
+    on. Raised out of the group's cycle so the runtime stops the group like any other failed one."""
+
+    err_code = 20206
+    default_description = "raft group halted: a safety invariant broke"

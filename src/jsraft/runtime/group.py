@@ -22,6 +22,11 @@ Invariants:
      then `advance`, where the leader's own fsynced copy starts to count) only after both (`GroupCycle`
      invariants 2 and 3).
   3. A failed or closed group never touches its core or WAL again; its proposals all settle.
+  4. An `InvariantViolation` out of this group's core or cycle (a broken safety rule, e.g. rule 5: a
+     committed entry would be removed) halts this group only: it is closed with a reason starting
+     `HALTED_PREFIX`, an error log line names it, and `take_work`/`finish` raise `GroupHalted` (which the
+     runtime handles as a failed group) instead of the violation, which would end the process and every
+     healthy group with it (issue #14). Ticks and messages that hit it return quietly.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio. Reference: etcd-io/raft
 `rawnode.go` usage.
@@ -30,6 +35,7 @@ Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), L3½ (`replica`), siblings, trio. 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import re
 from collections.abc import Callable
@@ -38,7 +44,7 @@ import attrs
 import trio
 
 from jsraft.disk.base import Disk
-from jsraft.errors import invariant
+from jsraft.errors import InvariantViolation, invariant
 from jsraft.raft.core import RaftNode
 from jsraft.raft.errors import BadConfChange, NotLeader, PeerProtocolError, ProposalDropped, RaftError
 from jsraft.raft.membership import ConfChange
@@ -47,7 +53,7 @@ from jsraft.raft.status import Role, Status
 from jsraft.replica.cycle import GroupCycle, SendFn
 from jsraft.replica.persist import Work
 from jsraft.replica.state_machine import StateMachine
-from jsraft.runtime.errors import GroupClosed
+from jsraft.runtime.errors import GroupClosed, GroupHalted
 from jsraft.runtime.proposals import Proposal, ProposalBook, ProposalState
 from jsraft.wal import Wal
 
@@ -56,6 +62,7 @@ log = logging.getLogger(__name__)
 # A valid group name, one path component (never "." or ".."). A leading `$` marks the server's reserved
 # groups (`$meta`); it is a plain character in a path.
 GROUP_NAME = re.compile(r"[$A-Za-z0-9_-][A-Za-z0-9_.-]{0,254}")
+HALTED_PREFIX = "halted: safety invariant broken"
 
 
 @attrs.frozen(kw_only=True)
@@ -108,13 +115,26 @@ class Group:
     def stopped(self) -> bool:
         return self.closing or self.closed_reason is not None
 
+    @contextlib.contextmanager
+    def _halting(self, *, reraise: bool):
+        """Invariant 4: a broken rule in this group's core halts this group, not the process."""
+        try:
+            yield
+        except InvariantViolation as error:
+            reason = f"{HALTED_PREFIX}: {error}"
+            log.error("group %s halted (the node and its other groups go on): %s", self.name, error)
+            self.close(reason)
+            if reraise:
+                raise GroupHalted(f"raft group {self.name!r} {reason}") from error
+
     def tick(self) -> None:
         if self.stopped():
             return
         if self.busy:
             self._ticks_pending = min(self._ticks_pending + 1, self._ticks_pending_max)
             return
-        self.node.tick()
+        with self._halting(reraise=False):
+            self.node.tick()
 
     def deliver(self, message: Message) -> bool:
         """Step `message` now, or queue it while busy. False: dropped (closed, or the inbox is full —
@@ -122,17 +142,19 @@ class Group:
         if self.stopped():
             return False
         if not self.busy:
-            self.node.step(message)
-            return True
+            with self._halting(reraise=False):
+                self.node.step(message)
+            return not self.stopped()
         # Checked now so the transport learns about a misbehaving peer from this call, not never.
         validate_message(message, self.node.id, self.node.config.snapshot_bytes_max)
         if self._pipelining is not None and self._steps_while_persisting(message):
             # A follower's acknowledgement while our own fsync runs (invariant 1's exception): it may
             # commit on the followers' fsynced copies alone; what it makes us send leaves now.
-            self.node.step(message)
-            for out in self.node.pipelined_messages():
-                self._pipelining(out.to_id, self.name, out)
-            return True
+            with self._halting(reraise=False):
+                self.node.step(message)
+                for out in self.node.pipelined_messages():
+                    self._pipelining(out.to_id, self.name, out)
+            return not self.stopped()
         if self._inbox_messages >= self.inbox_messages_max:
             return False
         self._inbox.append(message)
@@ -248,7 +270,8 @@ class Group:
     def take_work(self) -> Work:
         """Take this cycle's work out of the core (`GroupCycle.take`); the group is busy until `finish`."""
         invariant(not self.busy and not self.stopped(), "work is taken from an idle, open group")
-        work = self.cycle.take()
+        with self._halting(reraise=True):
+            work = self.cycle.take()
         self.busy = True
         self.idle = trio.Event()
         return work
@@ -272,11 +295,12 @@ class Group:
         """Step 4 and `advance()` (`GroupCycle.finish`); then the inputs that waited. Exceptions from the
         state machine propagate: the caller fails the group (its core is never used again)."""
         self._pipelining = None
-        self.cycle.finish(work)
-        self.busy = False
-        self.idle.set()
-        if not self.closing:  # a closing group's waiting proposals are settled by close(), not proposed
-            self._drain()
+        with self._halting(reraise=True):
+            self.cycle.finish(work)
+            self.busy = False
+            self.idle.set()
+            if not self.closing:  # a closing group's waiting proposals are settled by close(), not proposed
+                self._drain()
 
     def _drain(self) -> None:
         """Feed what arrived while busy: ticks (time passed first), messages and proposals in arrival

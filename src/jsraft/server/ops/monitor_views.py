@@ -220,8 +220,17 @@ def jsraft_stream(node: "Node", assignment: Any) -> dict[str, Any]:
     return {"name": assignment.name, "group": assignment.group, "subjects": list(assignment.subjects),
             "replicas": list(assignment.peers), "offline_reason": assignment.offline_reason,
             "stopped_reason": replica.stopped_reason if replica is not None else None,
+            "group_closed_reason": _closed_reason(node, assignment.group),
             "leader": replica.leader_id() if replica is not None else None,
             "local": replica_view(replica) if replica is not None else None}
+
+
+def _closed_reason(node: "Node", group: str) -> str | None:
+    """Why this node's runtime stopped the Raft group (a failed or halted group, `runtime.group`), or None."""
+    try:
+        return node.runtime.status(group).closed_reason
+    except JsraftError:
+        return None  # not open here
 
 
 def replica_view(replica: "StreamReplica") -> dict[str, Any] | None:
@@ -264,6 +273,9 @@ def _js_problem(node: "Node", *, server_only: bool) -> str | None:
     if server_only:
         return None
     for name, replica in sorted(node.streams.replicas.items()):
+        closed = _closed_reason(node, replica.group)
+        if closed is not None:  # a halted group (issue #14) keeps its last leader in its frozen status
+            return f"JetStream stream '{ACCOUNT} > {name}' is stopped on this node: {closed}"
         if replica.leader_id() is None:
             return f"JetStream stream '{ACCOUNT} > {name}' has no leader"
         health = replica.repair.health() if replica.machine is not None else None

@@ -3,7 +3,10 @@
 Owns: `FaultAtlas` (the fixed minority of nodes, chosen per seed, whose `SimDisk` allows corruption) and
 `corrupt_at_rest`, which damages a stopped node's files the way CHAOS.md's S09/S10 do: flip a bit in a
 segment, a snapshot or the hard-state file; cut a segment's tail; lose a segment, a snapshot or the
-hard-state file; roll a 4 KiB chunk of a segment back to an earlier synced version (a lost write).
+hard-state file; roll a 4 KiB chunk of a segment back to an earlier synced version (a lost write). And
+`lose_last_hard_state` (`lose-last-vote`, applied by the fault scheduler to a node crashed right after it
+voted): the newest hard-state write lost outright, its witness slot flipped and its segment record cut off
+with the tail — the one damage wal recovery cannot cover from the log, what the raft vote fence is for.
 
 What is deliberately not done: rolling back the hard-state file's chunk. Its two slots are written
 alternately, each fsynced; a rolled-back chunk restores an older pair of valid slots, indistinguishable from
@@ -29,8 +32,12 @@ from __future__ import annotations
 
 import random
 
+from jsraft.codec.records import HEADER_BYTES, Kind, scan_records
 from jsraft.testing.simdisk import CHUNK_BYTES, SimDisk
-from jsraft.wal.format import HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS, SNAPSHOT_DIR, WAL_DIR
+from jsraft.wal.format import (
+    HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS, SEGMENT_DATA_START, SNAPSHOT_DIR, WAL_DIR, parse_segment_name,
+)
+from jsraft.wal.hardstate import read_slots
 
 # Every jsraft file starts with magic (4 bytes) then the format version byte (codec FILE_HEADER).
 _VERSION_BYTE_OFFSET = 4
@@ -70,6 +77,31 @@ def corrupt_at_rest(disk: SimDisk, rng: random.Random) -> str:
         size = disk.file_size(path)
         done = size > 0 and disk.rollback_chunk(path, rng.randrange(0, size, CHUNK_BYTES) if size else 0)
     return f"{kind} {path}" if done else ""
+
+
+def lose_last_hard_state(disk: SimDisk, rng: random.Random) -> str:
+    """Lose the newest hard-state write: cut the newest segment from its record of that write on (the
+    entries before it stay) and flip a header bit of the witness slot holding its copy. "" if the newest
+    segment's last hard-state record is not the one that slot copies (nothing applied then)."""
+    if not disk.exists(HARD_STATE_FILE):
+        return ""
+    slots = read_slots(disk)[:2]
+    newest = max((0, 1), key=lambda i: slots[i].sequence)
+    sequence, older = slots[newest].sequence, slots[1 - newest].sequence
+    names = sorted((n for n in (disk.listdir(WAL_DIR) if disk.is_dir(WAL_DIR) else [])
+                    if parse_segment_name(n) is not None), key=lambda n: parse_segment_name(n) or 0)
+    if sequence < 0 or not names:
+        return ""
+    path = f"{WAL_DIR}/{names[-1]}"
+    buffer = disk.read_file(path)
+    # The witness copy takes the next sequence of its slot's parity after the record it checkpoints.
+    found = [r for r in scan_records(buffer, SEGMENT_DATA_START).records if r.kind == Kind.WAL_HARD_STATE]
+    if not found or not older < found[-1].ident_a < sequence:
+        return ""
+    if not disk.truncate_tail(path, len(buffer) - found[-1].offset):
+        return ""
+    disk.flip_bit(HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS[newest] + rng.randrange(HEADER_BYTES))
+    return f"lose-last-vote {path} + {HARD_STATE_FILE} slot {newest} (sequence {sequence})"
 
 
 def _flip_offset(disk: SimDisk, path: str, rng: random.Random) -> int:

@@ -5,7 +5,8 @@ isolating a node or the leader, a one-way cut, a bridge, a swizzle, healing), cr
 leader, sometimes with torn writes), cut the power of every running node at once (a coordinated power
 failure), and restart nodes whose down time is over — damaging an atlas node's files first, while it is
 down (`atlas.corrupt_at_rest`). A node that just granted a vote may be crashed at the next step and
-restarted almost at once, which is what a vote that is not durable would be caught by.
+restarted almost at once, which is what a vote that is not durable would be caught by; an atlas node
+restarted so loses that newest hard-state write at rest half the time (`atlas.lose_last_hard_state`).
 
 Invariants:
   1. Every choice comes from the scheduler's own generator (simulator invariant 1).
@@ -21,7 +22,7 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from jsraft.testing.sim.atlas import corrupt_at_rest
+from jsraft.testing.sim.atlas import corrupt_at_rest, lose_last_hard_state
 
 if TYPE_CHECKING:
     from jsraft.testing.sim.config import Knobs
@@ -37,6 +38,10 @@ class FaultScheduler:
         self.faults = faults
         self.restart_at: dict[str, int] = {}
         self.crash_next: set[str] = set()
+        self.crashed_after_vote: set[str] = set()
+        # Its own generator, seeded from the scheduler's state without drawing from it: the fault timeline
+        # of every seed (and the regressions pinned to seeds) stays what it was before this fault existed.
+        self.vote_loss_rng = random.Random(hash(rng.getstate()[1]))  # a tuple of ints: a stable hash
         self.enabled = True
         self.counts = {"crashes": 0, "power_failures": 0, "partitions": 0, "corruptions": 0}
 
@@ -53,6 +58,7 @@ class FaultScheduler:
                 sim.trace.add(f"fault: crash {node_id} right after it voted (or announced a commit "
                               f"before its own fsync returned)")
                 self._crash(sim, node_id, torn=False, down_ticks=self.rng.randint(0, 2))
+                self.crashed_after_vote.add(node_id)
         self.crash_next.clear()
         if "net" in self.faults:
             self._network(sim)
@@ -139,6 +145,14 @@ class FaultScheduler:
 
     def restart(self, sim: Simulation, node_id: str) -> None:
         driver = sim.drivers[node_id]
+        voted = node_id in self.crashed_after_vote
+        self.crashed_after_vote.discard(node_id)
+        if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id) and voted:
+            # The vote it just cast may be the write lost at rest (what the vote fence is for).
+            loss = self.vote_loss_rng
+            if loss.random() < 0.5 and (done := lose_last_hard_state(driver.disk, loss)):
+                self.counts["corruptions"] += 1
+                sim.trace.add(f"fault: corrupt {node_id} at rest: {done}")
         if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id):
             if self.rng.random() < self.knobs.corrupt_on_restart:
                 for _ in range(self.rng.randint(1, _CORRUPTIONS_PER_RESTART_MAX)):

@@ -89,6 +89,18 @@ class LeaderCountsUnsynced(RaftNode):
         return appended_index
 
 
+# --- No vote fence after hard-state damage (issue #14, hole 3) --------------------------------------------
+#   no-vote-fence           `rule_vote_fence` returns 0: a replica that restarts repairing after losing its
+#                           newest hard-state write (a damaged witness slot) fences only the term it is in
+#                           when its repair ends, so a vote lost one term above its restored term can be
+#                           cast again for another candidate (`double-vote`).
+
+
+class NoVoteFence(RaftNode):
+    def rule_vote_fence(self, hard_state: HardState, repairing: bool) -> int:
+        return 0
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "ack-before-fsync": AckBeforeFsync,
     "truncate-on-corruption": TruncateOnCorruption,
@@ -97,6 +109,7 @@ MUTANTS: dict[str, type[RaftNode]] = {
     "forget-vote-on-restart": ForgetVoteOnRestart,
     "ack-before-combined-fsync": AckBeforeCombinedFsync,
     "leader-counts-unsynced": LeaderCountsUnsynced,
+    "no-vote-fence": NoVoteFence,
 }
 
 

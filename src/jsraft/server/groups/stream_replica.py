@@ -57,6 +57,7 @@ from jsraft.server.groups.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.groups.first_election import FirstElection
 from jsraft.replica.publish_pipeline import BatchAnswers, InFlightBatches
+from jsraft.replica.install_mark import InstallMark
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
@@ -139,7 +140,8 @@ class StreamReplica(ConfigFollowing):
         lost = is_memory(self.config) and self.disk.exists("raft")
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
-        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
+        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
+                                     install_mark=InstallMark(self.disk))
         if lost:
             self.memory_loss.mark()  # before the replay: no entry may write into the lost store
         voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries

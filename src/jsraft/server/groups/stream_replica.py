@@ -47,9 +47,7 @@ from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
 from jsraft.meta import StreamOffline
-from jsraft.raft.config import RaftConfig
-from jsraft.raft.errors import NotLeader
-from jsraft.raft.status import Role
+from jsraft.raft import NotLeader, RaftConfig, Role
 from jsraft.runtime import NodeRuntime
 from jsraft.runtime.proposals import Proposal
 from jsraft.replica.advisories import AdvisoryLog

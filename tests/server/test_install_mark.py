@@ -14,6 +14,8 @@ mark; a stale mark (another index) is ignored and cleared; our own snapshot clea
 
 from __future__ import annotations
 
+from test_repair_adapter import repair
+
 from jsraft.disk import OsDisk
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.raft.types import ConfState, Entry, SnapshotMeta
@@ -21,7 +23,7 @@ from jsraft.replica.install_mark import InstallMark
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.filestore import FileStore
 from jsraft.store.memstore import MemStore
-from jsraft.stream import CatchupSession, Health, StreamStateMachine, serve_catchup, store_config_for
+from jsraft.stream import Health, StreamStateMachine, store_config_for
 from jsraft.stream import entries as stream_entries
 
 NOW = 1_700_000_000_000_000_000
@@ -65,13 +67,7 @@ def test_an_unrepaired_install_is_compared_in_full_at_open(tmp_path) -> None:  #
     assert reopened.plan is not None and not reopened.plan.recovering
     assert reopened.machine.health is Health.repairing and reopened.holding
     assert reopened.plan.plan.fetch  # the differing range is fetched again
-    # Carried out: the store is the group's, the mark is gone, entries after 2 apply again.
-    pending = reopened.plan
-    session = CatchupSession(reopened.machine, pending.plan.group, snapshot_index=pending.index)
-    request = session.start(pending.plan)
-    while request is not None:
-        request = session.on_chunk(serve_catchup(leader, request))
-    reopened.release()
+    repair(reopened, leader)  # carried out (`release`): the store is the group's, the mark is gone
     assert InstallMark(disk).pending() is None
     assert reopened.machine.health is Health.current and not reopened.holding
     assert reopened.machine.store.state().agreement_key() == leader.store.state().agreement_key()

@@ -5,8 +5,8 @@ every 16 applied entries (`stream_snapshot_every_entries`). We check that every 
 short while thousands of messages go through, then stop a follower, publish past the leader's compaction
 point, and restart it: it must receive the leader's snapshot (InstallSnapshot), whose restore leaves a
 repair plan for exactly the missed tail, fetched chunk by chunk from the leader (`stream.catchup`); the
-replica goes repairing -> current, and all three end identical with every acknowledged message. Waits
-poll with deadlines.
+replica goes repairing -> current, and all three end identical with every acknowledged message; the
+replica's install mark (replica/install_mark.py) was written and is clear again. Waits poll with deadlines.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import trio
 from drift_kit import (
     check_identical, converged, drift_of, publish_range, replica, repaired_of, setup_stream, start,
 )
+
+from jsraft.replica.install_mark import MARK_FILE, InstallMark
 
 
 async def test_wal_compacts_and_a_lagging_follower_installs_the_snapshot_then_fetches_the_tail(tmp_path):
@@ -44,3 +46,7 @@ async def test_wal_compacts_and_a_lagging_follower_installs_the_snapshot_then_fe
             # Only the missed tail crossed the network, never the whole stream.
             assert 0 < repaired[0]["fetched_msgs"] <= last - before, repaired[0]
             assert repaired[0]["verified"] is not False
+            # The leader's snapshot was marked before the WAL held it and unmarked once repaired to
+            # (replica/install_mark.py): the mark's file exists and names no pending install.
+            disk = replica(cluster, follower).disk
+            assert disk.exists(MARK_FILE) and InstallMark(disk).pending() is None

@@ -54,6 +54,9 @@ And two fixed in `stream/machine.py`: `snapshot()` let a `DamagedSequence` found
 escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose only
 earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
 verification, so the AUDIT replayed before that purge reported a state the group did not hold (seed 138).
+Found by the background sweep (seeds 10313, 10601, 10562), pinned below it and replayed here whole: a
+leader's snapshot restored after a crash before its repair was taken for the replica's own (the install
+mark, replica/install_mark.py), and a WAL header's version byte read flipped once stopped a node.
 """
 
 from __future__ import annotations
@@ -250,4 +253,13 @@ def test_a_leaders_snapshot_is_not_compacted_into_the_wal_before_the_store_is_du
     the WAL saved the snapshot and dropped the entries; a crash lost the deletes, and recovery found the two
     messages back. `StreamAdapter.prepare_install` now fsyncs the store before the WAL compacts."""
     result = run_seed(config_for(185, app="stream"))
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
+@pytest.mark.parametrize("seed", [10313, 10601, 10562])
+def test_stream_seeds_found_by_the_sweep_pass(seed: int) -> None:
+    """10313, 10601: a leader's snapshot installed, the node crashed before its repair, and the restart took
+    it for its own (tests/server/test_install_mark.py); 10562: a transient read flip of a WAL segment's
+    version byte stopped a restarting node (tests/wal/test_wal_header_flip.py)."""
+    result = run_seed(config_for(seed, nodes="mixed", app="stream"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"

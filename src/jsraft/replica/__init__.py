@@ -8,7 +8,8 @@ the leader's answer to a catch-up request) and when a replica may lead its strea
 production's stream replica and repair worker and the simulator both run. Modules: `cycle`, `persist`,
 `restore`, `state_machine`, `stream_leading`, `stream_repair`; and the node-side glue between Raft
 entries and the state machines, trio-free (moved out of `server/`, issue #13): `stream_adapter` (a stream
-group's entries applied to its `StreamStateMachine` and consumers), `consumer_replica` (the consumers
+group's entries applied to its `StreamStateMachine` and consumers), `install_mark` (a leader's
+snapshot not yet repaired to, noted durably beside the store), `consumer_replica` (the consumers
 replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order),
 `meta_adapter` (meta entries applied to `MetaStateMachine`), `advisories` (`AdvisoryLog`), `stream_events`
 (the event and advisory shapes a stream group publishes), `consumer_pull` / `consumer_push` (a consumer

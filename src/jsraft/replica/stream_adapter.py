@@ -39,8 +39,13 @@ Invariants:
   7. The stream's consumers (`consumers`, replica/consumer_replica.py) see every entry right after the
      machine applied it, and travel in every snapshot (its `extra`) and every restore with it: recovery,
      InstallSnapshot and resync alike. A CONSUMER entry's result is the consumer set's `ApplyResult`.
+  8. A leader's snapshot is marked (`install_mark`, replica/install_mark.py) before the WAL holds it and
+     unmarked only once the store holds its state: restored at open while still marked, it is compared
+     with the store strictly, as at its install — never taken for this replica's own (whose store may be
+     ahead of it and is only verified by the replay).
 
-Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, replica siblings (`consumer_replica`). Reference: stream/machine.py "Lifecycle".
+Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, replica siblings (`consumer_replica`,
+`install_mark`). Reference: stream/machine.py "Lifecycle".
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ import attrs
 from jsraft.errors import JsraftError
 from jsraft.raft.types import Entry, EntryType, SnapshotMeta
 from jsraft.replica.consumer_replica import ConsumerReplica
+from jsraft.replica.install_mark import InstallMark
 from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.stream import (
     ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamNotHealthy,
@@ -83,8 +89,9 @@ def _ignore(*_: object) -> None:
 
 class StreamAdapter:
     def __init__(self, machine: StreamStateMachine, *, on_audit: Callable[[AuditReport], None] = _ignore,
-                 on_change: Callable[[], None] = _ignore) -> None:
+                 on_change: Callable[[], None] = _ignore, install_mark: InstallMark | None = None) -> None:
         self.machine = machine
+        self.install_mark = install_mark  # None: nothing durable beside the store (tests, memory-only)
         self.noop_term = 0
         self.recovery_target: int | None = None  # set once the group is open; None: not known yet
         self.plan: PendingPlan | None = None
@@ -176,6 +183,7 @@ class StreamAdapter:
     def release(self) -> None:
         """The plan was carried out: apply what was held back (invariant 2)."""
         self.plan, self.hold_after = None, None
+        self._unmark()  # invariant 8: the store holds the snapshot's state, before any later entry applies
         self._release_deferred()
 
     def check_recovery(self) -> None:
@@ -200,6 +208,7 @@ class StreamAdapter:
 
     def snapshot(self) -> bytes:
         self.machine.store.sync()  # invariant 5
+        self._unmark()  # invariant 8: our own snapshot may fall on a marked index the install never reached
         try:
             return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
         except StreamNotHealthy as error:  # e.g. a record read back damaged: now a listed store fault
@@ -211,10 +220,13 @@ class StreamAdapter:
         already matched the snapshot (no plan) could lose, at the next power cut, applied deletes the log
         can no longer replay, and recovery would find them back (simulator stream seed 185)."""
         self.machine.store.sync()
+        if self.install_mark is not None:
+            self.install_mark.set(meta.index)  # invariant 8: durable before the WAL holds the snapshot
 
     def restore(self, data: bytes) -> None:
-        """The runtime's restore: this replica's own snapshot at open, or the leader's (InstallSnapshot)."""
-        recovering = self.recovery_target is None
+        """The runtime's restore: this replica's own snapshot at open, or the leader's (InstallSnapshot).
+        At open, a snapshot still marked as the leader's (invariant 8) is restored as at its install."""
+        recovering = self.recovery_target is None and not self._marked(data)
         self._deferred.clear()  # a snapshot above them covers them all
         self._deferred_bytes = 0
         self._resync = None
@@ -266,6 +278,7 @@ class StreamAdapter:
         if machine.last_seq > 0 and (machine.store.state().last_seq < machine.last_seq or machine.store.state().msgs):
             machine.store.compact(machine.last_seq + 1)
         machine.finish_repair()
+        self._unmark()
         self._release_deferred()
         self._on_change()
 
@@ -288,6 +301,7 @@ class StreamAdapter:
         self.generation += 1
         if plan.is_empty:
             self.plan, self.hold_after = None, None  # the store already holds the group's state
+            self._unmark()  # invariant 8
             self._release_deferred()
         else:
             log.warning("stream %s: %s snapshot at %d leaves a repair plan: %s", self.machine.config.name,
@@ -296,3 +310,24 @@ class StreamAdapter:
                                     generation=self.generation, source=source)
             self.hold_after = self.machine.applied_index
         self._on_change()
+
+    # --- The install mark (invariant 8) ------------------------------------------------------------
+
+    def _marked(self, data: bytes) -> bool:
+        """True when `data`, restored at open, is the leader's snapshot whose repair never finished."""
+        mark = self.install_mark
+        if mark is None:
+            return False
+        pending = mark.pending()
+        if pending is None:
+            return False
+        if pending == decode_snapshot(data).applied_index:
+            log.warning("stream %s: the snapshot at %d is the leader's and its repair did not finish: "
+                        "comparing the store with it in full", self.machine.config.name, pending)
+            return True
+        mark.clear()  # stale: the WAL never held the marked snapshot (invariant 8 holds it was set first)
+        return False
+
+    def _unmark(self) -> None:
+        if self.install_mark is not None:
+            self.install_mark.clear()

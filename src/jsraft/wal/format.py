@@ -43,6 +43,7 @@ Imports: L0, L1 (`codec`, `raft.types`), crc32c. Reference: DESIGN.md §3.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from crc32c import crc32c
 
@@ -56,6 +57,8 @@ SEGMENT_FORMAT_VERSION = 2  # segments: 2 adds WAL_HARD_STATE records; 1 is stil
 SEGMENT_FILE_TYPE = 16
 HARD_STATE_FILE_TYPE = 18
 SNAPSHOT_FILE_TYPE = 19
+# A header version further ahead of this build than this is damage (a flipped bit), never a newer format.
+VERSION_STEPS_AHEAD_MAX = 8
 
 WAL_DIR = "wal"
 SNAPSHOT_DIR = "snapshots"
@@ -123,17 +126,40 @@ def file_header(file_type: int) -> bytes:
     return FILE_HEADER.pack(FILE_MAGIC, _version_of(file_type), file_type)
 
 
+def _claims_newer(buffer: bytes, file_type: int) -> bool:
+    """True if `buffer`'s header is ours with a version newer than this build's but still plausible."""
+    if len(buffer) < FILE_HEADER_BYTES:
+        return False
+    magic, version, kind = FILE_HEADER.unpack_from(buffer, 0)
+    newest = _version_of(file_type)
+    return magic == FILE_MAGIC and kind == file_type and newest < version <= newest + VERSION_STEPS_AHEAD_MAX
+
+
 def file_header_version(buffer: bytes, file_type: int) -> int:
     """The format version of `buffer`'s header if it is ours and readable (segments: 1 or 2), else 0. A
-    header of a newer format version is refused outright: reading it as this version could misinterpret
-    durable data, so it is not treated as mere damage."""
+    header of a plausibly newer format version (at most `VERSION_STEPS_AHEAD_MAX` ahead) is refused
+    outright: reading it as this version could misinterpret durable data, so it is not treated as mere
+    damage. A version further ahead (130 for 2: one flipped bit) is no format any build wrote: damage (0).
+    Read the file with `read_checked`, so a transient read flip is not believed on one reading."""
+    if _claims_newer(buffer, file_type):
+        version, newest = FILE_HEADER.unpack_from(buffer, 0)[1], _version_of(file_type)
+        raise BadFileFormat(f"file format version {version} is newer than this build ({newest})")
     if len(buffer) < FILE_HEADER_BYTES:
         return 0
     magic, version, kind = FILE_HEADER.unpack_from(buffer, 0)
-    newest = _version_of(file_type)
-    if magic == FILE_MAGIC and kind == file_type and version > newest:
-        raise BadFileFormat(f"file format version {version} is newer than this build ({newest})")
-    return version if magic == FILE_MAGIC and kind == file_type and 1 <= version <= newest else 0
+    return version if magic == FILE_MAGIC and kind == file_type and 1 <= version <= _version_of(file_type) else 0
+
+
+def read_checked(read: Callable[[str], bytes], path: str, file_type: int) -> bytes:
+    """`read(path)`, read once more when its header is ours but claims a version newer than this build: a
+    transient read flip of the version byte reads right the second time, while what is really on disk
+    reads the same again (then `file_header_version` decides: a newer format, refused, or damage)."""
+    buffer = read(path)
+    if len(buffer) < FILE_HEADER_BYTES:
+        return buffer
+    magic, version, kind = FILE_HEADER.unpack_from(buffer, 0)
+    newer = magic == FILE_MAGIC and kind == file_type and version > _version_of(file_type)
+    return read(path) if newer else buffer
 
 
 def file_header_ok(buffer: bytes, file_type: int) -> bool:

@@ -56,6 +56,7 @@ from jsraft.wal.format import (
     encode_hard_state,
     file_header,
     file_header_ok,
+    read_checked,
 )
 
 
@@ -86,7 +87,7 @@ def _read_slot(buffer: bytes, slot: int) -> SlotRead:
 
 def read_slots(disk: Disk) -> tuple[SlotRead, SlotRead, bool]:
     """Both slots of an existing hard-state file, and whether its file header is intact."""
-    buffer = disk.read_file(HARD_STATE_FILE)
+    buffer = read_checked(disk.read_file, HARD_STATE_FILE, HARD_STATE_FILE_TYPE)
     return _read_slot(buffer, 0), _read_slot(buffer, 1), file_header_ok(buffer, HARD_STATE_FILE_TYPE)
 
 

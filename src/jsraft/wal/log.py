@@ -51,7 +51,9 @@ from jsraft.errors import CorruptRecord, invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
 from jsraft.wal.files import SegmentFiles
-from jsraft.wal.format import SEGMENT_FORMAT_VERSION, WAL_DIR, encode_entry, encode_wal_hard_state
+from jsraft.wal.format import (
+    SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, encode_entry, encode_wal_hard_state, read_checked,
+)
 from jsraft.wal.recovery import Opened, Recovered, list_segments, recover
 from jsraft.wal.scan import scan_log
 from jsraft.wal.segment import Segment, decode_span, new_segment_content, rebuild
@@ -319,7 +321,8 @@ class Wal(SegmentFiles):
             handle.close()
         self._handles.clear()
         read = self._disk.read_file
-        files = [(name, first, read(f"{WAL_DIR}/{name}")) for first, name in list_segments(self._disk)]
+        files = [(name, first, read_checked(read, f"{WAL_DIR}/{name}", SEGMENT_FILE_TYPE))
+                 for first, name in list_segments(self._disk)]
         scan = scan_log(
             files,
             snap_index=self._snap_index,

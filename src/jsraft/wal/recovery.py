@@ -39,7 +39,9 @@ import attrs
 from jsraft.disk.base import Disk
 from jsraft.errors import invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
-from jsraft.wal.format import HARD_STATE_FILE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, parse_segment_name
+from jsraft.wal.format import (
+    HARD_STATE_FILE, SEGMENT_FILE_TYPE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, parse_segment_name, read_checked,
+)
 from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
 from jsraft.wal.scan import WATERMARK_UNKNOWN, HardStateRecord, LogScan, newest_hard_state, scan_log
 from jsraft.wal.snapshots import list_snapshots, load_newest
@@ -128,7 +130,8 @@ def _read_segments(disk: Disk, snap_index: int) -> tuple[list[tuple[str, int, by
         (covered if following is not None and following <= snap_index + 1 else keep).append(name)
     found = [newest_hard_state(disk.read_file(f"{WAL_DIR}/{name}")) for name in covered]
     best = _newest(*found)
-    files = [(name, parse_segment_name(name) or 0, disk.read_file(f"{WAL_DIR}/{name}")) for name in keep]
+    files = [(name, parse_segment_name(name) or 0, read_checked(disk.read_file, f"{WAL_DIR}/{name}", SEGMENT_FILE_TYPE))
+             for name in keep]
     return files, covered, best
 
 

@@ -32,6 +32,7 @@ from jsraft.wal.format import (
     encode_snapshot,
     file_header_ok,
     parse_snapshot_name,
+    read_checked,
     snapshot_name,
 )
 
@@ -66,7 +67,7 @@ def list_snapshots(disk: Disk) -> list[tuple[int, int, str]]:
 
 def read_snapshot(disk: Disk, name: str, index: int, term: int) -> tuple[SnapshotMeta, bytes]:
     """Verify and decode one snapshot file; raise `CorruptRecord` on any mismatch."""
-    buffer = disk.read_file(f"{SNAPSHOT_DIR}/{name}")
+    buffer = read_checked(disk.read_file, f"{SNAPSHOT_DIR}/{name}", SNAPSHOT_FILE_TYPE)
     if not file_header_ok(buffer, SNAPSHOT_FILE_TYPE):
         raise CorruptRecord("file header damaged")
     if len(buffer) < FILE_HEADER_BYTES + HEADER_BYTES:

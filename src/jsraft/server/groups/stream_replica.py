@@ -46,9 +46,7 @@ import trio
 from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
-from jsraft.raft.config import RaftConfig
-from jsraft.raft.errors import NotLeader
-from jsraft.raft.status import Role
+from jsraft.raft import NotLeader, RaftConfig, Role
 from jsraft.runtime import NodeRuntime
 from jsraft.runtime.proposals import Proposal
 from jsraft.replica.advisories import AdvisoryLog
@@ -56,6 +54,7 @@ from jsraft.server.groups.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.groups.first_election import FirstElection
 from jsraft.replica.publish_pipeline import BatchAnswers, Done, InFlightBatches, Queued
+from jsraft.replica.install_mark import InstallMark
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
@@ -135,7 +134,8 @@ class StreamReplica(ConfigFollowing):
         lost = is_memory(self.config) and self.disk.exists("raft")
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
-        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake)
+        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
+                                     install_mark=InstallMark(self.disk))
         if lost:
             self.memory_loss.mark()  # before the replay: no entry may write into the lost store
         voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries

@@ -46,6 +46,7 @@ from jsraft.jsapi.stream_config import StreamConfig, parse_stream_config
 from jsraft.raft import Entry, EntryType, SnapshotMeta
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.replica.stream_adapter import StreamAdapter
+from jsraft.replica.install_mark import InstallMark
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.stream import ApplyResult, EntryKind, StreamLeader, StreamStateMachine, store_config_for
@@ -182,7 +183,7 @@ class StreamReplica:
         if data is not None and (raw := decode_snapshot(data).raw_config):
             config = parse_stream_config(raw)[0]
         machine = app.machine_class(self.node_id)(app.open_store(driver.disk, config), app.config, app.raw)
-        self.adapter = StreamAdapter(machine)
+        self.adapter = StreamAdapter(machine, install_mark=InstallMark(driver.disk.sub(STREAM_DIR)))
         app.attach_consumers(self)
         if data is not None:
             self.adapter.restore(data)  # recovery_target is None: this replica's own snapshot, recovering

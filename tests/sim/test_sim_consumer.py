@@ -36,8 +36,10 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      is never replaying now, as in production (which serves only from the leader).
   6. A subject purge cannot match a damaged record (its subject no longer reads back): the damaged replica
      kept the fault below the group's first_seq, `plan_repair` planned nothing for it, and the repair
-     worker resynced every tick (seeds 10426, 10568, 10611, 10948: `liveness`). Such a fault now plans a
-     head cut (`stream/drift.py`; tests/stream/test_stream_catchup.py pins it below the simulator).
+     worker resynced every tick (seeds 10426, 10568, 10611: `liveness`). Such a fault now plans a head cut
+     (`stream/drift.py`; tests/stream/test_stream_catchup.py pins it below the simulator). Seed 10948
+     passes since only because its schedule moved: its deadlock (every voter unfit to lead, and a repair
+     served only by a stream leader) is still open, so it is not pinned here.
   7. The AUDIT a replica asked for after an unverified catch-up was covered by an InstallSnapshot; the idle
      stream's leader proposed no further audit, and the replica waited for one forever (seed 10410:
      `liveness`). The replica now asks until it reported an audit (`replica/audit_wish.py`, production's
@@ -92,7 +94,7 @@ def test_the_store_ahead_and_damaged_record_seeds_pass() -> None:
     assert judged["replaying"] > 0 and judged["ahead"] > 0, judged
 
 
-LIVENESS_SEEDS = (10410, 10426, 10568, 10611, 10948)  # bugs 6 and 7 (~1.5 CPU-s each)
+LIVENESS_SEEDS = (10410, 10426, 10568, 10611)  # bugs 6 and 7 (~1.5 CPU-s each)
 
 
 def test_the_purged_fault_and_missed_audit_seeds_converge() -> None:

@@ -34,6 +34,16 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      at the snapshot's index, and the resynced replica's last sequence ran two ahead of the group's
      (seed 115, `state-machine-safety`, once the production Ready cycle changed the run's path). A source
      is never replaying now, as in production (which serves only from the leader).
+  6. A subject purge cannot match a damaged record (its subject no longer reads back): the damaged replica
+     kept the fault below the group's first_seq, `plan_repair` planned nothing for it, and the repair
+     worker resynced every tick (seeds 10426, 10568, 10611: `liveness`). Such a fault now plans a head cut
+     (`stream/drift.py`; tests/stream/test_stream_catchup.py pins it below the simulator). Seed 10948
+     passes since only because its schedule moved: its deadlock (every voter unfit to lead, and a repair
+     served only by a stream leader) is still open, so it is not pinned here.
+  7. The AUDIT a replica asked for after an unverified catch-up was covered by an InstallSnapshot; the idle
+     stream's leader proposed no further audit, and the replica waited for one forever (seed 10410:
+     `liveness`). The replica now asks until it reported an audit (`replica/audit_wish.py`, production's
+     `AuditRunner` and the simulator alike; tests/replica/test_audit_wish.py).
 """
 
 from __future__ import annotations
@@ -82,6 +92,15 @@ def test_the_store_ahead_and_damaged_record_seeds_pass() -> None:
             judged[status] = judged.get(status, 0) + result.stats.get(f"consumer_reports_{status}", 0)
     # Replicas over a store ahead of the entry were held to equality too (they were exempt before).
     assert judged["replaying"] > 0 and judged["ahead"] > 0, judged
+
+
+LIVENESS_SEEDS = (10410, 10426, 10568, 10611)  # bugs 6 and 7 (~1.5 CPU-s each)
+
+
+def test_the_purged_fault_and_missed_audit_seeds_converge() -> None:
+    for seed in LIVENESS_SEEDS:
+        result = run_seed(config_for(seed, nodes="mixed", app="consumer"), replay_failures=False)
+        assert result.ok, f"seed {seed}: [{result.invariant}] {result.detail}"
 
 
 def test_a_consumer_run_does_consumer_work() -> None:

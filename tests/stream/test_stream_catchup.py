@@ -63,6 +63,20 @@ def _damage_file_store(follower_maker: StoreMaker, group: Group, damage) -> None
     follower.replace_store(follower_maker.reopen(follower.store))
 
 
+def _flip_a_byte_of(follower_maker: StoreMaker, group: Group, seq: int) -> None:
+    """Flip one byte of the follower's record of `seq` on disk, then reopen the store (it lists the fault)."""
+    block, offset, length, _ = group.machines["follower"].store.locate(seq)
+
+    def flip(path):
+        with open(path / block_name(block.number), "r+b") as handle:
+            handle.seek(offset + length - 3)
+            byte = handle.read(1)[0]
+            handle.seek(offset + length - 3)
+            handle.write(bytes([byte ^ 0x40]))
+
+    _damage_file_store(follower_maker, group, flip)
+
+
 def test_missing_head_block_is_fetched_back(mem_maker, file_maker):
     group = _pair(mem_maker, file_maker, count=4000)
     _damage_file_store(file_maker, group, lambda path: os.remove(path / block_name(_block_numbers(path)[0])))
@@ -94,22 +108,30 @@ def test_hole_from_a_lost_middle_block_fetches_exactly_it(mem_maker, file_maker)
 def test_corrupt_record_from_a_flipped_byte_is_repaired(mem_maker, file_maker):
     group = _pair(mem_maker, file_maker)
     target = 1234
-    block, offset, length, _ = group.machines["follower"].store.locate(target)
-
-    def flip(path):
-        with open(path / block_name(block.number), "r+b") as handle:
-            handle.seek(offset + length - 3)
-            byte = handle.read(1)[0]
-            handle.seek(offset + length - 3)
-            handle.write(bytes([byte ^ 0x40]))
-
-    _damage_file_store(file_maker, group, flip)
+    _flip_a_byte_of(file_maker, group, target)
     assert [(f.first, f.last, f.kind) for f in group.machines["follower"].store.faults()] == [
         (target, target, FaultKind.corrupt)]
     plan, session = _resync(group)
     assert plan.fetch == ((target, target),) and plan.findings[0].kind is FindingKind.corrupt
     assert session.result.fetched_msgs == 1
     assert group.machines["follower"].store.load(target).payload == f"payload-{target - 1}".encode()
+
+
+def test_a_damaged_message_the_group_purged_since_is_cut_off_not_resynced_forever(mem_maker, file_maker):
+    # Found by the simulator (`--app consumer` seeds 10426, 10568, 10611, 10948): a subject purge cannot
+    # match a record whose subject no longer reads back, so the damaged replica kept the fault below the
+    # group's first_seq, the plan was empty, and the repair worker resynced every tick forever.
+    group = _pair(mem_maker, file_maker)
+    target = 1234
+    _flip_a_byte_of(file_maker, group, target)
+    group.commit(entries.encode_purge("orders.new", 1500, None, 2000))
+    leader, follower = group.machines["leader"], group.machines["follower"]
+    assert leader.store.state().first_seq == follower.store.state().first_seq == 1500
+    assert [(f.first, f.last) for f in follower.store.faults()] == [(target, target)]  # kept by the purge
+    plan, session = _resync(group)
+    assert plan.compact_to == 1500 and plan.fetch == ()
+    assert [(f.kind, f.first, f.last) for f in plan.findings] == [(FindingKind.head_behind, target, 1499)]
+    assert session.result.fetched_msgs == 0
 
 
 def test_store_ahead_of_the_log_is_truncated_back(mem_maker, maker):

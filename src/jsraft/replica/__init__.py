@@ -4,9 +4,10 @@ Public surface: `GroupCycle` (one group's synchronous Ready cycle: take → pers
 advance, written once), `Work` and the persistence steps `write_work` / `sync_work` with their order,
 `prepare` / `restored_state` (how a replica starts from what its WAL recovered), and the `StateMachine`
 contract; and a stream replica's repair decisions (`stream_repair`: which job next, the catch-up session,
-the leader's answer to a catch-up request) and when a replica may lead its stream (`stream_leading`), which
-production's stream replica and repair worker and the simulator both run. Modules: `cycle`, `persist`,
-`restore`, `state_machine`, `stream_leading`, `stream_repair`; and the node-side glue between Raft
+the leader's answer to a catch-up request), when a replica may lead its stream (`stream_leading`) and
+when it still wants an audit after a recovery or a repair (`audit_wish`), which production's stream replica,
+repair worker and audit runner and the simulator all run. Modules: `cycle`, `persist`, `restore`,
+`state_machine`, `stream_leading`, `stream_repair`, `audit_wish`; and the node-side glue between Raft
 entries and the state machines, trio-free (moved out of `server/`, issue #13): `stream_adapter` (a stream
 group's entries applied to its `StreamStateMachine` and consumers), `install_mark` (a leader's
 snapshot not yet repaired to, noted durably beside the store), `consumer_replica` (the consumers

@@ -7,6 +7,7 @@ digests with a `GroupState` (from a snapshot: the local one at startup, the lead
 | finding                                   | reaction (plan field)                                   |
 |-------------------------------------------|---------------------------------------------------------|
 | local first_seq < group first_seq          | `compact_to` group first_seq                            |
+| a fault below group first_seq             | `compact_to` group first_seq (the group removed it)     |
 | local first_seq > group first_seq          | fetch it: faults are `repair`ed; a head the store cut   |
 |   (missing head)                          |   itself cannot be put back below it: `reset` the store |
 | a hole or a corrupt record below last_seq | `fetch` exactly those sequences (the store's faults)    |
@@ -126,6 +127,15 @@ def plan_repair(local: StoreState, faults: list[Fault], local_ranges: dict[int, 
         # Nothing to remove: lift an empty or short store to the group's floor — also an empty one at the
         # same last_seq whose first_seq never moved (0: nothing ever stored) while the group's did (a purge
         # of an empty stream makes it first = last + 1). A group that never moved (first 0) stays as it is.
+        compact_to = g_floor
+    below_floor = min((fault.first for fault in faults), default=g_floor)
+    if compact_to is None and below_floor < g_floor:
+        # A damaged sequence the group has removed since (a subject purge cannot match a record whose
+        # subject no longer reads back, so the replica kept its fault while every other replica removed
+        # the message): nothing to fetch, nothing held — the head cut forgets it (simulator, `--app
+        # consumer` seed 10568: the fault stayed below first_seq and the replica resynced forever).
+        findings.append(Finding(kind=FindingKind.head_behind, first=below_floor, last=g_floor - 1,
+                                detail="damaged sequences the group removed"))
         compact_to = g_floor
     for fault in faults:
         if fault.last >= g_floor and fault.first <= g_last:

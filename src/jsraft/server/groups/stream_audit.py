@@ -36,6 +36,7 @@ import trio
 
 from jsraft.errors import JsraftError
 from jsraft.replica.advisories import AdvisoryLog
+from jsraft.replica.audit_wish import AuditWish
 from jsraft.server.groups.stream_expiry import run_expiry
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.stream import (
@@ -81,7 +82,7 @@ class AuditRunner:
         self.verdicts = 0
         self._leader_seen: StreamLeader | None = None
         self._requested = False  # leader: propose an audit at the next turn
-        self._audit_wanted = False  # any replica: ask the leader for an audit (request_soon)
+        self._wish = AuditWish()  # any replica: ask the leader for an audit until one is reported here
         self._next_ask_s = 0.0
         self._pending: collections.OrderedDict[int, dict[str, AuditReport]] = collections.OrderedDict()
         self._deadlines: dict[int, float] = {}
@@ -94,6 +95,7 @@ class AuditRunner:
     def on_applied_report(self, report: AuditReport) -> None:
         """The adapter applied an AUDIT entry here (current machine, not replaying): report it."""
         self.last_audit_index = max(self.last_audit_index, report.index)
+        self._wish.on_reported(report.index)
         if self.replica.leader is not None:
             self.collect(self.replica.node_id, report)
         else:
@@ -107,14 +109,17 @@ class AuditRunner:
 
     def request_soon(self) -> None:
         """This replica recovered or was repaired: ask the leader (this node or another) for an audit,
-        again every `ASK_EVERY_S` until one took the request (a restarted node may know no leader yet)."""
-        self._audit_wanted = True
+        again every `ASK_EVERY_S` until this replica reported one after now (`AuditWish`: a leader taking
+        the request is not enough, an InstallSnapshot can carry the replica past that AUDIT)."""
+        machine = self.replica.machine
+        self._wish.want(machine.applied_index if machine is not None else 0)
         self.replica.runtime.ticker.release(self.replica.group)
 
     async def _ask_for_audit(self) -> None:
         replica = self.replica
         if replica.leader is not None:
-            self._requested, self._audit_wanted = True, False
+            self._requested = True
+            self._wish.drop()
             return
         leader = replica.leader_id()
         now_s = trio.current_time()
@@ -127,7 +132,7 @@ class AuditRunner:
         except JsraftError as error:
             log.info("stream %s: audit request to %s not taken: %s", replica.name, leader, error)
             return
-        self._audit_wanted = False
+        self._wish.asked = True
 
     def _send(self, to: str | None, method: str, args: dict[str, Any]) -> None:
         self._outbox.append((to, method, args))  # invariant 2: a full outbox drops its oldest
@@ -140,14 +145,18 @@ class AuditRunner:
             nursery.start_soon(self._send_task)
             nursery.start_soon(run_expiry, self.replica, self.options.tick_s)  # max_age and Nats-TTL
             while True:
-                if self._audit_wanted:
+                if self._ask_due():
                     await self._ask_for_audit()
                 await self._leader_turn()
                 await trio.sleep(self.options.tick_s)
                 leader = self.replica.leader
-                if not (self._audit_wanted or self._requested or self._pending
+                if not (self._ask_due() or self._requested or self._pending
                         or (leader is not None and leader.audit_owed())):  # new entries: an audit to come
                     await self.replica.runtime.ticker.wait_awake(self.replica.group)  # quiesced: idle
+
+    def _ask_due(self) -> bool:
+        machine = self.replica.machine
+        return self._wish.due(current=machine is not None and machine.health is Health.current)
 
     async def _send_task(self) -> None:
         while True:

@@ -183,7 +183,9 @@ class StreamReplica:
         if data is not None and (raw := decode_snapshot(data).raw_config):
             config = parse_stream_config(raw)[0]
         machine = app.machine_class(self.node_id)(app.open_store(driver.disk, config), app.config, app.raw)
-        self.adapter = StreamAdapter(machine, install_mark=InstallMark(driver.disk.sub(STREAM_DIR)))
+        # Production's report hook (stream_adapter invariant 6): a reported audit answers the audit wish.
+        self.adapter = StreamAdapter(machine, install_mark=InstallMark(driver.disk.sub(STREAM_DIR)),
+                                     on_audit=lambda report: self.repair.wish.on_reported(report.index))
         app.attach_consumers(self)
         if data is not None:
             self.adapter.restore(data)  # recovery_target is None: this replica's own snapshot, recovering

@@ -37,7 +37,8 @@ import attrs
 
 from jsraft.errors import JsraftError
 from jsraft.replica import stream_repair as decide
-from jsraft.stream import catchup_wire
+from jsraft.replica.audit_wish import AuditWish
+from jsraft.stream import Health, catchup_wire
 from jsraft.stream.catchup import CatchupSession
 from jsraft.stream.catchup_wire import CatchupRequest
 from jsraft.stream.errors import CatchupFailed
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from jsraft.testing.sim.stream_app import StreamReplica
 
 RETRY_TICKS = 10
+ASK_EVERY_TICKS = 50  # production's `ASK_EVERY_S` (0.5 s) at 10 ms per tick
 ROUNDS_MAX = 100_000
 
 
@@ -68,14 +70,16 @@ class RepairState:
     noted_unhealthy: bool = False
     in_episode: bool = False  # a drift episode is open (RepairWorker's `episode`)
     recovery_noted: bool = False
-    audit_wanted: bool = False  # ask the stream leader for an audit (`StreamAudit.request_soon`)
+    # Ask the stream leader for an audit until this replica reported one (`AuditRunner.request_soon`).
+    wish: AuditWish = attrs.Factory(AuditWish)
+    next_ask_tick: int = 0
 
 
 def step(sim: Simulation, replica: StreamReplica) -> None:
     state = replica.repair
     _hand_over_if_unfit(sim, replica)
     _note_episode(replica)
-    if state.audit_wanted:
+    if state.wish.due(current=replica.machine.health is Health.current):
         _ask_for_audit(sim, replica)
     if sim.clock.now < state.next_tick:
         return
@@ -103,23 +107,33 @@ def _note_episode(replica: StreamReplica) -> None:
     state, adapter = replica.repair, replica.adapter
     whole = decide.is_whole(adapter)
     if not state.recovery_noted and not adapter.machine.replaying and not adapter.holding:
-        state.recovery_noted = state.audit_wanted = True
+        state.recovery_noted = True
+        state.wish.want(adapter.machine.applied_index)
     if not whole:
         state.in_episode = True
     elif state.in_episode:
-        state.in_episode, state.noted_unhealthy, state.audit_wanted = False, False, True
+        state.in_episode, state.noted_unhealthy = False, False
+        state.wish.want(adapter.machine.applied_index)
 
 
 def _ask_for_audit(sim: Simulation, replica: StreamReplica) -> None:
-    """`StreamAudit._ask_for_audit`: this node's own StreamLeader, or the stream leader over one RPC."""
+    """`AuditRunner._ask_for_audit`: this node's own StreamLeader, or the stream leader over one RPC, again
+    every `ASK_EVERY_TICKS` until this replica reported an audit (`AuditWish`)."""
+    state = replica.repair
     own = replica.stream_leader()
+    if own is None and sim.clock.now < state.next_ask_tick:
+        return
     source = replica if own is not None else _leader(sim, replica)
     if source is None:
         return
     leader = source.stream_leader()
     assert leader is not None
     leader.request_audit()
-    replica.repair.audit_wanted = False
+    if own is not None:
+        state.wish.drop()
+    else:
+        state.next_ask_tick = sim.clock.now + ASK_EVERY_TICKS
+        state.wish.asked = True
 
 
 def _leader(sim: Simulation, replica: StreamReplica) -> StreamReplica | None:

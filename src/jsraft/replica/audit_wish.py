@@ -1,0 +1,56 @@
+"""A stream replica's wish to take part in an audit after a recovery or a repair (layer L3½).
+
+Owns: `AuditWish`, what production's `server.groups.stream_audit.AuditRunner` and the simulator
+(`testing.sim.stream_repair`) both keep to honour DESIGN §8's "an audit after every recovery and repair":
+the replica asks the stream leader for an AUDIT, and keeps asking (at the caller's pace) until it has
+applied and reported one above the index where it recovered or was repaired.
+
+Why not "until a leader took the request": the replica can miss the AUDIT it asked for — an
+InstallSnapshot covering that entry lands it past the audit without applying it — and an idle stream's
+leader proposes no further periodic audit (`StreamLeader.audit_due` skips an unchanged state tuple), so a
+store whose catch-up could not be verified stayed unjudged for good (simulator, `--app consumer` seed
+10410: n1 caught up unverified at index 236, the audit came at 237, n1 installed snapshot 238).
+
+Invariants:
+  1. `wanted` holds from `want(index)` until `on_reported(i)` with `i > index`; a later `want` only raises
+     the index (an audit that answered the first wish but predates the second does not answer it).
+  2. Only an audit this replica reported counts (a current machine, not replaying: stream_adapter
+     invariant 6), so an audit applied while it still repairs does not clear the wish.
+  3. Asked once, the wish is asked again only while the machine is current (`due`): a replica that is
+     not could not report the audit, and each ask costs every replica an AUDIT entry; its repair ends in
+     a new `want` anyway.
+
+Imports: stdlib, attrs. Never trio, time or the server layer. Reference: DESIGN.md §8.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.define
+class AuditWish:
+    after_index: int | None = None  # an AUDIT reported above this index answers the wish
+    asked: bool = False  # a stream leader took a request since the last `want`
+
+    @property
+    def wanted(self) -> bool:
+        return self.after_index is not None
+
+    def want(self, index: int) -> None:
+        """This replica recovered or was repaired at applied `index`: it wants an audit after it (inv. 1)."""
+        self.after_index = index if self.after_index is None else max(self.after_index, index)
+        self.asked = False
+
+    def due(self, *, current: bool) -> bool:
+        """Whether to ask the stream leader now (invariant 3); the caller paces the asks."""
+        return self.after_index is not None and (current or not self.asked)
+
+    def on_reported(self, index: int) -> None:
+        """This replica reported the AUDIT at `index` (invariant 2)."""
+        if self.after_index is not None and index > self.after_index:
+            self.after_index = None
+
+    def drop(self) -> None:
+        """This replica leads: it applies the audit it proposes itself."""
+        self.after_index = None

@@ -40,6 +40,15 @@ def test_find_conflict_by_term_skips_higher_terms_and_faulty():
     assert log.find_conflict_by_term(6, 5) == (3, 2)  # never hints at or past a faulty index
 
 
+def test_next_known_term_skips_faulty_placeholders():
+    log = make_log([2, 3, 3, 2], faulty={6, 7}, snapshot=(4, 1))  # 5@2, 6-7 faulty, 8@2
+    assert log.next_known_term(5) == 2  # past the faulty run: entry 8
+    assert log.next_known_term(4) == 2  # entry 5
+    assert log.next_known_term(2) == 2  # from below the snapshot: the first entry after it
+    assert log.next_known_term(8) is None  # nothing after the last entry
+    assert make_log([2, 2], faulty={2}).next_known_term(1) is None  # only placeholders follow
+
+
 def test_committed_entries_stop_before_the_first_faulty_one():
     log = make_log([1, 1, 1, 1], faulty={3}, commit=4)
     assert [e.index for e in log.committed_to_apply(100)] == [1, 2]

@@ -18,7 +18,7 @@ from raft_network import Cluster
 from jsraft.errors import InvariantViolation
 from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, Entry, EntryType, HardState, RaftConfig, RaftNode, RequestVote,
-    RequestVoteResponse, RestoredState, StatusProbe, TimeoutNow, encode_conf_change,
+    RequestVoteResponse, RestoredState, Snapshot, SnapshotMeta, StatusProbe, TimeoutNow, encode_conf_change,
 )
 from jsraft.raft import snapshot as snapshot_module
 from jsraft.raft import vote_fence
@@ -168,6 +168,33 @@ def test_a_provably_divergent_suffix_after_a_faulty_entry_is_truncated_above_com
     assert rd.truncate_from == 6 and rd.entries == ()  # and the divergent suffix goes
     # A repairing replica keeps its watermark: the removed copies might hide acknowledged entries.
     assert node.acked_watermark == 7 and node.repairing
+
+
+def test_a_divergent_suffix_behind_a_run_of_faulty_entries_is_truncated():
+    # Simulator seed 10598 (consumer app): n2's entries 5-6 are faulty, entry 7 reads fine with term 2.
+    # The leader replaces 5 with a term-3 entry and sends nothing past it. Entry 6's placeholder proves
+    # nothing, but 7 (term 2) cannot follow the leader's 5 (term 3) in one log: keeping it left a log
+    # whose terms decrease, which the next restart refused (InvariantViolation in RestoredState.validate).
+    node = restored_node(terms=(2, 2, 2, 2, 2), faulty={5, 6},
+                         hard_state=HardState(current_term=3, commit_index=4, acked_watermark=8))
+    leader_entries = _log([2]) + [Entry(index=5, term=3, data=b"L")]
+    node.step(leader_append(3, leader_entries, leader_commit=5))
+    assert node.log.last_index == 5 and not node.log.faulty
+    rd = node.ready()
+    assert rd.repaired_entries == (Entry(index=5, term=3, data=b"L"),)
+    assert rd.truncate_from == 6 and rd.entries == ()
+    assert node.acked_watermark == 8 and node.repairing
+
+
+def test_a_snapshot_does_not_keep_a_lower_term_suffix_behind_faulty_entries():
+    # The same shape through InstallSnapshot: the snapshot ends at our faulty 5 with term 3; after the
+    # faulty 6 our 7 has term 2, so the suffix is not the leader's and goes with the old log.
+    node = restored_node(terms=(2, 2, 2, 2, 2), faulty={5, 6},
+                         hard_state=HardState(current_term=3, commit_index=4, acked_watermark=8))
+    meta = SnapshotMeta(index=5, term=3, conf=node.conf)
+    snapshot_module.install(node, Snapshot(meta=meta, data=b"s"))
+    assert node.log.snapshot_index == 5 and node.log.last_index == 5 and not node.log.faulty
+    assert node.ready().truncate_from == 6
 
 
 def test_the_leader_resends_what_a_repairing_follower_lost_below_its_match():

@@ -44,6 +44,11 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      stream's leader proposed no further audit, and the replica waited for one forever (seed 10410:
      `liveness`). The replica now asks until it reported an audit (`replica/audit_wish.py`, production's
      `AuditRunner` and the simulator alike; tests/replica/test_audit_wish.py).
+  8. A repairing follower with a faulty run (159..161) before an intact stale entry (162, term 11) took
+     the leader's 151..158 of term 13 and kept 162 after them; the next restart refused the log
+     (`crash`, "restored terms non-decreasing", seed 10598). The Raft core now compares a replaced
+     faulty entry with the next non-faulty one (`raft.append` invariant 2; unit tests in
+     tests/raft/test_raft_repair.py).
 """
 
 from __future__ import annotations
@@ -70,6 +75,12 @@ NOW_NS = 1_700_000_000_000_000_000
 def test_a_replaying_replica_is_never_a_resync_source() -> None:
     """Bug 5: seed 115 resynced n5 from a replaying n1 and failed `state-machine-safety`."""
     result = run_seed(config_for(115, nodes="mixed", app="consumer"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
+def test_a_stale_entry_behind_faulty_ones_is_not_kept_after_the_leaders_replacement() -> None:
+    """Bug 8: seed 10598 crashed n1's restart on a log whose terms decreased."""
+    result = run_seed(config_for(10598, nodes="mixed", app="consumer"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 

@@ -13,7 +13,9 @@ Invariants:
      leader's copy is identical; if not, it is superseded. The entries after it stay and are compared
      with the leader's like any others (Log Matching: if our next entry matches the leader's, so did the
      original). Only when our next entry's term is *lower* than the leader's replacement — impossible in
-     one log, so provably a divergent suffix — is the suffix truncated (above commit, invariant 3).
+     one log, so provably a divergent suffix — is the suffix truncated (above commit, invariant 3). "Next"
+     is the next non-faulty entry: faulty placeholders in between prove nothing, and keeping them with a
+     lower-term entry after them would leave a log whose terms decrease.
   3. Conflict truncation happens only above the commit index (rule 5, `rule_check_truncation`) and lowers
      the acked watermark to the new last index: the removed entries were never committed.
   4. A success response acknowledges `match_index`, and the hard state of the same `Ready` raises the acked
@@ -103,7 +105,7 @@ def _merge(node: RaftNode, entries: list[Entry]) -> None:
             return
         if entry.index in log.faulty:
             log.replace_faulty(entry)  # invariant 2
-            following = log.term_at(entry.index + 1)
+            following = log.next_known_term(entry.index)  # past any faulty run: invariant 2
             if following is not None and following < entry.term:
                 _truncate_conflict(node, entry.index + 1)
                 log.append(entries[position + 1:])

@@ -74,6 +74,13 @@ class RaftLog:
         invariant(self.first_index <= index <= self.last_index, f"entry {index} is in the log")
         return self.entries[index - self.first_index]
 
+    def next_known_term(self, index: int) -> int | None:
+        """The term of the first non-faulty entry after `index` (skipping faulty placeholders), or None."""
+        for later in range(max(index, self.snapshot_index) + 1, self.last_index + 1):
+            if later not in self.faulty:
+                return self.entries[later - self.first_index].term
+        return None
+
     def first_faulty(self) -> int | None:
         return min(self.faulty) if self.faulty else None
 

@@ -186,7 +186,7 @@ def _keeps_suffix(node: RaftNode, meta: SnapshotMeta) -> bool:
 
     Yes if our entry at the snapshot's index has the snapshot's term, or is faulty (its recorded term
     proves nothing; as in `append`, the entries after it are checked against the leader's later) —
-    unless the next entry's term is lower than the snapshot's, which no single log allows.
+    unless the next non-faulty entry's term is lower than the snapshot's, which no single log allows.
     """
     log = node.log
     if meta.index > log.last_index:
@@ -196,7 +196,7 @@ def _keeps_suffix(node: RaftNode, meta: SnapshotMeta) -> bool:
               or meta.index > log.commit_index, f"committed entry {meta.index} differs from the leader's snapshot")
     if recorded != meta.term and meta.index not in log.faulty:
         return False
-    following = log.term_at(meta.index + 1)
+    following = log.next_known_term(meta.index)  # faulty placeholders in between prove nothing
     return following is None or following >= meta.term
 
 

@@ -4,8 +4,8 @@ cleanly, and its store directory starts again.
 Method: plain (non-trio) tests, as a user's program would be: `asyncio.run` of a program that calls
 `jsraft.start_in_thread(config)`, creates a stream through nats-py's JetStream manager, publishes and
 reads back, then stops the node. A clean stop is proven by the thread being gone and by what it leaves on
-disk: the stream store's fast-recovery index is written only by a clean `FileStore.close` (a new
-stream has none while the node runs), and a second `start_in_thread` on the same directory serves every message.
+disk: the stream store's fast-recovery index is written by a clean `FileStore.close` (while the node runs
+there is none, or only the empty store's that formatting the stream's directory left), and a second `start_in_thread` on the same directory serves every message.
 Startup errors must arrive in the caller's thread as the errors themselves.
 """
 
@@ -30,7 +30,15 @@ def config(store_dir: str, name: str = "emb", **overrides) -> dict:
             "election_ticks": 5, "test_mode": True, **overrides}
 
 
-async def first_run(store_dir: str, index: str) -> tuple[jsraft.ThreadNode, list, list]:
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+async def first_run(store_dir: str, index: str) -> tuple[jsraft.ThreadNode, list, list, bytes | None]:
     node = jsraft.start_in_thread(config(store_dir))
     try:
         assert node.running and node.name == "emb" and node.url == f"nats://127.0.0.1:{node.client_port}"
@@ -44,10 +52,10 @@ async def first_run(store_dir: str, index: str) -> tuple[jsraft.ThreadNode, list
             assert (info.state.messages, info.state.last_seq) == (20, 20)
         finally:
             await nc.close()
-        assert not os.path.exists(index)  # a new stream's index is written by its first clean close
+        running_index = _read(index)  # none yet, or the empty store's the stream's formatting wrote
     finally:
         node.stop()
-    return node, acks, msgs
+    return node, acks, msgs, running_index
 
 
 async def second_run(store_dir: str) -> list[bytes]:
@@ -63,12 +71,13 @@ async def second_run(store_dir: str) -> list[bytes]:
 def test_asyncio_program_embeds_a_node_and_stops_it_cleanly(tmp_path):
     store_dir = str(tmp_path / "data")
     index = os.path.join(store_dir, "streams", "ORDERS", "msgs", "index")
-    node, acks, msgs = asyncio.run(asyncio.wait_for(first_run(store_dir, index), 60))
+    node, acks, msgs, running_index = asyncio.run(asyncio.wait_for(first_run(store_dir, index), 60))
     assert [(ack.stream, ack.seq) for ack in acks] == [("ORDERS", i + 1) for i in range(20)]
     assert [(m.seq, m.subject, m.data) for m in msgs] == [(1, "orders.0", b"order 0"), (20, "orders.19", b"order 19")]
     assert not node.running and not node.thread.is_alive()
     assert node.thread not in threading.enumerate()
-    assert os.path.exists(index), "the store was not closed cleanly"
+    closed_index = _read(index)
+    assert closed_index is not None and closed_index != running_index, "the store was not closed cleanly"
     node.stop()  # idempotent
 
     assert asyncio.run(asyncio.wait_for(second_run(store_dir), 60)) == [f"order {i}".encode() for i in range(20)]

@@ -222,8 +222,7 @@ def _server_target(name: str) -> tuple[str, str] | None:
 # Modules of the subpackages that still take the whole `Node` (#13: services receive the narrow parts they
 # use). The monitoring views and metrics read most of the node (the monitor wires the test hooks' parts); `cluster_urls` sets the client port's
 # connect_urls. May only shrink.
-NODE_HOLDERS = {"server/ops/monitor.py", "server/ops/metrics.py", "server/ops/monitor_views.py",
-                "server/nats/cluster_urls.py"}
+NODE_HOLDERS = {"server/ops/monitor.py", "server/ops/metrics.py", "server/ops/monitor_views.py"}
 NODE_ATTRIBUTES = {"node", "_node"}
 
 

@@ -216,7 +216,10 @@ class Node:
         for service in (self.jsapi.consumer_hub, self.jsapi.group_ops):  # consumer.next, ..., group.status, ...
             service.register(self.handlers.table)
         self.streams.consumer_port = self.jsapi.consumer_hub  # push consumers publish and ask interest there
-        self.cluster_urls = ClusterUrls(self, refresh_s=0.2 if config.test_mode else 1.0)
+        self.cluster_urls = ClusterUrls(clients=self.clients, client_address=lambda: self.client_address,
+                                        route_peers=self.route_peers, ask_peer=self.rpc.call,
+                                        enabled=config.clustered or bool(config.seed_routes),
+                                        refresh_s=0.2 if config.test_mode else 1.0)
         self.cluster_urls.register(self.handlers.table)  # node.client_url
         # Subject interest and messages between nodes; a short digest interval in tests bounds how long
         # a lost interest frame can go unnoticed there.

@@ -19,12 +19,13 @@ Invariants:
      comes or goes refreshes at once (`wake`), not only every `refresh_s`: a client learns of a node
      that joined within a round trip, as from nats-server.
 
-Imports: stdlib, L0, trio, server siblings (through the node). Reference: nats-server `server/route.go`
+Imports: stdlib, L0, trio, server siblings (the client server, under TYPE_CHECKING). Reference: nats-server `server/route.go`
 (`addConnectURLsAndSendINFOToClients`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -32,7 +33,10 @@ import trio
 from jsraft.errors import JsraftError
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
+    from jsraft.server.nats.client_server import ClientServer
+
+# `Rpc.call` as used here: (peer, method, args, timeout_s=) -> (answer, blobs).
+AskPeer = Callable[..., Awaitable[tuple[Any, Any]]]
 
 ASK_TIMEOUT_S = 1.0
 ASK_AGAIN_S = 0.05
@@ -42,8 +46,13 @@ _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 class ClusterUrls:
     """Learns the peers' client URLs and keeps the node's clients told (module docstring)."""
 
-    def __init__(self, node: "Node", *, refresh_s: float) -> None:
-        self.node = node
+    def __init__(self, *, clients: "ClientServer", client_address: Callable[[], tuple[str, int] | None],
+                 route_peers: Callable[[], set[str]], ask_peer: AskPeer, enabled: bool, refresh_s: float) -> None:
+        self.clients = clients
+        self.client_address = client_address  # this node's bound client address, once bound
+        self.route_peers = route_peers  # every linked node (invariant 5)
+        self.ask_peer = ask_peer
+        self.enabled = enabled  # clustered, or started with seed routes (invariant 2)
         self.refresh_s = refresh_s
         self.peer_urls: dict[str, str] = {}  # connected peer -> its client host:port
         self.connect_urls: list[str] | None = None  # None: not clustered, INFO has no key (invariant 2)
@@ -58,7 +67,7 @@ class ClusterUrls:
 
     def own_url(self) -> str:
         """This node's client `host:port`, or "" when it is bound to a wildcard host (invariant 3)."""
-        address = self.node.client_address
+        address = self.client_address()
         if address is None or address[0] in _WILDCARD_HOSTS:
             return ""
         host = f"[{address[0]}]" if ":" in address[0] else address[0]
@@ -69,7 +78,7 @@ class ClusterUrls:
 
     async def run(self) -> None:
         """Refresh every `refresh_s` until cancelled."""
-        if not (self.node.config.clustered or self.node.config.seed_routes):
+        if not self.enabled:
             return
         while True:
             self._wake = trio.Event()
@@ -78,7 +87,7 @@ class ClusterUrls:
                 await self._wake.wait()
 
     async def refresh(self) -> None:
-        online = self.node.route_peers()
+        online = self.route_peers()
         self.peer_urls = {peer: url for peer, url in self.peer_urls.items() if peer in online}  # invariant 1
         async with trio.open_nursery() as nursery:
             for peer in sorted(online - set(self.peer_urls)):
@@ -87,8 +96,8 @@ class ClusterUrls:
         urls = ([own] if own else []) + [self.peer_urls[peer] for peer in sorted(self.peer_urls)]
         if urls != self.connect_urls:
             self.connect_urls = urls
-            self.node.clients.connect_urls = urls
-            self.node.clients.announce_info()
+            self.clients.connect_urls = urls
+            self.clients.announce_info()
 
     async def _ask(self, peer: str) -> None:
         """Ask `peer` for its client URL; a peer that has none yet (linked before its client listener was
@@ -96,7 +105,7 @@ class ClusterUrls:
         deadline = trio.current_time() + ASK_TIMEOUT_S
         while True:
             try:
-                answer, _ = await self.node.rpc.call(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
+                answer, _ = await self.ask_peer(peer, "node.client_url", {}, timeout_s=ASK_TIMEOUT_S)
             except JsraftError:
                 return  # asked again at the next refresh
             url = str(answer.get("url") or "") if isinstance(answer, dict) else ""

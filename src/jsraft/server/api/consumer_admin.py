@@ -85,11 +85,15 @@ def served_config(config: ConsumerConfig, paused_until_ns: int | None = None, *,
 
 
 def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store: Any,
-              cluster: dict[str, Any] | None, now_ns: int, api_level: int) -> dict[str, Any]:
-    """nats-server `ConsumerInfo`, in its field order."""
+              cluster: dict[str, Any] | None, now_ns: int, api_level: int, *, as_created: bool = False) -> dict[str, Any]:
+    """nats-server `ConsumerInfo`, in its field order. `as_created`: the create's answer counts
+    `num_pending` from where the consumer starts (its replicated cursor), not from the leader's live one: a
+    push leader may deliver between the CREATE's apply and this answer, and a client that reads 0 pending
+    there (nats-py's KV watcher) takes the initial values as done before it saw them."""
     config, state = entry.config, entry.state
     assert config is not None
-    cursor = leading.leader.next_seq - 1 if leading is not None else state.delivered_stream_seq
+    live = leading is not None and not as_created
+    cursor = leading.leader.next_seq - 1 if live and leading is not None else state.delivered_stream_seq
     delivered: dict[str, Any] = {"consumer_seq": state.delivered_consumer_seq,
                                  "stream_seq": state.delivered_stream_seq}
     ack_floor: dict[str, Any] = {"consumer_seq": state.ack_floor_consumer_seq,
@@ -154,7 +158,7 @@ class ConsumerAdmin:
                             leader_since_ns=service.replica.leader_since_ns,
                             heard_ns=self.parts.raft_heard_ns.get(service.replica.group))
 
-    def _info(self, service: ConsumerService, name: str) -> dict[str, Any]:
+    def _info(self, service: ConsumerService, name: str, *, as_created: bool = False) -> dict[str, Any]:
         entry = service.replica.adapter.consumers.entries.get(name)  # type: ignore[union-attr]
         if entry is None:
             raise ConsumerNotFound()
@@ -162,7 +166,7 @@ class ConsumerAdmin:
         if reason is not None:
             raise ConsumerOffline(reason)
         return info_json(service.stream, entry, service.leading.get(name), service.replica.store,
-                         self._cluster(service), service.now_ns(), self.parts.config.api_level)
+                         self._cluster(service), service.now_ns(), self.parts.config.api_level, as_created=as_created)
 
     # --- Methods ------------------------------------------------------------------------------------------
 
@@ -198,7 +202,7 @@ class ConsumerAdmin:
         for refused, error in getattr(applied, "refused", ()):
             if refused == name:
                 raise error  # invariant 2
-        return self._info(service, name), ()
+        return self._info(service, name, as_created=existing is None), ()
 
     async def delete(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         service = await self._service(args)

@@ -2,7 +2,8 @@
 
 Method: drive the value directly, as `AuditRunner` and the simulator's repair step do — `want` at the
 repair's applied index, `due` with the machine's health, `asked` after a leader took a request,
-`on_reported` for each AUDIT the replica reported — and check when asking is due. The case that made this
+`taken` with the leader's applied index when a leader took a request, `on_reported` for each AUDIT the
+replica reported — and check when asking is due. The case that made this
 necessary (simulator `--app consumer` seed 10410) is the second test: the AUDIT the replica asked for was
 covered by an InstallSnapshot, so the replica never reported it, and a leader taking the request must not
 end the wish.
@@ -46,9 +47,26 @@ def test_a_later_want_raises_the_index_and_asks_again() -> None:
     wish.on_reported(50)
     assert wish.wanted
     wish.want(70)
+    wish.taken(65)
     wish.on_reported(60)  # answered the first wish, not the second
     assert wish.wanted
     wish.on_reported(71)
+    assert not wish.wanted
+
+
+def test_only_an_audit_after_a_taken_request_answers_and_the_leaders_index_raises_it() -> None:
+    """Seeds 398 and 986: a catch-up served by a leader that had applied up to 300 ended at 290; an AUDIT
+    at 291, already in flight, was reported — but an audit below the leader's index cannot settle that
+    catch-up, and it ended the wish while the replica stayed unjudged."""
+    wish = AuditWish()
+    wish.want(290)
+    wish.on_reported(291)  # in flight before any leader took this wish's request: answers nothing
+    assert wish.wanted and wish.due(current=True)
+    wish.taken(300)  # the leader took the request at its applied index 300: its AUDIT comes after
+    assert wish.asked and wish.after_index == 300
+    wish.on_reported(295)
+    assert wish.wanted
+    wish.on_reported(301)
     assert not wish.wanted
 
 

@@ -105,7 +105,7 @@ def test_the_store_ahead_and_damaged_record_seeds_pass() -> None:
     assert judged["replaying"] > 0 and judged["ahead"] > 0, judged
 
 
-LIVENESS_SEEDS = (10410, 10426, 10568, 10611)  # bugs 6 and 7 (~1.5 CPU-s each)
+LIVENESS_SEEDS = (10410, 10426, 10568, 10611, 398, 986)  # bugs 6, 7 and 9 (~1.5 CPU-s each)
 
 
 def test_the_purged_fault_and_missed_audit_seeds_converge() -> None:

@@ -12,13 +12,20 @@ store whose catch-up could not be verified stayed unjudged for good (simulator, 
 10410: n1 caught up unverified at index 236, the audit came at 237, n1 installed snapshot 238).
 
 Invariants:
-  1. `wanted` holds from `want(index)` until `on_reported(i)` with `i > index`; a later `want` only raises
-     the index (an audit that answered the first wish but predates the second does not answer it).
+  1. `wanted` holds from `want(index)` until `on_reported(i)` with `i > index` after a leader `taken` the
+     request; a later `want` only raises the index (an audit that answered the first wish but predates the
+     second does not answer it).
   2. Only an audit this replica reported counts (a current machine, not replaying: stream_adapter
      invariant 6), so an audit applied while it still repairs does not clear the wish.
   3. Asked once, the wish is asked again only while the machine is current (`due`): a replica that is
      not could not report the audit, and each ask costs every replica an AUDIT entry; its repair ends in
      a new `want` anyway.
+  4. A leader that takes the request raises the wish to the index it had applied (`taken`): the AUDIT it
+     proposes comes after it. An audit between the replica's applied index and the leader's cannot settle
+     a catch-up the leader served from further along (the store may already hold removals the audit's
+     index has not reached), and such an audit — one already in flight when the catch-up ended — used to
+     end the wish while the replica stayed unjudged (simulator `--app consumer` seeds 398, 986). So only
+     an audit reported after a leader took the request since the last `want` answers the wish.
 
 Imports: stdlib, attrs. Never trio, time or the server layer. Reference: DESIGN.md §8.
 """
@@ -46,9 +53,15 @@ class AuditWish:
         """Whether to ask the stream leader now (invariant 3); the caller paces the asks."""
         return self.after_index is not None and (current or not self.asked)
 
+    def taken(self, leader_applied_index: int) -> None:
+        """A stream leader took the request at its applied `leader_applied_index` (invariant 4)."""
+        self.asked = True
+        if self.after_index is not None:
+            self.after_index = max(self.after_index, leader_applied_index)
+
     def on_reported(self, index: int) -> None:
         """This replica reported the AUDIT at `index` (invariant 2)."""
-        if self.after_index is not None and index > self.after_index:
+        if self.after_index is not None and self.asked and index > self.after_index:
             self.after_index = None
 
     def drop(self) -> None:

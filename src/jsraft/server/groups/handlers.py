@@ -179,7 +179,8 @@ class Handlers:
     async def stream_audit_request(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         replica = await self._leading(args)
         replica.audit.request()
-        return {}, ()
+        machine = replica.machine  # the AUDIT proposed for it comes after this index (audit_wish inv. 4)
+        return {"applied_index": machine.applied_index if machine is not None else 0}, ()
 
     async def stream_resync(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         outcome = self._replica(args).repair.on_audit_order(int(args["index"]), args["expected"], args["found"])

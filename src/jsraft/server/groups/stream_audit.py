@@ -127,12 +127,12 @@ class AuditRunner:
             return
         self._next_ask_s = now_s + ASK_EVERY_S
         try:
-            await self.call_peer(leader, "stream.audit_request", {"stream": replica.name},
-                                 timeout_s=self.options.rpc_timeout_s)
+            answer, _ = await self.call_peer(leader, "stream.audit_request", {"stream": replica.name},
+                                             timeout_s=self.options.rpc_timeout_s)
         except JsraftError as error:
             log.info("stream %s: audit request to %s not taken: %s", replica.name, leader, error)
             return
-        self._wish.asked = True
+        self._wish.taken(int(answer.get("applied_index", 0)) if isinstance(answer, dict) else 0)
 
     def _send(self, to: str | None, method: str, args: dict[str, Any]) -> None:
         self._outbox.append((to, method, args))  # invariant 2: a full outbox drops its oldest

@@ -133,7 +133,7 @@ def _ask_for_audit(sim: Simulation, replica: StreamReplica) -> None:
         state.wish.drop()
     else:
         state.next_ask_tick = sim.clock.now + ASK_EVERY_TICKS
-        state.wish.asked = True
+        state.wish.taken(source.machine.applied_index)  # the answer of production's `stream.audit_request`
 
 
 def _leader(sim: Simulation, replica: StreamReplica) -> StreamReplica | None:

@@ -49,6 +49,10 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      (`crash`, "restored terms non-decreasing", seed 10598). The Raft core now compares a replaced
      faulty entry with the next non-faulty one (`raft.append` invariant 2; unit tests in
      tests/raft/test_raft_repair.py).
+  9. An AUDIT already in flight when a catch-up ended (below the index the serving leader had applied)
+     ended the replica's audit wish, though it cannot settle that catch-up; the idle stream then stayed
+     unjudged (seeds 398, 986: `liveness`). Only an audit after a leader took the request, and above the
+     index it had applied then, answers the wish (`replica/audit_wish.py` invariant 4).
 """
 
 from __future__ import annotations

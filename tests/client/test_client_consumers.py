@@ -97,8 +97,10 @@ async def test_embedded_context_on_a_node_that_does_not_lead_the_stream(tmp_path
             js = cluster.node("n1").jetstream()
             await js.add_stream(name="R", subjects=["r.>"], num_replicas=3)
 
-            def leader() -> str | None:
-                return next((n.name for n in cluster.running() if n.streams.replicas["R"].leader is not None), None)
+            def leader() -> str | None:  # a replica may still be opening: the create answers once one leads
+                return next((n.name for n in cluster.running()
+                             if (replica := n.streams.replicas.get("R")) is not None and replica.leader is not None),
+                            None)
 
             await until(lambda: leader() is not None, "a stream leader")
             other = next(name for name in cluster.names if name != leader())
@@ -108,6 +110,10 @@ async def test_embedded_context_on_a_node_that_does_not_lead_the_stream(tmp_path
             msgs = await sub.fetch(1, timeout=5)
             assert msgs[0].data == b"x" and msgs[0].metadata.num_delivered == 1
             await msgs[0].ack_sync()
-            await until(lambda: all(consumer_state(cluster.node(n), "R", "C").ack_floor_stream_seq == 1
-                                    for n in cluster.names), "every replica's ack floor at 1")
+            def ack_floor(name: str) -> int:  # 0 while that replica or its consumer is still opening
+                replica = cluster.node(name).streams.replicas.get("R")
+                entry = replica.adapter.consumers.entries.get("C") if replica and replica.adapter else None
+                return entry.state.ack_floor_stream_seq if entry is not None else 0
+
+            await until(lambda: all(ack_floor(n) == 1 for n in cluster.names), "every replica's ack floor at 1")
             assert (await js.consumer_info("R", "C")).cluster["leader"] == leader() != other

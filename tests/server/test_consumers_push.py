@@ -24,7 +24,7 @@ import trio
 from nats.js.api import ConsumerConfig
 
 from jsraft.testing.cluster import Cluster
-from nats_kit import nats_connect
+from nats_kit import nats_connect, until
 from test_consumers_nats import follower_connection, redeliveries_after_kill, run_in_cluster, stream_leader
 
 STALLED = "Nats-Consumer-Stalled"
@@ -327,6 +327,14 @@ async def test_kv_watch_and_object_store_get_use_ordered_consumers(tmp_path):
         await js.add_stream(StreamConfig(name="KV_B", subjects=["$KV.B.>"], max_msgs_per_subject=5,
                                          allow_rollup_hdrs=True, deny_delete=True, allow_direct=True,
                                          discard="new", num_replicas=3))
+        # On the stream leader's node: nats-py ends the watcher's initial values when a consumer info
+        # (asked after the subscribe) says 0 pending. Asked through another node, that answer can overtake
+        # the deliveries the leader already sent there (a known cross-node ordering race, open), and the
+        # end marker comes first; on the leader's node both leave in order.
+        await until(lambda: stream_leader(cluster, "KV_B") is not None, "a leader for KV_B")
+        await nc.close()
+        nc = await nats_connect(cluster.node(trio.from_thread.run_sync(stream_leader, cluster, "KV_B")).url)
+        js = nc.jetstream(timeout=10)
         kv = await js.key_value("B")
         await kv.put("a", b"1")
         await kv.put("b", b"2")

@@ -133,7 +133,11 @@ def test_relay_forwards_bytes_both_ways_intact(relay):
     writer.join(DEADLINE_S)
     reader.join(DEADLINE_S)
     assert received["down"] == down
-    assert relay.forwarded_bytes[("a", "b")] == len(up) and relay.forwarded_bytes[("b", "a")] == len(down)
+    # The relay counts a chunk just after its send returns: the far end can read it first.
+    deadline = time.monotonic() + DEADLINE_S
+    while (relay.forwarded_bytes[("a", "b")], relay.forwarded_bytes[("b", "a")]) != (len(up), len(down)):
+        assert time.monotonic() < deadline, dict(relay.forwarded_bytes)
+        time.sleep(0.005)
     client.shutdown(socket.SHUT_WR)  # a half-close is passed on, and the other direction still works
     assert _receive(accepted, 1) == b""
     accepted.sendall(b"after")

@@ -39,7 +39,7 @@ async def test_a_halted_stream_group_leaves_the_node_serving(tmp_path, caplog):
     config = NodeConfig(name="h1", store_dir=str(tmp_path / "data"), cluster_name="halt", cluster_port=0,
                         client_port=0, tick_ms=20, election_ticks=5, test_mode=True, cluster_listen=True)
     async with jsraft.open_node(config) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             monitor.mark_running()

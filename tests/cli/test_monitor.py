@@ -20,7 +20,6 @@ import jsraft
 from jsraft.server import NodeConfig
 from jsraft.server.ops import monitor as monitor_module
 from jsraft.server.groups.meta_service import META_GROUP
-from jsraft.server.ops.metrics import node_ready
 from jsraft.server.ops.monitor import HttpError, Monitor, format_uptime, parse_request_head
 
 
@@ -55,7 +54,7 @@ async def get(address: tuple[str, int], path: str) -> tuple[int, dict]:
 
 async def test_views_follow_the_node(tmp_path):
     async with jsraft.open_node(config(tmp_path)) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             assert await get(address, "/healthz") == (503, {"status": "unavailable", "status_code": 503,
@@ -107,7 +106,7 @@ async def test_views_follow_the_node(tmp_path):
 ])
 async def test_bad_requests_are_refused_and_the_monitor_keeps_serving(tmp_path, request_bytes, status):
     async with jsraft.open_node(config(tmp_path)) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             monitor.mark_running()
@@ -122,7 +121,7 @@ async def test_bad_requests_are_refused_and_the_monitor_keeps_serving(tmp_path, 
 async def test_slow_and_silent_clients(tmp_path, monkeypatch):
     monkeypatch.setattr(monitor_module, "REQUEST_TIMEOUT_S", 0.3)
     async with jsraft.open_node(config(tmp_path)) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             monitor.mark_running()
@@ -160,7 +159,7 @@ async def test_varz_waits_until_the_node_is_ready(tmp_path):
                           client_port=0, peers=peers, tick_ms=20, election_ticks=5, test_mode=True)
 
     async with jsraft.open_node(voter("r1"), ready_timeout_s=None) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             monitor.mark_running()
@@ -180,14 +179,14 @@ async def test_varz_waits_until_the_node_is_ready(tmp_path):
                 # commits after /varz said ready does not make the node unready again. Only a new
                 # leadership (an election under load) starts the rule over; then it is not asserted.
                 term = meta_term(node)
-                reason = node_ready(node)
+                reason = node.readiness.reason()
                 assert reason is None or meta_term(node) != term, reason
                 assert node.meta_leader() in ("r1", "r2")
             # r2 is gone: no quorum any more, but /varz keeps describing the node (monitor invariant 3).
             with trio.fail_after(20):
                 while node.meta_leader() is not None:
                     await trio.sleep(0.02)
-            assert node_ready(node) is not None
+            assert node.readiness.reason() is not None
             assert (await get(address, "/varz"))[0] == 200
             nursery.cancel_scope.cancel()
 

@@ -63,7 +63,7 @@ async def test_full_level_stamps_configs_as_nats_server(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="jsraft.server")
     async with jsraft.open_node(single(tmp_path)) as node:
         seen = await in_asyncio(_scenario, node.url)
-        views = Monitor(node)
+        views = Monitor(node.monitor_parts)
         views.mark_running()
         varz, jsz = views.respond("GET", "/varz")[1], views.respond("GET", "/jsz")[1]
     assert seen["info"]["api"]["level"] == 1

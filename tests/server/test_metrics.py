@@ -50,7 +50,7 @@ async def scrape(address: tuple[str, int]) -> tuple[str, dict[tuple[str, tuple],
 
 async def test_metrics_follow_the_node(tmp_path):
     async with jsraft.open_node(config(tmp_path)) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             monitor.mark_running()
@@ -121,7 +121,7 @@ async def until_gone(node) -> None:
 async def test_each_node_has_its_own_registry(tmp_path):
     async with jsraft.open_node(config(tmp_path, "a")) as node_a, jsraft.open_node(config(tmp_path, "b")) as node_b:
         await node_a.jetstream().add_stream(name="ONLY_A", subjects=["a.>"])
-        monitors = [Monitor(node, "127.0.0.1", 0) for node in (node_a, node_b)]
+        monitors = [Monitor(node.monitor_parts, "127.0.0.1", 0) for node in (node_a, node_b)]
         async with trio.open_nursery() as nursery:
             addresses = [await nursery.start(monitor.run) for monitor in monitors]
             (_, samples_a), (_, samples_b) = [await scrape(address) for address in addresses]

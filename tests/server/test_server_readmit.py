@@ -100,7 +100,7 @@ async def remove_then_return(cluster: Cluster, url: str) -> None:
         await until(lambda: cluster.node(gone).meta_service.members.notice is not None, f"{gone} told it is out", 30)
         notice = trio.from_thread.run_sync(lambda: cluster.node(gone).meta_service.members.notice)
         assert notice.storage_uuid == old_uuid
-        monitor = Monitor(cluster.node(gone))
+        monitor = Monitor(cluster.node(gone).monitor_parts)
         monitor.mark_running()
         status, body = monitor.healthz()
         assert status == 503 and "removed" in body["error"], body

@@ -32,7 +32,7 @@ async def _call(hooks: Hooks, hook_method: str, *args: Any, **kwargs: Any) -> An
 async def _monitors(nursery: trio.Nursery, cluster: Cluster) -> dict[str, Hooks]:
     hooks = {}
     for name in cluster.names:
-        monitor = Monitor(cluster.node(name), "127.0.0.1", 0)
+        monitor = Monitor(cluster.node(name).monitor_parts, "127.0.0.1", 0)
         host, port = await nursery.start(monitor.run)
         monitor.mark_running()
         hooks[name] = Hooks(f"http://{host}:{port}", timeout_s=10)

@@ -142,7 +142,7 @@ async def test_monitor_over_tls_with_a_token(tmp_path, pki, caplog):
     cert, key = pki["server"]
     config = single(tmp_path, monitor_tls=TlsConfig(cert_file=cert, key_file=key), monitor_token="monitor-token-1")
     async with jsraft.open_node(config) as node:
-        monitor = Monitor(node, "127.0.0.1", 0)
+        monitor = Monitor(node.monitor_parts, "127.0.0.1", 0)
         async with trio.open_nursery() as nursery:
             address = await nursery.start(monitor.run)
             monitor.mark_running()

@@ -285,7 +285,7 @@ def _monitor(node: Node, config: NodeConfig) -> Any:
         return None
     from jsraft.server.ops.monitor import Monitor
 
-    return Monitor(node, config.monitor_host, config.monitor_port)
+    return Monitor(node.monitor_parts, config.monitor_host, config.monitor_port)
 
 
 async def serve(config: NodeConfig, ports_file_dir: str | None = None,

@@ -7,8 +7,8 @@ changes to the NATS cluster routes), and the two routes a request can take: to t
 or to a stream's leader (data). The JetStream API on top is in `jetstream`; the NATS client port
 (`clients`, `url`) in `client_server` and `stream_publish`, its interest and messages between nodes in
 `routes`. Each service gets the narrow parts it uses, wired here once — `LocalStreams`, the call
-signatures of `stream_lookup`, the router, `ApiParts` for the JetStream API, callables for `Readiness` —
-not the `Node` (only the whole-node observers in tests/test_architecture.py's `NODE_HOLDERS` take it).
+signatures of `stream_lookup`, the router, `ApiParts` for the JetStream API, callables for `Readiness`,
+`MonitorParts` for the monitoring views, metrics and test hooks — never the `Node`.
 
 Invariants:
   1. The store directory is locked for this node (`disk.lock`: a second process, or a second `Node` in
@@ -50,7 +50,9 @@ from jsraft.server.groups import publish_batch
 from jsraft.server.groups.handlers import Handlers
 from jsraft.server.api.api_parts import ApiParts
 from jsraft.server.api.jsapi_handlers import JsApi
+from jsraft.server.ops.monitor_parts import MonitorParts
 from jsraft.server.ops.readiness import Readiness
+from jsraft.server.ops.test_hooks import HookParts
 from jsraft.server.settings.identity import IDENTITY_FILE, NodeIdentity, load_or_format
 from jsraft.replica.meta_adapter import MetaAdapter
 from jsraft.server.groups.meta_service import META_GROUP, MetaService
@@ -228,6 +230,20 @@ class Node:
         if config.seed_routes:
             route_gossip.install(self.name, self.transport, self.routes, lambda: self.cluster_address,
                                  self.route_peers)
+        self.monitor_parts = self._monitor_parts()
+
+    def _monitor_parts(self) -> MonitorParts:
+        """What `server.ops.monitor` (its views, metrics and test hooks) reads of this node."""
+        streams, runtime, jsapi = self.streams, self.runtime, self.jsapi
+        hooks = HookParts(name=self.name, meta=self.meta, replicas=lambda: streams.replicas,
+                          advisories=lambda: streams.advisories, status=runtime.status, clock=self.clock,
+                          steady_clock=self.steady_clock)
+        return MonitorParts(
+            name=self.name, config=self.config, meta=self.meta, replicas=streams.replicas, readiness=self.readiness,
+            status=runtime.status, group_names=runtime.group_names, clients=self.clients,
+            removed_notice=lambda: self.meta_service.members.notice, api_counts=lambda: (jsapi.total, jsapi.errors),
+            bulk=jsapi.bulk, peer_links=self.transport.peer_status, cluster_address=lambda: self.cluster_address,
+            client_address=lambda: self.client_address, hooks=hooks)
 
     def _outgoing_host(self) -> str | None:
         """The address outgoing cluster connections are bound to: with the test hooks on and a specific

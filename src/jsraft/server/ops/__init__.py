@@ -1,7 +1,8 @@
 """Operations (layer L5): what an operator and a harness see of a node.
 
 Modules: `monitor` (the monitoring HTTP port: `/varz`, `/healthz`, `/jsz`, ...), `monitor_views` (its
-JSON views), `metrics` (Prometheus), `readiness` (the one definition of "ready"), `test_hooks` (fault
+JSON views), `monitor_parts` (what those read of the node, wired in `node`: never the `Node` itself),
+`metrics` (Prometheus), `readiness` (the one definition of "ready"), `test_hooks` (fault
 injection for the chaos harness, off unless enabled).
 
 Imports: L0–L4, trio, prometheus_client, and any other server subpackage's public modules: operations

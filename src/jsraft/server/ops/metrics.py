@@ -4,24 +4,25 @@ Owns: `NodeCollector`, which reads one node's state at each scrape and yields it
 families — every Raft group's role, term, commit, applied, last and snapshot index, repair and proposal
 counts; every local stream replica's messages, bytes, first/last sequence, health, faults, leadership and
 repair/audit counters; the client port's connections and message counters; the JetStream API's request
-counters — and `node_registry(node)`, a registry of its own per node (several nodes run in one process in
-tests, so the global default registry is never used). Also `node_ready(node)`: why the node is not ready
-yet, or None.
+counters — and `node_registry(parts)`, a registry of its own per node (several nodes run in one process in
+tests, so the global default registry is never used). It reads the node through `MonitorParts`, never the
+`Node`.
 
 Invariants:
   1. Read-only: collecting never proposes, opens, closes or waits for anything (monitor invariant 2),
      and runs synchronously on the node's trio thread, so one scrape sees one moment of the node.
   2. Nothing is cached or pre-aggregated: each scrape reads the node's own numbers, so two scrapes can
      only differ because the node changed. Counters (`_total`) are the node's monotonic counters.
-  3. A part of the node that is not built or open yet (before `Node.run`, a group closing) is left out
-     of the scrape, never an error: the scrape still answers.
-  4. `node_ready` is `Node.wait_ready`'s condition, without the waiting: `readiness.Readiness`, the one
-     definition of readiness (a meta leader known, this node caught up once in its term).
+  3. A part of the node that is not open yet (a replica's store before it opens, a group closing) is
+     left out of the scrape, never an error: the scrape still answers.
+  4. `jsraft_node_ready` is `Node.wait_ready`'s condition, without the waiting: `readiness.Readiness`,
+     the one definition of readiness (a meta leader known, this node caught up once in its term).
 
 Not here: fsync or group-commit cycle counts (the runtime keeps none today), and publish-ack counts (the
 publish path keeps none); both need a counter where the work is done.
 
-Imports: stdlib, L0, L1 (`raft` status), L3 (`stream` health), prometheus_client, server siblings.
+Imports: stdlib, L0, L1 (`raft` status), L3 (`stream` health), prometheus_client, ops siblings
+(`monitor_parts`). Must not import `server.node`.
 Reference: Prometheus exposition format; nats-server `/varz` and `/jsz` for what is worth exporting.
 """
 
@@ -40,8 +41,8 @@ from jsraft.raft.status import Role
 from jsraft.stream.results import Health
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
     from jsraft.server.groups.stream_replica import StreamReplica
+    from jsraft.server.ops.monitor_parts import MonitorParts
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _RAFT_GAUGES = (  # (metric suffix, Status field, help)
@@ -70,17 +71,11 @@ _CLIENT_COUNTERS = (  # (metric name without _total, ClientStats field, help)
 )
 
 
-def node_ready(node: "Node") -> str | None:
-    """None when the node is ready, else why not (invariant 4: `readiness.Readiness`, defined once)."""
-    readiness = getattr(node, "readiness", None)
-    return readiness.reason() if readiness is not None else "the node is not built yet"
-
-
 class NodeCollector:
     """A Prometheus collector for one node (`collect` is called at each scrape)."""
 
-    def __init__(self, node: "Node", running: Callable[[], bool] | None = None) -> None:
-        self.node = node
+    def __init__(self, parts: "MonitorParts", running: Callable[[], bool] | None = None) -> None:
+        self.parts = parts
         self._running = running
 
     def collect(self) -> Iterator[Metric]:
@@ -90,30 +85,26 @@ class NodeCollector:
         yield from self._client_families()
 
     def _node_families(self) -> Iterator[Metric]:
-        node = self.node
+        parts = self.parts
         info = GaugeMetricFamily("jsraft_node_info", "this node: name, cluster and version (always 1)",
                                  labels=["server_name", "cluster", "version"])
-        info.add_metric([node.name, node.config.cluster_name, __version__], 1)
+        info.add_metric([parts.name, parts.config.cluster_name, __version__], 1)
         yield info
         yield GaugeMetricFamily("jsraft_node_ready", "1 once a meta leader is known and this node caught up",
-                                value=1 if node_ready(node) is None else 0)
+                                value=1 if parts.readiness.reason() is None else 0)
         if self._running is not None:
             yield GaugeMetricFamily("jsraft_node_running", "1 while the node runs (0 while stopping)",
                                     value=1 if self._running() else 0)
-        streams = getattr(node.meta, "streams", None)
-        if streams is not None:
-            yield GaugeMetricFamily("jsraft_meta_streams", "streams in this node's meta state", value=len(streams()))
-            yield GaugeMetricFamily("jsraft_meta_streams_offline", "streams loaded offline (DESIGN §9)",
-                                    value=len(node.meta.offline()))
+        yield GaugeMetricFamily("jsraft_meta_streams", "streams in this node's meta state",
+                                value=len(parts.meta.streams()))
+        yield GaugeMetricFamily("jsraft_meta_streams_offline", "streams loaded offline (DESIGN §9)",
+                                value=len(parts.meta.offline()))
 
     def _group_statuses(self) -> list[tuple[str, Any]]:
-        runtime = getattr(self.node, "runtime", None)
-        if runtime is None:
-            return []  # invariant 3
         found = []
-        for name in runtime.group_names():
+        for name in self.parts.group_names():
             try:
-                found.append((name, runtime.status(name)))
+                found.append((name, self.parts.status(name)))
             except JsraftError:
                 continue  # closed between listing and reading
         return found
@@ -155,10 +146,7 @@ class NodeCollector:
         yield from counts.values()
 
     def _replicas(self) -> list["StreamReplica"]:
-        streams = getattr(self.node, "streams", None)
-        if streams is None:
-            return []
-        return [replica for _, replica in sorted(streams.replicas.items()) if replica.store is not None]
+        return [replica for _, replica in sorted(self.parts.replicas.items()) if replica.store is not None]
 
     def _stream_families(self) -> Iterator[Metric]:
         replicas = self._replicas()
@@ -182,7 +170,7 @@ class NodeCollector:
             shown = replica.repair.health() if replica.machine is not None else None
             for each in Health:
                 health.add_metric([replica.name, str(each)], 1 if shown is each else 0)
-            leader.add_metric([replica.name], 1 if replica.leader_id() == self.node.name else 0)
+            leader.add_metric([replica.name], 1 if replica.leader_id() == self.parts.name else 0)
             faults.add_metric([replica.name], len(replica.store.faults()))
             repairs.add_metric([replica.name], replica.repair.repairs)
             fetched.add_metric([replica.name], replica.repair.fetched_msgs)
@@ -190,26 +178,22 @@ class NodeCollector:
         yield from (health, leader, faults, repairs, fetched, verdicts)
 
     def _client_families(self) -> Iterator[Metric]:
-        clients = getattr(self.node, "clients", None)
-        if clients is None:
-            return
+        clients = self.parts.clients
         yield GaugeMetricFamily("jsraft_client_connections_open", "client connections open now",
                                 value=len(clients.clients))
         yield GaugeMetricFamily("jsraft_client_subscriptions", "subscriptions in the node's subject index",
                                 value=len(clients.sublist))
         for name, field, help_text in _CLIENT_COUNTERS:
             yield CounterMetricFamily(name, help_text, value=getattr(clients.stats, field))
-        jsapi = getattr(self.node, "jsapi", None)
-        if jsapi is not None:
-            yield CounterMetricFamily("jsraft_jsapi_requests", "JetStream API requests answered", value=jsapi.total)
-            yield CounterMetricFamily("jsraft_jsapi_errors", "JetStream API requests answered with an error",
-                                      value=jsapi.errors)
+        total, errors = self.parts.api_counts()
+        yield CounterMetricFamily("jsraft_jsapi_requests", "JetStream API requests answered", value=total)
+        yield CounterMetricFamily("jsraft_jsapi_errors", "JetStream API requests answered with an error", value=errors)
 
 
-def node_registry(node: "Node", running: Callable[[], bool] | None = None) -> CollectorRegistry:
+def node_registry(parts: "MonitorParts", running: Callable[[], bool] | None = None) -> CollectorRegistry:
     """A registry of the node's own (never the process-wide default registry)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(node, running))  # type: ignore[arg-type]  # duck-typed Collector
+    registry.register(NodeCollector(parts, running))  # type: ignore[arg-type]  # duck-typed Collector
     return registry
 
 

@@ -46,20 +46,18 @@ import logging
 import re
 import time
 import urllib.parse
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from jsraft.errors import JsraftError, naming_port
 from jsraft.server.ops import monitor_views as views
 from jsraft.server.groups.meta_service import META_GROUP
-from jsraft.server.ops.metrics import CONTENT_TYPE, node_ready, node_registry, render
+from jsraft.server.ops.metrics import CONTENT_TYPE, node_registry, render
+from jsraft.server.ops.monitor_parts import MonitorParts
 from jsraft.server.ops.monitor_views import format_uptime  # noqa: F401  (re-exported: its readers import it here)
-from jsraft.server.ops.test_hooks import PREFIX as TEST_PREFIX, HookParts, TestHooks
+from jsraft.server.ops.test_hooks import PREFIX as TEST_PREFIX, TestHooks
 from jsraft.server.nats.tls import TlsContexts, handshake
-
-if TYPE_CHECKING:
-    from jsraft.server.node import Node
 
 log = logging.getLogger("jsraft.server.ops.monitor")
 
@@ -137,32 +135,24 @@ def render_response(status: int, body: Body | None, *, head_only: bool = False,
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + (b"" if head_only else payload)
 
 
-def _hook_parts(node: "Node") -> HookParts:
-    """The parts the test hooks read, wired from the node (test_hooks invariant 5)."""
-    return HookParts(name=node.name, meta=node.meta, replicas=lambda: node.streams.replicas,
-                     advisories=lambda: node.streams.advisories, status=lambda group: node.runtime.status(group),
-                     clock=node.clock, steady_clock=node.steady_clock)
-
-
 class Monitor:
-    def __init__(self, node: "Node", host: str = "127.0.0.1", port: int = 0) -> None:
-        self.node = node
+    def __init__(self, parts: MonitorParts, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.parts = parts
         self.host, self.port = host, port
         self.address: tuple[str, int] | None = None  # the bound address, once listening
         self.running_since_s: float | None = None  # monotonic, while the node runs
         self.started_wall_s: float | None = None
         self.requests = 0
         self.refused = 0  # requests answered 4xx, and connections closed for being over the bound
-        self.registry = node_registry(node, running=lambda: self.running)  # this node's own (not global)
+        self.registry = node_registry(parts, running=lambda: self.running)  # this node's own (not global)
         self.ready_seen = False  # invariant 3
         self.http_requests: dict[str, int] = {}  # /varz `http_req_stats`
         self._limiter = trio.CapacityLimiter(CONNECTIONS_MAX)
+        config = parts.config
         # `/test/` only with the node's test hooks on (test_hooks invariant 1).
-        hooks_on = getattr(getattr(node, "config", None), "test_hooks", False)
-        self.test_hooks = TestHooks(_hook_parts(node)) if hooks_on else None
-        config = getattr(node, "config", None)
-        self._token: str | None = getattr(config, "monitor_token", None)  # invariant 4
-        self.tls = TlsContexts(config.monitor_tls, "monitor_tls") if getattr(config, "monitor_tls", None) else None
+        self.test_hooks = TestHooks(parts.hooks) if config.test_hooks else None
+        self._token: str | None = config.monitor_token  # invariant 4
+        self.tls = TlsContexts(config.monitor_tls, "monitor_tls") if config.monitor_tls else None
 
     def reload_tls(self) -> None:
         if self.tls is not None:
@@ -188,7 +178,7 @@ class Monitor:
         with naming_port("monitoring", self.host, self.port):  # "address in use" alone does not say which
             listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.address = listeners[0].socket.getsockname()[:2]
-        log.info("monitor for %s listening on http%s://%s:%d", self.node.name, "s" * bool(self.tls), *self.address)
+        log.info("monitor for %s listening on http%s://%s:%d", self.parts.name, "s" * bool(self.tls), *self.address)
         if self._token is None and self.host not in ("127.0.0.1", "::1", "localhost"):
             log.warning("monitor on %s without a token: whoever reaches it reads the node's state", self.host)
         task_status.started(self.address)
@@ -303,31 +293,31 @@ class Monitor:
             return 500, {"error": f"building {path} failed; see the node's log"}
 
     def index(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-        return 200, {"server_name": self.node.name, "endpoints": list(ENDPOINTS)}
+        return 200, {"server_name": self.parts.name, "endpoints": list(ENDPOINTS)}
 
     def healthz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-        return views.healthz(self.node, self.running, query or {})
+        return views.healthz(self.parts, self.running, query or {})
 
     def uptime_s(self) -> float:
         return time.monotonic() - self.running_since_s if self.running_since_s is not None else 0.0
 
     def varz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-        node = self.node
+        parts = self.parts
         if not self.ready_seen:  # invariant 3
-            reason = node_ready(node)
+            reason = parts.readiness.reason()
             if reason is not None:
-                return 503, {"server_name": node.name, "error": f"node is not ready: {reason}"}
+                return 503, {"server_name": parts.name, "error": f"node is not ready: {reason}"}
             self.ready_seen = True
         http = (self.host, self.address[1] if self.address else self.port)
-        body = views.varz(node, http, self.started_wall_s, self.uptime_s(), self._peers(), self.http_requests)
+        body = views.varz(parts, http, self.started_wall_s, self.uptime_s(), self._peers(), self.http_requests)
         body["jsraft"]["running"] = self.running
         return 200, body
 
     def _peers(self) -> list[dict[str, Any]]:
-        configured = self.node.config.peers
+        configured = self.parts.config.peers
         try:
-            links = self.node.transport.peer_status()
-        except (AttributeError, JsraftError):
+            links = self.parts.peer_links()
+        except JsraftError:
             links = {}
         return [{"name": name, "address": address,
                  "connected": bool(links[name].connected) if name in links else False}
@@ -338,12 +328,12 @@ class Monitor:
 
     def jsz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         if not self.running:
-            return 503, {"server_name": self.node.name, "error": "node is not running"}
+            return 503, {"server_name": self.parts.name, "error": "node is not running"}
         try:
-            self.node.runtime.status(META_GROUP)
+            self.parts.status(META_GROUP)
         except JsraftError:
-            return 503, {"server_name": self.node.name, "error": "the meta group is not open yet"}
-        return 200, views.jsz(self.node, query or {})
+            return 503, {"server_name": self.parts.name, "error": "the meta group is not open yet"}
+        return 200, views.jsz(self.parts, query or {})
 
     def connz(self, query: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
-        return 200, views.connz(self.node, query or {})
+        return 200, views.connz(self.parts, query or {})

@@ -1,6 +1,6 @@
 """The bodies of `/varz`, `/jsz`, `/healthz` and `/connz` in nats-server's shapes (layer L5).
 
-Owns: building each view from the node's state, with nats-server's field names and units (durations in
+Owns: building each view from the node's state (`MonitorParts`, never the `Node`), with nats-server's field names and units (durations in
 nanoseconds, times RFC 3339, `uptime` as `1h2m3s`), so its tools (the `nats` CLI's server reports, its
 Prometheus exporter, surveyor) read them; jsraft's own fields (its version, Raft settings, peer links,
 each replica's state tuple, health and applied index) under the key `jsraft`, never mixed with
@@ -14,7 +14,8 @@ Invariants:
      always on), `js-server-only` (and it is ready: `readiness`), and by default also every replica it
      holds has a leader and is current (not repairing); an unhealthy answer is 503 with the first reason.
 
-Imports: stdlib, L0, L1 (`jsapi`), server siblings. Reference: nats-server `server/monitor.go`
+Imports: stdlib, L0, `server.nats` (`client_server`), `server.api` (its JSON shapes), `server.groups`,
+ops siblings. Must not import `server.node`. Reference: nats-server `server/monitor.go`
 (Varz, JSInfo, HealthStatus, Connz), `server/jetstream.go` (JetStreamConfig, JetStreamStats).
 """
 
@@ -36,8 +37,8 @@ from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.server.groups.versioning import ACCOUNT
 
 if TYPE_CHECKING:
-    from jsraft.server.node import Node
     from jsraft.server.groups.stream_replica import StreamReplica
+    from jsraft.server.ops.monitor_parts import MonitorParts
 
 SECOND_NS = 1_000_000_000
 CONNZ_LIMIT = 1024  # nats-server's default page
@@ -93,14 +94,15 @@ def truthy(query: dict[str, str], key: str) -> bool:
 
 # --- /varz -------------------------------------------------------------------------------------------------
 
-def varz(node: "Node", http: tuple[str, int], started_wall_s: float | None, uptime_s: float,
+def varz(parts: "MonitorParts", http: tuple[str, int], started_wall_s: float | None, uptime_s: float,
          peers: list[dict[str, Any]], http_requests: dict[str, int]) -> dict[str, Any]:
-    config, clients = node.config, node.clients
+    config, clients = parts.config, parts.clients
     stats = clients.stats
-    cluster_port = node.cluster_address[1] if node.cluster_address else config.cluster_port
+    cluster_address = parts.cluster_address()
+    cluster_port = cluster_address[1] if cluster_address else config.cluster_port
     body: dict[str, Any] = {
-        "server_id": clients.server_id, "server_name": node.name, "version": NATS_VERSION, "proto": 1,
-        "host": config.client_host, "port": node.client_port or config.client_port,
+        "server_id": clients.server_id, "server_name": parts.name, "version": NATS_VERSION, "proto": 1,
+        "host": config.client_host, "port": parts.client_port() or config.client_port,
         "max_connections": clients.options.connections_max,
         "ping_interval": config.client_ping_interval_ms * 1_000_000, "ping_max": config.client_pings_out_max,
         "http_host": http[0], "http_port": http[1], "http_base_path": "", "https_port": 0,
@@ -109,7 +111,7 @@ def varz(node: "Node", http: tuple[str, int], started_wall_s: float | None, upti
         # `name` is nats-server's; `host`, `port` and `peers` (each with its link) are jsraft's.
         "cluster": {"name": config.cluster_name, "host": config.cluster_host, "port": cluster_port, "peers": peers},
         "gateway": {}, "leaf": {}, "mqtt": {}, "websocket": {},
-        "jetstream": {"config": js_config(node), "stats": js_stats(node), "limits": {}},
+        "jetstream": {"config": js_config(parts), "stats": js_stats(parts), "limits": {}},
         "write_deadline": config.client_write_deadline_ms * 1_000_000,
         "start": _iso(started_wall_s) if started_wall_s is not None else None, "now": _iso(time.time()),
         "uptime": format_uptime(uptime_s), "mem": resident_bytes(), "cores": os.cpu_count() or 1,
@@ -127,24 +129,24 @@ def varz(node: "Node", http: tuple[str, int], started_wall_s: float | None, upti
         "config_load_time": _iso(started_wall_s) if started_wall_s is not None else None,
     }
     if config.clustered:
-        body["jetstream"]["meta"] = meta_cluster(node)
+        body["jetstream"]["meta"] = meta_cluster(parts)
     body["jsraft"] = {"version": __version__, "store_dir": config.store_dir, "tick_ms": config.tick_ms,
                       "election_ticks": config.election_ticks, "uptime_s": round(uptime_s, 3),
-                      "client_listener": node.client_address is not None}
+                      "client_listener": parts.client_address() is not None}
     return body
 
 
-def js_config(node: "Node") -> dict[str, Any]:
+def js_config(parts: "MonitorParts") -> dict[str, Any]:
     """nats-server `JetStreamConfig`: jsraft sets no memory or storage limit (0 here, as nats-server serves
     an unset one) and fsyncs every acknowledged write (`sync_always`)."""
-    return {"max_memory": 0, "max_storage": 0, "store_dir": node.config.store_dir, "sync_always": True,
+    return {"max_memory": 0, "max_storage": 0, "store_dir": parts.config.store_dir, "sync_always": True,
             "strict": True}
 
 
-def js_stats(node: "Node") -> dict[str, Any]:
+def js_stats(parts: "MonitorParts") -> dict[str, Any]:
     """nats-server `JetStreamStats` for what this node stores."""
     memory = storage = ha_assets = 0
-    for replica in list(node.streams.replicas.values()):
+    for replica in list(parts.replicas.values()):
         if replica.store is None:
             continue
         stored = replica.store.state().bytes
@@ -153,82 +155,82 @@ def js_stats(node: "Node") -> dict[str, Any]:
         else:
             storage += stored
         ha_assets += replica.config.num_replicas > 1
-    jsapi = getattr(node, "jsapi", None)
+    total, errors = parts.api_counts()
     return {"memory": memory, "storage": storage, "reserved_memory": 0, "reserved_storage": 0, "accounts": 1,
-            "ha_assets": ha_assets, "api": {"level": node.config.api_level, "total": getattr(jsapi, "total", 0),
-                                            "errors": getattr(jsapi, "errors", 0)}}
+            "ha_assets": ha_assets, "api": {"level": parts.config.api_level, "total": total,
+                                            "errors": errors}}
 
 
-def meta_cluster(node: "Node") -> dict[str, Any]:
+def meta_cluster(parts: "MonitorParts") -> dict[str, Any]:
     """nats-server `MetaClusterInfo` (`name`, `leader`, `peer`, `cluster_size`) with jsraft's `term`,
     `peers` and `applied_index` beside them (their readers predate this shape)."""
-    status = node.runtime.status(META_GROUP).raft
-    voters = node.config.voters()
-    return {"name": node.config.cluster_name, "leader": status.leader_id, "peer": node.name,
+    status = parts.status(META_GROUP).raft
+    voters = parts.config.voters()
+    return {"name": parts.config.cluster_name, "leader": status.leader_id, "peer": parts.name,
             "cluster_size": len(voters), "term": status.current_term, "peers": list(voters),
-            "applied_index": node.meta.applied_index}
+            "applied_index": parts.meta.applied_index}
 
 
 # --- /jsz --------------------------------------------------------------------------------------------------
 
-def jsz(node: "Node", query: dict[str, str]) -> dict[str, Any]:
+def jsz(parts: "MonitorParts", query: dict[str, str]) -> dict[str, Any]:
     """nats-server `JSInfo`; `?accounts`, `?streams`, `?consumers`, `?config` add `account_details`."""
-    replicas = [replica for _, replica in sorted(node.streams.replicas.items()) if replica.store is not None]
+    replicas = [replica for _, replica in sorted(parts.replicas.items()) if replica.store is not None]
     states = [replica.store.state() for replica in replicas]
     consumers = sum(len(r.adapter.consumers.entries) for r in replicas if r.adapter is not None)
-    stats = js_stats(node)
+    stats = js_stats(parts)
     body: dict[str, Any] = {
-        **stats, "server_id": node.clients.server_id, "now": _iso(time.time()), "config": js_config(node),
+        **stats, "server_id": parts.clients.server_id, "now": _iso(time.time()), "config": js_config(parts),
         "limits": {}, "streams": len(replicas), "consumers": consumers,
         "messages": sum(state.msgs for state in states), "bytes": sum(state.bytes for state in states),
-        "meta_cluster": meta_cluster(node),
+        "meta_cluster": meta_cluster(parts),
     }
     want_streams = truthy(query, "streams") or truthy(query, "consumers") or truthy(query, "config")
     if want_streams or truthy(query, "accounts"):
         account = {"name": ACCOUNT, "id": ACCOUNT, **stats, "accounts": 0}
         if want_streams:
-            account["stream_detail"] = [stream_detail(node, replica, query) for replica in replicas]
+            account["stream_detail"] = [stream_detail(parts, replica, query) for replica in replicas]
         body["account_details"] = [account]
         body["total"] = 1
-    bulk = node.jsapi.bulk
-    body["jsraft"] = {"streams": [jsraft_stream(node, assignment) for assignment in node.meta.streams()],
+    bulk = parts.bulk
+    body["jsraft"] = {"streams": [jsraft_stream(parts, assignment) for assignment in parts.meta.streams()],
                       "bulk_get": {"local_chunks": bulk.local_chunks, "leader_chunks": bulk.leader_chunks}}
     return body
 
 
-def stream_detail(node: "Node", replica: "StreamReplica", query: dict[str, str]) -> dict[str, Any]:
+def stream_detail(parts: "MonitorParts", replica: "StreamReplica", query: dict[str, str]) -> dict[str, Any]:
     """nats-server `StreamDetail`: this node's replica of one stream (its consumers with `?consumers`)."""
-    assignment = node.meta.stream(replica.name)
+    assignment = parts.meta.stream(replica.name)
     state, first_ts_ns, last_ts_ns = read_state(replica)
     entries = replica.adapter.consumers.entries if replica.adapter is not None else {}
     detail: dict[str, Any] = {"name": replica.name, "created": rfc3339(assignment.created_ns),
                               "cluster": {"leader": replica.leader_id()}}
     if truthy(query, "config"):
-        detail["config"] = config_json(assignment.config_raw, assignment.required_level, node.config.api_level)
+        detail["config"] = config_json(assignment.config_raw, assignment.required_level, parts.config.api_level)
     detail["state"] = state_json(state, first_ts_ns, last_ts_ns, len(entries), None)
     if truthy(query, "consumers"):
         now_ns = time.time_ns()
         detail["consumer_detail"] = [
-            info_json(replica.name, entry, None, replica.store, None, now_ns, node.config.api_level)
+            info_json(replica.name, entry, None, replica.store, None, now_ns, parts.config.api_level)
             for _, entry in sorted(entries.items()) if entry.config is not None]
     return detail
 
 
-def jsraft_stream(node: "Node", assignment: Any) -> dict[str, Any]:
+def jsraft_stream(parts: "MonitorParts", assignment: Any) -> dict[str, Any]:
     """jsraft's own view of one stream: placement, leader as this node sees it, and this node's replica."""
-    replica = node.streams.replicas.get(assignment.name)
+    replica = parts.replicas.get(assignment.name)
     return {"name": assignment.name, "group": assignment.group, "subjects": list(assignment.subjects),
             "replicas": list(assignment.peers), "offline_reason": assignment.offline_reason,
             "stopped_reason": replica.stopped_reason if replica is not None else None,
-            "group_closed_reason": _closed_reason(node, assignment.group),
+            "group_closed_reason": _closed_reason(parts, assignment.group),
             "leader": replica.leader_id() if replica is not None else None,
             "local": replica_view(replica) if replica is not None else None}
 
 
-def _closed_reason(node: "Node", group: str) -> str | None:
+def _closed_reason(parts: "MonitorParts", group: str) -> str | None:
     """Why this node's runtime stopped the Raft group (a failed or halted group, `runtime.group`), or None."""
     try:
-        return node.runtime.status(group).closed_reason
+        return parts.status(group).closed_reason
     except JsraftError:
         return None  # not open here
 
@@ -251,29 +253,29 @@ def replica_view(replica: "StreamReplica") -> dict[str, Any] | None:
 
 # --- /healthz ----------------------------------------------------------------------------------------------
 
-def healthz(node: "Node", running: bool, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+def healthz(parts: "MonitorParts", running: bool, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
     """Invariant 3: nats-server's `HealthStatus` (`status`, and `status_code` and `error` when unhealthy)."""
     problem = None
-    notice = node.meta_service.members.notice if running else None
+    notice = parts.removed_notice() if running else None
     if not running:
         problem = "node is not running"
     elif notice is not None:  # meta_members rule 2: this server was removed from the cluster
         problem = notice.describe()
     elif not truthy(query, "js-enabled-only"):  # JetStream is always enabled: running is enough for that
-        problem = _js_problem(node, server_only=truthy(query, "js-server-only"))
+        problem = _js_problem(parts, server_only=truthy(query, "js-server-only"))
     if problem is None:
         return 200, {"status": "ok"}
     return 503, {"status": "unavailable", "status_code": 503, "error": problem}
 
 
-def _js_problem(node: "Node", *, server_only: bool) -> str | None:
-    reason = node.readiness.reason()
+def _js_problem(parts: "MonitorParts", *, server_only: bool) -> str | None:
+    reason = parts.readiness.reason()
     if reason is not None:
         return f"JetStream is not current: {reason}"
     if server_only:
         return None
-    for name, replica in sorted(node.streams.replicas.items()):
-        closed = _closed_reason(node, replica.group)
+    for name, replica in sorted(parts.replicas.items()):
+        closed = _closed_reason(parts, replica.group)
         if closed is not None:  # a halted group (issue #14) keeps its last leader in its frozen status
             return f"JetStream stream '{ACCOUNT} > {name}' is stopped on this node: {closed}"
         if replica.leader_id() is None:
@@ -286,9 +288,9 @@ def _js_problem(node: "Node", *, server_only: bool) -> str | None:
 
 # --- /connz ------------------------------------------------------------------------------------------------
 
-def connz(node: "Node", query: dict[str, str]) -> dict[str, Any]:
+def connz(parts: "MonitorParts", query: dict[str, str]) -> dict[str, Any]:
     """nats-server `Connz`: this node's client connections by `cid`, paged by `offset` and `limit`."""
-    clients = node.clients
+    clients = parts.clients
     conns = [conn for _, conn in sorted(clients.clients.items())]
     offset = _int(query, "offset", 0)
     limit = _int(query, "limit", CONNZ_LIMIT) or CONNZ_LIMIT

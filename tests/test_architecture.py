@@ -320,7 +320,7 @@ def _import_graph(root: pathlib.Path) -> dict[str, set[str]]:
     return graph
 
 
-def import_cycles(root: pathlib.Path = SRC, skip: tuple[str, ...] = ("jsraft.testing",)) -> list[list[str]]:
+def import_cycles(root: pathlib.Path = SRC, skip: tuple[str, ...] = ()) -> list[list[str]]:
     """Strongly connected groups of more than one module (Tarjan), outside the packages in `skip`."""
     graph = {n: {t for t in ts if not t.startswith(skip)} for n, ts in _import_graph(root).items()
              if not n.startswith(skip)}
@@ -360,8 +360,8 @@ def import_cycles(root: pathlib.Path = SRC, skip: tuple[str, ...] = ("jsraft.tes
 
 
 def test_no_import_cycles():
-    """The test kit (`jsraft.testing`) is left out: it is never imported by production code, and its
-    chaos network and simulator apps pick their backends with function-level imports."""
+    """Every module under src/jsraft, the test kit (`jsraft.testing`) included: a function-level import
+    closes a cycle as surely as a module-level one (issue #13)."""
     cycles = import_cycles()
     assert not cycles, "\n".join(" <-> ".join(c) for c in cycles)
 
@@ -467,7 +467,11 @@ def test_a_planted_import_cycle_fails_the_check(tmp_path):
     (root / "wal" / "planted_c.py").write_text(
         "from typing import TYPE_CHECKING\nimport jsraft.wal\nif TYPE_CHECKING:\n    from jsraft.wal import planted_d\n")
     (root / "wal" / "planted_d.py").write_text("from jsraft.wal import planted_c\n")
-    assert import_cycles(root) == [["jsraft.stream.planted_a", "jsraft.stream.planted_b"]]
+    # The test kit is checked too: a factory importing its backends inside a function, which import it.
+    (root / "testing" / "planted_e.py").write_text("def make():\n    from jsraft.testing.planted_f import F\n")
+    (root / "testing" / "planted_f.py").write_text("from jsraft.testing.planted_e import make\n")
+    assert import_cycles(root) == [["jsraft.stream.planted_a", "jsraft.stream.planted_b"],
+                                   ["jsraft.testing.planted_e", "jsraft.testing.planted_f"]]
 
 
 # --- "Modules:" lines in package docstrings -----------------------------------------------------------
@@ -536,3 +540,25 @@ def test_architecture_doc_lists_every_layer():
 def test_the_doc_check_has_teeth():
     table = "| L1 | `raft` | core | L0 |\n| L3½ | `replica`, `x` | cycle | L0–L3 |\n"
     assert _doc_layers(table) == {"raft": 1.0, "replica": 3.5, "x": 3.5}
+
+
+def _doc_server_ranks(text: str) -> dict[str, int]:
+    """subpackage -> rank from the doc's server table rows `| <n> | `server.<sub>` | ...`."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) >= 4 and cells[1].isdigit() and cells[2].startswith("`server."):
+            found[cells[2].strip("`").removeprefix("server.")] = int(cells[1])
+    return found
+
+
+def test_architecture_doc_ranks_every_server_subpackage():
+    """The doc's server table is `SERVER_RANKS`, and `SERVER_RANKS` names every server subpackage."""
+    subpackages = {p.parent.name for p in (SRC / "server").glob("*/__init__.py")}
+    assert subpackages == set(SERVER_RANKS), f"server subpackages {sorted(subpackages)} vs SERVER_RANKS"
+    assert _doc_server_ranks(DOC.read_text()) == SERVER_RANKS
+
+
+def test_the_server_doc_check_has_teeth():
+    table = "| 0 | `server.settings` | config |\n| 2 | `server.groups` | groups |\n| L1 | `raft` | core | L0 |\n"
+    assert _doc_server_ranks(table) == {"settings": 0, "groups": 2}

@@ -29,7 +29,8 @@ import trio
 
 import jsraft.client as jc
 from jsraft.testing.chaos import netns
-from jsraft.testing.chaos.net import SwizzleStep, isolate_links, make_network, partition_links
+from jsraft.testing.chaos.net import SwizzleStep, isolate_links, partition_links
+from jsraft.testing.chaos.network import make_network
 from jsraft.testing.chaos.relay import Relay
 from jsraft.testing.cluster import Cluster, relayed_configs
 
@@ -356,7 +357,7 @@ NFT_UNAVAILABLE = netns.unavailable_reason()
 # as the nodes bind their outgoing sockets), the outcome of every directed connect after each change.
 _NFT_CHILD = textwrap.dedent("""
     import json, socket, subprocess
-    from jsraft.testing.chaos.net import make_network
+    from jsraft.testing.chaos.network import make_network
     from jsraft.testing.chaos.netns import default_addresses, in_private_netns
 
     addresses = default_addresses(["n1", "n2", "n3"])
@@ -444,7 +445,7 @@ _NFT_CLUSTER_CHILD = textwrap.dedent("""
     from jsraft.cli.local_cluster import free_ports
     from jsraft.server import NodeConfig
     from jsraft.server.node import Node
-    from jsraft.testing.chaos.net import make_network
+    from jsraft.testing.chaos.network import make_network
     from jsraft.testing.chaos.netns import default_addresses
     from jsraft.testing.cluster import Cluster, relayed_configs
     from test_chaos_net import isolate_leader_then_heal

@@ -1,8 +1,9 @@
 """Network faults between jsraft nodes: one API over two implementations (CHAOS.md "partition").
 
 Owns: `LinkControl`, the state every implementation shares — which directed links `(src, dst)` are cut,
-the helpers built on it (`partition`, `isolate`, `bridge`, `heal_all`, `swizzle`) and their fault log —
-and `make_network(kind, nodes)`, which picks the implementation:
+the helpers built on it (`partition`, `isolate`, `bridge`, `heal_all`, `swizzle`) and their fault log.
+The two implementations (picked by `chaos.network.make_network(kind, nodes)`, which imports them: they
+import this module, so the factory lives apart and no import cycle forms):
   - "relay" (`chaos.relay.Relay`): a userspace TCP relay in front of every node's cluster listener. Works
     anywhere, and is the only one with delays; nodes' `--routes` point at `relay.peer_address(src, dst)`.
   - "nft" (`chaos.netns.NftPartitioner`): drop rules between the nodes' own loopback addresses
@@ -219,19 +220,3 @@ class LinkControl:
                                                            **extra})
         if healed or not cut:
             self.faults_log("heal", "end", nodes, {"op": op, "links": sorted(map(list, healed)), **extra})
-
-
-def make_network(kind: str, nodes: Sequence[str], *, faults_log: FaultsLog | None = None,
-                 addresses: dict[str, str] | None = None, **options: Any) -> LinkControl:
-    """A started network of `kind` "relay" or "nft" for `nodes`. For "nft", `addresses` maps each node to
-    its own loopback address (default 127.0.0.11, .12, ... in node order) and the caller must already run
-    in a private network namespace (`chaos.netns.reexec_in_netns`)."""
-    if kind == "relay":
-        from jsraft.testing.chaos.relay import Relay
-        relay = Relay(nodes, faults_log=faults_log, **options)
-        relay.start()
-        return relay
-    if kind == "nft":
-        from jsraft.testing.chaos.netns import NftPartitioner, default_addresses
-        return NftPartitioner(addresses or default_addresses(nodes), faults_log=faults_log, **options)
-    raise ValueError(f"unknown network kind {kind!r} (relay or nft)")

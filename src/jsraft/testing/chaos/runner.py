@@ -177,7 +177,7 @@ async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, 
 def _network(scenario: Scenario, writer: Any) -> Any | None:
     if not scenario.network:
         return None
-    from jsraft.testing.chaos.net import make_network
+    from jsraft.testing.chaos.network import make_network
     return make_network("relay", ["n1", "n2", "n3"], faults_log=writer.fault)
 
 

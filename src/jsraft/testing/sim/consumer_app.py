@@ -2,7 +2,7 @@
 
 Owns: `ConsumerApp` (the stream app with a retention policy drawn from the seed — limits, interest or
 work-queue — the consumer workload and the consumer checker), `ObservedConsumers`, production's
-`server.consumer_replica.ConsumerReplica` with the checker watching it, and `ConsumerMachine`, the
+`replica.consumer_replica.ConsumerReplica` with the checker watching it, and `ConsumerMachine`, the
 checker's *reference* composition (a `StreamStateMachine` on a `MemStore` with a `ConsumerReplica`,
 fed the committed log; an oracle, never a replica under test).
 
@@ -19,8 +19,8 @@ Invariants:
   1. `ObservedConsumers` changes nothing production does, except under the mutant.
   2. The mutant `consumer-skip-ops` (node `n1` only) never hands CONSUMER entries to its consumers.
 
-Imports: stdlib, `jsraft.consumer`, `jsraft.replica.consumer_replica` (testing may import anything),
-`jsraft.stream`, siblings.
+Imports: stdlib, `jsraft.jsapi`, `jsraft.replica.consumer_replica` (testing may import anything),
+`jsraft.store`, `jsraft.stream`, siblings.
 """
 
 from __future__ import annotations
@@ -102,6 +102,10 @@ class ConsumerApp(StreamApp):
     def __init__(self, rng: random.Random, mutant: str | None = None) -> None:
         super().__init__(rng, mutant)
         self.checker: ConsumerChecker = ConsumerChecker(self)
+
+    def reference_machine(self, store: StreamStore, *, observer: Observer | None) -> ConsumerMachine:
+        """The checker's reference on `store` (`ConsumerChecker.new_reference`)."""
+        return ConsumerMachine(store, self.config, self.raw, observer=observer)
 
     def extra_stream_fields(self, rng: random.Random) -> dict[str, object]:
         return {"retention": rng.choice(RETENTIONS)}

@@ -29,7 +29,8 @@ Invariants:
   1. The checker changes nothing in the cluster; the reference only reads the committed log.
   2. Reports are judged once the reference reached their index (at most one step later).
 
-Imports: stdlib, `jsraft.consumer`, `jsraft.store`, `jsraft.stream`, siblings.
+Imports: stdlib, `jsraft.consumer`, `jsraft.jsapi`, `jsraft.store`, `jsraft.stream`, siblings (never
+`consumer_app` at run time: the app builds the reference, `ConsumerApp.reference_machine`).
 """
 
 from __future__ import annotations
@@ -76,10 +77,10 @@ class ConsumerChecker(StreamChecker):
         self._record(0, consumer_view(self.reference.consumer_replica))
 
     def new_reference(self, *, final: bool = False):  # type: ignore[no-untyped-def]
-        from jsraft.testing.sim.consumer_app import ConsumerMachine
-
-        return ConsumerMachine(MemStore(self.app.store_config()), self.app.config, self.app.raw,
-                               observer=None if final else self.on_reference)
+        # The app builds its own composition (`ConsumerApp.reference_machine`): the checker does not
+        # import the app at run time (no import cycle between the two).
+        return self.app.reference_machine(MemStore(self.app.store_config()),
+                                          observer=None if final else self.on_reference)
 
     def stats(self) -> dict[str, int]:
         counts = {f"consumer_reports_{k}": v for k, v in sorted(self.consumer_reports.items())}

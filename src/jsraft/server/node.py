@@ -21,7 +21,8 @@ Invariants:
      threads), then the stream stores are closed — unless the node was killed (`kill()`), which models
      a crash: nothing is closed or flushed beyond what was already durable.
 
-Imports: stdlib, L0–L4 (L3½ `replica` included), trio, every server subpackage. Reference: DESIGN.md §1 (L5), §2, §5, §10.
+Imports: stdlib, L0–L4 (L3½ `replica` included), trio, every server subpackage. Reference: DESIGN.md §1 (L5),
+§2, §5, §10.
 """
 
 from __future__ import annotations

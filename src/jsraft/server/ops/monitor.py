@@ -34,9 +34,10 @@ Invariants:
      <token>` (constant-time compare); with `monitor_tls` the port speaks HTTPS only; no view includes a
      secret. A monitor on a non-loopback address without a token is warned about at start.
 
-Imports: stdlib, L0, trio, `server.nats.tls`, `server.groups.meta_service` (`META_GROUP`), ops siblings
-(it reads the node only through `monitor_parts.MonitorParts`; must not import `server.node`). Reference: nats-server monitoring endpoints (`/healthz`,
-`/varz`, `/jsz`, `/connz`); Prometheus exposition format; DESIGN.md §10.
+Imports: stdlib, L0, trio, `server.nats.tls`, `server.groups.meta_service` (`META_GROUP`), ops siblings (it
+reads the node only through `monitor_parts.MonitorParts`; must not import `server.node`). Reference:
+nats-server monitoring endpoints (`/healthz`, `/varz`, `/jsz`, `/connz`); Prometheus exposition format;
+DESIGN.md §10.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The bodies of `/varz`, `/jsz`, `/healthz` and `/connz` in nats-server's shapes (layer L5).
 
-Owns: building each view from the node's state (`MonitorParts`, never the `Node`), with nats-server's field names and units (durations in
-nanoseconds, times RFC 3339, `uptime` as `1h2m3s`), so its tools (the `nats` CLI's server reports, its
-Prometheus exporter, surveyor) read them; jsraft's own fields (its version, Raft settings, peer links,
-each replica's state tuple, health and applied index) under the key `jsraft`, never mixed with
-nats-server's.
+Owns: building each view from the node's state (`MonitorParts`, never the `Node`), with nats-server's field
+names and units (durations in nanoseconds, times RFC 3339, `uptime` as `1h2m3s`), so its tools (the `nats`
+CLI's server reports, its Prometheus exporter, surveyor) read them; jsraft's own fields (its version, Raft
+settings, peer links, each replica's state tuple, health and applied index) under the key `jsraft`, never
+mixed with nats-server's.
 
 Invariants:
   1. Read-only (monitor invariant 2): nothing here proposes, opens or changes anything.

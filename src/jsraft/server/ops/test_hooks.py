@@ -21,11 +21,13 @@ Invariants:
      `READ_SCAN_SEQS_MAX` sequences; the caller continues from `next_seq`.
   4. A bad request (unknown stream, group or consumer, a malformed number) is a 4xx with the reason,
      never an exception into the monitor.
-  5. The hooks read the node through `HookParts` (wired by the monitor), never through `Node`; the parts
-     built only when the node starts (its replicas, advisories, runtime) are callables read per request.
+  5. The hooks read the node through `HookParts` (wired once in `server/node.py`, carried to the monitor
+     inside `MonitorParts`), never through `Node`; its replicas and advisories are callables read per
+     request.
 
-Imports: stdlib, L0, L2 (`store` errors), L3 (`stream.headers`), L4 (`runtime` clock), server siblings.
-Must not import `jsraft.testing`. Reference: ../shared/CHAOS.md "Test hooks"; issue #7.
+Imports: stdlib, L0, L2 (`store` errors), L3 (`stream.headers`), L4 (`runtime` clock),
+`server.groups.meta_service` (`META_GROUP`). Must not import `jsraft.testing`. Reference: ../shared/CHAOS.md
+"Test hooks"; issue #7.
 """
 
 from __future__ import annotations

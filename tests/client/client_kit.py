@@ -9,12 +9,12 @@ are all in a subscriber's buffer once the publisher flushed and then the subscri
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from typing import Any
 
 import trio
 
+from jsraft.cli.local_cluster import free_ports
 from jsraft.server import NodeConfig
 
 DEADLINE_S = 10.0
@@ -26,10 +26,9 @@ def single(tmp_path, name: str = "n1", **overrides: Any) -> NodeConfig:
 
 
 def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, closed)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A loopback port nothing listens on, below the OS's ephemeral range (`cli.local_cluster.free_ports`),
+    so it stays free while a node that keeps it restarts."""
+    return free_ports(1)[0]
 
 
 async def until(predicate: Callable[[], bool], what: str, timeout_s: float = DEADLINE_S) -> None:

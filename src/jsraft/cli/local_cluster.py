@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import random
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -31,14 +32,45 @@ from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.store import StoreState
 
 
-def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """`count` distinct ports the OS handed out just now (then released)."""
-    sockets = []
+# Where Linux hands out ephemeral ports (outgoing connections, `bind(port 0)`) when the file is unreadable.
+_DEFAULT_EPHEMERAL = (32768, 60999)
+_LOWEST_PICK = 10000
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(count):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            low, high = (int(word) for word in file.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return _DEFAULT_EPHEMERAL
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` distinct ports free now, chosen below the OS's ephemeral range when there is room.
+
+    A port kept across a node's restart must not be one the OS hands out by itself: while the node is
+    down, any process's outgoing connection (or another `bind(port 0)`) may take an ephemeral port, and the
+    restart then fails with "address in use". Below that range only an explicit bind takes a port. Each
+    candidate is bound (every socket held until all are bound, so the ports are distinct), then released."""
+    low, _high = _ephemeral_range()
+    chooser = random.SystemRandom()
+    sockets: list[socket.socket] = []
+    try:
+        while len(sockets) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
             sockets.append(sock)
+            if low - _LOWEST_PICK < 1000:  # no room below the range: the OS picks
+                sock.bind((host, 0))
+                continue
+            for _ in range(100):
+                try:
+                    sock.bind((host, chooser.randrange(_LOWEST_PICK, low)))
+                    break
+                except OSError:
+                    continue
+            else:
+                sock.bind((host, 0))
         return [sock.getsockname()[1] for sock in sockets]
     finally:
         for sock in sockets:

@@ -33,11 +33,11 @@ import asyncio
 import json
 import os
 import random
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from jsraft.cli.local_cluster import free_ports as local_free_ports
 from jsraft.disk import power_cut as disk_power_cut
 from jsraft.testing.chaos.hooks import HookError, Hooks
 from jsraft.testing.chaos.procs import NodeProcess, jsraft_argv, kill_groups
@@ -47,18 +47,16 @@ POLL_S = 0.1
 
 
 def free_ports(hosts: Sequence[str]) -> list[int]:
-    """One port per entry of `hosts`, handed out by the OS just now, all distinct: every socket is held
-    until all are bound (a port released early could be handed out twice), then released."""
-    sockets = []
-    try:
-        for host in hosts:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(sock)
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
+    """One port per entry of `hosts`, all distinct, below the OS's ephemeral range (kept across restarts:
+    see `cli.local_cluster.free_ports`)."""
+    ports: list[int] = []
+    for host in hosts:
+        while True:
+            port = local_free_ports(1, host)[0]
+            if port not in ports:
+                ports.append(port)
+                break
+    return ports
 
 
 class ChaosCluster:

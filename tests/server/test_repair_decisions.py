@@ -7,7 +7,8 @@ restores the leader's snapshot or begins a resync, and the decisions are asked a
 comes next, the session that carries out a plan (first try and retry), the release of the held entries
 only for the plan's own generation, when the replica is whole again and when it is unfit to lead, and
 the leader's answer to a catch-up request (served, or refused when the request is beyond what it
-applied or for another stream), and that a finished catch-up survives a power failure (a FileStore on a
+applied or for another stream), whether a voter can take over from an unfit leader and which one the
+leader picks (or none: it stays), and that a finished catch-up survives a power failure (a FileStore on a
 `SimDisk`, crashed right after `finish_session`).
 """
 
@@ -112,3 +113,38 @@ def test_a_finished_catch_up_is_durable_before_the_held_entries_apply():
     disk.crash(torn=False)
     reopened = FileStore.open(disk.sub("msgs"), store_config)
     assert reopened.state().agreement_key() == log.leader.store.state().agreement_key()
+
+
+def test_a_voter_can_take_over_only_in_a_state_it_would_keep_leading_in():
+    """Invariant 6, the voter's side: each way of being unable (a plan to carry out, a resync awaited,
+    drifted, a Raft log repairing) answers no; and a yes never comes from a replica that would find
+    itself unfit once leading — the hand-back that made the leadership bounce."""
+    log, whole, drifted, planned, awaiting = Log(), follower(), follower(), follower(), follower()
+    first = log.msgs(100)
+    for adapter in (whole, drifted, planned, awaiting):
+        adapter.apply([first])
+    log.msgs(100)
+    drifted.machine.mark_drifted(Finding(kind=FindingKind.audit_mismatch))
+    planned.restore(log.leader.snapshot())  # InstallSnapshot at 2: a catch-up of 101..200 is pending
+    awaiting.begin_resync(2, log.leader.snapshot())  # this replica applied only 1: it waits for 2
+    answers = {"whole": decide.can_take_over(whole, raft_repairing=False),
+               "raft log repairing": decide.can_take_over(whole, raft_repairing=True),
+               "drifted": decide.can_take_over(drifted, raft_repairing=False),
+               "plan pending": decide.can_take_over(planned, raft_repairing=False),
+               "resync awaited": decide.can_take_over(awaiting, raft_repairing=False)}
+    assert answers == {"whole": True, "raft log repairing": False, "drifted": False, "plan pending": False,
+                       "resync awaited": False}
+    for adapter in (whole, drifted, planned, awaiting):
+        assert decide.can_take_over(adapter, raft_repairing=False) == (not decide.unfit_to_lead(adapter))
+
+
+def test_the_successor_is_the_most_caught_up_voter_that_said_it_can_lead_or_none():
+    """Invariant 6, the leader's side: `reachable` comes most caught-up first; unable or silent voters
+    are passed over; with none able the leader stays (None), never an unfit voter."""
+    reachable = ("n2", "n3", "n4", "n5")
+    assert decide.successor(reachable, {"n2": False, "n3": True, "n4": True}) == "n3"
+    assert decide.successor(reachable, {"n2": True, "n3": True}) == "n2"
+    assert decide.successor(reachable, {"n5": True}) == "n5"  # n2..n4 did not answer: unable
+    assert decide.successor(reachable, {"n2": False, "n3": False, "n4": False, "n5": False}) is None
+    assert decide.successor(reachable, {}) is None
+    assert decide.successor((), {"n2": True}) is None  # only reachable voters are candidates

@@ -39,7 +39,8 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      worker resynced every tick (seeds 10426, 10568, 10611: `liveness`). Such a fault now plans a head cut
      (`stream/drift.py`; tests/stream/test_stream_catchup.py pins it below the simulator). Seed 10948
      passes since only because its schedule moved: its deadlock (every voter unfit to lead, and a repair
-     served only by a stream leader) is still open, so it is not pinned here.
+     served only by a stream leader) is still open, so it is not pinned here (the bounce between unfit
+     voters is bug 10; with no voter able to lead, the leader now stays instead).
   7. The AUDIT a replica asked for after an unverified catch-up was covered by an InstallSnapshot; the idle
      stream's leader proposed no further audit, and the replica waited for one forever (seed 10410:
      `liveness`). The replica now asks until it reported an audit (`replica/audit_wish.py`, production's
@@ -53,6 +54,11 @@ Bugs the consumer simulator found, pinned by small deterministic reproductions b
      ended the replica's audit wish, though it cannot settle that catch-up; the idle stream then stayed
      unjudged (seeds 398, 986: `liveness`). Only an audit after a leader took the request, and above the
      index it had applied then, answers the wish (`replica/audit_wish.py` invariant 4).
+ 10. A leader unfit to serve handed its Raft leadership to the most caught-up reachable voter, which was
+     unfit too (catching up, or a store fault) and handed it straight back; the fit voters were never
+     picked (seeds 129 and 596: `liveness`). The leader now asks the voters whether they can lead and
+     hands over only to one that can, or stays (`replica/stream_repair.py` invariant 6; unit tests in
+     tests/server/test_repair_decisions.py, real nodes in tests/server/test_unfit_leader_handover.py).
 """
 
 from __future__ import annotations
@@ -184,3 +190,12 @@ def test_retention_keeps_a_message_found_damaged_instead_of_crashing_the_apply()
     store, _ = _store_with(5)
     found = removable(Retention.interest, _DamagedAt(store, 3), [], [(1, 5)])  # type: ignore[arg-type]
     assert found == [1, 2, 4, 5]
+
+
+HANDOVER_SEEDS = (129, 596)  # bug 10 (seed 129: 5 nodes)
+
+
+def test_an_unfit_leader_hands_over_only_to_a_voter_that_can_lead() -> None:
+    for seed in HANDOVER_SEEDS:
+        result = run_seed(config_for(seed, nodes="mixed", app="consumer"), replay_failures=False)
+        assert result.ok, f"seed {seed}: [{result.invariant}] {result.detail}"

@@ -4,7 +4,7 @@ simulator both run.
 Owns: the deterministic half of DESIGN §8's repair — which job a replica's repair worker does next
 (`next_job`), the catch-up session that carries out a pending plan (`open_session`, `finish_session`),
 when a drift episode is over (`is_whole`), when a replica must hand its Raft leadership away
-(`unfit_to_lead`), and the stream leader's answer to one catch-up request (`answer_catchup`). The
+(`unfit_to_lead`) and to whom (`can_take_over`, `successor`), and the stream leader's answer to one catch-up request (`answer_catchup`). The
 transports stay with their callers: production's `server.stream_repair.RepairWorker` (trio, `$rpc` to the
 stream leader, backoff) and `server.repair_serve`; the simulator (`testing.sim.stream_repair`) asks the
 simulated leader between two steps.
@@ -26,6 +26,17 @@ Invariants:
      as it is now (it may have moved).
   5. `answer_catchup` refuses a request for a snapshot index the machine has not applied yet (it could not
      tell "deleted" from "not yet written") or for another stream; it never guesses.
+  6. An unfit leader hands its leadership only to a voter that said it can serve now (`can_take_over`,
+     computed by that voter on its own adapter and Raft state and asked for by the leader right before
+     it hands over: production's `replica.state` answer `can_lead`; the simulator reads the voter
+     directly): not `unfit_to_lead` — so once leading it keeps the leadership — and its Raft log not
+     repairing (Raft refuses such a target). Among those it takes the first of the reachable voters
+     (`Status.reachable_followers`: answered within the check-quorum window, most caught-up first). A
+     voter that did not answer counts as unable. Handing over to an unfit voter only moves the problem
+     (it hands back: the bounce of sim seeds consumer 129 and 596), so when no reachable voter can serve,
+     `successor` is None and the leader stays: no replica can fetch from it then, but none could from an
+     unfit successor either; it asks again after an election timeout, when a voter may have become able
+     (a replay ended, a peer came back).
 
 Imports: L3 (`stream`), stdlib. Never trio, time, os or the server layer.
 """
@@ -33,7 +44,7 @@ Imports: L3 (`stream`), stdlib. Never trio, time, os or the server layer.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from jsraft.store.filestore import FileStore
@@ -110,6 +121,18 @@ def unfit_to_lead(adapter: RepairAdapter) -> bool:
     machine = adapter.machine
     waiting = adapter.holding or adapter.resync_pending is not None
     return waiting or not (machine.can_lead or machine.replaying)
+
+
+def can_take_over(adapter: RepairAdapter, *, raft_repairing: bool) -> bool:
+    """What a voter answers an unfit leader asking whether it could lead in its place (invariant 6): it
+    would not find itself unfit once leading (so it does not hand back), and its Raft log may win."""
+    return not raft_repairing and not unfit_to_lead(adapter)
+
+
+def successor(reachable: Sequence[str], can_lead: Mapping[str, bool]) -> str | None:
+    """The voter an unfit leader hands its leadership to: the first of `reachable` (most caught-up
+    first) that answered it can serve; None — stay — when none did (invariant 6)."""
+    return next((peer for peer in reachable if can_lead.get(peer) is True), None)
 
 
 def answer_catchup(machine: StreamStateMachine, stream: str, request: CatchupRequest) -> CatchupChunk | CatchupRefusal:

@@ -29,6 +29,7 @@ from jsraft.jsapi import validate_stream_name
 from jsraft.meta import StreamAssignment
 from jsraft.server.groups.stream_audit import report_from_json
 from jsraft.server.groups.repair_serve import leader_snapshot, serve_catchup_request
+from jsraft.server.groups import stream_handover
 from jsraft.server.groups.stream_replica import StreamReplica, api_error
 
 if TYPE_CHECKING:
@@ -199,6 +200,7 @@ class Handlers:
                 "leader": replica.leader_id(), "faults": len(replica.store.faults()),
                 "holding": adapter is not None and adapter.holding, "repair": replica.repair.describe(),
                 "last_audit_index": replica.audit.last_audit_index, "store_lost": replica.memory_loss.lost,
+                "can_lead": stream_handover.can_lead(replica),  # asked by an unfit leader
                 "findings": [finding.to_json() for finding in machine.findings[-8:]]}, ()
 
 

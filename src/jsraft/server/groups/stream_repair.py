@@ -16,10 +16,12 @@ Invariants:
   3. A refusal, a timeout or a leader change retries the same plan (recomputed against the store, which
      may have moved); a session that failed verification (`CatchupFailed`) escalates to a resync from a
      fresh leader snapshot. Waits between tries grow to `repair_backoff_max_s`.
-  4. A replica that cannot serve (under repair, drifted, with faults) and finds itself Raft leader hands
-     the leadership to the most caught-up voter that answered within the last election timeout
-     (`Status.reachable_followers`), at most once per election timeout — unless its memory store lost
-     its messages: then `memory_stream` rule 5 decides.
+  4. A replica that cannot serve (under repair, drifted, with faults) and finds itself Raft leader asks
+     the voters that answered within the last election timeout (`Status.reachable_followers`) whether
+     they can lead (`replica.state`'s `can_lead`), and hands the leadership to the most caught-up that
+     can (`replica.stream_repair.successor`); when none can it stays (handing over to an unfit voter only
+     bounces the leadership back). At most once per election timeout — unless its memory store lost its
+     messages: then `memory_stream` rule 5 decides.
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
@@ -47,6 +49,7 @@ from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.replica import stream_repair as decide
 from jsraft.server.groups.memory_stream import fresh_store
+from jsraft.server.groups.stream_handover import choose_successor
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
     MalformedCatchup, decode_catchup, encode_request,
@@ -133,7 +136,7 @@ class RepairWorker:
         backoff_s = options.repair_backoff_min_s
         while True:
             self._wakeup = trio.Event()
-            self._step_down_if_unfit()
+            await self._step_down_if_unfit()
             self._note_recovered()
             self._collect_findings()
             self._close_episode_if_whole()
@@ -334,7 +337,7 @@ class RepairWorker:
         replica.store = fresh_store(replica.disk, replica.config, config)
         return replica.store
 
-    def _step_down_if_unfit(self) -> None:
+    async def _step_down_if_unfit(self) -> None:
         """Invariant 4."""
         replica, adapter, machine = self.replica, self.replica.adapter, self.replica.machine
         if adapter is None or machine is None:
@@ -350,11 +353,11 @@ class RepairWorker:
         election_timeout_s = replica.raft_config.election_ticks * self.options.tick_s
         if status.role is not Role.LEADER or trio.current_time() - self._last_transfer_s < election_timeout_s:
             return
-        # To a voter that answered within the last election timeout, the most caught-up first (as the
-        # stepdown API chooses among connected peers): a paused or cut-off peer would only cost another
-        # election timeout before anyone leads.
-        if status.reachable_followers:
-            self.hand_over(status.reachable_followers[0], f"it is {machine.health}")
+        self._last_transfer_s = trio.current_time()  # it asks, too, at most once per election timeout
+        target = await choose_successor(self.call_peer, replica.name, status.reachable_followers,
+                                        timeout_s=election_timeout_s)
+        if target is not None and decide.unfit_to_lead(adapter):  # still: the answers took a while
+            self.hand_over(target, f"it is {machine.health}")
 
     def hand_over(self, target: str, why: str) -> None:
         """Ask this node's Raft group to hand its leadership to `target` (a replica that can serve)."""

@@ -6,7 +6,9 @@ Owns: the transport of a repair between two simulator steps — what production'
 held entries, when a leader is unfit) and the same adapter (`server.stream_adapter.StreamAdapter`:
 `begin_resync`, `plan`, `release`). Per simulator step and running replica, `step`:
   - hands the Raft leadership away when the replica leads but cannot serve (`unfit_to_lead`), to the
-    first reachable follower, at most once per election timeout (RepairWorker invariant 4);
+    reachable voter `successor` picks among those that say they can serve (`can_take_over`, read on the
+    peer over a two-way link as production's `replica.state` RPC), or stays when none can; at most once
+    per election timeout (RepairWorker invariant 4, `replica.stream_repair` invariant 6);
   - *resync*: asks the stream leader for its stream snapshot (`repair_serve.leader_snapshot`: the
     leader's machine snapshot with its consumers) and hands it to `adapter.begin_resync`;
   - *carry out*: runs a `CatchupSession` whose requests the stream leader answers
@@ -152,7 +154,8 @@ def _leader(sim: Simulation, replica: StreamReplica) -> StreamReplica | None:
 
 
 def _hand_over_if_unfit(sim: Simulation, replica: StreamReplica) -> None:
-    """RepairWorker invariant 4 (`_step_down_if_unfit`)."""
+    """RepairWorker invariant 4 (`_step_down_if_unfit`): ask the reachable voters whether they can serve
+    (production's `replica.state`), hand over to the one `successor` picks, or stay."""
     node, state = replica.driver.node, replica.repair
     if node is None or node.role != "leader" or not decide.unfit_to_lead(replica.adapter):
         return
@@ -162,12 +165,29 @@ def _hand_over_if_unfit(sim: Simulation, replica: StreamReplica) -> None:
     followers = node.status().reachable_followers
     if not followers:
         return
-    state.last_transfer_tick = sim.clock.now
-    replica.trace(f"cannot serve ({replica.machine.health}): handing the leadership to {followers[0]}")
+    state.last_transfer_tick = sim.clock.now  # asked at most once per election timeout, like the transfer
+    target = decide.successor(followers, {peer: _can_take_over(sim, replica, peer) for peer in followers})
+    if target is None:
+        replica.trace(f"cannot serve ({replica.machine.health}) and no reachable voter of {followers} can: "
+                      f"it stays leader")
+        return
+    replica.trace(f"cannot serve ({replica.machine.health}): handing the leadership to {target}")
     try:
-        node.transfer_leadership(followers[0])
+        node.transfer_leadership(target)
     except JsraftError as error:
-        replica.trace(f"leadership transfer to {followers[0]} not started: {error}")
+        replica.trace(f"leadership transfer to {target} not started: {error}")
+
+
+def _can_take_over(sim: Simulation, replica: StreamReplica, peer: str) -> bool:
+    """The `can_lead` of the peer's `replica.state` answer: only over a two-way link to a running peer
+    (production's RPC goes there and back; a peer that does not answer counts as unable)."""
+    driver = sim.drivers.get(peer)
+    network = sim.network
+    if driver is None or not driver.up or driver.node is None or driver.replica is None:
+        return False
+    if not (network.can_send(replica.node_id, peer) and network.can_send(peer, replica.node_id)):
+        return False
+    return decide.can_take_over(driver.replica.adapter, raft_repairing=driver.node.status().repairing)
 
 
 def _resync(sim: Simulation, replica: StreamReplica, source: StreamReplica) -> None:

@@ -190,6 +190,11 @@ class Simulation:
             elif before[4] and not seen[4]:
                 self.trace.add(f"{node_id}: repaired (log through {node.log.last_index})")
 
+    def close(self) -> None:
+        """Release every node's store lock and its temporary lock directory (`node_storage` invariant 3)."""
+        for driver in self.drivers.values():
+            driver.storage.close()
+
     def stats(self) -> dict[str, int]:
         return {
             "proposed": self.clients.proposed, "acknowledged": self.clients.acknowledged,
@@ -221,6 +226,9 @@ def run_seed(config: SimConfig, *, verbose: bool = False, replay_failures: bool 
     except Exception as error:  # the code under test raised: an invariant() or a plain bug
         detail = f"{type(error).__name__}: {error} ({_where(error)})"
         return _failed(config, sim, "crash", detail, started, verbose, replay_failures)
+    finally:
+        if sim is not None:
+            sim.close()
     assert sim is not None
     return SeedResult(seed=config.seed, ok=True, steps=sim.steps, seconds=time.perf_counter() - started,
                       stats=sim.stats())

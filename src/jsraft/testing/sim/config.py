@@ -24,7 +24,7 @@ import attrs
 from jsraft.errors import invariant
 from jsraft.testing.sim.app_mutants import APP_MUTANTS
 
-FAULT_KINDS = ("net", "disk", "crash", "membership")
+FAULT_KINDS = ("net", "disk", "crash", "membership", "storage")  # storage: `storage_faults`
 NODE_COUNTS = (3, 5)
 
 

@@ -54,7 +54,7 @@ from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.node_storage import NodeStorage
 from jsraft.testing.sim.violation import Violation
-from jsraft.testing.simdisk import SimDisk
+from jsraft.testing.simdisk import SimDisk, SimPowerCut
 
 if TYPE_CHECKING:
     from jsraft.wal import Wal
@@ -162,6 +162,10 @@ class NodeDriver:
         self.replica: Any = self.app.open(self, 0, None) if self.app.name == "register" else None
         self.proposed: dict[tuple[int, int], bytes] = {}
         self.incarnation = 0
+        # Some incarnation completed a durable cycle (persisted a Ready); and the excuse the durability
+        # checker gives a node that crashed before its first one and restarts repairing (`start`).
+        self.durable_once = False
+        self._unstarted_repair = False
         self._now = 0
         self.verbose = False
         # Told when this node sends a granted (non-pre) vote: the fault scheduler may crash it right after.
@@ -169,6 +173,11 @@ class NodeDriver:
         # Told when this node, a leader whose fsync is in flight, sends a commit index above what it has
         # fsynced: the fault scheduler may crash it inside that window.
         self.on_commit_before_own_fsync: Callable[[str], None] | None = None
+        # Told before every restart (not the first start), while the node is down: the storage faults may
+        # lose part of its storage then (`storage_faults`).
+        self.before_restart: Callable[[str], None] | None = None
+        # Told when an armed power cut struck inside a fsync (`SimDisk.arm_power_cut`): the node has crashed.
+        self.on_power_cut: Callable[[str], None] | None = None
 
     @property
     def up(self) -> bool:
@@ -184,8 +193,10 @@ class NodeDriver:
 
     def start(self) -> None:
         """Open the WAL and build a core from what it recovered (module docstring, Restart)."""
+        if self.incarnation and self.before_restart is not None:
+            self.before_restart(self.node_id)
         wal, recovered, formatted = self.storage.open_group(self.disk, GROUP, self.setup.segment_bytes)
-        self.checker.on_restart(self.node_id, recovered, self.setup.corruptible)
+        self.checker.on_restart(self.node_id, recovered, self.setup.corruptible or self._unstarted_repair)
         snapshot = recovered.snapshot
         index, data = (snapshot[0].index, snapshot[1]) if snapshot is not None else (0, None)
         restored = restored_state(recovered, index, voters=self.setup.bootstrap_voters, formatted=formatted)
@@ -201,6 +212,11 @@ class NodeDriver:
                                 on_applied=self._on_applied)
         status = node.status()
         self.storage.opened(status.last_index)
+        if status.repairing and not self.durable_once and self.incarnation > 1:
+            # Crashed before its first durable cycle: the record (written before it) names the group, so
+            # production restarts it as a member that lost its storage although it lost nothing.
+            self._unstarted_repair = True
+            self.trace.add(f"{self.node_id} restarts repairing without a durable cycle before (record verdict)")
         why = f" repairing ({status.repair_reason})" if status.repairing else ""
         self.trace.add(f"{self.node_id} start #{self.incarnation} term={status.current_term} "
                        f"last={status.last_index} commit={status.commit_index} snap={status.snapshot_index}{why}")
@@ -283,6 +299,12 @@ class NodeDriver:
                     return acked
                 if self._run_cycle(cycle):
                     return acked  # its fsync completes at the next pump
+            except SimPowerCut as cut:
+                self.trace.add(f"{self.node_id}: {cut}")
+                self.crash(torn=True)  # what that fsync covered stays unsynced: torn
+                if self.on_power_cut is not None:
+                    self.on_power_cut(self.node_id)
+                return acked
             except CorruptRecord as error:
                 # A read-time fault found while running: the runtime stops the group, which restarts.
                 self.trace.add(f"{self.node_id} wal error while running: {error}; restarting")
@@ -321,6 +343,10 @@ class NodeDriver:
         self.deliver(held)
 
     def _persisted(self, work: Work) -> None:
+        if work.needs_disk:
+            self.durable_once = True
+        if self._unstarted_repair and self.node is not None and not self.node.repairing:
+            self._unstarted_repair = False
         if work.ready is not None:
             assert self.node is not None
             self.checker.on_persist(self.node_id, self.node, work.ready)

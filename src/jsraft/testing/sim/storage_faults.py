@@ -45,6 +45,7 @@ Imports: stdlib, `jsraft.errors`, `jsraft.runtime.group_record`, `jsraft.replica
 
 from __future__ import annotations
 
+import collections
 import random
 from typing import TYPE_CHECKING
 
@@ -82,6 +83,7 @@ class StorageFaults:
         self.witness_cut = rng.choice((0.001, 0.002, 0.004)) if self.active else 0.0  # per step
         self.second_process = rng.choice((0.002, 0.005)) if self.active else 0.0  # per step
         self.counts = {"storage_losses": 0, "witness_cuts": 0, "second_process_refused": 0}
+        self.fired: collections.Counter[str] = collections.Counter()  # kind (module docstring) -> times
         self._armed: set[str] = set()
 
     def describe(self) -> str:
@@ -118,6 +120,7 @@ class StorageFaults:
             lock = storage.second_open()
         except StoreLocked as refused:
             self.counts["second_process_refused"] += 1
+            self.fired["second-process"] += 1
             sim.trace.add(f"fault: a second process opened {node_id}'s store directory: refused ({refused})")
             return
         lock.release()
@@ -130,6 +133,7 @@ class StorageFaults:
         cut the power of every other running node at the same instant."""
         self._armed.discard(node_id)
         self.counts["witness_cuts"] += 1
+        self.fired["witness-cut"] += 1
         down = self.rng.randint(1, sim.knobs.restart_delay_max_ticks)
         coordinated = self.rng.random() < 0.5
         sim.trace.add(f"fault: power cut inside {node_id}'s hard-state witness fsync"
@@ -161,6 +165,7 @@ class StorageFaults:
                 if _lose(what, driver.disk, driver.storage.root)]
         if done:
             self.counts["storage_losses"] += 1
+            self.fired.update(f"lose-{what}" for what in done)
             sim.trace.add(f"fault: {node_id} lost its {' and its '.join(_NAMES[what] for what in done)} at rest")
 
 

@@ -15,6 +15,10 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
+
+from jsraft.errors import StoreLocked
+
 from jsraft.testing.sim import run_seed
 from jsraft.testing.sim.batch import config_for
 from jsraft.testing.sim.config import FAULT_KINDS, parse_faults
@@ -96,7 +100,20 @@ def test_a_second_process_on_a_running_nodes_directory_is_refused() -> None:
     sim = _run(1)
     assert sim.storage_faults.fired["second-process"] == 1
     refused = [line for line in sim.trace.lines() if "a second process opened" in line]
-    assert refused and f"is in use by another process (pid {os.getpid()})" in refused[0], refused
+    assert refused and "refused (StoreLocked, err_code 20020, naming the directory" in refused[0], refused
+
+
+def test_the_refusal_names_the_directory_and_the_holders_pid() -> None:
+    sim = Simulation(config_for(1, nodes=3, steps=STEPS))
+    try:
+        storage = sim.drivers["n1"].storage
+        with pytest.raises(StoreLocked) as refused:
+            storage.second_open()
+        assert storage.lock_dir in str(refused.value) and f"(pid {os.getpid()})" in str(refused.value)
+        sim.drivers["n1"].crash(torn=False)  # the holder is gone: the kernel dropped its lock
+        storage.second_open().release()
+    finally:
+        sim.close()
 
 
 def test_a_seed_where_only_refused_second_processes_fired_runs_as_without_the_kind() -> None:

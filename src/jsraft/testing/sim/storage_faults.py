@@ -46,6 +46,7 @@ Imports: stdlib, `jsraft.errors`, `jsraft.runtime.group_record`, `jsraft.replica
 from __future__ import annotations
 
 import collections
+import os
 import random
 from typing import TYPE_CHECKING
 
@@ -119,9 +120,15 @@ class StorageFaults:
         try:
             lock = storage.second_open()
         except StoreLocked as refused:
+            # The refusal names the directory and the holder (this process: the simulated nodes run in it).
+            if storage.lock_dir not in str(refused) or f"(pid {os.getpid()})" not in str(refused):
+                raise Violation("store-lock", f"the refusal does not name {storage.lock_dir} and its holder: "
+                                              f"{refused}") from None
             self.counts["second_process_refused"] += 1
             self.fired["second-process"] += 1
-            sim.trace.add(f"fault: a second process opened {node_id}'s store directory: refused ({refused})")
+            # Not the message itself in the trace: it holds a temporary path and a pid (trace invariant).
+            sim.trace.add(f"fault: a second process opened {node_id}'s store directory: refused "
+                          f"(StoreLocked, err_code {refused.err_code}, naming the directory and the holder's pid)")
             return
         lock.release()
         raise Violation("store-lock", f"a second process took the store lock of {node_id} while it runs")

@@ -84,6 +84,14 @@ def test_a_lost_record_and_group_directory_restart_repairing() -> None:
     assert starts and all("repairing (storage UUID changed" in start for start in starts), starts
 
 
+def test_a_lost_record_alone_is_rebuilt_with_a_floor_that_protects_a_later_loss() -> None:
+    sim = _run(17)
+    (after_record,) = _next_starts_after(sim, "lost its record of started groups at rest")
+    assert "(record of started groups was lost: floor " in after_record and "repairing" not in after_record
+    (after_group,) = _next_starts_after(sim, "lost its group directory at rest")
+    assert "repairing (storage UUID changed" in after_group, after_group
+
+
 def test_a_power_cut_inside_the_witness_fsync_is_survived() -> None:
     sim = _run(0)
     assert sim.storage_faults.fired["witness-cut"] == 1

@@ -218,6 +218,8 @@ class NodeDriver:
             self._unstarted_repair = True
             self.trace.add(f"{self.node_id} restarts repairing without a durable cycle before (record verdict)")
         why = f" repairing ({status.repair_reason})" if status.repairing else ""
+        if (record := self.storage.record) is not None and record.lost:  # `runtime.group_record` decision 2
+            why += f" (record of started groups was lost: floor {record.unknown_through_meta_index})"
         self.trace.add(f"{self.node_id} start #{self.incarnation} term={status.current_term} "
                        f"last={status.last_index} commit={status.commit_index} snap={status.snapshot_index}{why}")
 

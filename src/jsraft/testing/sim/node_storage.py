@@ -37,13 +37,11 @@ Imports: stdlib, `jsraft.disk.lock`, `jsraft.runtime.group_record`, `jsraft.runt
 
 from __future__ import annotations
 
-import atexit
-import itertools
-import os
 import random
 import shutil
 import tempfile
 import uuid
+import weakref
 import zlib
 
 from jsraft.disk.lock import StoreLock, acquire_store_lock
@@ -54,17 +52,6 @@ from jsraft.testing.simdisk import SimDisk
 from jsraft.wal import Recovered, Wal
 
 CLUSTER = "sim"
-_numbers = itertools.count(1)
-_base: str | None = None
-
-
-def _lock_base() -> str:
-    """One temporary directory per process for the nodes' lock directories, removed at exit."""
-    global _base
-    if _base is None:
-        _base = tempfile.mkdtemp(prefix="jsraft-sim-locks-")
-        atexit.register(shutil.rmtree, _base, True)
-    return _base
 
 
 class ForgetfulRecord(GroupRecord):
@@ -80,8 +67,9 @@ class NodeStorage:
         self.node_id = node_id
         self.root = SimDisk(random.Random(0), corruption_allowed=False)
         self.record: GroupRecord | None = None
-        self.lock_dir = os.path.join(_lock_base(), f"{next(_numbers)}-{node_id}")
-        os.makedirs(self.lock_dir)
+        self.lock_dir = tempfile.mkdtemp(prefix=f"jsraft-sim-{node_id}-")
+        # Removed by `close()`, or when this object is collected (a driver built outside a simulation).
+        self._remove_dir = weakref.finalize(self, shutil.rmtree, self.lock_dir, True)
         self._lock: StoreLock | None = None
         self._record_class = ForgetfulRecord if forgetful else GroupRecord
         self._locks = lock  # False: mutant `no-store-lock`, the node never takes its lock
@@ -124,4 +112,4 @@ class NodeStorage:
 
     def close(self) -> None:
         self.release()
-        shutil.rmtree(self.lock_dir, ignore_errors=True)
+        self._remove_dir()

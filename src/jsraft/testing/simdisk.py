@@ -14,6 +14,8 @@ Durability model (the contract of `jsraft.disk.base`, modelled exactly):
   3. `crash()` keeps only names reachable through durable entries from the root, with durable content;
      with `torn=True` a file with an unsynced change keeps a random prefix of it (the shadow disk's `torn`
      rule). Handles opened before the crash raise `SimDiskCrashed`.
+  4. `arm_power_cut(path)`: the next `sync()` of that file raises `SimPowerCut` and syncs nothing — a power
+     cut inside that fsync, for the simulator to crash the node at exactly that point.
 
 Faults that break the contract (bit flips, cut tails, lost files, rolled-back 4 KiB chunks, read-time bit
 flips) are *corruption*: applied only while `corruption_allowed`, so the simulator can confine them to a
@@ -48,6 +50,10 @@ def _dir_entry(dir_id: int) -> int:
 
 def _entry_dir(value: int) -> int | None:
     return -1 - value if value < 0 else None
+
+
+class SimPowerCut(Exception):
+    """The power went out inside a `sync()` armed by `SimDisk.arm_power_cut`: the caller crashes the node."""
 
 
 class SimDiskCrashed(Exception):
@@ -96,6 +102,7 @@ class _State:
     next_number: int = 1
     next_dir: int = 1
     generation: int = 0  # bumped by every crash: older handles are dead
+    power_cut_at: set[str] = dataclasses.field(default_factory=set)  # paths whose next sync() cuts the power
     events: list[str] = dataclasses.field(default_factory=list)
 
     def new_inode(self, data: bytes = b"", durable: bytes = b"") -> _Inode:
@@ -170,7 +177,11 @@ class SimFile:
         inode.touch(length)
 
     def sync(self) -> None:
-        self._live().sync(self._state.history_versions_max)
+        inode = self._live()
+        if self.path in self._state.power_cut_at:  # `SimDisk.arm_power_cut`: the write stays unsynced
+            self._state.power_cut_at.discard(self.path)
+            raise SimPowerCut(f"power cut inside the fsync of {self.path}")
+        inode.sync(self._state.history_versions_max)
 
     def close(self) -> None:
         self._closed = True  # nothing is flushed: closing a file is not a sync
@@ -316,6 +327,15 @@ class SimDisk(CorruptionFaults):
 
     # --- Power loss ------------------------------------------------------------------------------
 
+    def arm_power_cut(self, path: str) -> None:
+        """The next `sync()` of `path` raises `SimPowerCut` instead of syncing: what was written to it since
+        its last sync is still unsynced, so the crash that follows (`torn=True`) tears it. Not corruption:
+        a power cut may strike any node. Disarmed by a crash."""
+        self._state.power_cut_at.add(self._full(path))
+
+    def disarm_power_cuts(self) -> None:
+        self._state.power_cut_at.clear()
+
     def crash(self, *, torn: bool = False) -> dict[str, int]:
         """Lose everything not durable (see the module docstring); return counts for the trace."""
         state = self._state
@@ -338,6 +358,7 @@ class SimDisk(CorruptionFaults):
         reachable = set(dirs.values())
         state.durable_dirs = {d: entries for d, entries in state.durable_dirs.items() if d in reachable}
         state.generation += 1
+        state.power_cut_at.clear()
         counts = {"files": len(state.files), "lost_names": lost_names, "torn_files": int(torn_files)}
         state.events.append(f"simdisk crash torn={torn} {counts}")
         return counts

@@ -6,7 +6,10 @@ state machine), checking safety invariants after every step and liveness after h
 Modules, one concept each: `config` (SimConfig, per-seed knobs, sub-generators), `network` (SimNetwork),
 `clock` (SimClock), `app` (the replicated application a run drives: `--app register|stream|meta`),
 `register` (the default, tiny replicated state machine), `node` (NodeDriver: the production Ready cycle,
-`jsraft.replica.GroupCycle`, on a real Wal + SimDisk), `atlas` (which disks may be corrupted, and how), `faults` (FaultScheduler), `clients`,
+`jsraft.replica.GroupCycle`, on a real Wal + SimDisk), `node_storage` (the node level of a node's storage:
+`node.json`, the record of the groups it started, the store lock — production's start-up glue),
+`storage_faults` (fault kind `storage`: lost group directory, marker or record, a power cut inside the
+hard-state witness fsync, a second process on a running node's directory), `atlas` (which disks may be corrupted, and how), `faults` (FaultScheduler), `clients`,
 `membership`, `checkers` (SafetyChecker), `availability` (term inflation), `liveness` (the final phase and
 end-of-run checks), `violation`, `trace`, `mutants` (Raft mutants), `app_mutants` (broken state
 machines), `simulator` (the step loop and `run_seed`), `batch` (many seeds; what the CLI and tests call),

@@ -65,7 +65,7 @@ class SafetyChecker:
             self._record_entry(node_id, entry, log.term_at(entry.index - 1))
 
     def on_restart(self, node_id: str, recovered: Recovered, corruptible: bool) -> None:
-        damage = [r for r in recovered.reasons if not r.startswith("torn tail cut")]
+        damage = recovered.damage_findings()  # not a torn tail, nor a bad witness slot the log covers
         if (recovered.repairing or damage) and not corruptible:
             raise Violation("durability", f"{node_id} was never corrupted but recovered damaged: "
                                           f"{'; '.join(recovered.reasons)}")

@@ -1,9 +1,9 @@
 """The simulator's command line: `python -m jsraft.testing.sim --seeds N [options]`.
 
 Owns: argument parsing and output. Options: `--seeds N` (how many), `--start S` (first seed, default 0),
-`--nodes 3|5|mixed` (default mixed: odd seeds 5 nodes, even seeds 3), `--faults net,disk,crash,membership|all|none`
+`--nodes 3|5|mixed` (default mixed: odd seeds 5 nodes, even seeds 3), `--faults net,disk,crash,membership,storage|all|none`
 (default all), `--app register|stream|meta|consumer` (the replicated state machine, default register), `--mutant NAME`
-(a Raft mutant, or an app mutant such as `stream-skip-delete` with its app),
+(a Raft mutant, an app mutant such as `stream-skip-delete` with its app, or a storage mutant: `storage_faults`),
 `--steps K` (chaotic-phase ticks per seed), `--jobs J` (worker processes),
 `--stop-at-first-failure`, `--json`, `--trace` (print each failure's trace; always on with `--seeds 1`).
 Prints one line per failing seed (seed, invariant, detail; in seed order, after the run), then exactly `N passed, N failed` on its own
@@ -28,6 +28,7 @@ from jsraft.testing.sim.app_mutants import APP_MUTANTS
 from jsraft.testing.sim.batch import config_for, run_batch
 from jsraft.testing.sim.config import parse_faults
 from jsraft.testing.sim.mutants import MUTANTS
+from jsraft.testing.sim.storage_faults import STORAGE_MUTANTS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,10 +37,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, required=True, help="number of seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--nodes", default="mixed", choices=("3", "5", "mixed"))
-    parser.add_argument("--faults", default="all", help="comma list of net,disk,crash,membership; all; none")
+    parser.add_argument("--faults", default="all", help="comma list of net,disk,crash,membership,storage; all; none")
     parser.add_argument("--app", default="register", choices=APPS,
                         help="the replicated state machine: register (default), stream, meta or consumer (stream + consumers)")
-    parser.add_argument("--mutant", choices=sorted(MUTANTS) + sorted(APP_MUTANTS), default=None)
+    parser.add_argument("--mutant", choices=sorted(MUTANTS) + sorted(APP_MUTANTS) + sorted(STORAGE_MUTANTS), default=None)
     parser.add_argument("--steps", type=int, default=None, help="chaotic-phase ticks per seed")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--stop-at-first-failure", action="store_true")

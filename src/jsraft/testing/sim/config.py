@@ -10,7 +10,10 @@ Invariants:
      `derive_rngs`, in a fixed order, so `--start N --seeds 1` replays seed N exactly.
   2. The fault atlas names at most `(nodes - 1) // 2` nodes, and only initial voters: a majority of the
      smallest voter set the run can have keeps intact durable copies of every committed entry.
-  3. Fault kinds are a subset of `FAULT_KINDS`; `all` means every one of them.
+  3. Fault kinds are a subset of `FAULT_KINDS`; `all` means every one of them. `storage` (lost group
+     directory, marker or record; a power cut inside the witness fsync; a second process) draws its
+     choices from its own generator (`storage_faults`), not from `Knobs`: the knobs of every seed are what
+     they were before it existed.
 
 Imports: stdlib, attrs. Reference: DESIGN.md §11 (whole-cluster simulation), TigerBeetle VOPR.
 """
@@ -24,7 +27,7 @@ import attrs
 from jsraft.errors import invariant
 from jsraft.testing.sim.app_mutants import APP_MUTANTS
 
-FAULT_KINDS = ("net", "disk", "crash", "membership")
+FAULT_KINDS = ("net", "disk", "crash", "membership", "storage")  # storage: `storage_faults`
 NODE_COUNTS = (3, 5)
 
 

@@ -37,6 +37,7 @@ import attrs
 
 from jsraft.raft import HardState, RaftNode, RestoredState, RestoreVerdict
 from jsraft.testing.sim.app_mutants import APP_MUTANTS
+from jsraft.testing.sim.storage_faults import STORAGE_MUTANTS
 
 
 class AckBeforeFsync(RaftNode):
@@ -115,7 +116,7 @@ MUTANTS: dict[str, type[RaftNode]] = {
 
 def node_class(mutant: str | None) -> type[RaftNode]:
     """The Raft core's class; an app mutant (`app_mutants`) runs the real core."""
-    if mutant is None or mutant in APP_MUTANTS:
+    if mutant is None or mutant in APP_MUTANTS or mutant in STORAGE_MUTANTS:
         return RaftNode
     if mutant not in MUTANTS:
         raise ValueError(f"unknown mutant {mutant!r} (known: {', '.join(sorted(MUTANTS))})")

@@ -10,11 +10,14 @@ the code the runtime runs on its worker threads, inline. What the driver adds is
 checkers see every persisted `Ready` (`on_persist`, between the fsync and the first message), every
 message sent, every entry applied and every snapshot installed.
 
-Restart: `Wal.open` → `Recovered` → `replica.restored_state` (the runtime's start-up rules: bootstrap, a
-blank member, a restart, or a member whose WAL came back empty although its group marker exists — it
-restarts repairing with no vote to trust, `storage_uuid_changed`, never re-bootstraps) → a new
-`RaftNode`; the app opens the replica from the snapshot (and, for the stream, its store on this disk) and
-re-applies the committed entries the core hands out.
+Restart: production's start-up through the node's storage (`node_storage.NodeStorage.open_group`: the
+store lock, `node.json`, the record of the groups this storage started, `runtime.persist.open_storage` —
+`Wal.open` and the group marker, or the record's verdict when the marker is gone) → `Recovered` →
+`replica.restored_state` (the runtime's start-up rules: bootstrap, a blank member, a restart, or a member
+whose WAL came back empty although the marker or the record says it started here — it restarts repairing
+with no vote to trust, `storage_uuid_changed`, never re-bootstraps) → a new `RaftNode`; the app opens the
+replica from the snapshot (and, for the stream, its store on this disk) and re-applies the committed
+entries the core hands out.
 
 Leader pipelining, as the runtime does it: a leader's `send_first` cycle sends its messages, writes, and
 completes (fsync, the other messages, apply, `advance()`) at a later `pump`, 1–5 ticks on (`FSYNC_TICKS`).
@@ -46,14 +49,15 @@ from jsraft.raft import (
     AppendEntriesResponse, Entry, NotLeader, ProposalDropped, RaftConfig, RaftNode, RequestVoteResponse, SnapshotMeta,
 )
 from jsraft.raft.messages import Message
-from jsraft.replica import GROUP_MARKER, GroupCycle, Work, marker_contents, persist, restored_state
+from jsraft.replica import GroupCycle, Work, marker_contents, persist, restored_state
 from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.testing.sim.app import RegisterApp
+from jsraft.testing.sim.node_storage import NodeStorage
 from jsraft.testing.sim.violation import Violation
-from jsraft.testing.simdisk import SimDisk
-from jsraft.wal import Wal
+from jsraft.testing.simdisk import SimDisk, SimPowerCut
 
 if TYPE_CHECKING:
+    from jsraft.wal import Wal
     from jsraft.testing.sim.checkers import SafetyChecker
     from jsraft.testing.sim.network import SimNetwork
     from jsraft.testing.sim.trace import Trace
@@ -133,11 +137,13 @@ class SimMachine:
 
 class NodeDriver:
     def __init__(self, setup: NodeSetup, rng: random.Random, disk: SimDisk, network: SimNetwork,
-                 checker: SafetyChecker, trace: Trace, app: object | None = None) -> None:
+                 checker: SafetyChecker, trace: Trace, app: object | None = None,
+                 storage: NodeStorage | None = None) -> None:
         self.setup = setup
         self.node_id = setup.node_id
         self.rng = rng
-        self.disk = disk
+        self.disk = disk  # the group's directory (`node_storage`: as if mounted at groups/sim)
+        self.storage = storage if storage is not None else NodeStorage(setup.node_id)
         self.network = network
         self.checker = checker
         self.trace = trace
@@ -156,6 +162,10 @@ class NodeDriver:
         self.replica: Any = self.app.open(self, 0, None) if self.app.name == "register" else None
         self.proposed: dict[tuple[int, int], bytes] = {}
         self.incarnation = 0
+        # Some incarnation completed a durable cycle (persisted a Ready); and the excuse the durability
+        # checker gives a node that crashed before its first one and restarts repairing (`start`).
+        self.durable_once = False
+        self._unstarted_repair = False
         self._now = 0
         self.verbose = False
         # Told when this node sends a granted (non-pre) vote: the fault scheduler may crash it right after.
@@ -163,6 +173,11 @@ class NodeDriver:
         # Told when this node, a leader whose fsync is in flight, sends a commit index above what it has
         # fsynced: the fault scheduler may crash it inside that window.
         self.on_commit_before_own_fsync: Callable[[str], None] | None = None
+        # Told before every restart (not the first start), while the node is down: the storage faults may
+        # lose part of its storage then (`storage_faults`).
+        self.before_restart: Callable[[str], None] | None = None
+        # Told when an armed power cut struck inside a fsync (`SimDisk.arm_power_cut`): the node has crashed.
+        self.on_power_cut: Callable[[str], None] | None = None
 
     @property
     def up(self) -> bool:
@@ -178,11 +193,12 @@ class NodeDriver:
 
     def start(self) -> None:
         """Open the WAL and build a core from what it recovered (module docstring, Restart)."""
-        wal, recovered = Wal.open(self.disk, segment_bytes=self.setup.segment_bytes)
-        self.checker.on_restart(self.node_id, recovered, self.setup.corruptible)
+        if self.incarnation and self.before_restart is not None:
+            self.before_restart(self.node_id)
+        wal, recovered, formatted = self.storage.open_group(self.disk, GROUP, self.setup.segment_bytes)
+        self.checker.on_restart(self.node_id, recovered, self.setup.corruptible or self._unstarted_repair)
         snapshot = recovered.snapshot
         index, data = (snapshot[0].index, snapshot[1]) if snapshot is not None else (0, None)
-        formatted = self.disk.exists(GROUP_MARKER)
         restored = restored_state(recovered, index, voters=self.setup.bootstrap_voters, formatted=formatted)
         self.incarnation += 1
         core_rng = random.Random(self.rng.getrandbits(64))
@@ -195,13 +211,22 @@ class NodeDriver:
                                 snapshot_every_entries=self.setup.compact_every_entries,
                                 on_applied=self._on_applied)
         status = node.status()
+        self.storage.opened(status.last_index)
+        if status.repairing and not self.durable_once and self.incarnation > 1:
+            # Crashed before its first durable cycle: the record (written before it) names the group, so
+            # production restarts it as a member that lost its storage although it lost nothing.
+            self._unstarted_repair = True
+            self.trace.add(f"{self.node_id} restarts repairing without a durable cycle before (record verdict)")
         why = f" repairing ({status.repair_reason})" if status.repairing else ""
+        if (record := self.storage.record) is not None and record.lost:  # `runtime.group_record` decision 2
+            why += f" (record of started groups was lost: floor {record.unknown_through_meta_index})"
         self.trace.add(f"{self.node_id} start #{self.incarnation} term={status.current_term} "
                        f"last={status.last_index} commit={status.commit_index} snap={status.snapshot_index}{why}")
 
     def crash(self, *, torn: bool) -> None:
         """Power loss for this node: everything not fsynced is gone; the process is gone."""
         counts = self.disk.crash(torn=torn)
+        self.storage.crash()
         self._in_flight, self._held, self._held_ticks = None, [], 0
         self.node = None
         self.wal = None
@@ -276,6 +301,12 @@ class NodeDriver:
                     return acked
                 if self._run_cycle(cycle):
                     return acked  # its fsync completes at the next pump
+            except SimPowerCut as cut:
+                self.trace.add(f"{self.node_id}: {cut}")
+                self.crash(torn=True)  # what that fsync covered stays unsynced: torn
+                if self.on_power_cut is not None:
+                    self.on_power_cut(self.node_id)
+                return acked
             except CorruptRecord as error:
                 # A read-time fault found while running: the runtime stops the group, which restarts.
                 self.trace.add(f"{self.node_id} wal error while running: {error}; restarting")
@@ -314,6 +345,10 @@ class NodeDriver:
         self.deliver(held)
 
     def _persisted(self, work: Work) -> None:
+        if work.needs_disk:
+            self.durable_once = True
+        if self._unstarted_repair and self.node is not None and not self.node.repairing:
+            self._unstarted_repair = False
         if work.ready is not None:
             assert self.node is not None
             self.checker.on_persist(self.node_id, self.node, work.ready)

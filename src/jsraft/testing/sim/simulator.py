@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import random
 import time
+from functools import partial
 import traceback
 
 import attrs
@@ -51,6 +52,8 @@ from jsraft.testing.sim.membership import MembershipChanges
 from jsraft.testing.sim.mutants import node_class
 from jsraft.testing.sim.network import SimNetwork
 from jsraft.testing.sim.node import NodeDriver, NodeSetup
+from jsraft.testing.sim.node_storage import NodeStorage
+from jsraft.testing.sim.storage_faults import StorageFaults
 from jsraft.testing.sim.trace import Trace
 from jsraft.testing.sim.violation import Violation
 from jsraft.testing.simdisk import SimDisk
@@ -88,6 +91,7 @@ class Simulation:
             isolation_ticks_min=knobs.delay_max_ticks + _REORDER_DELAY_MAX_TICKS + 2 * config.election_ticks)
         self.atlas = FaultAtlas(knobs.atlas)
         self.faults = FaultScheduler(self.rngs.faults, knobs, config.faults)
+        self.storage_faults = StorageFaults(config, knobs.atlas)
         self.clients = self.app.workload(self)
         self.membership = MembershipChanges(self.rngs.clients, knobs.membership, config.node_ids,
                                             config.spare_id)
@@ -97,7 +101,8 @@ class Simulation:
         self._seen: dict[str, tuple[object, ...]] = {}
         self.trace.add(f"seed {config.seed}: {config.nodes} nodes, faults {','.join(sorted(config.faults))}, "
                        f"mutant {config.mutant or '-'}, atlas {self.atlas.describe()}, knobs {knobs}"
-                + (f", app {self.app.describe()}" if config.app != "register" else ""))
+                + (f", app {self.app.describe()}" if config.app != "register" else "")
+                + (f", {self.storage_faults.describe()}" if self.storage_faults.active else ""))
         for node_id in config.node_ids:
             self._add_driver(node_id, bootstrap=config.node_ids).start()
 
@@ -107,14 +112,18 @@ class Simulation:
             node_id=node_id, election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks,
             snapshot_chunk_bytes=knobs.snapshot_chunk_bytes, max_entries_per_msg=knobs.max_entries_per_msg,
             max_inflight_msgs=knobs.max_inflight_msgs)
-        corruptible = self.atlas.allows(node_id)
+        corruptible = self.atlas.allows(node_id) or self.storage_faults.loses(node_id)
         setup = NodeSetup(node_id=node_id, raft_config=raft_config, node_class=self.node_class,
                           bootstrap_voters=bootstrap, corruptible=corruptible, segment_bytes=knobs.segment_bytes,
                           compact_every_entries=knobs.compact_every_entries)
         node_rng = self.rngs.nodes[node_id]
         disk = SimDisk(_sub(node_rng), corruption_allowed=corruptible,
                        read_flip_probability=knobs.read_flip if corruptible else 0.0)
-        driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace, self.app)
+        storage = NodeStorage(node_id, forgetful=config.mutant == "forget-lost-groups",
+                              lock=config.mutant != "no-store-lock")
+        driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace, self.app, storage)
+        driver.before_restart = partial(self.storage_faults.at_rest, self)
+        driver.on_power_cut = partial(self.storage_faults.on_power_cut, self)
         driver.verbose = self.verbose
         driver.on_vote_granted = self.faults.on_vote_granted
         driver.on_commit_before_own_fsync = self.faults.on_commit_before_own_fsync
@@ -146,6 +155,7 @@ class Simulation:
         now = self.trace.now = self.clock.now
         self.steps += 1
         self.faults.step(self)
+        self.storage_faults.step(self)
         self.membership.step(self)
         drivers = self.drivers
         order = sorted(drivers)
@@ -190,6 +200,11 @@ class Simulation:
             elif before[4] and not seen[4]:
                 self.trace.add(f"{node_id}: repaired (log through {node.log.last_index})")
 
+    def close(self) -> None:
+        """Release every node's store lock and its temporary lock directory (`node_storage` invariant 3)."""
+        for driver in self.drivers.values():
+            driver.storage.close()
+
     def stats(self) -> dict[str, int]:
         return {
             "proposed": self.clients.proposed, "acknowledged": self.clients.acknowledged,
@@ -198,6 +213,7 @@ class Simulation:
             "membership_proposals": self.membership.proposals,
             "transfers": self.membership.transfers, "applied_checks": self.checker.checks,
             "snapshots_refused": sum(d.snapshots_refused for d in self.drivers.values()),
+            **self.storage_faults.counts,
             **self.clients.stats(), **self.app.stats(),
         }
 
@@ -221,6 +237,9 @@ def run_seed(config: SimConfig, *, verbose: bool = False, replay_failures: bool 
     except Exception as error:  # the code under test raised: an invariant() or a plain bug
         detail = f"{type(error).__name__}: {error} ({_where(error)})"
         return _failed(config, sim, "crash", detail, started, verbose, replay_failures)
+    finally:
+        if sim is not None:
+            sim.close()
     assert sim is not None
     return SeedResult(seed=config.seed, ok=True, steps=sim.steps, seconds=time.perf_counter() - started,
                       stats=sim.stats())

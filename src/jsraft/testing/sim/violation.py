@@ -28,6 +28,7 @@ INVARIANTS = {
     "consumer-state": "every replica's consumer set equals the one the committed log gives at the same index, "
                       "also after a snapshot restore (consumer app)",
     "acked-redelivered": "a message a committed ACK acknowledged is never delivered again (consumer app)",
+    "store-lock": "a second process never opens a running node's store directory (storage faults)",
     "liveness": "after healing, a leader commits a new entry on every member, and nobody is repairing",
     "crash": "the code under test raised (an invariant() or an unexpected exception)",
 }

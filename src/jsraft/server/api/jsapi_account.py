@@ -130,7 +130,8 @@ class Account:
         found: dict[str, tuple[str, Usage]] = {}
         for name, replica in self.parts.local.replicas.items():
             if replica.store is not None and replica.adapter is not None:
-                found[name] = (replica.group, (replica.store.state().bytes, len(replica.adapter.consumers.entries)))
+                usage = (replica.store.state().bytes, len(replica.adapter.consumers.entries))
+                found[name] = (replica.group, usage)
         return found
 
     async def usage(self, assignments: list[StreamAssignment]) -> dict[str, Usage]:

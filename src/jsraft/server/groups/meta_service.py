@@ -34,8 +34,8 @@ import trio
 
 from jsraft.errors import JsraftError, invariant
 from jsraft.meta import (
-    META_SNAPSHOT_ENTRIES, CreateStream, Applied, ClusterNoPeers, ClusterServerNotMember, MetaStateMachine, Proposal,
-    StreamAssignment,
+    META_SNAPSHOT_ENTRIES, Applied, ClusterNoPeers, ClusterServerNotMember, CreateStream, MetaStateMachine,
+    Proposal, StreamAssignment,
 )
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader

@@ -2,10 +2,11 @@
 
 Owns: `format_new_replica`, which builds `streams/<name>/` for a stream this node opens with no directory
 for it yet, `prepare_format` (the same tree built ahead, invariant 5), and `remove_format_leftovers`. A
-create used to make every name durable as it made it — a directory fsync after each file written and each directory created, 18 fsyncs for one stream directory
-(`bench/README.md`, "Stream create latency") — which on a loaded disk was most of a create's time. Here
-the whole tree is written through an unsynced view, made durable by one `sync_tree` (one fsync per file
-and per directory), and only then given its name.
+create used to make every name durable as it made it — a directory fsync after each file written and
+each directory created, 18 fsyncs for one stream directory (`bench/README.md`, "Stream create latency")
+— which on a loaded disk was most of a create's time. Here the whole tree is written through an unsynced
+view, made durable by one `sync_tree` (one fsync per file and per directory), and only then given its
+name.
 
 Invariants:
   1. A stream directory appears under its name only complete and durable: it is built under

@@ -20,8 +20,8 @@ Invariants:
      before the entry applied (`streams` invariant 7), and a create that fails leaves only a temporary
      directory. Not for a replicated stream: its answer waits for a quorum of replicas to open and elect,
      and a named first leader that opened ahead of its peers campaigns before they have the group, so
-     its first votes may be lost and the election then waits a tick (one run with it, load 10–14: R3
-     creates 112 ms median against 74 without; R1 only: 111 against 114).
+     its first votes may be lost and the election then waits a tick (one run each, load 10–16: R3
+     creates 112 ms median with R3 preparation against `main`'s 74; limited to R1, 111 against 114).
 
 Imports: stdlib, L0, L1 (`raft`), L3 (`meta`), L4 (`runtime`), trio, server siblings.
 Reference: meta/machine.py "How the runtime drives it"; DESIGN.md §5.

@@ -141,8 +141,8 @@ class StreamManager:
         self._wakeup.set()
 
     def prepare(self, name: str, raw: bytes) -> None:
-        """The meta leader proposes creating stream `name` with this node among its peers: build its
-        directory's tree now, while the entry is made durable (invariant 7, `stream_format` invariant 5).
+        """The meta leader (this node) proposes creating stream `name` whose only replica is this node:
+        build its directory's tree now, while the entry is made durable (invariant 7, `stream_format` 5).
         Best effort: skipped before `run` started, for a name being prepared or open here, past the bound."""
         if (self._nursery is None or name in self._prepared or name in self.replicas
                 or len(self._prepared) >= PREPARED_MAX):

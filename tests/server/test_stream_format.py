@@ -7,7 +7,8 @@ page kept or lost). Checked: a format that returned survives a power cut complet
 a format (an injected `OSError` there, then a power cut) leaves either no stream directory — the leftover
 is removed and the format runs again — or the complete one, never a partial tree under the stream's name;
 a memory stream gets no `raft/` (its presence means "ran before"); an existing directory is left alone;
-the quarantine sweep does not take a leftover for a stream.
+the quarantine sweep does not take a leftover for a stream; a tree prepared ahead (`prepare_format`, while the
+create's meta entry commits) has no name until formatted, and is then complete after a power cut.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import pytest
 from jsraft.disk import OsDisk, power_cut
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.meta.quarantine import _scan
-from jsraft.server.groups.stream_format import FORMAT_PREFIX, format_new_replica, remove_format_leftovers
+from jsraft.server.groups.stream_format import (
+    FORMAT_PREFIX, format_new_replica, prepare_format, remove_format_leftovers,
+)
 from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
 from jsraft.store.filestore import FileStore
 from jsraft.wal import Wal
@@ -146,3 +149,39 @@ def test_the_quarantine_sweep_ignores_a_format_leftover(tmp_path):
     assert (unknown, kept, ignored) == (["LOST"], [], [f"{FORMAT_PREFIX}ORDERS"])
     assert remove_format_leftovers(disk.sub("streams")) == [f"{FORMAT_PREFIX}ORDERS"]
     assert disk.listdir("streams") == ["LOST"]
+
+
+def _prepare(streams: OsDisk, raw: bytes = RAW) -> bool:
+    config, raw = parse_stream_config(raw)
+    return prepare_format(streams, name="ORDERS", config=config, raw=raw, options=OPTIONS)
+
+
+@pytest.mark.parametrize("mode", ["drop", "torn", "pages"])
+def test_a_prepared_tree_is_never_a_stream_directory_until_formatted(tmp_path, mode):
+    """Invariant 5: a tree prepared while the create's entry commits has no name (a create that never
+    commits leaves a leftover the restart sweeps); once formatted from it, it is complete and durable."""
+    root = str(tmp_path / "node")
+    streams = OsDisk(root, shadow=True).sub("streams")
+    assert _prepare(streams)
+    assert streams.listdir("") == [f"{FORMAT_PREFIX}ORDERS"]
+    assert not streams.exists(f"{FORMAT_PREFIX}ORDERS/group")  # the group's name comes with the entry's index
+    power_cut(root, mode, 3)
+    streams = OsDisk(root, shadow=True).sub("streams")
+    # The power cut may have taken the unnamed tree's own entry in `streams/` (never synced): either way
+    # there is no stream directory, and the restart's sweep leaves nothing behind.
+    assert remove_format_leftovers(streams) in ([], [f"{FORMAT_PREFIX}ORDERS"])
+    assert streams.listdir("") == []
+    assert _prepare(streams)
+    config, raw = parse_stream_config(RAW)
+    assert format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw, options=OPTIONS,
+                              prepared=True)
+    _assert_complete(streams)
+    power_cut(root, mode, 4)
+    _assert_complete(OsDisk(root).sub("streams"))
+
+
+def test_preparing_leaves_an_existing_directory_alone(tmp_path):
+    streams = OsDisk(str(tmp_path / "node")).sub("streams")
+    streams.sub("ORDERS").write_atomic("group", b"another-incarnation")
+    assert not _prepare(streams)
+    assert streams.listdir("") == ["ORDERS"]

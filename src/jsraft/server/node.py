@@ -198,6 +198,7 @@ class Node:
                                         snapshot_every_entries=config.meta_snapshot_every_entries or None,
                                         storage_uuid=str(self.identity.storage_uuid),
                                         online_uuids=self.online_storage_uuids, call_peer=call_peer)
+        self.meta_service.prepare_stream = self.streams.prepare  # a create's directory built while it commits
         local = LocalStreams(name=self.name, replicas=self.streams.replicas, meta=self.meta)
         self.handlers = Handlers(local=local, meta_service=self.meta_service, status=self.runtime.status,
                                  call_peer=call_peer)

@@ -7,7 +7,12 @@ is imported into `$JS.API.>` (`import_domain_api`), as nats-server maps it.
 
 Invariants:
   1. Usage counts every replica's bytes, as nats-server sums what each server stores; reservations are
-     `max_bytes` times the replicas (`jsapi.account_limits` invariant 3).
+     `max_bytes` times the replicas (`jsapi.account_limits` invariant 3). A stream's bytes and consumer
+     count come from this node's replica when it has one open; the streams it has none of are asked of
+     their peers in one `jsapi.account_usage` request per peer node, all peers at once (a peer answers
+     for every replica it has open), never one request per stream: an account info costs at most one
+     round trip per round (`USAGE_ROUNDS_MAX`), whatever the number of streams. A stream no peer answers
+     for counts 0 bytes and 0 consumers.
   2. `check_stream` reads this node's meta state after a read barrier (`meta_barrier`): every stream
      created before the request arrived counts against the account's storage. Two creates racing through
      different nodes may both pass the reservation check (nats-server's clustered check has the same
@@ -26,8 +31,10 @@ are applied by `jsapi_consumer` (`max_ack_pending`) and `consumer_admin` (`max_c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
+
+import trio
 
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StorageType
@@ -41,6 +48,12 @@ if TYPE_CHECKING:
 
 STATE_TIMEOUT_S = 1.0
 API_PREFIX = "$JS.API."
+USAGE_METHOD = "jsapi.account_usage"
+# Rounds of usage requests: a stream whose asked peer has no replica open is asked of its next peer in
+# the next round (a stream has at most 5 replicas, and one of them may be this node's).
+USAGE_ROUNDS_MAX = 5
+
+Usage = tuple[int, int]  # (bytes one replica holds, consumers)
 
 
 def domain_prefix(domain: str) -> str:
@@ -83,14 +96,16 @@ class Account:
         used = {StorageType.memory: 0, StorageType.file: 0}
         reserved = {StorageType.memory: 0, StorageType.file: 0}
         assignments = self.parts.meta.streams()
+        usage = await self.usage([a for a in assignments if a.config is not None])
         consumers = 0
         for assignment in assignments:
             config = assignment.config
             if config is None:
                 continue
-            used[config.storage] += await self._stream_bytes(assignment) * config.num_replicas
+            stream_bytes, stream_consumers = usage.get(assignment.name, (0, 0))
+            used[config.storage] += stream_bytes * config.num_replicas
             reserved[config.storage] += reservation_bytes(config)
-            consumers += await self._consumer_count(assignment)
+            consumers += stream_consumers
         total, errors = self.counters()
         answer: dict[str, Any] = {
             "memory": used[StorageType.memory], "storage": used[StorageType.file],
@@ -101,31 +116,56 @@ class Account:
         answer["api"] = {"level": self.parts.config.api_level, "total": total, "errors": errors}
         return answer
 
-    async def _consumer_count(self, assignment: StreamAssignment) -> int:
-        """The stream's consumers (they live in its Raft group, not in the meta state): this node's
-        replica's, else its leader's names; 0 when neither answers."""
-        replica = self.parts.local.replicas.get(assignment.name)
-        if replica is not None and replica.adapter is not None:
-            return len(replica.adapter.consumers.entries)
-        try:
-            answer, _ = await self.parts.call_stream(assignment.name, "consumer.names", {})
-            return len(answer["names"])
-        except JsraftError:
-            return 0
+    # --- Usage (invariant 1) ----------------------------------------------------------------------------
 
-    async def _stream_bytes(self, assignment: StreamAssignment) -> int:
-        """Bytes one replica of the stream holds: this node's, else the first peer's that answers."""
-        replica = self.parts.local.replicas.get(assignment.name)
-        if replica is not None and replica.store is not None:
-            return replica.store.state().bytes
-        for peer in assignment.peers:
-            try:
-                answer, _ = await self.parts.call_peer(peer, "replica.state", {"stream": assignment.name},
-                                                     timeout_s=STATE_TIMEOUT_S)
-                return int(answer["state"]["bytes"])
-            except JsraftError:
-                continue
-        return 0
+    def register(self, table: dict[str, Any]) -> None:
+        table[USAGE_METHOD] = self._usage_answer
+
+    async def _usage_answer(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, Sequence[bytes]]:
+        """`jsapi.account_usage` from a peer: every replica open here, by name, with its group."""
+        return {"streams": {name: [group, *usage] for name, (group, usage) in self._local().items()}}, ()
+
+    def _local(self) -> dict[str, tuple[str, Usage]]:
+        """Name -> (group, (bytes, consumers)) of each replica open here with its store and state machine."""
+        found: dict[str, tuple[str, Usage]] = {}
+        for name, replica in self.parts.local.replicas.items():
+            if replica.store is not None and replica.adapter is not None:
+                usage = (replica.store.state().bytes, len(replica.adapter.consumers.entries))
+                found[name] = (replica.group, usage)
+        return found
+
+    async def usage(self, assignments: list[StreamAssignment]) -> dict[str, Usage]:
+        """Each stream's usage: this node's replica's, else one of its peers' (invariant 1)."""
+        local = self._local()
+        usage = {a.name: local[a.name][1] for a in assignments if local.get(a.name, ("", None))[0] == a.group}
+        missing = [a for a in assignments if a.name not in usage]
+        tried: dict[str, set[str]] = {a.name: {self.parts.name} for a in missing}
+        for _ in range(USAGE_ROUNDS_MAX):
+            online = self.parts.online()
+            asks: dict[str, dict[str, str]] = {}  # peer -> {stream name: group}
+            for assignment in missing:
+                peer = next((p for p in assignment.peers if p in online and p not in tried[assignment.name]), None)
+                if peer is not None:
+                    tried[assignment.name].add(peer)
+                    asks.setdefault(peer, {})[assignment.name] = assignment.group
+            if not asks:
+                break
+            async with trio.open_nursery() as nursery:
+                for peer, wanted in asks.items():
+                    nursery.start_soon(self._ask, peer, wanted, usage)
+            missing = [a for a in missing if a.name not in usage]
+        return usage
+
+    async def _ask(self, peer: str, wanted: dict[str, str], usage: dict[str, Usage]) -> None:
+        """One peer's usage of the streams in `wanted` (name -> group) into `usage`; nothing when it fails."""
+        try:
+            answer, _ = await self.parts.call_peer(peer, USAGE_METHOD, {}, timeout_s=STATE_TIMEOUT_S)
+        except JsraftError:
+            return
+        for name, group in wanted.items():
+            found = answer["streams"].get(name)
+            if found is not None and found[0] == group:
+                usage[name] = (int(found[1]), int(found[2]))
 
     # --- Limits -----------------------------------------------------------------------------------------
 

@@ -167,6 +167,7 @@ class JsApi:
         for subject in API_SUBJECTS:
             clients.subscribe_internal(subject, self.dispatch)
         self.account = Account(parts, lambda: (self.total, self.errors))  # $JS.API.INFO, limits, domain
+        self.account.register(table)  # jsapi.account_usage: a peer's account info asks once per node
         import_domain_api(clients, parts.config.jetstream_domain)
 
     # --- Dispatch -----------------------------------------------------------------------------------

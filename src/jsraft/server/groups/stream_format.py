@@ -1,11 +1,12 @@
 """Formatting a new stream replica's directory in one durable step (layer L5).
 
 Owns: `format_new_replica`, which builds `streams/<name>/` for a stream this node opens with no directory
-for it yet, and `remove_format_leftovers`. A create used to make every name durable as it made it — a
-directory fsync after each file written and each directory created, 18 fsyncs for one stream directory
-(`bench/README.md`, "Stream create latency") — which on a loaded disk was most of a create's time. Here
-the whole tree is written through an unsynced view, made durable by one `sync_tree` (one fsync per file
-and per directory), and only then given its name.
+for it yet, `prepare_format` (the same tree built ahead, invariant 5), and `remove_format_leftovers`. A
+create used to make every name durable as it made it — a directory fsync after each file written and
+each directory created, 18 fsyncs for one stream directory (`bench/README.md`, "Stream create latency")
+— which on a loaded disk was most of a create's time. Here the whole tree is written through an unsynced
+view, made durable by one `sync_tree` (one fsync per file and per directory), and only then given its
+name.
 
 Invariants:
   1. A stream directory appears under its name only complete and durable: it is built under
@@ -20,6 +21,12 @@ Invariants:
      and `group`; for a file-backed stream its `msgs/` store and its `raft/` WAL directory. A memory
      stream's `raft/` is left to its open: its presence means "this replica ran before" (memory_stream
      rule 2).
+  5. A tree may be prepared ahead (`prepare_format`), while the create's meta entry is being made
+     durable on the meta leader, so that its fsyncs overlap the entry's: it is built and synced under the
+     temporary name only, so invariants 1 and 2 hold for it as for any other (a create that never
+     commits leaves a `.format-*` directory, removed at the next start or the next format of the name).
+     `format_new_replica` trusts a prepared tree only when told so by whoever awaited the preparation
+     (the stream manager, for the same config bytes); it then adds the `group` file, syncs and renames.
 
 Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), sibling `memory_stream`, `stream_options`.
 Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
@@ -38,25 +45,44 @@ RAFT_DIR = "raft"
 
 
 def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes,
-                       options: StreamOptions) -> bool:
+                       options: StreamOptions, prepared: bool = False) -> bool:
     """Run in a worker thread: format `streams/<name>` for group `group` unless it exists (invariant 3).
-    True when it formatted."""
+    `prepared`: `prepare_format` built this config's tree under the temporary name and returned True, and
+    nothing touched it since (invariant 5). True when it formatted."""
     if streams.exists(name):
         return False
     temp = f"{FORMAT_PREFIX}{name}"
+    if not prepared:
+        _build(streams, temp, config, raw, options)
+    streams.unsynced().sub(temp).write_atomic("group", group.encode())
+    streams.sync_tree(temp)  # every file and directory of the tree, once each (a clean one costs little)
+    streams.rename(temp, name)
+    streams.sync_dir("")
+    return True
+
+
+def prepare_format(streams: Disk, *, name: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> bool:
+    """Run in a worker thread while the create's meta entry is being made durable: build and sync the
+    tree for `config` under the temporary name, all but its `group` file (the group's name is the meta
+    index the entry gets). False when `<name>` exists (invariant 3). Never renames (invariant 5)."""
+    if streams.exists(name):
+        return False
+    temp = f"{FORMAT_PREFIX}{name}"
+    _build(streams, temp, config, raw, options)
+    streams.sync_tree(temp)
+    return True
+
+
+def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> None:
+    """The tree under `temp` (invariant 4), unsynced, without its `group` file."""
     if streams.exists(temp):
         streams.remove_tree(temp)  # invariant 2: an earlier format that crashed before its rename
     tree = streams.unsynced().sub(temp)
     tree.write_atomic("config.json", raw)
-    tree.write_atomic("group", group.encode())
     if not is_memory(config):
         open_store(tree, config, replica_store_config(config, options)).close()
         wal, _ = Wal.open(tree.sub(RAFT_DIR))
         wal.close()
-    streams.sync_tree(temp)  # every file and directory of the tree, once each
-    streams.rename(temp, name)
-    streams.sync_dir("")
-    return True
 
 
 def remove_format_leftovers(streams: Disk) -> list[str]:

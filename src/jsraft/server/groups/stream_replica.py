@@ -72,6 +72,7 @@ log = logging.getLogger("jsraft.server.stream")
 PUBLISHES_QUEUED_MAX = 65536
 DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
 MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
+LEADER_RECHECK_S = 0.005  # `wait_leader` also looks this often (a change outside a cycle: the replica closing)
 
 
 
@@ -245,14 +246,21 @@ class StreamReplica(ConfigFollowing):
         self.repair.advisories.flush()
 
     async def wait_leader(self, timeout_s: float) -> StreamLeader:
-        with trio.move_on_after(timeout_s):
-            while True:
-                self._follow_leadership()
-                if self.leader is not None:
-                    return self.leader
-                if self.runtime.status(self.group).raft.role is not Role.LEADER:
-                    raise NotLeader(self.leader_id())
-                await trio.sleep(0.005)
+        """The `StreamLeader` once this node may lead (invariant 1); `NotLeader` as soon as it does not lead
+        the group, or when `timeout_s` passed first. What it waits for — the term's NOOP applied, the log
+        applied — changes only in a Ready cycle, so it looks again after each cycle (`runtime.progress`),
+        not on a poll: a new stream's create answer waits for exactly its first cycle, no longer."""
+        self._follow_leadership()
+        if self.leader is not None:
+            return self.leader
+
+        def settled() -> bool:
+            self._follow_leadership()
+            return self.leader is not None or not self.runtime.is_leader(self.group)
+
+        await self.runtime.progress.until(settled, timeout_s, recheck_s=LEADER_RECHECK_S)
+        if self.leader is not None:
+            return self.leader
         raise NotLeader(self.leader_id())
 
     # --- Publishing ---------------------------------------------------------------------------------

@@ -24,6 +24,10 @@ Invariants:
      on a closed store or group it would raise and take the node down.
   6. A stream with no directory here gets it formatted whole before its replica opens
      (`stream_format`): a directory exists under the stream's name only complete and durable.
+  7. A tree prepared ahead (`prepare`, on the meta leader while the create's entry is made durable) is
+     used by the open of that name only once its preparation ended, succeeded, and was for the same
+     config bytes as the applied assignment; otherwise the open formats from scratch. At most one
+     preparation per name runs at a time, and the open of a name waits for it before touching the disk.
 
 Imports: stdlib, L0, L1, L3 (`meta`), L4 (`runtime`), trio, server siblings.
 """
@@ -40,11 +44,12 @@ import trio
 from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
 from jsraft.meta import Applied, EntryKind, MetaStateMachine, StreamAssignment, plan_restore
+from jsraft.meta.assignment import parse_config
 from jsraft.raft.config import RaftConfig
 from jsraft.runtime import NodeRuntime
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
-from jsraft.server.groups.stream_format import format_new_replica, remove_format_leftovers
+from jsraft.server.groups.stream_format import format_new_replica, prepare_format, remove_format_leftovers
 from jsraft.server.groups.stream_repair import CallPeer
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
@@ -52,6 +57,16 @@ from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
 log = logging.getLogger("jsraft.server.groups.streams")
 
 EVENTS_MAX = 65536  # meta entries applied but not yet handled; a bound, not a queue that grows for ever
+PREPARED_MAX = 1024  # trees being prepared ahead at once; beyond it a create formats after its apply
+
+
+class _Prepared:
+    """One tree prepared ahead (invariant 7): for which config bytes, whether it succeeded, when it ended."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.ok = False
+        self.done = trio.Event()
 
 
 class StreamManager:
@@ -75,6 +90,7 @@ class StreamManager:
         self._events: deque[tuple[str, Any]] = deque()
         self._wakeup = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._prepared: dict[str, _Prepared] = {}  # stream name -> its tree prepared ahead (invariant 7)
         self.handled = 0  # events handled, for tests that wait for the disk to follow the log
 
     # --- Inputs (synchronous, from the meta adapter) -------------------------------------------------
@@ -123,6 +139,38 @@ class StreamManager:
             raise RuntimeError(f"stream manager: {EVENTS_MAX} meta events not handled")
         self._events.append((kind, payload))
         self._wakeup.set()
+
+    def prepare(self, name: str, raw: bytes) -> None:
+        """The meta leader (this node) proposes creating stream `name` whose only replica is this node:
+        build its directory's tree now, while the entry is made durable (invariant 7, `stream_format` 5).
+        Best effort: skipped before `run` started, for a name being prepared or open here, past the bound."""
+        if (self._nursery is None or name in self._prepared or name in self.replicas
+                or len(self._prepared) >= PREPARED_MAX):
+            return
+        prepared = self._prepared[name] = _Prepared(raw)
+        self._nursery.start_soon(self._prepare, name, prepared)
+
+    async def _prepare(self, name: str, prepared: _Prepared) -> None:
+        try:
+            config = parse_config(name, prepared.raw)
+            prepared.ok = await trio.to_thread.run_sync(lambda: prepare_format(
+                self.disk, name=name, config=config, raw=prepared.raw, options=self.options))
+        except (JsraftError, OSError) as error:  # the open formats from scratch, and says so if it fails too
+            log.info("stream %s: directory not prepared ahead: %s", name, error)
+        finally:
+            prepared.done.set()
+            if self._prepared.get(name) is prepared and not prepared.ok:
+                del self._prepared[name]
+
+    async def _take_prepared(self, assignment: StreamAssignment) -> bool:
+        """Invariant 7: whether the open of `assignment` may use a tree prepared ahead."""
+        prepared = self._prepared.get(assignment.name)
+        if prepared is None:
+            return False
+        await prepared.done.wait()
+        if self._prepared.get(assignment.name) is prepared:
+            del self._prepared[assignment.name]
+        return prepared.ok and prepared.raw == assignment.config_raw
 
     @property
     def pending(self) -> int:
@@ -174,9 +222,10 @@ class StreamManager:
             return
         # A stream new to this node gets its directory formatted whole, with one fsync per file and per
         # directory (`stream_format`); the replica's open then finds every name it needs in place.
+        prepared = await self._take_prepared(assignment)
         await trio.to_thread.run_sync(lambda: format_new_replica(
             self.disk, name=assignment.name, group=assignment.group, config=assignment.config,
-            raw=assignment.config_raw, options=self.options))
+            raw=assignment.config_raw, options=self.options, prepared=prepared))
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,

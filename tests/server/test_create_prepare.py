@@ -1,0 +1,70 @@
+"""A stream's directory prepared while its create commits (`streams` invariant 7, `stream_format` 5).
+
+Method: one real node (`jsraft.open_node`, real files and fsync) and nats-py in an asyncio worker thread.
+A create through the API runs the meta leader's preparation (`MetaService.prepare_stream`), so the
+test wraps the node's `prepare_stream` to record the names it prepared, and checks that the create used
+it and answered a complete stream. A preparation for config bytes that then never commit (the node's
+`StreamManager.prepare`, called directly, as a meta leader whose proposal is lost would leave it) must
+not be used by a later create of that name with another config — the stream's `config.json` holds the
+applied config — and a leftover of one that never commits is removed when the node restarts. Waits
+are polls with deadlines.
+"""
+
+from __future__ import annotations
+
+import json
+
+import trio
+
+import jsraft
+from jsraft.server.groups.stream_format import FORMAT_PREFIX
+from nats_kit import in_asyncio, nats_connect, single, until
+
+RAW_GHOST = b'{"name":"GHOST","subjects":["ghost.a"],"storage":"file","num_replicas":1}'
+
+
+async def test_a_create_uses_its_prepared_tree_and_never_one_for_other_bytes(tmp_path):
+    async def scenario(url: str, node) -> dict:
+        nc = await nats_connect(url)
+        js = nc.jetstream(timeout=20)
+        seen = {}
+        created = await js.add_stream(name="FAST", subjects=["fast.>"])
+        seen["created"] = created.config.subjects
+        # A preparation for bytes that never commit; then the name is created with other subjects.
+        trio.from_thread.run_sync(node.streams.prepare, "GHOST", RAW_GHOST)
+        await until(lambda: "GHOST" in node.streams._prepared and node.streams._prepared["GHOST"].done.is_set(),
+                    "the preparation for other bytes ended")
+        ghost = await js.add_stream(name="GHOST", subjects=["ghost.b"])
+        seen["ghost"] = ghost.config.subjects
+        ack = await js.publish("ghost.b", b"x")
+        seen["ghost_seq"] = ack.seq
+        await nc.close()
+        return seen
+
+    async with jsraft.open_node(single(tmp_path)) as node:
+        prepared: list[str] = []
+        real = node.meta_service.prepare_stream
+
+        def recording(name: str, raw: bytes) -> None:
+            prepared.append(name)
+            real(name, raw)
+        node.meta_service.prepare_stream = recording
+        seen = await in_asyncio(scenario, node.url, node, timeout_s=60)
+        streams_dir = tmp_path / "n1" / "streams"
+        assert prepared == ["FAST", "GHOST"]
+        assert seen == {"created": ["fast.>"], "ghost": ["ghost.b"], "ghost_seq": 1}
+        assert json.loads((streams_dir / "GHOST" / "config.json").read_bytes())["subjects"] == ["ghost.b"]
+        assert (streams_dir / "FAST" / "group").read_bytes() == node.meta.stream("FAST").group.encode()
+        assert not node.streams._prepared  # every preparation was taken by its create's open
+        assert not [p.name for p in streams_dir.iterdir() if p.name.startswith(FORMAT_PREFIX)]
+        # One that never commits: prepared, then the node stops before any create of the name.
+        node.streams.prepare("ORPHAN", RAW_GHOST.replace(b"GHOST", b"ORPHAN").replace(b"ghost.a", b"orphan.a"))
+
+        def orphan_built() -> bool:
+            entry = node.streams._prepared.get("ORPHAN")
+            return entry is not None and entry.done.is_set() and entry.ok
+        await in_asyncio(until, orphan_built, "the orphan's tree prepared")
+        assert (streams_dir / f"{FORMAT_PREFIX}ORPHAN" / "config.json").exists()
+    async with jsraft.open_node(single(tmp_path)) as node:
+        assert sorted(p.name for p in streams_dir.iterdir()) == ["FAST", "GHOST"]
+        assert sorted(node.meta.names()) == ["FAST", "GHOST"]

@@ -76,6 +76,15 @@ def is_sealed(disk: Disk, build: str) -> bool:
     return disk.exists(posixpath.join(build, SEALED))
 
 
+def recovered_path(disk: Disk, live: str) -> str:
+    """Where the store `recover_swap` would leave at `live` lies now: for a read-only open, which must
+    not finish the recovery itself."""
+    if disk.exists(live + OLD_SUFFIX) and not disk.exists(live):
+        sealed = [build for build in _builds(disk, live) if is_sealed(disk, build)]
+        return sealed[-1] if sealed else live + OLD_SUFFIX
+    return live
+
+
 def recover_swap(disk: Disk, live: str) -> str:
     """The recovery table of the module docstring; what it did ("" when there was nothing to do)."""
     old, builds = live + OLD_SUFFIX, _builds(disk, live)

@@ -22,6 +22,11 @@ Invariants:
      its messages: then `memory_stream` rule 5 decides.
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
+  7. A repair that needs a fresh store refills one built beside the old store (`ReplacementStore`,
+     store/swap.py); the old store is put back when the session fails, is interrupted or is replaced, and
+     the new one is swapped in only by `finish_session`, verified (replica.stream_repair invariant 7).
+  8. `standing` is what this replica knows of its latest audit (the verdicts this node judged as leader,
+     the resync orders it was sent): `repair_serve` serves only as a verified source with it.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
      node, whatever number of tries it took. An episode that began with a memory store emptied by a
      restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
@@ -46,7 +51,7 @@ from jsraft.raft.status import Role
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.replica import stream_repair as decide
-from jsraft.server.groups.memory_stream import fresh_store
+from jsraft.server.groups.repair_build import ReplacementStore
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
     MalformedCatchup, decode_catchup, encode_request,
@@ -117,6 +122,8 @@ class RepairWorker:
         self._recovery_noted = False
         self._last_transfer_s = float("-inf")
         self._wakeup = trio.Event()
+        self.replacement = ReplacementStore(replica)  # a fresh store the session refills (invariant 7)
+        self.standing = decide.AuditStanding()  # this store at its latest known audit verdict (invariant 8)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -242,6 +249,7 @@ class RepairWorker:
         adapter, machine = self.replica.adapter, self.replica.machine
         if adapter is None or machine is None:
             return "not open"
+        self.note_audit(index, False)  # invariant 8: whatever this replica does about it, it is no source
         if self.repaired_at_index > index:
             return "repaired since"
         if machine.health is not Health.current or adapter.plan is not None or adapter.holding:
@@ -279,18 +287,22 @@ class RepairWorker:
         self._advise_drift(episode)
         first = self._plan_generation != pending.generation
         self._plan_generation = pending.generation
-        session, plan = decide.open_session(adapter, first=first, reset_store=self._fresh_store,
+        session, plan = decide.open_session(adapter, first=first, reset_store=self.replacement.start,
                                             bytes_max=self.options.catchup_chunk_bytes)
         self.state = "fetching"
+        finished = False
         try:
             await self._run_session(session, plan, pending.generation)
+            if session.result is not None and adapter.generation == pending.generation:
+                episode.verified = session.result.verified
+            install = self.replacement.install if self.replacement.active else None
+            finished = decide.finish_session(adapter, session, pending.generation, install=install)
         finally:
             episode.fetched_msgs += session.fetched_msgs
             episode.deleted_seqs += session.deleted_seqs
             episode.reset = episode.reset or session.was_reset
-        if session.result is not None and adapter.generation == pending.generation:
-            episode.verified = session.result.verified
-        decide.finish_session(adapter, session, pending.generation)
+            if not finished:  # invariant 7: failed, interrupted or replaced: the old store stays
+                self.replacement.roll_back()
 
     async def _run_session(self, session: CatchupSession, plan: Any, generation: int) -> None:
         adapter = self.replica.adapter
@@ -325,14 +337,9 @@ class RepairWorker:
             raise _Retry("no other replica leads the stream now")
         return leader
 
-    def _fresh_store(self) -> Any:
-        """A repair that must put back messages below the store's first sequence: an empty store."""
-        replica = self.replica
-        old = replica.store
-        config = old.config
-        old.close()
-        replica.store = fresh_store(replica.disk, replica.config, config)
-        return replica.store
+    def note_audit(self, index: int, agreed: bool) -> None:
+        """The verdict of the audit at `index` on this replica's store (invariant 8)."""
+        self.standing = self.standing.after(index, agreed)
 
     def _step_down_if_unfit(self) -> None:
         """Invariant 4."""

@@ -101,6 +101,9 @@ class ReplacementStore:
 
 
 def _opener(config: Any) -> Any:
+    """Every record read and checked at open, the index not trusted: the background verifier has ended
+    for this replica (fs_verify: a store that replaces another is empty or fully scanned), and the store
+    swapped in is read back whole once, from its new place, before it serves."""
     def open_store(disk: Disk, path: str) -> FileStore:
-        return FileStore.open(disk.sub(path), config)
+        return FileStore.open(disk.sub(path), config, use_index=False)
     return open_store

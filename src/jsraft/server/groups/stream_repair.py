@@ -22,14 +22,14 @@ Invariants:
      its messages: then `memory_stream` rule 5 decides.
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
+  5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
+     node, whatever number of tries it took. An episode that began with a memory store emptied by a
+     restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
   7. A repair that needs a fresh store refills one built beside the old store (`ReplacementStore`,
      store/swap.py); the old store is put back when the session fails, is interrupted or is replaced, and
      the new one is swapped in only by `finish_session`, verified (replica.stream_repair invariant 7).
   8. `standing` is what this replica knows of its latest audit (the verdicts this node judged as leader,
      the resync orders it was sent): `repair_serve` serves only as a verified source with it.
-  5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
-     node, whatever number of tries it took. An episode that began with a memory store emptied by a
-     restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
 
 Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), L3½ (`replica.stream_repair`: every
 repair decision), attrs, trio, server siblings.

@@ -110,19 +110,28 @@ def test_an_installed_build_is_the_live_store_after_a_reopen(os_disk):
     assert _key_at_live(os_disk) == new_key
 
 
-@pytest.mark.parametrize("step", SWAP_STEPS)
-def test_a_process_that_dies_after_any_step_recovers_to_the_old_or_the_new_store(os_disk, tmp_path, step):
-    old = _live_with_old(os_disk)
+def _install_until(disk, step: str, *, power_fails: bool) -> tuple[tuple, tuple]:  # type: ignore[no-untyped-def]
+    """Old store 1..10, a build 5..30 installed until `step`, where the process dies (and, with
+    `power_fails`, the disk loses what was not durable); the old and the new state tuples."""
+    old = _live_with_old(disk)
     old_key = old.state().agreement_key()
-    build = BesideBuild(os_disk, LIVE, _open)
+    build = BesideBuild(disk, LIVE, _open)
     new_key = _build_new(build, old).state().agreement_key()
 
     def die(name: str) -> None:
         if name == step:
+            if power_fails:
+                disk.crash()
             raise _Died(name)
 
     with pytest.raises(_Died):
         build.install(b"verified", step=die)
+    return old_key, new_key
+
+
+@pytest.mark.parametrize("step", SWAP_STEPS)
+def test_a_process_that_dies_after_any_step_recovers_to_the_old_or_the_new_store(os_disk, tmp_path, step):
+    old_key, new_key = _install_until(os_disk, step, power_fails=False)
     found = _key_at_live(OsDisk(str(tmp_path)))  # a new process: a new view of the directory
     expected = old_key if step == "seal" else new_key  # from the build's first rename on, the new one
     assert found == expected
@@ -132,18 +141,7 @@ def test_a_process_that_dies_after_any_step_recovers_to_the_old_or_the_new_store
 @pytest.mark.parametrize("step", SWAP_STEPS)
 def test_a_power_failure_after_any_step_recovers_to_the_old_or_the_new_store(step):
     disk = SimDisk(random.Random(3), corruption_allowed=False)
-    old = _live_with_old(disk)
-    old_key = old.state().agreement_key()
-    build = BesideBuild(disk, LIVE, _open)
-    new_key = _build_new(build, old).state().agreement_key()
-
-    def power_fails(name: str) -> None:
-        if name == step:
-            disk.crash()
-            raise _Died(name)
-
-    with pytest.raises(_Died):
-        build.install(b"verified", step=power_fails)
+    old_key, new_key = _install_until(disk, step, power_fails=True)
     found = _key_at_live(disk)
     assert found in (old_key, new_key)  # never neither (invariant 1)
     if SWAP_STEPS.index(step) >= SWAP_STEPS.index("sync"):

@@ -202,4 +202,5 @@ def test_a_fresh_store_is_built_beside_and_swapped_in_only_after_the_session_ver
     assert disk.listdir("stream") == ["msgs"]
     disk.crash(torn=False)
     recover_swap(disk, LIVE)
-    assert FileStore.open(disk.sub(LIVE), store_config_for(adapter.machine.config)).state().agreement_key() == leader_key
+    reopened = FileStore.open(disk.sub(LIVE), store_config_for(adapter.machine.config))
+    assert reopened.state().agreement_key() == leader_key

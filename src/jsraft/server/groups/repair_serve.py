@@ -9,11 +9,12 @@ Invariants:
      and catch-up only once it applied at least the snapshot index the request is for: a leader behind
      that index could not tell "deleted" from "not yet written".
   2. Anything else is answered with a refusal or an error the requester retries on; never a guess.
-  3. Only a verified source serves (`replica.stream_repair.source_refusal`: current, fault-free, and not outvoted at
-     its latest known audit since its last repair); otherwise `stream.snapshot` raises
+  3. Only a verified source serves (`replica.stream_repair.source_refusal`: current, fault-free, and not
+     outvoted at its latest known audit since its last repair); otherwise `stream.snapshot` raises
      `RepairSourceRefused` and `stream.catchup` answers a refusal, each with a stable `RefusalCode`.
 
-Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair.answer_catchup`), server siblings.
+Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair`: `answer_catchup`, `source_refusal`),
+server siblings.
 Reference: DESIGN.md §6 (range catch-up), §8.
 """
 

@@ -8,7 +8,8 @@ is dropped), then `recover_swap` runs as the next open would and the store opene
 exactly the old one or exactly the new one, never neither, with the new one from the first rename of the
 build on. On a `SimDisk` the same steps end in a power failure (`crash()`: unsynced names and content
 lost): the same rule, and from the parent's fsync on it must be the new one. Leftover build directories
-are removed at recovery, and the recovery table's three `.old` rows are built by hand and checked.
+are removed at recovery, and the recovery table's three `.old` rows are built by hand and checked;
+`jsraft check` looks for a stream's store where the next open would find it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import random
 
 import pytest
 
+from jsraft.cli.check_cmd import check_store, find_stores
 from jsraft.disk.os_disk import OsDisk
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
@@ -174,3 +176,21 @@ def test_recovery_completes_or_rolls_back_each_interrupted_state(os_disk):
     os_disk.makedirs(LIVE + OLD_SUFFIX)
     assert recover_swap(os_disk, LIVE) == "completed"
     assert os_disk.listdir("stream") == ["msgs"] and new_key != old_key
+
+
+def test_jsraft_check_looks_where_the_next_open_finds_the_store(tmp_path):
+    """A crash between moving the live store aside and moving the sealed build in: `jsraft check` checks
+    the build (what the next open completes the swap with), not nothing."""
+    disk = OsDisk(str(tmp_path))
+    live = "streams/S/msgs"
+    disk.makedirs("streams/S")
+    _open(disk, live).close()
+    build = begin_build(disk, live)
+    new = _open(disk, build)
+    _fill(new, 1, 5)
+    new.close()
+    seal_build(disk, build, b"v")
+    disk.rename(live, live + OLD_SUFFIX)
+    (name, directory), = find_stores(str(tmp_path))
+    assert name == "S" and directory == str(tmp_path / build)
+    assert check_store(name, directory)["msgs"] == 5

@@ -62,10 +62,12 @@ def _parent(live: str) -> str:
 def _builds(disk: Disk, live: str) -> list[str]:
     """The build directories beside `live`, oldest (lowest number) first."""
     parent, base = _parent(live), posixpath.basename(live)
-    if parent and not disk.is_dir(parent):
+    try:
+        names = disk.listdir(parent)
+    except (FileNotFoundError, NotADirectoryError):  # nothing created here yet
         return []
     numbered = []
-    for name in disk.listdir(parent):
+    for name in names:
         suffix = name[len(base) + len(BUILD_INFIX):]
         if name.startswith(base + BUILD_INFIX) and suffix.isdigit():
             numbered.append((int(suffix), posixpath.join(parent, name)))

@@ -9,21 +9,33 @@ only for the plan's own generation, when the replica is whole again and when it 
 the leader's answer to a catch-up request (served, or refused when the request is beyond what it
 applied or for another stream), whether a voter can take over from an unfit leader and which one the
 leader picks (or none: it stays), and that a finished catch-up survives a power failure (a FileStore on a
-`SimDisk`, crashed right after `finish_session`).
+`SimDisk`, crashed right after `finish_session`). Repair sources: a source is refused, with a stable code
+that crosses the wire, while not current or while the latest audit verdict it knows of says its store
+disagreed (unless repaired since). A follower whose store cut its head beyond the group's refills a
+store built beside the old one (`store.swap.BesideBuild`): failing midway leaves the old store as it
+was and readable; finishing swaps the verified store in, and a power failure after that keeps it.
 """
 
 from __future__ import annotations
 
 import random
 
+import pytest
+
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.replica import stream_repair as decide
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.filestore import FileStore
-from jsraft.stream import CatchupRefusal, CatchupRequest, Finding, FindingKind, StreamStateMachine, store_config_for
+from jsraft.store.swap import BesideBuild, recover_swap
+from jsraft.stream import (
+    CatchupRefusal, CatchupRequest, Finding, FindingKind, MalformedCatchup, RefusalCode, StreamStateMachine,
+    decode_catchup, encode_refusal, store_config_for,
+)
 from jsraft.testing.simdisk import SimDisk
 from test_repair_adapter import Log, follower
+
+LIVE = "stream/msgs"
 
 def test_a_restored_plan_is_carried_out_and_released_for_its_own_generation_only():
     log, adapter = Log(), follower()
@@ -148,3 +160,83 @@ def test_the_successor_is_the_most_caught_up_voter_that_said_it_can_lead_or_none
     assert decide.successor(reachable, {"n2": False, "n3": False, "n4": False, "n5": False}) is None
     assert decide.successor(reachable, {}) is None
     assert decide.successor((), {"n2": True}) is None  # only reachable voters are candidates
+
+
+def test_only_a_verified_source_serves_and_says_why_not_with_a_stable_code():
+    """Invariant 6: current, fault-free, and not outvoted at the latest audit it knows of (unless repaired
+    since); the refusal's code crosses the wire."""
+    log = Log()
+    log.msgs(10)
+    standing = decide.AuditStanding()
+    assert decide.source_refusal(log.leader, standing, repaired_at_index=0) is None  # no verdict known yet
+    standing = standing.after(5, True)
+    assert decide.source_refusal(log.leader, standing, repaired_at_index=0) is None
+    standing = standing.after(7, False)  # its store disagreed with the majority at the audit at 7
+    refusal = decide.source_refusal(log.leader, standing, repaired_at_index=3)
+    assert refusal is not None and refusal.code == RefusalCode.source_disagreed
+    assert standing.after(6, True) == standing  # an older verdict changes nothing
+    assert decide.source_refusal(log.leader, standing, repaired_at_index=7) is not None
+    assert decide.source_refusal(log.leader, standing, repaired_at_index=8) is None  # repaired since
+    assert decide.source_refusal(log.leader, standing.after(9, True), repaired_at_index=0) is None
+    assert decode_catchup(encode_refusal(refusal)) == refusal
+    with pytest.raises(MalformedCatchup):
+        decode_catchup(encode_refusal(CatchupRefusal(reason="x", code="no_such_code")))
+    log.leader.mark_drifted(Finding(kind=FindingKind.audit_mismatch))
+    refusal = decide.source_refusal(log.leader, decide.AuditStanding(), repaired_at_index=0)
+    assert refusal is not None and refusal.code == RefusalCode.source_not_current
+
+
+def _cut_follower(disk: SimDisk) -> tuple[Log, StreamAdapter, tuple]:
+    """A follower on a FileStore whose store cut its head beyond the group's: its plan needs a fresh store."""
+    log = Log()
+    config, raw = parse_stream_config(b'{"name": "S", "subjects": ["s.>"]}')
+    disk.makedirs("stream")
+    store = FileStore.open(disk.sub(LIVE), store_config_for(config))
+    adapter = StreamAdapter(StreamStateMachine(store, config, raw))
+    adapter.recovery_target = 0
+    adapter.apply([log.msgs(300)])
+    store.compact(120)  # the store dropped 1..119 by itself; the group still holds them
+    store.sync()
+    disk.sync_tree("stream")
+    before = store.state().agreement_key()
+    log.msgs(20)
+    adapter.restore(log.leader.snapshot())
+    assert adapter.plan is not None and adapter.plan.plan.reset
+    return log, adapter, before
+
+
+def _opener(adapter: StreamAdapter):  # type: ignore[no-untyped-def]
+    return lambda disk, path: FileStore.open(disk.sub(path), adapter.machine.store.config)
+
+
+def test_a_fresh_store_is_built_beside_and_swapped_in_only_after_the_session_verified():
+    """Invariant 7: a session that fails midway leaves the old store intact and readable (the build is
+    dropped); a finished one swaps the verified store in, durably, before the held entries apply."""
+    disk = SimDisk(random.Random(11), corruption_allowed=False)
+    log, adapter, before = _cut_follower(disk)
+    old = adapter.machine.store
+    build = BesideBuild(disk, LIVE, _opener(adapter))
+    session, plan = decide.open_session(adapter, first=True, reset_store=lambda: build.start(adapter.machine.store),
+                                        bytes_max=4096)
+    request = session.start(plan)
+    for _ in range(2):  # two chunks into the fresh store, then the repair fails
+        request = session.on_chunk(decide.answer_catchup(log.leader, "S", request))
+    assert build.active and adapter.machine.store is not old and disk.is_dir(build.build)
+    assert old.load(200).seq == 200  # the old store stays open and readable meanwhile
+    adapter.machine.replace_store(build.abandon())
+    assert adapter.machine.store is old and old.state().agreement_key() == before
+    assert disk.listdir("stream") == ["msgs"]
+
+    session, plan = decide.open_session(adapter, first=False, reset_store=lambda: build.start(adapter.machine.store),
+                                        bytes_max=4096)
+    request = session.start(plan)
+    while request is not None:
+        request = session.on_chunk(decide.answer_catchup(log.leader, "S", request))
+    assert decide.finish_session(adapter, session, adapter.generation, install=build.install)
+    leader_key = log.leader.store.state().agreement_key()
+    assert adapter.machine.store.state().agreement_key() == leader_key and not build.active
+    assert disk.listdir("stream") == ["msgs"]
+    disk.crash(torn=False)
+    recover_swap(disk, LIVE)
+    reopened = FileStore.open(disk.sub(LIVE), store_config_for(adapter.machine.config))
+    assert reopened.state().agreement_key() == leader_key

@@ -21,6 +21,7 @@ from jsraft.disk import OsDisk
 from jsraft.store import StoreConfig
 from jsraft.store.blocks import parse_block_name
 from jsraft.store.filestore import FileStore
+from jsraft.store.swap import recovered_path
 
 EXIT_CLEAN, EXIT_DAMAGED, EXIT_USAGE = 0, 1, 2
 
@@ -33,12 +34,20 @@ def _is_store_dir(path: str) -> bool:
     return any(parse_block_name(name) is not None for name in names) or "index" in names
 
 
+def _msgs_dir(stream_dir: str) -> str:
+    """The stream's store directory, or where the next open finds it if a crash interrupted a repair's
+    swap of its store (store/swap.py: `msgs.old` or a sealed `msgs.repair-<n>`)."""
+    if not os.path.isdir(stream_dir):
+        return os.path.join(stream_dir, "msgs")
+    return os.path.join(stream_dir, recovered_path(OsDisk(stream_dir, read_only=True), "msgs"))
+
+
 def _node_stores(root: str, prefix: str = "") -> list[tuple[str, str]]:
     stores: list[tuple[str, str]] = []
     streams = os.path.join(root, "streams")
     if os.path.isdir(streams):
         for name in sorted(os.listdir(streams)):
-            msgs = os.path.join(streams, name, "msgs")
+            msgs = _msgs_dir(os.path.join(streams, name))
             if _is_store_dir(msgs):
                 stores.append((prefix + name, msgs))
     return stores

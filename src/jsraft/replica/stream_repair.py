@@ -4,7 +4,9 @@ simulator both run.
 Owns: the deterministic half of DESIGN §8's repair — which job a replica's repair worker does next
 (`next_job`), the catch-up session that carries out a pending plan (`open_session`, `finish_session`),
 when a drift episode is over (`is_whole`), when a replica must hand its Raft leadership away
-(`unfit_to_lead`) and to whom (`can_take_over`, `successor`), and the stream leader's answer to one catch-up request (`answer_catchup`). The
+(`unfit_to_lead`) and to whom (`can_take_over`, `successor`), whether this replica may serve as a repair
+source (`source_refusal`, from what it knows of its latest audit: `AuditStanding`), and the stream leader's
+answer to one catch-up request (`answer_catchup`). The
 transports stay with their callers: production's `server.stream_repair.RepairWorker` (trio, `$rpc` to the
 stream leader, backoff) and `server.repair_serve`; the simulator (`testing.sim.stream_repair`) asks the
 simulated leader between two steps.
@@ -37,8 +39,15 @@ Invariants:
      `successor` is None and the leader stays: no replica can fetch from it then, but none could from an
      unfit successor either; it asks again after an election timeout, when a voter may have become able
      (a replay ended, a peer came back).
+  7. Only a verified source serves (`source_refusal`, asked before a snapshot or a chunk is served): a
+     replica that is current and fault-free and whose store did not disagree with the majority at the
+     latest audit it knows the verdict of — unless a repair ended after that audit. Anything else is
+     refused with a stable `RefusalCode`; the requester waits and asks again.
+  8. A replacement store built for the session (`install`) is swapped in only by `finish_session`, after
+     the session ended verified (or with its verification left to the audit, catchup invariant 4) and the
+     built store is durable, and before any held entry is applied to it.
 
-Imports: L3 (`stream`), stdlib. Never trio, time, os or the server layer.
+Imports: L0, L2 (`store` values), L3 (`stream`), stdlib, attrs. Never trio, time, os or the server layer.
 """
 
 from __future__ import annotations
@@ -47,8 +56,13 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from jsraft.store.filestore import FileStore
-from jsraft.stream import CatchupChunk, CatchupRefusal, CatchupRequest, Health, StreamStateMachine, serve_catchup
+import attrs
+
+from jsraft.errors import invariant
+from jsraft.store.base import StreamStore
+from jsraft.stream import (
+    CatchupChunk, CatchupRefusal, CatchupRequest, Health, RefusalCode, StreamStateMachine, serve_catchup,
+)
 from jsraft.stream.catchup import CatchupSession
 
 
@@ -87,7 +101,7 @@ def next_job(adapter: RepairAdapter, *, escalate: bool) -> Job | None:
     return None
 
 
-def open_session(adapter: RepairAdapter, *, first: bool, reset_store: Callable[[], FileStore],
+def open_session(adapter: RepairAdapter, *, first: bool, reset_store: Callable[[], StreamStore] | None,
                  bytes_max: int) -> tuple[CatchupSession, Any]:
     """The session carrying out the adapter's pending plan, and the plan it starts from (invariant 4)."""
     pending, machine = adapter.plan, adapter.machine
@@ -98,14 +112,25 @@ def open_session(adapter: RepairAdapter, *, first: bool, reset_store: Callable[[
     return session, plan
 
 
-def finish_session(adapter: RepairAdapter, session: CatchupSession, generation: int) -> bool:
-    """The session ended: make the store durable and release what the adapter held back, if the plan is
-    still this one (invariants 2 and 3)."""
-    if session.result is not None and adapter.generation == generation:
-        adapter.machine.store.sync()
-        adapter.release()
-        return True
-    return False
+def finish_session(adapter: RepairAdapter, session: CatchupSession, generation: int, *,
+                   install: Callable[[bytes], StreamStore] | None = None) -> bool:
+    """The session ended: make the store durable, swap in a store built beside the old one (`install`,
+    given the state tuple it verified), and release what the adapter held back — if the plan is still
+    this one (invariants 2, 3 and 7). False: the caller abandons a build it started."""
+    result = session.result
+    if result is None or adapter.generation != generation:
+        return False
+    machine = adapter.machine
+    machine.store.sync()
+    if install is not None:
+        state = machine.store.state()
+        invariant(result.verified is not False and state.agreement_key() == result.state.agreement_key(),
+                  "a replacement store is swapped in only as the session verified it")
+        machine.replace_store(install(repr(state.agreement_key()).encode()))
+        invariant(machine.store.state().agreement_key() == state.agreement_key(),
+                  "the swapped-in store reopens as it was built")
+    adapter.release()
+    return True
 
 
 def is_whole(adapter: RepairAdapter) -> bool:
@@ -135,11 +160,40 @@ def successor(reachable: Sequence[str], can_lead: Mapping[str, bool]) -> str | N
     return next((peer for peer in reachable if can_lead.get(peer) is True), None)
 
 
+@attrs.frozen(kw_only=True)
+class AuditStanding:
+    """What this replica knows of its store at the latest audit whose verdict it learned (as the leader
+    that judged it, or from the leader's resync order)."""
+
+    index: int = 0
+    agreed: bool | None = None  # None: no verdict known
+
+    def after(self, index: int, agreed: bool) -> "AuditStanding":
+        """The standing once the verdict of the audit at `index` is known (an older verdict changes nothing)."""
+        return AuditStanding(index=index, agreed=agreed) if index >= self.index else self
+
+
+def source_refusal(machine: StreamStateMachine, standing: AuditStanding, *,
+                   repaired_at_index: int) -> CatchupRefusal | None:
+    """Invariant 7: None when this replica may serve a repair (snapshot or catch-up), else why not."""
+    if machine.health is not Health.current or machine.replaying:
+        return CatchupRefusal(reason=f"the source's replica is {machine.health}", code=RefusalCode.source_not_current)
+    faults = machine.store.faults()
+    if faults:
+        return CatchupRefusal(reason=f"the source's store has {len(faults)} faults, from {faults[0].first}",
+                              code=RefusalCode.source_faulty)
+    if standing.agreed is False and repaired_at_index <= standing.index:
+        return CatchupRefusal(reason=f"the source's store disagreed with the majority at the audit at index "
+                                     f"{standing.index} and was not repaired since",
+                              code=RefusalCode.source_disagreed)
+    return None
+
+
 def answer_catchup(machine: StreamStateMachine, stream: str, request: CatchupRequest) -> CatchupChunk | CatchupRefusal:
     """The stream leader's answer to one catch-up request (invariant 5); the caller checked it leads."""
     if request.stream != stream:
-        return CatchupRefusal(reason=f"no stream {request.stream} here")
+        return CatchupRefusal(reason=f"no stream {request.stream} here", code=RefusalCode.no_stream)
     if machine.applied_index < request.snapshot_index:
         return CatchupRefusal(reason=f"the leader applied {machine.applied_index}, below the snapshot index "
-                                     f"{request.snapshot_index}")
+                                     f"{request.snapshot_index}", code=RefusalCode.behind_snapshot)
     return serve_catchup(machine, request)

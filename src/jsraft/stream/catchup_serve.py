@@ -19,7 +19,7 @@ from __future__ import annotations
 from jsraft.errors import DamagedSequence, NoMessageFound
 from jsraft.stream import apply_ops
 from jsraft.stream.catchup_wire import (
-    CHUNK_BYTES_MAX, CRC_BYTES, CatchupChunk, CatchupMsg, CatchupRefusal, CatchupRequest,
+    CHUNK_BYTES_MAX, CRC_BYTES, CatchupChunk, CatchupMsg, CatchupRefusal, CatchupRequest, RefusalCode,
 )
 from jsraft.stream.drift import merge_ranges
 from jsraft.stream.machine import StreamStateMachine
@@ -30,10 +30,12 @@ def serve_catchup(machine: StreamStateMachine, request: CatchupRequest) -> Catch
     """Answer `request` from the leader's own store, up to `bytes_max` (at least one sequence)."""
     store = machine.store
     if machine.health is not Health.current:
-        return CatchupRefusal(reason=f"the leader's replica is {machine.health}")
+        return CatchupRefusal(reason=f"the leader's replica is {machine.health}",
+                              code=RefusalCode.source_not_current)
     for fault in store.faults():
         if any(fault.first <= last and first <= fault.last for first, last in request.ranges):
-            return CatchupRefusal(reason=f"the leader's store has faults at {fault.first}..{fault.last}")
+            return CatchupRefusal(reason=f"the leader's store has faults at {fault.first}..{fault.last}",
+                                  code=RefusalCode.source_faulty)
     budget = min(max(request.bytes_max, 1), CHUNK_BYTES_MAX)
     msgs: list[CatchupMsg] = []
     crcs: list[tuple[int, int]] = []
@@ -49,7 +51,8 @@ def serve_catchup(machine: StreamStateMachine, request: CatchupRequest) -> Catch
             except NoMessageFound:
                 msg = None
             except DamagedSequence as error:
-                return CatchupRefusal(reason=f"the leader's store is damaged at {error.seq}")
+                return CatchupRefusal(reason=f"the leader's store is damaged at {error.seq}",
+                                      code=RefusalCode.source_faulty)
             if msg is None or msg.seq > last:
                 deleted.append((seq, last))
                 break

@@ -17,7 +17,7 @@ Wire (little-endian): `version u8 | kind u8 | body`;
              seq u64, timestamp_ns u64, crc u32, subject_len u16, headers_len u32, payload_len u32, bytes
     crcs:    next_seq u64, deleted count u32, (first u64, last u64) x count, count u32, (seq u64, crc u32) x count
              (kind 5: a chunk answering a probe; a probe answer without live messages is a plain chunk)
-    refusal: reason_len u16, reason
+    refusal: reason_len u16, reason, code_len u8, code (a `RefusalCode`: stable, for the requester to act on)
 
 Invariants:
   1. `decode_catchup(encode_*(x)) == x`; malformed input raises `MalformedCatchup`, nothing else.
@@ -77,9 +77,25 @@ class CatchupChunk:
     crcs: tuple[tuple[int, int], ...] = ()  # (seq, content CRC) per live message, answering a probe
 
 
+class RefusalCode:
+    """The stable codes of a `CatchupRefusal` (and of a refused `stream.snapshot`): what a requester may
+    branch on; `reason` is for humans. Every refusal is retried by the requester after a wait."""
+
+    refused = "refused"  # no more specific code
+    not_leader = "not_leader"  # the asked node does not lead the stream (now)
+    no_stream = "no_stream"  # the asked node has no such stream
+    behind_snapshot = "behind_snapshot"  # it applied less than the snapshot the request is for
+    source_not_current = "source_not_current"  # its replica is drifted, repairing or replaying
+    source_faulty = "source_faulty"  # its store lists faults (in the requested ranges, or at all)
+    source_disagreed = "source_disagreed"  # its store disagreed with the majority at its latest audit
+    ALL = frozenset({refused, not_leader, no_stream, behind_snapshot, source_not_current, source_faulty,
+                     source_disagreed})
+
+
 @attrs.frozen(kw_only=True)
 class CatchupRefusal:
     reason: str
+    code: str = RefusalCode.refused
 
 
 def _pairs(ranges: Ranges) -> list[bytes]:
@@ -111,8 +127,9 @@ def encode_chunk(chunk: CatchupChunk) -> bytes:
 
 
 def encode_refusal(refusal: CatchupRefusal) -> bytes:
-    reason = refusal.reason.encode()[:0xFFFF]
-    return _ENVELOPE.pack(CATCHUP_VERSION, _KIND_REFUSAL) + struct.pack("<H", len(reason)) + reason
+    reason, code = refusal.reason.encode()[:0xFFFF], refusal.code.encode()[:0xFF]
+    return (_ENVELOPE.pack(CATCHUP_VERSION, _KIND_REFUSAL) + struct.pack("<H", len(reason)) + reason
+            + struct.pack("<B", len(code)) + code)
 
 
 class _Reader:
@@ -163,11 +180,19 @@ def decode_catchup(data: bytes) -> CatchupRequest | CatchupChunk | CatchupRefusa
         elif kind == _KIND_CRCS:
             value = _decode_crcs(reader)
         else:
-            value = CatchupRefusal(reason=reader.blob(reader.take(struct.Struct("<H"))[0]).decode())
+            value = _decode_refusal(reader)
     except UnicodeDecodeError:
         raise MalformedCatchup("catch-up message holds text that is not UTF-8") from None
     reader.end()
     return value
+
+
+def _decode_refusal(reader: _Reader) -> CatchupRefusal:
+    reason = reader.blob(reader.take(struct.Struct("<H"))[0]).decode()
+    code = reader.blob(reader.take(struct.Struct("<B"))[0]).decode()
+    if code not in RefusalCode.ALL:
+        raise MalformedCatchup(f"catch-up refusal code {code!r} is not known")
+    return CatchupRefusal(reason=reason, code=code)
 
 
 def _decode_request(reader: _Reader, *, crcs_only: bool) -> CatchupRequest:

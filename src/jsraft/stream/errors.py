@@ -56,3 +56,13 @@ class StaleSnapshot(JsraftError):
     err_code = 20506
     http_code = 503
     default_description = "stream snapshot is behind this replica"
+
+
+class RepairSourceRefused(JsraftError):
+    """This replica will not serve as a repair source now (its `RefusalCode` leads the description): it is
+    not current, its store has faults, or its store disagreed with the majority at its latest audit. The
+    repairing replica waits and asks again."""
+
+    err_code = 20507
+    http_code = 503
+    default_description = "this replica is not a verified repair source"

@@ -6,10 +6,11 @@ Modules: `meta_service` / `meta_members` (the meta group), `first_election` (a n
 `stream_format` (a new replica's directory, formatted whole with one fsync per file and directory),
 `memory_stream` (a `storage: memory` replica's store, and when its lost messages are lost for good),
 `stream_options`, `stream_config_follow`, `stream_members`, `stream_audit`, `stream_expiry`,
-`stream_repair` / `repair_serve` (repair, both sides), `stream_handover` (whether a peer could lead in
-place of an unfit leader), `stream_publish` / `publish_batch` (client publishes
-into streams), `consumer_service` (the consumers led with their stream; their pull and push leading and
-events are trio-free, in `jsraft.replica`), `handlers` (what a request does), `rpc` (request/response over the transport),
+`stream_repair` / `repair_serve` / `repair_build` (repair, both sides, and its replacement store),
+`stream_handover` (whether a peer could lead in place of an unfit leader),
+`stream_publish` / `publish_batch` (client publishes into streams), `consumer_service` (the consumers led
+with their stream; their pull and push leading and events are trio-free, in `jsraft.replica`), `handlers`
+(what a request does), `rpc` (request/response over the transport),
 `router` (to the leader), `stream_lookup` (a stream found on this node: `LocalStreams`,
 `require_stream`, the call signatures the services take instead of `Node`), `consumer_errors` (the consumer errors the leader and the API raise),
 `versioning` (API levels and offline assets: what this node cannot run, and why).

@@ -1,7 +1,8 @@
 """Memory streams in the running node: their store, and the rule for a replica that restarted without its
 messages (layer L5).
 
-Owns: `open_store` (a `MemStore` for `storage: memory`, else the `FileStore` under `msgs/`),
+Owns: `open_store` (a `MemStore` for `storage: memory`, else the `FileStore` under `msgs/`, after finishing
+or undoing a repair's store swap a crash interrupted: `store.swap.recover_swap`),
 `start_store_tasks` (the store's background work) and `MemoryLoss`, the task that decides when a memory
 stream's lost messages are lost for good.
 
@@ -45,6 +46,7 @@ from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
 from jsraft.store.fs_verify import verify_in_background
 from jsraft.store.memstore import MemStore
+from jsraft.store.swap import recover_swap
 from jsraft.stream import Finding, FindingKind, Health
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ def open_store(disk: Disk, config: StreamConfig, store_config: StoreConfig) -> A
     that checks, the rest verified in the background: `store/fs_verify.py`)."""
     if is_memory(config):
         return MemStore(store_config)
+    recover_swap(disk, STORE_DIR)  # a repair's swap a crash interrupted: completed or undone (store/swap.py)
     return FileStore.open(disk.sub(STORE_DIR), store_config)
 
 
@@ -78,15 +81,6 @@ def start_store_tasks(replica: "StreamReplica", nursery: trio.Nursery) -> None:
     nursery.start_soon(verify_in_background,
                        lambda: replica.store if replica.machine is not None and not replica.machine.replaying else None,
                        trio.to_thread.run_sync, trio.sleep, replica.repair.wake)
-
-
-def fresh_store(disk: Disk, config: StreamConfig, store_config: StoreConfig) -> Any:
-    """An empty store for a repair that must put back messages below the store's first sequence."""
-    if is_memory(config):
-        return MemStore(store_config)
-    disk.remove_tree(STORE_DIR)
-    disk.sync_dir("")
-    return FileStore.open(disk.sub(STORE_DIR), store_config)
 
 
 class MemoryLoss:

@@ -9,8 +9,12 @@ Invariants:
      and catch-up only once it applied at least the snapshot index the request is for: a leader behind
      that index could not tell "deleted" from "not yet written".
   2. Anything else is answered with a refusal or an error the requester retries on; never a guess.
+  3. Only a verified source serves (`replica.stream_repair.source_refusal`: current, fault-free, and not
+     outvoted at its latest known audit since its last repair); otherwise `stream.snapshot` raises
+     `RepairSourceRefused` and `stream.catchup` answers a refusal, each with a stable `RefusalCode`.
 
-Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair.answer_catchup`), server siblings.
+Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair`: `answer_catchup`, `source_refusal`),
+server siblings.
 Reference: DESIGN.md §6 (range catch-up), §8.
 """
 
@@ -19,9 +23,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jsraft.raft.errors import NotLeader
-from jsraft.replica.stream_repair import answer_catchup
+from jsraft.replica.stream_repair import answer_catchup, source_refusal
 from jsraft.stream import (
-    CatchupChunk, CatchupRefusal, CatchupRequest, MalformedCatchup, decode_catchup, encode_chunk, encode_refusal,
+    CatchupChunk, CatchupRefusal, CatchupRequest, MalformedCatchup, RefusalCode, RepairSourceRefused, decode_catchup,
+    encode_chunk, encode_refusal,
 )
 
 if TYPE_CHECKING:
@@ -34,6 +39,9 @@ async def leader_snapshot(replica: "StreamReplica") -> tuple[int, bytes]:
     machine = replica.machine
     if machine is None or replica.leader is None:
         raise NotLeader(replica.leader_id())
+    refusal = _source_refusal(replica)
+    if refusal is not None:  # invariant 3
+        raise RepairSourceRefused(f"{refusal.code}: {replica.node_id}: {refusal.reason}")
     # The consumers travel with it (stream_adapter invariant 7): a resynced replica takes both.
     return machine.applied_index, machine.snapshot(extra=replica.adapter.consumers.snapshot_extra())
 
@@ -46,9 +54,22 @@ async def serve_catchup_request(replica: "StreamReplica", blob: bytes) -> bytes:
     try:
         await replica.wait_leader(1.0)
     except NotLeader:
-        return encode_refusal(CatchupRefusal(reason=f"{replica.node_id} does not lead stream {replica.name}"))
+        return encode_refusal(CatchupRefusal(reason=f"{replica.node_id} does not lead stream {replica.name}",
+                                             code=RefusalCode.not_leader))
     machine = replica.machine
     if machine is None or request.stream != replica.name:
-        return encode_refusal(CatchupRefusal(reason=f"{replica.node_id} has no stream {request.stream}"))
+        return encode_refusal(CatchupRefusal(reason=f"{replica.node_id} has no stream {request.stream}",
+                                             code=RefusalCode.no_stream))
+    refusal = _source_refusal(replica)
+    if refusal is not None:  # invariant 3
+        return encode_refusal(refusal)
     answer = answer_catchup(machine, replica.name, request)
     return encode_chunk(answer) if isinstance(answer, CatchupChunk) else encode_refusal(answer)
+
+
+def _source_refusal(replica: "StreamReplica") -> CatchupRefusal | None:
+    """Invariant 3, with what the repair worker knows of this replica's latest audit."""
+    if replica.machine is None:
+        return CatchupRefusal(reason="the stream is not open here", code=RefusalCode.source_not_current)
+    repair = replica.repair
+    return source_refusal(replica.machine, repair.standing, repaired_at_index=repair.repaired_at_index)

@@ -258,6 +258,8 @@ class AuditRunner:
             # A repaired replica records its own repaired advisory, with what it fetched (stream_repair).
             if advisory.type != DRIFT_REPAIRED_ADVISORY:
                 self.advisories.record(advisory)
+        if self.replica.node_id in verdict.agreeing:  # stream_repair invariant 8: a verified source
+            self.replica.repair.note_audit(verdict.index, True)
         for name in verdict.drifted:
             found = reports[name].agreement_key()
             args = {"stream": self.replica.name, "index": verdict.index, "expected": list(verdict.majority or ()),

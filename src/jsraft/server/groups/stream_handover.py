@@ -3,7 +3,7 @@
 Owns: the transport of `replica.stream_repair` invariant 6 in production — the answer a replica gives
 (`can_lead`, the `can_lead` field of its `replica.state` answer) and the unfit leader's question to its
 reachable voters (`ask_can_lead`), turned into a choice by `replica.stream_repair.successor`
-(`choose_successor`, for `RepairWorker._step_down_if_unfit`). The simulator reads the same `can_take_over` on the peer directly
+(`choose_successor`, for `RepairWorker._step_down_if_unfit`) and the transfer itself (`transfer_leadership`). The simulator reads the same `can_take_over` on the peer directly
 (`testing.sim.stream_repair`).
 
 Invariants:
@@ -76,3 +76,14 @@ async def choose_successor(call_peer: Callable[..., Awaitable[tuple[Any, list[by
     if target is None:
         log.info("stream %s: no reachable voter of %s can lead: the unfit leader stays", stream, ", ".join(reachable))
     return target
+
+
+def transfer_leadership(replica: "StreamReplica", target: str, why: str) -> None:
+    """Ask `replica`'s Raft group to hand its leadership to `target`; a transfer Raft will not start is
+    logged, not raised (the caller asks again after an election timeout)."""
+    log.warning("stream %s: %s cannot serve (%s): handing the leadership to %s", replica.name,
+                replica.node_id, why, target)
+    try:
+        replica.runtime.transfer_leadership(replica.group, target)
+    except JsraftError as error:
+        log.info("stream %s: leadership transfer to %s not started: %s", replica.name, target, error)

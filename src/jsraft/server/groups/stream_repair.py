@@ -27,6 +27,11 @@ Invariants:
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
      node, whatever number of tries it took. An episode that began with a memory store emptied by a
      restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
+  7. A repair that needs a fresh store refills one built beside the old store (`ReplacementStore`,
+     store/swap.py); the old store is put back when the session fails, is interrupted or is replaced, and
+     the new one is swapped in only by `finish_session`, verified (replica.stream_repair invariant 8).
+  8. `standing` is what this replica knows of its latest audit (the verdicts this node judged as leader,
+     the resync orders it was sent): `repair_serve` serves only as a verified source with it.
 
 Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), L3½ (`replica.stream_repair`: every
 repair decision), attrs, trio, server siblings.
@@ -48,8 +53,8 @@ from jsraft.raft.status import Role
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.replica import stream_repair as decide
-from jsraft.server.groups.memory_stream import fresh_store
-from jsraft.server.groups.stream_handover import choose_successor
+from jsraft.server.groups.repair_build import ReplacementStore
+from jsraft.server.groups.stream_handover import choose_successor, transfer_leadership
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, CatchupSession, Finding, FindingKind, Health,
     MalformedCatchup, decode_catchup, encode_request,
@@ -120,6 +125,8 @@ class RepairWorker:
         self._recovery_noted = False
         self._last_transfer_s = float("-inf")
         self._wakeup = trio.Event()
+        self.replacement = ReplacementStore(replica)  # a fresh store the session refills (invariant 7)
+        self.standing = decide.AuditStanding()  # this store at its latest known audit verdict (invariant 8)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -245,6 +252,7 @@ class RepairWorker:
         adapter, machine = self.replica.adapter, self.replica.machine
         if adapter is None or machine is None:
             return "not open"
+        self.note_audit(index, False)  # invariant 8: whatever this replica does about it, it is no source
         if self.repaired_at_index > index:
             return "repaired since"
         if machine.health is not Health.current or adapter.plan is not None or adapter.holding:
@@ -282,18 +290,22 @@ class RepairWorker:
         self._advise_drift(episode)
         first = self._plan_generation != pending.generation
         self._plan_generation = pending.generation
-        session, plan = decide.open_session(adapter, first=first, reset_store=self._fresh_store,
+        session, plan = decide.open_session(adapter, first=first, reset_store=self.replacement.start,
                                             bytes_max=self.options.catchup_chunk_bytes)
         self.state = "fetching"
+        finished = False
         try:
             await self._run_session(session, plan, pending.generation)
+            if session.result is not None and adapter.generation == pending.generation:
+                episode.verified = session.result.verified
+            install = self.replacement.install if self.replacement.active else None
+            finished = decide.finish_session(adapter, session, pending.generation, install=install)
         finally:
             episode.fetched_msgs += session.fetched_msgs
             episode.deleted_seqs += session.deleted_seqs
             episode.reset = episode.reset or session.was_reset
-        if session.result is not None and adapter.generation == pending.generation:
-            episode.verified = session.result.verified
-        decide.finish_session(adapter, session, pending.generation)
+            if not finished:  # invariant 7: failed, interrupted or replaced: the old store stays
+                self.replacement.roll_back()
 
     async def _run_session(self, session: CatchupSession, plan: Any, generation: int) -> None:
         adapter = self.replica.adapter
@@ -328,14 +340,9 @@ class RepairWorker:
             raise _Retry("no other replica leads the stream now")
         return leader
 
-    def _fresh_store(self) -> Any:
-        """A repair that must put back messages below the store's first sequence: an empty store."""
-        replica = self.replica
-        old = replica.store
-        config = old.config
-        old.close()
-        replica.store = fresh_store(replica.disk, replica.config, config)
-        return replica.store
+    def note_audit(self, index: int, agreed: bool) -> None:
+        """The verdict of the audit at `index` on this replica's store (invariant 8)."""
+        self.standing = self.standing.after(index, agreed)
 
     async def _step_down_if_unfit(self) -> None:
         """Invariant 4."""
@@ -361,14 +368,8 @@ class RepairWorker:
 
     def hand_over(self, target: str, why: str) -> None:
         """Ask this node's Raft group to hand its leadership to `target` (a replica that can serve)."""
-        replica = self.replica
         self._last_transfer_s = trio.current_time()
-        log.warning("stream %s: %s cannot serve (%s): handing the leadership to %s", replica.name,
-                    replica.node_id, why, target)
-        try:
-            replica.runtime.transfer_leadership(replica.group, target)
-        except JsraftError as error:
-            log.info("stream %s: leadership transfer to %s not started: %s", replica.name, target, error)
+        transfer_leadership(self.replica, target, why)
 
     def health(self) -> Health:
         """Invariant 6: the state machine's health, but repairing while the Raft log repairs."""

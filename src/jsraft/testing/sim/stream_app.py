@@ -49,6 +49,7 @@ from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.replica.install_mark import InstallMark
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
+from jsraft.store.swap import BesideBuild, recover_swap, recovered_path
 from jsraft.stream import ApplyResult, EntryKind, StreamLeader, StreamStateMachine, store_config_for
 from jsraft.stream.entries import encode_consumer, entry_kind
 from jsraft.stream.results import Health
@@ -133,8 +134,11 @@ class StreamApp:
         entry's): the WAL snapshot's config, else the stream's first. Every record is verified, not only
         those the index does not cover, as production opens it (DESIGN §8): damage done at rest is found
         at startup, before any of it is counted."""
-        return FileStore.open(disk.sub(STORE_DIR), self.store_config(config), read_only=read_only,
-                              use_index=False)
+        if read_only:  # where production's recovery of an interrupted store swap would leave the store
+            return FileStore.open(disk.sub(recovered_path(disk, STORE_DIR)), self.store_config(config),
+                                  read_only=True, use_index=False)
+        recover_swap(disk, STORE_DIR)  # as production's `memory_stream.open_store`
+        return FileStore.open(disk.sub(STORE_DIR), self.store_config(config), use_index=False)
 
     # --- App interface (module `app`) ------------------------------------------------------------
 
@@ -166,6 +170,14 @@ class StreamApp:
 
     def durable(self, sim: Simulation, driver: NodeDriver):  # type: ignore[no-untyped-def]
         return self.checker.durable(sim, driver)
+
+
+def _build_opener(replica: "StreamReplica"):  # type: ignore[no-untyped-def]
+    """Opens a repair's store at a path with the config the machine's store has then (lifted limits while
+    the session runs, the stream's once it finished), verifying every record as `open_store` does."""
+    def open_store(disk: SimDisk, path: str) -> FileStore:
+        return FileStore.open(disk.sub(path), replica.machine.store.config, use_index=False)
+    return open_store
 
 
 class StreamReplica:
@@ -203,12 +215,14 @@ class StreamReplica:
         self.driver.trace.add(f"{self.node_id} stream: {text}")
 
     def fresh_store(self) -> FileStore:
-        """A repair that needs an empty store (the old one cut its head beyond the group's)."""
-        self.machine.store.close()
-        self.driver.disk.remove_tree(STORE_DIR)
-        self.driver.disk.sync_dir(STREAM_DIR)
-        self.trace("store replaced by a fresh one for the repair")
-        return self.app.open_store(self.driver.disk, self.machine.config)
+        """A repair that needs an empty store (the old one cut its head beyond the group's): built beside
+        the old one, as production's `ReplacementStore` (store/swap.py)."""
+        build = self.repair.build
+        if build is None:
+            build = self.repair.build = BesideBuild(self.driver.disk, STORE_DIR, _build_opener(self))
+        store = build.start(self.machine.store)
+        self.trace(f"a replacement store is built in {build.build} beside the old one for the repair")
+        return store
 
     # --- Replica interface (module `app`) -------------------------------------------------------
 

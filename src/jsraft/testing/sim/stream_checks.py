@@ -147,6 +147,7 @@ class StreamChecker:
                 self.audits[status] += 1
                 if status == "vouched":
                     self._judge(replica.node_id, report)
+                    replica.repair.standing = replica.repair.standing.after(report.index, True)  # a verified source
                 elif status == "unverified":
                     self._settle(replica, report)
 
@@ -167,6 +168,7 @@ class StreamChecker:
         what the leader's audit judgment finds: the replica is marked drifted, and resynced."""
         index, key = report.index, report.agreement_key()
         reference = self.reference_reports[index].agreement_key()
+        replica.repair.standing = replica.repair.standing.after(index, key == reference)  # repair_serve inv. 3
         if key == reference:
             self.unverified.discard(replica.node_id)
             return

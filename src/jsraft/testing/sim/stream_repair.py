@@ -40,6 +40,7 @@ import attrs
 from jsraft.errors import JsraftError
 from jsraft.replica import stream_repair as decide
 from jsraft.replica.audit_wish import AuditWish
+from jsraft.store.swap import BesideBuild
 from jsraft.stream import Health, catchup_wire
 from jsraft.stream.catchup import CatchupSession
 from jsraft.stream.catchup_wire import CatchupRequest
@@ -75,6 +76,9 @@ class RepairState:
     # Ask the stream leader for an audit until this replica reported one (`AuditRunner.request_soon`).
     wish: AuditWish = attrs.Factory(AuditWish)
     next_ask_tick: int = 0
+    build: BesideBuild | None = None  # a replacement store built beside the old one (`ReplacementStore`)
+    standing: decide.AuditStanding = attrs.Factory(decide.AuditStanding)  # RepairWorker.standing
+    repaired_at_index: int = 0  # the applied index at which the last episode ended
 
 
 def step(sim: Simulation, replica: StreamReplica) -> None:
@@ -87,15 +91,20 @@ def step(sim: Simulation, replica: StreamReplica) -> None:
         return
     job = decide.next_job(replica.adapter, escalate=state.escalate)
     if job is None:
-        state.session = None
+        _drop_session(replica)
         return
     source = _leader(sim, replica)
     if source is None:
         if state.session is not None:
             replica.app.checker.interrupted += 1
             replica.trace(f"catch-up from {state.source_id} interrupted: no stream leader to ask")
-            state.session = None
+            _drop_session(replica)
         state.next_tick = sim.clock.now + RETRY_TICKS
+        return
+    refusal = decide.source_refusal(source.machine, source.repair.standing,
+                                    repaired_at_index=source.repair.repaired_at_index)
+    if refusal is not None:  # repair_serve invariant 3: only a verified source serves
+        _failed(sim, replica, f"{source.node_id} refused ({refusal.code}): {refusal.reason}")
         return
     if job is decide.Job.resync:
         _resync(sim, replica, source)
@@ -115,6 +124,7 @@ def _note_episode(replica: StreamReplica) -> None:
         state.in_episode = True
     elif state.in_episode:
         state.in_episode, state.noted_unhealthy = False, False
+        state.repaired_at_index = adapter.machine.applied_index
         state.wish.want(adapter.machine.applied_index)
 
 
@@ -214,7 +224,7 @@ def _carry_out(sim: Simulation, replica: StreamReplica, source: StreamReplica) -
     if state.session is not None and (state.generation != pending.generation or state.source_id != source.node_id):
         replica.app.checker.interrupted += 1
         replica.trace(f"catch-up from {state.source_id} interrupted; planning again")
-        state.session = None
+        _drop_session(replica)
     if state.session is None:
         first = state.plan_generation != pending.generation
         if first:
@@ -263,6 +273,16 @@ def _exchange(sim: Simulation, replica: StreamReplica, source: StreamReplica) ->
         _done(sim, replica, session)
 
 
+def _drop_session(replica: StreamReplica) -> None:
+    """The session ends without `finish_session`: a replacement store it built is dropped and the old
+    store is the machine's again (RepairWorker invariant 7)."""
+    state = replica.repair
+    state.session = state.request = None
+    if state.build is not None and state.build.active:
+        replica.machine.replace_store(state.build.abandon())
+        replica.trace("the repair's replacement store is dropped; the old store stays")
+
+
 def _escalate(sim: Simulation, replica: StreamReplica, error: Exception) -> None:
     replica.repair.escalate = True  # RepairWorker invariant 3
     _failed(sim, replica, f"catch-up from {replica.repair.source_id} failed verification: {error}")
@@ -271,7 +291,7 @@ def _escalate(sim: Simulation, replica: StreamReplica, error: Exception) -> None
 def _failed(sim: Simulation, replica: StreamReplica, why: str) -> None:
     state = replica.repair
     state.next_tick = sim.clock.now + RETRY_TICKS
-    state.session = state.request = None
+    _drop_session(replica)
     replica.app.checker.failed += 1
     replica.trace(f"{why}; retrying later")
 
@@ -282,8 +302,13 @@ def _done(sim: Simulation, replica: StreamReplica, session: CatchupSession) -> N
     result = session.result
     assert result is not None
     index = adapter.plan.index if adapter.plan is not None else adapter.machine.applied_index
-    if not decide.finish_session(adapter, session, state.generation):
+    build = state.build if state.build is not None and state.build.active else None
+    if not decide.finish_session(adapter, session, state.generation,
+                                 install=build.install if build is not None else None):
+        _drop_session(replica)
         return
+    if build is not None:
+        replica.trace("the replacement store verified and is swapped in")
     replica.app.checker.on_caught_up(replica.node_id, state.source_index, verified=result.verified is True)
     replica.app.checker.repairs += 1
     replica.trace(f"caught up to snapshot {index} from {state.source_id} ({state.requests} requests): fetched "

@@ -225,8 +225,7 @@ class Node:
                                         enabled=config.clustered or bool(config.seed_routes),
                                         refresh_s=0.2 if config.test_mode else 1.0)
         self.cluster_urls.register(self.handlers.table)  # node.client_url
-        # Subject interest and messages between nodes; a short digest interval in tests bounds how long
-        # a lost interest frame can go unnoticed there.
+        # Interest and messages between nodes; a short digest interval in tests bounds a lost interest frame.
         self.routes = Routes(self.name, self.clients, self.transport.send,
                              digest_interval_s=0.2 if config.test_mode else 1.0)
         if config.seed_routes:

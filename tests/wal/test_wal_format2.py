@@ -13,15 +13,19 @@ record's term.
 from __future__ import annotations
 
 import shutil
+import struct
 from pathlib import Path
+
+import pytest
 
 from jsraft.codec.records import HEADER_BYTES, Kind, scan_records
 from jsraft.disk import OsDisk
+from jsraft.errors import CorruptRecord
 from jsraft.raft.types import Entry, HardState
 from jsraft.wal import Wal
 from jsraft.wal.format import (
     HARD_STATE_FILE, HARD_STATE_FILE_TYPE, HARD_STATE_FORMAT_VERSION, SEGMENT_DATA_START, SEGMENT_FILE_TYPE,
-    SEGMENT_FORMAT_VERSION, WAL_DIR, decode_hard_state, encode_record, file_header_version,
+    SEGMENT_FORMAT_VERSION, WAL_DIR, decode_hard_state, encode_hard_state, file_header_version,
 )
 from jsraft.wal.hardstate import read_slots
 
@@ -74,18 +78,25 @@ def test_format2_store_opens_and_continues_in_format3(tmp_path: Path) -> None:
     assert [v for name, v in versions.items() if name not in old_versions] == [SEGMENT_FORMAT_VERSION] == [3]
     header = file_header_version(disk.read_file(HARD_STATE_FILE), HARD_STATE_FILE_TYPE)
     assert header == HARD_STATE_FORMAT_VERSION == 2
+    # One slot now holds this build's record, the other still the old writer's: both read.
+    slots = sorted(read_slots(disk)[:2], key=lambda slot: slot.sequence)
+    assert [slot.hard_state for slot in slots] == [OLD_HARD_STATE, voted]
     _, again = Wal.open(disk, segment_bytes=300)
     assert again.entries == OLD_ENTRIES + new and again.hard_state == voted and again.reasons == []
 
 
 def test_the_old_vote_unknown_marker_reads_as_a_fence_through_its_term() -> None:
-    import struct
     vote = b"<unknown>"
     body = struct.pack("<QQQQBH", 7, 3, 4, 2, 1, len(vote)) + vote
     hs, watermark_term = decode_hard_state(body, 1)
     assert hs == HardState(current_term=7, commit_index=3, acked_watermark=4, repairing=True, vote_fence_term=7)
     assert watermark_term == 2
-    # A real node id is kept as the vote; a version 2 body of the same state does not read as version 1.
+    # A real node id is kept as the vote; this build's body of that state is refused as version 1 (the
+    # version comes from where a record sits, never from a guess).
     kept = struct.pack("<QQQQBH", 7, 3, 4, 2, 0, 2) + b"n2"
     assert decode_hard_state(kept, 1)[0].voted_for == "n2"
-    assert encode_record(Kind.HARD_STATE, 0, 0, b"")  # the frame helper the fixture's records use
+    state = HardState(current_term=7, voted_for="n2", commit_index=3, acked_watermark=4)
+    new_body = encode_hard_state(state, 0, 2)[HEADER_BYTES:]
+    assert decode_hard_state(new_body, 2) == (state, 2)
+    with pytest.raises(CorruptRecord):
+        decode_hard_state(new_body, 1)

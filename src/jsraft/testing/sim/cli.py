@@ -2,7 +2,7 @@
 
 Owns: argument parsing and output. Options: `--seeds N` (how many), `--start S` (first seed, default 0),
 `--nodes 3|5|mixed` (default mixed: odd seeds 5 nodes, even seeds 3), `--faults net,disk,crash,membership|all|none`
-(default all), `--app register|stream|meta|consumer` (the replicated state machine, default register), `--mutant NAME`
+(default all; the opt-in kind `lost-vote` is named on its own, e.g. `all,lost-vote`), `--app register|stream|meta|consumer` (the replicated state machine, default register), `--mutant NAME`
 (a Raft mutant, or an app mutant such as `stream-skip-delete` with its app),
 `--steps K` (chaotic-phase ticks per seed), `--jobs J` (worker processes),
 `--stop-at-first-failure`, `--json`, `--trace` (print each failure's trace; always on with `--seeds 1`).
@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, required=True, help="number of seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--nodes", default="mixed", choices=("3", "5", "mixed"))
-    parser.add_argument("--faults", default="all", help="comma list of net,disk,crash,membership; all; none")
+    parser.add_argument("--faults", default="all", help="comma list of net,disk,crash,membership (and opt-in lost-vote); all; none")
     parser.add_argument("--app", default="register", choices=APPS,
                         help="the replicated state machine: register (default), stream, meta or consumer (stream + consumers)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS) + sorted(APP_MUTANTS), default=None)

@@ -249,8 +249,11 @@ class ScenarioRunner:
         for node_id in names:
             s = self.c.nodes[node_id].status()
             down = " (down)" if node_id in self.c.down else ""
+            # The vote fence, shown only while it covers the current term (above it, it is moot).
+            fence = self.c.nodes[node_id].vote_fence_term
+            fenced = f" fenced-through={fence}" if fence >= s.current_term else ""
             out.append(
-                f"{node_id}{down}: {s.role} term={s.current_term} vote={s.voted_for or '-'} "
+                f"{node_id}{down}: {s.role} term={s.current_term} vote={s.voted_for or '-'}{fenced} "
                 f"leader={s.leader_id or '-'} commit={s.commit_index} applied={s.applied_index} "
                 f"last={s.last_index} snap={s.snapshot_index} wm={s.acked_watermark} faulty={s.faulty_count} "
                 f"repairing={'yes' if s.repairing else 'no'}")

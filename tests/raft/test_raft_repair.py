@@ -270,13 +270,15 @@ def test_accept_data_loss_fences_the_vote_of_the_current_term_and_the_one_above(
     node = restored_node(faulty={5})
     assert node.repairing and node.voted_for is None
     assert node.accept_data_loss()
-    fenced = vote_fence.marker(3)
     rd = node.ready()
-    assert node.voted_for == fenced and rd.hard_state.voted_for == fenced
+    # The fence is its own hard-state field, persisted with the Ready; `voted_for` holds no marker.
+    assert node.vote_fence_term == 3 and rd.hard_state.vote_fence_term == 3 and rd.hard_state.voted_for is None
     node.advance(rd)
     for term in (2, 3):
+        node.outbox.clear()
         node.step(RequestVote(from_id="n3", to_id="n2", term=term, last_log_index=9, last_log_term=term))
-        assert node.voted_for == fenced, f"a second vote in fenced term {term}"
+        assert node.voted_for is None, f"a second vote in fenced term {term}"
+        assert not any(isinstance(m, RequestVoteResponse) and m.vote_granted for m in node.outbox)
 
 
 def test_a_lower_term_refusal_from_a_repairing_voter_still_counts_for_the_halt():

@@ -17,7 +17,7 @@ from wal_helpers import append_raw, build, cut, flip, flip_entry, locate, make_e
 from jsraft.disk import Disk
 from jsraft.errors import BadFileFormat, CorruptRecord, InvariantViolation
 from jsraft.raft.types import ConfState, HardState, SnapshotMeta
-from jsraft.wal import VOTE_UNKNOWN, Recovered, Wal
+from jsraft.wal import Recovered, Wal
 from jsraft.wal.format import HARD_STATE_FILE, HARD_STATE_SLOT_OFFSETS, WAL_DIR
 
 CONF = ConfState(voters=("n1", "n2", "n3"))
@@ -357,11 +357,13 @@ def test_both_hard_state_slots_bad_is_repairing_with_a_safe_fallback(disk: Disk)
     _, recovered = reopen(disk)
     assert_repairing(recovered, "hard state lost")
     # The log's hard-state records carry the term too (term 9, above every entry's).
-    assert recovered.hard_state.current_term == 9 and recovered.hard_state.voted_for == VOTE_UNKNOWN
+    # The vote in it is unknown: no vote recorded, and the term fenced (no vote in it again).
+    assert recovered.hard_state.current_term == 9 and recovered.hard_state.voted_for is None
+    assert recovered.hard_state.vote_fence_term == 9
     assert recovered.hard_state.acked_watermark == 14
     assert len(recovered.entries) == 14
     _, again = reopen(disk)  # the fallback, with repairing, was persisted
-    assert again.repairing and again.hard_state.voted_for == VOTE_UNKNOWN
+    assert again.repairing and again.hard_state.vote_fence_term == 9 and again.hard_state.voted_for is None
 
 
 def test_lost_hard_state_never_cuts_a_tail(disk: Disk) -> None:

@@ -2,7 +2,7 @@
 
 Method: `fixtures/format1_store` was written by the code before issue #18 (`fixtures/make_format1_store.py`,
 run against that checkout). A copy is opened by this build: every entry and the hard state must read
-back; the next cycle must go to a new format 2 segment (format 1 files never receive the new records) and
+back; the next cycle must go to a new segment of the current format (format 1 files never receive the new records) and
 survive a reopen; and a crash after it must still find everything.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from jsraft.disk import OsDisk
 from jsraft.raft.types import Entry, HardState
 from jsraft.wal import Wal
-from jsraft.wal.format import SEGMENT_FILE_TYPE, WAL_DIR, file_header_version
+from jsraft.wal.format import SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, file_header_version
 
 FIXTURE = Path(__file__).parent / "fixtures" / "format1_store"
 OLD_ENTRIES = [Entry(index=i, term=1 if i < 8 else 2, data=b"old-%d" % i) for i in range(1, 13)]
@@ -26,7 +26,7 @@ def _versions(disk: OsDisk) -> dict[str, int]:
             for name in sorted(disk.listdir(WAL_DIR))}
 
 
-def test_format1_store_opens_and_continues_in_format2(tmp_path: Path) -> None:
+def test_format1_store_opens_and_continues_in_the_current_format(tmp_path: Path) -> None:
     shutil.copytree(FIXTURE, tmp_path / "g")
     disk = OsDisk(str(tmp_path / "g"))
     old_versions = _versions(disk)
@@ -42,6 +42,6 @@ def test_format1_store_opens_and_continues_in_format2(tmp_path: Path) -> None:
     wal.close()
     versions = _versions(disk)
     assert {name: versions[name] for name in old_versions} == old_versions  # old files untouched
-    assert [v for name, v in versions.items() if name not in old_versions] == [2]
+    assert [v for name, v in versions.items() if name not in old_versions] == [SEGMENT_FORMAT_VERSION]
     _, again = Wal.open(disk, segment_bytes=300)
     assert again.entries == OLD_ENTRIES + new and again.hard_state == voted and again.reasons == []

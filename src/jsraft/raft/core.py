@@ -320,7 +320,7 @@ class RaftNode(SafetyRules):
     def hard_state(self) -> HardState:
         return HardState(current_term=self.current_term, voted_for=self.voted_for,
                          commit_index=self.log.commit_index, acked_watermark=self.acked_watermark,
-                         repairing=self.repairing)
+                         repairing=self.repairing, vote_fence_term=self.vote_fence_term)
 
     def is_promotable(self) -> bool:
         """May this replica campaign: a voter, not repairing (rule 3)."""

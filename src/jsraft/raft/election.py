@@ -45,7 +45,7 @@ class _Tally(enum.Enum):
 def become_follower(node: RaftNode, term: int, leader_id: str | None) -> None:
     if term > node.current_term:
         node.current_term = term
-        node.voted_for = vote_fence.vote_after_term_change(node, term)
+        node.voted_for = None  # a fenced term stays fenced by `vote_fence_term`, not by a vote
         node.leader_commit_seen = None
         node.leader_match_index = 0
     node.role = Role.FOLLOWER

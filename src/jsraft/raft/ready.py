@@ -94,12 +94,13 @@ class Ready:
 
 def _durable_fields(hard_state: HardState) -> tuple[object, ...]:
     """Fields whose change must be fsynced; `commit_index` is only a restart hint."""
-    return (hard_state.current_term, hard_state.voted_for, hard_state.acked_watermark, hard_state.repairing)
+    return (hard_state.current_term, hard_state.voted_for, hard_state.acked_watermark, hard_state.repairing,
+            hard_state.vote_fence_term)
 
 
 def _fenced_fields(hard_state: HardState) -> tuple[object, ...]:
     """Fields a leader's messages depend on: they must be durable before any of them is sent."""
-    return (hard_state.current_term, hard_state.voted_for, hard_state.repairing)
+    return (hard_state.current_term, hard_state.voted_for, hard_state.repairing, hard_state.vote_fence_term)
 
 
 def messages_independent_of_storage(node: RaftNode) -> bool:

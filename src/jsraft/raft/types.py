@@ -55,6 +55,8 @@ class HardState:
     restart (safe to lose). `acked_watermark`: the highest index this replica has acknowledged as
     durable to a leader; a log that recovers shorter than it has lost acknowledged data. `repairing`:
     the replica knows it lost or damaged data and must not vote or lead until it is repaired.
+    `vote_fence_term`: no vote is cast or granted in any term up to it — terms a lost or damaged hard state
+    may have voted in (`raft.vote_fence`); 0 when none is fenced. `voted_for` is always a node id or None.
     """
 
     current_term: int = 0
@@ -62,6 +64,7 @@ class HardState:
     commit_index: int = 0
     acked_watermark: int = 0
     repairing: bool = False
+    vote_fence_term: int = 0
 
 
 @attrs.frozen(kw_only=True)

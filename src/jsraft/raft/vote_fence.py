@@ -1,7 +1,7 @@
 """The vote fence: no vote in a term that a lost hard state may have voted in (layer L1, issue #14 hole 3).
 
-Owns: the fence term (`RaftNode.vote_fence_term`: no vote is granted or cast in any term up to it), its
-persisted form, and the one-step rule that bounds what a lost hard-state write can have held.
+Owns: the fence term (`RaftNode.vote_fence_term`: no vote is granted or cast in any term up to it) and
+the one-step rule that bounds what a lost hard-state write can have held.
 
 Why a bound exists. Storage loses a hard state only as a damaged witness slot whose content no newer segment
 record covers (wal recovery, decision 2): the other slot is intact, and since writes alternate and each
@@ -14,15 +14,18 @@ repairing restore of any cause is fenced: a persisted `repairing` flag no longer
 was damaged before the restart. A whole lost hard state (both slots, or the node's storage) has no intact
 neighbour and is not bounded this way: its fence is the restored term + 1 as well, best effort.
 
-Persisted form. While `current_term` is below the fence, `voted_for` holds `marker(fence)` — not a node
-id (ids never contain '<'), so the core refuses every vote in the current term, and a restart reads the
-fence back (`parse`). A term change at or below the fence keeps the marker (`vote_after_term_change`);
-above it, the fence is moot.
+Persisted form. The fence is a field of the hard state (`HardState.vote_fence_term`, body version 2 of the
+hard-state record, `wal.format`), durable like the vote: `Ready` persists a changed fence before any message
+leaves (`ready._fenced_fields`). It only grows; once `current_term` passes it, it is moot. `voted_for` is
+always a node id or None: before the field existed the fence was a marker string in `voted_for`, which
+`wal.format` still reads from version 1 records (and turns into the field).
 
 Invariants:
-  1. No vote leaves for a term at or below `vote_fence_term` (the marker holds `voted_for` there).
+  1. No vote leaves for a term at or below `vote_fence_term`: neither granted (`may_write_vote`) nor our
+     own (`campaign_term`).
   2. A vote reaches a hard state only in a term at most `persisted_hard_state.current_term + 1`.
-  3. A repaired replica whose term is below its fence persists `marker(fence)` before it answers anyone.
+  3. The fence never shrinks while the replica runs, and it is in every hard state it persists, so a
+     restart reads it back (`fence_on_restore`).
 
 Imports: L0 (through siblings). Reference: DESIGN.md §4 (rule 7); the issue's case "n3 voted for n2 in term
 3, lost that slot, was repaired by n2 in term 3, then voted for n1 in term 3", and one term higher.
@@ -37,32 +40,11 @@ if TYPE_CHECKING:
     from jsraft.raft.messages import RequestVote
     from jsraft.raft.types import HardState
 
-_PREFIX = "<fenced-through:"
-
-
-def marker(term: int) -> str:
-    """`voted_for` for "voted (for nobody we know) in every term up to `term`"."""
-    return f"{_PREFIX}{term}>"
-
-
-def parse(voted_for: str | None) -> int:
-    """The fence a persisted `voted_for` carries, or 0."""
-    if voted_for is None or not voted_for.startswith(_PREFIX) or not voted_for.endswith(">"):
-        return 0
-    digits = voted_for[len(_PREFIX) : -1]
-    return int(digits) if digits.isdigit() else 0
-
-
 def fence_on_restore(hard_state: HardState, repairing: bool) -> int:
     """The fence a restored replica starts with: the persisted one, and for a repairing restore at least
     the restored term + 1 (the one write a damaged slot can have lost voted no higher)."""
-    persisted = parse(hard_state.voted_for)
+    persisted = hard_state.vote_fence_term
     return max(persisted, hard_state.current_term + 1) if repairing else persisted
-
-
-def vote_after_term_change(node: RaftNode, term: int) -> str | None:
-    """`voted_for` on entering a new term: nobody, unless the term is fenced."""
-    return marker(node.vote_fence_term) if term <= node.vote_fence_term else None
 
 
 def may_write_vote(node: RaftNode, term: int) -> bool:
@@ -90,10 +72,11 @@ def _durable_term(node: RaftNode) -> int:
 
 
 def fence_at_repair_end(node: RaftNode) -> None:
-    """Invariant 3, for a replica that leaves repairing (repaired, or the operator accepted the loss)."""
-    if node.current_term < node.vote_fence_term:
-        node.voted_for = marker(node.vote_fence_term)
-    elif node.voted_for is None:
+    """Rule 7 for a replica that leaves repairing (repaired, or the operator accepted the loss): the fence
+    set at restore (persisted since the first Ready) still holds; the current term is fenced as well."""
+    if node.current_term <= node.vote_fence_term:
+        return  # the fence field covers the current term already
+    if node.voted_for is None:
         # The current term itself: a vote cast in it may be among what was lost. Voting for ourselves (a
         # vote nobody receives) makes sure no second vote is granted in it.
         node.voted_for = node.id

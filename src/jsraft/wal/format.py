@@ -8,18 +8,26 @@ Formats::
     segment    wal/<first index, 20 digits>.log
                FILE_HEADER(type 16) | WAL_SEGMENT_HEADER(a=first index, b=0) | (WAL_ENTRY | WAL_HARD_STATE) ...
     WAL_ENTRY  a=index, b=term; body = type u8 | prev_term u64 | data
-    WAL_HARD_STATE  a=hard-state sequence, b=current term; body = the HARD_STATE body below
+    WAL_HARD_STATE  a=hard-state sequence, b=current term; body = a HARD_STATE body below (version 1 in a
+               format 2 segment, version 2 in a format 3 segment)
     hardstate  FILE_HEADER(type 18) at 0; slot 0 at 4096; slot 1 at 8192; each slot one HARD_STATE record
-               (a=write sequence, b=0; body = term u64 | commit u64 | watermark u64 | watermark term u64 |
-               repairing u8 | vote length u16 | vote utf-8), a vote length of 0 meaning "no vote"
+               (a=write sequence, b=body version: 0 for version 1, 2 for version 2)
+    HARD_STATE body, version 2: term u64 | commit u64 | watermark u64 | watermark term u64 | repairing u8 |
+               vote fence term u64 | vote length u16 | vote utf-8, a vote length of 0 meaning "no vote"
+    HARD_STATE body, version 1 (read only): the same without the vote fence term; the fence was stored as
+               `voted_for` = "<fenced-through:F>", and a vote lost with the hard state as "<unknown>" (a
+               fence through the record's term); both are read back as the fence, `voted_for` None
 
-Versions: segment format 2 (this build writes it) may hold `WAL_HARD_STATE` records, each appended after
-the entries of the same cycle so that one fsync makes both durable (`log`); format 1 segments (written
-before issue #18) hold entries only and are still read; appends never go into a format 1 segment (the
-next write starts a new segment), so a file's version always says which records it may hold. The hard-state
-sequence is one counter shared by the slots and the segment records: the newest hard state is the valid
-one with the highest sequence, wherever it is (`recovery`). The hard-state and snapshot files stay at
-version 1.
+Versions: segment format 3 (this build writes it) holds `WAL_HARD_STATE` records with version 2 bodies,
+each appended after the entries of the same cycle so that one fsync makes both durable (`log`); format 2
+segments (before issue #14's vote fence field) hold version 1 bodies, format 1 segments (before issue #18)
+entries only; both are still read; appends go only into a segment of the current format (the next write
+starts a new segment), so a file's version always says which records it may hold. The hard-state file is
+at version 2 (a version 1 file is read; its header is rewritten with the next slot write, and each slot
+record says its own body version in `b`, so a file with one slot of each reads right). An older build
+refuses a newer file (`file_header_version`) rather than misread it. The hard-state sequence is one counter
+shared by the slots and the segment records: the newest hard state is the valid one with the highest
+sequence, wherever it is (`recovery`). The snapshot file stays at version 1.
     snapshot   snapshots/<term, 20 digits>-<index, 20 digits>.snap
                FILE_HEADER(type 19) | SNAPSHOT(a=index, b=term; body = meta length u32 | meta | data),
                meta = voter count u16 | (length u16 | utf-8)* | learner count u16 | (length u16 | utf-8)*
@@ -52,8 +60,10 @@ from jsraft.codec.records import FILE_HEADER, FILE_HEADER_BYTES, FILE_MAGIC, HEA
 from jsraft.errors import BadFileFormat, CorruptRecord, invariant
 from jsraft.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
 
-FORMAT_VERSION = 1  # hard-state file, snapshot (and the node's group record, which borrows these helpers)
-SEGMENT_FORMAT_VERSION = 2  # segments: 2 adds WAL_HARD_STATE records; 1 is still read
+FORMAT_VERSION = 1  # snapshot (and the node's group record, which borrows these helpers)
+SEGMENT_FORMAT_VERSION = 3  # segments: 2 adds WAL_HARD_STATE records, 3 their vote fence; 1 and 2 are still read
+HARD_STATE_FORMAT_VERSION = 2  # the hard-state file: 2 adds the vote fence term; 1 is still read
+HARD_STATE_BODY_VERSION = 2  # the HARD_STATE body this build writes
 SEGMENT_FILE_TYPE = 16
 HARD_STATE_FILE_TYPE = 18
 SNAPSHOT_FILE_TYPE = 19
@@ -81,7 +91,8 @@ VOTE_BYTES_MAX = 255  # node ids are short names; bounded so a slot always fits 
 _U32 = struct.Struct("<I")
 _ENTRY_TAIL = struct.Struct("<BQQBQ")  # kind, index, term, entry type, prev_term
 _ENTRY_BODY = struct.Struct("<BQ")  # entry type, prev_term
-_HARD_STATE = struct.Struct("<QQQQBH")
+_HARD_STATE_V1 = struct.Struct("<QQQQBH")
+_HARD_STATE = struct.Struct("<QQQQBQH")
 _COUNT = struct.Struct("<H")
 _KIND_WAL_ENTRY = int(Kind.WAL_ENTRY)
 _ENTRY_TYPES = frozenset(int(t) for t in EntryType)
@@ -119,7 +130,9 @@ def parse_snapshot_name(name: str) -> tuple[int, int] | None:
 
 
 def _version_of(file_type: int) -> int:
-    return SEGMENT_FORMAT_VERSION if file_type == SEGMENT_FILE_TYPE else FORMAT_VERSION
+    if file_type == SEGMENT_FILE_TYPE:
+        return SEGMENT_FORMAT_VERSION
+    return HARD_STATE_FORMAT_VERSION if file_type == HARD_STATE_FILE_TYPE else FORMAT_VERSION
 
 
 def file_header(file_type: int) -> bytes:
@@ -205,13 +218,13 @@ def _text(raw: bytes) -> str:
 
 
 def encode_hard_state(hs: HardState, sequence: int, watermark_term: int) -> bytes:
+    """A slot's `HARD_STATE` record, body version 2 (`b` says so)."""
     vote = b"" if hs.voted_for is None else hs.voted_for.encode()
     invariant(hs.voted_for != "", "a vote is a non-empty node id or None")
     invariant(len(vote) <= VOTE_BYTES_MAX, "voted_for is longer than a hard-state slot allows")
-    prefix = _HARD_STATE.pack(
-        hs.current_term, hs.commit_index, hs.acked_watermark, watermark_term, int(hs.repairing), len(vote)
-    )
-    return encode_record(Kind.HARD_STATE, sequence, 0, prefix + vote)
+    prefix = _HARD_STATE.pack(hs.current_term, hs.commit_index, hs.acked_watermark, watermark_term,
+                              int(hs.repairing), hs.vote_fence_term, len(vote))
+    return encode_record(Kind.HARD_STATE, sequence, HARD_STATE_BODY_VERSION, prefix + vote)
 
 
 def encode_wal_hard_state(hs: HardState, sequence: int, watermark_term: int) -> bytes:
@@ -221,21 +234,56 @@ def encode_wal_hard_state(hs: HardState, sequence: int, watermark_term: int) -> 
     return encode_record(Kind.WAL_HARD_STATE, sequence, hs.current_term, slot[HEADER_BYTES:])
 
 
-def decode_hard_state(body: bytes) -> tuple[HardState, int]:
-    """The hard state and its watermark term."""
-    if len(body) < _HARD_STATE.size:
-        raise CorruptRecord("hard-state body shorter than its prefix")
-    term, commit, watermark, watermark_term, repairing, vote_len = _HARD_STATE.unpack_from(body, 0)
+def slot_body_version(ident_b: int) -> int:
+    """The body version a slot record's `b` names (0 for version 1, which wrote 0 there), or 0 if none."""
+    return {0: 1, HARD_STATE_BODY_VERSION: HARD_STATE_BODY_VERSION}.get(ident_b, 0)
+
+
+def segment_body_version(segment_version: int) -> int:
+    """The body version of the `WAL_HARD_STATE` records a segment of this format holds, or 0 if it holds
+    none (format 1, or a header that does not read: its hard-state records are junk, `scan`)."""
+    return {2: 1, 3: HARD_STATE_BODY_VERSION}.get(segment_version, 0)
+
+
+def decode_hard_state(body: bytes, version: int) -> tuple[HardState, int]:
+    """The hard state and its watermark term, from a body of `version` (1 or 2). The version comes from
+    where the record sits (`slot_body_version`, `segment_body_version`), never from guessing by length:
+    a version 2 body can fit the version 1 layout by accident."""
+    if version == 1:
+        return _decode_v1(body)
+    if version != 2 or len(body) < _HARD_STATE.size:
+        raise CorruptRecord("hard-state body shorter than its prefix or of an unknown version")
+    term, commit, watermark, watermark_term, repairing, fence, vote_len = _HARD_STATE.unpack_from(body, 0)
     vote = body[_HARD_STATE.size :]
     if len(vote) != vote_len or repairing > 1:
         raise CorruptRecord("hard-state body is malformed")
-    hs = HardState(
-        current_term=term,
-        voted_for=_text(vote) if vote else None,
-        commit_index=commit,
-        acked_watermark=watermark,
-        repairing=bool(repairing),
-    )
+    hs = HardState(current_term=term, voted_for=_text(vote) if vote else None, commit_index=commit,
+                   acked_watermark=watermark, repairing=bool(repairing), vote_fence_term=fence)
+    return hs, watermark_term
+
+
+# Version 1 kept the vote fence in `voted_for` (never a node id: ids never contain '<').
+_V1_FENCE_PREFIX = "<fenced-through:"
+_V1_VOTE_UNKNOWN = "<unknown>"
+
+
+def _decode_v1(body: bytes) -> tuple[HardState, int]:
+    if len(body) < _HARD_STATE_V1.size:
+        raise CorruptRecord("hard-state body shorter than its prefix")
+    term, commit, watermark, watermark_term, repairing, vote_len = _HARD_STATE_V1.unpack_from(body, 0)
+    vote = body[_HARD_STATE_V1.size :]
+    if len(vote) != vote_len or repairing > 1:
+        raise CorruptRecord("hard-state body is malformed")
+    voted_for, fence = _text(vote) if vote else None, 0
+    if voted_for == _V1_VOTE_UNKNOWN:
+        voted_for, fence = None, term  # the vote in this term is unknown: fenced through it
+    elif voted_for is not None and voted_for.startswith(_V1_FENCE_PREFIX) and voted_for.endswith(">"):
+        digits = voted_for[len(_V1_FENCE_PREFIX) : -1]
+        if not digits.isdigit():
+            raise CorruptRecord("hard-state body holds a malformed vote fence")
+        voted_for, fence = None, int(digits)
+    hs = HardState(current_term=term, voted_for=voted_for, commit_index=commit, acked_watermark=watermark,
+                   repairing=bool(repairing), vote_fence_term=fence)
     return hs, watermark_term
 
 

@@ -32,8 +32,10 @@ Invariants:
   1. Slot `i` only ever holds sequences `s` with `s % 2 == i`: writes alternate, and a write after a bad
      slot goes to the bad slot, so the last good state is never overwritten by the next write.
   2. `save()` returns only after the slot is fsynced.
-  3. A slot is used only if its record verifies (CRC, kind, slot parity, body); a damaged slot is never
-     "repaired" from guesses, only overwritten by the next save.
+  3. A slot is used only if its record verifies (CRC, kind, slot parity, body version, body); a damaged
+     slot is never "repaired" from guesses, only overwritten by the next save.
+  4. Each slot record names its body version (`format`), so a version 1 file whose header and one slot the
+     first save of this build rewrote (one fsync, in no guaranteed order) still reads right.
 
 Imports: L0, L1, attrs. Reference: DESIGN.md §4 (term and vote durable before use; two slots).
 """
@@ -50,13 +52,15 @@ from jsraft.wal.format import (
     HARD_STATE_FILE,
     HARD_STATE_FILE_BYTES,
     HARD_STATE_FILE_TYPE,
+    HARD_STATE_FORMAT_VERSION,
     HARD_STATE_SLOT_BYTES,
     HARD_STATE_SLOT_OFFSETS,
     decode_hard_state,
     encode_hard_state,
     file_header,
-    file_header_ok,
+    file_header_version,
     read_checked,
+    slot_body_version,
 )
 
 
@@ -77,28 +81,32 @@ def _read_slot(buffer: bytes, slot: int) -> SlotRead:
         return SlotRead(hard_state=None, problem="missing (file too short)")
     try:
         record = read_record(region, 0)
-        if record.kind != Kind.HARD_STATE or record.ident_a % 2 != slot:
+        body_version = slot_body_version(record.ident_b)
+        if record.kind != Kind.HARD_STATE or record.ident_a % 2 != slot or body_version == 0:
             return SlotRead(hard_state=None, problem="holds a record that does not belong there")
-        hs, watermark_term = decode_hard_state(region[HEADER_BYTES : record.length])
+        hs, watermark_term = decode_hard_state(region[HEADER_BYTES : record.length], body_version)
         return SlotRead(hard_state=hs, sequence=record.ident_a, watermark_term=watermark_term)
     except CorruptRecord as error:
         return SlotRead(hard_state=None, problem=f"unreadable ({error.description})")
 
 
-def read_slots(disk: Disk) -> tuple[SlotRead, SlotRead, bool]:
-    """Both slots of an existing hard-state file, and whether its file header is intact."""
+def read_slots(disk: Disk) -> tuple[SlotRead, SlotRead, int]:
+    """Both slots of an existing hard-state file, and its header's format version (0 if the header is
+    damaged; below `HARD_STATE_FORMAT_VERSION` for an older build's file, rewritten by the next save)."""
     buffer = read_checked(disk.read_file, HARD_STATE_FILE, HARD_STATE_FILE_TYPE)
-    return _read_slot(buffer, 0), _read_slot(buffer, 1), file_header_ok(buffer, HARD_STATE_FILE_TYPE)
+    return _read_slot(buffer, 0), _read_slot(buffer, 1), file_header_version(buffer, HARD_STATE_FILE_TYPE)
 
 
 class HardStateFile:
     """The open hard-state file and which slot holds the newest state."""
 
-    def __init__(self, disk: Disk, slots: tuple[SlotRead, SlotRead], header_ok: bool = True) -> None:
+    def __init__(self, disk: Disk, slots: tuple[SlotRead, SlotRead],
+                 header_version: int = HARD_STATE_FORMAT_VERSION) -> None:
         self._disk = disk
         self._file: DiskFile | None = None
         self._valid = [slot.hard_state is not None for slot in slots]
-        self._header_ok = header_ok  # a damaged header is rewritten with the next save
+        # A damaged header, or an older build's (version 1), is rewritten with the next save.
+        self._header_ok = header_version == HARD_STATE_FORMAT_VERSION
         # With no valid slot, pretend slot 1 holds sequence 1: the next write then goes to slot 0 with
         # sequence 2, above anything a damaged slot could have claimed to be before.
         best = max(
@@ -120,7 +128,7 @@ class HardStateFile:
 
     @property
     def intact(self) -> bool:
-        """Both slots and the file header verify."""
+        """Both slots and the file header verify, the header of this build's version."""
         return all(self._valid) and self._header_ok
 
     def save(self, hs: HardState, watermark_term: int, at_least: int = 0) -> int:

@@ -15,8 +15,8 @@ Decisions, in order:
      shows that whatever the bad slot held, torn or rotted, is also in the log. Otherwise (a slot whose
      content the log does not cover) it is damage, as is a missing witness: both slots bad, or the file
      missing while data exists: term and vote are unknown, and the safe fallback is
-     `current_term` = the highest term in any log record or the snapshot, `voted_for` = `VOTE_UNKNOWN`
-     (the core then refuses to vote again in that term), repairing (a lost slot may have held a vote in a
+     `current_term` = the highest term in any log record or the snapshot, no vote, `vote_fence_term` = that
+     term (the core then refuses to vote again in it, `raft.vote_fence`), repairing (a lost slot may have held a vote in a
      higher term, and a repairing replica's vote does not count toward a majority), `acked_watermark` =
      the recovered last index, and no torn-tail cut (every index may have been acknowledged).
   3. Snapshot: the newest that verifies; any newer unreadable one → repairing (never a silent fallback).
@@ -45,11 +45,6 @@ from jsraft.wal.format import (
 from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
 from jsraft.wal.scan import WATERMARK_UNKNOWN, HardStateRecord, LogScan, newest_hard_state, scan_log
 from jsraft.wal.snapshots import list_snapshots, load_newest
-
-# Stored as `voted_for` when the vote is unknown. It is not a node id (ids never contain '<'), so a core
-# that compares it with a candidate's id refuses to vote again in `current_term`.
-VOTE_UNKNOWN = "<unknown>"
-
 
 TORN_TAIL_REASON = "torn tail cut"  # the prefix of the finding for a rule R1 cut (a normal crash)
 STALE_SLOT_REASON = "hard-state slot rewritten"  # a bad slot the log covers (decision 2): not damage
@@ -173,9 +168,10 @@ class _Witness:
 def _load_witness(disk: Disk) -> _Witness:
     if not disk.exists(HARD_STATE_FILE):
         return _Witness(slots=None, hs_file=None)
-    slot0, slot1, header_ok = read_slots(disk)
-    return _Witness(slots=(slot0, slot1), hs_file=HardStateFile(disk, (slot0, slot1), header_ok),
-                    header_ok=header_ok)
+    slot0, slot1, header_version = read_slots(disk)
+    # An older build's header (version 1) is no damage: it is rewritten like a damaged one, silently.
+    return _Witness(slots=(slot0, slot1), hs_file=HardStateFile(disk, (slot0, slot1), header_version),
+                    header_ok=header_version != 0)
 
 
 def _witness_findings(witness: _Witness, log_best: HardStateRecord | None, reasons: list[str]) -> bool:
@@ -268,7 +264,7 @@ def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[st
         )
         return HardState(
             current_term=scan.max_term,
-            voted_for=VOTE_UNKNOWN,
+            vote_fence_term=scan.max_term,  # whether (and whom) it voted for there is unknown
             acked_watermark=scan.last_index,
             repairing=True,
         )
@@ -276,7 +272,8 @@ def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[st
         # Entries of a later term reached the log but the hard state saying so did not: the term is at
         # least that, and whether this replica voted in it is unknown.
         reasons.append(f"term raised from {stored.current_term} to {scan.max_term} (seen in the log)")
-        return attrs.evolve(stored, current_term=scan.max_term, voted_for=VOTE_UNKNOWN)
+        return attrs.evolve(stored, current_term=scan.max_term, voted_for=None,
+                            vote_fence_term=max(stored.vote_fence_term, scan.max_term))
     return stored
 
 

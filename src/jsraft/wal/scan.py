@@ -52,6 +52,7 @@ from jsraft.wal.format import (
     decode_entry_body,
     decode_hard_state,
     file_header_version,
+    segment_body_version,
 )
 from jsraft.wal.segment import Segment
 
@@ -70,11 +71,15 @@ class HardStateRecord:
     watermark_term: int
 
 
-def read_hard_state_record(record: RecordView, buffer: bytes) -> HardStateRecord | None:
-    """The hard state in a verified `WAL_HARD_STATE` record; None if its body is malformed (junk)."""
+def read_hard_state_record(record: RecordView, buffer: bytes, segment_version: int) -> HardStateRecord | None:
+    """The hard state in a verified `WAL_HARD_STATE` record of a segment of `segment_version`; None if its
+    body is malformed or the segment's format holds none (junk)."""
+    body_version = segment_body_version(segment_version)
+    if body_version == 0:
+        return None
     try:
         body = buffer[record.offset + HEADER_BYTES : record.offset + record.length]
-        hs, watermark_term = decode_hard_state(body)
+        hs, watermark_term = decode_hard_state(body, body_version)
     except CorruptRecord:
         return None
     if hs.current_term != record.ident_b:
@@ -85,9 +90,10 @@ def read_hard_state_record(record: RecordView, buffer: bytes) -> HardStateRecord
 def newest_hard_state(buffer: bytes) -> HardStateRecord | None:
     """The newest valid hard-state record anywhere in a segment's bytes (for segments about to be removed)."""
     best = None
+    version = file_header_version(buffer, SEGMENT_FILE_TYPE)
     for record in scan_records(buffer, 0, SEGMENT_KINDS).records:
         if record.kind == _KIND_WAL_HARD_STATE:
-            found = read_hard_state_record(record, buffer)
+            found = read_hard_state_record(record, buffer, version)
             if found is not None and (best is None or found.sequence > best.sequence):
                 best = found
     return best
@@ -235,7 +241,7 @@ class _Walk:
 
     def take_hard_state(self, segment: Segment, record: RecordView, buffer: bytes, cursor: int) -> bool:
         """R6: take a hard-state record; False if its body is malformed (it is junk then)."""
-        found = read_hard_state_record(record, buffer)
+        found = read_hard_state_record(record, buffer, segment.version)
         if found is None:
             return False
         if record.offset > cursor:

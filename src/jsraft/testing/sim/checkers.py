@@ -16,7 +16,8 @@ Checks (names from `violation.INVARIANTS`):
                         `on_install`: a snapshot's digest equals the digest replicas had there.
   leader-completeness   `after_step` (a new leader) and `on_ack` (a new ack): every leader of a term at or
                         above an acknowledged entry's term holds it (or a snapshot covering it).
-  double-vote           `on_message`: a node grants at most one candidate per term, across restarts.
+  double-vote           `on_message`: a node grants at most one candidate per term, across restarts; a
+                        candidate's own RequestVote is its vote for itself in that term.
   repairing-vote        `on_message`: a vote or pre-vote granted by a repairing node (by its own flag in
                         the message or its status) — it would count data the node no longer has.
   durability            `on_restart`: a node outside the fault atlas (its disk is never corrupted) never
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jsraft.raft import Entry, EntryType, RaftNode, Ready, RequestVoteResponse, SnapshotMeta
+from jsraft.raft import Entry, EntryType, RaftNode, Ready, RequestVote, RequestVoteResponse, SnapshotMeta
 from jsraft.testing.sim.violation import Violation
 
 if TYPE_CHECKING:
@@ -80,6 +81,9 @@ class SafetyChecker:
             previous_term, previous_index = entry.term, entry.index
 
     def on_message(self, node_id: str, node: RaftNode, message: object) -> None:
+        if isinstance(message, RequestVote) and not message.pre_vote:
+            self._vote(node_id, message.term, node_id)  # a candidate votes for itself
+            return
         if not isinstance(message, RequestVoteResponse) or not message.vote_granted:
             return
         kind = "pre-vote" if message.pre_vote else "vote"
@@ -88,10 +92,13 @@ class SafetyChecker:
                                               f"{message.term} while repairing ({node.repair_reason})")
         if message.pre_vote:
             return
-        granted = self.votes.setdefault((node_id, message.term), message.to_id)
-        if granted != message.to_id:
-            raise Violation("double-vote", f"{node_id} voted for {granted} and then for {message.to_id} "
-                                           f"in term {message.term}")
+        self._vote(node_id, message.term, message.to_id)
+
+    def _vote(self, node_id: str, term: int, candidate: str) -> None:
+        granted = self.votes.setdefault((node_id, term), candidate)
+        if granted != candidate:
+            raise Violation("double-vote", f"{node_id} voted for {granted} and then for {candidate} "
+                                           f"in term {term}")
 
     def on_apply(self, node_id: str, entry: Entry, digest: int | None) -> None:
         self.checks += 1

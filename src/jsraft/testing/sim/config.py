@@ -10,10 +10,10 @@ Invariants:
      `derive_rngs`, in a fixed order, so `--start N --seeds 1` replays seed N exactly.
   2. The fault atlas names at most `(nodes - 1) // 2` nodes, and only initial voters: a majority of the
      smallest voter set the run can have keeps intact durable copies of every committed entry.
-  3. Fault kinds are a subset of `FAULT_KINDS`; `all` means every one of them. `storage` (lost group
-     directory, marker or record; a power cut inside the witness fsync; a second process) draws its
-     choices from its own generator (`storage_faults`), not from `Knobs`: the knobs of every seed are what
-     they were before it existed.
+  3. Fault kinds are a subset of `FAULT_KINDS` and `OPT_IN_FAULT_KINDS`; `all` means every one of
+     `FAULT_KINDS` (opt-in kinds are named one by one). `storage` (lost group directory, marker or
+     record; a power cut inside the witness fsync; a second process) draws its choices from its own
+     generator (`storage_faults`), not from `Knobs`: the knobs of every seed are what they were before it existed.
 
 Imports: stdlib, attrs. Reference: DESIGN.md §11 (whole-cluster simulation), TigerBeetle VOPR.
 """
@@ -28,6 +28,10 @@ from jsraft.errors import invariant
 from jsraft.testing.sim.app_mutants import APP_MUTANTS
 
 FAULT_KINDS = ("net", "disk", "crash", "membership", "storage")  # storage: `storage_faults`
+# Named explicitly, never part of `all`: `lost-vote` (faults.py) makes the real code fail seeds through a
+# hole still open in issue #14 (a replica restored at the term below a lost vote acknowledges an old
+# leader's entries after a leader of the lost term was elected), so `all` leaves it out until that is fixed.
+OPT_IN_FAULT_KINDS = ("lost-vote",)
 NODE_COUNTS = (3, 5)
 
 
@@ -39,10 +43,10 @@ def parse_faults(text: str) -> frozenset[str]:
             continue
         if word == "all":
             kinds.update(FAULT_KINDS)
-        elif word in FAULT_KINDS:
+        elif word in FAULT_KINDS or word in OPT_IN_FAULT_KINDS:
             kinds.add(word)
         else:
-            raise ValueError(f"unknown fault kind {word!r} (known: {', '.join(FAULT_KINDS)}, all)")
+            raise ValueError(f"unknown fault kind {word!r} (known: {', '.join(FAULT_KINDS + OPT_IN_FAULT_KINDS)}, all)")
     return frozenset(kinds)
 
 
@@ -62,7 +66,7 @@ class SimConfig:
 
     def validate(self) -> None:
         invariant(self.nodes in NODE_COUNTS, f"nodes is one of {NODE_COUNTS}")
-        invariant(self.faults <= set(FAULT_KINDS), "fault kinds are known")
+        invariant(self.faults <= set(FAULT_KINDS + OPT_IN_FAULT_KINDS), "fault kinds are known")
         invariant(self.steps >= 0 and self.liveness_ticks_max > 0, "step bounds are sane")
         invariant(self.app in ("register", "stream", "meta", "consumer"), "app is register, stream, meta or consumer")
         if self.mutant in APP_MUTANTS:

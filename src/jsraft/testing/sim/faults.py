@@ -8,11 +8,22 @@ down (`atlas.corrupt_at_rest`). A node that just granted a vote may be crashed a
 restarted almost at once, which is what a vote that is not durable would be caught by; an atlas node
 restarted so loses that newest hard-state write at rest half the time (`atlas.lose_last_hard_state`).
 
+The `lost-vote` plan (opt-in fault kind `lost-vote`, with `disk` and `crash`; issue #14, the vote fence) builds the schedule in which only `raft.vote_fence` stops a
+second vote in one term: when a leadership transfer's candidate C asks for votes in term V, half the time
+the plan keeps only its RequestVote to one atlas voter N (the network loses the copies to everyone else,
+so the old leader of V-1 keeps leading), crashes N right after it grants that vote, loses that vote at
+rest on restart (N comes back at V-1, repairing), and loses everything C sends until N has been repaired
+(by the old leader, in V-1) and C no longer leads — or `_PLAN_TICKS_MAX` passed. Once C's term reaches the
+others, the old leader steps down to V without a vote and N, repaired in V-1, may campaign or vote in V:
+the real core's fence (restored term + 1) refuses, the mutant `no-vote-fence` votes again (double-vote).
+All of it is network loss and a crash with a damaged write: faults the model already has, timed.
+
 Invariants:
   1. Every choice comes from the scheduler's own generator (simulator invariant 1).
   2. Corruption only ever touches disks in the fault atlas (atlas invariants 1 and 2).
   3. Once `stop()` is called (the liveness phase) no new fault starts; pending restarts still happen.
   4. Every crashed node has exactly one pending restart, so nothing stays down forever.
+  5. A `lost-vote` plan ends at most `_PLAN_TICKS_MAX` ticks after it began, and at `stop()`; one at a time.
 
 Imports: stdlib, siblings. Reference: CHAOS.md (S02–S06, S09, S10, S12), Jepsen nemeses.
 """
@@ -22,6 +33,10 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
+import attrs
+
+from jsraft.raft import RequestVote
+
 from jsraft.testing.sim.atlas import corrupt_at_rest, lose_last_hard_state
 
 if TYPE_CHECKING:
@@ -29,6 +44,18 @@ if TYPE_CHECKING:
     from jsraft.testing.sim.simulator import Simulation
 
 _CORRUPTIONS_PER_RESTART_MAX = 3
+# Long enough for an old leader to repair a restarted voter and a muted leader to step down, and bounded.
+_PLAN_TICKS_MAX = 120
+
+
+@attrs.define
+class _LostVotePlan:
+    candidate: str
+    voter: str
+    term: int
+    ends_by: int
+    crashed: bool = False  # the voter granted the vote and is crashed at the next step
+    restarted: bool = False  # ... and has restarted since (with the vote lost, if the damage applied)
 
 
 class FaultScheduler:
@@ -39,9 +66,12 @@ class FaultScheduler:
         self.restart_at: dict[str, int] = {}
         self.crash_next: set[str] = set()
         self.crashed_after_vote: set[str] = set()
+        self.plan: _LostVotePlan | None = None
+        self._sim: Simulation | None = None  # for the network's send filter, set at the first step
         # Its own generator, seeded from the scheduler's state without drawing from it: the fault timeline
         # of every seed (and the regressions pinned to seeds) stays what it was before this fault existed.
         self.vote_loss_rng = random.Random(hash(rng.getstate()[1]))  # a tuple of ints: a stable hash
+        self.plan_rng = random.Random(hash(rng.getstate()[1]) + 1)  # the same, for `lost-vote` plans
         self.enabled = True
         self.counts = {"crashes": 0, "power_failures": 0, "partitions": 0, "corruptions": 0}
 
@@ -51,6 +81,9 @@ class FaultScheduler:
 
     def step(self, sim: Simulation) -> None:
         self._restarts_due(sim)
+        if self._sim is None and {"lost-vote", "disk", "crash"} <= self.faults:
+            self._sim, sim.network.send_filter = sim, self._plan_filter
+        self._plan_due(sim)
         if not self.enabled:
             return
         for node_id in sorted(self.crash_next):
@@ -66,6 +99,10 @@ class FaultScheduler:
             self._crashes(sim)
 
     def on_vote_granted(self, node_id: str) -> None:
+        if self.plan is not None and self.plan.voter == node_id and not self.plan.crashed:
+            self.plan.crashed = True
+            self.crash_next.add(node_id)
+            return
         if self.enabled and self.knobs.crash_after_vote and self.rng.random() < self.knobs.crash_after_vote:
             self.crash_next.add(node_id)
 
@@ -150,7 +187,10 @@ class FaultScheduler:
         if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id) and voted:
             # The vote it just cast may be the write lost at rest (what the vote fence is for).
             loss = self.vote_loss_rng
-            if loss.random() < 0.5 and (done := lose_last_hard_state(driver.disk, loss)):
+            planned = self.plan is not None and self.plan.voter == node_id
+            if planned:
+                self.plan.restarted = True  # type: ignore[union-attr]
+            if (planned or loss.random() < 0.5) and (done := lose_last_hard_state(driver.disk, loss)):
                 self.counts["corruptions"] += 1
                 sim.trace.add(f"fault: corrupt {node_id} at rest: {done}")
         if self.enabled and "disk" in self.faults and sim.atlas.allows(node_id):
@@ -162,3 +202,48 @@ class FaultScheduler:
                         sim.trace.add(f"fault: corrupt {node_id} at rest: {done}")
         sim.clock.forfeit(node_id)
         driver.start()
+
+    # --- The `lost-vote` plan ----------------------------------------------------------------------
+
+    def _plan_filter(self, message: object) -> bool:
+        """The network's send filter: True loses `message` (see the module docstring)."""
+        plan = self.plan
+        if plan is None:
+            if isinstance(message, RequestVote) and message.leadership_transfer and not message.pre_vote:
+                self._maybe_plan(message)
+            plan = self.plan
+            if plan is None:
+                return False
+        if getattr(message, "from_id", None) != plan.candidate:
+            return False
+        keep = (isinstance(message, RequestVote) and message.to_id == plan.voter and message.term == plan.term
+                and not plan.crashed)
+        return not keep
+
+    def _maybe_plan(self, message: RequestVote) -> None:
+        sim = self._sim
+        if sim is None or not self.enabled or self.plan_rng.random() >= 0.5:
+            return
+        voters = [n for n in sorted(sim.atlas.corruptible) if n != message.from_id
+                  and sim.drivers[n].up and sim.drivers[n].node is not None
+                  and not sim.drivers[n].node.repairing and sim.drivers[n].node.current_term < message.term]
+        if not voters:
+            return
+        voter = self.plan_rng.choice(voters)
+        self.plan = _LostVotePlan(candidate=message.from_id, voter=voter, term=message.term,
+                                  ends_by=sim.clock.now + _PLAN_TICKS_MAX)
+        sim.trace.add(f"fault: lost-vote plan: only {voter} hears {message.from_id}'s RequestVote for term "
+                      f"{message.term}; {voter} loses its vote at rest, {message.from_id} is cut off until "
+                      f"{voter} is repaired")
+
+    def _plan_due(self, sim: Simulation) -> None:
+        plan = self.plan
+        if plan is None:
+            return
+        driver, candidate = sim.drivers[plan.voter], sim.drivers[plan.candidate].node
+        repaired = (plan.restarted and driver.up and driver.node is not None and not driver.node.repairing
+                    and plan.voter not in self.restart_at)
+        if (repaired and (candidate is None or candidate.role != "leader")) or not self.enabled \
+                or sim.clock.now >= plan.ends_by:
+            self.plan = None
+            sim.trace.add(f"fault: lost-vote plan over ({plan.voter} {'repaired' if repaired else 'not repaired'})")

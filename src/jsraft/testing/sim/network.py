@@ -9,6 +9,9 @@ directed links. Partitions are expressed only as cut links, so every shape is on
   - swizzle: nodes are cut off one at a time (`swizzle_step`), then restored one at a time in a random
     order;
   - `heal()`: every link open again.
+Beside partitions, `send_filter` (a predicate set by the fault scheduler) loses the messages it picks, when
+sent and still in flight: one node's outgoing links down but for one message, say (the scheduler's
+`lost-vote` plan). It is not a partition shape: `heal()` does not clear it.
 
 Invariants:
   1. A message crosses a link only if the link is open both when it is sent and when it is delivered:
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from jsraft.raft import Message
 
@@ -53,11 +56,14 @@ class SimNetwork:
         self._swizzle_order: list[str] = []
         self._swizzle_cut: list[str] = []
         self._swizzle_restoring = False
+        # Loses the messages it returns True for (see the module docstring); None: loses none.
+        self.send_filter: Callable[[Message], bool] | None = None
 
     # --- Sending and delivering ---------------------------------------------------------------------
 
     def send(self, message: Message, now: int) -> None:
-        if not self.can_send(message.from_id, message.to_id) or len(self._heap) >= self.in_flight_max:
+        if (not self.can_send(message.from_id, message.to_id) or len(self._heap) >= self.in_flight_max
+                or self._filtered(message)):
             self.dropped += 1
             return
         if self.drop and self.rng.random() < self.drop:
@@ -81,12 +87,15 @@ class SimNetwork:
         heap = self._heap
         while heap and heap[0][0] <= now:
             message = heapq.heappop(heap)[2]
-            if (message.from_id, message.to_id) in self.cut:
+            if not self.can_send(message.from_id, message.to_id) or self._filtered(message):
                 self.dropped += 1
                 continue
             out.append(message)
         self.delivered += len(out)
         return out
+
+    def _filtered(self, message: Message) -> bool:
+        return self.send_filter is not None and self.send_filter(message)
 
     def in_flight(self) -> int:
         return len(self._heap)

@@ -24,6 +24,10 @@ Invariants:
   5. A newest block file that is empty or a strict prefix of its preamble is a creation a crash
      interrupted (`BlockFiles.create` syncs the preamble before the block takes a message): its preamble
      is written again, nothing is reported; any other bad header is damage.
+  6. After recovery the newest block covers through `last_seq`, a trailing gap (the newest synced
+     records damaged or lost) included: appends extend the newest block from its `last_seq`, so a block
+     that ended below the store's last sequence took the next message one slot early and covered one
+     sequence more than its offsets hold (the simulator's `IndexError`, stream seed 746).
 """
 
 from __future__ import annotations
@@ -176,6 +180,10 @@ class _Rebuild:
         if last > self.covered:
             kind = FaultKind.corrupt if self.damage_pending else FaultKind.missing
             self.gaps.append((self.covered + 1, last, kind))
+            if store.blocks:
+                # The trailing gap is covered (empty slots) by the newest block, as a SKIP would be: the
+                # next append continues that block at `last + 1` (invariant 6).
+                store.newest().extend_to(last)
         store.last_seq = last
         for lo, hi, kind in self.gaps:
             lo = max(lo, store.head)

@@ -24,10 +24,11 @@ Invariants:
   5. A newest block file that is empty or a strict prefix of its preamble is a creation a crash
      interrupted (`BlockFiles.create` syncs the preamble before the block takes a message): its preamble
      is written again, nothing is reported; any other bad header is damage.
-  6. After recovery the newest block covers through `last_seq`, a trailing gap (the newest synced
-     records damaged or lost) included: appends extend the newest block from its `last_seq`, so a block
-     that ended below the store's last sequence took the next message one slot early and covered one
-     sequence more than its offsets hold (the simulator's `IndexError`, stream seed 746).
+  6. After recovery the newest block ends at `last_seq`, across a trailing gap (the newest synced records
+     damaged or lost, or a compact past the end): appends extend the newest block from its `last_seq`,
+     so a block that ended below the store's last sequence took the next message one slot early and
+     covered one sequence more than its offsets hold (the simulator's `IndexError`, stream seed 746).
+     A newest block holding no slot starts after the gap instead of holding one per gap sequence.
 """
 
 from __future__ import annotations
@@ -171,6 +172,9 @@ class _Rebuild:
             fs_remove.remove(store, seq)
         store.head = max(store.head, new_head)
         store.lowest_block = max(store.lowest_block, lowest_block)
+        # Written only when the store reached `new_head - 1` (a compact past the end writes nothing else
+        # that says so: `fs_remove.jump`).
+        self.max_sync = max(self.max_sync, new_head - 1)
         for seq in [s for s in store.moved if s < new_head]:
             del store.moved[seq]
 
@@ -181,9 +185,7 @@ class _Rebuild:
             kind = FaultKind.corrupt if self.damage_pending else FaultKind.missing
             self.gaps.append((self.covered + 1, last, kind))
             if store.blocks:
-                # The trailing gap is covered (empty slots) by the newest block, as a SKIP would be: the
-                # next append continues that block at `last + 1` (invariant 6).
-                store.newest().extend_to(last)
+                _end_newest_at(store.newest(), last)
         store.last_seq = last
         for lo, hi, kind in self.gaps:
             lo = max(lo, store.head)
@@ -196,6 +198,15 @@ class _Rebuild:
             torn_bytes_cut=self.torn_bytes_cut, damaged_bytes=self.damaged_bytes,
             faults=[(f.first, f.last, str(f.kind)) for f in store.fault_map.faults()],
         )
+
+
+def _end_newest_at(newest: Block, last: int) -> None:
+    """Make the newest block end at `last` (invariant 6): one that holds no slot yet starts after it (a
+    jump, or a block created after the gap), any other covers the gap with empty slots."""
+    if newest.last_seq < newest.first_seq:
+        newest.first_seq, newest.last_seq = last + 1, last
+    else:
+        newest.extend_to(last)
 
 
 def _remove_from_gaps(gaps: list[tuple[int, int, FaultKind]], seq: int) -> list[tuple[int, int, FaultKind]]:

@@ -15,7 +15,7 @@ import shutil
 import pytest
 
 from jsraft.disk import OsDisk
-from jsraft.store import StoreConfig
+from jsraft.store import StoreConfig, fs_index
 from jsraft.store.blocks import block_name
 from jsraft.store.filestore import FileStore
 
@@ -67,6 +67,7 @@ def test_a_crash_mid_jump_recovers_either_side_of_it(tmp_path):
     root, before, after_marker = (str(tmp_path / name) for name in ("s", "before", "marker"))
     store = _store(root)
     store.sync()
+    fs_index.write_index(store)  # an index of the old blocks, which a crash mid-jump leaves valid
     old_blocks = sorted(n for n in os.listdir(root) if n.endswith(".blk"))
     removed_files: dict[str, bytes] = {}
     original_remove = store.files.remove
@@ -93,17 +94,18 @@ def test_a_crash_mid_jump_recovers_either_side_of_it(tmp_path):
         with open(os.path.join(before, name), "r+b") as handle:
             data = handle.read()
             handle.truncate(_preamble_length(data))
-    for directory in (after_marker, before):
-        index = os.path.join(directory, "index")
-        if os.path.exists(index):
-            os.remove(index)
-    jumped = FileStore.open(OsDisk(after_marker), CONFIG)
-    _assert_jumped(jumped)
-    assert [b.number for b in jumped.blocks] == [int(new_blocks[0][:8])]  # recovery finished the removal
+    for use_index in (True, False):
+        jumped = FileStore.open(OsDisk(after_marker), CONFIG, use_index=use_index)
+        assert (jumped.recovery_report.get("index") == "used") == use_index
+        _assert_jumped(jumped)
+        assert [b.number for b in jumped.blocks] == [int(new_blocks[0][:8])]  # recovery finished the removal
+        jumped.files.abandon()
+        not_jumped = FileStore.open(OsDisk(before), CONFIG, use_index=use_index)
+        state = not_jumped.state()
+        assert state.last_seq == 60 and state.msgs == 0 and not_jumped.faults() == []
+        assert _slots(not_jumped) <= 60
+        not_jumped.files.abandon()
     not_jumped = FileStore.open(OsDisk(before), CONFIG)
-    state = not_jumped.state()
-    assert state.last_seq == 60 and state.msgs == 0 and not_jumped.faults() == []
-    assert _slots(not_jumped) <= 60
     not_jumped.compact(FAR)  # what the replay of the purge entry does next
     _assert_jumped(not_jumped)
 

@@ -50,6 +50,11 @@ limit changes by CONFIG, read-time bit flips reaching the store):
      file and the overwrite reopened it (seed 249, `crash`: FileNotFoundError out of a DELETE's apply,
      which stops the group). The erase now returns once the block is gone
      (tests/store/test_filestore_powercut.py).
+  9. FileStore recovery with the newest synced message damaged (a corrupt trailing gap) left `last_seq`
+     past the newest block's last sequence; the next append took its slot one place early, so the block
+     covered one sequence more than its offsets and the next expiry walked past them (seed 746, `crash`:
+     IndexError in `live_seqs_between`). Recovery now covers the trailing gap with the newest block
+     (tests/store/test_damaged_tail_then_append.py).
 And two fixed in `stream/machine.py`: `snapshot()` let a `DamagedSequence` found while it read the store
 escape instead of refusing with `StreamNotHealthy` (which a runtime expects from it); a store whose only
 earlier change was a moved head (a purge of an empty stream) was not treated as needing the replay's
@@ -219,6 +224,12 @@ def test_stream_seed_191_passes() -> None:
 def test_stream_seed_249_passes() -> None:
     """Bug 8: only a whole run erased the last message of an older block; it crashed before the fix."""
     result = run_seed(config_for(249, nodes="mixed", app="stream"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
+def test_stream_seed_746_passes() -> None:
+    """Bug 9: a whole run reaches the append after a damaged-tail recovery; it crashed before the fix."""
+    result = run_seed(config_for(746, nodes="mixed", app="stream"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 

@@ -4,8 +4,11 @@ Owns: turning a validated batch into records in the newest block. Per message on
 the digest term and the counters. Arrays are extended and the file written once per run; a run ends
 where the block is full, and the block is then sealed and a new one started.
 
-Invariant: the records written, the block arrays and the totals change together, after validation
-(`limits_check.check_batch`) has accepted the whole batch.
+Invariants:
+  1. The records written, the block arrays and the totals change together, after validation
+     (`limits_check.check_batch`) has accepted the whole batch.
+  2. An append continues the newest block from its `last_seq`, which is the store's `last_seq`
+     (recovery invariant 6); a store where they differ fails loudly instead of misplacing slots.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from crc32c import crc32c
 from jsraft.codec.records import HEADER_BYTES, message_digest
 from jsraft.store.base import DIGEST_RANGE_SEQS
 from jsraft.codec.records import Kind, encode_record
-from jsraft.errors import BadRequest
+from jsraft.errors import BadRequest, InvariantViolation
 from jsraft.store import fs_compress, fs_index
 from jsraft.store.base import Compression
 from jsraft.store.blocks import Block
@@ -49,6 +52,9 @@ def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, 
     ranges, subject counts, arrays and the file are updated once per run (DESIGN §12).
     """
     block = store.newest()
+    if block.last_seq != store.last_seq:  # the run extends the block's slots from its last_seq
+        raise InvariantViolation(f"newest block {block.number} ends at {block.last_seq}, "
+                                 f"the store at {store.last_seq}: an append would misplace its slots")
     position, limit = block.size, store.config.block_size
     parts: list[bytes] = []
     offsets: list[int] = []

@@ -8,6 +8,8 @@ Invariants:
   1. A block file is removed only when every sequence in it is below the first live message, it is not
      the newest block, and it holds no repair record still in use.
   2. A removal updates the digest, counts and subject index in the same call as the maps.
+  3. A compact past `last_seq + 1` holds no slot for the sequences it jumps over (`jump`): whatever
+     its distance, it costs one new block.
 
 Imports: L0, L1 (`codec`), siblings but `fs_ops` (which imports this module; its searches are reached
 through the `FileStore`).
@@ -96,12 +98,23 @@ def compact(store: "FileStore", seq: int) -> int:
     if seq <= store.last_seq + 1:
         return cut_head(store, seq)
     removed = cut_head(store, store.last_seq + 1)
-    first_skipped = store.last_seq + 1
-    store.write_records(encode_record(Kind.SKIP, first_skipped, seq - first_skipped))
-    store.last_seq = seq - 1
-    extend_newest(store, seq - 1)
-    cut_head(store, seq)
+    jump(store, seq)
     return removed
+
+
+def jump(store: "FileStore", seq: int) -> None:
+    """Move an emptied store's next sequence to `seq` in a new block that starts there (invariant 3).
+
+    The old blocks are made durable first, then the new block records the jump as its `FIRST_SEQ(seq)`
+    marker (recovery reads one as "the store reached `seq - 1`"), and `cut_head` removes the old block
+    files once that marker is synced. A `SKIP` over the jumped range in the old newest block made it hold
+    one slot per jumped sequence, in memory and again at every recovery: a purge to a far sequence
+    exhausted memory."""
+    store.sync()
+    store.newest().sealed = True
+    store.last_seq = seq - 1
+    store.new_block()
+    cut_head(store, seq)
 
 
 def mark_touched(store: "FileStore") -> None:
@@ -153,13 +166,6 @@ def drop_dead_head(store: "FileStore") -> None:
 
 def moved_blocks(store: "FileStore") -> set[int]:
     return {number for number, _, _, _ in store.moved.values()}
-
-
-def extend_newest(store: "FileStore", seq: int) -> None:
-    block = store.newest()
-    grow = seq - block.last_seq
-    if grow > 0:
-        block.extend_to(seq)
 
 
 def limits_interleave(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> bool:

@@ -24,6 +24,11 @@ Invariants:
   5. A newest block file that is empty or a strict prefix of its preamble is a creation a crash
      interrupted (`BlockFiles.create` syncs the preamble before the block takes a message): its preamble
      is written again, nothing is reported; any other bad header is damage.
+  6. After recovery the newest block ends at `last_seq`, across a trailing gap (the newest synced records
+     damaged or lost, or a compact past the end): appends extend the newest block from its `last_seq`,
+     so a block that ended below the store's last sequence took the next message one slot early and
+     covered one sequence more than its offsets hold (the simulator's `IndexError`, stream seed 746).
+     A newest block holding no slot starts after the gap instead of holding one per gap sequence.
 """
 
 from __future__ import annotations
@@ -167,6 +172,9 @@ class _Rebuild:
             fs_remove.remove(store, seq)
         store.head = max(store.head, new_head)
         store.lowest_block = max(store.lowest_block, lowest_block)
+        # Written only when the store reached `new_head - 1` (a compact past the end writes nothing else
+        # that says so: `fs_remove.jump`).
+        self.max_sync = max(self.max_sync, new_head - 1)
         for seq in [s for s in store.moved if s < new_head]:
             del store.moved[seq]
 
@@ -176,6 +184,8 @@ class _Rebuild:
         if last > self.covered:
             kind = FaultKind.corrupt if self.damage_pending else FaultKind.missing
             self.gaps.append((self.covered + 1, last, kind))
+            if store.blocks:
+                _end_newest_at(store.newest(), last)
         store.last_seq = last
         for lo, hi, kind in self.gaps:
             lo = max(lo, store.head)
@@ -188,6 +198,15 @@ class _Rebuild:
             torn_bytes_cut=self.torn_bytes_cut, damaged_bytes=self.damaged_bytes,
             faults=[(f.first, f.last, str(f.kind)) for f in store.fault_map.faults()],
         )
+
+
+def _end_newest_at(newest: Block, last: int) -> None:
+    """Make the newest block end at `last` (invariant 6): one that holds no slot yet starts after it (a
+    jump, or a block created after the gap), any other covers the gap with empty slots."""
+    if newest.last_seq < newest.first_seq:
+        newest.first_seq, newest.last_seq = last + 1, last
+    else:
+        newest.extend_to(last)
 
 
 def _remove_from_gaps(gaps: list[tuple[int, int, FaultKind]], seq: int) -> list[tuple[int, int, FaultKind]]:

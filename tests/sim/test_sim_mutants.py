@@ -13,7 +13,12 @@ with 1-6 ticks it was seed 5, double-vote, a flipped hard-state slot unnoticed),
 no-prevote 1. no-vote-fence (issue #14) needs the opt-in fault kind `lost-vote` (`faults.py`: a leadership
 transfer's vote reaches one atlas voter only, which loses it at rest and is repaired by the old leader in the
 term below): caught at seed 9 (double-vote: the repaired voter campaigns in the term of the vote it lost).
-Without it, 1000 mixed and 300 five-node seeds did not catch it.
+Without it, 1000 mixed and 300 five-node seeds did not catch it. Since the storage fault kind joined `all`
+(and compaction stopped writing a witness checkpoint the log does not cover, which had made seed 5 a false
+`durability` for the real code and the mutants), the first seed the mutant fails is 40, leader-completeness,
+and the real code fails it too: the open hole of issue #14 (a voter restored at V-1 and fenced through V
+acknowledges the term-(V-1) leader's entries after a candidate won V with its lost vote). The mutant's own
+catches come later (61, 85, 171: double-vote). That case is a strict xfail until the hole is closed.
 """
 
 from __future__ import annotations
@@ -54,7 +59,14 @@ def test_every_mutant_is_listed() -> None:
 EXTRA_FAULTS = {"no-vote-fence": frozenset({"lost-vote"})}
 
 
-@pytest.mark.parametrize("mutant", sorted(EXPECTED))
+# Open hole (issue #14): with `lost-vote` the real code fails mixed seeds 40, 102, 134 (leader-completeness) of
+# 0-199, so the first seed that fails the mutant is one the real code fails too. Strict: once the restore
+# stops acknowledging lower-term leaders, this passes and the mark must go.
+OPEN_HOLE = pytest.mark.xfail(strict=True, reason="issue #14: real code fails lost-vote seed 40 (leader-completeness)")
+
+
+@pytest.mark.parametrize("mutant", [pytest.param(m, marks=OPEN_HOLE) if m == "no-vote-fence" else m
+                                    for m in sorted(EXPECTED)])
 def test_mutant_is_caught_within_500_seeds(mutant: str) -> None:
     faults = frozenset(FAULT_KINDS) | EXTRA_FAULTS.get(mutant, frozenset())
     configs = [config_for(seed, nodes="mixed", mutant=mutant, faults=faults) for seed in range(SEEDS_MAX)]

@@ -54,13 +54,19 @@ def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequen
     return restored_state(recovered, applied, voters=voters, formatted=formatted)
 
 
+def recovered_empty(recovered: Recovered) -> bool:
+    """The WAL holds nothing at all: no snapshot, entry, faulty record or non-initial hard state (decision 2
+    or 3; the node's record of started groups asks the same question, `runtime.group_record`)."""
+    return (recovered.snapshot is None and not recovered.entries and not recovered.faulty
+            and recovered.hard_state == HardState())
+
+
 def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] | None,
                    formatted: bool) -> RestoredState:
     """The core's `RestoredState` for a state machine already at `applied` (decisions 1–3)."""
     snapshot = recovered.snapshot
     meta, data = snapshot if snapshot is not None else (None, None)
-    empty = (meta is None and not recovered.entries and not recovered.faulty
-             and recovered.hard_state == HardState())
+    empty = recovered_empty(recovered)
     if empty and not formatted and applied == 0:
         if voters:
             return RestoredState.bootstrap(tuple(voters))

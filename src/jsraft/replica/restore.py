@@ -14,7 +14,9 @@ Decisions:
      makes the core a repairing member with no vote to trust; it never bootstraps again. Losing the
      whole group directory, marker included, is caught by the node's record of the groups its storage
      started (`group_record`), which lives outside every group directory: `open_group` then passes
-     `formatted=True`, so the same decision applies.
+     `formatted=True`, so the same decision applies. The record (like the marker) names a group only from
+     its first durable cycle on, before it sends: a member cut off before that cycle sent nothing a peer
+     counted on, and decision 2 lets it bootstrap again (`group_record` decision 5).
   4. State machine: if the WAL holds a snapshot above the machine's `applied_index`, the machine is
      restored from it; the core is told the machine's applied index, so entries at or below it are not
      applied again (`state_machine` module docstring).

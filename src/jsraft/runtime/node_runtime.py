@@ -170,8 +170,7 @@ class NodeRuntime:
         book = ProposalBook(proposals_in_flight_max or self.proposals_in_flight_max)
         return Group(name=name, node=node, wal=wal, disk=group_disk, state_machine=state_machine, book=book,
                      marker=None if formatted else marker_contents(name, self.node_id),
-                     snapshot_every_entries=snapshot_every_entries,
-                     inbox_messages_max=self.inbox_messages_max,
+                     snapshot_every_entries=snapshot_every_entries, inbox_messages_max=self.inbox_messages_max,
                      on_started=started_fn(self.group_record, name))
 
     async def close_group(self, name: str) -> None:

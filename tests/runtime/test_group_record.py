@@ -4,7 +4,8 @@ Method: a real `OsDisk` under a temporary directory. The record's decisions are 
 node starts with an empty record (written at once), a started group stays on it across reopening until it
 is discarded, and a record that is missing although the node ran before, or damaged (one flipped byte, a
 truncated file), is never trusted: every group assigned up to the meta floor counts as lost storage, and
-that floor survives a reopen.
+that floor survives a reopen. `on_open` records a group with durable state of its own at once and leaves
+one with nothing durable to `started` (decisions 4, 5), each read back from the file.
 """
 
 from __future__ import annotations
@@ -64,3 +65,20 @@ def test_a_damaged_record_is_never_trusted(tmp_path):
         assert reopened.lost, damage
         assert reopened.lost_storage("S-A-3", assigned_index=3), damage
         assert path.read_bytes() == bytes(broken), "a damaged record must not be replaced before the floor is known"
+
+
+def test_a_group_is_recorded_at_open_only_with_durable_state_of_its_own(tmp_path):
+    disk = OsDisk(str(tmp_path))
+    record = GroupRecord.open(disk, node_existed=False)
+    # Nothing durable (decision 5): may bootstrap, recorded only by `started`, after its first durable cycle.
+    assert record.on_open("S-NEW-3", formatted=False, empty=True, assigned_index=3) is False
+    assert not GroupRecord.open(disk, node_existed=True).recorded("S-NEW-3")
+    record.started("S-NEW-3")
+    assert GroupRecord.open(disk, node_existed=True).recorded("S-NEW-3")
+    # Its marker, or a WAL that holds something (decision 4): recorded before the open returns.
+    assert record.on_open("S-MARKED-4", formatted=True, empty=True, assigned_index=4) is True
+    assert record.on_open("S-LOGGED-5", formatted=False, empty=False, assigned_index=5) is False
+    reopened = GroupRecord.open(disk, node_existed=True)
+    assert reopened.recorded("S-MARKED-4") and reopened.recorded("S-LOGGED-5")
+    # Recorded, then its directory lost (decision 1): opens as a member that lost its storage.
+    assert reopened.on_open("S-NEW-3", formatted=False, empty=True, assigned_index=3) is True

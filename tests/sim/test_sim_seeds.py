@@ -9,14 +9,9 @@ invariant and prints the first failing seed's trace; replay it with
 `JSRAFT_SEED=<seed> pytest tests/sim/test_sim_repro.py` or `python -m jsraft.testing.sim --start <seed> --seeds 1`.
 
 Open bugs the simulator found, each pinned to the seed that shows it: the seed must fail exactly so (when it
-passes, the bug was fixed: remove it here).
-  1. A group's name goes on the node's record of started groups (`runtime.group_record`) when the group
-     opens, before its first durable cycle; a member whose power is cut before that cycle restarts with an
-     empty WAL, no marker and its name on the record — "lost its storage", repairing — although it never
-     sent a message. A coordinated power cut right after a group was created (here: inside n1's first
-     hard-state witness fsync, n2 and n3 before their first cycle; the storage fault kind) leaves two of
-     three voters repairing: the group halts for good (seed 424: `liveness`). The record needs the name
-     durable only before the group's first message, not before its first durable cycle.
+passes, the bug was fixed: remove it here). None is open. Fixed: seed 424 (`liveness`: a group put on the
+node's record of started groups before its first durable cycle restarted "lost storage" after a power cut
+right after its create; `runtime.group_record` decision 5 records it only after that cycle).
 """
 
 from __future__ import annotations
@@ -25,7 +20,7 @@ from jsraft.testing.sim import run_batch
 from jsraft.testing.sim.batch import config_for
 
 SEEDS = range(0, 500)
-OPEN_BUGS = {424: "liveness"}  # seed -> the invariant it fails (module docstring, open bugs)
+OPEN_BUGS: dict[int, str] = {}  # seed -> the invariant it fails (module docstring, open bugs)
 STEPS = 1200  # chaotic-phase ticks per seed (the CLI default); the liveness phase follows
 
 

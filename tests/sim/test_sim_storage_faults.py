@@ -71,7 +71,7 @@ def test_a_lost_raft_directory_beside_a_kept_store_restarts_repairing() -> None:
 
 def test_a_lost_marker_restarts_from_the_wal() -> None:
     sim = _run(4)
-    assert sim.storage_faults.fired["lose-marker"] == 1
+    assert sim.storage_faults.fired["lose-marker"] >= 1
     starts = _next_starts_after(sim, "lost its group marker at rest")
     # The WAL is intact: a restart from it (a term above 0), not a bootstrap at term 0.
     assert starts and all(int(re.search(r"term=(\d+)", s).group(1)) > 0 for s in starts), starts  # type: ignore[union-attr]

@@ -8,7 +8,8 @@ and network) drive these same objects. One cycle:
 
   1. `take()` — on the driving thread: the core's `Ready` (if any) and, when due, our own snapshot to save
      and compact through; the hard state to save (a commit-hint-only change is deferred to the next
-     fsync: it is a restart hint, safe to lose); the group marker on the first durable cycle. A leader's
+     fsync: it is a restart hint, safe to lose); the group marker (and `on_started`, the node's record of
+     started groups) on the first durable cycle. A leader's
      snapshot in the `Ready` is announced to the state machine first (`prepare_install`, optional): the
      WAL is about to drop the entries it covers.
   2. `send_first()` — a leader's messages (`Ready.send_first`: they depend on nothing this cycle persists)
@@ -73,7 +74,8 @@ class GroupCycle:
 
     def __init__(self, *, name: str, node: RaftNode, wal: Wal, disk: Disk, state_machine: StateMachine,
                  marker: bytes | None, snapshot_every_entries: int | None,
-                 on_snapshot: Callable[[int], None] = _ignore, on_applied: AppliedFn = _ignore) -> None:
+                 on_snapshot: Callable[[int], None] = _ignore, on_applied: AppliedFn = _ignore,
+                 on_started: Callable[[], None] | None = None) -> None:
         invariant(snapshot_every_entries is None or snapshot_every_entries >= 1, "snapshot interval >= 1")
         invariant(state_machine.applied_index == node.log.applied_index,
                   "the state machine starts where the core thinks it is (invariant 3)")
@@ -86,6 +88,8 @@ class GroupCycle:
         self.on_snapshot = on_snapshot  # a leader's snapshot through this index was installed
         self.on_applied = on_applied  # these entries were applied, with these results
         self._marker = marker  # written with the first durable cycle, then None
+        # Records the group as started, with the marker (`persist` step 3); None: no node record.
+        self._on_started = on_started if marker is not None else None
         self._unsaved_hard_state: HardState | None = None
         self._snapshot_requested = False
         self._refused_at: int | None = None  # the applied index whose snapshot the machine refused
@@ -112,14 +116,15 @@ class GroupCycle:
             # Only the commit hint changed (must_sync covers every durable field). It is safe to lose, so
             # it rides along with the next fsync instead of costing one of its own.
             self._unsaved_hard_state = rd.hard_state
-        marker = None
+        marker = started = None
         if self._marker is not None and rd is not None and rd.must_sync:
             marker, self._marker = self._marker, None
+            started, self._on_started = self._on_started, None
         if rd is not None and rd.snapshot is not None:
             prepare = getattr(self.state_machine, "prepare_install", None)
             if prepare is not None:
                 prepare(rd.snapshot.meta)  # before the WAL drops the entries the snapshot covers
-        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker)
+        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker, started=started)
 
     def send_first(self, work: Work, send: SendFn) -> None:
         """Step 2's first half: a leader's messages, before its persistence (invariant 2)."""

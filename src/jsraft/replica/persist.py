@@ -23,7 +23,13 @@ Order within one group's work, and why (DESIGN §2, §4):
      reached, issue #18). Term and vote are durable before any message is sent (the cycle sends only
      after `sync_work` returned).
   3. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
-     not a new group (`restore`).
+     not a new group (`restore`). Then `Work.started`, once with the marker: the driver's call that puts
+     the group on the node's record of started groups (`runtime.group_record` decision 5), which outlives
+     the group's directory. Both are durable before the cycle sends (the driver sends after `sync_work`
+     returned), so no vote or acknowledgement leaves a group that is not on the record, and a group cut
+     off before this point has sent nothing a peer counts on: it may bootstrap again. (A leader's
+     `send_first` cycle is never a group's first durable cycle when it has peers: it won an election,
+     and its candidate cycle was durable.)
 
 Why the hard state goes after the entries (issue #13): saved before them, a crash in between would leave a
 durable watermark above a shorter log, a false "lost acknowledged data" finding (DESIGN §4, acked
@@ -50,6 +56,7 @@ handling; DESIGN §2, §4.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import attrs
 
@@ -74,6 +81,8 @@ class Work:
     compaction: Snapshot | None = None
     # Contents of `GROUP_MARKER`, on the group's first durable cycle.
     marker: bytes | None = None
+    # With the marker: records the group as started on the node's record (step 3), before any send.
+    started: Callable[[], None] | None = None
 
     @property
     def must_sync(self) -> bool:
@@ -148,3 +157,5 @@ def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False) -> None
         wal.sync()
     if work.marker is not None:
         disk.write_atomic(GROUP_MARKER, work.marker)
+    if work.started is not None:
+        work.started()

@@ -14,7 +14,9 @@ Decisions:
      makes the core a repairing member with no vote to trust; it never bootstraps again. Losing the
      whole group directory, marker included, is caught by the node's record of the groups its storage
      started (`group_record`), which lives outside every group directory: `open_group` then passes
-     `formatted=True`, so the same decision applies.
+     `formatted=True`, so the same decision applies. The record (like the marker) names a group only from
+     its first durable cycle on, before it sends: a member cut off before that cycle sent nothing a peer
+     counted on, and decision 2 lets it bootstrap again (`group_record` decision 5).
   4. State machine: if the WAL holds a snapshot above the machine's `applied_index`, the machine is
      restored from it; the core is told the machine's applied index, so entries at or below it are not
      applied again (`state_machine` module docstring).
@@ -54,13 +56,19 @@ def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequen
     return restored_state(recovered, applied, voters=voters, formatted=formatted)
 
 
+def recovered_empty(recovered: Recovered) -> bool:
+    """The WAL holds nothing at all: no snapshot, entry, faulty record or non-initial hard state (decision 2
+    or 3; the node's record of started groups asks the same question, `runtime.group_record`)."""
+    return (recovered.snapshot is None and not recovered.entries and not recovered.faulty
+            and recovered.hard_state == HardState())
+
+
 def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] | None,
                    formatted: bool) -> RestoredState:
     """The core's `RestoredState` for a state machine already at `applied` (decisions 1–3)."""
     snapshot = recovered.snapshot
     meta, data = snapshot if snapshot is not None else (None, None)
-    empty = (meta is None and not recovered.entries and not recovered.faulty
-             and recovered.hard_state == HardState())
+    empty = recovered_empty(recovered)
     if empty and not formatted and applied == 0:
         if voters:
             return RestoredState.bootstrap(tuple(voters))

@@ -16,14 +16,30 @@ Decisions (`lost_storage`):
      assigned at or before `unknown_through_meta_index` — the meta log's last index when the record was
      found lost — is treated as lost storage, since nothing proves this storage never started it; the
      meta group too. That floor is written into the new record, so the rule survives a restart.
-  3. Otherwise the group was never started here: it may bootstrap, and is added to the record first.
+  3. Otherwise the group was never started here: it may bootstrap (or start blank).
+
+When a group goes on the record (`on_open`, `started`) — "started" means "a peer may have counted on it":
+  4. A group that opens with durable state of its own (its marker, or a WAL that holds anything) is
+     recorded at once, before the open returns: its log may already back a vote or an acknowledgement.
+  5. A group that opens with nothing durable (an empty WAL, no marker) and is not lost (1, 2) is NOT
+     recorded at open: it is recorded by `started`, which the Ready cycle calls after the group's first
+     durable cycle (its first fsync of entries or hard state, `replica.persist.sync_work`) and before any
+     message of that cycle leaves. Every vote and every acknowledgement needs such a cycle first (Raft's
+     persist-before-send, DESIGN §4), and the messages a member sends before it (a refused append, a
+     pre-vote answer) back nothing. So a power cut before the first durable cycle, with or without the
+     group's directory, leaves a group that no peer ever counted on: it bootstraps again, a fresh member
+     of its group (issue 14: the 2-of-3 halt after a power cut right after a create, sim seed 424). A
+     group that DID complete a durable cycle and then lost its directory is on the record: never a fresh
+     bootstrap (issue 14, hole 1).
 
 Invariants:
-  1. A group is on the record, durably (write-temp, fsync, rename, fsync directory), before its first
-     durable cycle: `add` runs in `open_group` before the group exists.
+  1. A group is on the record, durably (write-temp, fsync, rename, fsync directory), before it sends any
+     message after its first durable cycle (decisions 4, 5), so before any vote or acknowledgement.
   2. The file is `FILE_HEADER` + one CRC'd record (DESIGN §3); a file that does not verify is never
      trusted and never silently replaced by an empty record: it counts as lost (decision 2).
   3. Names leave the record only when their group's data is deleted on purpose (`discard`).
+  4. Safe to call from several threads (`open_storage` runs on a worker thread per opening group, and
+     `started` on the cycle's worker thread): one lock serialises every change and its write.
 
 Imports: stdlib, L0, L1 (`codec`, `disk`), L2 (`wal.format` headers).
 """
@@ -32,6 +48,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, Kind, encode_record, read_record
 from jsraft.disk.base import Disk
@@ -46,7 +63,7 @@ _VERSION = 1
 
 
 class GroupRecord:
-    """The durable set of groups this storage started. Not thread-safe: use from one thread at a time."""
+    """The durable set of groups this storage started (invariant 4: thread-safe)."""
 
     def __init__(self, disk: Disk, names: set[str], *, unknown_through_meta_index: int | None,
                  generation: int) -> None:
@@ -54,6 +71,7 @@ class GroupRecord:
         self._names = names
         self.unknown_through_meta_index = unknown_through_meta_index
         self._generation = generation
+        self._lock = threading.Lock()
 
     @classmethod
     def open(cls, disk: Disk, *, node_existed: bool) -> GroupRecord:
@@ -108,11 +126,12 @@ class GroupRecord:
 
     def set_lost_floor(self, meta_last_index: int) -> None:
         """After a lost record: the meta log's last index at this start is the floor of decision 2."""
-        if self.unknown_through_meta_index == 2**63:
-            self.unknown_through_meta_index = meta_last_index
-            self._write()
+        with self._lock:
+            if self.unknown_through_meta_index == 2**63:
+                self.unknown_through_meta_index = meta_last_index
+                self._write()
 
-    def started(self, name: str) -> bool:
+    def recorded(self, name: str) -> bool:
         return name in self._names
 
     def lost_storage(self, name: str, *, assigned_index: int | None) -> bool:
@@ -125,28 +144,40 @@ class GroupRecord:
             return False
         return assigned_index is None or assigned_index <= self.unknown_through_meta_index
 
-    def on_open(self, name: str, *, formatted: bool, assigned_index: int | None) -> bool:
-        """`open_group`'s `formatted` for group `name` whose marker is there (`formatted`) or not: True
-        also when this storage started it (or cannot prove it did not) — restore decision 3, a member
-        that lost its storage, never a fresh bootstrap. Records the group before returning (invariant 1)."""
-        if not formatted and self.lost_storage(name, assigned_index=assigned_index):
+    def on_open(self, name: str, *, formatted: bool, empty: bool, assigned_index: int | None) -> bool:
+        """`open_group`'s `formatted` for group `name` whose marker is there (`formatted`) or not, and
+        whose WAL recovered nothing (`empty`, `replica.restore.recovered_empty`): True also when this
+        storage started it (or cannot prove it did not) — restore decision 3, a member that lost its
+        storage, never a fresh bootstrap. Records the group now when it has durable state or is lost
+        (decision 4); a group with nothing durable is recorded by `started` (decision 5)."""
+        lost = not formatted and empty and self.lost_storage(name, assigned_index=assigned_index)
+        if lost:
             log.warning("group %s: its group marker is gone although this storage started it: opening as a "
                         "member that lost its storage (repairs from peers, votes only after)", name)
             formatted = True
-        self.add(name)
+        if formatted or not empty:
+            self.add(name)
         return formatted
+
+    def started(self, name: str) -> None:
+        """Group `name` completed its first durable cycle and has sent nothing since: record it before it
+        does (decision 5, invariant 1). Called on the cycle's worker thread."""
+        self.add(name)
 
     def add(self, name: str) -> None:
         """Record `name` durably (invariant 1); a no-op when it is there."""
-        if name not in self._names:
-            self._names.add(name)
-            self._write()
+        with self._lock:
+            if name not in self._names:
+                self._names.add(name)
+                self._write()
 
     def discard(self, name: str) -> None:
         """Forget `name` after its group's data was deleted on purpose (invariant 3)."""
-        if name in self._names:
-            self._names.discard(name)
-            self._write()
+        with self._lock:
+            if name in self._names:
+                self._names.discard(name)
+                self._write()
 
     def names(self) -> list[str]:
-        return sorted(self._names)
+        with self._lock:
+            return sorted(self._names)

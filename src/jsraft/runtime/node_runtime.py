@@ -72,7 +72,7 @@ from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import Job, open_storage, persist_jobs
+from jsraft.runtime.persist import Job, open_storage, persist_jobs, started_fn
 from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
@@ -170,8 +170,8 @@ class NodeRuntime:
         book = ProposalBook(proposals_in_flight_max or self.proposals_in_flight_max)
         return Group(name=name, node=node, wal=wal, disk=group_disk, state_machine=state_machine, book=book,
                      marker=None if formatted else marker_contents(name, self.node_id),
-                     snapshot_every_entries=snapshot_every_entries,
-                     inbox_messages_max=self.inbox_messages_max)
+                     snapshot_every_entries=snapshot_every_entries, inbox_messages_max=self.inbox_messages_max,
+                     on_started=started_fn(self.group_record, name))
 
     async def close_group(self, name: str) -> None:
         """Close group `name` here: refuse new work, wait for its in-flight fsync, close its WAL."""

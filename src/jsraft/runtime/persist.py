@@ -13,12 +13,17 @@ Invariants:
      that group; an `InvariantViolation` propagates (a bug: the process stops).
   3. The steps are looked up on `replica.persist` at every call (a chaos mutant patches them there).
   4. `open_storage` asks the node's `GroupRecord` whenever a group's marker is missing: a lost group
-     directory took the marker with it, and only the record tells that from a group never started.
+     directory took the marker with it, and only the record tells that from a group never started. It
+     records a group with durable state at once; one with nothing durable is recorded by the cycle after
+     its first durable cycle (`started_fn`, `group_record` decisions 4, 5).
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), attrs. Reference: DESIGN §2, §12.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import attrs
 
@@ -26,6 +31,7 @@ from jsraft.disk.base import Disk
 from jsraft.errors import InvariantViolation
 from jsraft.replica import persist
 from jsraft.replica.persist import GROUP_MARKER, Work
+from jsraft.replica.restore import recovered_empty
 from jsraft.runtime.group_record import GroupRecord
 from jsraft.wal import Recovered, Wal
 
@@ -66,5 +72,13 @@ def open_storage(disk: Disk, name: str, segment_bytes: int, record: GroupRecord 
     wal, recovered = Wal.open(disk, segment_bytes=segment_bytes)
     formatted = disk.exists(GROUP_MARKER)
     if record is not None:
-        formatted = record.on_open(name, formatted=formatted, assigned_index=assigned_index)
+        formatted = record.on_open(name, formatted=formatted, empty=recovered_empty(recovered),
+                                   assigned_index=assigned_index)
     return wal, recovered, formatted
+
+
+def started_fn(record: GroupRecord | None, name: str) -> Callable[[], None] | None:
+    """What the cycle calls after group `name`'s first durable cycle, before it sends (invariant 4)."""
+    if record is None:
+        return None
+    return functools.partial(record.started, name)

@@ -33,7 +33,8 @@ Invariants:
      invariant 3; a breach is an `InvariantViolation`, reported as `crash`).
   3. Each node's randomness (core RNG per incarnation, disk faults) comes from its own sub-generator.
 
-Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.replica`, `jsraft.testing.simdisk`, siblings.
+Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.replica`, `jsraft.runtime.persist` (`started_fn`),
+`jsraft.testing.simdisk`, siblings.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from jsraft.raft import (
 from jsraft.raft.messages import Message
 from jsraft.replica import GroupCycle, Work, marker_contents, persist, restored_state
 from jsraft.replica.state_machine import SnapshotUnavailable
+from jsraft.runtime.persist import started_fn
 from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.node_storage import NodeStorage
 from jsraft.testing.sim.violation import Violation
@@ -209,12 +211,12 @@ class NodeDriver:
         self.cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=self.disk, state_machine=SimMachine(self),
                                 marker=None if formatted else marker_contents(GROUP, self.node_id),
                                 snapshot_every_entries=self.setup.compact_every_entries,
-                                on_applied=self._on_applied)
+                                on_applied=self._on_applied, on_started=started_fn(self.storage.record, GROUP))
         status = node.status()
         self.storage.opened(status.last_index)
         if status.repairing and not self.durable_once and self.incarnation > 1:
-            # Crashed before its first durable cycle: the record (written before it) names the group, so
-            # production restarts it as a member that lost its storage although it lost nothing.
+            # Crashed before its first durable cycle and still repairing: only a lost record does that now
+            # (`runtime.group_record` decision 2 cannot tell such a group from one that started).
             self._unstarted_repair = True
             self.trace.add(f"{self.node_id} restarts repairing without a durable cycle before (record verdict)")
         why = f" repairing ({status.repair_reason})" if status.repairing else ""

@@ -1,0 +1,183 @@
+"""When the runtime puts a group on the node's record of started groups (`runtime.group_record` decisions
+4, 5): after the group's first durable cycle and before it sends, never at open.
+
+Method, two tiers. (1) Three real `NodeRuntime`s on `RecordingDisk`s (a `SimDisk` with an exact model of
+what is durable), each with a `GroupRecord` on its node root. At every message a runtime hands to the
+network, a crashed copy of the sender's disk is taken and the record read from it: the group must be on
+it (a message may be a vote or an acknowledgement, which a lost directory must never let a fresh
+bootstrap contradict). The same check is run once with `GroupRecord.started` disabled, to show it fails
+when the record is never written. A coordinated power cut right after a create — every node's durable
+image taken as its `open_group` returned, before its first cycle — restarts as three fresh members that
+elect a leader and commit (the seed-424 halt, at the runtime level); a node whose group directory is lost
+after it served restarts repairing. (2) The runtime's own steps (`open_storage`, `GroupCycle`,
+`persist_jobs`, `started_fn`) on a real `OsDisk` in shadow mode, cut with `jsraft.disk.power_cut` (`drop`)
+before and after the first durable cycle, then the group's directory removed: before, the group
+bootstraps again; after, it opens as a member that lost its storage.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+import trio
+
+from runtime_harness import GROUP, Cluster, ListMachine, RecordingDisk, eventually
+
+from jsraft.disk import OsDisk, power_cut
+from jsraft.raft import RaftNode
+from jsraft.raft.config import RaftConfig, RestoredState
+from jsraft.replica import GroupCycle, marker_contents
+from jsraft.replica.restore import prepare
+from jsraft.runtime.group_record import GroupRecord
+from jsraft.runtime.persist import Job, open_storage, persist_jobs, started_fn
+
+VOTERS = ("n1", "n2", "n3")
+CHECKED_PER_NODE = 8  # messages checked per sender, from its first
+
+
+def _records(disks: dict[str, RecordingDisk]) -> dict[str, dict[str, object]]:
+    return {n: {"group_record": GroupRecord.open(disk, node_existed=False)} for n, disk in disks.items()}
+
+
+def _durably_recorded(disk: RecordingDisk) -> bool:
+    return GroupRecord.open(disk.durable_image(), node_existed=True).recorded(GROUP)
+
+
+async def _sends_only_when_recorded(nursery: trio.Nursery) -> tuple[int, list[str]]:
+    disks = {n: RecordingDisk(seed=3) for n in VOTERS}
+    cluster = Cluster(nursery, disks=disks, node_options=_records(disks))
+    problems: list[str] = []
+    checked = {n: 0 for n in VOTERS}
+
+    def check(from_node, to_node, group, message) -> None:
+        # A crashed copy per message is costly: each node's first messages are the ones at stake (its
+        # first vote, its first acknowledgement); a group once durably recorded stays recorded.
+        if checked[from_node] >= CHECKED_PER_NODE:
+            return
+        checked[from_node] += 1
+        if not _durably_recorded(disks[from_node]):
+            problems.append(f"{from_node} sent {type(message).__name__} to {to_node} unrecorded")
+
+    cluster.router.on_send.append(check)
+    await cluster.start_all()
+    leader = await cluster.wait_leader()
+    for value in (b"a", b"b", b"c"):
+        await cluster.runtimes[leader].propose(GROUP, value)
+    await eventually(lambda: all(m.values == [b"a", b"b", b"c"] for m in cluster.machines.values()))
+    await cluster.stop_all()
+    nursery.cancel_scope.cancel()  # the router's delivery tasks
+    return sum(checked.values()), problems
+
+
+async def test_every_message_leaves_a_group_that_is_durably_recorded(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        checked, problems = await _sends_only_when_recorded(nursery)
+    assert checked == CHECKED_PER_NODE * len(VOTERS) and problems == []
+
+
+async def test_the_send_check_fails_when_the_group_is_never_recorded(autojump_clock, monkeypatch):
+    monkeypatch.setattr(GroupRecord, "started", lambda self, name: None)
+    async with trio.open_nursery() as nursery:
+        checked, problems = await _sends_only_when_recorded(nursery)
+    assert checked > 10 and len(problems) == checked
+
+
+async def test_a_coordinated_power_cut_right_after_a_create_bootstraps_again(autojump_clock):
+    disks = {n: RecordingDisk(seed=5) for n in VOTERS}
+    images = {}
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, disks=disks, node_options=_records(disks))
+        for node_id in VOTERS:
+            await cluster.start(node_id)
+            # No checkpoint since `open_group` returned: the group has run no cycle. Power cut now.
+            images[node_id] = disks[node_id].durable_image()
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()
+    for node_id, image in images.items():
+        assert not GroupRecord.open(image, node_existed=True).recorded(GROUP), node_id
+    restarted = {n: RecordingDisk(image) for n, image in images.items()}
+    options = {n: {"group_record": GroupRecord.open(disk, node_existed=True)} for n, disk in restarted.items()}
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, disks=restarted, node_options=options, seed=6)
+        await cluster.start_all()
+        assert not any(r.status(GROUP).raft.repairing for r in cluster.runtimes.values())
+        leader = await cluster.wait_leader(timeout_s=30)
+        await cluster.runtimes[leader].propose(GROUP, b"after the cut")
+        await eventually(lambda: all(m.values == [b"after the cut"] for m in cluster.machines.values()))
+        assert all(_durably_recorded(disk) for disk in restarted.values())
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_group_that_served_and_lost_its_directory_restarts_repairing(autojump_clock):
+    disks = {n: RecordingDisk(seed=7) for n in VOTERS}
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, disks=disks, node_options=_records(disks))
+        await cluster.start_all()
+        leader = await cluster.wait_leader()
+        await cluster.runtimes[leader].propose(GROUP, b"acknowledged")
+        await eventually(lambda: all(m.values == [b"acknowledged"] for m in cluster.machines.values()))
+        lost = next(n for n in VOTERS if n != leader)
+        await cluster.stop(lost)
+        image = disks[lost].durable_image()
+        image.remove_tree(f"groups/{GROUP}")
+        image.sync_dir("groups")
+        cluster.disks[lost] = RecordingDisk(image)
+        cluster.node_options[lost] = {"group_record": GroupRecord.open(cluster.disks[lost], node_existed=True)}
+        runtime = await cluster.start(lost)
+        status = runtime.status(GROUP).raft
+        assert status.repairing, "a group that voted and acknowledged must never bootstrap again"
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()
+
+
+# --- Real files: the runtime's steps on OsDisk, cut with `power_cut` ---------------------------------
+
+
+def _open(root: str, record: GroupRecord):
+    """`NodeRuntime.open_group`'s storage half for n1 of a new 3-voter group: the core, its cycle, its disk."""
+    group_disk = OsDisk(root, shadow=True).sub(f"groups/{GROUP}")
+    wal, recovered, formatted = open_storage(group_disk, GROUP, 1 << 20, record, assigned_index=9)
+    machine = ListMachine()
+    node = RaftNode(RaftConfig(node_id="n1"), random.Random(1),
+                    prepare(recovered, machine, voters=VOTERS, formatted=formatted))
+    cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=group_disk, state_machine=machine,
+                       marker=None if formatted else marker_contents(GROUP, "n1"), snapshot_every_entries=None,
+                       on_started=started_fn(record, GROUP))
+    return node, cycle
+
+
+def _first_durable_cycle(cycle: GroupCycle) -> None:
+    work = cycle.take()
+    assert work.must_sync, "a bootstrapped member's first cycle makes its log durable"
+    (job,) = persist_jobs([Job(wal=cycle.wal, disk=cycle.disk, work=work)])
+    assert job.error is None
+    cycle.finish(work)
+
+
+@pytest.mark.parametrize("cut_after_first_cycle", [False, True])
+def test_a_power_cut_then_a_lost_directory_on_real_files(tmp_path, cut_after_first_cycle):
+    root = str(tmp_path / "node")
+    record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
+    node, cycle = _open(root, record)
+    assert not node.status().repairing and not record.recorded(GROUP)
+    if cut_after_first_cycle:
+        _first_durable_cycle(cycle)
+        assert record.recorded(GROUP)
+    cycle.wal.close()
+    power_cut(root, "drop", 1)
+    shutil.rmtree(tmp_path / "node" / "groups" / GROUP)  # the group's directory is lost too
+    reopened = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True)
+    assert not reopened.lost and reopened.recorded(GROUP) == cut_after_first_cycle
+    node, cycle = _open(root, reopened)
+    try:
+        status = node.status()
+        if cut_after_first_cycle:
+            assert status.repairing, "it was durable before it could send: a lost directory is lost storage"
+        else:
+            fresh = RaftNode(RaftConfig(node_id="n1"), random.Random(1), RestoredState.bootstrap(VOTERS))
+            assert status == fresh.status(), "nothing durable: a fresh bootstrap, as on the first start"
+    finally:
+        cycle.wal.close()

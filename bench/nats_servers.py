@@ -32,6 +32,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from jsraft.cli.local_cluster import ephemeral_range
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER_SCRIPT = os.path.join(REPO, "scripts", "cluster.py")
 POLL_S = 0.05
@@ -64,9 +66,13 @@ def _bindable(port: int) -> bool:
 
 def free_base_port(count: int, offsets: tuple[int, ...] = (0, 2000, 4000), tries: int = 200) -> int:
     """A port P such that P+o+i is free for every offset o and i < count (cluster.py's port plan)."""
+    # Below the OS's ephemeral range: a port in it can be taken by any outgoing connection between this
+    # check and the server's bind (a nats-server router port was, in CI).
+    low, _high = ephemeral_range()
+    top = max(low - max(offsets) - count, 11000)
     rng = random.Random()
     for _ in range(tries):
-        base = rng.randrange(20000, 40000)
+        base = rng.randrange(10000, top)
         if all(_bindable(base + offset + i) for offset in offsets for i in range(count)):
             return base
     raise RuntimeError("no free port range found")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import socket
 
-from jsraft.cli.local_cluster import _ephemeral_range, free_ports
+from jsraft.cli.local_cluster import ephemeral_range, free_ports
 from jsraft.testing.chaos.cluster import free_ports as chaos_free_ports
 
 
-def test_ports_are_distinct_bindable_and_below_the_ephemeral_range():
-    low, high = _ephemeral_range()
+def test_ports_are_distinct_bindable_and_below_theephemeral_range():
+    low, high = ephemeral_range()
     assert low < high
     ports = free_ports(20)
     assert len(set(ports)) == 20
@@ -27,7 +27,7 @@ def test_ports_are_distinct_bindable_and_below_the_ephemeral_range():
 
 
 def test_chaos_cluster_ports_follow_the_same_rule():
-    low, _high = _ephemeral_range()
+    low, _high = ephemeral_range()
     ports = chaos_free_ports(["127.0.0.1"] * 5)
     assert len(set(ports)) == 5
     if low > 11000:

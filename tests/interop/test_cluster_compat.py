@@ -130,7 +130,9 @@ def test_stream_cluster_info_carries_leader_since_and_replica_activity(systems):
             while True:  # replicas catch up and are heard from
                 cluster = (await api(nc, f"$JS.API.STREAM.INFO.{name}"))["cluster"]
                 replicas = cluster.get("replicas", [])
-                if all(peer["current"] and peer["active"] > 0 for peer in replicas) or time.monotonic() > deadline:
+                # ...and have acknowledged the last entry (a follower one entry behind shows `lag`).
+                if all(peer["current"] and peer["active"] > 0 and "lag" not in peer for peer in replicas) \
+                        or time.monotonic() > deadline:
                     return cluster
                 await asyncio.sleep(0.05)
         finally:

@@ -37,7 +37,7 @@ _DEFAULT_EPHEMERAL = (32768, 60999)
 _LOWEST_PICK = 10000
 
 
-def _ephemeral_range() -> tuple[int, int]:
+def ephemeral_range() -> tuple[int, int]:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
             low, high = (int(word) for word in file.read().split())
@@ -53,7 +53,7 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     down, any process's outgoing connection (or another `bind(port 0)`) may take an ephemeral port, and the
     restart then fails with "address in use". Below that range only an explicit bind takes a port. Each
     candidate is bound (every socket held until all are bound, so the ports are distinct), then released."""
-    low, _high = _ephemeral_range()
+    low, _high = ephemeral_range()
     chooser = random.SystemRandom()
     sockets: list[socket.socket] = []
     try:

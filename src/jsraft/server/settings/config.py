@@ -76,7 +76,7 @@ class NodeConfig:
     client_ping_interval_ms: int = 120_000
     client_pings_out_max: int = 2
     client_write_deadline_ms: int = 10_000
-    # The monitoring HTTP listener (`server.monitor`), started by `jsraft serve`; None: no monitor.
+    # The monitoring HTTP listener (`server.ops.monitor`), started by `jsraft serve`; None: no monitor.
     monitor_host: str = "127.0.0.1"
     monitor_port: int | None = None
     # Every other node of the cluster: name -> "host:port" of its cluster listener. Empty: a single node.

@@ -83,6 +83,10 @@ async def test_three_nodes_at_level_zero_then_one_then_upgraded(tmp_path, caplog
             await cluster.wait_ready(20)
             upgraded = await in_asyncio(check_online, cluster.node("n3").url, timeout_s=60)
             await _restart(cluster, ["n1"], 0)  # a mixed cluster: n2 and n3 keep the streams running
+            # n1's stopped replica of P may win an election after its restart; it hands the leadership on
+            # (test_offline_leadership.py), and the check asks once that has happened.
+            await cluster.wait_until(lambda: cluster.node("n2").streams.replicas["P"].leader_id() in ("n2", "n3"),
+                                     20, what="P led by a node that can run it")
             mixed = await in_asyncio(check_online, cluster.node("n2").url, timeout_s=60)
             await _restart(cluster, ["n1"], None)
             again = await in_asyncio(check_online, cluster.node("n1").url, timeout_s=60)

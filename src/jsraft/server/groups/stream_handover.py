@@ -10,7 +10,8 @@ Invariants:
   1. A peer that fails, refuses or does not answer within the timeout is left out: unable to lead. Nothing
      is concluded in its favour from silence.
   2. A replica whose memory store lost its messages never says it can lead (`memory_stream` rule 5 picks
-     the leader then), nor one whose stream is not open.
+     the leader then), nor one whose stream is not open, nor one stopped by a consumer this node cannot
+     run (`stream_replica` invariant 6: as leader it would serve nothing).
   3. The peers are asked together and the whole question is bounded by `timeout_s` (an election timeout:
      an older answer is stale anyway). No peer asked (none reachable) is no successor.
 
@@ -38,7 +39,7 @@ log = logging.getLogger("jsraft.server.repair")
 def can_lead(replica: "StreamReplica") -> bool:
     """This replica's answer (invariant 2): `replica.stream_repair.can_take_over` on its own state."""
     adapter = replica.adapter
-    if adapter is None or replica.machine is None or replica.memory_loss.lost:
+    if adapter is None or replica.machine is None or replica.memory_loss.lost or replica.stopped_reason is not None:
         return False
     try:
         raft_repairing = replica.runtime.status(replica.group).raft.repairing

@@ -21,7 +21,8 @@ Invariants:
      they can lead (`replica.state`'s `can_lead`), and hands the leadership to the most caught-up that
      can (`replica.stream_repair.successor`); when none can it stays (handing over to an unfit voter only
      bounces the leadership back). At most once per election timeout — unless its memory store lost its
-     messages: then `memory_stream` rule 5 decides.
+     messages: then `memory_stream` rule 5 decides. A replica stopped by a consumer this node cannot run
+     (`stream_replica` invariant 6) cannot serve either: the leadership goes to a node that can run it.
   6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
      replica as current whose log is short of what it acknowledged.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
@@ -346,13 +347,9 @@ class RepairWorker:
 
     async def _step_down_if_unfit(self) -> None:
         """Invariant 4."""
-        replica, adapter, machine = self.replica, self.replica.adapter, self.replica.machine
-        if adapter is None or machine is None:
-            return
-        if not decide.unfit_to_lead(adapter):  # a replay alone ends by itself
-            return
-        if replica.memory_loss.lost:
-            return  # memory_stream rule 5 decides for a replica whose memory store lost its messages
+        replica, machine = self.replica, self.replica.machine
+        if machine is None or not self._unfit() or replica.memory_loss.lost:
+            return  # a replay alone ends by itself; memory_stream rule 5 decides after a memory loss
         try:
             status = replica.runtime.status(replica.group).raft
         except JsraftError:
@@ -363,8 +360,12 @@ class RepairWorker:
         self._last_transfer_s = trio.current_time()  # it asks, too, at most once per election timeout
         target = await choose_successor(self.call_peer, replica.name, status.reachable_followers,
                                         timeout_s=election_timeout_s)
-        if target is not None and decide.unfit_to_lead(adapter):  # still: the answers took a while
-            self.hand_over(target, f"it is {machine.health}")
+        if target is not None and self._unfit():  # still: the answers took a while
+            self.hand_over(target, replica.stopped_reason or f"it is {machine.health}")
+
+    def _unfit(self) -> bool:
+        adapter = self.replica.adapter  # a replica stopped by a consumer it cannot run serves nothing either
+        return adapter is not None and (decide.unfit_to_lead(adapter) or self.replica.stopped_reason is not None)
 
     def hand_over(self, target: str, why: str) -> None:
         """Ask this node's Raft group to hand its leadership to `target` (a replica that can serve)."""

@@ -228,6 +228,7 @@ class Node:
         # Interest and messages between nodes; a short digest interval in tests bounds a lost interest frame.
         self.routes = Routes(self.name, self.clients, self.transport.send,
                              digest_interval_s=0.2 if config.test_mode else 1.0)
+        self.rpc.before_send = self.routes.send_pending  # an answer follows what was routed before it (routes inv. 7)
         if config.seed_routes:
             route_gossip.install(self.name, self.transport, self.routes, lambda: self.cluster_address,
                                  self.route_peers)

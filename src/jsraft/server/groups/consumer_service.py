@@ -25,6 +25,10 @@ Invariants:
      and wakes the task, which sends (`publish` must not be called from the ready loop).
   4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
      message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
+  5. A reader that waits for `settled()` sees no cursor ahead of the messages sent: a pass decides its
+     deliveries (moving the leaders' cursors) before its proposal's checkpoints and publishes them
+     after, and `settled()` first waits for that pass to publish. A consumer info asked meanwhile would
+     otherwise say 0 pending while those messages were still unsent, and reach the client first.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -92,6 +96,7 @@ class ConsumerService:
         self._acks: list[Ack] = []
         self._outbox: list[Send] = []  # invariant 3: sent by the task
         self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
+        self._sending: trio.Event | None = None  # set once the running pass published what it decided
         self._wake = trio.Event()
         self.events = ConsumerEvents(self.stream, replica.repair.advisories, leader=replica.node_id,
                                      peers=lambda: replica.peers)  # advisories and ack metrics
@@ -280,14 +285,20 @@ class ConsumerService:
                 log.info("stream %s: consumer %s inactive: deleting it", self.stream, leading.name)
                 leading.deleting = True
                 ops.append(DeleteOp(name=leading.name))
-        if ops:
-            try:
-                await self.propose(ops, self._confirmer(confirm))
-            except JsraftError as error:  # invariant 2
-                log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
-                sends = [send for send in sends if send.reply is None]  # statuses still go out
-        for send in sends:
-            self.publish(send)
+        # Invariant 5: from here until the sends are out, the leaders' cursors are ahead of what was sent.
+        sending = self._sending = trio.Event()
+        try:
+            if ops:
+                try:
+                    await self.propose(ops, self._confirmer(confirm))
+                except JsraftError as error:  # invariant 2
+                    log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
+                    sends = [send for send in sends if send.reply is None]  # statuses still go out
+            for send in sends:
+                self.publish(send)
+        finally:
+            self._sending = None
+            sending.set()
         self.events.flush()
 
     def _flush_outbox(self) -> None:
@@ -388,11 +399,14 @@ class ConsumerService:
         return proposal
 
     async def settled(self) -> None:
-        """Wait (a bounded while) until the last consumer proposal settled: a read after it sees it."""
-        last = self._last
-        if last is None:
-            return
+        """Wait (a bounded while) until a pass that is running published what it decided (invariant 5),
+        then until the last consumer proposal settled: a read after it sees it."""
         with trio.move_on_after(BARRIER_TIMEOUT_S):
+            if self._sending is not None:
+                await self._sending.wait()
+            last = self._last
+            if last is None:
+                return
             try:
                 await self.replica.runtime.outcome(self.replica.group, last)
             except JsraftError:

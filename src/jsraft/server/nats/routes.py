@@ -35,6 +35,11 @@ Invariants:
   6. Forwarded messages are at most once, like core NATS: a batch the transport refuses is dropped and
      counted (`msgs_dropped`). A batch is refused when it would leave less than `MSGS_HEADROOM` of the
      peer's send queue free, so a flood of publishes cannot starve that peer's Raft traffic.
+  7. One lane per node pair, as nats-server's one route connection: whatever this node forwarded to a
+     peer before it sends that peer an `$rpc` frame (an API answer, a request) reaches the peer first
+     (`send_pending`, called by `Rpc` before each frame; the transport keeps one FIFO queue per peer).
+     So a consumer info answered by a stream leader reaches the client after the deliveries the leader
+     made before answering, as on nats-server (a KV watcher ends its initial values only after them).
 
 Imports: stdlib, L0, L4 (`protocol.wire`, `transport`), trio, server siblings.
 Reference: nats-server `server/route.go` (`sendSubsToRoute`, RS+/RS-, RMSG, `processInboundRoutedMsg`)
@@ -175,6 +180,10 @@ class Routes:
         """Whether this node's view of `peer`'s interest is in sync with the last frame it sent."""
         view = self._views.get(peer)
         return view is not None and view.synced
+
+    def waiting(self, peer: str) -> int:
+        """Messages for `peer` batched here and not yet handed to the transport."""
+        return len(self._batches.get(peer, ()))
 
     def advertised_by(self, peer: str) -> dict[Key, int]:
         """`peer`'s interest as this node holds it: (subject, queue or "") -> weight."""
@@ -368,6 +377,15 @@ class Routes:
     def send_batches(self) -> None:
         """Send every peer's waiting messages (the flush task does, once the publishing code yielded)."""
         for peer in list(self._batches):
+            self._send_batch(peer)
+
+    def send_pending(self, peer: str) -> None:
+        """Hand the transport, now, the interest changes and the messages waiting for `peer`: called before
+        a frame of another kind (`$rpc`) goes to `peer`, so that frame follows them on the link
+        (invariant 7). O(1) when nothing waits."""
+        if self.local.pending:
+            self.flush()
+        if peer in self._batches:
             self._send_batch(peer)
 
     def _send_batch(self, peer: str) -> None:

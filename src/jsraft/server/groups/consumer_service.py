@@ -5,9 +5,9 @@ consumer — `consumer_push` — built from the replicated state when the replic
 dropped — waiting requests answered `409 Leadership Change` — when it drops it), the task that serves
 waiting pull requests, push deliveries and their pacing, redeliveries, request expiry, idle heartbeats
 and ephemeral inactivity (a trio timer on the earliest of them), the acks and push flow-control answers
-(`$JS.FC...`) handed in by the node's consumer hub (batched into ACK / TERM / DELIVERED ops; a double
-ack is answered only once its op committed), and the leader's side of consumer create / delete / info
-(`consumer_admin`). Its `ConsumerEvents` (consumer_events) queues the consumer advisories and ack metrics
+(`$JS.FC...`) handed in by the node's consumer hub (batched into ACK / TERM / DELIVERED ops by
+`consumer_acks`; a double ack is answered only once its op committed), and the leader's side of
+consumer create / delete / info (`consumer_admin`). Its `ConsumerEvents` (consumer_events) queues the consumer advisories and ack metrics
 the leader raises; the task publishes them, and its timer also wakes when a pause in force runs out.
 
 Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
@@ -45,16 +45,12 @@ import trio
 
 from jsraft import subjects
 
-from jsraft.consumer import (
-    CONSUMER_DELETED, LEADERSHIP_CHANGE, AckBody, AckKind, AckOp, ApplyResult, DeleteOp, TermOp, encode_ops,
-    parse_ack_body, parse_ack_subject,
-)
-from jsraft.consumer.acks import ack_target
+from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp, encode_ops
 from jsraft.consumer.ops import Op
-from jsraft.consumer.push import FC_PREFIX
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
+from jsraft.server.groups.consumer_acks import NEEDS_STATE, Ack, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_events import ConsumerEvents
 from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
@@ -71,11 +67,8 @@ ACKS_QUEUED_MAX = 65536
 OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
 BARRIER_TIMEOUT_S = 2.0
 
-_PLAIN = (AckKind.ACK, AckKind.NEXT)
-_NEEDS_STATE = (b"-NAK", b"+WPI")  # the ack bodies (parse_ack_body) that read the replicated pending state  # acks that raise no advisory (only a sampled metric, if configured)
 
 Publish = Callable[[Send], Any]
-Ack = tuple[str, str, bytes]  # (ack subject, reply subject or "", body)
 
 
 def _drop(send: Send) -> None:
@@ -250,7 +243,7 @@ class ConsumerService:
         return min(dues + ([pause_end_ns] if pause_end_ns is not None else []), default=None)
 
     async def _turn(self) -> None:
-        if any(body.startswith(_NEEDS_STATE) for _, _, body in self._acks):
+        if any(body.startswith(NEEDS_STATE) for _, _, body in self._acks):
             # A NAK delay or a progress note applies to a delivery the replicated state holds: let the
             # deliveries proposed so far commit first (the client may ack faster than the log commits).
             # Plain acks and terms need no wait: their ops follow the DELIVERED ops in the log anyway.
@@ -267,7 +260,8 @@ class ConsumerService:
         ops: list[Op] = []
         sends: list[Send] = []
         confirm: list[str] = []
-        self._take_acks(now_ns, ops, sends, confirm)
+        acks, self._acks = self._acks, []
+        take_acks(acks, self.stream, self.leading, self.replica.store, self.events, now_ns, ops, sends, confirm)
         store = self.replica.store
         for leading in list(self.leading.values()):
             try:
@@ -305,65 +299,6 @@ class ConsumerService:
         outbox, self._outbox = self._outbox, []
         for send in outbox:
             self.publish(send)
-
-    def _take_acks(self, now_ns: int, ops: list[Op], sends: list[Send], confirm: list[str]) -> None:
-        """The acks waiting since the last pass, as ops (one ACK / TERM op per consumer)."""
-        acks, self._acks = self._acks, []
-        acked: dict[str, list[int]] = {}
-        termed: dict[str, list[int]] = {}
-        for subject, reply, body in acks:
-            if subject.startswith(FC_PREFIX):
-                self._flow_control(subject)
-                continue
-            target, what = ack_target(subject), parse_ack_body(body)
-            if target is None or what is None or target[0] != self.stream:
-                continue  # nats-server ignores what it cannot parse
-            leading = self.leading.get(target[1])
-            if leading is None:
-                continue
-            leading.active_ns = now_ns
-            seq, kind = target[2], what.kind
-            if seq in leading.leader.deadlines:
-                self._ack_event(leading, subject, what, now_ns)
-            if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
-                (termed if kind is AckKind.TERM else acked).setdefault(leading.name, []).append(seq)
-                if kind is AckKind.TERM:
-                    leading.leader.forget([seq])
-                else:  # ack_policy all: every pending seq below it too (ConsumerLeader.on_ack)
-                    leading.leader.on_ack(seq)
-                leading.acked_ns = now_ns
-                if kind is AckKind.NEXT:
-                    if reply:
-                        answer = leading.pull(reply, what.next_request, self.replica.store, now_ns)
-                        if answer is not None:
-                            sends.append(answer)
-                elif reply:
-                    confirm.append(reply)  # a double ack: answered once the op committed
-                continue
-            op = (leading.leader.nak(seq, what.delay_ns, now_ns) if kind is AckKind.NAK
-                  else leading.leader.progress(seq, now_ns))
-            if op is not None:
-                ops.append(op)
-            if reply:
-                sends.append(Send(reply, b""))  # nats-server answers NAK and WPI at once
-        ops.extend(AckOp(name=name, seqs=tuple(seqs)) for name, seqs in acked.items())
-        ops.extend(TermOp(name=name, seqs=tuple(seqs)) for name, seqs in termed.items())
-
-    def _ack_event(self, leading: Leading, subject: str, what: AckBody, now_ns: int) -> None:
-        """An ack of a pending message: a NAK / TERM advisory or a sampled ack metric (events.on_ack). A plain
-        ack raises nothing unless the consumer samples, and only then is the full subject parsed."""
-        config = leading.entry.config
-        if what.kind not in _PLAIN or (config is not None and config.sample_freq):
-            where = parse_ack_subject(subject)
-            if where is not None:
-                self.events.on_ack(leading, where, what, True, now_ns)
-
-    def _flow_control(self, subject: str) -> None:
-        """A client answered a flow-control request (`$JS.FC.<stream>.<consumer>.<id>`)."""
-        tokens = subject.split(".")
-        leading = self.leading.get(tokens[3]) if len(tokens) == 5 and tokens[2] == self.stream else None
-        if type(leading) is PushLeading and leading.on_flow_control(subject):
-            leading.active_ns = self.now_ns()
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
         if not replies:

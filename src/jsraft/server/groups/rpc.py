@@ -134,7 +134,8 @@ def error_from_body(body: dict[str, Any]) -> JsraftError:
 class Rpc:
     """Calls to peers and the serving of their calls; run `run()` in a nursery, wire `on_payload`."""
 
-    def __init__(self, send: SendFn, handler: Handler, *, requests_max: int = 1024, calls_max: int = 4096) -> None:
+    def __init__(self, send: SendFn, handler: Handler, *, requests_max: int = 1024, calls_max: int = 4096,
+                 before_send: Callable[[str], None] | None = None) -> None:
         self._send = send
         self._handler = handler
         self.requests_max = requests_max
@@ -147,7 +148,7 @@ class Rpc:
         # the serving task awaits. Methods without one go to `handler` in a task of their own.
         self.starters: dict[str, Starter] = {}
         # Called with the peer before each frame to it (invariant 6); None: nothing else shares the link.
-        self.before_send: Callable[[str], None] | None = None
+        self.before_send = before_send
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

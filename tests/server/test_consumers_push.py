@@ -327,13 +327,11 @@ async def test_kv_watch_and_object_store_get_use_ordered_consumers(tmp_path):
         await js.add_stream(StreamConfig(name="KV_B", subjects=["$KV.B.>"], max_msgs_per_subject=5,
                                          allow_rollup_hdrs=True, deny_delete=True, allow_direct=True,
                                          discard="new", num_replicas=3))
-        # On the stream leader's node: nats-py ends the watcher's initial values when a consumer info
-        # (asked after the subscribe) says 0 pending. Asked through another node, that answer can overtake
-        # the deliveries the leader already sent there (a known cross-node ordering race, open), and the
-        # end marker comes first; on the leader's node both leave in order.
-        await until(lambda: stream_leader(cluster, "KV_B") is not None, "a leader for KV_B")
+        # Through a node that does not lead the stream: nats-py ends the watcher's initial values when a
+        # consumer info (asked after the subscribe) says 0 pending, and that answer must not overtake the
+        # deliveries the leader made before it (test_cross_node_order holds that window open).
         await nc.close()
-        nc = await nats_connect(cluster.node(trio.from_thread.run_sync(stream_leader, cluster, "KV_B")).url)
+        nc, _ = await follower_connection(cluster, "KV_B")
         js = nc.jetstream(timeout=10)
         kv = await js.key_value("B")
         await kv.put("a", b"1")

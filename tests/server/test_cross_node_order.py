@@ -93,19 +93,8 @@ async def test_an_info_answer_waits_for_the_pass_that_moved_the_cursor(tmp_path)
             await js.publish(f"q.{i}", b"v%d" % i)
         await js.add_consumer("Q", ConsumerConfig(durable_name="W", deliver_subject="dlv.q", ack_policy="none"))
         service = cluster.node(leader).streams.replicas["Q"].consumers
-        held: list[int] = []
-
-        def hold() -> None:
-            real = service.propose
-
-            async def held_propose(ops: Any, on_settled: Any = None) -> Any:
-                held.append(len(ops))  # the pass decided its deliveries: the cursor is past them, none sent
-                await trio.sleep(HOLD_S)
-                return await real(ops, on_settled)
-
-            service.propose = held_propose
-
-        trio.from_thread.run_sync(hold)
+        held: list[int] = []  # a pass decided its deliveries: the cursor is past them, none sent
+        trio.from_thread.run_sync(_hold_proposals, service, held)
         sub = await nc.subscribe("dlv.q")
         await until(lambda: bool(held), "the leader's pass held between deciding and publishing")
         info = await js.consumer_info("Q", "W")
@@ -118,10 +107,70 @@ async def test_an_info_answer_waits_for_the_pass_that_moved_the_cursor(tmp_path)
     assert (num_pending, held_at_answer) == (0, VALUES)
 
 
+def _hold_proposals(service: Any, held: list[int]) -> None:
+    """The leader's consumer passes wait `HOLD_S` in their proposal, after deciding, before publishing."""
+    real = service.propose
+
+    async def held_propose(ops: Any, on_settled: Any = None) -> Any:
+        held.append(len(ops))
+        await trio.sleep(HOLD_S)
+        return await real(ops, on_settled)
+
+    service.propose = held_propose
+
+
+async def test_an_info_after_acks_through_another_node_counts_them(tmp_path):
+    """The reverse direction: acks a client sent, then an info it asked, through a node that does not lead
+    the stream. The windows held open: the ack lane on the client's node starts `HOLD_S` late (the info
+    must be carried after it); on the leader, the pass that takes the acks starts `HOLD_S` after it is
+    woken and waits `HOLD_S` in its proposal (the info must wait for that pass and its commit)."""
+    async def scenario(cluster, url):
+        nc, leader, other = await _setup(cluster, StreamConfig(name="A", subjects=["a.*"], num_replicas=3))
+        js = nc.jetstream(timeout=10)
+        for i in range(VALUES):
+            await js.publish(f"a.{i}", b"v%d" % i)
+        psub = await js.pull_subscribe("a.*", durable="D", stream="A")
+        msgs = await psub.fetch(VALUES, timeout=5)
+        hub = cluster.node(other).jsapi.consumer_hub
+        service = cluster.node(leader).streams.replicas["A"].consumers
+        held: list[int] = []
+
+        def hold() -> None:
+            real_lane = hub._run_lane
+
+            async def late_lane(*args: Any) -> None:
+                await trio.sleep(HOLD_S)
+                await real_lane(*args)
+
+            hub._run_lane = late_lane
+            real_wake, leader_port = service.wake, cluster.node(leader).clients
+
+            async def wake_later() -> None:
+                await trio.sleep(HOLD_S)
+                real_wake()
+
+            service.wake = lambda: leader_port.start_soon(wake_later)
+            _hold_proposals(service, held)
+
+        trio.from_thread.run_sync(hold)
+        for msg in msgs:
+            await msg.ack()
+        info = await js.consumer_info("A", "D")
+        trio.from_thread.run_sync(lambda: [owner.__dict__.pop(name) for owner, name in
+                                           ((hub, "_run_lane"), (service, "wake"), (service, "propose"))])
+        await nc.close()
+        return len(msgs), info.num_ack_pending, info.ack_floor.stream_seq, bool(held)
+
+    fetched, ack_pending, ack_floor, held = await run_in_cluster(tmp_path, scenario)
+    assert (fetched, ack_pending, ack_floor) == (VALUES, 0, VALUES)
+    assert held  # the acks' pass did go through the held proposal
+
+
 async def test_kv_watcher_through_another_node_sees_every_initial_value(tmp_path):
     """The symptom itself: nats-py's KV watcher, connected to a non-leader, with the route lane held as
-    above; its end-of-initial-values marker comes after every value. (Not a guaranteed failure on the old
-    code: there it fails only when the leader's pass ran before the info was read — usually.)"""
+    above until the watcher's info was answered; its end-of-initial-values marker comes after every
+    value. (Not a guaranteed failure on the old code: there it fails only when the leader's pass ran
+    before the info was read — usually.)"""
     async def scenario(cluster, url):
         # The bucket's stream made by hand, as in test_consumers_push (nats-py's `create_key_value` sends
         # `allow_msg_ttl`, which jsraft does not know yet).
@@ -134,14 +183,16 @@ async def test_kv_watcher_through_another_node_sees_every_initial_value(tmp_path
         await kv.put("b", b"2")
         await kv.put("a", b"3")
         trio.from_thread.run_sync(_hold_route_batches, cluster, leader)
-        watcher = await kv.watchall()
+        watcher = await kv.watchall()  # its consumer info is answered before this returns
+        # Released once the info was answered: deliveries the leader made after answering (when the info
+        # said 2 pending) must not wait for an `$rpc` frame that may never come.
+        trio.from_thread.run_sync(_release_route_batches, cluster, leader)
         seen = []
         while True:
             entry = await watcher.updates(timeout=5)
             if entry is None:  # the end of the initial values
                 break
             seen.append((entry.key, entry.value))
-        trio.from_thread.run_sync(_release_route_batches, cluster, leader)
         await kv.put("b", b"4")
         update = await watcher.updates(timeout=5)
         seen.append((update.key, update.value))

@@ -25,10 +25,11 @@ Invariants:
      and wakes the task, which sends (`publish` must not be called from the ready loop).
   4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
      message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
-  5. A reader that waits for `settled()` sees no cursor ahead of the messages sent: a pass decides its
-     deliveries (moving the leaders' cursors) before its proposal's checkpoints and publishes them
-     after, and `settled()` first waits for that pass to publish. A consumer info asked meanwhile would
-     otherwise say 0 pending while those messages were still unsent, and reach the client first.
+  5. A reader that waits for `settled()` (consumer info) sees no cursor ahead of the messages sent and
+     no ack handed in before it left out: a pass decides its deliveries (moving the cursors) before its
+     proposal's checkpoints and publishes them after, so `settled()` waits for the pass running now to
+     end — and for the next one when acks wait for it — before the proposal barrier. Else an info could
+     say 0 pending while those messages were unsent, and reach the client before them.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -89,7 +90,9 @@ class ConsumerService:
         self._acks: list[Ack] = []
         self._outbox: list[Send] = []  # invariant 3: sent by the task
         self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
-        self._sending: trio.Event | None = None  # set once the running pass published what it decided
+        self._passes_started = 0  # passes of the task begun, and ended (invariant 5)
+        self._passes_ended = 0
+        self._pass_ended = trio.Event()  # set (and replaced) as each pass ends
         self._wake = trio.Event()
         self.events = ConsumerEvents(self.stream, replica.repair.advisories, leader=replica.node_id,
                                      peers=lambda: replica.peers)  # advisories and ack metrics
@@ -235,7 +238,11 @@ class ConsumerService:
                 with trio.move_on_after(max(due_ns - self.now_ns(), 0) / 1e9):
                     await event.wait()
             self._wake = trio.Event()
+            self._passes_started += 1
             await self._turn()
+            self._passes_ended += 1
+            self._pass_ended.set()
+            self._pass_ended = trio.Event()
 
     def _next_due_ns(self) -> int | None:
         dues = [due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None]
@@ -247,7 +254,7 @@ class ConsumerService:
             # A NAK delay or a progress note applies to a delivery the replicated state holds: let the
             # deliveries proposed so far commit first (the client may ack faster than the log commits).
             # Plain acks and terms need no wait: their ops follow the DELIVERED ops in the log anyway.
-            await self.settled()
+            await self._proposals_settled()
         self.replica._follow_leadership()  # builds a new StreamLeader at once if one is due; calls follow
         if self.port is not None:
             self.publish = self.port.publish
@@ -279,20 +286,14 @@ class ConsumerService:
                 log.info("stream %s: consumer %s inactive: deleting it", self.stream, leading.name)
                 leading.deleting = True
                 ops.append(DeleteOp(name=leading.name))
-        # Invariant 5: from here until the sends are out, the leaders' cursors are ahead of what was sent.
-        sending = self._sending = trio.Event()
-        try:
-            if ops:
-                try:
-                    await self.propose(ops, self._confirmer(confirm))
-                except JsraftError as error:  # invariant 2
-                    log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
-                    sends = [send for send in sends if send.reply is None]  # statuses still go out
-            for send in sends:
-                self.publish(send)
-        finally:
-            self._sending = None
-            sending.set()
+        if ops:
+            try:
+                await self.propose(ops, self._confirmer(confirm))
+            except JsraftError as error:  # invariant 2
+                log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
+                sends = [send for send in sends if send.reply is None]  # statuses still go out
+        for send in sends:
+            self.publish(send)
         self.events.flush()
 
     def _flush_outbox(self) -> None:
@@ -334,14 +335,21 @@ class ConsumerService:
         return proposal
 
     async def settled(self) -> None:
-        """Wait (a bounded while) until a pass that is running published what it decided (invariant 5),
-        then until the last consumer proposal settled: a read after it sees it."""
+        """Wait (a bounded while) until the pass running now ended, and the next one too when acks wait for
+        it (invariant 5), then until the last consumer proposal settled: a read after it sees it all."""
         with trio.move_on_after(BARRIER_TIMEOUT_S):
-            if self._sending is not None:
-                await self._sending.wait()
-            last = self._last
-            if last is None:
-                return
+            wanted = self._passes_started + (1 if self._acks else 0)
+            if self._acks:
+                self.wake()
+            while self._passes_ended < wanted:
+                await self._pass_ended.wait()
+            await self._proposals_settled()
+
+    async def _proposals_settled(self) -> None:
+        last = self._last
+        if last is None:
+            return
+        with trio.move_on_after(BARRIER_TIMEOUT_S):
             try:
                 await self.replica.runtime.outcome(self.replica.group, last)
             except JsraftError:

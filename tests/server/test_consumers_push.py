@@ -6,9 +6,9 @@ Method: a `jsraft.testing.cluster.Cluster` (real nodes, TCP, files) runs in the 
 scenario is nats-py code run under asyncio in a worker thread (`nats_kit.in_asyncio`), connected to a
 node that does *not* lead the stream, so deliveries reach the subscriber through cluster interest
 routing and acks and flow-control answers travel back to the leader over `$rpc`. Waits are polls with
-deadlines (`until`, `next_msg(timeout=...)`). Timing checks (rate limit, replay original) compare
-delivery timestamps with the expected spread, with wide margins; none relies on a sleep being long
-enough. Where a rule is about something *not* happening (a stalled flow-control window), the test waits
+deadlines (`next_msg(timeout=...)`, loops against a deadline). Timing checks (rate limit, replay
+original) compare delivery timestamps with the expected spread, with wide margins; none relies on a
+sleep being long enough. Where a rule is about something *not* happening (a stalled flow-control window), the test waits
 for the server's own signal that it happened (the heartbeat's `Nats-Consumer-Stalled` header).
 """
 
@@ -24,7 +24,7 @@ import trio
 from nats.js.api import ConsumerConfig
 
 from jsraft.testing.cluster import Cluster
-from nats_kit import nats_connect, until
+from nats_kit import nats_connect
 from test_consumers_nats import follower_connection, redeliveries_after_kill, run_in_cluster, stream_leader
 
 STALLED = "Nats-Consumer-Stalled"

@@ -6,9 +6,9 @@ Method: a `jsraft.testing.cluster.Cluster` (real nodes, TCP, files) runs in the 
 scenario is nats-py code run under asyncio in a worker thread (`nats_kit.in_asyncio`), connected to a
 node that does *not* lead the stream, so deliveries reach the subscriber through cluster interest
 routing and acks and flow-control answers travel back to the leader over `$rpc`. Waits are polls with
-deadlines (`until`, `next_msg(timeout=...)`). Timing checks (rate limit, replay original) compare
-delivery timestamps with the expected spread, with wide margins; none relies on a sleep being long
-enough. Where a rule is about something *not* happening (a stalled flow-control window), the test waits
+deadlines (`next_msg(timeout=...)`, loops against a deadline). Timing checks (rate limit, replay
+original) compare delivery timestamps with the expected spread, with wide margins; none relies on a
+sleep being long enough. Where a rule is about something *not* happening (a stalled flow-control window), the test waits
 for the server's own signal that it happened (the heartbeat's `Nats-Consumer-Stalled` header).
 """
 
@@ -24,7 +24,7 @@ import trio
 from nats.js.api import ConsumerConfig
 
 from jsraft.testing.cluster import Cluster
-from nats_kit import nats_connect, until
+from nats_kit import nats_connect
 from test_consumers_nats import follower_connection, redeliveries_after_kill, run_in_cluster, stream_leader
 
 STALLED = "Nats-Consumer-Stalled"
@@ -327,13 +327,11 @@ async def test_kv_watch_and_object_store_get_use_ordered_consumers(tmp_path):
         await js.add_stream(StreamConfig(name="KV_B", subjects=["$KV.B.>"], max_msgs_per_subject=5,
                                          allow_rollup_hdrs=True, deny_delete=True, allow_direct=True,
                                          discard="new", num_replicas=3))
-        # On the stream leader's node: nats-py ends the watcher's initial values when a consumer info
-        # (asked after the subscribe) says 0 pending. Asked through another node, that answer can overtake
-        # the deliveries the leader already sent there (a known cross-node ordering race, open), and the
-        # end marker comes first; on the leader's node both leave in order.
-        await until(lambda: stream_leader(cluster, "KV_B") is not None, "a leader for KV_B")
+        # Through a node that does not lead the stream: nats-py ends the watcher's initial values when a
+        # consumer info (asked after the subscribe) says 0 pending, and that answer must not overtake the
+        # deliveries the leader made before it (test_cross_node_order holds that window open).
         await nc.close()
-        nc = await nats_connect(cluster.node(trio.from_thread.run_sync(stream_leader, cluster, "KV_B")).url)
+        nc, _ = await follower_connection(cluster, "KV_B")
         js = nc.jetstream(timeout=10)
         kv = await js.key_value("B")
         await kv.put("a", b"1")

@@ -202,7 +202,7 @@ class Node:
         local = LocalStreams(name=self.name, replicas=self.streams.replicas, meta=self.meta)
         self.handlers = Handlers(local=local, meta_service=self.meta_service, status=self.runtime.status,
                                  call_peer=call_peer)
-        self.rpc = Rpc(self.transport.send, self.handlers.handle)
+        self.rpc = Rpc(self.transport.send, self.handlers.handle, before_send=lambda peer: self.routes.send_pending(peer))
         self.router = Router(self.name, self.rpc, self.handlers.handle, tick_s=self.tick_s,
                              deadline_s=10.0, attempt_timeout_s=2.0 if config.test_mode else 5.0)
         self.clients: ClientServer = client_service(config, self.identity.storage_uuid, local=local,

@@ -26,6 +26,10 @@ Invariants:
      as nats-server's absent consumer subscription answers it.
   4. Bounded: `ACK_LANE_MAX` acks wait per stream; beyond it an ack is dropped and counted. A collector
      holds at most its batch plus a few statuses; it exists only while its request is served.
+  5. Read-your-acks: `acks_carried(stream)` returns once the acks taken here before it was called were
+     handed to the leader, so a consumer info carried after it reaches the leader after them (whose
+     info then waits for the pass that takes them: consumer_service invariant 5), as a client's acks
+     and its next info travel one route in order on nats-server.
 
 Imports: stdlib, L0, L1 (`raft` errors), trio, server siblings. Reference: nats-server `server/consumer.go`
 (`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
@@ -64,12 +68,24 @@ FETCH_BATCH_MAX = 4096
 FETCH_EXPIRES_MAX_S = 1.0  # one `consumer.fetch` waits at most this long (below the router's attempt timeout)
 
 
+class _Lane:
+    """The acks of one stream waiting here for its leader on another node (invariants 2 and 5)."""
+
+    __slots__ = ("items", "taken", "carried", "progress")
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str, bytes]] = []
+        self.taken = 0  # acks ever queued in this lane
+        self.carried = 0  # of those, how many were handed to the leader (or dropped there)
+        self.progress = trio.Event()  # set (and replaced) after each batch, and when the lane ends
+
+
 class ConsumerHub:
     def __init__(self, parts: "ApiParts", clients: ClientServer) -> None:
         self.parts = parts
         self.clients = clients
         self.acks_dropped = 0
-        self._lanes: dict[str, list[tuple[str, str, bytes]]] = {}
+        self._lanes: dict[str, _Lane] = {}
         self._collectors: dict[str, Callable[[Send], None]] = {}
         self._collector_ids = itertools.count(1)
         clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
@@ -199,34 +215,49 @@ class ConsumerHub:
             return
         lane = self._lanes.get(stream)
         if lane is None:
-            lane = self._lanes[stream] = []
+            lane = self._lanes[stream] = _Lane()
             if not self.clients.start_soon(self._run_lane, stream, lane):
                 del self._lanes[stream]
                 return
-        if len(lane) >= ACK_LANE_MAX:
+        if len(lane.items) >= ACK_LANE_MAX:
             self.acks_dropped += 1  # invariant 4
             return
-        lane.append(item)
+        lane.items.append(item)
+        lane.taken += 1
 
-    async def _run_lane(self, stream: str, lane: list[tuple[str, str, bytes]]) -> None:
+    async def _run_lane(self, stream: str, lane: "_Lane") -> None:
         """Invariant 2: one batch at a time, in order, until the lane is empty."""
         try:
-            while lane:
-                batch = lane[:ACKS_PER_BATCH]
-                del lane[:len(batch)]
+            while lane.items:
+                batch = lane.items[:ACKS_PER_BATCH]
+                del lane.items[:len(batch)]
                 service = self._local(stream)
                 if service is not None:
                     service.on_acks(batch, self.publish)
-                    continue
-                args = {"subjects": [s for s, _, _ in batch], "replies": [r for _, r, _ in batch]}
-                try:
-                    await self.parts.call_stream(stream, "consumer.acks", args, [b for _, _, b in batch])
-                except JsraftError as error:
-                    self.acks_dropped += len(batch)
-                    log.info("%d acks for stream %s dropped: %s", len(batch), stream, error)
+                else:
+                    args = {"subjects": [s for s, _, _ in batch], "replies": [r for _, r, _ in batch]}
+                    try:
+                        await self.parts.call_stream(stream, "consumer.acks", args, [b for _, _, b in batch])
+                    except JsraftError as error:
+                        self.acks_dropped += len(batch)
+                        log.info("%d acks for stream %s dropped: %s", len(batch), stream, error)
+                lane.carried += len(batch)
+                lane.progress.set()
+                lane.progress = trio.Event()
         finally:
             if self._lanes.get(stream) is lane:
                 del self._lanes[stream]
+            lane.progress.set()
+
+    async def acks_carried(self, stream: str) -> None:
+        """Return once every ack of `stream` taken here before this call was handed to its leader
+        (invariant 5): at once when none waits in a lane."""
+        lane = self._lanes.get(stream)
+        if lane is None:
+            return
+        target = lane.taken
+        while lane.carried < target and self._lanes.get(stream) is lane:
+            await lane.progress.wait()
 
     async def ack_batch(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, list[bytes]]:
         """`consumer.acks` at the stream leader."""

@@ -26,6 +26,8 @@ Invariants:
      consumer; a node that is not clustered answers 10010 as nats-server does.
   6. `CONSUMER.PAUSE`: a body that is not a JSON object (empty, `{}`, anything else) resumes, as
      nats-server takes it; a `pause_until` that is not an RFC 3339 string is 10025.
+  7. Read-your-acks: INFO and LIST are carried to the leader only after the acks this node took for the
+     stream before them (consumer_hub invariant 5), so the answer counts a client's acks sent before it.
 
 Imports: stdlib, L0, L1 (`jsapi`), trio, server siblings. Reference: nats-server
 `server/jetstream_api.go` (jsConsumerCreateRequest, jsConsumerInfoRequest, jsConsumerDeleteRequest,
@@ -37,6 +39,7 @@ from __future__ import annotations
 import json
 import secrets
 import string
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from jsraft.errors import InvalidConfig, InvalidJSON, UnknownConfigField
@@ -170,8 +173,9 @@ def stepdown_args(payload: bytes) -> dict[str, Any]:
 
 
 class ConsumerEndpoints:
-    def __init__(self, parts: "ApiParts") -> None:
+    def __init__(self, parts: "ApiParts", acks_carried: Callable[[str], Awaitable[None]]) -> None:
         self.parts = parts
+        self.acks_carried = acks_carried  # `ConsumerHub.acks_carried` (invariant 7)
 
     async def create(self, request: "ApiRequest") -> dict[str, Any]:
         stream_name, config, action = decode_create(request.payload)
@@ -207,6 +211,7 @@ class ConsumerEndpoints:
         if not is_empty_request(request.payload):
             raise NotEmptyRequest()
         await online(self.parts, request.name, stopped_ok=True)
+        await self.acks_carried(request.name)  # invariant 7
         result, _ = await self.parts.call_stream(request.name, "consumer.info",
                                                 {"name": request.subject.split(".")[5]})
         return dict(result)
@@ -253,6 +258,7 @@ class ConsumerEndpoints:
     async def list(self, request: "ApiRequest") -> dict[str, Any]:
         offset = self._offset(request.payload)
         await online(self.parts, request.name, stopped_ok=True)
+        await self.acks_carried(request.name)  # invariant 7
         result, _ = await self.parts.call_stream(request.name, "consumer.list", {"offset": offset})
         infos = [dict(info) for info in result["infos"]]
         for info in infos:  # nats-server lists the stored config: no dynamic `_nats.*` metadata (invariant 4)

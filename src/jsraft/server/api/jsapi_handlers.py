@@ -119,7 +119,8 @@ class JsApi:
         self.errors = 0
         LeaderSide(parts).register(table)  # `table`: the node's request table (`Handlers.table`)
         data = DataEndpoints(parts)
-        consumers = ConsumerEndpoints(parts)
+        self.consumer_hub = ConsumerHub(parts, clients)  # pull requests and acks (not JSON API requests)
+        consumers = ConsumerEndpoints(parts, self.consumer_hub.acks_carried)
         ConsumerAdmin(parts).register(table)
         ConsumerControl(parts).register(table)  # consumer.pause
         SnapshotLeaderSide(parts.local).register(table)  # snapshot.read, restore.append/finish
@@ -127,7 +128,6 @@ class JsApi:
             stream_info=self.stream_info, stream_create=self.stream_create, stream_delete=self.stream_delete,
             consumer_create=consumers.create, consumer_list=consumers.list))
         parts.advisories.publisher = lambda subject, payload: clients.publish(subject, payload)
-        self.consumer_hub = ConsumerHub(parts, clients)  # pull requests and acks (not JSON API requests)
         self.direct = DirectGets(parts, clients)
         self.bulk = BulkGets(parts.local.replicas, parts.call_stream, clients)  # $JSRAFT.BULK.GET.<stream>
         self.group_ops = GroupOps(parts, clients)  # $JSRAFT.API.STREAM.GROUP / ACCEPT_LOSS.<stream>

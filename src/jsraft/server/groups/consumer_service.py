@@ -5,9 +5,9 @@ consumer — `consumer_push` — built from the replicated state when the replic
 dropped — waiting requests answered `409 Leadership Change` — when it drops it), the task that serves
 waiting pull requests, push deliveries and their pacing, redeliveries, request expiry, idle heartbeats
 and ephemeral inactivity (a trio timer on the earliest of them), the acks and push flow-control answers
-(`$JS.FC...`) handed in by the node's consumer hub (batched into ACK / TERM / DELIVERED ops; a double
-ack is answered only once its op committed), and the leader's side of consumer create / delete / info
-(`consumer_admin`). Its `ConsumerEvents` (consumer_events) queues the consumer advisories and ack metrics
+(`$JS.FC...`) handed in by the node's consumer hub (batched into ACK / TERM / DELIVERED ops by
+`consumer_acks`; a double ack is answered only once its op committed), and the leader's side of
+consumer create / delete / info (`consumer_admin`). Its `ConsumerEvents` (consumer_events) queues the consumer advisories and ack metrics
 the leader raises; the task publishes them, and its timer also wakes when a pause in force runs out.
 
 Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
@@ -25,6 +25,11 @@ Invariants:
      and wakes the task, which sends (`publish` must not be called from the ready loop).
   4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
      message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
+  5. A reader that waits for `settled()` (consumer info) sees no cursor ahead of the messages sent and
+     no ack handed in before it left out: a pass decides its deliveries (moving the cursors) before its
+     proposal's checkpoints and publishes them after, so `settled()` waits for the pass running now to
+     end — and for the next one when acks wait for it — before the proposal barrier. Else an info could
+     say 0 pending while those messages were unsent, and reach the client before them.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -41,16 +46,12 @@ import trio
 
 from jsraft import subjects
 
-from jsraft.consumer import (
-    CONSUMER_DELETED, LEADERSHIP_CHANGE, AckBody, AckKind, AckOp, ApplyResult, DeleteOp, TermOp, encode_ops,
-    parse_ack_body, parse_ack_subject,
-)
-from jsraft.consumer.acks import ack_target
+from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp, encode_ops
 from jsraft.consumer.ops import Op
-from jsraft.consumer.push import FC_PREFIX
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
+from jsraft.server.groups.consumer_acks import NEEDS_STATE, Ack, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_events import ConsumerEvents
 from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
@@ -67,11 +68,8 @@ ACKS_QUEUED_MAX = 65536
 OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
 BARRIER_TIMEOUT_S = 2.0
 
-_PLAIN = (AckKind.ACK, AckKind.NEXT)
-_NEEDS_STATE = (b"-NAK", b"+WPI")  # the ack bodies (parse_ack_body) that read the replicated pending state  # acks that raise no advisory (only a sampled metric, if configured)
 
 Publish = Callable[[Send], Any]
-Ack = tuple[str, str, bytes]  # (ack subject, reply subject or "", body)
 
 
 def _drop(send: Send) -> None:
@@ -92,6 +90,9 @@ class ConsumerService:
         self._acks: list[Ack] = []
         self._outbox: list[Send] = []  # invariant 3: sent by the task
         self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
+        self._passes_started = 0  # passes of the task begun, and ended (invariant 5)
+        self._passes_ended = 0
+        self._pass_ended = trio.Event()  # set (and replaced) as each pass ends
         self._wake = trio.Event()
         self.events = ConsumerEvents(self.stream, replica.repair.advisories, leader=replica.node_id,
                                      peers=lambda: replica.peers)  # advisories and ack metrics
@@ -237,7 +238,11 @@ class ConsumerService:
                 with trio.move_on_after(max(due_ns - self.now_ns(), 0) / 1e9):
                     await event.wait()
             self._wake = trio.Event()
+            self._passes_started += 1
             await self._turn()
+            self._passes_ended += 1
+            self._pass_ended.set()
+            self._pass_ended = trio.Event()
 
     def _next_due_ns(self) -> int | None:
         dues = [due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None]
@@ -245,11 +250,11 @@ class ConsumerService:
         return min(dues + ([pause_end_ns] if pause_end_ns is not None else []), default=None)
 
     async def _turn(self) -> None:
-        if any(body.startswith(_NEEDS_STATE) for _, _, body in self._acks):
+        if any(body.startswith(NEEDS_STATE) for _, _, body in self._acks):
             # A NAK delay or a progress note applies to a delivery the replicated state holds: let the
             # deliveries proposed so far commit first (the client may ack faster than the log commits).
             # Plain acks and terms need no wait: their ops follow the DELIVERED ops in the log anyway.
-            await self.settled()
+            await self._proposals_settled()
         self.replica._follow_leadership()  # builds a new StreamLeader at once if one is due; calls follow
         if self.port is not None:
             self.publish = self.port.publish
@@ -262,7 +267,8 @@ class ConsumerService:
         ops: list[Op] = []
         sends: list[Send] = []
         confirm: list[str] = []
-        self._take_acks(now_ns, ops, sends, confirm)
+        acks, self._acks = self._acks, []
+        take_acks(acks, self.stream, self.leading, self.replica.store, self.events, now_ns, ops, sends, confirm)
         store = self.replica.store
         for leading in list(self.leading.values()):
             try:
@@ -294,65 +300,6 @@ class ConsumerService:
         outbox, self._outbox = self._outbox, []
         for send in outbox:
             self.publish(send)
-
-    def _take_acks(self, now_ns: int, ops: list[Op], sends: list[Send], confirm: list[str]) -> None:
-        """The acks waiting since the last pass, as ops (one ACK / TERM op per consumer)."""
-        acks, self._acks = self._acks, []
-        acked: dict[str, list[int]] = {}
-        termed: dict[str, list[int]] = {}
-        for subject, reply, body in acks:
-            if subject.startswith(FC_PREFIX):
-                self._flow_control(subject)
-                continue
-            target, what = ack_target(subject), parse_ack_body(body)
-            if target is None or what is None or target[0] != self.stream:
-                continue  # nats-server ignores what it cannot parse
-            leading = self.leading.get(target[1])
-            if leading is None:
-                continue
-            leading.active_ns = now_ns
-            seq, kind = target[2], what.kind
-            if seq in leading.leader.deadlines:
-                self._ack_event(leading, subject, what, now_ns)
-            if kind in (AckKind.ACK, AckKind.NEXT, AckKind.TERM):
-                (termed if kind is AckKind.TERM else acked).setdefault(leading.name, []).append(seq)
-                if kind is AckKind.TERM:
-                    leading.leader.forget([seq])
-                else:  # ack_policy all: every pending seq below it too (ConsumerLeader.on_ack)
-                    leading.leader.on_ack(seq)
-                leading.acked_ns = now_ns
-                if kind is AckKind.NEXT:
-                    if reply:
-                        answer = leading.pull(reply, what.next_request, self.replica.store, now_ns)
-                        if answer is not None:
-                            sends.append(answer)
-                elif reply:
-                    confirm.append(reply)  # a double ack: answered once the op committed
-                continue
-            op = (leading.leader.nak(seq, what.delay_ns, now_ns) if kind is AckKind.NAK
-                  else leading.leader.progress(seq, now_ns))
-            if op is not None:
-                ops.append(op)
-            if reply:
-                sends.append(Send(reply, b""))  # nats-server answers NAK and WPI at once
-        ops.extend(AckOp(name=name, seqs=tuple(seqs)) for name, seqs in acked.items())
-        ops.extend(TermOp(name=name, seqs=tuple(seqs)) for name, seqs in termed.items())
-
-    def _ack_event(self, leading: Leading, subject: str, what: AckBody, now_ns: int) -> None:
-        """An ack of a pending message: a NAK / TERM advisory or a sampled ack metric (events.on_ack). A plain
-        ack raises nothing unless the consumer samples, and only then is the full subject parsed."""
-        config = leading.entry.config
-        if what.kind not in _PLAIN or (config is not None and config.sample_freq):
-            where = parse_ack_subject(subject)
-            if where is not None:
-                self.events.on_ack(leading, where, what, True, now_ns)
-
-    def _flow_control(self, subject: str) -> None:
-        """A client answered a flow-control request (`$JS.FC.<stream>.<consumer>.<id>`)."""
-        tokens = subject.split(".")
-        leading = self.leading.get(tokens[3]) if len(tokens) == 5 and tokens[2] == self.stream else None
-        if type(leading) is PushLeading and leading.on_flow_control(subject):
-            leading.active_ns = self.now_ns()
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
         if not replies:
@@ -388,7 +335,17 @@ class ConsumerService:
         return proposal
 
     async def settled(self) -> None:
-        """Wait (a bounded while) until the last consumer proposal settled: a read after it sees it."""
+        """Wait (a bounded while) until the pass running now ended, and the next one too when acks wait for
+        it (invariant 5), then until the last consumer proposal settled: a read after it sees it all."""
+        with trio.move_on_after(BARRIER_TIMEOUT_S):
+            wanted = self._passes_started + (1 if self._acks else 0)
+            if self._acks:
+                self.wake()
+            while self._passes_ended < wanted:
+                await self._pass_ended.wait()
+            await self._proposals_settled()
+
+    async def _proposals_settled(self) -> None:
         last = self._last
         if last is None:
             return

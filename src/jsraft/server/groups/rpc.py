@@ -20,6 +20,9 @@ Invariants:
   5. Requests sent by one task to one peer (`send_request` has no checkpoint) arrive in order, and a
      method with a `starter` begins to be served in that order: the starter is called as its frame is
      read. Other handlers start in tasks, in whatever order trio runs them.
+  6. Every frame to a peer is sent after `before_send(peer)` (the node wires `Routes.send_pending`): what
+     this node routed to that peer before the frame leaves before it on their one link (routes
+     invariant 7), so an answer never overtakes the deliveries its server made before answering.
 
 Imports: stdlib, L0, trio, L4 (`transport` errors), server siblings.
 """
@@ -131,7 +134,8 @@ def error_from_body(body: dict[str, Any]) -> JsraftError:
 class Rpc:
     """Calls to peers and the serving of their calls; run `run()` in a nursery, wire `on_payload`."""
 
-    def __init__(self, send: SendFn, handler: Handler, *, requests_max: int = 1024, calls_max: int = 4096) -> None:
+    def __init__(self, send: SendFn, handler: Handler, *, requests_max: int = 1024, calls_max: int = 4096,
+                 before_send: Callable[[str], None] | None = None) -> None:
         self._send = send
         self._handler = handler
         self.requests_max = requests_max
@@ -143,6 +147,8 @@ class Rpc:
         # method -> a function called at once when its request arrives (invariant 5); it returns what
         # the serving task awaits. Methods without one go to `handler` in a task of their own.
         self.starters: dict[str, Starter] = {}
+        # Called with the peer before each frame to it (invariant 6); None: nothing else shares the link.
+        self.before_send = before_send
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -163,7 +169,7 @@ class Rpc:
             raise RpcRefused(f"{self.calls_max} calls already waiting for replies")
         request_id = next(self._ids)
         self._calls[request_id] = [trio.Event(), None, None, None, to_node, method]
-        if not self._send(to_node, RPC_GROUP, encode_frame(REQUEST, request_id, method, args, blobs)):
+        if not self._send_frame(to_node, encode_frame(REQUEST, request_id, method, args, blobs)):
             del self._calls[request_id]
             raise RpcRefused(f"cannot send {method} to {to_node}: no link or its queue is full")
         return request_id
@@ -208,7 +214,7 @@ class Rpc:
             raise TransportProtocolError("rpc request arguments are not a JSON object")
         if self._nursery is None or self._serving >= self.requests_max:
             refused = RpcRefused(f"{self.requests_max} requests in service; retry")
-            self._send(from_node, RPC_GROUP, encode_frame(ERROR, request_id, method, error_body(refused)))
+            self._send_frame(from_node, encode_frame(ERROR, request_id, method, error_body(refused)))
             return
         starter = self.starters.get(method)
         if starter is None:
@@ -217,7 +223,7 @@ class Rpc:
             try:  # it begins serving now, in frame order (invariant 5); the rest is awaited in the task
                 work = starter(from_node, body, blobs)
             except JsraftError as error:
-                self._send(from_node, RPC_GROUP, encode_frame(ERROR, request_id, method, error_body(error)))
+                self._send_frame(from_node, encode_frame(ERROR, request_id, method, error_body(error)))
                 return
         self._serving += 1
         self._nursery.start_soon(self._serve, from_node, request_id, method, work)
@@ -232,4 +238,10 @@ class Rpc:
         finally:
             self._serving -= 1
         # A dropped reply (link down) surfaces to the caller as a timeout; nothing to do here.
-        self._send(from_node, RPC_GROUP, frame)
+        self._send_frame(from_node, frame)
+
+    def _send_frame(self, to_node: str, frame: bytes) -> bool:
+        """Invariant 6: `before_send` first, then the frame, with no checkpoint in between."""
+        if self.before_send is not None:
+            self.before_send(to_node)
+        return self._send(to_node, RPC_GROUP, frame)

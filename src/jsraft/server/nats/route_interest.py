@@ -3,7 +3,9 @@
 Owns: `InterestSet` (a key `(subject filter, queue name or "")` -> weight, with an order-independent
 digest kept up to date on every change), `LocalInterest` (this node's client subscriptions counted per
 key and turned into advertised weights, plus the changes not yet sent), and `PeerView` (one peer's
-advertised set as this node last synced it, fed with that peer's STATE, DELTA and DIGEST frames).
+advertised set as this node last synced it, fed with that peer's STATE, DELTA and DIGEST frames),
+`RouteSub` (one such entry as `Routes.remote`'s sublist holds it) and `Outbound` (what this node sent one
+peer: its interest frame sequence).
 
 A weight is what a peer needs to route: 1 for plain interest (one forwarded copy serves every plain
 subscription on the node, however many), the number of members for a queue group (nats-server's queue
@@ -176,3 +178,30 @@ class PeerView:
     def _check_room(self, entries: int) -> None:
         if entries > self.entries_max:
             raise TransportProtocolError(f"peer advertises more than {self.entries_max} interest entries")
+
+
+class RouteSub:
+    """One entry a peer advertised, in `Routes.remote` (sublist duck type: `subject`, `queue`)."""
+
+    __slots__ = ("peer", "subject", "queue", "weight")
+
+    def __init__(self, peer: str, key: Key, weight: int) -> None:
+        self.peer = peer
+        self.subject = key[0]
+        self.queue = key[1] or None
+        self.weight = weight
+
+    def __repr__(self) -> str:
+        return f"RouteSub({self.peer}, {self.subject!r}, {self.queue!r}, {self.weight})"
+
+
+class Outbound:
+    """What this node sent to one connected peer: the last interest frame's sequence, and whether the peer
+    must get a full STATE before any DELTA (routes invariant 3)."""
+
+    __slots__ = ("seq", "dirty", "resync_served_s")
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self.dirty = True
+        self.resync_served_s = float("-inf")  # when a STATE last answered this peer's RESYNC

@@ -35,6 +35,11 @@ Invariants:
   6. Forwarded messages are at most once, like core NATS: a batch the transport refuses is dropped and
      counted (`msgs_dropped`). A batch is refused when it would leave less than `MSGS_HEADROOM` of the
      peer's send queue free, so a flood of publishes cannot starve that peer's Raft traffic.
+  7. One lane per node pair, as nats-server's one route connection: whatever this node forwarded to a
+     peer before it sends that peer an `$rpc` frame (an API answer, a request) reaches the peer first
+     (`send_pending`, called by `Rpc` before each frame; the transport keeps one FIFO queue per peer).
+     So a consumer info answered by a stream leader reaches the client after the deliveries the leader
+     made before answering, as on nats-server (a KV watcher ends its initial values only after them).
 
 Imports: stdlib, L0, L4 (`protocol.wire`, `transport`), trio, server siblings.
 Reference: nats-server `server/route.go` (`sendSubsToRoute`, RS+/RS-, RMSG, `processInboundRoutedMsg`)
@@ -55,7 +60,7 @@ import trio
 from jsraft.protocol.wire import wire_text
 from jsraft.server.nats import route_wire
 from jsraft.server.nats.client_server import ClientServer, InternalSubscription
-from jsraft.server.nats.route_interest import LocalInterest, PeerView
+from jsraft.server.nats.route_interest import LocalInterest, Outbound, PeerView, RouteSub
 from jsraft.server.nats.route_gossip import RouteGossip
 from jsraft.server.nats.route_wire import (
     MSGS_BATCH_BYTES_MAX, ROUTE_GROUP, Digest, Gossip, Interest, Key, Msgs, Resync,
@@ -92,32 +97,6 @@ class RouteStats:
     resyncs_served: int = 0  # STATEs sent because a peer asked
 
 
-class RouteSub:
-    """One entry a peer advertised, in `Routes.remote` (sublist duck type: `subject`, `queue`)."""
-
-    __slots__ = ("peer", "subject", "queue", "weight")
-
-    def __init__(self, peer: str, key: Key, weight: int) -> None:
-        self.peer = peer
-        self.subject = key[0]
-        self.queue = key[1] or None
-        self.weight = weight
-
-    def __repr__(self) -> str:
-        return f"RouteSub({self.peer}, {self.subject!r}, {self.queue!r}, {self.weight})"
-
-
-class _Outbound:
-    """What this node sent to one connected peer (invariant 3)."""
-
-    __slots__ = ("seq", "dirty", "resync_served_s")
-
-    def __init__(self) -> None:
-        self.seq = 0
-        self.dirty = True
-        self.resync_served_s = float("-inf")  # when a STATE last answered this peer's RESYNC
-
-
 class Routes:
     def __init__(self, node_id: str, clients: ClientServer, send: SendFn, *, digest_interval_s: float = 1.0,
                  rng: random.Random | None = None, entries_max: int = REMOTE_ENTRIES_MAX) -> None:
@@ -131,7 +110,7 @@ class Routes:
         self.stats = RouteStats()
         self._send_fn = send
         self._rng = rng or random.Random()
-        self._out: dict[str, _Outbound] = {}  # peers with a current link
+        self._out: dict[str, Outbound] = {}  # peers with a current link
         self._views: dict[str, PeerView] = {}
         self._remote_subs: dict[str, dict[Key, RouteSub]] = {}
         self._resync_asked_s: dict[str, float] = {}
@@ -176,6 +155,10 @@ class Routes:
         view = self._views.get(peer)
         return view is not None and view.synced
 
+    def waiting(self, peer: str) -> int:
+        """Messages for `peer` batched here and not yet handed to the transport."""
+        return len(self._batches.get(peer, ()))
+
     def advertised_by(self, peer: str) -> dict[Key, int]:
         """`peer`'s interest as this node holds it: (subject, queue or "") -> weight."""
         view = self._views.get(peer)
@@ -204,14 +187,14 @@ class Routes:
             self.stats.deltas_sent += len(frames)
             self._send_all(peer, out, frames)
 
-    def _send_state(self, peer: str, out: _Outbound) -> None:
+    def _send_state(self, peer: str, out: Outbound) -> None:
         frames = route_wire.encode_state(self.epoch, out.seq + 1, sorted(self.local.advertised.items()))
         out.seq += len(frames)
         out.dirty = False
         self.stats.states_sent += 1
         self._send_all(peer, out, frames)
 
-    def _send_all(self, peer: str, out: _Outbound, frames: list[bytes]) -> None:
+    def _send_all(self, peer: str, out: Outbound, frames: list[bytes]) -> None:
         for frame in frames:
             if not self._send_fn(peer, ROUTE_GROUP, frame):
                 log.debug("routes %s: interest frame to %s dropped; a STATE follows", self.node_id, peer)
@@ -243,7 +226,7 @@ class Routes:
             self.gossip.on_link(peer, up)
         if up:
             self.flush()  # the other peers get pending changes as DELTAs; this one gets them in the STATE
-            out = self._out.setdefault(peer, _Outbound())
+            out = self._out.setdefault(peer, Outbound())
             self._send_state(peer, out)
             return
         self._out.pop(peer, None)
@@ -368,6 +351,15 @@ class Routes:
     def send_batches(self) -> None:
         """Send every peer's waiting messages (the flush task does, once the publishing code yielded)."""
         for peer in list(self._batches):
+            self._send_batch(peer)
+
+    def send_pending(self, peer: str) -> None:
+        """Hand the transport, now, the interest changes and the messages waiting for `peer`: called before
+        a frame of another kind (`$rpc`) goes to `peer`, so that frame follows them on the link
+        (invariant 7). O(1) when nothing waits."""
+        if self.local.pending:
+            self.flush()
+        if peer in self._batches:
             self._send_batch(peer)
 
     def _send_batch(self, peer: str) -> None:

@@ -1,0 +1,99 @@
+"""A rolled-back chunk that brings back an entry a truncation removed is not served as current log (#14).
+
+Method: on real files (`OsDisk`) and on `SimDisk` (the `disk` fixture), a WAL writes entries 1..3 and a
+hard state acknowledging them, then entry 4 (term 1), and the segment's bytes are copied at that moment.
+A conflict truncation then removes entry 4 (`truncate_from(4)`: the witness checkpoint, the cut, the hard
+state appended again at the cut), and a cycle of term 2 saves a hard state that still acknowledges 1..3.
+The segment's first 4 KiB chunk is then put back as it was in the copy, zero-filled to the file's size (a
+lost write: SimDisk's `rollback_chunk`), so entry 4 (term 1), whose record verifies and whose chain to entry
+3 verifies, lies again where the newer hard-state records were, followed by zeros that look like a torn tail.
+This is seeds 115 and 245 of `test_wal_corruption.py`, byte for byte in kind. Entry 4 was never acknowledged
+after the truncation and the newest hard state says the log ended at 3 when it was saved: reopening must
+not return entry 4, must keep 1..3 and the term-2 hard state, must lose nothing acknowledged (not
+repairing), must say what it cut, and must have cut it durably (a second reopen finds a clean log).
+
+Controls: the same history without the rollback reopens clean; entries appended after the newest
+hard-state record and never vouched for by a later one (a cycle whose record was torn) are kept, because
+they lie after the record the newest hard state was saved after.
+"""
+
+from __future__ import annotations
+
+import pytest
+from wal_helpers import make_entries, segments
+
+from jsraft.disk import Disk
+from jsraft.raft.types import HardState
+from jsraft.wal import Wal
+from jsraft.wal.format import WAL_DIR
+from jsraft.wal.recovery import TORN_TAIL_REASON
+
+SEGMENT_BYTES = 1 << 20  # one segment: the rolled-back chunk is its first
+CHUNK_BYTES = 4096
+
+
+def _history(disk: Disk) -> tuple[str, bytes]:
+    """Entries 1..3 acknowledged, entry 4 written then truncated away, a term-2 hard state; returns the
+    segment's name and its bytes from when entry 4 was durable."""
+    wal, _ = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    wal.append(make_entries(1, 4, term=1))
+    wal.save_hard_state(HardState(current_term=1, acked_watermark=3))
+    wal.sync()
+    wal.append(make_entries(4, 5, term=1, size=30))
+    wal.sync()
+    (name,) = segments(disk)
+    old = disk.read_file(f"{WAL_DIR}/{name}")
+    wal.truncate_from(4)
+    wal.save_hard_state(HardState(current_term=2, acked_watermark=3))
+    wal.sync()
+    wal.close()
+    return name, old
+
+
+def _roll_back_first_chunk(disk: Disk, name: str, old: bytes) -> None:
+    handle = disk.open(f"{WAL_DIR}/{name}")
+    size = handle.size()
+    assert len(old) <= size <= CHUNK_BYTES, "the scenario needs the whole segment in its first chunk"
+    handle.pwrite(0, old + bytes(size - len(old)))
+    handle.sync()
+    handle.close()
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (issue #14): the stale entry reopens clean")
+def test_rolled_back_truncated_entry_is_cut_not_served(disk: Disk) -> None:
+    name, old = _history(disk)
+    _roll_back_first_chunk(disk, name, old)
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1), recovered.reasons
+    assert wal.last_index() == 3
+    assert not recovered.repairing and not recovered.faulty, recovered.reasons
+    assert recovered.hard_state.current_term == 2 and recovered.hard_state.acked_watermark == 3
+    assert any("entry 4" in reason or "4..4" in reason for reason in recovered.reasons), recovered.reasons
+    assert recovered.damage_findings() == (), recovered.reasons
+    wal.close()
+    wal, again = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert again.entries == make_entries(1, 4, term=1) and again.reasons == [], again.reasons
+    wal.close()
+
+
+def test_same_history_without_rollback_reopens_clean(disk: Disk) -> None:
+    _history(disk)
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1) and recovered.reasons == [], recovered.reasons
+    wal.close()
+
+
+def test_entries_after_the_newest_record_are_kept(disk: Disk) -> None:
+    """A cycle whose hard-state record never became durable leaves its entries after the record the newest
+    hard state was saved after: they are the log's tail, not stale, and stay (nothing vouches for them,
+    nothing needs to: they were never acknowledged)."""
+    _history(disk)
+    wal, _ = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    wal.append(make_entries(4, 6, term=2))
+    wal.sync()  # no hard state saved: as if the cycle's record was torn off
+    wal.close()
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1) + make_entries(4, 6, term=2), recovered.reasons
+    assert not any(reason.startswith(TORN_TAIL_REASON) for reason in recovered.reasons)
+    assert recovered.reasons == [] and not recovered.repairing
+    wal.close()

@@ -28,6 +28,12 @@ Decisions, in order:
      of itself (a rolled-back write), even if every record in it verifies.
   7. Repairing if: stored so, hard state lost, any corruption, a missing segment, an unreadable snapshot,
      or a watermark problem (6). It is persisted before `open` returns.
+  8. Stale tail (R7, `vouch`): above the acked watermark, the log keeps only what the newest hard state's
+     log end vouches for (entries it held then, or a later cycle's after the record it names); the rest,
+     never acknowledged, is cut durably after a checkpoint, and reported but not as damage. A stale entry
+     above the watermark must not be served as log: the core would take it as its own (last `(index,
+     term)` in vote comparisons, a match in a leader's consistency check) although this replica removed it
+     and never acknowledged it since, and when not repairing every entry returned is the one last written.
 
 Imports: L0, L1, attrs. Reference: DESIGN.md §4.
 """
@@ -40,11 +46,13 @@ from jsraft.disk.base import Disk
 from jsraft.errors import invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal.format import (
-    HARD_STATE_FILE, SEGMENT_FILE_TYPE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, parse_segment_name, read_checked,
+    ANCHOR_NONE, HARD_STATE_FILE, SEGMENT_FILE_TYPE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, LogEnd, parse_segment_name,
+    read_checked,
 )
 from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
 from jsraft.wal.scan import WATERMARK_UNKNOWN, HardStateRecord, LogScan, newest_hard_state, scan_log
 from jsraft.wal.snapshots import list_snapshots, load_newest
+from jsraft.wal.vouch import STALE_TAIL_REASON, anchored, cut_log, stale_tail
 
 TORN_TAIL_REASON = "torn tail cut"  # the prefix of the finding for a rule R1 cut (a normal crash)
 STALE_SLOT_REASON = "hard-state slot rewritten"  # a bad slot the log covers (decision 2): not damage
@@ -84,7 +92,7 @@ class Recovered:
         after a leader has repaired it, and not in the term it may have voted in (raft `repair`).
         """
         return tuple(reason for reason in self.reasons
-                     if not reason.startswith((TORN_TAIL_REASON, STALE_SLOT_REASON)))
+                     if not reason.startswith((TORN_TAIL_REASON, STALE_SLOT_REASON, STALE_TAIL_REASON)))
 
 
 
@@ -97,6 +105,8 @@ class Opened:
     snapshot: SnapshotMeta | None
     scan: LogScan
     hs_sequence: int  # the highest hard-state sequence written so far (slots and records)
+    anchor: int  # the newest hard-state record in the log (`format.LogEnd`), 0 if none; ANCHOR_NONE: none the
+    # newest hard state was saved after is there (after an R7 cut), and `Wal.open` appends it to the log again
 
 
 def list_segments(disk: Disk) -> list[tuple[int, str]]:
@@ -138,7 +148,7 @@ def _newest(*candidates: HardStateRecord | SlotRead | None) -> HardStateRecord |
             if found.hard_state is None:
                 continue
             found = HardStateRecord(hard_state=found.hard_state, sequence=found.sequence,
-                                    watermark_term=found.watermark_term)
+                                    watermark_term=found.watermark_term, log_end=found.log_end)
         if found is not None and (best is None or found.sequence > best.sequence):
             best = found
     return best
@@ -217,15 +227,15 @@ def _watermark_problem(stored: HardStateRecord | None, scan: LogScan, meta: Snap
     return None
 
 
-def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int,
+def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int, log_end: LogEnd,
              at_least: int) -> tuple[HardStateFile, int]:
     """Persist repairing (and any fallback) before anything acts on it, as the newest hard state (a
     sequence of at least `at_least`); rewrite damaged slots too. Returns the file and the sequence used."""
     if hs_file is None:
         hs_file = HardStateFile.create(disk, hs)
-    sequence = hs_file.save(hs, watermark_term, at_least)
+    sequence = hs_file.save(hs, watermark_term, log_end, at_least)
     if not hs_file.intact:
-        sequence = hs_file.save(hs, watermark_term, sequence + 1)
+        sequence = hs_file.save(hs, watermark_term, log_end, sequence + 1)
     return hs_file, sequence
 
 
@@ -277,6 +287,32 @@ def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[st
     return stored
 
 
+def _vouch_and_persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState,
+                       found: tuple[HardStateRecord | None, HardStateRecord | None], scan: LogScan,
+                       meta: SnapshotMeta | None, must_persist: bool, sequence: int,
+                       reasons: list[str]) -> tuple[HardStateFile, int, int]:
+    """Decisions 8 and 7's persisting: R7 (`vouch`) on the newest hard state and the newest log record
+    (`found`), then `hs` persisted if it must be. Returns the file, the sequence used, and the anchor."""
+    best, log_best = found
+    anchor = log_best.sequence if log_best is not None else 0
+    if best is not None and not anchored(best, log_best):
+        anchor = ANCHOR_NONE  # no record in the log vouches for what follows: `Wal` writes one
+    stale = None if best is None else stale_tail(best, log_best, scan, meta.index if meta else 0,
+                                                 lambda index: _term_at(scan, meta, index))
+    watermark_term = _term_at(scan, meta, hs.acked_watermark)
+    if stale is not None:
+        # The checkpoint first, since the cut may take the newest hard-state record with it.
+        keep, why = stale
+        anchor = ANCHOR_NONE
+        log_end = LogEnd(keep, _term_at(scan, meta, keep), anchor)
+        hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
+        reasons.append(f"{STALE_TAIL_REASON}: {cut_log(disk, scan, keep)} bytes, {why}")
+    elif hs_file is None or must_persist or not hs_file.intact:
+        log_end = LogEnd(scan.last_index, _term_at(scan, meta, scan.last_index), anchor)
+        hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
+    return hs_file, sequence, anchor
+
+
 def recover(disk: Disk) -> tuple[Opened, Recovered]:
     """Open (or create) the WAL under `disk`; see the module docstring for the order of decisions."""
     reasons: list[str] = []
@@ -311,10 +347,10 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     problem = _watermark_problem(best, scan, meta)
     reasons.extend([problem] if problem else [])
     hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
-    hs_file = witness.hs_file
     sequence = max((found.sequence for found in (witness.newest, log_best) if found is not None), default=1)
-    if hs_file is None or hs != stored or not hs_file.intact or covered:
-        hs_file, sequence = _persist(disk, hs_file, hs, _term_at(scan, meta, hs.acked_watermark), sequence + 1)
+    must_persist = hs != stored or bool(covered)
+    hs_file, sequence, anchor = _vouch_and_persist(disk, witness.hs_file, hs, (best, log_best), scan, meta,
+                                                   must_persist, sequence, reasons)
     _remove(disk, covered)
     recovered = Recovered(
         hard_state=hs,
@@ -325,4 +361,5 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
         reasons=reasons,
         torn_tail_bytes_cut=cut,
     )
-    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan, hs_sequence=sequence), recovered
+    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan, hs_sequence=sequence,
+                  anchor=anchor), recovered

@@ -12,6 +12,11 @@ after the truncation and the newest hard state says the log ended at 3 when it w
 not return entry 4, must keep 1..3 and the term-2 hard state, must lose nothing acknowledged (not
 repairing), must say what it cut, and must have cut it durably (a second reopen finds a clean log).
 
+Also: a stale stretch that still reaches the log end the hard state names, but with another term there (the
+truncated entries 4..5 of term 2 rolled back over their term-3 replacements), is cut to the watermark
+(R7b); and a stale entry followed by an intact hard-state record whose log end is below it (R7a, bytes
+written by hand) is reported as corruption and left out, the log resuming after the record.
+
 Controls: the same history without the rollback reopens clean; entries appended after the newest
 hard-state record and never vouched for by a later one (a cycle whose record was torn) are kept, because
 they lie after the record the newest hard state was saved after.
@@ -19,12 +24,12 @@ they lie after the record the newest hard state was saved after.
 
 from __future__ import annotations
 
-from wal_helpers import make_entries, segments
+from wal_helpers import append_raw, build, make_entries, segments
 
 from jsraft.disk import Disk
 from jsraft.raft.types import HardState
 from jsraft.wal import Wal
-from jsraft.wal.format import WAL_DIR
+from jsraft.wal.format import WAL_DIR, LogEnd, encode_entry, encode_wal_hard_state
 from jsraft.wal.recovery import TORN_TAIL_REASON
 
 SEGMENT_BYTES = 1 << 20  # one segment: the rolled-back chunk is its first
@@ -94,4 +99,43 @@ def test_entries_after_the_newest_record_are_kept(disk: Disk) -> None:
     assert recovered.entries == make_entries(1, 4, term=1) + make_entries(4, 6, term=2), recovered.reasons
     assert not any(reason.startswith(TORN_TAIL_REASON) for reason in recovered.reasons)
     assert recovered.reasons == [] and not recovered.repairing
+    wal.close()
+
+
+def test_a_stale_version_reaching_the_log_end_is_cut_to_the_watermark(disk: Disk) -> None:
+    wal, _ = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    wal.append(make_entries(1, 4, term=1))
+    wal.save_hard_state(HardState(current_term=2, acked_watermark=3))
+    wal.sync()
+    wal.append(make_entries(4, 6, term=2))
+    wal.sync()
+    (name,) = segments(disk)
+    old = disk.read_file(f"{WAL_DIR}/{name}")
+    wal.truncate_from(4)
+    wal.append(make_entries(4, 6, term=3, size=40))
+    wal.save_hard_state(HardState(current_term=3, acked_watermark=3))  # 4..5 written, not acknowledged
+    wal.sync()
+    wal.close()
+    _roll_back_first_chunk(disk, name, old)
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1), recovered.reasons
+    assert not recovered.repairing and recovered.damage_findings() == (), recovered.reasons
+    assert any("entry 5 is faulty or of term 2, not 3" in reason for reason in recovered.reasons)
+    wal.close()
+
+
+def test_a_stale_entry_before_an_intact_record_is_corruption_left_out(disk: Disk) -> None:
+    build(disk, make_entries(1, 4, term=1), watermark=3, segment_bytes=SEGMENT_BYTES)
+    (name,) = segments(disk)
+    stale = make_entries(4, 5, term=1)[0]
+    current = make_entries(4, 5, term=2)[0]
+    sequence = 1000  # newer than anything the WAL wrote: this record is the newest hard state
+    record = encode_wal_hard_state(HardState(current_term=2, acked_watermark=3), sequence, 1,
+                                   LogEnd(3, 1, sequence))
+    append_raw(disk, f"{WAL_DIR}/{name}", encode_entry(stale, 1) + record + encode_entry(current, 1))
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1) + [current], recovered.reasons
+    assert recovered.repairing and not recovered.faulty
+    assert any("stale entries 4..4 before a hard-state record" in reason for reason in recovered.reasons)
+    assert wal.entries(4, 5) == [current]
     wal.close()

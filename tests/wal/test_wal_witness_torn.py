@@ -143,3 +143,24 @@ def test_a_torn_checkpoint_of_a_witness_behind_the_log_is_covered(seed: int) -> 
     root.crash(torn=True)
     _, recovered = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     _assert_clean(recovered, hs, lo - 1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_recoverys_own_torn_witness_write_is_not_damage(seed: int) -> None:
+    """A crash between a snapshot and its compaction leaves covered segments, which the next open removes
+    after persisting the hard state. A power cut tearing that write must not read as damage: recovery puts
+    the hard state in the log first, as every cycle does, so the log covers the torn slot."""
+    root = _disk(seed)
+    wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
+    lo, hs = 1, HardState()
+    for _ in range(6 + seed % 4):
+        hs = _cycle(wal, lo, 4)
+        wal.sync()
+        lo += 4
+    wal.save_snapshot(SnapshotMeta(index=lo - 3, term=1, conf=CONF), b"state")
+    wal.close()
+    wal, recovered = _cut_and_reopen(root, lambda: Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES))
+    _assert_clean(recovered, hs, lo - 1)
+    wal.close()
+    _, again = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
+    _assert_clean(again, hs, lo - 1)

@@ -56,9 +56,9 @@ from jsraft.wal.format import (
     ANCHOR_NONE, SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, LogEnd, encode_entry, encode_wal_hard_state,
     read_checked,
 )
-from jsraft.wal.recovery import Opened, Recovered, list_segments, recover
+from jsraft.wal.recovery import Opened, Recovered, list_segments, recover, remove_covered
 from jsraft.wal.scan import scan_log
-from jsraft.wal.segment import Segment, decode_span, new_segment_content, rebuild
+from jsraft.wal.segment import Segment, decode_span
 
 SEGMENT_BYTES_DEFAULT = 4 << 20  # a few MiB: cheap to rewrite on repair, few files per group
 SEGMENT_BYTES_MIN = 64
@@ -84,8 +84,9 @@ class Wal(SegmentFiles):
         self._witness_due = False  # a hard state was appended that the witness file does not hold yet
         self._anchor = opened.anchor  # sequence of the newest hard-state record in the log (`format.LogEnd`)
         self._adopt(opened.scan.segments, opened.scan.faulty, opened.scan.last_index)
-        if self._anchor == ANCHOR_NONE:
-            self._restate()  # after a cut (`vouch`): the next cycle's entries then follow a record it names
+        if opened.restate:  # in the log first, so a power cut tearing the witness write is no damage
+            self._restate()  # (after a cut, `vouch`: the next cycle's entries then follow a record it names)
+        remove_covered(disk, opened.covered)
 
     @classmethod
     def open(cls, disk: Disk, *, segment_bytes: int = SEGMENT_BYTES_DEFAULT) -> tuple["Wal", Recovered]:
@@ -309,19 +310,6 @@ class Wal(SegmentFiles):
                 self._rewrite(segment, group)
         self._reload()
         self._restate()
-
-    def _rewrite(self, segment: Segment, group: dict[int, Entry]) -> None:
-        if segment.name is None:
-            name, content = new_segment_content([group[i] for i in sorted(group)], self._trusted_term)
-        else:
-            name = segment.name
-            buffer = self._disk.read_file(f"{WAL_DIR}/{name}")
-            is_last = segment is self._segments[-1]
-            content = rebuild(segment, buffer, group, self._trusted_term, keep_tail_junk=is_last)
-            handle = self._handles.pop(name, None)
-            if handle is not None:
-                handle.close()
-        self._disk.write_atomic(f"{WAL_DIR}/{name}", content)
 
     def _reload(self) -> None:
         """Re-read every segment with recovery's rules (no cuts: nothing found while running is torn)."""

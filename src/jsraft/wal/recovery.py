@@ -1,9 +1,9 @@
 """Opening a WAL: read hard state, snapshot and log back, and act on what the recovery rules decide (L2).
 
 Owns: `Recovered` (what a Raft group restarts from) and the fallbacks for lost hard state. Its writes:
-cutting a provably torn tail (rule R1 in `scan`), removing segments a snapshot covers (after a checkpoint
-of the hard state, since they may hold its newest record), rewriting damaged hard-state slots, and
-persisting `repairing`.
+cutting a provably torn tail (rule R1 in `scan`) or a stale one (R7, `vouch`), and a new hard state when
+the old one is lost; what else it decides (`repairing`, rewriting damaged slots, removing segments a
+snapshot covers once the hard state they may hold is persisted) `Wal` writes as it opens (`Opened`).
 
 Decisions, in order:
   1. No hard-state file, no segment, no snapshot: a new WAL; create it.
@@ -27,7 +27,9 @@ Decisions, in order:
      state recorded with it (`format`: the watermark term). A mismatch means the log is an older version
      of itself (a rolled-back write), even if every record in it verifies.
   7. Repairing if: stored so, hard state lost, any corruption, a missing segment, an unreadable snapshot,
-     or a watermark problem (6). It is persisted before `open` returns.
+     or a watermark problem (6). It is persisted before `open` returns, as a cycle's hard state is: a
+     record in the log, fsynced, then the witness (`Wal`), so a power cut tearing the witness write leaves
+     a slot the log covers (decision 2), not damage. Only a lost hard state goes to the witness directly.
   8. Stale tail (R7, `vouch`): above the acked watermark, the log keeps only what the newest hard state's
      log end vouches for (entries it held then, or a later cycle's after the record it names); the rest,
      never acknowledged, is cut durably after a checkpoint, and reported but not as damage. A stale entry
@@ -106,7 +108,9 @@ class Opened:
     scan: LogScan
     hs_sequence: int  # the highest hard-state sequence written so far (slots and records)
     anchor: int  # the newest hard-state record in the log (`format.LogEnd`), 0 if none; ANCHOR_NONE: none the
-    # newest hard state was saved after is there (after an R7 cut), and `Wal.open` appends it to the log again
+    # newest hard state was saved after is there (after an R7 cut)
+    restate: bool  # `Wal` must persist `hard_state`: in the log, then the witness (decision 7), before...
+    covered: list[str]  # ...it removes these segments, which a snapshot covers (and may hold its newest record)
 
 
 def list_segments(disk: Disk) -> list[tuple[int, str]]:
@@ -154,7 +158,8 @@ def _newest(*candidates: HardStateRecord | SlotRead | None) -> HardStateRecord |
     return best
 
 
-def _remove(disk: Disk, names: list[str]) -> None:
+def remove_covered(disk: Disk, names: list[str]) -> None:
+    """Remove segments a snapshot covers (once the hard state they may hold is persisted elsewhere)."""
     for name in names:
         disk.remove(f"{WAL_DIR}/{name}")
     if names:
@@ -262,8 +267,9 @@ def _apply_cut(disk: Disk, scan: LogScan, reasons: list[str]) -> int:
 def _drop_covered(scan: LogScan, snap_index: int) -> list[str]:
     """Forget segments whose every index the snapshot covers, e.g. after a snapshot install; returns their
     names, to be removed once the hard state is checkpointed."""
-    covered = [s for s in scan.segments if s.last <= snap_index]
-    scan.segments = [s for s in scan.segments if s.last > snap_index]
+    # An entry-less segment named snap_index + 1 stays: appends (and `Wal`'s restate) go on in it.
+    covered = [s for s in scan.segments if s.last <= snap_index and s.first <= snap_index]
+    scan.segments = [s for s in scan.segments if s not in covered]
     return [s.name for s in covered if s.name is not None]
 
 
@@ -287,30 +293,38 @@ def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[st
     return stored
 
 
-def _vouch_and_persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState,
+def _vouch_and_persist(disk: Disk, witness: _Witness, hs: HardState,
                        found: tuple[HardStateRecord | None, HardStateRecord | None], scan: LogScan,
                        meta: SnapshotMeta | None, must_persist: bool, sequence: int,
-                       reasons: list[str]) -> tuple[HardStateFile, int, int]:
-    """Decisions 8 and 7's persisting: R7 (`vouch`) on the newest hard state and the newest log record
-    (`found`), then `hs` persisted if it must be. Returns the file, the sequence used, and the anchor."""
+                       reasons: list[str]) -> tuple[HardStateFile, int, int, bool]:
+    """Decision 8, and how 7 persists: R7 (`vouch`) on the newest hard state and the newest log record
+    (`found`). Returns the file, the highest sequence written, the anchor, and whether `Wal` must persist
+    `hs` (`Opened.restate`); only a lost hard state, and a cut that may remove the newest record, write
+    the witness here."""
     best, log_best = found
+    hs_file = witness.hs_file
     anchor = log_best.sequence if log_best is not None else 0
     if best is not None and not anchored(best, log_best):
         anchor = ANCHOR_NONE  # no record in the log vouches for what follows: `Wal` writes one
     stale = None if best is None else stale_tail(best, log_best, scan, meta.index if meta else 0,
                                                  lambda index: _term_at(scan, meta, index))
     watermark_term = _term_at(scan, meta, hs.acked_watermark)
-    if stale is not None:
-        # The checkpoint first, since the cut may take the newest hard-state record with it.
-        keep, why = stale
-        anchor = ANCHOR_NONE
-        log_end = LogEnd(keep, _term_at(scan, meta, keep), anchor)
-        hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
-        reasons.append(f"{STALE_TAIL_REASON}: {cut_log(disk, scan, keep)} bytes, {why}")
-    elif hs_file is None or must_persist or not hs_file.intact:
+    if hs_file is None or witness.newest is None:
+        # Hard state lost (damage): a new file, or both slots rewritten; the log has nothing newer to lose.
         log_end = LogEnd(scan.last_index, _term_at(scan, meta, scan.last_index), anchor)
         hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
-    return hs_file, sequence, anchor
+    if stale is not None:
+        keep, why = stale
+        anchor = ANCHOR_NONE
+        if best is not None and witness.newest is not None and best.sequence > witness.newest.sequence:
+            # The newest hard state is a log record the cut may take: the witness holds it first (torn, the
+            # record, not yet cut, covers it). Else the witness already holds it, and a crash before `Wal`
+            # persists again leads the next open to the same cut.
+            log_end = LogEnd(keep, _term_at(scan, meta, keep), anchor)
+            hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
+        reasons.append(f"{STALE_TAIL_REASON}: {cut_log(disk, scan, keep)} bytes, {why}")
+    restate = stale is not None or must_persist or not hs_file.intact or anchor == ANCHOR_NONE
+    return hs_file, sequence, anchor, restate
 
 
 def recover(disk: Disk) -> tuple[Opened, Recovered]:
@@ -348,10 +362,8 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     reasons.extend([problem] if problem else [])
     hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
     sequence = max((found.sequence for found in (witness.newest, log_best) if found is not None), default=1)
-    must_persist = hs != stored or bool(covered)
-    hs_file, sequence, anchor = _vouch_and_persist(disk, witness.hs_file, hs, (best, log_best), scan, meta,
-                                                   must_persist, sequence, reasons)
-    _remove(disk, covered)
+    hs_file, sequence, anchor, restate = _vouch_and_persist(disk, witness, hs, (best, log_best), scan, meta,
+                                                            hs != stored or bool(covered), sequence, reasons)
     recovered = Recovered(
         hard_state=hs,
         snapshot=snap.snapshot,
@@ -362,4 +374,4 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
         torn_tail_bytes_cut=cut,
     )
     return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan, hs_sequence=sequence,
-                  anchor=anchor), recovered
+                  anchor=anchor, restate=restate, covered=covered), recovered

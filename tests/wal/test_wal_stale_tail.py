@@ -17,6 +17,9 @@ truncated entries 4..5 of term 2 rolled back over their term-3 replacements), is
 (R7b); and a stale entry followed by an intact hard-state record whose log end is below it (R7a, bytes
 written by hand) is reported as corruption and left out, the log resuming after the record.
 
+A power cut tearing the hard-state write that follows the cut (recovery persists it) is no damage either:
+the next open finds the same clean log (on SimDisk, the tear inside the witness write).
+
 Controls: the same history without the rollback reopens clean; entries appended after the newest
 hard-state record and never vouched for by a later one (a cycle whose record was torn) are kept, because
 they lie after the record the newest hard state was saved after.
@@ -24,12 +27,14 @@ they lie after the record the newest hard state was saved after.
 
 from __future__ import annotations
 
-from wal_helpers import append_raw, build, make_entries, segments
+import pytest
+from wal_helpers import TearInsideTheWrite, append_raw, build, make_entries, segments
 
 from jsraft.disk import Disk
 from jsraft.raft.types import HardState
 from jsraft.wal import Wal
-from jsraft.wal.format import WAL_DIR, LogEnd, encode_entry, encode_wal_hard_state
+from jsraft.testing.simdisk import SimDisk, SimPowerCut
+from jsraft.wal.format import HARD_STATE_FILE, WAL_DIR, LogEnd, encode_entry, encode_wal_hard_state
 from jsraft.wal.recovery import TORN_TAIL_REASON
 
 SEGMENT_BYTES = 1 << 20  # one segment: the rolled-back chunk is its first
@@ -76,6 +81,23 @@ def test_rolled_back_truncated_entry_is_cut_not_served(disk: Disk) -> None:
     wal.close()
     wal, again = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
     assert again.entries == make_entries(1, 4, term=1) and again.reasons == [], again.reasons
+    wal.close()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_power_cut_tearing_the_persist_after_the_cut_is_no_damage(seed: int) -> None:
+    root = SimDisk(TearInsideTheWrite(seed), corruption_allowed=False)
+    disk = root.sub("g")
+    name, old = _history(disk)
+    _roll_back_first_chunk(disk, name, old)
+    disk.arm_power_cut(HARD_STATE_FILE)
+    with pytest.raises(SimPowerCut):
+        Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    root.crash(torn=True)
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1), recovered.reasons
+    assert not recovered.repairing and recovered.damage_findings() == (), recovered.reasons
+    assert recovered.hard_state.current_term == 2 and recovered.hard_state.acked_watermark == 3
     wal.close()
 
 

@@ -16,10 +16,8 @@ here checks that a torn write to the witness when it is *behind* the log is cove
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from wal_helpers import make_entries
+from wal_helpers import TearInsideTheWrite, make_entries
 
 from jsraft.raft.types import ConfState, HardState, SnapshotMeta
 from jsraft.testing.simdisk import SimDisk, SimPowerCut
@@ -28,20 +26,10 @@ from jsraft.wal.format import HARD_STATE_FILE
 
 SEGMENT_BYTES = 600
 CONF = ConfState(voters=("n1", "n2", "n3"), learners=())
-TEAR_WITHIN_BYTES = 40  # shorter than a hard-state slot record, so the tear always lands inside it
-
-
-class _TearInsideTheWrite(random.Random):
-    """SimDisk draws a torn crash's cut with `randint(first changed byte, file length)`, and without
-    corruption faults that is its only draw; most cuts of a 12 KiB file keep a ~70-byte slot write
-    whole. This keeps only the first few changed bytes, so the slot record is always torn."""
-
-    def randint(self, a: int, b: int) -> int:
-        return a + self.randrange(min(b - a, TEAR_WITHIN_BYTES) + 1)
 
 
 def _disk(seed: int) -> SimDisk:
-    return SimDisk(_TearInsideTheWrite(seed), corruption_allowed=False)
+    return SimDisk(TearInsideTheWrite(seed), corruption_allowed=False)
 
 
 def _cycle(wal: Wal, lo: int, count: int, term: int = 1) -> HardState:

@@ -27,6 +27,10 @@ applied below:
      moment it is newer than the hard state recovery started from, its acked watermark is the one R1
      compares with: a cycle's record follows that cycle's entries, so a torn cycle loses both and the
      watermark never vouches for a torn entry.
+  R7a stale before a record (format 4 records carry their log end, `format.LogEnd`): entries walked past a
+     record's log end lie before a record written after they were truncated, so a rolled-back write brought
+     them back; they are junk in the middle (corruption) and the walk resumes after the record. The rest of
+     R7 (a stale tail) needs the witness too and is applied by `recovery` (`vouch`).
 
 Invariants:
   1. Every index from the first live index to `last_index` is in exactly one segment's arrays and is

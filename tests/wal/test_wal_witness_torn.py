@@ -79,8 +79,9 @@ def test_a_torn_next_slot_write_is_not_damage(seed: int) -> None:
     _assert_clean(recovered, hs, lo + 3)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_a_torn_compaction_checkpoint_is_not_damage(seed: int) -> None:
+def _cycles_then_snapshot(seed: int) -> tuple[SimDisk, Wal, HardState, int]:
+    """A few synced cycles of 4 entries, then a snapshot 3 below the end (not compacted yet); returns the disk,
+    the open WAL, the last hard state and the next index."""
     root = _disk(seed)
     wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     lo, hs = 1, HardState()
@@ -89,6 +90,12 @@ def test_a_torn_compaction_checkpoint_is_not_damage(seed: int) -> None:
         wal.sync()
         lo += 4
     wal.save_snapshot(SnapshotMeta(index=lo - 3, term=1, conf=CONF), b"state")
+    return root, wal, hs, lo
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_torn_compaction_checkpoint_is_not_damage(seed: int) -> None:
+    root, wal, hs, lo = _cycles_then_snapshot(seed)
     wal, recovered = _cut_and_reopen_or_compact(root, wal, lo - 3)
     _assert_clean(recovered, hs, lo - 1)
     assert wal.hard_state == hs
@@ -138,14 +145,7 @@ def test_recoverys_own_torn_witness_write_is_not_damage(seed: int) -> None:
     """A crash between a snapshot and its compaction leaves covered segments, which the next open removes
     after persisting the hard state. A power cut tearing that write must not read as damage: recovery puts
     the hard state in the log first, as every cycle does, so the log covers the torn slot."""
-    root = _disk(seed)
-    wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
-    lo, hs = 1, HardState()
-    for _ in range(6 + seed % 4):
-        hs = _cycle(wal, lo, 4)
-        wal.sync()
-        lo += 4
-    wal.save_snapshot(SnapshotMeta(index=lo - 3, term=1, conf=CONF), b"state")
+    root, wal, hs, lo = _cycles_then_snapshot(seed)
     wal.close()
     wal, recovered = _cut_and_reopen(root, lambda: Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES))
     _assert_clean(recovered, hs, lo - 1)

@@ -27,15 +27,16 @@ R7, applied to the newest hard state H (watermark W, log end L with term T, anch
   d. Else (A is gone, or H was saved for a cut): entries above L cannot be told from stale ones. Keep up
      to L.
   What is not kept lies above W, above every index this replica acknowledged, so it is cut like a torn
-  tail, durably (`cut_log`: later segments removed newest first, then the containing one truncated) after
-  a checkpoint of H with the new log end and no anchor (the cut may remove H's own record, and a crash
-  halfway through must lead to the same cut at the next open). `Wal.open` then appends the hard state to
-  the log again (as `truncate_from` does after its cut), so the next cycle's entries lie after a record the
-  witness names; it does the same whenever the newest hard state is not anchored (a crash between a cut's
-  checkpoint and its record). It is reported (`STALE_TAIL_REASON`) but is
-  no damage: nothing acknowledged is lost, and the log kept is the one acknowledged (up to W by its term,
-  up to L by log matching at T). A snapshot newer than H (L below the snapshot's index) supersedes it:
-  nothing is checked.
+  tail, durably (`cut_log`: later segments removed newest first, then the containing one truncated). If H
+  is a log record newer than the witness, the cut may remove it: H goes to the witness first, with the new
+  log end and no anchor (torn by a power cut, that write is covered by H's record, not yet cut). If H is
+  the witness, the cut takes nothing it holds, and a crash halfway leads the next open to the same cut.
+  `Wal` then appends the hard state to the log and the witness again (as `truncate_from` does after its
+  cut), so the next cycle's entries lie after a record the witness names; it does the same whenever the
+  newest hard state is not anchored (a crash between a cut's checkpoint and its record). The cut is
+  reported (`STALE_TAIL_REASON`) but is no damage: nothing acknowledged is lost, and the log kept is the
+  one acknowledged (up to W by its term, up to L by log matching at T). A snapshot newer than H (L below
+  the snapshot's index) supersedes it: nothing is checked.
 
 Invariants:
   1. `stale_tail` never keeps less than the acked watermark or the snapshot's index.

@@ -18,7 +18,9 @@ truncated entries 4..5 of term 2 rolled back over their term-3 replacements), is
 written by hand) is reported as corruption and left out, the log resuming after the record.
 
 A power cut tearing the hard-state write that follows the cut (recovery persists it) is no damage either:
-the next open finds the same clean log (on SimDisk, the tear inside the witness write).
+the next open finds the same clean log (on SimDisk, the tear inside the witness write). When the cut takes
+the newest hard state's own record (its witness write never happened), a power cut right after the cut
+must not lose that hard state's term and vote: recovery puts it in the witness before cutting.
 
 Controls: the same history without the rollback reopens clean; entries appended after the newest
 hard-state record and never vouched for by a later one (a cycle whose record was torn) are kept, because
@@ -26,6 +28,8 @@ they lie after the record the newest hard state was saved after.
 """
 
 from __future__ import annotations
+
+import random
 
 import pytest
 from wal_helpers import TearInsideTheWrite, append_raw, build, make_entries, segments
@@ -160,4 +164,59 @@ def test_a_stale_entry_before_an_intact_record_is_corruption_left_out(disk: Disk
     assert recovered.repairing and not recovered.faulty
     assert any("stale entries 4..4 before a hard-state record" in reason for reason in recovered.reasons)
     assert wal.entries(4, 5) == [current]
+    wal.close()
+
+
+class _Stop(Exception):
+    """The power goes out (raised instead of an fsync)."""
+
+
+class _PowerCutAtSync:
+    """`disk`, except that the `nth` fsync of the file `path` raises `_Stop` instead of syncing."""
+
+    def __init__(self, disk: Disk, path: str, nth: int) -> None:
+        self._disk, self._path, self._left = disk, path, nth
+
+    def open(self, path: str, *, create: bool = False) -> object:
+        handle = self._disk.open(path, create=create)
+        if path != self._path:
+            return handle
+        outer = self
+
+        class _Handle:
+            def __getattr__(self, name: str) -> object:
+                return getattr(handle, name)
+
+            def sync(self) -> None:
+                outer._left -= 1
+                if outer._left == 0:
+                    raise _Stop()
+                handle.sync()
+
+        return _Handle()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._disk, name)
+
+
+def test_a_cut_that_takes_the_newest_record_keeps_its_hard_state() -> None:
+    """R7b where the newest hard state is a log record after the stale entry (its witness write never
+    happened): the cut removes that record, so recovery puts its hard state in the witness first. A power
+    cut right after the cut, before the hard state is written to the log again, keeps its term and vote."""
+    root = SimDisk(random.Random(3), corruption_allowed=False)
+    disk = root.sub("g")
+    build(disk, make_entries(1, 4, term=1), watermark=3, segment_bytes=SEGMENT_BYTES)
+    (name,) = segments(disk)
+    newest = HardState(current_term=5, voted_for="n3", acked_watermark=3)
+    sequence = 1000  # newer than the witness: this record is the newest hard state
+    record = encode_wal_hard_state(newest, sequence, 1, LogEnd(4, 2, sequence))  # entry 4 was of term 2
+    append_raw(disk, f"{WAL_DIR}/{name}", encode_entry(make_entries(4, 5, term=1)[0], 1) + record)
+    # fsync 1 of the segment: the cut; 2: the hard state appended again after it (the power goes out).
+    with pytest.raises(_Stop):
+        cutting = _PowerCutAtSync(disk, f"{WAL_DIR}/{name}", 2)
+        Wal.open(cutting, segment_bytes=SEGMENT_BYTES)  # type: ignore[arg-type]
+    root.crash()
+    wal, recovered = Wal.open(disk, segment_bytes=SEGMENT_BYTES)
+    assert recovered.entries == make_entries(1, 4, term=1) and recovered.hard_state == newest, recovered.reasons
+    assert not recovered.repairing and recovered.damage_findings() == (), recovered.reasons
     wal.close()

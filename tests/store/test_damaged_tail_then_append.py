@@ -6,7 +6,9 @@ reopen, then do what a replica does next: append the following sequences, repair
 "peer" (before or after the appends), delete, expire the head, and reopen again with and without the
 index. Every message written must be served, counted and digested; every sequence the store covers must
 have its slot in a block (an append used to run one sequence past its block's offsets: the simulator's
-stream app crashed with an `IndexError` on seed 746).
+stream app crashed with an `IndexError` on seed 746). A truncation below the damaged message (a replica
+whose stream is cut back) must take the damaged bytes with it: left before the next append, a full scan
+read them as a damaged region that hides no sequence, i.e. the delete state of everything before unknown.
 """
 
 from __future__ import annotations
@@ -132,3 +134,22 @@ def test_removals_across_a_damaged_tail_after_appends(tmp_path):
     again = FileStore.open(OsDisk(root), config)
     assert again.state() == state
     _assert_slots_whole(again)
+
+
+def test_a_truncation_below_the_damaged_tail_cuts_the_damage_too(tmp_path):
+    root = str(tmp_path / "s")
+    store, config = _damaged_tail(root)
+    store.truncate(COUNT - 1)
+    assert store.faults() == [] and store.state().last_seq == COUNT - 1
+    store.append_batch([_msg(seq) for seq in range(COUNT, COUNT + EXTRA + 1)])
+    state = assert_consistent(store)
+    store.close()
+    for remove_index in (False, True):
+        if remove_index:
+            os.remove(os.path.join(root, "index"))
+        again = FileStore.open(OsDisk(root), config)
+        assert [(f.first, f.last, f.kind) for f in again.faults()] == [], remove_index
+        _assert_slots_whole(again)
+        _assert_serves(again, range(1, COUNT + EXTRA + 1))
+        assert again.state() == state
+        again.close()

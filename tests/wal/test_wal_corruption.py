@@ -78,18 +78,11 @@ def _corrupt(disk: SimDisk, rng: random.Random) -> None:
             disk.rollback_chunk(path, rng.randrange(size))
 
 
-# Known gap, surfaced (not caused) by the 8-byte longer hard-state records of segment format 3 (issue #14):
-# the same faults shift to other byte boundaries. A rolled-back chunk restores an older version of the
-# segment that still holds an entry a conflict truncation had removed, above the acked watermark, followed by
-# bytes that pass as a torn tail: the log reopens clean with that stale, never-acknowledged entry. Before,
-# these seeds' rollbacks cut that entry as a torn tail. Strict: the marks fail once the gap is closed.
-_STALE_ABOVE_WATERMARK = {115, 245}
-
-
-@pytest.mark.parametrize("seed", [
-    pytest.param(seed, marks=pytest.mark.xfail(strict=True, reason="stale entry above the watermark after a "
-                                                "rolled-back chunk reopens clean (issue #14, known gap)"))
-    if seed in _STALE_ABOVE_WATERMARK else seed for seed in range(300)])
+# Seeds 115 and 245 were a known gap until R7 (`wal.vouch`, issue #14): a rolled-back chunk restored an older
+# version of the segment that still held an entry a conflict truncation had removed, above the acked
+# watermark, followed by bytes that pass as a torn tail, and the log reopened clean with that stale entry.
+# The hard state's log end now says the log ended below it and its anchor record is gone: the entry is cut.
+@pytest.mark.parametrize("seed", range(300))
 def test_corruption_is_never_silent(seed: int) -> None:
     rng = random.Random(seed)
     disk = SimDisk(random.Random(seed))

@@ -32,8 +32,18 @@ def assert_repairing(recovered: Recovered, fragment: str) -> None:
 # --- R1: torn tail ---------------------------------------------------------------------------------
 
 
+def _build_unvouched(disk: Disk, vouched: int, watermark: int) -> None:
+    """LOG, with a hard state saved after entry `vouched` only: the entries after it are a cycle whose
+    hard-state record never became durable, as a crash in its fsync leaves them (R1 may tear them)."""
+    build(disk, LOG[:vouched], watermark=watermark)
+    wal, _ = reopen(disk)
+    wal.append(LOG[vouched:])
+    wal.sync()
+    wal.close()
+
+
 def test_torn_tail_above_watermark_is_cut(disk: Disk) -> None:
-    build(disk, LOG, watermark=20)
+    _build_unvouched(disk, vouched=26, watermark=20)
     name, offset, length = locate(disk, 29)
     cut(disk, f"{WAL_DIR}/{name}", offset + length - 7)
     wal, recovered = reopen(disk)
@@ -44,6 +54,25 @@ def test_torn_tail_above_watermark_is_cut(disk: Disk) -> None:
     wal.sync()
     wal.close()
     assert reopen(disk)[1].entries == LOG[:28] + make_entries(29, 31, term=3)
+
+
+def test_a_tail_lost_below_the_vouched_log_end_is_cut_to_the_watermark(disk: Disk) -> None:
+    """R7b (`vouch`): the hard state was saved with entry 29 durable, so a tail cut inside 29 is damage at
+    rest, not a torn write. What is left above the watermark cannot be trusted (a rolled-back chunk may
+    have left a stale version there), and none of it was acknowledged: the log keeps 1..20, not repairing."""
+    build(disk, LOG, watermark=20)
+    name, offset, length = locate(disk, 29)
+    cut(disk, f"{WAL_DIR}/{name}", offset + length - 7)
+    wal, recovered = reopen(disk)
+    assert recovered.entries == LOG[:20] and recovered.faulty == frozenset() and not recovered.repairing
+    assert any(reason.startswith("stale tail cut") and "entries 21..28" in reason for reason in recovered.reasons)
+    assert recovered.damage_findings() == (), recovered.reasons
+    assert wal.last_index() == 20
+    wal.append(make_entries(21, 23, term=2))  # after the cut: kept with no hard state saved after them
+    wal.sync()
+    wal.close()
+    _, again = reopen(disk)
+    assert again.entries == LOG[:20] + make_entries(21, 23, term=2) and again.reasons == [], again.reasons
 
 
 def test_garbage_after_the_last_record_above_watermark_is_cut(disk: Disk) -> None:
@@ -65,9 +94,10 @@ def test_torn_new_segment_with_only_a_partial_header_is_removed(disk: Disk) -> N
 
 
 def test_torn_first_record_leaves_an_empty_segment_that_appends_reuse(disk: Disk) -> None:
-    build(disk, LOG, watermark=10)
+    _build_unvouched(disk, vouched=15, watermark=10)
     last = segments(disk)[-1]
     first = int(last[:20])
+    assert first > 15, "the torn segment holds only entries no hard state vouched for"
     name, offset, _ = locate(disk, first)
     cut(disk, f"{WAL_DIR}/{name}", offset + 5)
     wal, recovered = reopen(disk)
@@ -86,10 +116,12 @@ def test_same_bad_tail_below_watermark_is_corruption_not_cut(disk: Disk) -> None
     build(disk, LOG, watermark=29)
     name, offset, length = locate(disk, 29)
     cut(disk, f"{WAL_DIR}/{name}", offset + length - 7)
+    damaged = disk.read_file(f"{WAL_DIR}/{name}")
     wal, recovered = reopen(disk)
     assert_repairing(recovered, "corrupt record at index 29")
     assert recovered.entries == LOG[:28] and recovered.faulty == {29} and recovered.torn_tail_bytes_cut == 0
-    assert disk.file_size(f"{WAL_DIR}/{name}") == offset + length - 7  # nothing truncated
+    # Nothing truncated (the hard state is appended again after it: its record went with the cut, R7).
+    assert disk.read_file(f"{WAL_DIR}/{name}")[: len(damaged)] == damaged
     assert wal.last_index() == 29 and wal.term(29) is None
     # Appending after the damage keeps its identity: index 29 is still faulty after the next restart.
     wal.append(make_entries(30, 33, term=2))
@@ -189,6 +221,7 @@ def test_stale_record_written_back_is_detected_by_the_chain(disk: Disk) -> None:
     wal, _ = reopen(disk)
     wal.truncate_from(8)
     wal.append(make_entries(8, 11, term=2))
+    wal.save_hard_state(HardState(current_term=2, voted_for="n1", acked_watermark=10))  # acknowledged
     wal.sync()
     wal.close()
     handle = disk.open(f"{WAL_DIR}/{name}")  # a lost write: the old record reappears, CRC and all

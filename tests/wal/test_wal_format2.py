@@ -5,8 +5,8 @@ hard-state field (`fixtures/make_format2_store.py`, run against main at f2fced4)
 version 1 and its segments format 2, both holding version 1 hard-state bodies whose `voted_for` is the
 marker "<fenced-through:5>". A copy is opened by this build: the marker must come back as
 `vote_fence_term=5` with no vote, from the slot file and from the segment record alike; the next cycle
-goes to a new format 3 segment and rewrites the hard-state file's header to version 2 (old segments
-untouched), and a reopen reads the new records. The old "<unknown>" marker reads as a fence through the
+goes to a new segment of this build's format (4 since issue #14's log end) and rewrites the hard-state
+file's header to this build's version (3; old segments untouched), and a reopen reads the new records. The old "<unknown>" marker reads as a fence through the
 record's term.
 """
 
@@ -25,7 +25,8 @@ from jsraft.raft.types import Entry, HardState
 from jsraft.wal import Wal
 from jsraft.wal.format import (
     HARD_STATE_FILE, HARD_STATE_FILE_TYPE, HARD_STATE_FORMAT_VERSION, SEGMENT_DATA_START, SEGMENT_FILE_TYPE,
-    SEGMENT_FORMAT_VERSION, WAL_DIR, decode_hard_state, encode_hard_state, file_header_version,
+    SEGMENT_FORMAT_VERSION, WAL_DIR, DecodedHardState, LogEnd, decode_hard_state, encode_hard_state,
+    file_header_version,
 )
 from jsraft.wal.hardstate import read_slots
 
@@ -57,10 +58,10 @@ def test_the_old_marker_reads_as_the_fence_field_from_slot_and_segment(tmp_path:
     records = [r for r in scan_records(buffer, SEGMENT_DATA_START).records if r.kind == Kind.WAL_HARD_STATE]
     assert records, "the old writer put its hard state in the segment too"
     body = buffer[records[-1].offset + HEADER_BYTES : records[-1].offset + records[-1].length]
-    assert decode_hard_state(body, 1)[0] == OLD_HARD_STATE
+    assert decode_hard_state(body, 1).hard_state == OLD_HARD_STATE
 
 
-def test_format2_store_opens_and_continues_in_format3(tmp_path: Path) -> None:
+def test_format2_store_opens_and_continues_in_the_current_format(tmp_path: Path) -> None:
     disk = _copy(tmp_path)
     old_versions = _segment_versions(disk)
     assert len(old_versions) >= 2 and set(old_versions.values()) == {2}
@@ -75,9 +76,9 @@ def test_format2_store_opens_and_continues_in_format3(tmp_path: Path) -> None:
     wal.close()
     versions = _segment_versions(disk)
     assert {name: versions[name] for name in old_versions} == old_versions  # old files untouched
-    assert [v for name, v in versions.items() if name not in old_versions] == [SEGMENT_FORMAT_VERSION] == [3]
+    assert [v for name, v in versions.items() if name not in old_versions] == [SEGMENT_FORMAT_VERSION] == [4]
     header = file_header_version(disk.read_file(HARD_STATE_FILE), HARD_STATE_FILE_TYPE)
-    assert header == HARD_STATE_FORMAT_VERSION == 2
+    assert header == HARD_STATE_FORMAT_VERSION == 3
     # One slot now holds this build's record, the other still the old writer's: both read.
     slots = sorted(read_slots(disk)[:2], key=lambda slot: slot.sequence)
     assert [slot.hard_state for slot in slots] == [OLD_HARD_STATE, voted]
@@ -88,15 +89,18 @@ def test_format2_store_opens_and_continues_in_format3(tmp_path: Path) -> None:
 def test_the_old_vote_unknown_marker_reads_as_a_fence_through_its_term() -> None:
     vote = b"<unknown>"
     body = struct.pack("<QQQQBH", 7, 3, 4, 2, 1, len(vote)) + vote
-    hs, watermark_term = decode_hard_state(body, 1)
-    assert hs == HardState(current_term=7, commit_index=3, acked_watermark=4, repairing=True, vote_fence_term=7)
+    decoded = decode_hard_state(body, 1)
+    hs, watermark_term = decoded.hard_state, decoded.watermark_term
+    assert decoded.log_end is None and hs == HardState(current_term=7, commit_index=3, acked_watermark=4, repairing=True, vote_fence_term=7)
     assert watermark_term == 2
     # A real node id is kept as the vote; this build's body of that state is refused as version 1 (the
     # version comes from where a record sits, never from a guess).
     kept = struct.pack("<QQQQBH", 7, 3, 4, 2, 0, 2) + b"n2"
-    assert decode_hard_state(kept, 1)[0].voted_for == "n2"
+    assert decode_hard_state(kept, 1).hard_state.voted_for == "n2"
     state = HardState(current_term=7, voted_for="n2", commit_index=3, acked_watermark=4)
-    new_body = encode_hard_state(state, 0, 2)[HEADER_BYTES:]
-    assert decode_hard_state(new_body, 2) == (state, 2)
-    with pytest.raises(CorruptRecord):
-        decode_hard_state(new_body, 1)
+    log_end = LogEnd(index=9, term=2, anchor=17)
+    new_body = encode_hard_state(state, 0, 2, log_end)[HEADER_BYTES:]
+    assert decode_hard_state(new_body, 3) == DecodedHardState(state, 2, log_end)
+    for older in (1, 2):
+        with pytest.raises(CorruptRecord):
+            decode_hard_state(new_body, older)

@@ -16,10 +16,8 @@ here checks that a torn write to the witness when it is *behind* the log is cove
 
 from __future__ import annotations
 
-import random
-
 import pytest
-from wal_helpers import make_entries
+from wal_helpers import TearInsideTheWrite, make_entries
 
 from jsraft.raft.types import ConfState, HardState, SnapshotMeta
 from jsraft.testing.simdisk import SimDisk, SimPowerCut
@@ -28,20 +26,10 @@ from jsraft.wal.format import HARD_STATE_FILE
 
 SEGMENT_BYTES = 600
 CONF = ConfState(voters=("n1", "n2", "n3"), learners=())
-TEAR_WITHIN_BYTES = 40  # shorter than a hard-state slot record, so the tear always lands inside it
-
-
-class _TearInsideTheWrite(random.Random):
-    """SimDisk draws a torn crash's cut with `randint(first changed byte, file length)`, and without
-    corruption faults that is its only draw; most cuts of a 12 KiB file keep a ~70-byte slot write
-    whole. This keeps only the first few changed bytes, so the slot record is always torn."""
-
-    def randint(self, a: int, b: int) -> int:
-        return a + self.randrange(min(b - a, TEAR_WITHIN_BYTES) + 1)
 
 
 def _disk(seed: int) -> SimDisk:
-    return SimDisk(_TearInsideTheWrite(seed), corruption_allowed=False)
+    return SimDisk(TearInsideTheWrite(seed), corruption_allowed=False)
 
 
 def _cycle(wal: Wal, lo: int, count: int, term: int = 1) -> HardState:
@@ -91,8 +79,9 @@ def test_a_torn_next_slot_write_is_not_damage(seed: int) -> None:
     _assert_clean(recovered, hs, lo + 3)
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_a_torn_compaction_checkpoint_is_not_damage(seed: int) -> None:
+def _cycles_then_snapshot(seed: int) -> tuple[SimDisk, Wal, HardState, int]:
+    """A few synced cycles of 4 entries, then a snapshot 3 below the end (not compacted yet); returns the disk,
+    the open WAL, the last hard state and the next index."""
     root = _disk(seed)
     wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     lo, hs = 1, HardState()
@@ -101,6 +90,12 @@ def test_a_torn_compaction_checkpoint_is_not_damage(seed: int) -> None:
         wal.sync()
         lo += 4
     wal.save_snapshot(SnapshotMeta(index=lo - 3, term=1, conf=CONF), b"state")
+    return root, wal, hs, lo
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_torn_compaction_checkpoint_is_not_damage(seed: int) -> None:
+    root, wal, hs, lo = _cycles_then_snapshot(seed)
     wal, recovered = _cut_and_reopen_or_compact(root, wal, lo - 3)
     _assert_clean(recovered, hs, lo - 1)
     assert wal.hard_state == hs
@@ -143,3 +138,17 @@ def test_a_torn_checkpoint_of_a_witness_behind_the_log_is_covered(seed: int) -> 
     root.crash(torn=True)
     _, recovered = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     _assert_clean(recovered, hs, lo - 1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_recoverys_own_torn_witness_write_is_not_damage(seed: int) -> None:
+    """A crash between a snapshot and its compaction leaves covered segments, which the next open removes
+    after persisting the hard state. A power cut tearing that write must not read as damage: recovery puts
+    the hard state in the log first, as every cycle does, so the log covers the torn slot."""
+    root, wal, hs, lo = _cycles_then_snapshot(seed)
+    wal.close()
+    wal, recovered = _cut_and_reopen(root, lambda: Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES))
+    _assert_clean(recovered, hs, lo - 1)
+    wal.close()
+    _, again = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
+    _assert_clean(again, hs, lo - 1)

@@ -1,7 +1,10 @@
-"""Helpers shared by the WAL tests: entries with recognisable data, and disk edits made through the `Disk`
-protocol (so the same damage can be done to an `OsDisk` and a `SimDisk`)."""
+"""Helpers shared by the WAL tests: entries with recognisable data, disk edits made through the `Disk`
+protocol (so the same damage can be done to an `OsDisk` and a `SimDisk`), and a SimDisk random source whose
+torn crashes tear inside a small write."""
 
 from __future__ import annotations
+
+import random
 
 from jsraft.codec.records import Kind, scan_records
 from jsraft.disk import Disk
@@ -10,6 +13,7 @@ from jsraft.wal import Recovered, Wal
 from jsraft.wal.format import SEGMENT_KINDS, WAL_DIR
 
 SMALL_SEGMENT_BYTES = 256
+TEAR_WITHIN_BYTES = 40  # shorter than a hard-state slot record, so the tear always lands inside it
 
 
 def make_entries(lo: int, hi: int, term: int = 1, size: int = 20) -> list[Entry]:
@@ -90,3 +94,12 @@ def flip_entry(disk: Disk, index: int) -> None:
     """Damage the body of `index`'s record (its frame stays intact)."""
     name, offset, length = locate(disk, index)
     flip(disk, f"{WAL_DIR}/{name}", offset + length - 1)
+
+
+class TearInsideTheWrite(random.Random):
+    """SimDisk draws a torn crash's cut with `randint(first changed byte, file length)`, and without
+    corruption faults that is its only draw; most cuts of a 12 KiB file keep a ~100-byte slot write
+    whole. This keeps only the first few changed bytes, so the slot record is always torn."""
+
+    def randint(self, a: int, b: int) -> int:
+        return a + self.randrange(min(b - a, TEAR_WITHIN_BYTES) + 1)

@@ -313,9 +313,9 @@ def truncate(store: "FileStore", seq: int) -> None:
 
 
 def _cut_point(store: "FileStore", block: Block, seq: int) -> tuple[int, list[bytes]]:
-    """Offset of the first natural record above `seq` in `block`, and the records to carry over."""
+    """Offset of the first natural record above `seq` in `block` (or right after `seq`'s), and what to carry."""
     buffer = clean_buffer(store, block)
-    natural_max = block.first_seq - 1
+    natural_max, natural_end = block.first_seq - 1, FILE_HEADER_BYTES
     for view in scan_records(buffer, FILE_HEADER_BYTES).records:
         if view.kind not in _NATURAL or view.ident_a <= natural_max:
             continue
@@ -325,7 +325,9 @@ def _cut_point(store: "FileStore", block: Block, seq: int) -> tuple[int, list[by
         if last > seq:  # a SKIP that straddles the cut: keep its lower part
             carried = [encode_record(Kind.SKIP, view.ident_a, seq - view.ident_a + 1)]
             return view.offset, carried + _carry(store, buffer, view.offset + view.length, seq)
-        natural_max = last
+        natural_max, natural_end = last, view.offset + view.length
+    if block.last_seq > seq and natural_max == seq:  # damage hides all above `seq`: cut (left, a lost TOMBSTONE)
+        return natural_end, _carry(store, buffer, natural_end, seq)
     return len(buffer), []
 
 

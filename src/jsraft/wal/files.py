@@ -1,8 +1,8 @@
 """The segment files of an open `Wal`: open handles, rolling to a new segment, removal (layer L2).
 
 Owns: `SegmentFiles`, the base class of `log.Wal` that keeps which segment files are open (the active one
-and those waiting for their fsync), starts a new segment, reads through an open or a fresh handle, and
-removes a segment durably. `Wal` decides what to write and when to fsync; this only handles the files.
+and those waiting for their fsync), starts a new segment, reads through an open or a fresh handle,
+rewrites a segment with repaired entries, and removes a segment durably. `Wal` decides what to write and when to fsync; this only handles the files.
 
 Invariants:
   1. A segment file stays open while it is the active one or dirty (written since its last fsync).
@@ -10,15 +10,16 @@ Invariants:
      entry-less segment of that name that appends may not go to is removed first, after a checkpoint).
   3. Each removal is durable (directory fsync) before the next: a crash leaves a prefix, never a gap.
 
-Imports: L0, L1 (`disk` protocol), siblings `format`, `segment`.
+Imports: L0, L1 (`disk` protocol, `raft.types`), siblings `format`, `segment`.
 """
 
 from __future__ import annotations
 
 from jsraft.disk.base import Disk, DiskFile
 from jsraft.errors import invariant
+from jsraft.raft.types import Entry
 from jsraft.wal.format import SEGMENT_DATA_START, SEGMENT_FORMAT_VERSION, WAL_DIR, segment_name, segment_preamble
-from jsraft.wal.segment import Segment
+from jsraft.wal.segment import Segment, new_segment_content, rebuild
 
 
 class SegmentFiles:
@@ -35,6 +36,9 @@ class SegmentFiles:
 
     def _checkpoint(self) -> None:
         raise NotImplementedError  # `Wal`: the hard state to the witness file
+
+    def _trusted_term(self, index: int) -> int:
+        raise NotImplementedError  # `Wal`: the term of a good index, else 0
 
     def _close_idle(self) -> None:
         """Close every segment file that is neither the active one nor waiting for its fsync."""
@@ -96,3 +100,17 @@ class SegmentFiles:
         self._disk.remove(f"{WAL_DIR}/{segment.name}")
         # Each removal is durable before the next, newest first: a crash leaves a prefix, never a gap.
         self._disk.sync_dir(WAL_DIR)
+
+    def _rewrite(self, segment: Segment, group: dict[int, Entry]) -> None:
+        """Write `segment` anew with the entries of `group` in place, atomically (`segment.rebuild`)."""
+        if segment.name is None:
+            name, content = new_segment_content([group[i] for i in sorted(group)], self._trusted_term)
+        else:
+            name = segment.name
+            buffer = self._disk.read_file(f"{WAL_DIR}/{name}")
+            is_last = segment is self._segments[-1]
+            content = rebuild(segment, buffer, group, self._trusted_term, keep_tail_junk=is_last)
+            handle = self._handles.pop(name, None)
+            if handle is not None:
+                handle.close()
+        self._disk.write_atomic(f"{WAL_DIR}/{name}", content)

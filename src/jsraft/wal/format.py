@@ -9,22 +9,25 @@ Formats::
                FILE_HEADER(type 16) | WAL_SEGMENT_HEADER(a=first index, b=0) | (WAL_ENTRY | WAL_HARD_STATE) ...
     WAL_ENTRY  a=index, b=term; body = type u8 | prev_term u64 | data
     WAL_HARD_STATE  a=hard-state sequence, b=current term; body = a HARD_STATE body below (version 1 in a
-               format 2 segment, version 2 in a format 3 segment)
+               format 2 segment, version 2 in a format 3 segment, version 3 in a format 4 segment)
     hardstate  FILE_HEADER(type 18) at 0; slot 0 at 4096; slot 1 at 8192; each slot one HARD_STATE record
-               (a=write sequence, b=body version: 0 for version 1, 2 for version 2)
-    HARD_STATE body, version 2: term u64 | commit u64 | watermark u64 | watermark term u64 | repairing u8 |
-               vote fence term u64 | vote length u16 | vote utf-8, a vote length of 0 meaning "no vote"
+               (a=write sequence, b=body version: 0 for version 1, else the version)
+    HARD_STATE body, version 3: term u64 | commit u64 | watermark u64 | watermark term u64 | repairing u8 |
+               vote fence term u64 | log end index u64 | log end term u64 | anchor u64 | vote length u16 |
+               vote utf-8, a vote length of 0 meaning "no vote"; the log end and anchor are `LogEnd`
+    HARD_STATE body, version 2 (read only): version 3 without the log end and anchor
     HARD_STATE body, version 1 (read only): the same without the vote fence term; the fence was stored as
                `voted_for` = "<fenced-through:F>", and a vote lost with the hard state as "<unknown>" (a
                fence through the record's term); both are read back as the fence, `voted_for` None
 
-Versions: segment format 3 (this build writes it) holds `WAL_HARD_STATE` records with version 2 bodies,
-each appended after the entries of the same cycle so that one fsync makes both durable (`log`); format 2
-segments (before issue #14's vote fence field) hold version 1 bodies, format 1 segments (before issue #18)
-entries only; both are still read; appends go only into a segment of the current format (the next write
-starts a new segment), so a file's version always says which records it may hold. The hard-state file is
-at version 2 (a version 1 file is read; its header is rewritten with the next slot write, and each slot
-record says its own body version in `b`, so a file with one slot of each reads right). An older build
+Versions: segment format 4 (this build writes it) holds `WAL_HARD_STATE` records with version 3 bodies,
+each appended after the entries of the same cycle so that one fsync makes both durable (`log`); format 3
+segments (before issue #14's log end) hold version 2 bodies, format 2 segments (before issue #14's vote
+fence field) version 1 bodies, format 1 segments (before issue #18) entries only; all are still read;
+appends go only into a segment of the current format (the next write starts a new segment), so a file's
+version always says which records it may hold. The hard-state file is at version 3 (versions 1 and 2 are
+read; the header is rewritten with the next slot write, and each slot record says its own body version in
+`b`, so a file with slots of two versions reads right). An older build
 refuses a newer file (`file_header_version`) rather than misread it. The hard-state sequence is one counter
 shared by the slots and the segment records: the newest hard state is the valid one with the highest
 sequence, wherever it is (`recovery`). The snapshot file stays at version 1.
@@ -38,14 +41,16 @@ record that is internally valid but stale (a rolled-back or misdirected write) t
 its neighbour and is detected, which a CRC alone cannot do. The *watermark term* in the hard state (the term
 of the entry at the acked watermark, 0 if unknown) does the same for a stale stretch that reaches the end of
 the log: by Raft's log matching, if the entry at the watermark has that term, every entry up to it is the
-one that was acknowledged.
+one that was acknowledged. The *log end* (version 3) says where the log ended when the hard state was
+saved, and its *anchor* which hard-state record in the log it was saved after; recovery uses them to tell
+the log's own tail from a stale one a rolled-back write brought back (`vouch`, rule R7).
 
 Invariants:
   1. `encode_entries` produces exactly the bytes `codec.encode_record(Kind.WAL_ENTRY, ...)` would.
   2. Hard-state slots sit in different 4 KiB pages, so one torn or rolled-back page damages one slot.
   3. Decoders raise `CorruptRecord` on malformed bodies; they never return a partial value.
 
-Imports: L0, L1 (`codec`, `raft.types`), crc32c. Reference: DESIGN.md §3.
+Imports: L0, L1 (`codec`, `raft.types`), crc32c, attrs. Reference: DESIGN.md §3.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 
+import attrs
 from crc32c import crc32c
 
 from jsraft import limits
@@ -61,9 +67,9 @@ from jsraft.errors import BadFileFormat, CorruptRecord, invariant
 from jsraft.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
 
 FORMAT_VERSION = 1  # snapshot (and the node's group record, which borrows these helpers)
-SEGMENT_FORMAT_VERSION = 3  # segments: 2 adds WAL_HARD_STATE records, 3 their vote fence; 1 and 2 are still read
-HARD_STATE_FORMAT_VERSION = 2  # the hard-state file: 2 adds the vote fence term; 1 is still read
-HARD_STATE_BODY_VERSION = 2  # the HARD_STATE body this build writes
+SEGMENT_FORMAT_VERSION = 4  # segments: 2 adds WAL_HARD_STATE records, 3 their vote fence, 4 their log end
+HARD_STATE_FORMAT_VERSION = 3  # the hard-state file: 2 adds the vote fence term, 3 the log end
+HARD_STATE_BODY_VERSION = 3  # the HARD_STATE body this build writes (1 and 2 are still read)
 SEGMENT_FILE_TYPE = 16
 HARD_STATE_FILE_TYPE = 18
 SNAPSHOT_FILE_TYPE = 19
@@ -92,7 +98,8 @@ _U32 = struct.Struct("<I")
 _ENTRY_TAIL = struct.Struct("<BQQBQ")  # kind, index, term, entry type, prev_term
 _ENTRY_BODY = struct.Struct("<BQ")  # entry type, prev_term
 _HARD_STATE_V1 = struct.Struct("<QQQQBH")
-_HARD_STATE = struct.Struct("<QQQQBQH")
+_HARD_STATE_V2 = struct.Struct("<QQQQBQH")
+_HARD_STATE = struct.Struct("<QQQQBQQQQH")
 _COUNT = struct.Struct("<H")
 _KIND_WAL_ENTRY = int(Kind.WAL_ENTRY)
 _ENTRY_TYPES = frozenset(int(t) for t in EntryType)
@@ -216,50 +223,78 @@ def _text(raw: bytes) -> str:
 
 # --- Hard state ------------------------------------------------------------------------------------
 
+ANCHOR_NONE = (1 << 64) - 1  # `LogEnd.anchor` after a cut: no record in the log vouches for entries above
 
-def encode_hard_state(hs: HardState, sequence: int, watermark_term: int) -> bytes:
-    """A slot's `HARD_STATE` record, body version 2 (`b` says so)."""
+
+@attrs.frozen
+class LogEnd:
+    """Where the log ended when a hard state was saved: its last `index` and that entry's `term` (0 if
+    unknown), and the `anchor`: the sequence of the newest hard-state record in the log at that moment (a
+    segment record's own sequence; 0 if the log held none; `ANCHOR_NONE` when the hard state was saved for
+    a cut that removes what lies above `index`, so no record may vouch for it)."""
+
+    index: int
+    term: int
+    anchor: int
+
+
+@attrs.frozen
+class DecodedHardState:
+    """A hard-state body read back: the state, its watermark term, and its log end (None before version 3)."""
+
+    hard_state: HardState
+    watermark_term: int
+    log_end: LogEnd | None = None
+
+
+def encode_hard_state(hs: HardState, sequence: int, watermark_term: int, log_end: LogEnd) -> bytes:
+    """A slot's `HARD_STATE` record, body version 3 (`b` says so)."""
     vote = b"" if hs.voted_for is None else hs.voted_for.encode()
     invariant(hs.voted_for != "", "a vote is a non-empty node id or None")
     invariant(len(vote) <= VOTE_BYTES_MAX, "voted_for is longer than a hard-state slot allows")
     prefix = _HARD_STATE.pack(hs.current_term, hs.commit_index, hs.acked_watermark, watermark_term,
-                              int(hs.repairing), hs.vote_fence_term, len(vote))
+                              int(hs.repairing), hs.vote_fence_term, log_end.index, log_end.term,
+                              log_end.anchor, len(vote))
     return encode_record(Kind.HARD_STATE, sequence, HARD_STATE_BODY_VERSION, prefix + vote)
 
 
-def encode_wal_hard_state(hs: HardState, sequence: int, watermark_term: int) -> bytes:
+def encode_wal_hard_state(hs: HardState, sequence: int, watermark_term: int, log_end: LogEnd) -> bytes:
     """A segment's `WAL_HARD_STATE` record: the slot record's body under its own kind, the term in `b` (so a
     scan that keeps the highest term it saw counts it like an entry's)."""
-    slot = encode_hard_state(hs, sequence, watermark_term)
+    slot = encode_hard_state(hs, sequence, watermark_term, log_end)
     return encode_record(Kind.WAL_HARD_STATE, sequence, hs.current_term, slot[HEADER_BYTES:])
 
 
 def slot_body_version(ident_b: int) -> int:
     """The body version a slot record's `b` names (0 for version 1, which wrote 0 there), or 0 if none."""
-    return {0: 1, HARD_STATE_BODY_VERSION: HARD_STATE_BODY_VERSION}.get(ident_b, 0)
+    return {0: 1, 2: 2, HARD_STATE_BODY_VERSION: HARD_STATE_BODY_VERSION}.get(ident_b, 0)
 
 
 def segment_body_version(segment_version: int) -> int:
     """The body version of the `WAL_HARD_STATE` records a segment of this format holds, or 0 if it holds
     none (format 1, or a header that does not read: its hard-state records are junk, `scan`)."""
-    return {2: 1, 3: HARD_STATE_BODY_VERSION}.get(segment_version, 0)
+    return {2: 1, 3: 2, 4: HARD_STATE_BODY_VERSION}.get(segment_version, 0)
 
 
-def decode_hard_state(body: bytes, version: int) -> tuple[HardState, int]:
-    """The hard state and its watermark term, from a body of `version` (1 or 2). The version comes from
-    where the record sits (`slot_body_version`, `segment_body_version`), never from guessing by length:
-    a version 2 body can fit the version 1 layout by accident."""
+def decode_hard_state(body: bytes, version: int) -> DecodedHardState:
+    """The hard state, its watermark term and log end, from a body of `version` (1, 2 or 3). The version
+    comes from where the record sits (`slot_body_version`, `segment_body_version`), never from guessing by
+    length: a newer body can fit an older layout by accident."""
     if version == 1:
         return _decode_v1(body)
-    if version != 2 or len(body) < _HARD_STATE.size:
+    layout = {2: _HARD_STATE_V2, 3: _HARD_STATE}.get(version)
+    if layout is None or len(body) < layout.size:
         raise CorruptRecord("hard-state body shorter than its prefix or of an unknown version")
-    term, commit, watermark, watermark_term, repairing, fence, vote_len = _HARD_STATE.unpack_from(body, 0)
-    vote = body[_HARD_STATE.size :]
+    fields = layout.unpack_from(body, 0)
+    term, commit, watermark, watermark_term, repairing, fence = fields[:6]
+    log_end = LogEnd(*fields[6:9]) if version == 3 else None
+    vote_len = fields[-1]
+    vote = body[layout.size :]
     if len(vote) != vote_len or repairing > 1:
         raise CorruptRecord("hard-state body is malformed")
     hs = HardState(current_term=term, voted_for=_text(vote) if vote else None, commit_index=commit,
                    acked_watermark=watermark, repairing=bool(repairing), vote_fence_term=fence)
-    return hs, watermark_term
+    return DecodedHardState(hs, watermark_term, log_end)
 
 
 # Version 1 kept the vote fence in `voted_for` (never a node id: ids never contain '<').
@@ -267,7 +302,7 @@ _V1_FENCE_PREFIX = "<fenced-through:"
 _V1_VOTE_UNKNOWN = "<unknown>"
 
 
-def _decode_v1(body: bytes) -> tuple[HardState, int]:
+def _decode_v1(body: bytes) -> DecodedHardState:
     if len(body) < _HARD_STATE_V1.size:
         raise CorruptRecord("hard-state body shorter than its prefix")
     term, commit, watermark, watermark_term, repairing, vote_len = _HARD_STATE_V1.unpack_from(body, 0)
@@ -284,7 +319,7 @@ def _decode_v1(body: bytes) -> tuple[HardState, int]:
         voted_for, fence = None, int(digits)
     hs = HardState(current_term=term, voted_for=voted_for, commit_index=commit, acked_watermark=watermark,
                    repairing=bool(repairing), vote_fence_term=fence)
-    return hs, watermark_term
+    return DecodedHardState(hs, watermark_term)
 
 
 # --- Snapshots -------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from jsraft.wal.format import (
     HARD_STATE_FORMAT_VERSION,
     HARD_STATE_SLOT_BYTES,
     HARD_STATE_SLOT_OFFSETS,
+    LogEnd,
     decode_hard_state,
     encode_hard_state,
     file_header,
@@ -72,6 +73,7 @@ class SlotRead:
     sequence: int = -1
     watermark_term: int = 0  # term of the entry at `acked_watermark` when it was saved; 0 if unknown
     problem: str = ""
+    log_end: LogEnd | None = None  # where the log ended when it was saved (`format`); None before version 3
 
 
 def _read_slot(buffer: bytes, slot: int) -> SlotRead:
@@ -84,8 +86,9 @@ def _read_slot(buffer: bytes, slot: int) -> SlotRead:
         body_version = slot_body_version(record.ident_b)
         if record.kind != Kind.HARD_STATE or record.ident_a % 2 != slot or body_version == 0:
             return SlotRead(hard_state=None, problem="holds a record that does not belong there")
-        hs, watermark_term = decode_hard_state(region[HEADER_BYTES : record.length], body_version)
-        return SlotRead(hard_state=hs, sequence=record.ident_a, watermark_term=watermark_term)
+        body = decode_hard_state(region[HEADER_BYTES : record.length], body_version)
+        return SlotRead(hard_state=body.hard_state, sequence=record.ident_a, watermark_term=body.watermark_term,
+                        log_end=body.log_end)
     except CorruptRecord as error:
         return SlotRead(hard_state=None, problem=f"unreadable ({error.description})")
 
@@ -121,24 +124,27 @@ class HardStateFile:
         content = bytearray(HARD_STATE_FILE_BYTES)
         content[: len(file_header(HARD_STATE_FILE_TYPE))] = file_header(HARD_STATE_FILE_TYPE)
         for slot, offset in enumerate(HARD_STATE_SLOT_OFFSETS):
-            record = encode_hard_state(hs, slot, 0)
+            record = encode_hard_state(hs, slot, 0, LogEnd(0, 0, 0))
             content[offset : offset + len(record)] = record
         disk.write_atomic(HARD_STATE_FILE, bytes(content))
-        return HardStateFile(disk, (SlotRead(hard_state=hs, sequence=0), SlotRead(hard_state=hs, sequence=1)))
+        empty = LogEnd(0, 0, 0)
+        return HardStateFile(disk, (SlotRead(hard_state=hs, sequence=0, log_end=empty),
+                                    SlotRead(hard_state=hs, sequence=1, log_end=empty)))
 
     @property
     def intact(self) -> bool:
         """Both slots and the file header verify, the header of this build's version."""
         return all(self._valid) and self._header_ok
 
-    def save(self, hs: HardState, watermark_term: int, at_least: int = 0) -> int:
-        """Write `hs` to the older (or damaged) slot and fsync it; returns the sequence it was written with:
-        the lowest above both the newest slot's and `at_least - 1` that has the slot's parity."""
+    def save(self, hs: HardState, watermark_term: int, log_end: LogEnd, at_least: int = 0) -> int:
+        """Write `hs` (with its watermark term and log end, `format`) to the older (or damaged) slot and fsync
+        it; returns the sequence it was written with: the lowest above both the newest slot's and
+        `at_least - 1` that has the slot's parity."""
         slot = 1 - self.newest_slot
         sequence = max(self.sequence + 1, at_least)
         sequence += sequence % 2 != slot
         invariant(sequence % 2 == slot, "hard-state slot parity: slot i holds sequences s with s % 2 == i")
-        record = encode_hard_state(hs, sequence, watermark_term)
+        record = encode_hard_state(hs, sequence, watermark_term, log_end)
         invariant(len(record) <= HARD_STATE_SLOT_BYTES, "a hard-state record must fit its slot")
         if self._file is None:
             self._file = self._disk.open(HARD_STATE_FILE)

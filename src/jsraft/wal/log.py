@@ -8,15 +8,16 @@ How each change is made durable, and why:
   - `append` writes one buffer per call (per segment touched) and no fsync; `sync` then fsyncs each touched
     segment, oldest first, then the `wal/` directory if a segment was created: group commit.
   - `save_hard_state` appends a `WAL_HARD_STATE` record after the cycle's entries, so the segment's fsync
-    makes both durable together (a torn cycle loses both; recovery cuts it and uses its predecessor);
+    makes both durable together (a torn cycle loses both; recovery cuts it and uses its predecessor); each
+    hard state names where the log ended and the record it follows (`format.LogEnd`, `vouch`);
     `sync` then writes the same hard state to the witness file (`hardstate`: why it exists, and why it
     is still fsynced every cycle). Before anything removes or rewrites bytes that may hold hard-state
     records (`truncate_from`, `compact`, `replace`), the hard state is checkpointed to the witness, and
     after a cut or rewrite it is appended to the log again.
   - `truncate_from` *physically* truncates: newer segments are removed newest first, each removal made
     durable (directory fsync) before the next, and the containing segment is truncated and fsynced before
-    it returns. No truncation marker exists, because then an index could repeat in the files, and a
-    repeated index is exactly what a stale or misdirected write looks like (R4 in `scan`). Since the cut
+    it returns. No truncation marker exists in the segments (an index could then repeat, which is what a
+    stale write looks like, R4 in `scan`); the checkpoint's log end is its trace (`vouch`). Since the cut
     is durable before any new append, new records never overwrite durable ones in place, so a crash can
     only leave a torn tail of new records (R1), never old and new bytes interleaved. An acked watermark at
     or above the cut is lowered to `index - 1` (the removed entries were never committed); the Raft core
@@ -52,11 +53,12 @@ from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
 from jsraft.wal.files import SegmentFiles
 from jsraft.wal.format import (
-    SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, encode_entry, encode_wal_hard_state, read_checked,
+    ANCHOR_NONE, SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, LogEnd, encode_entry, encode_wal_hard_state,
+    read_checked,
 )
-from jsraft.wal.recovery import Opened, Recovered, list_segments, recover
+from jsraft.wal.recovery import Opened, Recovered, list_segments, recover, remove_covered
 from jsraft.wal.scan import scan_log
-from jsraft.wal.segment import Segment, decode_span, new_segment_content, rebuild
+from jsraft.wal.segment import Segment, decode_span
 
 SEGMENT_BYTES_DEFAULT = 4 << 20  # a few MiB: cheap to rewrite on repair, few files per group
 SEGMENT_BYTES_MIN = 64
@@ -80,7 +82,11 @@ class Wal(SegmentFiles):
         self._active: str | None = None  # name of the segment appends go to; None: next append rolls
         self._hs_sequence = opened.hs_sequence  # the highest hard-state sequence written (slots, records)
         self._witness_due = False  # a hard state was appended that the witness file does not hold yet
+        self._anchor = opened.anchor  # sequence of the newest hard-state record in the log (`format.LogEnd`)
         self._adopt(opened.scan.segments, opened.scan.faulty, opened.scan.last_index)
+        if opened.restate:  # in the log first, so a power cut tearing the witness write is no damage
+            self._restate()  # (after a cut, `vouch`: the next cycle's entries then follow a record it names)
+        remove_covered(disk, opened.covered)
 
     @classmethod
     def open(cls, disk: Disk, *, segment_bytes: int = SEGMENT_BYTES_DEFAULT) -> tuple["Wal", Recovered]:
@@ -220,10 +226,11 @@ class Wal(SegmentFiles):
 
     def save_hard_state(self, hs: HardState) -> None:
         """Append `hs` as a record after what was appended so far; durable with the next `sync()`, which
-        the caller must run before anything uses it (persist before use). The record also holds the term of
-        the entry at `hs.acked_watermark`, so recovery can tell a stale version of the log (`recovery`)."""
-        self._hs_sequence += 1
-        record = encode_wal_hard_state(hs, self._hs_sequence, self._trusted_term(hs.acked_watermark))
+        the caller must run before anything uses it (persist before use). The record also holds the term at
+        `hs.acked_watermark` and the log end, so recovery can tell a stale log (`recovery`, `vouch`)."""
+        self._hs_sequence = self._anchor = self._hs_sequence + 1
+        record = encode_wal_hard_state(hs, self._hs_sequence, self._trusted_term(hs.acked_watermark),
+                                       LogEnd(self._last_index, self._trusted_term(self._last_index), self._anchor))
         segment = self._writable_segment(self._last_index + 1) if self._active is None else self._segments[-1]
         name = segment.name or ""
         segment.size = segment.junk_at = self._handles[name].append(record) + len(record)
@@ -231,9 +238,10 @@ class Wal(SegmentFiles):
         self._hs = hs
         self._witness_due = True
 
-    def _checkpoint(self) -> None:
-        """Write the current hard state to the witness file (fsynced), newer than every record so far."""
-        self._hs_sequence = self._hs_file.save(self._hs, self._trusted_term(self._hs.acked_watermark),
+    def _checkpoint(self, log_end: LogEnd | None = None) -> None:
+        """Write the current hard state to the witness (fsynced), newer than every record; `log_end`: a cut's."""
+        log_end = log_end or LogEnd(self._last_index, self._trusted_term(self._last_index), self._anchor)
+        self._hs_sequence = self._hs_file.save(self._hs, self._trusted_term(self._hs.acked_watermark), log_end,
                                                self._hs_sequence + 1)
         self._witness_due = False
 
@@ -259,7 +267,8 @@ class Wal(SegmentFiles):
             # them; left in place, the watermark would call the shorter log a loss at the next restart. It
             # goes down in the checkpoint, before the cut, so no crash leaves it above the log.
             self._hs = attrs.evolve(self._hs, acked_watermark=index - 1)
-        self._checkpoint()  # the cut may take the newest hard-state records with it
+        # The cut may take the newest hard-state records; no anchor: a crash before it, recovery finishes it (R7d)
+        self._checkpoint(LogEnd(index - 1, self._trusted_term(index - 1), ANCHOR_NONE))
         while self._segments and self._segments[-1].first >= index:
             self._remove_segment(self._segments.pop())
         segment = self._segments[-1] if self._segments else None
@@ -301,19 +310,6 @@ class Wal(SegmentFiles):
                 self._rewrite(segment, group)
         self._reload()
         self._restate()
-
-    def _rewrite(self, segment: Segment, group: dict[int, Entry]) -> None:
-        if segment.name is None:
-            name, content = new_segment_content([group[i] for i in sorted(group)], self._trusted_term)
-        else:
-            name = segment.name
-            buffer = self._disk.read_file(f"{WAL_DIR}/{name}")
-            is_last = segment is self._segments[-1]
-            content = rebuild(segment, buffer, group, self._trusted_term, keep_tail_junk=is_last)
-            handle = self._handles.pop(name, None)
-            if handle is not None:
-                handle.close()
-        self._disk.write_atomic(f"{WAL_DIR}/{name}", content)
 
     def _reload(self) -> None:
         """Re-read every segment with recovery's rules (no cuts: nothing found while running is torn)."""

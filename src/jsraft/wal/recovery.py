@@ -1,9 +1,9 @@
 """Opening a WAL: read hard state, snapshot and log back, and act on what the recovery rules decide (L2).
 
 Owns: `Recovered` (what a Raft group restarts from) and the fallbacks for lost hard state. Its writes:
-cutting a provably torn tail (rule R1 in `scan`), removing segments a snapshot covers (after a checkpoint
-of the hard state, since they may hold its newest record), rewriting damaged hard-state slots, and
-persisting `repairing`.
+cutting a provably torn tail (rule R1 in `scan`) or a stale one (R7, `vouch`), and a new hard state when
+the old one is lost; what else it decides (`repairing`, rewriting damaged slots, removing segments a
+snapshot covers once the hard state they may hold is persisted) `Wal` writes as it opens (`Opened`).
 
 Decisions, in order:
   1. No hard-state file, no segment, no snapshot: a new WAL; create it.
@@ -27,7 +27,15 @@ Decisions, in order:
      state recorded with it (`format`: the watermark term). A mismatch means the log is an older version
      of itself (a rolled-back write), even if every record in it verifies.
   7. Repairing if: stored so, hard state lost, any corruption, a missing segment, an unreadable snapshot,
-     or a watermark problem (6). It is persisted before `open` returns.
+     or a watermark problem (6). It is persisted before `open` returns, as a cycle's hard state is: a
+     record in the log, fsynced, then the witness (`Wal`), so a power cut tearing the witness write leaves
+     a slot the log covers (decision 2), not damage. Only a lost hard state goes to the witness directly.
+  8. Stale tail (R7, `vouch`): above the acked watermark, the log keeps only what the newest hard state's
+     log end vouches for (entries it held then, or a later cycle's after the record it names); the rest,
+     never acknowledged, is cut durably after a checkpoint, and reported but not as damage. A stale entry
+     above the watermark must not be served as log: the core would take it as its own (last `(index,
+     term)` in vote comparisons, a match in a leader's consistency check) although this replica removed it
+     and never acknowledged it since, and when not repairing every entry returned is the one last written.
 
 Imports: L0, L1, attrs. Reference: DESIGN.md §4.
 """
@@ -40,11 +48,13 @@ from jsraft.disk.base import Disk
 from jsraft.errors import invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal.format import (
-    HARD_STATE_FILE, SEGMENT_FILE_TYPE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, parse_segment_name, read_checked,
+    ANCHOR_NONE, HARD_STATE_FILE, SEGMENT_FILE_TYPE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, LogEnd, parse_segment_name,
+    read_checked,
 )
 from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
 from jsraft.wal.scan import WATERMARK_UNKNOWN, HardStateRecord, LogScan, newest_hard_state, scan_log
 from jsraft.wal.snapshots import list_snapshots, load_newest
+from jsraft.wal.vouch import STALE_TAIL_REASON, anchored, cut_log, stale_tail
 
 TORN_TAIL_REASON = "torn tail cut"  # the prefix of the finding for a rule R1 cut (a normal crash)
 STALE_SLOT_REASON = "hard-state slot rewritten"  # a bad slot the log covers (decision 2): not damage
@@ -84,7 +94,7 @@ class Recovered:
         after a leader has repaired it, and not in the term it may have voted in (raft `repair`).
         """
         return tuple(reason for reason in self.reasons
-                     if not reason.startswith((TORN_TAIL_REASON, STALE_SLOT_REASON)))
+                     if not reason.startswith((TORN_TAIL_REASON, STALE_SLOT_REASON, STALE_TAIL_REASON)))
 
 
 
@@ -97,6 +107,10 @@ class Opened:
     snapshot: SnapshotMeta | None
     scan: LogScan
     hs_sequence: int  # the highest hard-state sequence written so far (slots and records)
+    anchor: int  # the newest hard-state record in the log (`format.LogEnd`), 0 if none; ANCHOR_NONE: none the
+    # newest hard state was saved after is there (after an R7 cut)
+    restate: bool  # `Wal` must persist `hard_state`: in the log, then the witness (decision 7), before...
+    covered: list[str]  # ...it removes these segments, which a snapshot covers (and may hold its newest record)
 
 
 def list_segments(disk: Disk) -> list[tuple[int, str]]:
@@ -138,13 +152,14 @@ def _newest(*candidates: HardStateRecord | SlotRead | None) -> HardStateRecord |
             if found.hard_state is None:
                 continue
             found = HardStateRecord(hard_state=found.hard_state, sequence=found.sequence,
-                                    watermark_term=found.watermark_term)
+                                    watermark_term=found.watermark_term, log_end=found.log_end)
         if found is not None and (best is None or found.sequence > best.sequence):
             best = found
     return best
 
 
-def _remove(disk: Disk, names: list[str]) -> None:
+def remove_covered(disk: Disk, names: list[str]) -> None:
+    """Remove segments a snapshot covers (once the hard state they may hold is persisted elsewhere)."""
     for name in names:
         disk.remove(f"{WAL_DIR}/{name}")
     if names:
@@ -217,15 +232,15 @@ def _watermark_problem(stored: HardStateRecord | None, scan: LogScan, meta: Snap
     return None
 
 
-def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int,
+def _persist(disk: Disk, hs_file: HardStateFile | None, hs: HardState, watermark_term: int, log_end: LogEnd,
              at_least: int) -> tuple[HardStateFile, int]:
     """Persist repairing (and any fallback) before anything acts on it, as the newest hard state (a
     sequence of at least `at_least`); rewrite damaged slots too. Returns the file and the sequence used."""
     if hs_file is None:
         hs_file = HardStateFile.create(disk, hs)
-    sequence = hs_file.save(hs, watermark_term, at_least)
+    sequence = hs_file.save(hs, watermark_term, log_end, at_least)
     if not hs_file.intact:
-        sequence = hs_file.save(hs, watermark_term, sequence + 1)
+        sequence = hs_file.save(hs, watermark_term, log_end, sequence + 1)
     return hs_file, sequence
 
 
@@ -252,8 +267,9 @@ def _apply_cut(disk: Disk, scan: LogScan, reasons: list[str]) -> int:
 def _drop_covered(scan: LogScan, snap_index: int) -> list[str]:
     """Forget segments whose every index the snapshot covers, e.g. after a snapshot install; returns their
     names, to be removed once the hard state is checkpointed."""
-    covered = [s for s in scan.segments if s.last <= snap_index]
-    scan.segments = [s for s in scan.segments if s.last > snap_index]
+    # An entry-less segment named snap_index + 1 stays: appends (and `Wal`'s restate) go on in it.
+    covered = [s for s in scan.segments if s.last <= snap_index and s.first <= snap_index]
+    scan.segments = [s for s in scan.segments if s not in covered]
     return [s.name for s in covered if s.name is not None]
 
 
@@ -275,6 +291,40 @@ def _settle_hard_state(stored: HardState | None, scan: LogScan, reasons: list[st
         return attrs.evolve(stored, current_term=scan.max_term, voted_for=None,
                             vote_fence_term=max(stored.vote_fence_term, scan.max_term))
     return stored
+
+
+def _vouch_and_persist(disk: Disk, witness: _Witness, hs: HardState,
+                       found: tuple[HardStateRecord | None, HardStateRecord | None], scan: LogScan,
+                       meta: SnapshotMeta | None, must_persist: bool, sequence: int,
+                       reasons: list[str]) -> tuple[HardStateFile, int, int, bool]:
+    """Decision 8, and how 7 persists: R7 (`vouch`) on the newest hard state and the newest log record
+    (`found`). Returns the file, the highest sequence written, the anchor, and whether `Wal` must persist
+    `hs` (`Opened.restate`); only a lost hard state, and a cut that may remove the newest record, write
+    the witness here."""
+    best, log_best = found
+    hs_file = witness.hs_file
+    anchor = log_best.sequence if log_best is not None else 0
+    if best is not None and not anchored(best, log_best):
+        anchor = ANCHOR_NONE  # no record in the log vouches for what follows: `Wal` writes one
+    stale = None if best is None else stale_tail(best, log_best, scan, meta.index if meta else 0,
+                                                 lambda index: _term_at(scan, meta, index))
+    watermark_term = _term_at(scan, meta, hs.acked_watermark)
+    if hs_file is None or witness.newest is None:
+        # Hard state lost (damage): a new file, or both slots rewritten; the log has nothing newer to lose.
+        log_end = LogEnd(scan.last_index, _term_at(scan, meta, scan.last_index), anchor)
+        hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
+    if stale is not None:
+        keep, why = stale
+        anchor = ANCHOR_NONE
+        if best is not None and witness.newest is not None and best.sequence > witness.newest.sequence:
+            # The newest hard state is a log record the cut may take: the witness holds it first (torn, the
+            # record, not yet cut, covers it). Else the witness already holds it, and a crash before `Wal`
+            # persists again leads the next open to the same cut.
+            log_end = LogEnd(keep, _term_at(scan, meta, keep), anchor)
+            hs_file, sequence = _persist(disk, hs_file, hs, watermark_term, log_end, sequence + 1)
+        reasons.append(f"{STALE_TAIL_REASON}: {cut_log(disk, scan, keep)} bytes, {why}")
+    restate = stale is not None or must_persist or not hs_file.intact or anchor == ANCHOR_NONE
+    return hs_file, sequence, anchor, restate
 
 
 def recover(disk: Disk) -> tuple[Opened, Recovered]:
@@ -311,11 +361,9 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     problem = _watermark_problem(best, scan, meta)
     reasons.extend([problem] if problem else [])
     hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
-    hs_file = witness.hs_file
     sequence = max((found.sequence for found in (witness.newest, log_best) if found is not None), default=1)
-    if hs_file is None or hs != stored or not hs_file.intact or covered:
-        hs_file, sequence = _persist(disk, hs_file, hs, _term_at(scan, meta, hs.acked_watermark), sequence + 1)
-    _remove(disk, covered)
+    hs_file, sequence, anchor, restate = _vouch_and_persist(disk, witness, hs, (best, log_best), scan, meta,
+                                                            hs != stored or bool(covered), sequence, reasons)
     recovered = Recovered(
         hard_state=hs,
         snapshot=snap.snapshot,
@@ -325,4 +373,5 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
         reasons=reasons,
         torn_tail_bytes_cut=cut,
     )
-    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan, hs_sequence=sequence), recovered
+    return Opened(hs_file=hs_file, hard_state=hs, snapshot=meta, scan=scan, hs_sequence=sequence,
+                  anchor=anchor, restate=restate, covered=covered), recovered

@@ -27,6 +27,10 @@ applied below:
      moment it is newer than the hard state recovery started from, its acked watermark is the one R1
      compares with: a cycle's record follows that cycle's entries, so a torn cycle loses both and the
      watermark never vouches for a torn entry.
+  R7a stale before a record (format 4 records carry their log end, `format.LogEnd`): entries walked past a
+     record's log end lie before a record written after they were truncated, so a rolled-back write brought
+     them back; they are junk in the middle (corruption) and the walk resumes after the record. The rest of
+     R7 (a stale tail) needs the witness too and is applied by `recovery` (`vouch`).
 
 Invariants:
   1. Every index from the first live index to `last_index` is in exactly one segment's arrays and is
@@ -49,6 +53,7 @@ from jsraft.wal.format import (
     SEGMENT_DATA_START,
     SEGMENT_FILE_TYPE,
     SEGMENT_KINDS,
+    LogEnd,
     decode_entry_body,
     decode_hard_state,
     file_header_version,
@@ -69,6 +74,7 @@ class HardStateRecord:
     hard_state: HardState
     sequence: int
     watermark_term: int
+    log_end: LogEnd | None = None  # where the log ended when it was saved (`format`); None before version 3
 
 
 def read_hard_state_record(record: RecordView, buffer: bytes, segment_version: int) -> HardStateRecord | None:
@@ -79,12 +85,13 @@ def read_hard_state_record(record: RecordView, buffer: bytes, segment_version: i
         return None
     try:
         body = buffer[record.offset + HEADER_BYTES : record.offset + record.length]
-        hs, watermark_term = decode_hard_state(body, body_version)
+        decoded = decode_hard_state(body, body_version)
     except CorruptRecord:
         return None
-    if hs.current_term != record.ident_b:
+    if decoded.hard_state.current_term != record.ident_b:
         return None
-    return HardStateRecord(hard_state=hs, sequence=record.ident_a, watermark_term=watermark_term)
+    return HardStateRecord(hard_state=decoded.hard_state, sequence=record.ident_a,
+                           watermark_term=decoded.watermark_term, log_end=decoded.log_end)
 
 
 def newest_hard_state(buffer: bytes) -> HardStateRecord | None:
@@ -254,12 +261,42 @@ class _Walk:
                 self.expected, self.prev_term = watermark + 1, 0
             self.problem(max(expected, watermark), f"corrupt bytes before a hard-state record (segment "
                                                    f"{segment.name} bytes {cursor}..{record.offset})")
+        end = found.log_end
+        if end is not None and self.snap_index <= end.index < self.expected - 1:
+            self.stale_before(segment, end)
         self.max_term = max(self.max_term, found.hard_state.current_term)
         if self.hard_state is None or found.sequence > self.hard_state.sequence:
             self.hard_state = found
             if found.sequence > self.hs_sequence:
                 self.watermark, self.hs_sequence = found.hard_state.acked_watermark, found.sequence
         return True
+
+    def stale_before(self, segment: Segment, end: LogEnd) -> None:
+        """R7a: entries above `end.index` lie before a record saved when the log ended there, so a
+        truncation had removed them before the record was written and a rolled-back write brought them
+        back. They are junk in the middle (corruption, R2); the log goes on after the record from
+        `end.index + 1`."""
+        first_stale, last_stale = end.index + 1, self.expected - 1
+        self.problem(first_stale, f"stale entries {first_stale}..{last_stale} before a hard-state record saved "
+                                  f"when the log ended at {end.index} (segment {segment.name})")
+        if segment.first > first_stale:
+            return  # they reach into an earlier segment, which no write does: left as found (corrupt)
+        segment.cut_from(first_stale)
+        for index in range(first_stale, last_stale + 1):
+            self.entries.pop(index, None)
+            self.faulty.discard(index)
+        self.expected = first_stale
+        trusted = self.snap_term if end.index == self.snap_index else self.trusted_term(end.index)
+        self.prev_term = trusted if trusted and end.term in (0, trusted) else 0
+
+    def trusted_term(self, index: int) -> int:
+        """Term of a good `index` walked so far; 0 if faulty or unknown."""
+        if index in self.faulty:
+            return 0
+        for segment in reversed(self.segments):
+            if segment.first <= index <= segment.last:
+                return segment.terms[index - segment.first]
+        return 0
 
     def set_term(self, index: int, term: int) -> None:
         for segment in reversed(self.segments):

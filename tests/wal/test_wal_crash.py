@@ -6,7 +6,10 @@ directory back in each mode (`drop`, `torn`, `pages`) for several seeds. Every e
 must come back unchanged and not faulty; in `drop` and `torn` modes, which only lose or tear unsynced
 tails, the log must also come back clean (no repairing). (2) Hypothesis generates sequences of append,
 sync, truncate_from, snapshot+compact and crash (clean or torn) on `SimDisk`, checked against a model:
-after each crash the recovered log is a prefix of what was written that contains everything synced, no
+after each crash the recovered log is a prefix of what was written that contains everything synced and
+vouched for by a saved hard state (the driver saves the acked watermark with every sync; an entry that
+compaction's own sync made durable above it is never acknowledged, and WAL rule R7 may cut it when the
+compaction took the record that anchored the newest hard state — `wal/vouch.py`), no
 entry is faulty and the replica is not repairing (no corruption was injected, so any fault reported would
 be a false alarm).
 """
@@ -86,7 +89,8 @@ OPS = st.lists(
 
 
 class Model:
-    """What the log must hold: `written` (indexes 1..), the synced prefix length, the snapshot index."""
+    """What the log must hold: `written` (indexes 1..), the synced prefix length a saved hard state's acked
+    watermark vouches for, the snapshot index."""
 
     def __init__(self) -> None:
         self.written: list[Entry] = []
@@ -111,12 +115,12 @@ def _apply(op: tuple[Any, ...], wal: Wal, model: Model) -> None:
         index = model.snap + 1 + int(op[1] * (len(model.written) - model.snap - 1))
         wal.truncate_from(index)  # syncs first, then cuts durably
         model.written = model.written[: index - 1]
-        model.synced = len(model.written)
+        model.synced = min(model.synced, index - 1)  # the watermark goes down with the cut, never up
     elif kind == "snapshot" and model.synced > model.snap:
         index = model.snap + 1 + int(op[1] * (model.synced - model.snap - 1))
         wal.save_snapshot(SnapshotMeta(index=index, term=model.written[index - 1].term, conf=CONF), b"s")
-        wal.compact(index)  # syncs first
-        model.snap, model.synced = index, len(model.written)
+        wal.compact(index)  # syncs first, but saves no hard state: what it syncs above the watermark is not vouched
+        model.snap = index
 
 
 def _crash_and_check(disk: SimDisk, torn: bool, model: Model) -> Wal:
@@ -128,7 +132,8 @@ def _crash_and_check(disk: SimDisk, torn: bool, model: Model) -> Wal:
     assert model.snap + len(recovered.entries) >= model.synced, "a synced entry was lost"
     assert (recovered.snapshot[0].index if recovered.snapshot else 0) == model.snap
     model.written = model.written[: model.snap] + recovered.entries
-    model.synced = len(model.written)  # after a crash, what is there is what the disk holds durably
+    # `synced` stays the saved watermark: what recovery kept above it is durable but vouched for by no hard
+    # state, and a later reopen may cut it (R7); the Raft core raises the watermark before acknowledging it.
     return wal
 
 

@@ -161,8 +161,7 @@ class NodeRuntime:
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
                      state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,
-                     formatted: bool, snapshot_every_entries: int | None,
-                     proposals_in_flight_max: int | None) -> Group:
+                     formatted: bool, snapshot_every_entries: int | None, proposals_in_flight_max: int | None) -> Group:
         restored = prepare(recovered, state_machine, voters=voters, formatted=formatted,
                            vote_ceiling=vote_ceiling(self.group_record, name))
         node = RaftNode(config, random.Random(self._rng.getrandbits(64)), restored)

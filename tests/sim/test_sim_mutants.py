@@ -78,3 +78,16 @@ def test_mutant_is_caught_within_500_seeds(mutant: str) -> None:
     honest = run_seed(config_for(caught.seed, nodes="mixed", faults=faults))
     assert honest.ok, f"the real code fails seed {caught.seed} too: [{honest.invariant}] {honest.detail}"
     print(f"{mutant}: caught at seed {caught.seed} by {caught.invariant}: {caught.detail}")
+
+
+@pytest.mark.parametrize("seed, invariant", [(134, "leader-completeness"), (137, "double-vote")])
+def test_mutant_no_vote_ceiling_fails_the_seeds_the_ceiling_closed(seed: int, invariant: str) -> None:
+    """Issue #14, hole 1's fence for a lost group directory: with `lost-vote` (and `storage`) these seeds
+    failed the real code before the node record kept a vote-term ceiling (a voter that lost its whole group
+    directory was fenced only through term 1). The storage mutant `no-vote-ceiling` (the ceiling never
+    raised) fails them the same way; the real code passes them."""
+    faults = frozenset(FAULT_KINDS) | {"lost-vote"}
+    caught = run_seed(config_for(seed, nodes="mixed", mutant="no-vote-ceiling", faults=faults))
+    assert not caught.ok and caught.invariant == invariant, caught.detail
+    honest = run_seed(config_for(seed, nodes="mixed", faults=faults))
+    assert honest.ok, f"[{honest.invariant}] {honest.detail}"

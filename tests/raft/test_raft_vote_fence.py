@@ -3,12 +3,15 @@
 Method: the issue's case on a real three-voter in-memory `Cluster` (raft_network). n3 grants its vote to
 n2 in the current term (n1 hands its leadership over); then its newest hard-state slot is lost: recovery
 falls back to the older slot, which holds that term with no vote, and persists `repairing` (wal recovery
-decision 2). n3 is repaired by n2 in that same term and restarts. A delayed RequestVote of that term from
-n1 must then be refused; before the fix it was granted, a second vote in one term. The same one term
-higher: n3 grants a RequestVote of term T+1, loses that write and falls back to its term-T state, is
-repaired by the term-T leader, and must refuse term T+1 (after the repair and after a restart) yet grant
-term T+2; its own campaign skips T+1. And the one-step rule the fence rests on: a vote is written at most
-one term above the durable term. Each test was checked to fail with the fence (or the rule) removed.
+decision 2). n3 restarts in its fence term (the restored term + 1, `vote_fence` invariant 4) with no vote:
+a delayed RequestVote of the lost vote's term, or of the fence term, is refused, before the repair, after
+it (by a leader elected above the fence) and after another restart; before the fix the first was granted,
+a second vote in one term. The same one term higher: n3 grants a RequestVote of term T+1, loses that write
+and falls back to its term-T state; it restarts in T+1, so the term-T leader no longer repairs it (that
+acknowledgement was the leader-completeness hole of simulator seeds 40 and 102), refuses T+1 (after the
+repair and after a restart) yet grants the term after the one it was repaired in; its own campaign skips
+T+1. And the one-step rule the fence rests on: a vote is written at most one term above the durable term.
+Each test was checked to fail with the fence (or the rule) removed.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ its hard state holds while the cycle sends). The same check is run once with `Gr
 disabled and once with the ceiling never raised, to show it fails when the record is never written. A coordinated power cut right after a create — every node's durable
 image taken as its `open_group` returned, before its first cycle — restarts as three fresh members that
 elect a leader and commit (the seed-424 halt, at the runtime level); a node whose group directory is lost
-after it served restarts repairing. (2) The runtime's own steps (`open_storage`, `GroupCycle`,
+after it served restarts repairing, in its vote-term ceiling with no vote, and the group elects a leader
+above it that repairs it (liveness of `raft.vote_fence` invariant 4). (2) The runtime's own steps (`open_storage`, `GroupCycle`,
 `persist_jobs`, `started_fn`) on a real `OsDisk` in shadow mode, cut with `jsraft.disk.power_cut` (`drop`)
 before and after the first durable cycle, then the group's directory removed: before, the group
 bootstraps again; after, it opens as a member that lost its storage. And the ceiling on real files: n1
@@ -152,6 +153,17 @@ async def test_a_group_that_served_and_lost_its_directory_restarts_repairing(aut
         runtime = await cluster.start(lost)
         status = runtime.status(GROUP).raft
         assert status.repairing, "a group that voted and acknowledged must never bootstrap again"
+        # Restored in its vote-term ceiling (`raft.vote_fence` invariant 4), it deposes the leader once; the
+        # group still elects one above that term, which repairs it, and it rejoins with what it lost.
+        ceiling = cluster.node_options[lost]["group_record"].vote_ceiling(GROUP)
+        assert status.current_term == ceiling > 0 and status.voted_for is None
+        await eventually(lambda: not runtime.status(GROUP).raft.repairing
+                         and cluster.machines[lost].values == [b"acknowledged"])
+        leader = await cluster.wait_leader()
+        assert cluster.runtimes[leader].status(GROUP).raft.current_term > ceiling
+        await cluster.runtimes[leader].propose(GROUP, b"after the repair")
+        await eventually(lambda: all(m.values == [b"acknowledged", b"after the repair"]
+                                     for m in cluster.machines.values()))
         await cluster.stop_all()
         nursery.cancel_scope.cancel()
 

@@ -260,12 +260,14 @@ def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(t
         status = node.status()
         assert status.repairing and node.vote_fence_term >= voted
         assert node.current_term == node.vote_fence_term and node.voted_for is None
-        # A leader of any lower term is refused (its answer carries the fence term) ...
-        node.step(AppendEntries(from_id="n3", to_id="n1", term=voted, leader_id="n3", prev_log_index=0,
-                                prev_log_term=0, leader_commit=0, heartbeat=True))
-        answers = _cycle(cycle)
-        assert answers and all(not m.success and m.term == node.vote_fence_term for m in answers)
-        assert node.leader_id is None
+        # A leader of an older term, or of the term it voted in, is refused (the answer carries the fence
+        # term) ...
+        for term in (voted - 1, voted):
+            node.step(AppendEntries(from_id="n3", to_id="n1", term=term, leader_id="n3", prev_log_index=0,
+                                    prev_log_term=0, leader_commit=0, heartbeat=True))
+            answers = _cycle(cycle)
+            assert answers and all(not m.success and m.term == node.vote_fence_term for m in answers), term
+            assert node.leader_id is None
         # ... and no second vote in the term it voted in, nor up to the fence.
         for term in (voted, node.vote_fence_term):
             node.step(RequestVote(from_id="n3", to_id="n1", term=term, last_log_index=99, last_log_term=term))

@@ -19,8 +19,9 @@ Since a fenced restore starts in its fence term (`raft.vote_fence` invariant 4) 
 a vote-term ceiling, the real code passes them, and the mutant is first caught at seed 40
 (leader-completeness: without the fence it restores at V-1 and acknowledges the old leader, the very hole).
 The storage mutant `no-vote-ceiling` fails seeds 134 and 137 exactly as the code before the ceiling did.
-`lost-vote` stays opt-in: with the meta app the real code still fails seed 35 (double-vote), a voter that
-lost its record of started groups as well as its group directory (no ceiling left: the documented gap).
+`lost-vote` stays opt-in: the real code still fails meta seed 35 (double-vote) and stream seed 38
+(leader-completeness) of 0-299, each a voter that lost its record of started groups as well as its group
+directory (no ceiling left: the documented gap, `runtime.group_record` decision 8).
 """
 
 from __future__ import annotations

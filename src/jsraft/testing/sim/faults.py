@@ -21,7 +21,7 @@ with the lost vote (leader-completeness), or votes again in V (double-vote). Wit
 lose its whole group directory: the node record's vote-term ceiling is then its fence
 (`runtime.group_record`; storage mutant `no-vote-ceiling`). If it loses that record too
 (`lose-record+group`), there is no ceiling and the fence is term 1, best effort: the one gap left
-(`runtime.group_record` decision 8), and the reason the kind stays out of `all` (meta seed 35).
+(`runtime.group_record` decision 8), and the reason the kind stays out of `all` (meta seed 35, stream 38).
 All of it is network loss and a crash with a damaged write: faults the model already has, timed.
 
 Invariants:

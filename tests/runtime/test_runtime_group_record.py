@@ -1,23 +1,23 @@
 """When the runtime puts a group on the node's record of started groups (`runtime.group_record` decisions
 4, 5): after the group's first durable cycle and before it sends, never at open.
 
-Method, two tiers. (1) Three real `NodeRuntime`s on `RecordingDisk`s (a `SimDisk` with an exact model of
-what is durable), each with a `GroupRecord` on its node root. At every message a runtime hands to the
-network, a crashed copy of the sender's disk is taken and the record read from it: the group must be on
-it (a message may be a vote or an acknowledgement, which a lost directory must never let a fresh
-bootstrap contradict), and its vote-term ceiling must cover the sender's term (decision 6: the term
-its hard state holds while the cycle sends). The same check is run once with `GroupRecord.started`
-disabled and once with the ceiling never raised, to show it fails when the record is never written. A coordinated power cut right after a create — every node's durable
-image taken as its `open_group` returned, before its first cycle — restarts as three fresh members that
-elect a leader and commit (the seed-424 halt, at the runtime level); a node whose group directory is lost
-after it served restarts repairing, in its vote-term ceiling with no vote, and the group elects a leader
-above it that repairs it (liveness of `raft.vote_fence` invariant 4). (2) The runtime's own steps (`open_storage`, `GroupCycle`,
-`persist_jobs`, `started_fn`) on a real `OsDisk` in shadow mode, cut with `jsraft.disk.power_cut` (`drop`)
-before and after the first durable cycle, then the group's directory removed: before, the group
-bootstraps again; after, it opens as a member that lost its storage. And the ceiling on real files: n1
-votes in term after term, loses its group directory, and restores fenced through at least the last
-term it voted in, in that term (`raft.vote_fence` invariant 4), refusing a leader of a lower term and a
-second vote; a version-1 record (no ceilings) is read, and the open covers the WAL's recovered term.
+Method, two tiers. (1) Three real `NodeRuntime`s on `RecordingDisk`s (a `SimDisk` with an exact model of what
+is durable), each with a `GroupRecord` on its node root. At every message a runtime hands to the network, a
+crashed copy of the sender's disk is taken and the record read from it: the group must be on it (a message may
+be a vote or an acknowledgement, which a lost directory must never let a fresh bootstrap contradict), and its
+vote-term ceiling must cover the sender's term (decision 6: the term its hard state holds while the cycle
+sends). The same check is run once with `GroupRecord.started` disabled and once with the ceiling never raised,
+to show it fails when the record is never written. A coordinated power cut right after a create — every node's
+durable image taken as its `open_group` returned, before its first cycle — restarts as three fresh members
+that elect a leader and commit (the seed-424 halt, at the runtime level); a node whose group directory is lost
+after it served restarts repairing, in its vote-term ceiling with no vote, and the group elects a leader above
+it that repairs it (liveness of `raft.vote_fence` invariant 4). (2) The runtime's own steps (`open_storage`,
+`GroupCycle`, `persist_jobs`, `started_fn`) on a real `OsDisk` in shadow mode, cut with
+`jsraft.disk.power_cut` (`drop`) before and after the first durable cycle, then the group's directory removed:
+before, the group bootstraps again; after, it opens as a member that lost its storage. And the ceiling on real
+files: n1 votes in term after term, loses its group directory, and restores fenced through at least the last
+term it voted in, in that term (`raft.vote_fence` invariant 4), refusing a leader of a lower term and a second
+vote; a version-1 record (no ceilings) is read, and the open covers the WAL's recovered term.
 """
 
 from __future__ import annotations

@@ -436,6 +436,16 @@ class Cluster:
                 self.tick(node_id)
             self.stabilize()
 
+    def run_until(self, done, ticks_max: int = 200) -> int:
+        """`run(1)` until `done()` holds; the ticks it took. Fails the test past `ticks_max` (a deadline,
+        not a hope: the condition is polled after every round)."""
+        for ticks in range(ticks_max + 1):
+            if done():
+                return ticks
+            self.run(1)
+        raise AssertionError(f"not reached within {ticks_max} ticks: "
+                             f"{ {n: node.status() for n, node in sorted(self.nodes.items())} }")
+
     def leader(self) -> str | None:
         leaders = [n for n, node in self.nodes.items() if n not in self.down and node.role == "leader"]
         return max(leaders, key=lambda n: self.nodes[n].current_term) if leaders else None

@@ -102,11 +102,11 @@ def test_a_repairing_replica_never_campaigns():
     assert node.role == "follower"
     for _ in range(100):
         node.tick()
-    assert node.role == "follower" and node.current_term == 2
+    assert node.role == "follower" and node.current_term == 3
     messages = node.ready().messages
     assert messages and all(isinstance(m, StatusProbe) for m in messages)  # it only asks around (rule 4)
-    node.step(TimeoutNow(from_id="n1", to_id="n2", term=2))
-    assert node.role == "follower" and node.current_term == 2
+    node.step(TimeoutNow(from_id="n1", to_id="n2", term=3))
+    assert node.role == "follower" and node.current_term == 3
 
 
 def test_a_repairing_replica_trusts_only_its_verified_prefix():
@@ -115,7 +115,7 @@ def test_a_repairing_replica_trusts_only_its_verified_prefix():
     rd = node.ready()
     assert rd.committed_entries == ()  # its commit hint is 3, but nothing is applied unconfirmed
     node.advance(rd)
-    node.step(AppendEntries(from_id="n1", to_id="n2", term=2, leader_id="n1", prev_log_index=4,
+    node.step(AppendEntries(from_id="n1", to_id="n2", term=3, leader_id="n1", prev_log_index=4,
                             prev_log_term=2, leader_commit=6, heartbeat=True))
     (answer,) = node.ready().messages
     assert not answer.success and (answer.reject_hint_index, answer.reject_hint_term) == (0, 0)
@@ -123,9 +123,9 @@ def test_a_repairing_replica_trusts_only_its_verified_prefix():
 
 def test_a_faulty_index_fails_the_consistency_check_with_a_hint_before_it():
     node = restored_node(faulty={5})
-    node.step(leader_append(2, _log([2]), leader_commit=3))  # entries 1-4 confirmed
+    node.step(leader_append(3, _log([2]), leader_commit=3))  # entries 1-4 confirmed
     node.advance(node.ready())
-    node.step(AppendEntries(from_id="n1", to_id="n2", term=2, leader_id="n1", prev_log_index=6,
+    node.step(AppendEntries(from_id="n1", to_id="n2", term=3, leader_id="n1", prev_log_index=6,
                             prev_log_term=2, leader_commit=6, heartbeat=True))
     (answer,) = node.ready().messages
     assert isinstance(answer, AppendEntriesResponse) and not answer.success and answer.repairing
@@ -138,7 +138,8 @@ def test_faulty_entry_is_replaced_in_place_and_nothing_after_it_is_truncated():
     cluster.storages["n2"].corrupt(6)
     cluster.restart("n2")
     assert cluster.nodes["n2"].repairing
-    cluster.run(2)
+    # Restored in its fence term (vote_fence invariant 4), n2 deposes n1; the next term's leader repairs it.
+    cluster.run_until(lambda: not cluster.nodes["n2"].repairing)
     node, storage = cluster.nodes["n2"], cluster.storages["n2"]
     assert not node.repairing and not node.log.faulty
     assert storage.rewrites == [6] and storage.truncations == []
@@ -150,7 +151,7 @@ def test_a_damaged_recorded_term_does_not_cause_a_truncation():
     cluster.crash("n3")
     cluster.storages["n3"].corrupt(6, term=7)  # the flip hit the header: the identity lies
     cluster.restart("n3")
-    cluster.run(2)
+    cluster.run_until(lambda: not cluster.nodes["n3"].repairing)  # repaired by the next term's leader
     assert cluster.storages["n3"].truncations == [] and cluster.storages["n3"].rewrites == [6]
     assert not cluster.nodes["n3"].repairing
 
@@ -161,7 +162,9 @@ def test_a_provably_divergent_suffix_after_a_faulty_entry_is_truncated_above_com
     node = restored_node(terms=(2, 2, 2, 2), faulty={5},
                          hard_state=HardState(current_term=3, commit_index=4, acked_watermark=7))
     leader_entries = _log([2]) + [Entry(index=5, term=3, data=b"L")]
-    node.step(leader_append(3, leader_entries, leader_commit=5))
+    # Restored in its fence term 4 (vote_fence invariant 4), n2 refuses a term-3 leader; a term-4 one
+    # (elected, perhaps, with the vote n2 may have lost) repairs it.
+    node.step(leader_append(4, leader_entries, leader_commit=5))
     assert node.log.last_index == 5 and node.log.entry_at(5).data == b"L"
     rd = node.ready()
     assert rd.repaired_entries == (Entry(index=5, term=3, data=b"L"),)  # in place
@@ -178,7 +181,9 @@ def test_a_divergent_suffix_behind_a_run_of_faulty_entries_is_truncated():
     node = restored_node(terms=(2, 2, 2, 2, 2), faulty={5, 6},
                          hard_state=HardState(current_term=3, commit_index=4, acked_watermark=8))
     leader_entries = _log([2]) + [Entry(index=5, term=3, data=b"L")]
-    node.step(leader_append(3, leader_entries, leader_commit=5))
+    # Restored in its fence term 4 (vote_fence invariant 4), n2 refuses a term-3 leader; a term-4 one
+    # (elected, perhaps, with the vote n2 may have lost) repairs it.
+    node.step(leader_append(4, leader_entries, leader_commit=5))
     assert node.log.last_index == 5 and not node.log.faulty
     rd = node.ready()
     assert rd.repaired_entries == (Entry(index=5, term=3, data=b"L"),)
@@ -197,25 +202,35 @@ def test_a_snapshot_does_not_keep_a_lower_term_suffix_behind_faulty_entries():
     assert node.ready().truncate_from == 6
 
 
-def test_the_leader_resends_what_a_repairing_follower_lost_below_its_match():
+def test_a_follower_that_lost_what_it_acknowledged_deposes_that_leader_and_the_next_one_repairs_it():
+    # Before vote_fence invariant 4 the leader n2 acknowledged to (match 9) resent what n2 lost below that
+    # match. Now n2 restores in its fence term (its restored term + 1), so the term-2 leader it acknowledged
+    # to is refused and steps down; the next term's leader starts with no match for n2 and sends it
+    # everything it lacks.
     cluster = cluster_with_entries(5)
+    term = cluster.nodes["n1"].current_term
     cluster.crash("n2")
     cluster.storages["n2"].truncate_log(5)  # lost 6..9, which it had acknowledged
-    cluster.restart("n2")
+    n2 = cluster.restart("n2")
+    assert n2.repairing and n2.current_term == term + 1 and n2.voted_for is None
     assert cluster.nodes["n1"].progress["n2"].match_index == 9
     cluster.tick("n1")
     cluster.stabilize()
-    assert cluster.nodes["n2"].log.last_index == 9 and not cluster.nodes["n2"].repairing
-    assert cluster.nodes["n1"].progress["n2"].match_index == 9
+    assert cluster.nodes["n1"].role == "follower" and cluster.nodes["n1"].current_term == term + 1
+    cluster.run_until(lambda: cluster.leader() is not None and not cluster.nodes["n2"].repairing)
+    leader = cluster.nodes[cluster.leader()]
+    assert leader.current_term >= term + 2  # no vote in the fenced term + 1
+    assert cluster.nodes["n2"].log.last_index == leader.log.last_index >= 9
+    assert leader.progress["n2"].match_index == leader.log.last_index
 
 
 def test_repair_does_not_end_below_the_watermark():
     """Rule 3: the leader's commit is reached, but the replica acknowledged more before: not yet."""
     node = restored_node(terms=(2, 2), hard_state=HardState(current_term=2, commit_index=3, acked_watermark=8))
-    node.step(leader_append(2, _log([2, 2, 2]), leader_commit=6))
+    node.step(leader_append(3, _log([2, 2, 2]), leader_commit=6))
     node.advance(node.ready())
     assert node.repairing  # log ends at 6 < watermark 8
-    node.step(AppendEntries(from_id="n1", to_id="n2", term=2, leader_id="n1", prev_log_index=6,
+    node.step(AppendEntries(from_id="n1", to_id="n2", term=3, leader_id="n1", prev_log_index=6,
                             prev_log_term=2, entries=(Entry(index=7, term=2), Entry(index=8, term=2)),
                             leader_commit=6))
     assert node.repairing  # not before the entries are durable
@@ -228,7 +243,7 @@ def test_repair_does_not_end_below_the_watermark():
 
 def test_repair_does_not_end_before_matching_the_leader_through_its_commit():
     node = restored_node(faulty={5}, hard_state=HardState(current_term=2, commit_index=3, acked_watermark=4))
-    node.step(leader_append(2, _log([2, 2]), leader_commit=9))
+    node.step(leader_append(3, _log([2, 2]), leader_commit=9))
     node.advance(node.ready())
     assert node.repairing and not node.log.faulty  # matched through 5 only; the leader committed 9
 
@@ -246,7 +261,9 @@ def test_two_of_three_repairing_halts_and_every_node_says_so():
     assert cluster.leader() is None
     for node in cluster.nodes.values():
         assert node.status().halted_reason.startswith("halted: 2 of 3 voters repairing (n1, n2)")
-    assert cluster.nodes["n3"].current_term == 2  # pre-vote kept the healthy node from inflating terms
+    # Term 3 is the repairing nodes' fence term (restored term 2 + 1, vote_fence invariant 4), which their
+    # messages carried to n3; pre-vote kept the healthy node from inflating terms beyond it.
+    assert cluster.nodes["n3"].current_term == 3
 
 
 def test_accept_data_loss_keeps_the_verified_prefix_and_is_persisted():
@@ -332,7 +349,8 @@ def test_a_replaced_data_directory_repairs_then_fences_its_vote():
     cluster.storages["n3"].durable = type(cluster.storages["n3"].durable)()
     cluster.storages["n3"].storage_uuid_changed = True
     cluster.restart("n3")
-    assert cluster.nodes["n3"].repairing and cluster.nodes["n3"].current_term == 0
+    # No hard state at all: fenced through term 1, best effort (vote_fence), and restored in that term.
+    assert cluster.nodes["n3"].repairing and cluster.nodes["n3"].current_term == 1
     cluster.run(3)
     node = cluster.nodes["n3"]
     assert not node.repairing and node.current_term == 2 and node.voted_for == "n3"
@@ -360,8 +378,10 @@ def test_the_leader_pads_with_noops_past_a_repairing_followers_watermark():
     last = leader.log.last_index
     follower = _restart_with_watermark(cluster, "n2", last + 3)
     assert follower.repairing and "below acked watermark" in follower.repair_reason
-    cluster.run(10)  # idle: no client proposes anything
-    assert not cluster.nodes["n2"].repairing
+    # n2 restored in its fence term deposes n1 (vote_fence invariant 4); the next leader, idle (no client
+    # proposes anything), pads: its election no-op and two more reach n2's watermark.
+    cluster.run_until(lambda: cluster.leader() is not None and not cluster.nodes["n2"].repairing)
+    leader = cluster.nodes[cluster.leader()]
     padded = [leader.log.entry_at(i) for i in range(last + 1, leader.log.last_index + 1)]
     assert [(e.type, e.term) for e in padded] == [(EntryType.NOOP, leader.current_term)] * 3
     assert cluster.nodes["n2"].log.last_index == leader.log.last_index == leader.log.commit_index
@@ -373,6 +393,11 @@ def test_the_leader_does_not_pad_for_a_watermark_no_honest_follower_can_have():
     cluster.nodes["n1"].propose(b"v")
     cluster.stabilize()
     last = cluster.nodes["n1"].log.last_index
-    _restart_with_watermark(cluster, "n2", last + 5)  # more than the uncommitted budget beyond our log
+    # n2 deposes n1 (its fence term, vote_fence invariant 4); the next leader appends its election no-op
+    # (last + 1) and pads no further: the watermark is more than the uncommitted budget (4) beyond that.
+    term = cluster.nodes["n1"].current_term
+    _restart_with_watermark(cluster, "n2", last + 6)
+    cluster.run_until(lambda: cluster.leader() is not None and cluster.nodes[cluster.leader()].current_term > term)
     cluster.run(10)
-    assert cluster.nodes["n1"].log.last_index == last and cluster.nodes["n2"].repairing
+    leader = cluster.nodes[cluster.leader()]
+    assert leader.log.last_index == last + 1 and cluster.nodes["n2"].repairing

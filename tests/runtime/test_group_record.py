@@ -5,7 +5,10 @@ node starts with an empty record (written at once), a started group stays on it 
 is discarded, and a record that is missing although the node ran before, or damaged (one flipped byte, a
 truncated file), is never trusted: every group assigned up to the meta floor counts as lost storage, and
 that floor survives a reopen. `on_open` records a group with durable state of its own at once and leaves
-one with nothing durable to `started` (decisions 4, 5), each read back from the file.
+one with nothing durable to `started` (decisions 4, 5), each read back from the file. The vote-term
+ceiling (decision 6): `started` writes the name and the ceiling in one write, `cover_term` rewrites the
+file only when a term passes the ceiling (counted by the file's generation), a reopen reads it back, and
+`discard` drops it.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 
 from jsraft.disk import OsDisk
-from jsraft.runtime.group_record import GROUP_RECORD_FILE, GroupRecord
+from jsraft.runtime.group_record import GROUP_RECORD_FILE, VOTE_CEILING_STEP, GroupRecord
 
 
 def test_a_fresh_node_records_what_it_starts_and_forgets_what_it_deleted(tmp_path):
@@ -82,3 +85,26 @@ def test_a_group_is_recorded_at_open_only_with_durable_state_of_its_own(tmp_path
     assert reopened.recorded("S-MARKED-4") and reopened.recorded("S-LOGGED-5")
     # Recorded, then its directory lost (decision 1): opens as a member that lost its storage.
     assert reopened.on_open("S-NEW-3", formatted=False, empty=True, assigned_index=3) is True
+
+
+def _generation(disk: OsDisk) -> int:
+    return GroupRecord.open(disk, node_existed=True)._generation
+
+
+def test_the_vote_ceiling_is_written_a_step_above_and_only_when_passed(tmp_path):
+    disk = OsDisk(str(tmp_path))
+    record = GroupRecord.open(disk, node_existed=False)
+    first = _generation(disk)
+    record.started("S-A-3", 1)
+    assert _generation(disk) == first + 1, "name and ceiling in one write"
+    reopened = GroupRecord.open(disk, node_existed=True)
+    assert reopened.recorded("S-A-3") and reopened.vote_ceiling("S-A-3") == 1 + VOTE_CEILING_STEP
+    for term in range(2, 2 + VOTE_CEILING_STEP):  # up to the ceiling: no write
+        record.cover_term("S-A-3", term)
+    assert _generation(disk) == first + 1
+    record.cover_term("S-A-3", 2 + VOTE_CEILING_STEP)
+    assert _generation(disk) == first + 2
+    assert GroupRecord.open(disk, node_existed=True).vote_ceiling("S-A-3") == 2 + 2 * VOTE_CEILING_STEP
+    assert record.vote_ceiling("S-NEVER") == 0
+    record.discard("S-A-3")
+    assert GroupRecord.open(disk, node_existed=True).vote_ceiling("S-A-3") == 0

@@ -1,22 +1,28 @@
 """When the runtime puts a group on the node's record of started groups (`runtime.group_record` decisions
 4, 5): after the group's first durable cycle and before it sends, never at open.
 
-Method, two tiers. (1) Three real `NodeRuntime`s on `RecordingDisk`s (a `SimDisk` with an exact model of
-what is durable), each with a `GroupRecord` on its node root. At every message a runtime hands to the
-network, a crashed copy of the sender's disk is taken and the record read from it: the group must be on
-it (a message may be a vote or an acknowledgement, which a lost directory must never let a fresh
-bootstrap contradict). The same check is run once with `GroupRecord.started` disabled, to show it fails
-when the record is never written. A coordinated power cut right after a create — every node's durable
-image taken as its `open_group` returned, before its first cycle — restarts as three fresh members that
-elect a leader and commit (the seed-424 halt, at the runtime level); a node whose group directory is lost
-after it served restarts repairing. (2) The runtime's own steps (`open_storage`, `GroupCycle`,
-`persist_jobs`, `started_fn`) on a real `OsDisk` in shadow mode, cut with `jsraft.disk.power_cut` (`drop`)
-before and after the first durable cycle, then the group's directory removed: before, the group
-bootstraps again; after, it opens as a member that lost its storage.
+Method, two tiers. (1) Three real `NodeRuntime`s on `RecordingDisk`s (a `SimDisk` with an exact model of what
+is durable), each with a `GroupRecord` on its node root. At every message a runtime hands to the network, a
+crashed copy of the sender's disk is taken and the record read from it: the group must be on it (a message may
+be a vote or an acknowledgement, which a lost directory must never let a fresh bootstrap contradict), and its
+vote-term ceiling must cover the sender's term (decision 6: the term its hard state holds while the cycle
+sends). The same check is run once with `GroupRecord.started` disabled and once with the ceiling never raised,
+to show it fails when the record is never written. A coordinated power cut right after a create — every node's
+durable image taken as its `open_group` returned, before its first cycle — restarts as three fresh members
+that elect a leader and commit (the seed-424 halt, at the runtime level); a node whose group directory is lost
+after it served restarts repairing, in its vote-term ceiling with no vote, and the group elects a leader above
+it that repairs it (liveness of `raft.vote_fence` invariant 4). (2) The runtime's own steps (`open_storage`,
+`GroupCycle`, `persist_jobs`, `started_fn`) on a real `OsDisk` in shadow mode, cut with
+`jsraft.disk.power_cut` (`drop`) before and after the first durable cycle, then the group's directory removed:
+before, the group bootstraps again; after, it opens as a member that lost its storage. And the ceiling on real
+files: n1 votes in term after term, loses its group directory, and restores fenced through at least the last
+term it voted in, in that term (`raft.vote_fence` invariant 4), refusing a leader of a lower term and a second
+vote; a version-1 record (no ceilings) is read, and the open covers the WAL's recovered term.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 
@@ -25,13 +31,15 @@ import trio
 
 from runtime_harness import GROUP, Cluster, ListMachine, RecordingDisk, eventually
 
+from jsraft.codec.records import Kind, encode_record
 from jsraft.disk import OsDisk, power_cut
-from jsraft.raft import RaftNode
+from jsraft.raft import AppendEntries, RaftNode, RequestVote, RequestVoteResponse
 from jsraft.raft.config import RaftConfig, RestoredState
 from jsraft.replica import GroupCycle, marker_contents
 from jsraft.replica.restore import prepare
-from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import Job, open_storage, persist_jobs, started_fn
+from jsraft.runtime.group_record import GROUP_RECORD_FILE, GROUP_RECORD_FILE_TYPE, GroupRecord
+from jsraft.wal.format import file_header
+from jsraft.runtime.persist import Job, ceiling_fn, open_storage, persist_jobs, started_fn, vote_ceiling
 
 VOTERS = ("n1", "n2", "n3")
 CHECKED_PER_NODE = 8  # messages checked per sender, from its first
@@ -43,6 +51,10 @@ def _records(disks: dict[str, RecordingDisk]) -> dict[str, dict[str, object]]:
 
 def _durably_recorded(disk: RecordingDisk) -> bool:
     return GroupRecord.open(disk.durable_image(), node_existed=True).recorded(GROUP)
+
+
+def _durable_ceiling(disk: RecordingDisk) -> int:
+    return GroupRecord.open(disk.durable_image(), node_existed=True).vote_ceiling(GROUP)
 
 
 async def _sends_only_when_recorded(nursery: trio.Nursery) -> tuple[int, list[str]]:
@@ -59,6 +71,11 @@ async def _sends_only_when_recorded(nursery: trio.Nursery) -> tuple[int, list[st
         checked[from_node] += 1
         if not _durably_recorded(disks[from_node]):
             problems.append(f"{from_node} sent {type(message).__name__} to {to_node} unrecorded")
+        # The core is busy while its cycle sends: its term is the one the cycle made durable.
+        raft = cluster.runtimes[from_node].status(GROUP).raft
+        if _durable_ceiling(disks[from_node]) < max(raft.current_term, 1):
+            problems.append(f"{from_node} sent {type(message).__name__} in term {raft.current_term} above "
+                            f"its durable ceiling")
 
     cluster.router.on_send.append(check)
     await cluster.start_all()
@@ -78,10 +95,17 @@ async def test_every_message_leaves_a_group_that_is_durably_recorded(autojump_cl
 
 
 async def test_the_send_check_fails_when_the_group_is_never_recorded(autojump_clock, monkeypatch):
-    monkeypatch.setattr(GroupRecord, "started", lambda self, name: None)
+    monkeypatch.setattr(GroupRecord, "started", lambda self, name, term=0: None)
     async with trio.open_nursery() as nursery:
         checked, problems = await _sends_only_when_recorded(nursery)
-    assert checked > 10 and len(problems) == checked
+    assert checked > 10 and sum("unrecorded" in p for p in problems) == checked
+
+
+async def test_the_send_check_fails_when_the_ceiling_is_never_raised(autojump_clock, monkeypatch):
+    monkeypatch.setattr(GroupRecord, "_raise_ceiling", lambda self, name, term: False)
+    async with trio.open_nursery() as nursery:
+        checked, problems = await _sends_only_when_recorded(nursery)
+    assert checked > 10 and len(problems) == checked and all("ceiling" in p for p in problems)
 
 
 async def test_a_coordinated_power_cut_right_after_a_create_bootstraps_again(autojump_clock):
@@ -129,6 +153,17 @@ async def test_a_group_that_served_and_lost_its_directory_restarts_repairing(aut
         runtime = await cluster.start(lost)
         status = runtime.status(GROUP).raft
         assert status.repairing, "a group that voted and acknowledged must never bootstrap again"
+        # Restored in its vote-term ceiling (`raft.vote_fence` invariant 4), it deposes the leader once; the
+        # group still elects one above that term, which repairs it, and it rejoins with what it lost.
+        ceiling = cluster.node_options[lost]["group_record"].vote_ceiling(GROUP)
+        assert status.current_term == ceiling > 0 and status.voted_for is None
+        await eventually(lambda: not runtime.status(GROUP).raft.repairing
+                         and cluster.machines[lost].values == [b"acknowledged"])
+        leader = await cluster.wait_leader()
+        assert cluster.runtimes[leader].status(GROUP).raft.current_term > ceiling
+        await cluster.runtimes[leader].propose(GROUP, b"after the repair")
+        await eventually(lambda: all(m.values == [b"acknowledged", b"after the repair"]
+                                     for m in cluster.machines.values()))
         await cluster.stop_all()
         nursery.cancel_scope.cancel()
 
@@ -142,10 +177,11 @@ def _open(root: str, record: GroupRecord):
     wal, recovered, formatted = open_storage(group_disk, GROUP, 1 << 20, record, assigned_index=9)
     machine = ListMachine()
     node = RaftNode(RaftConfig(node_id="n1"), random.Random(1),
-                    prepare(recovered, machine, voters=VOTERS, formatted=formatted))
+                    prepare(recovered, machine, voters=VOTERS, formatted=formatted,
+                            vote_ceiling=vote_ceiling(record, GROUP)))
     cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=group_disk, state_machine=machine,
                        marker=None if formatted else marker_contents(GROUP, "n1"), snapshot_every_entries=None,
-                       on_started=started_fn(record, GROUP))
+                       on_started=started_fn(record, GROUP), on_term=ceiling_fn(record, GROUP))
     return node, cycle
 
 
@@ -181,3 +217,82 @@ def test_a_power_cut_then_a_lost_directory_on_real_files(tmp_path, cut_after_fir
             assert status == fresh.status(), "nothing durable: a fresh bootstrap, as on the first start"
     finally:
         cycle.wal.close()
+
+
+def _cycle(cycle: GroupCycle) -> list:
+    """One cycle of the runtime's steps; the messages it would send (after its persistence)."""
+    work = cycle.take()
+    (job,) = persist_jobs([Job(wal=cycle.wal, disk=cycle.disk, work=work)])
+    assert job.error is None
+    sent = list(work.ready.messages) if work.ready is not None else []
+    cycle.finish(work)
+    return sent
+
+
+def _granted(messages: list) -> bool:
+    return any(isinstance(m, RequestVoteResponse) and m.vote_granted for m in messages)
+
+
+def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(tmp_path):
+    root = str(tmp_path / "node")
+    record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
+    node, cycle = _open(root, record)
+    _first_durable_cycle(cycle)
+    writes = []
+    voted = node.current_term
+    for _ in range(12):  # n2 and n3 take turns campaigning, one term up each time (the one-step rule)
+        voted += 1
+        candidate = "n2" if voted % 2 else "n3"
+        before = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True).vote_ceiling(GROUP)
+        node.step(RequestVote(from_id=candidate, to_id="n1", term=voted, last_log_index=node.log.last_index,
+                              last_log_term=node.log.last_term()))
+        assert _granted(_cycle(cycle)), voted
+        durable = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True).vote_ceiling(GROUP)
+        assert durable >= voted, "the ceiling is durable before the vote leaves"
+        writes.append(durable != before)
+    assert 1 <= sum(writes) <= 2, "raised a step at a time, not at every election"
+    cycle.wal.close()
+    power_cut(root, "drop", 1)
+    shutil.rmtree(tmp_path / "node" / "groups" / GROUP)  # the whole group directory: no hard state at all
+
+    node, cycle = _open(root, GroupRecord.open(OsDisk(root, shadow=True), node_existed=True))
+    try:
+        status = node.status()
+        assert status.repairing and node.vote_fence_term >= voted
+        assert node.current_term == node.vote_fence_term and node.voted_for is None
+        # A leader of an older term, or of the term it voted in, is refused (the answer carries the fence
+        # term) ...
+        for term in (voted - 1, voted):
+            node.step(AppendEntries(from_id="n3", to_id="n1", term=term, leader_id="n3", prev_log_index=0,
+                                    prev_log_term=0, leader_commit=0, heartbeat=True))
+            answers = _cycle(cycle)
+            assert answers and all(not m.success and m.term == node.vote_fence_term for m in answers), term
+            assert node.leader_id is None
+        # ... and no second vote in the term it voted in, nor up to the fence.
+        for term in (voted, node.vote_fence_term):
+            node.step(RequestVote(from_id="n3", to_id="n1", term=term, last_log_index=99, last_log_term=term))
+            assert not _granted(_cycle(cycle)), term
+    finally:
+        cycle.wal.close()
+
+
+def test_a_version_1_record_is_read_and_the_open_covers_the_recovered_term(tmp_path):
+    root = str(tmp_path / "node")
+    record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
+    node, cycle = _open(root, record)
+    _first_durable_cycle(cycle)
+    node.step(RequestVote(from_id="n2", to_id="n1", term=2, last_log_index=node.log.last_index,
+                          last_log_term=node.log.last_term()))
+    assert _granted(_cycle(cycle))
+    cycle.wal.close()
+    # The same node under the previous release: its record has version 1 and no ceilings.
+    disk = OsDisk(root)
+    body = json.dumps({"version": 1, "groups": [GROUP], "unknown_through_meta_index": None}).encode()
+    disk.write_atomic(GROUP_RECORD_FILE, file_header(GROUP_RECORD_FILE_TYPE)
+                      + encode_record(Kind.GROUP_RECORD, 1, 0, body))
+    old = GroupRecord.open(disk, node_existed=True)
+    assert not old.lost and old.recorded(GROUP) and old.vote_ceiling(GROUP) == 0
+    node, cycle = _open(root, old)
+    cycle.wal.close()
+    assert node.current_term == 2
+    assert GroupRecord.open(OsDisk(root), node_existed=True).vote_ceiling(GROUP) >= 2, "covered at open"

@@ -11,14 +11,17 @@ repairing-node-votes 2 (repairing-vote), no-prevote 0 (term-inflation), forget-v
 catches: truncate-on-corruption 44 (crash: the core's rule-5 invariant refused to truncate a committed entry;
 with 1-6 ticks it was seed 5, double-vote, a flipped hard-state slot unnoticed), forget-vote-on-restart 4,
 no-prevote 1. no-vote-fence (issue #14) needs the opt-in fault kind `lost-vote` (`faults.py`: a leadership
-transfer's vote reaches one atlas voter only, which loses it at rest and is repaired by the old leader in the
-term below): caught at seed 9 (double-vote: the repaired voter campaigns in the term of the vote it lost).
-Without it, 1000 mixed and 300 five-node seeds did not catch it. Since the storage fault kind joined `all`
-(and compaction stopped writing a witness checkpoint the log does not cover, which had made seed 5 a false
-`durability` for the real code and the mutants), the first seed the mutant fails is 40, leader-completeness,
-and the real code fails it too: the open hole of issue #14 (a voter restored at V-1 and fenced through V
-acknowledges the term-(V-1) leader's entries after a candidate won V with its lost vote). The mutant's own
-catches come later (61, 85, 171: double-vote). That case is a strict xfail until the hole is closed.
+transfer's vote reaches one atlas voter only, which loses it at rest): without it, 1000 mixed and 300
+five-node seeds did not catch it. It was a strict xfail while the real code failed the same seeds (issue
+#14: a voter restored at V-1 and fenced through V acknowledged the term-(V-1) leader's entries after a
+candidate won V with its lost vote; seeds 40, 102, 134, 137 of 0-199).
+Since a fenced restore starts in its fence term (`raft.vote_fence` invariant 4) and the node record keeps
+a vote-term ceiling, the real code passes them, and the mutant is first caught at seed 40
+(leader-completeness: without the fence it restores at V-1 and acknowledges the old leader, the very hole).
+The storage mutant `no-vote-ceiling` fails seeds 134 and 137 exactly as the code before the ceiling did.
+`lost-vote` stays opt-in: the real code still fails meta seed 35 (double-vote) and stream seed 38
+(leader-completeness) of 0-299, each a voter that lost its record of started groups as well as its group
+directory (no ceiling left: the documented gap, `runtime.group_record` decision 8).
 """
 
 from __future__ import annotations
@@ -46,8 +49,10 @@ EXPECTED = {
     # A commit resting on the leader's unsynced copy survives its crash on a minority only.
     # (or the core's own rule-5 check refuses to truncate the entry a follower saw committed: `crash`)
     "leader-counts-unsynced": {"state-machine-safety", "leader-completeness", "acked-lost", "log-matching", "crash"},
-    # A vote lost with a damaged hard-state slot, cast again after the repair (issue #14, hole 3).
-    "no-vote-fence": {"double-vote", "election-safety"},
+    # A vote lost with a damaged hard-state slot, cast again after the repair (issue #14, hole 3); or, not
+    # fenced, the restore stays below the lost vote's term and acknowledges the old leader's entries after
+    # a leader of that term was elected without them (`leader-completeness`).
+    "no-vote-fence": {"double-vote", "election-safety", "leader-completeness"},
 }
 
 
@@ -59,14 +64,7 @@ def test_every_mutant_is_listed() -> None:
 EXTRA_FAULTS = {"no-vote-fence": frozenset({"lost-vote"})}
 
 
-# Open hole (issue #14): with `lost-vote` the real code fails mixed seeds 40, 102, 134 (leader-completeness) of
-# 0-199, so the first seed that fails the mutant is one the real code fails too. Strict: once the restore
-# stops acknowledging lower-term leaders, this passes and the mark must go.
-OPEN_HOLE = pytest.mark.xfail(strict=True, reason="issue #14: real code fails lost-vote seed 40 (leader-completeness)")
-
-
-@pytest.mark.parametrize("mutant", [pytest.param(m, marks=OPEN_HOLE) if m == "no-vote-fence" else m
-                                    for m in sorted(EXPECTED)])
+@pytest.mark.parametrize("mutant", sorted(EXPECTED))
 def test_mutant_is_caught_within_500_seeds(mutant: str) -> None:
     faults = frozenset(FAULT_KINDS) | EXTRA_FAULTS.get(mutant, frozenset())
     configs = [config_for(seed, nodes="mixed", mutant=mutant, faults=faults) for seed in range(SEEDS_MAX)]
@@ -78,3 +76,17 @@ def test_mutant_is_caught_within_500_seeds(mutant: str) -> None:
     honest = run_seed(config_for(caught.seed, nodes="mixed", faults=faults))
     assert honest.ok, f"the real code fails seed {caught.seed} too: [{honest.invariant}] {honest.detail}"
     print(f"{mutant}: caught at seed {caught.seed} by {caught.invariant}: {caught.detail}")
+
+
+@pytest.mark.parametrize("seed, invariant", [(134, "leader-completeness"), (137, "double-vote")])
+def test_mutant_no_vote_ceiling_fails_the_seeds_the_ceiling_closed(seed: int, invariant: str) -> None:
+    """Issue #14, hole 1's fence for a lost group directory: with `lost-vote` (and `storage`) these seeds
+    failed the real code before the node record kept a vote-term ceiling (a voter that lost its whole group
+    directory was fenced only through term 1). The storage mutant `no-vote-ceiling` (the ceiling never
+    raised) fails them the same way; the real code passes them."""
+    faults = frozenset(FAULT_KINDS) | {"lost-vote"}
+    assert "storage" in faults
+    caught = run_seed(config_for(seed, nodes="mixed", mutant="no-vote-ceiling", faults=faults))
+    assert not caught.ok and caught.invariant == invariant, caught.detail
+    honest = run_seed(config_for(seed, nodes="mixed", faults=faults))
+    assert honest.ok, f"[{honest.invariant}] {honest.detail}"

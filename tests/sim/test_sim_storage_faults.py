@@ -64,7 +64,9 @@ def test_a_lost_group_directory_restarts_repairing_and_the_run_passes() -> None:
 
 def test_a_lost_raft_directory_beside_a_kept_store_restarts_repairing() -> None:
     sim = _run(3, app="stream")
-    assert sim.storage_faults.fired["lose-raft"] == 1
+    # Twice since a fenced restore starts in its fence term (`raft.vote_fence` invariant 4): the run's
+    # elections, and so its restarts, changed; each restart after the loss is checked below.
+    assert sim.storage_faults.fired["lose-raft"] >= 1
     starts = _next_starts_after(sim, "lost its Raft directory (the store kept) at rest")
     assert starts and all("repairing (storage UUID changed" in start for start in starts), starts
 

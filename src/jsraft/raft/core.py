@@ -118,6 +118,10 @@ class RaftNode(SafetyRules):
         self.repair_verified_index = snapshot_index if self.repairing else last_index
         self.vote_unknown = verdict.vote_unknown
         self.vote_fence_term = self.rule_vote_fence(hard_state, self.repairing)
+        if self.vote_fence_term > self.current_term:
+            # Rule 7 (`vote_fence`, invariant 4): a fenced restore starts in the fence term, with no vote,
+            # so it never acknowledges a leader of a term its lost write may have voted past.
+            self.current_term, self.voted_for = self.vote_fence_term, None
         # A bootstrapped group's first term counts as durable for the one-step rule (`vote_fence`): storage
         # that loses the first write is empty again, a member that never started.
         self.bootstrap_term = 0 if restored.entries_persisted else hard_state.current_term

@@ -13,7 +13,9 @@ Owns: the storage-fault rules that are about a replica's own damage.
           have voted under its old identity: it is repairing. `maybe_finish_repair` and
           `accept_data_loss`: every replica that leaves repairing fences its vote (`vote_fence`): no vote
           in the current term, nor in any term up to its restored term + 1 (a damaged hard-state slot
-          loses a vote as surely as lost storage does, and the one-step rule bounds its term).
+          loses a vote as surely as lost storage does, and the one-step rule bounds its term). A replica
+          restored repairing starts in that fence term with no vote (`vote_fence` invariant 4), so the
+          leader that repairs it is of the fence term or above, never an older one it no longer may follow.
 
 Invariants:
   1. A repairing replica is never leader.

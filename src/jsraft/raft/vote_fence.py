@@ -12,7 +12,11 @@ a vote (granted, or a candidate's own) is written only in a term at most one abo
 (`fence_on_restore`): whatever it voted for in the lost write is in a term it will not vote in again. A
 repairing restore of any cause is fenced: a persisted `repairing` flag no longer says whether the hard state
 was damaged before the restart. A whole lost hard state (both slots, or the node's storage) has no intact
-neighbour and is not bounded this way: its fence is the restored term + 1 as well, best effort.
+neighbour and is not bounded this way: its fence is the restored term + 1 as well, best effort, unless the
+node's record of started groups holds a vote-term ceiling for the group (`runtime.group_record`): a group
+whose whole storage was lost restores fenced through that ceiling. A restored replica starts IN its fence
+term (invariant 4): it refuses every leader of a lower term, and the cost is one election when a
+repairing replica rejoins (its answer deposes the leader it used to follow).
 
 Persisted form. The fence is a field of the hard state (`HardState.vote_fence_term`, body version 2 of the
 hard-state record, `wal.format`), durable like the vote: `Ready` persists a changed fence before any message
@@ -26,6 +30,12 @@ Invariants:
   2. A vote reaches a hard state only in a term at most `persisted_hard_state.current_term + 1`.
   3. The fence never shrinks while the replica runs, and it is in every hard state it persists, so a
      restart reads it back (`fence_on_restore`).
+  4. A restore starts in the fence term when the fence is above the restored term (`RaftNode._restore`:
+     `current_term` = the fence, no vote; persisted by the first Ready). Fencing votes alone is not enough:
+     a replica restored at V-1 and fenced through V still acknowledged the term-(V-1) leader's entries after
+     a candidate won V with the vote it lost, so an entry committed in V-1 could miss from V's leader
+     (leader-completeness; simulator `--faults all,lost-vote`, seeds 40 and 102). In the fence term it
+     refuses every lower-term leader, and votes again only from fence + 1.
 
 Imports: L0 (through siblings). Reference: DESIGN.md §4 (rule 7); the issue's case "n3 voted for n2 in term
 3, lost that slot, was repaired by n2 in term 3, then voted for n1 in term 3", and one term higher.

@@ -75,7 +75,8 @@ class GroupCycle:
     def __init__(self, *, name: str, node: RaftNode, wal: Wal, disk: Disk, state_machine: StateMachine,
                  marker: bytes | None, snapshot_every_entries: int | None,
                  on_snapshot: Callable[[int], None] = _ignore, on_applied: AppliedFn = _ignore,
-                 on_started: Callable[[], None] | None = None) -> None:
+                 on_started: Callable[[int], None] | None = None,
+                 on_term: Callable[[int], None] | None = None) -> None:
         invariant(snapshot_every_entries is None or snapshot_every_entries >= 1, "snapshot interval >= 1")
         invariant(state_machine.applied_index == node.log.applied_index,
                   "the state machine starts where the core thinks it is (invariant 3)")
@@ -90,6 +91,8 @@ class GroupCycle:
         self._marker = marker  # written with the first durable cycle, then None
         # Records the group as started, with the marker (`persist` step 3); None: no node record.
         self._on_started = on_started if marker is not None else None
+        # Raises the record's vote-term ceiling above a cycle's hard state (`persist` step 3); None: none.
+        self._on_term = on_term
         self._unsaved_hard_state: HardState | None = None
         self._snapshot_requested = False
         self._refused_at: int | None = None  # the applied index whose snapshot the machine refused
@@ -124,7 +127,9 @@ class GroupCycle:
             prepare = getattr(self.state_machine, "prepare_install", None)
             if prepare is not None:
                 prepare(rd.snapshot.meta)  # before the WAL drops the entries the snapshot covers
-        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker, started=started)
+        cover_term = self._on_term if hard_state is not None else None
+        return Work(ready=rd, hard_state=hard_state, compaction=compaction, marker=marker, started=started,
+                    cover_term=cover_term)
 
     def send_first(self, work: Work, send: SendFn) -> None:
         """Step 2's first half: a leader's messages, before its persistence (invariant 2)."""

@@ -29,7 +29,10 @@ Order within one group's work, and why (DESIGN §2, §4):
      returned), so no vote or acknowledgement leaves a group that is not on the record, and a group cut
      off before this point has sent nothing a peer counts on: it may bootstrap again. (A leader's
      `send_first` cycle is never a group's first durable cycle when it has peers: it won an election,
-     and its candidate cycle was durable.)
+     and its candidate cycle was durable.) `Work.started` gets the hard state's term, and on every later
+     cycle with a hard state `Work.cover_term` does: the record's vote-term ceiling is raised above it
+     before the cycle sends (`runtime.group_record` decision 6), so a lost group directory restores
+     fenced through every term this member may have voted in.
 
 Why the hard state goes after the entries (issue #13): saved before them, a crash in between would leave a
 durable watermark above a shorter log, a false "lost acknowledged data" finding (DESIGN §4, acked
@@ -81,8 +84,11 @@ class Work:
     compaction: Snapshot | None = None
     # Contents of `GROUP_MARKER`, on the group's first durable cycle.
     marker: bytes | None = None
-    # With the marker: records the group as started on the node's record (step 3), before any send.
-    started: Callable[[], None] | None = None
+    # With the marker: records the group as started on the node's record (step 3), before any send; told
+    # the hard state's term (the record's vote-term ceiling covers it, `runtime.group_record` decision 6).
+    started: Callable[[int], None] | None = None
+    # With a hard state on later cycles: the record's ceiling covers its term before any send (step 3).
+    cover_term: Callable[[int], None] | None = None
 
     @property
     def must_sync(self) -> bool:
@@ -157,5 +163,13 @@ def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False) -> None
         wal.sync()
     if work.marker is not None:
         disk.write_atomic(GROUP_MARKER, work.marker)
+    term = vote_term(work.hard_state)
     if work.started is not None:
-        work.started()
+        work.started(term)
+    elif work.cover_term is not None and term:
+        work.cover_term(term)
+
+
+def vote_term(hard_state: HardState | None) -> int:
+    """The highest term `hard_state` may hold a vote in (or fences): what the record's ceiling covers."""
+    return 0 if hard_state is None else max(hard_state.current_term, hard_state.vote_fence_term)

@@ -16,7 +16,8 @@ Decisions:
      started (`group_record`), which lives outside every group directory: `open_group` then passes
      `formatted=True`, so the same decision applies. The record (like the marker) names a group only from
      its first durable cycle on, before it sends: a member cut off before that cycle sent nothing a peer
-     counted on, and decision 2 lets it bootstrap again (`group_record` decision 5).
+     counted on, and decision 2 lets it bootstrap again (`group_record` decision 5). With the record's
+     vote-term ceiling (`vote_ceiling`), the lost member is fenced through it, not just through term 1.
   4. State machine: if the WAL holds a snapshot above the machine's `applied_index`, the machine is
      restored from it; the core is told the machine's applied index, so entries at or below it are not
      applied again (`state_machine` module docstring).
@@ -28,12 +29,14 @@ for both.
 Invariants:
   1. After `prepare`, `state_machine.applied_index >= snapshot index` (checked).
 
-Imports: L0, L1 (`raft`), L2 (`wal`), sibling `state_machine`. Never trio.
+Imports: attrs, L0, L1 (`raft`), L2 (`wal`), sibling `state_machine`. Never trio.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+import attrs
 
 from jsraft.errors import invariant
 from jsraft.raft.config import RestoredState
@@ -43,7 +46,7 @@ from jsraft.wal import Recovered
 
 
 def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequence[str] | None,
-            formatted: bool) -> RestoredState:
+            formatted: bool, vote_ceiling: int = 0) -> RestoredState:
     """The core's `RestoredState`, after restoring `state_machine` from the WAL's snapshot if needed
     (decision 4; an empty WAL has no snapshot, so a new member is never restored)."""
     snapshot = recovered.snapshot
@@ -53,7 +56,7 @@ def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequen
         state_machine.restore(data)
         applied = state_machine.applied_index
         invariant(applied == meta.index, f"restore() of snapshot {meta.index} set applied_index {applied}")
-    return restored_state(recovered, applied, voters=voters, formatted=formatted)
+    return restored_state(recovered, applied, voters=voters, formatted=formatted, vote_ceiling=vote_ceiling)
 
 
 def recovered_empty(recovered: Recovered) -> bool:
@@ -64,8 +67,9 @@ def recovered_empty(recovered: Recovered) -> bool:
 
 
 def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] | None,
-                   formatted: bool) -> RestoredState:
-    """The core's `RestoredState` for a state machine already at `applied` (decisions 1–3)."""
+                   formatted: bool, vote_ceiling: int = 0) -> RestoredState:
+    """The core's `RestoredState` for a state machine already at `applied` (decisions 1–3). `vote_ceiling`:
+    the node record's ceiling for the group (decision 3's fence when the storage is lost)."""
     snapshot = recovered.snapshot
     meta, data = snapshot if snapshot is not None else (None, None)
     empty = recovered_empty(recovered)
@@ -74,8 +78,12 @@ def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] 
             return RestoredState.bootstrap(tuple(voters))
         return RestoredState()
     snapshot_index = meta.index if meta is not None else 0
+    hard_state = recovered.hard_state
+    if empty and vote_ceiling > hard_state.vote_fence_term:
+        # Decision 3 with the node record's ceiling (`runtime.group_record` decision 7): no vote up to it.
+        hard_state = attrs.evolve(hard_state, vote_fence_term=vote_ceiling)
     return RestoredState(
-        hard_state=recovered.hard_state,
+        hard_state=hard_state,
         conf_state=meta.conf if meta is not None else ConfState(voters=()),
         snapshot=meta,
         snapshot_data=data,

@@ -84,12 +84,13 @@ class Group:
 
     def __init__(self, *, name: str, node: RaftNode, wal: Wal, disk: Disk, state_machine: StateMachine,
                  book: ProposalBook, marker: bytes | None, snapshot_every_entries: int | None,
-                 inbox_messages_max: int, on_started: Callable[[], None] | None = None) -> None:
+                 inbox_messages_max: int, on_started: Callable[[int], None] | None = None,
+                 on_term: Callable[[int], None] | None = None) -> None:
         self.name = name
         self.book = book
         self.cycle = GroupCycle(name=name, node=node, wal=wal, disk=disk, state_machine=state_machine,
                                 marker=marker, snapshot_every_entries=snapshot_every_entries,
-                                on_snapshot=book.on_snapshot, on_started=on_started,
+                                on_snapshot=book.on_snapshot, on_started=on_started, on_term=on_term,
                                 on_applied=lambda entries, results: book.on_applied(entries, results, self._lost))
         self.node = node
         self.wal = wal

@@ -32,6 +32,25 @@ When a group goes on the record (`on_open`, `started`) — "started" means "a pe
      group that DID complete a durable cycle and then lost its directory is on the record: never a fresh
      bootstrap (issue 14, hole 1).
 
+The vote-term ceiling (issue 14, hole 1's fence for a lost group directory). A group's vote fence lives in
+its hard state, inside the group's directory; when the whole directory is lost, nothing there says which
+terms this member may have voted in, and a fence of "restored term + 1 = 1" let a node that voted for X in
+term T be repaired by an old leader of a lower term, or vote again in T (simulator `lost-vote` seeds 134,
+137). So the record also keeps, per group, a ceiling above every term a durable hard state of that group
+has held (`cover_term`):
+  6. Before any message leaves a cycle whose durable hard state has a term (or fence) above the group's
+     ceiling, the record is rewritten with ceiling = that term + `VOTE_CEILING_STEP` (the step amortises
+     the record's fsyncs over elections). `replica.persist.sync_work` calls it after the WAL's fsync,
+     before the cycle sends, in both drivers; with the group's first durable cycle it rides on `started`
+     (one write). A crash between the WAL's fsync and the record's write sent nothing from that term, and
+     `open_storage` covers the recovered hard state's term before the group opens, so a restart (or a
+     record of version 1, which has no ceilings) is covered before it sends anything.
+  7. A group on the record that lost its storage restores fenced through its ceiling (`vote_ceiling`,
+     `replica.restore.restored_state`) and, by `raft.vote_fence` invariant 4, in that term.
+  8. Version 1 records (before the ceiling) are read: no ceiling, so a group lost before its first cycle
+     on the new version keeps the old best effort (restored term + 1). The record itself lost (decision 2)
+     has no ceilings either: the same best effort — the one remaining gap, two independent losses.
+
 Invariants:
   1. A group is on the record, durably (write-temp, fsync, rename, fsync directory), before it sends any
      message after its first durable cycle (decisions 4, 5), so before any vote or acknowledgement.
@@ -59,16 +78,19 @@ log = logging.getLogger(__name__)
 
 GROUP_RECORD_FILE = "groups.rec"
 GROUP_RECORD_FILE_TYPE = 24
-_VERSION = 1
+_VERSION = 2  # 2: vote-term ceilings (decision 6); version 1 is still read (decision 8)
+_VERSIONS_READ = (1, 2)
+VOTE_CEILING_STEP = 8
 
 
 class GroupRecord:
     """The durable set of groups this storage started (invariant 4: thread-safe)."""
 
     def __init__(self, disk: Disk, names: set[str], *, unknown_through_meta_index: int | None,
-                 generation: int) -> None:
+                 generation: int, ceilings: dict[str, int] | None = None) -> None:
         self._disk = disk
         self._names = names
+        self._ceilings: dict[str, int] = dict(ceilings or {})
         self.unknown_through_meta_index = unknown_through_meta_index
         self._generation = generation
         self._lock = threading.Lock()
@@ -107,16 +129,19 @@ class GroupRecord:
         if view.kind != Kind.GROUP_RECORD or view.offset + view.length != len(data):
             raise CorruptRecord("not exactly one group record")
         body = json.loads(bytes(data[view.offset + HEADER_BYTES: view.offset + view.length]))
-        if body.get("version") != _VERSION:
+        if body.get("version") not in _VERSIONS_READ:
             raise BadFileFormat(f"{GROUP_RECORD_FILE}: unknown version {body.get('version')!r}")
         floor = body["unknown_through_meta_index"]
+        ceilings = {str(name): int(term) for name, term in body.get("vote_ceilings", {}).items()}
         return cls(disk, {str(name) for name in body["groups"]},
-                   unknown_through_meta_index=None if floor is None else int(floor), generation=view.ident_a)
+                   unknown_through_meta_index=None if floor is None else int(floor), generation=view.ident_a,
+                   ceilings=ceilings)
 
     def _write(self) -> None:
         self._generation += 1
         body = json.dumps({"version": _VERSION, "groups": sorted(self._names),
-                           "unknown_through_meta_index": self.unknown_through_meta_index}, sort_keys=True)
+                           "unknown_through_meta_index": self.unknown_through_meta_index,
+                           "vote_ceilings": self._ceilings}, sort_keys=True)
         self._disk.write_atomic(GROUP_RECORD_FILE, file_header(GROUP_RECORD_FILE_TYPE)
                                 + encode_record(Kind.GROUP_RECORD, self._generation, 0, body.encode()))
 
@@ -159,10 +184,35 @@ class GroupRecord:
             self.add(name)
         return formatted
 
-    def started(self, name: str) -> None:
-        """Group `name` completed its first durable cycle and has sent nothing since: record it before it
-        does (decision 5, invariant 1). Called on the cycle's worker thread."""
-        self.add(name)
+    def started(self, name: str, term: int = 0) -> None:
+        """Group `name` completed its first durable cycle, whose hard state holds `term`, and has sent
+        nothing since: record it, and cover `term` (decision 6), in one write before it does (decision 5,
+        invariant 1). Called on the cycle's worker thread."""
+        with self._lock:
+            changed = self._raise_ceiling(name, term)
+            if name not in self._names:
+                self._names.add(name)
+                changed = True
+            if changed:
+                self._write()
+
+    def vote_ceiling(self, name: str) -> int:
+        """Group `name`'s ceiling: above every term its durable hard states held (0: none recorded)."""
+        with self._lock:
+            return self._ceilings.get(name, 0)
+
+    def cover_term(self, name: str, term: int) -> None:
+        """Decision 6: a hard state of group `name` with `term` (or fence) is durable and its cycle has not
+        sent yet; raise the ceiling durably when `term` is above it. Cheap when it is not."""
+        with self._lock:
+            if self._raise_ceiling(name, term):
+                self._write()
+
+    def _raise_ceiling(self, name: str, term: int) -> bool:
+        if term <= self._ceilings.get(name, 0):
+            return False
+        self._ceilings[name] = term + VOTE_CEILING_STEP
+        return True
 
     def add(self, name: str) -> None:
         """Record `name` durably (invariant 1); a no-op when it is there."""
@@ -174,8 +224,9 @@ class GroupRecord:
     def discard(self, name: str) -> None:
         """Forget `name` after its group's data was deleted on purpose (invariant 3)."""
         with self._lock:
-            if name in self._names:
+            if name in self._names or name in self._ceilings:
                 self._names.discard(name)
+                self._ceilings.pop(name, None)
                 self._write()
 
     def names(self) -> list[str]:

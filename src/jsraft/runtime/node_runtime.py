@@ -72,7 +72,7 @@ from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import Job, open_storage, persist_jobs, started_fn
+from jsraft.runtime.persist import Job, ceiling_fn, open_storage, persist_jobs, started_fn, vote_ceiling
 from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
@@ -161,9 +161,9 @@ class NodeRuntime:
 
     def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
                      state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,
-                     formatted: bool, snapshot_every_entries: int | None,
-                     proposals_in_flight_max: int | None) -> Group:
-        restored = prepare(recovered, state_machine, voters=voters, formatted=formatted)
+                     formatted: bool, snapshot_every_entries: int | None, proposals_in_flight_max: int | None) -> Group:
+        restored = prepare(recovered, state_machine, voters=voters, formatted=formatted,
+                           vote_ceiling=vote_ceiling(self.group_record, name))
         node = RaftNode(config, random.Random(self._rng.getrandbits(64)), restored)
         if recovered.reasons:
             log.warning("group %s: recovery findings: %s", name, "; ".join(recovered.reasons))
@@ -171,7 +171,7 @@ class NodeRuntime:
         return Group(name=name, node=node, wal=wal, disk=group_disk, state_machine=state_machine, book=book,
                      marker=None if formatted else marker_contents(name, self.node_id),
                      snapshot_every_entries=snapshot_every_entries, inbox_messages_max=self.inbox_messages_max,
-                     on_started=started_fn(self.group_record, name))
+                     on_started=started_fn(self.group_record, name), on_term=ceiling_fn(self.group_record, name))
 
     async def close_group(self, name: str) -> None:
         """Close group `name` here: refuse new work, wait for its in-flight fsync, close its WAL."""

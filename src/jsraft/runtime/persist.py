@@ -15,7 +15,9 @@ Invariants:
   4. `open_storage` asks the node's `GroupRecord` whenever a group's marker is missing: a lost group
      directory took the marker with it, and only the record tells that from a group never started. It
      records a group with durable state at once; one with nothing durable is recorded by the cycle after
-     its first durable cycle (`started_fn`, `group_record` decisions 4, 5).
+     its first durable cycle (`started_fn`, `group_record` decisions 4, 5). It also covers the recovered
+     hard state's term with the record's vote-term ceiling before the group opens (`group_record`
+     decision 6: a crash between a WAL fsync and the ceiling's write, or a version-1 record).
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), attrs. Reference: DESIGN §2, §12.
 """
@@ -74,11 +76,24 @@ def open_storage(disk: Disk, name: str, segment_bytes: int, record: GroupRecord 
     if record is not None:
         formatted = record.on_open(name, formatted=formatted, empty=recovered_empty(recovered),
                                    assigned_index=assigned_index)
+        record.cover_term(name, persist.vote_term(recovered.hard_state))
     return wal, recovered, formatted
 
 
-def started_fn(record: GroupRecord | None, name: str) -> Callable[[], None] | None:
+def started_fn(record: GroupRecord | None, name: str) -> Callable[[int], None] | None:
     """What the cycle calls after group `name`'s first durable cycle, before it sends (invariant 4)."""
     if record is None:
         return None
     return functools.partial(record.started, name)
+
+
+def ceiling_fn(record: GroupRecord | None, name: str) -> Callable[[int], None] | None:
+    """What the cycle calls with a durable hard state's term, before it sends (`group_record` decision 6)."""
+    if record is None:
+        return None
+    return functools.partial(record.cover_term, name)
+
+
+def vote_ceiling(record: GroupRecord | None, name: str) -> int:
+    """Group `name`'s recorded vote-term ceiling, for a restore that lost its storage (0: none)."""
+    return 0 if record is None else record.vote_ceiling(name)

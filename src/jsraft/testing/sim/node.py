@@ -33,8 +33,8 @@ Invariants:
      invariant 3; a breach is an `InvariantViolation`, reported as `crash`).
   3. Each node's randomness (core RNG per incarnation, disk faults) comes from its own sub-generator.
 
-Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.replica`, `jsraft.runtime.persist` (`started_fn`),
-`jsraft.testing.simdisk`, siblings.
+Imports: stdlib, attrs, `jsraft.raft`, `jsraft.wal`, `jsraft.replica`, `jsraft.runtime.persist` (`started_fn`,
+`ceiling_fn`, `vote_ceiling`), `jsraft.testing.simdisk`, siblings.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from jsraft.raft import (
 from jsraft.raft.messages import Message
 from jsraft.replica import GroupCycle, Work, marker_contents, persist, restored_state
 from jsraft.replica.state_machine import SnapshotUnavailable
-from jsraft.runtime.persist import started_fn
+from jsraft.runtime.persist import ceiling_fn, started_fn, vote_ceiling
 from jsraft.testing.sim.app import RegisterApp
 from jsraft.testing.sim.node_storage import NodeStorage
 from jsraft.testing.sim.violation import Violation
@@ -201,7 +201,8 @@ class NodeDriver:
         self.checker.on_restart(self.node_id, recovered, self.setup.corruptible or self._unstarted_repair)
         snapshot = recovered.snapshot
         index, data = (snapshot[0].index, snapshot[1]) if snapshot is not None else (0, None)
-        restored = restored_state(recovered, index, voters=self.setup.bootstrap_voters, formatted=formatted)
+        restored = restored_state(recovered, index, voters=self.setup.bootstrap_voters, formatted=formatted,
+                                  vote_ceiling=vote_ceiling(self.storage.record, GROUP))
         self.incarnation += 1
         core_rng = random.Random(self.rng.getrandbits(64))
         self.node = node = self.setup.node_class(self.setup.raft_config, core_rng, restored)
@@ -211,7 +212,8 @@ class NodeDriver:
         self.cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=self.disk, state_machine=SimMachine(self),
                                 marker=None if formatted else marker_contents(GROUP, self.node_id),
                                 snapshot_every_entries=self.setup.compact_every_entries,
-                                on_applied=self._on_applied, on_started=started_fn(self.storage.record, GROUP))
+                                on_applied=self._on_applied, on_started=started_fn(self.storage.record, GROUP),
+                                on_term=ceiling_fn(self.storage.record, GROUP))
         status = node.status()
         self.storage.opened(status.last_index)
         if status.repairing and not self.durable_once and self.incarnation > 1:

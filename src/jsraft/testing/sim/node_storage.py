@@ -62,8 +62,19 @@ class ForgetfulRecord(GroupRecord):
         return False
 
 
+class CeilinglessRecord(GroupRecord):
+    """Mutant `no-vote-ceiling` (`storage_faults.STORAGE_MUTANTS`): the record never raises a group's
+    vote-term ceiling, so a group whose directory is gone restores fenced only through term 1, as before
+    the ceiling (issue #14: a node that voted in T can be repaired by a lower-term leader, or vote in T
+    again)."""
+
+    def _raise_ceiling(self, name: str, term: int) -> bool:
+        return False
+
+
 class NodeStorage:
-    def __init__(self, node_id: str, *, forgetful: bool = False, lock: bool = True) -> None:
+    def __init__(self, node_id: str, *, forgetful: bool = False, lock: bool = True,
+                 ceiling: bool = True) -> None:
         self.node_id = node_id
         self.root = SimDisk(random.Random(0), corruption_allowed=False)
         self.record: GroupRecord | None = None
@@ -71,7 +82,7 @@ class NodeStorage:
         # Removed by `close()`, or when this object is collected (a driver built outside a simulation).
         self._remove_dir = weakref.finalize(self, shutil.rmtree, self.lock_dir, True)
         self._lock: StoreLock | None = None
-        self._record_class = ForgetfulRecord if forgetful else GroupRecord
+        self._record_class = ForgetfulRecord if forgetful else GroupRecord if ceiling else CeilinglessRecord
         self._locks = lock  # False: mutant `no-store-lock`, the node never takes its lock
 
     @property

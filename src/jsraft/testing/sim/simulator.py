@@ -120,7 +120,7 @@ class Simulation:
         disk = SimDisk(_sub(node_rng), corruption_allowed=corruptible,
                        read_flip_probability=knobs.read_flip if corruptible else 0.0)
         storage = NodeStorage(node_id, forgetful=config.mutant == "forget-lost-groups",
-                              lock=config.mutant != "no-store-lock")
+                              lock=config.mutant != "no-store-lock", ceiling=config.mutant != "no-vote-ceiling")
         driver = NodeDriver(setup, node_rng, disk, self.network, self.checker, self.trace, self.app, storage)
         driver.before_restart = partial(self.storage_faults.at_rest, self)
         driver.on_power_cut = partial(self.storage_faults.on_power_cut, self)

@@ -31,7 +31,9 @@ while the node is down, before production's start-up reads anything.
 
 Mutants (`--mutant`, real Raft core): `forget-lost-groups` — the record never says a group lost its storage
 (`node_storage.ForgetfulRecord`), so a lost directory bootstraps a new log at term 0 that may vote for a
-stale candidate; `no-store-lock` — nodes never take their store lock, so a second opener is not refused.
+stale candidate; `no-store-lock` — nodes never take their store lock, so a second opener is not refused;
+`no-vote-ceiling` — the record never raises a group's vote-term ceiling (`node_storage.CeilinglessRecord`),
+so a lost directory restores fenced only through term 1 and may vote again in a term it voted in.
 
 Invariants:
   1. Every choice comes from this module's own generator, seeded from the run's seed without drawing from
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
 STORAGE_MUTANTS = {
     "forget-lost-groups": "the record of started groups never reports a lost group (a lost directory bootstraps)",
     "no-store-lock": "nodes never take their store lock (a second process on a node's directory is not refused)",
+    "no-vote-ceiling": "the record never raises a vote-term ceiling (a lost directory is fenced through term 1)",
 }
 _STREAM_DIR = "stream"  # the stream app's store and install mark (`stream_app.STREAM_DIR`)
 _LOSSES = (("lose-group", 3), ("lose-raft", 2), ("lose-marker", 2), ("lose-record", 2), ("lose-record+group", 1))

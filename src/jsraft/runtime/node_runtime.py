@@ -12,8 +12,8 @@ The ready loop, one cycle at a time:
      its `Ready` (and an own snapshot when one is due). Those groups are now busy: inputs for them wait
      (see `group`, invariant 1).
   2. Persist: all of the cycle's writes, then one fsync per touched file, in worker threads
-     (`run_in_worker`, by default `trio.to_thread.run_sync`; at most `fsync_threads_max` at once, each
-     taking a share of the groups). While they run, proposals and messages keep arriving; they
+     (`run_in_worker`, by default the node's own persistent threads, `workers.WorkerThreads`; at most
+     `fsync_threads_max` at once, each taking a share of the groups). While they run, proposals and messages keep arriving; they
      accumulate and go into the NEXT cycle — that is group commit: one fsync covers everything that
      arrived during the previous one. Groups with nothing to write (heartbeats, a commit-hint change,
      applying entries already durable here) skip this step and are finished before the others' fsync.
@@ -77,6 +77,7 @@ from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
 from jsraft.runtime.ticker import Ticker
+from jsraft.runtime.workers import WorkerThreads
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class NodeRuntime:
     def __init__(self, node_id: str, disk: Disk, clock: Clock, rng: random.Random, send: SendFn, *,
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
-                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None,
+                 run_in_worker: WorkerFn | None = None, group_record: GroupRecord | None = None,
                  send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
@@ -103,7 +104,11 @@ class NodeRuntime:
         self.proposals_in_flight_max, self.inbox_messages_max = proposals_in_flight_max, inbox_messages_max
         self.fsync_threads_max = fsync_threads_max
         self.wal_segment_bytes = wal_segment_bytes
-        self._run_in_worker = run_in_worker
+        # The cycles' disk half runs on the node's own persistent threads (`workers`), unless a test injects
+        # its own worker; opening a group's storage (rare, and slow anyway) on trio's thread cache.
+        self._workers = WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max) if run_in_worker is None else None
+        self._run_in_worker: WorkerFn = run_in_worker or trio.to_thread.run_sync
+        self._run_cycle: WorkerFn = run_in_worker or self._workers.run  # type: ignore[union-attr]
         self.group_record = group_record  # what this storage started; None: the group markers only
         self._rng, self._send = rng, send
         self._groups: dict[str, Group] = {}
@@ -317,6 +322,8 @@ class NodeRuntime:
             self._closed = True
             for group in self._groups.values():
                 group.close("the runtime stopped")
+            if self._workers is not None:
+                self._workers.close()
 
     async def _ready_loop(self) -> None:
         while True:
@@ -391,9 +398,9 @@ class NodeRuntime:
         jobs = [Job(group.wal, group.disk, work) for group, work in batch]
         shares = min(self.fsync_threads_max, len(jobs))
         if shares == 1:
-            await self._run_in_worker(persist_jobs, jobs)
+            await self._run_cycle(persist_jobs, jobs)
         else:
             async with trio.open_nursery() as nursery:
                 for share in range(shares):
-                    nursery.start_soon(self._run_in_worker, persist_jobs, jobs[share::shares])
+                    nursery.start_soon(self._run_cycle, persist_jobs, jobs[share::shares])
         return [job.error for job in jobs]

@@ -17,8 +17,10 @@ The ready loop, one cycle at a time:
      accumulate and go into the NEXT cycle — that is group commit: one fsync covers everything that
      arrived during the previous one. Groups with nothing to write (heartbeats, a commit-hint change,
      applying entries already durable here) skip this step and are finished before the others' fsync.
-  3. Only after the fsyncs returned: send each group's messages, apply its committed entries (settling
-     proposals with the state machine's results), `advance()`, and feed it what waited.
+  3. Only after the fsyncs returned: send each group's messages; then (after two passes of the event loop
+     when any were sent, so the transport writes a follower's acknowledgement before this node applies)
+     apply each group's committed entries (settling proposals with the state machine's results),
+     `advance()`, and feed it what waited.
 
 Backpressure: each group admits at most `proposals_in_flight_max` proposals that have not settled;
 `propose` waits for a free slot (cancellable). Inboxes of messages that arrive while a group is busy are
@@ -84,6 +86,12 @@ log = logging.getLogger(__name__)
 
 # Runs blocking work off the trio thread (`await run_in_worker(fn, *args)`): trio's, a limited one, or a test's.
 WorkerFn = Callable[..., Awaitable[Any]]
+
+
+def _sends_after_persist(work: Work) -> bool:
+    """Whether `send_messages` sent anything for `work` (a leader's messages went before its persistence)."""
+    rd = work.ready
+    return rd is not None and not rd.send_first and bool(rd.messages)
 
 
 class NodeRuntime:
@@ -364,11 +372,22 @@ class NodeRuntime:
             self._finish(group, work)
         pending = [(group, work) for group, work in batch if work.needs_disk]
         errors = await self._persist(pending)
+        persisted, sent = [], False
         for (group, work), error in zip(pending, errors):
             if error is not None:
                 self._fail(group, f"storage failed: {error!r}")
                 continue
             group.send_messages(work, self._send)
+            persisted.append((group, work))
+            sent = sent or _sends_after_persist(work)
+        if sent:
+            # A follower's acknowledgement is what its leader's commit waits for: let the transport put it
+            # on the wire before this node applies (the apply is on nobody's path). Two passes of the
+            # loop: a writer woken now runs in the next one, but trio orders each pass's tasks at random.
+            # Shielded: a cycle whose persistence completed is finished, as shutdown promises.
+            for _ in range(2):
+                await trio.lowlevel.cancel_shielded_checkpoint()
+        for group, work in persisted:
             self._finish(group, work)
 
     def _finish(self, group: Group, work: Work) -> None:

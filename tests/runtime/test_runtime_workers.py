@@ -17,7 +17,7 @@ import trio
 
 from runtime_harness import GROUP, Cluster, eventually, os_disks
 
-from jsraft.runtime import node_runtime
+from jsraft.runtime import persist
 from jsraft.runtime.workers import WorkerThreads
 
 
@@ -116,12 +116,12 @@ async def test_close_ends_the_threads_and_refuses_calls():
 
 async def test_the_runtime_persists_its_cycles_on_its_own_threads_by_default(tmp_path, monkeypatch):
     threads: set[str] = set()
-    persist_jobs = node_runtime.persist_jobs
+    persist_jobs = persist.persist_jobs
 
     def recording(jobs):
         threads.add(threading.current_thread().name)
         return persist_jobs(jobs)
-    monkeypatch.setattr(node_runtime, "persist_jobs", recording)
+    monkeypatch.setattr(persist, "persist_jobs", recording)
     async with trio.open_nursery() as nursery:
         cluster = Cluster(nursery, disks=os_disks(tmp_path, ["n1", "n2", "n3"]),
                           runtime_options={"run_in_worker": None})

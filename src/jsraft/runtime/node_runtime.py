@@ -11,16 +11,15 @@ The ready loop, one cycle at a time:
   1. Collect: from every group that got an input since it was last looked at and has pending work, take
      its `Ready` (and an own snapshot when one is due). Those groups are now busy: inputs for them wait
      (see `group`, invariant 1).
-  2. Persist: all of the cycle's writes, then one fsync per touched file, in worker threads
-     (`run_in_worker`, by default the node's own persistent threads, `workers.WorkerThreads`; at most
-     `fsync_threads_max` at once, each taking a share of the groups). While they run, proposals and messages keep arriving; they
-     accumulate and go into the NEXT cycle — that is group commit: one fsync covers everything that
-     arrived during the previous one. Groups with nothing to write (heartbeats, a commit-hint change,
-     applying entries already durable here) skip this step and are finished before the others' fsync.
-  3. Only after the fsyncs returned: send each group's messages; then (after two passes of the event loop
-     when any were sent, so the transport writes a follower's acknowledgement before this node applies)
-     apply each group's committed entries (settling proposals with the state machine's results),
-     `advance()`, and feed it what waited.
+  2. Persist: all of the cycle's writes, then one fsync per touched file, on the node's persistent
+     worker threads (`workers`; at most `fsync_threads_max` at once, each taking a share of the groups).
+     While they run, proposals and messages keep arriving; they accumulate and go into the NEXT cycle —
+     that is group commit: one fsync covers everything that arrived during the previous one. Groups with
+     nothing to write (heartbeats, a commit-hint change, applying entries already durable here) skip
+     this step and are finished before the others' fsync.
+  3. Only after the fsyncs returned: send each group's messages; let the transport write them (a
+     follower's acknowledgement goes before its apply); apply each group's committed entries (settling
+     proposals with the state machine's results), `advance()`, and feed it what waited.
 
 Backpressure: each group admits at most `proposals_in_flight_max` proposals that have not settled;
 `propose` waits for a free slot (cancellable). Inboxes of messages that arrive while a group is busy are
@@ -31,8 +30,8 @@ many in flight (their outcomes come to `on_settled` callbacks, or `outcome`), an
 `submit(after=p)` makes a proposal depend on an earlier one: it is dropped instead of proposed unless `p`
 is in the log in the current term (`Proposal.chain_intact`), so a chain never enters the log with a gap.
 
-Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (trio does not
-abandon it, and the cycle it belongs to may complete, giving its proposals their real outcome); then
+Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (never abandoned,
+`workers` invariant 2; the cycle it belongs to may complete, giving its proposals their real outcome); then
 every group is closed: the proposals still waiting settle with `GroupClosed`, later calls get
 `GroupClosed`, and the WALs are closed. Nothing a restart needs is lost: what was fsynced is recovered,
 and nothing that depends on unfsynced state was ever sent.
@@ -74,24 +73,18 @@ from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import Job, open_storage, persist_jobs, started_fn
+from jsraft.runtime.persist import open_storage, persist_batch, sends_after_persist, started_fn
 from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
 from jsraft.runtime.ticker import Ticker
-from jsraft.runtime.workers import WorkerThreads
+from jsraft.runtime.workers import WorkerThreads, let_writers_run
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
 
 # Runs blocking work off the trio thread (`await run_in_worker(fn, *args)`): trio's, a limited one, or a test's.
 WorkerFn = Callable[..., Awaitable[Any]]
-
-
-def _sends_after_persist(work: Work) -> bool:
-    """Whether `send_messages` sent anything for `work` (a leader's messages went before its persistence)."""
-    rd = work.ready
-    return rd is not None and not rd.send_first and bool(rd.messages)
 
 
 class NodeRuntime:
@@ -110,12 +103,9 @@ class NodeRuntime:
         self.clock = clock
         self.tick_ms = tick_ms
         self.proposals_in_flight_max, self.inbox_messages_max = proposals_in_flight_max, inbox_messages_max
-        self.fsync_threads_max = fsync_threads_max
-        self.wal_segment_bytes = wal_segment_bytes
-        # The cycles' disk half runs on the node's own persistent threads (`workers`), unless a test injects
-        # its own worker; opening a group's storage (rare, and slow anyway) on trio's thread cache.
-        self._workers = WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max) if run_in_worker is None else None
-        self._run_in_worker: WorkerFn = run_in_worker or trio.to_thread.run_sync
+        self.fsync_threads_max, self.wal_segment_bytes = fsync_threads_max, wal_segment_bytes
+        self._workers = None if run_in_worker else WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max)
+        self._run_in_worker: WorkerFn = run_in_worker or trio.to_thread.run_sync  # opening storage (rare)
         self._run_cycle: WorkerFn = run_in_worker or self._workers.run  # type: ignore[union-attr]
         self.group_record = group_record  # what this storage started; None: the group markers only
         self._rng, self._send = rng, send
@@ -379,14 +369,9 @@ class NodeRuntime:
                 continue
             group.send_messages(work, self._send)
             persisted.append((group, work))
-            sent = sent or _sends_after_persist(work)
-        if sent:
-            # A follower's acknowledgement is what its leader's commit waits for: let the transport put it
-            # on the wire before this node applies (the apply is on nobody's path). Two passes of the
-            # loop: a writer woken now runs in the next one, but trio orders each pass's tasks at random.
-            # Shielded: a cycle whose persistence completed is finished, as shutdown promises.
-            for _ in range(2):
-                await trio.lowlevel.cancel_shielded_checkpoint()
+            sent = sent or sends_after_persist(work)
+        if sent:  # a follower's acknowledgement leaves before it applies (step 3; `workers.let_writers_run`)
+            await let_writers_run()
         for group, work in persisted:
             self._finish(group, work)
 
@@ -411,15 +396,4 @@ class NodeRuntime:
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
         """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""
-        if not batch:
-            await trio.lowlevel.checkpoint()  # nothing to write: still let proposers and peers run
-            return []
-        jobs = [Job(group.wal, group.disk, work) for group, work in batch]
-        shares = min(self.fsync_threads_max, len(jobs))
-        if shares == 1:
-            await self._run_cycle(persist_jobs, jobs)
-        else:
-            async with trio.open_nursery() as nursery:
-                for share in range(shares):
-                    nursery.start_soon(self._run_cycle, persist_jobs, jobs[share::shares])
-        return [job.error for job in jobs]
+        return await persist_batch(self._run_cycle, [(g.wal, g.disk, w) for g, w in batch], self.fsync_threads_max)

@@ -1,8 +1,9 @@
 """`WorkerThreads`: the node's persistent fsync threads, each fed by a queue (layer L4).
 
 Owns: at most `threads_max` daemon threads, started on first use and stopped by `close()`, that run the
-blocking half of the ready loop's cycles (`runtime.persist.persist_jobs`) for the trio thread, and `run`,
-the awaitable hand-off to one of them. `NodeRuntime` uses it (unless a test injects its own
+blocking half of the ready loop's cycles (`runtime.persist.persist_jobs`) for the trio thread; `run`,
+the awaitable hand-off to one of them; `run_shares` (a batch split over several threads at once); and
+`let_writers_run` (the ready loop's yield between a cycle's sends and its applies). `NodeRuntime` uses it (unless a test injects its own
 `run_in_worker`) instead of `trio.to_thread.run_sync`, which per call takes a capacity-limiter permit (a
 scheduling point), copies the context, renames the OS thread and wraps the result in an `outcome` before
 it reports back — about a third of the hand-off's cost on a sync publish's path (bench/README.md, "The
@@ -112,3 +113,24 @@ class WorkerThreads:
         idle, self._idle = self._idle, []
         for worker in idle:
             worker.calls.put(_STOP)
+
+
+async def run_shares(run: Callable[..., Any], fn: Callable[[list[Any]], Any], jobs: list[Any], shares_max: int) -> None:
+    """`fn` over `jobs` through `run` (a worker hand-off), split into at most `shares_max` shares run at
+    once (one thread each, invariant 1): the ready loop's group commit over many groups."""
+    shares = min(shares_max, len(jobs))
+    if shares == 1:
+        await run(fn, jobs)
+        return
+    async with trio.open_nursery() as nursery:
+        for share in range(shares):
+            nursery.start_soon(run, fn, jobs[share::shares])
+
+
+async def let_writers_run() -> None:
+    """Two passes of the event loop, shielded from cancellation: a task woken before the call (a transport
+    link's writer, woken by a send) has run its next step when this returns — it runs in the next pass,
+    but trio orders each pass's tasks at random, hence two. Shielded: the ready loop calls it between a
+    cycle's sends and its applies, and a cycle whose persistence completed is finished (shutdown's promise)."""
+    for _ in range(2):
+        await trio.lowlevel.cancel_shielded_checkpoint()

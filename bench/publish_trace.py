@@ -24,15 +24,16 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import nats
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nats_servers import one_jsraft_serve  # noqa: E402
 
 TRACER = r'''
 import atexit, functools, os, threading, time
@@ -184,21 +185,8 @@ def run(publishes: int, pythonpath: str | None) -> dict:
         trace = Path(work) / "trace.txt"
         env = dict(os.environ, JSRAFT_PUBLISH_TRACE=str(trace),
                    PYTHONPATH=os.pathsep.join(p for p in (str(tracer_dir), pythonpath) if p))
-        command = [sys.executable, "-m", "jsraft", "serve", "-js", "-sd", f"{work}/store", "-p", "0",
-                   "--ports_file_dir", work]
-        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 120
-            ports: list[Path] = []
-            while not ports:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the server did not write its ports file")
-                ports = list(Path(work).glob("*.ports"))
-                time.sleep(0.05)
-            latencies = asyncio.run(_publish(json.loads(ports[0].read_text())["nats"][0], publishes))
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=120)
+        with one_jsraft_serve(work, env) as (_, url):
+            latencies = asyncio.run(_publish(url, publishes))
         result = budget(trace, publishes)
     result["client_p50_us"] = round(statistics.median(latencies), 1)
     return result

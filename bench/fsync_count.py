@@ -32,7 +32,7 @@ from pathlib import Path
 import nats
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nats_servers import NatsServers  # noqa: E402
+from nats_servers import NatsServers, one_jsraft_serve  # noqa: E402
 
 
 def _count(summary: str) -> dict[str, float]:
@@ -86,22 +86,8 @@ def run_jsraft(publishes: int, pythonpath: str | None) -> dict[str, float]:
         env = dict(os.environ)
         if pythonpath:
             env["PYTHONPATH"] = pythonpath
-        command = [sys.executable, "-m", "jsraft", "serve", "-js", "-sd", f"{work}/store", "-p", "0",
-                   "--ports_file_dir", work]
-        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 120
-            ports: list[Path] = []
-            while not ports:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the server did not write its ports file")
-                ports = list(Path(work).glob("*.ports"))
-                time.sleep(0.05)
-            url = json.loads(ports[0].read_text())["nats"][0]
-            return _traced(server.pid, url, publishes, Path(work) / "strace.txt")
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=120)
+        with one_jsraft_serve(work, env) as (pid, url):
+            return _traced(pid, url, publishes, Path(work) / "strace.txt")
 
 
 def run_nats(publishes: int) -> dict[str, float]:

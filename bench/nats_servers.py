@@ -13,12 +13,16 @@ managers. Readiness is polled with deadlines: nats-server's `/healthz` on every 
 until every node's `/jsz` names the same meta leader; `cluster.py up` does the same for jsraft. Every
 process started here is stopped here, by its own pid (SIGTERM, then SIGKILL after a deadline).
 
+`one_jsraft_serve(work, env)` is a single `jsraft serve` started directly (not through `cluster.py`), for the
+benches that attach to its process (`fsync_count.py`'s strace, `publish_trace.py`'s tracer).
+
 `find_nats_server()` is the binary: `$NATS_SERVER`, else the one beside this Python (`.venv/bin`), else
 `nats-server` on PATH; None if there is none (callers skip).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -265,3 +269,25 @@ class JsraftServers:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def one_jsraft_serve(work: str, env: dict[str, str] | None = None, timeout_s: float = 120.0):
+    """One `jsraft serve` (R1, store under `work`, a free port read from its ports file) with `env`:
+    yields `(pid, client_url)`; SIGTERM and wait for it on the way out."""
+    command = [sys.executable, "-m", "jsraft", "serve", "-js", "-sd", f"{work}/store", "-p", "0",
+               "--ports_file_dir", work]
+    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout_s
+        ports: list[str] = []
+        while not ports:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not write its ports file")
+            ports = [name for name in os.listdir(work) if name.endswith(".ports")]
+            time.sleep(POLL_S)
+        with open(os.path.join(work, ports[0])) as file:
+            yield server.pid, json.load(file)["nats"][0]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=timeout_s)

@@ -11,7 +11,8 @@ loop and group commit), `group` (one group's inputs, busy while its cycle is in 
 worker-thread batching of a cycle's disk half), `proposals` (backpressure and waiters), `group_record` (the groups this storage started: a lost group
 directory never bootstraps again), `progress` (wakes waiters after every cycle), `ticker` (the one tick
 pass over the awake groups), `quiesce` (idle groups stop ticking; the per-peer node beat and liveness),
-`clock`, `errors`.
+`workers` (the persistent fsync threads the cycles' disk half runs on), `locks` (`FastLock`: a free
+acquire that is not a scheduling point), `clock`, `errors`.
 
 Imports: L0–L3½ and trio. Never `transport`: the transport calls `NodeRuntime.deliver` and is called
 through the `send` function the runtime is given.

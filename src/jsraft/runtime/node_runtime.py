@@ -11,13 +11,14 @@ The ready loop, one cycle at a time:
   1. Collect: from every group that got an input since it was last looked at and has pending work, take
      its `Ready` (and an own snapshot when one is due). Those groups are now busy: inputs for them wait
      (see `group`, invariant 1).
-  2. Persist: all of the cycle's writes, then one fsync per touched file, in worker threads
-     (`run_in_worker`, by default `trio.to_thread.run_sync`; at most `fsync_threads_max` at once, each
-     taking a share of the groups). While they run, proposals and messages keep arriving; they
-     accumulate and go into the NEXT cycle — that is group commit: one fsync covers everything that
-     arrived during the previous one. Groups with nothing to write (heartbeats, a commit-hint change,
-     applying entries already durable here) skip this step and are finished before the others' fsync.
-  3. Only after the fsyncs returned: send each group's messages, apply its committed entries (settling
+  2. Persist: all of the cycle's writes, then one fsync per touched file, on the node's persistent
+     worker threads (`workers`; at most `fsync_threads_max` at once, each taking a share of the groups).
+     While they run, proposals and messages keep arriving; they accumulate and go into the NEXT cycle —
+     that is group commit: one fsync covers everything that arrived during the previous one. Groups with
+     nothing to write (heartbeats, a commit-hint change, applying entries already durable here) skip
+     this step and are finished before the others' fsync.
+  3. Only after the fsyncs returned: send each group's messages; let the transport write them (a
+     follower's acknowledgement goes before its apply); apply each group's committed entries (settling
      proposals with the state machine's results), `advance()`, and feed it what waited.
 
 Backpressure: each group admits at most `proposals_in_flight_max` proposals that have not settled;
@@ -29,8 +30,8 @@ many in flight (their outcomes come to `on_settled` callbacks, or `outcome`), an
 `submit(after=p)` makes a proposal depend on an earlier one: it is dropped instead of proposed unless `p`
 is in the log in the current term (`Proposal.chain_intact`), so a chain never enters the log with a gap.
 
-Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (trio does not
-abandon it, and the cycle it belongs to may complete, giving its proposals their real outcome); then
+Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (never abandoned,
+`workers` invariant 2; the cycle it belongs to may complete, giving its proposals their real outcome); then
 every group is closed: the proposals still waiting settle with `GroupClosed`, later calls get
 `GroupClosed`, and the WALs are closed. Nothing a restart needs is lost: what was fsynced is recovered,
 and nothing that depends on unfsynced state was ever sent.
@@ -72,11 +73,12 @@ from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import Job, ceiling_fn, open_storage, persist_jobs, started_fn, vote_ceiling
+from jsraft.runtime.persist import ceiling_fn, open_storage, persist_batch, sends_after_persist, started_fn, vote_ceiling
 from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
 from jsraft.runtime.ticker import Ticker
+from jsraft.runtime.workers import WorkerThreads, let_writers_run
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
@@ -91,7 +93,7 @@ class NodeRuntime:
     def __init__(self, node_id: str, disk: Disk, clock: Clock, rng: random.Random, send: SendFn, *,
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
-                 run_in_worker: WorkerFn = trio.to_thread.run_sync, group_record: GroupRecord | None = None,
+                 run_in_worker: WorkerFn | None = None, group_record: GroupRecord | None = None,
                  send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
@@ -101,9 +103,10 @@ class NodeRuntime:
         self.clock = clock
         self.tick_ms = tick_ms
         self.proposals_in_flight_max, self.inbox_messages_max = proposals_in_flight_max, inbox_messages_max
-        self.fsync_threads_max = fsync_threads_max
-        self.wal_segment_bytes = wal_segment_bytes
-        self._run_in_worker = run_in_worker
+        self.fsync_threads_max, self.wal_segment_bytes = fsync_threads_max, wal_segment_bytes
+        self._workers = None if run_in_worker else WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max)
+        self._run_in_worker: WorkerFn = run_in_worker or trio.to_thread.run_sync  # opening storage (rare)
+        self._run_cycle: WorkerFn = run_in_worker or self._workers.run  # type: ignore[union-attr]
         self.group_record = group_record  # what this storage started; None: the group markers only
         self._rng, self._send = rng, send
         self._groups: dict[str, Group] = {}
@@ -317,6 +320,8 @@ class NodeRuntime:
             self._closed = True
             for group in self._groups.values():
                 group.close("the runtime stopped")
+            if self._workers is not None:
+                self._workers.close()
 
     async def _ready_loop(self) -> None:
         while True:
@@ -357,11 +362,17 @@ class NodeRuntime:
             self._finish(group, work)
         pending = [(group, work) for group, work in batch if work.needs_disk]
         errors = await self._persist(pending)
+        persisted, sent = [], False
         for (group, work), error in zip(pending, errors):
             if error is not None:
                 self._fail(group, f"storage failed: {error!r}")
                 continue
             group.send_messages(work, self._send)
+            persisted.append((group, work))
+            sent = sent or sends_after_persist(work)
+        if sent:  # a follower's acknowledgement leaves before it applies (step 3; `workers.let_writers_run`)
+            await let_writers_run()
+        for group, work in persisted:
             self._finish(group, work)
 
     def _finish(self, group: Group, work: Work) -> None:
@@ -385,15 +396,4 @@ class NodeRuntime:
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
         """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""
-        if not batch:
-            await trio.lowlevel.checkpoint()  # nothing to write: still let proposers and peers run
-            return []
-        jobs = [Job(group.wal, group.disk, work) for group, work in batch]
-        shares = min(self.fsync_threads_max, len(jobs))
-        if shares == 1:
-            await self._run_in_worker(persist_jobs, jobs)
-        else:
-            async with trio.open_nursery() as nursery:
-                for share in range(shares):
-                    nursery.start_soon(self._run_in_worker, persist_jobs, jobs[share::shares])
-        return [job.error for job in jobs]
+        return await persist_batch(self._run_cycle, [(g.wal, g.disk, w) for g, w in batch], self.fsync_threads_max)

@@ -1,7 +1,8 @@
 """Running a cycle's persistence for a batch of groups on a worker thread, and opening a group's
 storage there (layer L4).
 
-Owns: `Job` (a group's storage and its `Work`, handed to a worker thread) and `persist_jobs`, which a
+Owns: `Job` (a group's storage and its `Work`, handed to a worker thread), `persist_batch` (the ready
+loop's call: a cycle's jobs split over the worker threads), and `persist_jobs`, which a
 worker thread runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
 2–3 (`replica.persist.sync_work`) of every job that did not fail — group commit, so the fsyncs of a cycle
 come after all of its writes, one fsync per touched file per cycle. What a step writes, and in which
@@ -19,15 +20,18 @@ Invariants:
      hard state's term with the record's vote-term ceiling before the group opens (`group_record`
      decision 6: a crash between a WAL fsync and the ceiling's write, or a version-1 record).
 
-Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), attrs. Reference: DESIGN §2, §12.
+Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), sibling `workers`, attrs, trio.
+Reference: DESIGN §2, §12.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import attrs
+import trio
 
 from jsraft.disk.base import Disk
 from jsraft.errors import InvariantViolation
@@ -35,6 +39,7 @@ from jsraft.replica import persist
 from jsraft.replica.persist import GROUP_MARKER, Work
 from jsraft.replica.restore import recovered_empty
 from jsraft.runtime.group_record import GroupRecord
+from jsraft.runtime.workers import run_shares
 from jsraft.wal import Recovered, Wal
 
 
@@ -48,6 +53,18 @@ class Job:
     error: Exception | None = None
 
 
+async def persist_batch(run: Callable[..., Awaitable[Any]], batch: list[tuple[Wal, Disk, Work]],
+                        shares_max: int) -> list[Exception | None]:
+    """Steps 1–2 of a cycle for `batch` on worker threads (`run`, in at most `shares_max` shares at once);
+    one error (or None) per entry of the batch."""
+    if not batch:
+        await trio.lowlevel.checkpoint()  # nothing to write: still let proposers and peers run
+        return []
+    jobs = [Job(wal, disk, work) for wal, disk, work in batch]
+    await run_shares(run, persist_jobs, jobs, shares_max)
+    return [job.error for job in jobs]
+
+
 def persist_jobs(jobs: list[Job]) -> list[Job]:
     """Run in a worker thread: step 1 for every job, then steps 2–3 (`replica.persist`)."""
     for job in jobs:
@@ -56,6 +73,12 @@ def persist_jobs(jobs: list[Job]) -> list[Job]:
         if job.error is None:
             _guarded(job, persist.sync_work)
     return jobs
+
+
+def sends_after_persist(work: Work) -> bool:
+    """Whether the cycle's `send_messages` sends anything for `work` (a leader's went before persisting)."""
+    rd = work.ready
+    return rd is not None and not rd.send_first and bool(rd.messages)
 
 
 def _guarded(job: Job, step) -> None:

@@ -48,6 +48,7 @@ from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
 from jsraft.raft import NotLeader, RaftConfig, Role
 from jsraft.runtime import NodeRuntime
+from jsraft.runtime.locks import FastLock
 from jsraft.runtime.proposals import Proposal
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.consumer_service import ConsumerService
@@ -119,7 +120,7 @@ class StreamReplica(ConfigFollowing):
             503, 10008, "publish outcome unknown: its entry did not apply here", "OutcomeUnknown"))
         self._chain: Proposal | None = None  # the last proposal submitted (invariant 2)
         self._queue_event = trio.Event()
-        self._propose_lock = trio.Lock()
+        self._propose_lock = FastLock()  # free on nearly every publish: taken without a scheduling point
         self.scope = trio.CancelScope()
         self.closed = False
         self.consumers = ConsumerService(self)  # its consumers, led while this node leads (DESIGN §7)

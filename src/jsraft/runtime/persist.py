@@ -16,6 +16,9 @@ Invariants:
      directory took the marker with it, and only the record tells that from a group never started. It
      records a group with durable state at once; one with nothing durable is recorded by the cycle after
      its first durable cycle (`started_fn`, `group_record` decisions 4, 5).
+  5. Step 3's two writes of a group's first durable cycle — its marker and its entry on the node's
+     record of started groups — run side by side (`side_by_side`, `replica.persist` step 3); the job
+     goes on only once both returned, and fails if either failed.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), attrs. Reference: DESIGN §2, §12.
 """
@@ -23,7 +26,9 @@ Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), attrs. Reference
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import attrs
 
@@ -46,13 +51,47 @@ class Job:
     error: Exception | None = None
 
 
+SIDE_THREADS_MAX = 4  # groups whose first cycles share one Ready cycle write their records side by side
+_SIDE_POOL: list[ThreadPoolExecutor] = []
+_SIDE_POOL_LOCK = threading.Lock()
+
+
+def _side_pool() -> ThreadPoolExecutor:
+    with _SIDE_POOL_LOCK:
+        if not _SIDE_POOL:
+            _SIDE_POOL.append(ThreadPoolExecutor(SIDE_THREADS_MAX, thread_name_prefix="jsraft-started"))
+        return _SIDE_POOL[0]
+
+
+def side_by_side(steps: persist.Steps) -> None:
+    """Run `steps` concurrently — the first on this thread, the others on a small pool — and return once
+    every one returned (invariant 5); raise the first error, an `InvariantViolation` before any other."""
+    futures: list[Future[None]] = [_side_pool().submit(step) for step in steps[1:]]
+    errors: list[BaseException] = []
+    try:
+        steps[0]()
+    except Exception as error:
+        errors.append(error)
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            errors.append(error)
+    if errors:
+        raise next((error for error in errors if isinstance(error, InvariantViolation)), errors[0])
+
+
+def _sync_work(wal: Wal, disk: Disk, work: Work) -> None:
+    # Looked up on `replica.persist` at every call (invariant 3).
+    persist.sync_work(wal, disk, work, together=side_by_side)
+
+
 def persist_jobs(jobs: list[Job]) -> list[Job]:
     """Run in a worker thread: step 1 for every job, then steps 2–3 (`replica.persist`)."""
     for job in jobs:
         _guarded(job, persist.write_work)
     for job in jobs:
         if job.error is None:
-            _guarded(job, persist.sync_work)
+            _guarded(job, _sync_work)
     return jobs
 
 

@@ -61,10 +61,12 @@ PREPARED_MAX = 1024  # trees being prepared ahead at once; beyond it a create fo
 
 
 class _Prepared:
-    """One tree prepared ahead (invariant 7): for which config bytes, whether it succeeded, when it ended."""
+    """One tree prepared ahead (invariant 7): for which config bytes (and group, when known), whether it
+    succeeded, when it ended."""
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, group: str | None) -> None:
         self.raw = raw
+        self.group = group
         self.ok = False
         self.done = trio.Event()
 
@@ -140,21 +142,23 @@ class StreamManager:
         self._events.append((kind, payload))
         self._wakeup.set()
 
-    def prepare(self, name: str, raw: bytes) -> None:
-        """The meta leader (this node) proposes creating stream `name` whose only replica is this node:
-        build its directory's tree now, while the entry is made durable (invariant 7, `stream_format` 5).
-        Best effort: skipped before `run` started, for a name being prepared or open here, past the bound."""
+    def prepare(self, name: str, raw: bytes, group: str | None = None) -> None:
+        """The meta leader (this node) proposed creating stream `name` whose only replica is this node:
+        build its directory's tree now, while the entry is made durable (invariant 7, `stream_format` 5),
+        with its `group` file when the entry's index is known (`group`, `stream_format` 7). Best effort:
+        skipped before `run` started, for a name being prepared or open here, past the bound."""
         if (self._nursery is None or name in self._prepared or name in self.replicas
                 or len(self._prepared) >= PREPARED_MAX):
             return
-        prepared = self._prepared[name] = _Prepared(raw)
+        prepared = self._prepared[name] = _Prepared(raw, group)
         self._nursery.start_soon(self._prepare, name, prepared)
 
     async def _prepare(self, name: str, prepared: _Prepared) -> None:
         try:
             config = parse_config(name, prepared.raw)
             prepared.ok = await trio.to_thread.run_sync(lambda: prepare_format(
-                self.disk, name=name, config=config, raw=prepared.raw, options=self.options))
+                self.disk, name=name, config=config, raw=prepared.raw, options=self.options,
+                group=prepared.group))
         except (JsraftError, OSError) as error:  # the open formats from scratch, and says so if it fails too
             log.info("stream %s: directory not prepared ahead: %s", name, error)
         finally:

@@ -11,6 +11,10 @@ whose entry was in the meta log when it was handed over prepares the tree with i
 (`stream_format` invariant 7): the names prepared are the applied groups' (at least one of several
 creates in a row is prepared named, or the path would be dead), and a tree prepared under another group's
 name for the same bytes (as a replaced entry would leave it) is opened with the applied group's name.
+A new R1 stream's group leads from its open, and its CONFIG entry goes into its log then (`streams`
+invariant 8): when the create is answered (which waits for the group's leader, ready once its log applied)
+the group has applied the assignment's config already — the replica's run loop, a tick after the answer,
+would have proposed it only then.
 Waits are polls with deadlines.
 """
 
@@ -89,3 +93,22 @@ async def test_a_create_uses_its_prepared_tree_and_never_one_for_other_bytes(tmp
         names = sorted(["FAST", "GHOST", "RENAMED", *(f"MORE{i}" for i in range(4))])
         assert sorted(p.name for p in streams_dir.iterdir()) == names
         assert sorted(node.meta.names()) == names
+
+
+async def test_a_new_single_voter_group_applied_its_config_when_the_create_is_answered(tmp_path):
+    async def scenario(url: str, node) -> list[tuple[int, int]]:
+        nc = await nats_connect(url)
+        js = nc.jetstream(timeout=20)
+        found = []
+        for i in range(3):
+            await js.add_stream(name=f"CFG{i}", subjects=[f"cfg{i}.>"])
+            # Read on the node's own trio thread, right after the answer arrived.
+            found.append(trio.from_thread.run_sync(lambda: (
+                node.streams.replicas[f"CFG{i}"].machine.config_meta_index,
+                node.meta.stream(f"CFG{i}").config_index)))
+        await nc.close()
+        return found
+
+    async with jsraft.open_node(single(tmp_path)) as node:
+        found = await in_asyncio(scenario, node.url, node, timeout_s=60)
+    assert all(applied == assigned > 0 for applied, assigned in found), found

@@ -28,8 +28,14 @@ Invariants:
      used by the open of that name only once its preparation ended, succeeded, and was for the same
      config bytes as the applied assignment; otherwise the open formats from scratch. At most one
      preparation per name runs at a time, and the open of a name waits for it before touching the disk.
+  8. A replica whose group leads as soon as it opened (a single voter, `first_election`) has its
+     assignment's CONFIG entry (`stream_replica` invariant 5) submitted right after the open, before
+     anything else is proposed to the group (nothing is: its leader is not ready until the entry applied),
+     so it is usually made durable by the group's first Ready cycle with the bootstrap and the no-op. The
+     replica's run loop would propose it a tick after the create was answered, and its cycles then fell
+     on the next create's path. Its outcome is not awaited: if it fails, the run loop proposes it.
 
-Imports: stdlib, L0, L1, L3 (`meta`), L4 (`runtime`), trio, server siblings.
+Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from jsraft.server.groups.stream_format import format_new_replica, prepare_forma
 from jsraft.server.groups.stream_repair import CallPeer
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
+from jsraft.stream.entries import encode_config
 
 log = logging.getLogger("jsraft.server.groups.streams")
 
@@ -248,6 +255,18 @@ class StreamManager:
         # Registered before the task starts, so a stop issued before it runs still waits for it (invariant 5).
         done = self._run_done[replica.group] = trio.Event()
         self._nursery.start_soon(self._run_replica, replica, done)
+        await self._config_first(replica)
+
+    async def _config_first(self, replica: StreamReplica) -> None:
+        """Invariant 8: a group that leads from its open gets its CONFIG entry into the log at once."""
+        machine = replica.machine
+        if (machine is None or replica.config_index <= machine.config_meta_index
+                or not self.runtime.is_leader(replica.group)):
+            return
+        try:
+            await self.runtime.submit(replica.group, encode_config(replica.raw, replica.config_index))
+        except JsraftError as error:  # the replica's run loop proposes it once its leader is ready
+            log.info("stream %s: config not proposed at open: %s", replica.name, error)
 
     async def _run_replica(self, replica: StreamReplica, done: trio.Event) -> None:
         try:

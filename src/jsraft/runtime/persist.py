@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 import attrs
 
@@ -51,31 +50,24 @@ class Job:
     error: Exception | None = None
 
 
-SIDE_THREADS_MAX = 4  # groups whose first cycles share one Ready cycle write their records side by side
-_SIDE_POOL: list[ThreadPoolExecutor] = []
-_SIDE_POOL_LOCK = threading.Lock()
-
-
-def _side_pool() -> ThreadPoolExecutor:
-    with _SIDE_POOL_LOCK:
-        if not _SIDE_POOL:
-            _SIDE_POOL.append(ThreadPoolExecutor(SIDE_THREADS_MAX, thread_name_prefix="jsraft-started"))
-        return _SIDE_POOL[0]
-
-
 def side_by_side(steps: persist.Steps) -> None:
-    """Run `steps` concurrently — the first on this thread, the others on a small pool — and return once
+    """Run `steps` concurrently — the first on this thread, each other one on a thread of its own (a
+    group's first cycle has two: its marker and its record, once in the group's life) — and return once
     every one returned (invariant 5); raise the first error, an `InvariantViolation` before any other."""
-    futures: list[Future[None]] = [_side_pool().submit(step) for step in steps[1:]]
     errors: list[BaseException] = []
-    try:
-        steps[0]()
-    except Exception as error:
-        errors.append(error)
-    for future in futures:
-        error = future.exception()
-        if error is not None:
+
+    def run(step: Callable[[], None]) -> None:
+        try:
+            step()
+        except BaseException as error:  # re-raised on the calling thread below, once every step ended
             errors.append(error)
+    threads = [threading.Thread(target=run, args=(step,), name="jsraft-started", daemon=True)
+               for step in steps[1:]]
+    for thread in threads:
+        thread.start()
+    run(steps[0])
+    for thread in threads:
+        thread.join()
     if errors:
         raise next((error for error in errors if isinstance(error, InvariantViolation)), errors[0])
 

@@ -14,7 +14,8 @@ name for the same bytes (as a replaced entry would leave it) is opened with the 
 A new R1 stream's group leads from its open, and its CONFIG entry goes into its log then (`streams`
 invariant 8): when the create is answered (which waits for the group's leader, ready once its log applied)
 the group has applied the assignment's config already — the replica's run loop, a tick after the answer,
-would have proposed it only then.
+would have proposed it only then; a restart of such a replica (its directory exists) replays that entry
+and proposes none (the log grows by the new term's no-op alone).
 Waits are polls with deadlines.
 """
 
@@ -112,3 +113,30 @@ async def test_a_new_single_voter_group_applied_its_config_when_the_create_is_an
     async with jsraft.open_node(single(tmp_path)) as node:
         found = await in_asyncio(scenario, node.url, node, timeout_s=60)
     assert all(applied == assigned > 0 for applied, assigned in found), found
+
+
+async def test_a_restarted_single_voter_group_gets_no_second_config_entry(tmp_path):
+    """Invariant 8 is for a directory this open formatted: a restart replays the group's own CONFIG entry,
+    and its log grows by the new term's no-op alone."""
+    async def create(url: str) -> None:
+        nc = await nats_connect(url)
+        await nc.jetstream(timeout=20).add_stream(name="KEEP", subjects=["keep.>"])
+        await nc.close()
+
+    async def ready(node) -> None:
+        replica = node.streams.replicas["KEEP"]
+        await replica.wait_leader(10.0)
+
+    async with jsraft.open_node(single(tmp_path)) as node:
+        await in_asyncio(create, node.url, timeout_s=60)
+        group = node.meta.stream("KEEP").group
+        await ready(node)
+        before = node.runtime.status(group).raft.last_index
+    async with jsraft.open_node(single(tmp_path)) as node:
+        with trio.fail_after(20):  # the stream manager reopens it from the replayed meta state
+            while "KEEP" not in node.streams.replicas:
+                await trio.sleep(0.01)
+        await ready(node)
+        after = node.runtime.status(group).raft
+        assert node.streams.replicas["KEEP"].machine.config_meta_index == node.meta.stream("KEEP").config_index
+    assert after.last_index == before + 1, (before, after.last_index)

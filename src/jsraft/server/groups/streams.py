@@ -28,7 +28,8 @@ Invariants:
      used by the open of that name only once its preparation ended, succeeded, and was for the same
      config bytes as the applied assignment; otherwise the open formats from scratch. At most one
      preparation per name runs at a time, and the open of a name waits for it before touching the disk.
-  8. A replica whose group leads as soon as it opened (a single voter, `first_election`) has its
+  8. A replica new to this node (its directory formatted by this open: an empty log, nothing to replay)
+     whose group leads as soon as it opened (a single voter, `first_election`) has its
      assignment's CONFIG entry (`stream_replica` invariant 5) submitted right after the open, before
      anything else is proposed to the group (nothing is: its leader is not ready until the entry applied),
      so it is usually made durable by the group's first Ready cycle with the bootstrap and the no-op. The
@@ -234,7 +235,7 @@ class StreamManager:
         # A stream new to this node gets its directory formatted whole, with one fsync per file and per
         # directory (`stream_format`); the replica's open then finds every name it needs in place.
         prepared = await self._take_prepared(assignment)
-        await trio.to_thread.run_sync(lambda: format_new_replica(
+        formatted = await trio.to_thread.run_sync(lambda: format_new_replica(
             self.disk, name=assignment.name, group=assignment.group, config=assignment.config,
             raw=assignment.config_raw, options=self.options, prepared=prepared))
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
@@ -255,10 +256,11 @@ class StreamManager:
         # Registered before the task starts, so a stop issued before it runs still waits for it (invariant 5).
         done = self._run_done[replica.group] = trio.Event()
         self._nursery.start_soon(self._run_replica, replica, done)
-        await self._config_first(replica)
+        if formatted:
+            await self._config_first(replica)
 
     async def _config_first(self, replica: StreamReplica) -> None:
-        """Invariant 8: a group that leads from its open gets its CONFIG entry into the log at once."""
+        """Invariant 8: a new group that leads from its open gets its CONFIG entry into the log at once."""
         machine = replica.machine
         if (machine is None or replica.config_index <= machine.config_meta_index
                 or not self.runtime.is_leader(replica.group)):

@@ -12,6 +12,10 @@ topology: the median and the 90th percentile over every create of every round, t
 median to each nats-server's, and the load average (1 min) when the topology started and ended. Nothing
 is retried: a create that fails fails the run.
 
+`--baseline-src DIR` adds a fourth system, `jsraft_baseline`: the same `jsraft serve` run with
+`PYTHONPATH=DIR` (another checkout's `src`, e.g. `main`'s), alternated with the others in the same rounds,
+so a change is compared with its baseline under the same load (`jsraft_baseline/nats_always`).
+
     .venv/bin/python bench/create_latency.py --streams 30 --rounds 3 --kinds stream,kv,obj
 
 Must not import jsraft (it drives servers over NATS only).
@@ -33,12 +37,26 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nats_servers import JsraftServers, NatsServers  # noqa: E402
 
 SYSTEMS = ("jsraft", "nats_default", "nats_always")
+BASELINE = "jsraft_baseline"
 
 
-def start(system: str, nodes: int, root: str) -> Any:
+def _baseline_python(root: str, src: str) -> str:
+    """An executable that runs this Python with `src` first on its path (the baseline's code)."""
+    path = os.path.join(root, "python-baseline")
+    with open(path, "w") as script:
+        script.write(f"#!/bin/sh\nPYTHONPATH={os.path.abspath(src)} exec {sys.executable} \"$@\"\n")
+    os.chmod(path, 0o755)
+    return path
+
+
+def start(system: str, nodes: int, root: str, baseline_src: str | None = None) -> Any:
     directory = os.path.join(root, f"{system}-{nodes}")
     if system == "jsraft":
         return JsraftServers(directory, nodes=nodes, label=f"cl{nodes}").start()
+    if system == BASELINE:
+        assert baseline_src is not None
+        return JsraftServers(directory, nodes=nodes, label=f"bl{nodes}",
+                             python=_baseline_python(root, baseline_src)).start()
     return NatsServers(directory, nodes=nodes, sync_always=(system == "nats_always"), label=system).start()
 
 
@@ -79,19 +97,25 @@ def _figures(samples: dict[str, list[float]]) -> dict[str, Any]:
                                         "p90_ms": round(quantile(v, 0.9) * 1000, 1), "creates": len(v)}
                                for system, v in samples.items()}
     for other in ("nats_default", "nats_always"):
-        figures[f"jsraft/{other}"] = round(figures["jsraft"]["median_ms"] / figures[other]["median_ms"], 2)
+        for mine in ("jsraft", BASELINE):
+            if mine in figures:
+                figures[f"{mine}/{other}"] = round(figures[mine]["median_ms"] / figures[other]["median_ms"], 2)
     return figures
 
 
-def run_topology(root: str, topology: str, kinds: list[str], creates_n: int, rounds: int) -> dict[str, Any]:
+def run_topology(root: str, topology: str, kinds: list[str], creates_n: int, rounds: int,
+                 baseline_src: str | None = None) -> dict[str, Any]:
     """Every kind's creates on one topology, the systems alternating, the order rotating each round."""
     nodes = 3 if topology == "r3" else 1
     load_start = os.getloadavg()[0]
-    running = {system: start(system, nodes, root) for system in SYSTEMS}
-    samples = {kind: {system: [] for system in SYSTEMS} for kind in kinds}
+    systems = SYSTEMS + ((BASELINE,) if baseline_src else ())
+    running = {}
+    samples = {kind: {system: [] for system in systems} for kind in kinds}
     try:
+        for system in systems:
+            running[system] = start(system, nodes, root, baseline_src)
         for round_no in range(rounds):
-            order = SYSTEMS[round_no % len(SYSTEMS):] + SYSTEMS[:round_no % len(SYSTEMS)]
+            order = systems[round_no % len(systems):] + systems[:round_no % len(systems)]
             for kind in kinds:
                 for system in order:
                     samples[kind][system] += asyncio.run(creates(
@@ -111,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topologies", default="r1,r3")
     parser.add_argument("--kinds", default="stream", help="comma-separated: stream, kv, obj")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--baseline-src", help="also run jsraft from this source directory (PYTHONPATH)")
     args = parser.parse_args(argv)
     kinds = args.kinds.split(",")
     unknown = set(kinds) - {"stream", "kv", "obj"}
@@ -120,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                               "streams": args.streams, "rounds": args.rounds}
     with tempfile.TemporaryDirectory(prefix="create-latency-") as root:
         for topology in args.topologies.split(","):
-            result[topology] = run_topology(root, topology, kinds, args.streams, args.rounds)
+            result[topology] = run_topology(root, topology, kinds, args.streams, args.rounds, args.baseline_src)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -8,7 +8,10 @@ a format (an injected `OSError` there, then a power cut) leaves either no stream
 is removed and the format runs again — or the complete one, never a partial tree under the stream's name;
 a memory stream gets no `raft/` (its presence means "ran before"); an existing directory is left alone;
 the quarantine sweep does not take a leftover for a stream; a tree prepared ahead (`prepare_format`, while the
-create's meta entry commits) has no name until formatted, and is then complete after a power cut.
+create's meta entry commits) has no name until formatted, and is then complete after a power cut; one
+prepared with its group's name (invariant 7) is renamed with no second sync round, and a crash at the
+rename or the sync after it leaves no partial directory; one prepared under another group's name is opened
+with the right one.
 """
 
 from __future__ import annotations
@@ -151,9 +154,9 @@ def test_the_quarantine_sweep_ignores_a_format_leftover(tmp_path):
     assert disk.listdir("streams") == ["LOST"]
 
 
-def _prepare(streams: OsDisk, raw: bytes = RAW) -> bool:
-    config, raw = parse_stream_config(raw)
-    return prepare_format(streams, name="ORDERS", config=config, raw=raw, options=OPTIONS)
+def _prepare(streams: OsDisk, group: str | None = None) -> bool:
+    config, raw = parse_stream_config(RAW)
+    return prepare_format(streams, name="ORDERS", config=config, raw=raw, options=OPTIONS, group=group)
 
 
 @pytest.mark.parametrize("mode", ["drop", "torn", "pages"])
@@ -185,3 +188,57 @@ def test_preparing_leaves_an_existing_directory_alone(tmp_path):
     streams.sub("ORDERS").write_atomic("group", b"another-incarnation")
     assert not _prepare(streams)
     assert streams.listdir("") == ["ORDERS"]
+
+
+def _format_prepared(streams: OsDisk) -> bool:
+    config, raw = parse_stream_config(RAW)
+    return format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw, options=OPTIONS,
+                              prepared=True)
+
+
+@pytest.mark.parametrize("mode", ["drop", "torn", "pages"])
+def test_a_tree_prepared_with_its_group_is_renamed_without_a_second_sync_round(tmp_path, monkeypatch, mode):
+    """Invariant 7: its `group` file was synced with the tree, so the format after the apply only renames
+    it and syncs `streams/`; a power cut then leaves the complete directory."""
+    root = str(tmp_path / "node")
+    streams = OsDisk(root, shadow=True).sub("streams")
+    assert _prepare(streams, GROUP)
+    trees = []
+    monkeypatch.setattr(OsDisk, "sync_tree", lambda self, path: trees.append(path))
+    assert _format_prepared(streams)
+    assert trees == []
+    monkeypatch.undo()
+    power_cut(root, mode, 6)
+    _assert_complete(OsDisk(root).sub("streams"))
+
+
+@pytest.mark.parametrize("step", ["rename", "sync_dir"])
+def test_a_crash_formatting_a_named_tree_leaves_no_partial_stream_directory(tmp_path, monkeypatch, step):
+    root = str(tmp_path / "node")
+    streams = OsDisk(root, shadow=True).sub("streams")
+    assert _prepare(streams, GROUP)
+    with monkeypatch.context() as patch:
+        _crash_at(patch, step)
+        with pytest.raises(Crash):
+            _format_prepared(streams)
+    power_cut(root, "drop", 7)
+    streams = OsDisk(root, shadow=True).sub("streams")
+    remove_format_leftovers(streams)
+    if streams.exists("ORDERS"):
+        assert step == "sync_dir", f"a crash at {step} left a stream directory under its name"
+        _assert_complete(streams)
+    else:
+        assert _format(streams)
+    power_cut(root, "drop", 8)
+    _assert_complete(OsDisk(root).sub("streams"))
+
+
+def test_a_tree_prepared_under_another_group_is_opened_with_the_applied_group(tmp_path):
+    """Invariant 7: the entry was replaced and the name created again at another index: the `group` file
+    is rewritten and synced before the rename."""
+    root = str(tmp_path / "node")
+    streams = OsDisk(root, shadow=True).sub("streams")
+    assert _prepare(streams, "S-ORDERS-999")
+    assert _format_prepared(streams)
+    power_cut(root, "drop", 9)
+    _assert_complete(OsDisk(root).sub("streams"))

@@ -23,14 +23,21 @@ Order within one group's work, and why (DESIGN §2, §4):
      reached, issue #18). Term and vote are durable before any message is sent (the cycle sends only
      after `sync_work` returned).
   3. The group marker, once, after the first durable cycle: from then on an empty WAL means lost data,
-     not a new group (`restore`). Then `Work.started`, once with the marker: the driver's call that puts
-     the group on the node's record of started groups (`runtime.group_record` decision 5), which outlives
-     the group's directory. Both are durable before the cycle sends (the driver sends after `sync_work`
-     returned), so no vote or acknowledgement leaves a group that is not on the record, and a group cut
-     off before this point has sent nothing a peer counts on: it may bootstrap again. (A leader's
-     `send_first` cycle is never a group's first durable cycle when it has peers: it won an election,
-     and its candidate cycle was durable.) `Work.started` gets the hard state's term, and on every later
-     cycle with a hard state `Work.cover_term` does: the record's vote-term ceiling is raised above it
+     not a new group (`restore`). With it `Work.started`, once: the driver's call that puts the group on
+     the node's record of started groups (`runtime.group_record` decision 5), which outlives the group's
+     directory. Each needs only the fsync before it, not the other, so the driver may run the two side
+     by side (`together`: the production runtime does, so their fsyncs share the file system's journal
+     commits instead of queueing — a new stream's first cycle had them one after the other, four fsyncs
+     in series; the simulator runs them one after the other, deterministically). A crash between them
+     leaves the marker without the record (the next open records the group: it has durable state,
+     `group_record` decision 4) or the record without the marker (the WAL holds the cycle, and the record
+     says the group started: decision 1) — neither a new group. Both are durable before the cycle sends
+     (the driver sends after `sync_work` returned, and `together` returns only once both did), so no
+     vote or acknowledgement leaves a group that is not on the record, and a group cut off before this
+     point has sent nothing a peer counts on: it may bootstrap again. (A leader's `send_first` cycle is
+     never a group's first durable cycle when it has peers: it won an election, and its candidate cycle
+     was durable.) `Work.started` gets the hard state's term, and on every later cycle with a hard state
+     `Work.cover_term` does (run by `together` as well): the record's vote-term ceiling is raised above it
      before the cycle sends (`runtime.group_record` decision 6), so a lost group directory restores
      fenced through every term this member may have voted in.
 
@@ -51,6 +58,8 @@ per touched file per cycle); within one group the order above always holds.
 Invariants:
   1. Only one thread touches a group's `Wal` while its work is written (the cycle is busy until `finish`).
   2. `sync_work` runs only after `write_work` of the same `Work` returned.
+  3. `sync_work` returns only once every step it ran returned (`together` included), and raises if any
+     failed: the driver sends only after it returned.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), attrs. Never trio. Reference: etcd-io/raft `Ready`
 handling; DESIGN §2, §4.
@@ -58,8 +67,9 @@ handling; DESIGN §2, §4.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 
@@ -71,6 +81,14 @@ from jsraft.wal.repaired import put_repaired
 
 # Written in a group's directory after its first durable cycle (see `restore`).
 GROUP_MARKER = "group.json"
+
+Steps = Sequence[Callable[[], None]]
+
+
+def one_after_another(steps: Steps) -> None:
+    """The default way to run step 3's writes: in order, on the calling thread (deterministic)."""
+    for step in steps:
+        step()
 
 
 @attrs.frozen(kw_only=True)
@@ -155,19 +173,24 @@ def seal_work(wal: Wal, work: Work) -> None:
         wal.save_hard_state(work.hard_state)
 
 
-def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False) -> None:
-    """Steps 2–3: the hard state after the entries (unless `seal_work` ran), the fsyncs, the marker."""
+def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False,
+              together: Callable[[Steps], None] = one_after_another) -> None:
+    """Steps 2–3: the hard state after the entries (unless `seal_work` ran), the fsyncs, then the marker
+    and the record of started groups, run by `together` (module docstring, step 3; invariant 3)."""
     if not sealed:
         seal_work(wal, work)
     if work.must_sync or work.hard_state is not None:
         wal.sync()
+    steps: list[Callable[[], None]] = []
     if work.marker is not None:
-        disk.write_atomic(GROUP_MARKER, work.marker)
+        steps.append(functools.partial(disk.write_atomic, GROUP_MARKER, work.marker))
     term = vote_term(work.hard_state)
     if work.started is not None:
-        work.started(term)
+        steps.append(functools.partial(work.started, term))
     elif work.cover_term is not None and term:
-        work.cover_term(term)
+        steps.append(functools.partial(work.cover_term, term))
+    if steps:
+        together(steps)
 
 
 def vote_term(hard_state: HardState | None) -> int:

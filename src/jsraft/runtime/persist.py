@@ -19,6 +19,9 @@ Invariants:
      its first durable cycle (`started_fn`, `group_record` decisions 4, 5). It also covers the recovered
      hard state's term with the record's vote-term ceiling before the group opens (`group_record`
      decision 6: a crash between a WAL fsync and the ceiling's write, or a version-1 record).
+  5. Step 3's two writes of a group's first durable cycle — its marker and its entry on the node's
+     record of started groups — run side by side (`side_by_side`, `replica.persist` step 3); the job
+     goes on only once both returned, and fails if either failed.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), sibling `workers`, attrs, trio.
 Reference: DESIGN §2, §12.
@@ -27,6 +30,7 @@ Reference: DESIGN §2, §12.
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -65,13 +69,40 @@ async def persist_batch(run: Callable[..., Awaitable[Any]], batch: list[tuple[Wa
     return [job.error for job in jobs]
 
 
+def side_by_side(steps: persist.Steps) -> None:
+    """Run `steps` concurrently — the first on this thread, each other one on a thread of its own (a
+    group's first cycle has two: its marker and its record, once in the group's life) — and return once
+    every one returned (invariant 5); raise the first error, an `InvariantViolation` before any other."""
+    errors: list[BaseException] = []
+
+    def run(step: Callable[[], None]) -> None:
+        try:
+            step()
+        except BaseException as error:  # re-raised on the calling thread below, once every step ended
+            errors.append(error)
+    threads = [threading.Thread(target=run, args=(step,), name="jsraft-started", daemon=True)
+               for step in steps[1:]]
+    for thread in threads:
+        thread.start()
+    run(steps[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise next((error for error in errors if isinstance(error, InvariantViolation)), errors[0])
+
+
+def _sync_work(wal: Wal, disk: Disk, work: Work) -> None:
+    # Looked up on `replica.persist` at every call (invariant 3).
+    persist.sync_work(wal, disk, work, together=side_by_side)
+
+
 def persist_jobs(jobs: list[Job]) -> list[Job]:
     """Run in a worker thread: step 1 for every job, then steps 2–3 (`replica.persist`)."""
     for job in jobs:
         _guarded(job, persist.write_work)
     for job in jobs:
         if job.error is None:
-            _guarded(job, persist.sync_work)
+            _guarded(job, _sync_work)
     return jobs
 
 

@@ -16,7 +16,9 @@ Invariants:
      proposal is abandoned (`abandon_proposals`) — the meta leader's bookkeeping never outlives its term.
   3. A request is answered from the `Applied` of its own entry, so "created" means committed.
   4. A create whose only peer is this node starts building the stream's directory (`prepare_stream`)
-     when it is proposed, so that the directory's fsyncs overlap the entry's; nothing is named or opened
+     as soon as its entry is handed to the meta group — with the group's name when the entry is in the
+     log already, so the tree's `group` file is synced with it (`stream_format` invariant 7) — so that
+     the directory's fsyncs overlap the entry's; nothing is named or opened
      before the entry applied (`streams` invariant 7), and a create that fails leaves only a temporary
      directory. Not for a replicated stream: its answer waits for a quorum of replicas to open and elect,
      and a named first leader that opened ahead of its peers campaigns before they have the group, so
@@ -39,7 +41,7 @@ import trio
 from jsraft.errors import JsraftError, invariant
 from jsraft.meta import (
     META_SNAPSHOT_ENTRIES, Applied, ClusterNoPeers, ClusterServerNotMember, CreateStream, MetaStateMachine,
-    Proposal, StreamAssignment,
+    Proposal, StreamAssignment, group_name,
 )
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.errors import NotLeader
@@ -74,8 +76,9 @@ class MetaService:
         self.online = online
         self.tick_s = tick_s
         self.snapshot_every_entries = snapshot_every_entries
-        # `StreamManager.prepare`: build a stream's directory ahead while its create entry is made durable.
-        self.prepare_stream: Callable[[str, bytes], None] | None = None
+        # `StreamManager.prepare`: build a stream's directory ahead while its create entry is made durable
+        # (name, config bytes, the group's name when known).
+        self.prepare_stream: Callable[[str, bytes, str | None], None] | None = None
         self._led_term = 0  # the term this node last led in (to abandon proposals when it ends)
         self._peers_term = 0  # the term in which the configured peers were last registered
         self.members = MetaMembers(node_id=node_id, storage_uuid=storage_uuid, group=META_GROUP, runtime=runtime,
@@ -152,13 +155,18 @@ class MetaService:
                 await trio.sleep(self.tick_s / 4)
         raise NoLeader("the meta leader is not ready yet")
 
-    async def _propose(self, proposal: Proposal) -> Applied | None:
+    async def _propose(self, proposal: Proposal, on_log: Callable[[int], None] | None = None) -> Applied | None:
+        """Propose, wait for the entry's `Applied`. `on_log(index)`: called once the entry was handed to
+        the meta group, with its log index (0 while it waits for the core to be free)."""
         if proposal.data is None:
             return None
         if proposal.in_flight:
             raise NoLeader("the same request is in flight; retry")
         try:
-            result = await self.runtime.propose(META_GROUP, proposal.data)
+            submitted = await self.runtime.submit(META_GROUP, proposal.data)
+            if on_log is not None:
+                on_log(submitted.index)
+            result = await self.runtime.outcome(META_GROUP, submitted)
         except JsraftError:
             self.meta.cancel_proposal(proposal.data)
             raise
@@ -173,11 +181,14 @@ class MetaService:
         proposal = self.meta.propose_create_stream(name, raw, now_ns=time.time_ns(), online=self.online())
         if proposal.in_flight:
             return await self._wait_stream(name)
-        entry = proposal.entry
-        if isinstance(entry, CreateStream) and list(entry.peers) == [self.node_id] and self.prepare_stream:
-            # Invariant 4: the stream's only replica's directory is built while the entry is made durable.
-            self.prepare_stream(name, entry.config)
-        applied = await self._propose(proposal)
+        entry, prepare = proposal.entry, self.prepare_stream
+        on_log: Callable[[int], None] | None = None
+        if isinstance(entry, CreateStream) and list(entry.peers) == [self.node_id] and prepare is not None:
+            def on_log(index: int) -> None:
+                # Invariant 4: the stream's only replica's directory is built while the entry is made
+                # durable, named when the entry's index (the group's name) is known already.
+                prepare(name, entry.config, group_name(name, index) if index else None)
+        applied = await self._propose(proposal, on_log)
         if applied is None:
             invariant(isinstance(proposal.existing, StreamAssignment), "an idempotent create names the stream")
             return proposal.existing

@@ -27,6 +27,13 @@ Invariants:
      commits leaves a `.format-*` directory, removed at the next start or the next format of the name).
      `format_new_replica` trusts a prepared tree only when told so by whoever awaited the preparation
      (the stream manager, for the same config bytes); it then adds the `group` file, syncs and renames.
+  7. A tree prepared with a `group` file (the meta leader knew the entry's index, hence the group's name,
+     once the entry was in its log) is renamed as it is when that file names the group being opened:
+     it was synced with the tree, so the format's only step left is the rename and the sync of
+     `streams/` — one fsync after the apply where there were two rounds. A tree whose `group` file
+     names another group (the entry was replaced after a change of leader, and the name created again
+     at another index) gets its `group` file rewritten and synced as in 5; `format_new_replica` reads
+     the file to tell, so no caller's word decides it.
 
 Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), sibling `memory_stream`, `stream_options`.
 Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
@@ -54,21 +61,31 @@ def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamCo
     temp = f"{FORMAT_PREFIX}{name}"
     if not prepared:
         _build(streams, temp, config, raw, options)
-    streams.unsynced().sub(temp).write_atomic("group", group.encode())
-    streams.sync_tree(temp)  # every file and directory of the tree, once each (a clean one costs little)
+    if not (prepared and _named(streams, temp, group)):
+        streams.unsynced().sub(temp).write_atomic("group", group.encode())
+        streams.sync_tree(temp)  # every file and directory of the tree, once each (a clean one costs little)
     streams.rename(temp, name)
     streams.sync_dir("")
     return True
 
 
-def prepare_format(streams: Disk, *, name: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> bool:
+def _named(streams: Disk, temp: str, group: str) -> bool:
+    """Invariant 7: the prepared tree already holds `group` as its (durable) `group` file."""
+    return streams.exists(f"{temp}/group") and streams.read_file(f"{temp}/group") == group.encode()
+
+
+def prepare_format(streams: Disk, *, name: str, config: StreamConfig, raw: bytes, options: StreamOptions,
+                   group: str | None = None) -> bool:
     """Run in a worker thread while the create's meta entry is being made durable: build and sync the
-    tree for `config` under the temporary name, all but its `group` file (the group's name is the meta
-    index the entry gets). False when `<name>` exists (invariant 3). Never renames (invariant 5)."""
+    tree for `config` under the temporary name, with its `group` file when the entry's index (the
+    group's name) was known as it was proposed (`group`; invariant 7). False when `<name>` exists
+    (invariant 3). Never renames (invariant 5)."""
     if streams.exists(name):
         return False
     temp = f"{FORMAT_PREFIX}{name}"
     _build(streams, temp, config, raw, options)
+    if group is not None:
+        streams.unsynced().sub(temp).write_atomic("group", group.encode())
     streams.sync_tree(temp)
     return True
 

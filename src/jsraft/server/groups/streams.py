@@ -28,8 +28,15 @@ Invariants:
      used by the open of that name only once its preparation ended, succeeded, and was for the same
      config bytes as the applied assignment; otherwise the open formats from scratch. At most one
      preparation per name runs at a time, and the open of a name waits for it before touching the disk.
+  8. A replica new to this node (its directory formatted by this open: an empty log, nothing to replay)
+     whose group leads as soon as it opened (a single voter, `first_election`) has its
+     assignment's CONFIG entry (`stream_replica` invariant 5) submitted right after the open, before
+     anything else is proposed to the group (nothing is: its leader is not ready until the entry applied),
+     so it is usually made durable by the group's first Ready cycle with the bootstrap and the no-op. The
+     replica's run loop would propose it a tick after the create was answered, and its cycles then fell
+     on the next create's path. Its outcome is not awaited: if it fails, the run loop proposes it.
 
-Imports: stdlib, L0, L1, L3 (`meta`), L4 (`runtime`), trio, server siblings.
+Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ from jsraft.server.groups.stream_format import format_new_replica, prepare_forma
 from jsraft.server.groups.stream_repair import CallPeer
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
+from jsraft.stream.entries import encode_config
 
 log = logging.getLogger("jsraft.server.groups.streams")
 
@@ -61,10 +69,12 @@ PREPARED_MAX = 1024  # trees being prepared ahead at once; beyond it a create fo
 
 
 class _Prepared:
-    """One tree prepared ahead (invariant 7): for which config bytes, whether it succeeded, when it ended."""
+    """One tree prepared ahead (invariant 7): for which config bytes (and group, when known), whether it
+    succeeded, when it ended."""
 
-    def __init__(self, raw: bytes) -> None:
+    def __init__(self, raw: bytes, group: str | None) -> None:
         self.raw = raw
+        self.group = group
         self.ok = False
         self.done = trio.Event()
 
@@ -140,21 +150,23 @@ class StreamManager:
         self._events.append((kind, payload))
         self._wakeup.set()
 
-    def prepare(self, name: str, raw: bytes) -> None:
-        """The meta leader (this node) proposes creating stream `name` whose only replica is this node:
-        build its directory's tree now, while the entry is made durable (invariant 7, `stream_format` 5).
-        Best effort: skipped before `run` started, for a name being prepared or open here, past the bound."""
+    def prepare(self, name: str, raw: bytes, group: str | None = None) -> None:
+        """The meta leader (this node) proposed creating stream `name` whose only replica is this node:
+        build its directory's tree now, while the entry is made durable (invariant 7, `stream_format` 5),
+        with its `group` file when the entry's index is known (`group`, `stream_format` 7). Best effort:
+        skipped before `run` started, for a name being prepared or open here, past the bound."""
         if (self._nursery is None or name in self._prepared or name in self.replicas
                 or len(self._prepared) >= PREPARED_MAX):
             return
-        prepared = self._prepared[name] = _Prepared(raw)
+        prepared = self._prepared[name] = _Prepared(raw, group)
         self._nursery.start_soon(self._prepare, name, prepared)
 
     async def _prepare(self, name: str, prepared: _Prepared) -> None:
         try:
             config = parse_config(name, prepared.raw)
             prepared.ok = await trio.to_thread.run_sync(lambda: prepare_format(
-                self.disk, name=name, config=config, raw=prepared.raw, options=self.options))
+                self.disk, name=name, config=config, raw=prepared.raw, options=self.options,
+                group=prepared.group))
         except (JsraftError, OSError) as error:  # the open formats from scratch, and says so if it fails too
             log.info("stream %s: directory not prepared ahead: %s", name, error)
         finally:
@@ -223,7 +235,7 @@ class StreamManager:
         # A stream new to this node gets its directory formatted whole, with one fsync per file and per
         # directory (`stream_format`); the replica's open then finds every name it needs in place.
         prepared = await self._take_prepared(assignment)
-        await trio.to_thread.run_sync(lambda: format_new_replica(
+        formatted = await trio.to_thread.run_sync(lambda: format_new_replica(
             self.disk, name=assignment.name, group=assignment.group, config=assignment.config,
             raw=assignment.config_raw, options=self.options, prepared=prepared))
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
@@ -244,6 +256,19 @@ class StreamManager:
         # Registered before the task starts, so a stop issued before it runs still waits for it (invariant 5).
         done = self._run_done[replica.group] = trio.Event()
         self._nursery.start_soon(self._run_replica, replica, done)
+        if formatted:
+            await self._config_first(replica)
+
+    async def _config_first(self, replica: StreamReplica) -> None:
+        """Invariant 8: a new group that leads from its open gets its CONFIG entry into the log at once."""
+        machine = replica.machine
+        if (machine is None or replica.config_index <= machine.config_meta_index
+                or not self.runtime.is_leader(replica.group)):
+            return
+        try:
+            await self.runtime.submit(replica.group, encode_config(replica.raw, replica.config_index))
+        except JsraftError as error:  # the replica's run loop proposes it once its leader is ready
+            log.info("stream %s: config not proposed at open: %s", replica.name, error)
 
     async def _run_replica(self, replica: StreamReplica, done: trio.Event) -> None:
         try:

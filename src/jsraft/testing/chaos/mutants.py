@@ -50,11 +50,11 @@ def _ack_before_fsync() -> None:
 
     original = persist.sync_work
 
-    def sync_work(wal: Any, disk: Any, work: Any) -> None:
+    def sync_work(wal: Any, disk: Any, work: Any, **options: Any) -> None:
         root = os.path.normpath(str(getattr(disk, "root", "")))
         if not (os.path.basename(root) == "raft" and os.path.basename(os.path.dirname(os.path.dirname(root)))
                 == "streams"):
-            original(wal, disk, work)
+            original(wal, disk, work, **options)
             return
         # MUTANT: no `wal.sync()` — the entries are reported durable without an fsync.
         if work.hard_state is not None:

@@ -55,9 +55,9 @@ def test_the_marker_and_the_record_are_written_side_by_side_and_durable_before_t
         real_write_atomic(self, path, data)
     monkeypatch.setattr(OsDisk, "write_atomic", write_atomic)
 
-    def started_at_the_barrier() -> None:
+    def started_at_the_barrier(term: int) -> None:
         barrier.wait()  # the marker's write must be under way at the same time
-        started()
+        started(term)
     job = _job(root, started_at_the_barrier)
     persist_jobs([job])
     job.wal.close()
@@ -84,7 +84,7 @@ def test_an_error_of_either_fails_the_job_once_the_other_finished(tmp_path, monk
         real_write_atomic(self, path, data)
     monkeypatch.setattr(OsDisk, "write_atomic", write_atomic)
 
-    def started() -> None:
+    def started(term: int) -> None:
         if failing == "record":
             raise OSError("record: disk full")
         finished.append("record")
@@ -105,7 +105,7 @@ def test_without_a_driver_choice_they_run_one_after_the_other_marker_first(tmp_p
         if path == GROUP_MARKER:
             order.append(("marker", threading.get_ident()))
     monkeypatch.setattr(OsDisk, "write_atomic", write_atomic)
-    job = _job(root, lambda: order.append(("record", threading.get_ident())))
+    job = _job(root, lambda term: order.append(("record", threading.get_ident())))
     persist.sync_work(job.wal, job.disk, job.work)
     job.wal.close()
     assert order == [("marker", threading.get_ident()), ("record", threading.get_ident())]

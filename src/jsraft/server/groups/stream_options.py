@@ -9,17 +9,20 @@ Invariants:
      `snapshot_every_msgs` or `snapshot_every_bytes` None, audits only when asked); each snapshot bound
      applies on its own (a snapshot is due when any one is reached); everything else was range-checked by `NodeConfig.validate` (config invariant 4).
 
-Imports: L1 (`jsapi`), L2 (`store.base`), L3 (`stream.catchup_wire`, `stream.store_config`), L3½
+Imports: L0 (`errors`), L1 (`jsapi`), L2 (`store.base`), L3 (`stream.catchup_wire`, `stream.store_config`), L3½
 (`replica.snapshot_pace`), attrs, server siblings (`config`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from jsraft import limits
+from jsraft.errors import JsraftError
 from jsraft.jsapi import API_LEVEL, StreamConfig
-from jsraft.replica.snapshot_pace import SnapshotBound
+from jsraft.replica.snapshot_pace import SnapshotBound, SnapshotPace
 from jsraft.server.settings.config import NodeConfig
 from jsraft.store.base import StoreConfig
 from jsraft.stream.catchup_wire import CHUNK_BYTES_DEFAULT
@@ -60,9 +63,18 @@ class StreamOptions:
                    rpc_timeout_s=2.0 if config.test_mode else 5.0, tick_s=tick_s, api_level=config.api_level)
 
 
-def snapshot_bound(options: StreamOptions) -> SnapshotBound:
-    """The messages/bytes bound a replica's `SnapshotPace` asks for snapshots at."""
-    return SnapshotBound(msgs=options.snapshot_every_msgs, bytes=options.snapshot_every_bytes)
+def snapshot_pace(options: StreamOptions, request: Callable[[], None]) -> SnapshotPace:
+    """A replica's `SnapshotPace` at the options' messages/bytes bound; `request` is the runtime's
+    `request_snapshot` for its group (a group not running yet or any more: asked again next entry)."""
+
+    def due() -> bool:
+        try:
+            request()
+        except JsraftError:
+            return False
+        return True
+
+    return SnapshotPace(SnapshotBound(msgs=options.snapshot_every_msgs, bytes=options.snapshot_every_bytes), due)
 
 
 def replica_store_config(config: StreamConfig, options: StreamOptions) -> StoreConfig:

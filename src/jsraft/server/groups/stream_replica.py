@@ -55,11 +55,10 @@ from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.groups.first_election import FirstElection
 from jsraft.replica.publish_pipeline import BatchAnswers, Done, InFlightBatches, Queued
 from jsraft.replica.install_mark import InstallMark
-from jsraft.replica.snapshot_pace import SnapshotPace
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
-from jsraft.server.groups.stream_options import StreamOptions, replica_store_config, snapshot_bound
+from jsraft.server.groups.stream_options import StreamOptions, replica_store_config, snapshot_pace
 from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
@@ -136,7 +135,7 @@ class StreamReplica(ConfigFollowing):
         lost = is_memory(self.config) and self.disk.exists("raft")
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
-        pace = SnapshotPace(snapshot_bound(self.options), self._snapshot_due)
+        pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
                                      install_mark=InstallMark(self.disk), pace=pace)
         if lost:
@@ -150,14 +149,6 @@ class StreamReplica(ConfigFollowing):
         self.adapter.check_recovery()
         self.first_election = FirstElection(self.runtime, self.group, self.node_id,
                                             self.peers if self.bootstrap else (), self.raft_config.election_ticks)
-
-    def _snapshot_due(self) -> bool:
-        """The adapter's pace passed its messages/bytes bound: snapshot at the next cycle that can."""
-        try:
-            self.runtime.request_snapshot(self.group)
-        except JsraftError:  # not running (yet, or any more): the pace asks again at the next entry
-            return False
-        return True
 
     def _open_files(self) -> None:
         if not self.disk.exists("group"):

@@ -1,9 +1,9 @@
 """`FileStore`: a stream's messages in block files, every record CRC-checked (layer L2).
 
-Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest
-is split by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops`
-(filtered reads, purge, truncate, repair), `fs_compress`, `recovery` and `fs_index` (opening a store),
-`fs_deleted` (interior deletes), `blockfiles` (the files), `blocks` (the block format).
+Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest is split
+by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops` (filtered reads,
+purge, truncate, repair), `fs_deleted` (interior deletes), `fs_compress`, `recovery` and `fs_index` (opening a
+store), `blockfiles` (the files), `blocks` (the block format).
 
 Invariants (beyond the `StreamStore` ones):
   1. Only the newest block is appended to. Deletes go there as `TOMBSTONE` records; a head that is cut
@@ -242,9 +242,8 @@ class FileStore(Accounting):
         """Where `msgs[start:]` stop being held byte for byte from `first_seq` on (`fs_run.held_run`)."""
         return fs_run.held_run(self, first_seq, msgs, start)
 
-    def deleted_ranges(self, first: int, last: int) -> list[tuple[int, int]]:
-        """Runs in `[first, last]` with no live message, from the block summaries (`fs_deleted`)."""
-        return fs_deleted.deleted_ranges(self, first, last)
+    # `deleted_ranges(first, last)`: the runs with no live message, from the block summaries (no read).
+    deleted_ranges = fs_deleted.deleted_ranges
 
     def subject_first(self, subject: str) -> int:  # (`fs_remove` reaches `fs_ops` through this)
         return fs_ops.subject_first(self, subject)

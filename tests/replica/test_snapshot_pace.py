@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from test_replica_cycle_snapshot import _settle
 
 from jsraft.disk import OsDisk
 from jsraft.jsapi.stream_config import parse_stream_config
@@ -83,14 +84,6 @@ def _group(tmp_path, bound: SnapshotBound) -> tuple[GroupCycle, StreamAdapter]: 
     cycle.node.campaign()
     _settle(cycle)
     return cycle, adapter
-
-
-def _settle(cycle: GroupCycle) -> None:
-    for _ in range(50):
-        if not cycle.has_work():
-            return
-        cycle.run(lambda to_id, group, message: True)
-    raise AssertionError("the cycle did not settle")
 
 
 def _publish(cycle: GroupCycle, first_seq: int, payload: bytes = b"m") -> None:

@@ -6,14 +6,20 @@ stream groups snapshot by messages only: the entry count is off (`stream_snapsho
 messages each). Checked: every replica compacted its WAL several times, by the message bound alone; then
 a follower is crashed (`Cluster.kill`: nothing closed or flushed) and restarted: it replays only the
 messages since its last snapshot (its pace's count after the replay), not the whole stream, and all three
-replicas end identical with every acknowledged message. Waits poll with deadlines.
+replicas end identical with every acknowledged message. Waits poll with deadlines. Also: the node config's
+bounds reach `StreamOptions` (0 turns one off) and a negative one is refused with `InvalidConfig`.
 """
 
 from __future__ import annotations
 
+import pytest
 import trio
 from drift_kit import check_identical, converged, publish_range, replica, start, stream_leader
 
+from jsraft.errors import InvalidConfig
+from jsraft.runtime.errors import GroupNotFound
+from jsraft.server.groups.stream_options import StreamOptions, snapshot_pace
+from jsraft.server.settings.config import NodeConfig
 from jsraft.testing.cluster import Cluster
 
 BOUND = 200
@@ -54,3 +60,26 @@ async def test_snapshots_follow_the_message_bound_and_a_restart_replays_only_wha
             assert replayed < 2 * BOUND, replayed  # without the bound: all 1,000 (no entry-count snapshot)
             await cluster.wait_until(lambda: converged(cluster, last), 30, what="the restarted replica current")
             check_identical(cluster, acked)
+
+
+def test_the_config_bounds_reach_the_pace_and_a_negative_one_is_refused(tmp_path):
+    options = StreamOptions.of(NodeConfig(name="n1", store_dir=str(tmp_path), stream_snapshot_every_msgs=0,
+                                          stream_snapshot_every_bytes=1000).validate())
+    assert (options.snapshot_every_msgs, options.snapshot_every_bytes) == (None, 1000)
+    pace = snapshot_pace(options, lambda: None)
+    pace.applied(1 << 20, 999)
+    assert not pace.due()
+    pace.applied(0, 1)
+    assert pace.due() and pace.requests == 1
+
+    def not_running() -> None:
+        raise GroupNotFound("S")
+
+    closed = snapshot_pace(options, not_running)  # the group is not running: not taken, asked again
+    closed.applied(0, 1000)
+    assert closed.due() and closed.requests == 0 and not closed.asked
+    defaults = StreamOptions.of(NodeConfig(name="n1", store_dir=str(tmp_path)).validate())
+    assert (defaults.snapshot_every_msgs, defaults.snapshot_every_bytes) == (32768, 64 << 20)
+    for field in ("stream_snapshot_every_msgs", "stream_snapshot_every_bytes"):
+        with pytest.raises(InvalidConfig):
+            NodeConfig(name="n1", store_dir=str(tmp_path), **{field: -1}).validate()

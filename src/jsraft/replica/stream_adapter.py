@@ -31,7 +31,9 @@ Invariants:
   5. `snapshot()` is offered (`snapshot_ready()`) only while the machine is current, fault-free, not
      replaying and holds nothing back, and it fsyncs the store first (DESIGN §2: the store is durable
      before the WAL is compacted past it), and so does `prepare_install()` before a leader's snapshot
-     compacts it. A fault found while it is built (a read-time flip) raises
+     compacts it. It reads back, CRC-checked, the messages stored since the last snapshot taken or
+     restored here (`apply_ops.read_back`): the log is about to drop the entries that could rewrite them.
+     A fault found while it is built (a damaged record, a read-time flip) raises
      `SnapshotUnavailable`: the cycle skips that compaction; the fault is listed, so `snapshot_ready()`
      says no until the store is repaired.
   6. An AUDIT's report leaves this replica (`on_audit`) only when it was computed by a current machine
@@ -59,7 +61,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from jsraft.errors import JsraftError
+from jsraft.errors import DamagedSequence, JsraftError
 from jsraft.raft.types import Entry, EntryType, SnapshotMeta
 from jsraft.replica.consumer_replica import ConsumerReplica
 from jsraft.replica.install_mark import InstallMark
@@ -69,6 +71,7 @@ from jsraft.stream import (
     ApplyResult, AuditReport, EntryKind, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamNotHealthy,
     StreamStateMachine, decode_snapshot,
 )
+from jsraft.stream.apply_ops import read_back
 
 log = logging.getLogger("jsraft.server.stream")
 
@@ -111,6 +114,7 @@ class StreamAdapter:
         self._on_change = on_change
         self.consumers = ConsumerReplica(machine)  # the stream's consumers, applied at the same indexes
         self.pace = pace or SnapshotPace(SnapshotBound())  # invariant 9 (no bound: only counts)
+        self._read_back_from = 1  # messages from here on were not read back by a snapshot yet (invariant 5)
 
     @property
     def applied_index(self) -> int:
@@ -215,13 +219,18 @@ class StreamAdapter:
         return machine.store.state().last_seq == machine.last_seq
 
     def snapshot(self) -> bytes:
-        self.machine.store.sync()  # invariant 5
+        machine = self.machine
+        machine.store.sync()  # invariant 5
         self._unmark()  # invariant 8: our own snapshot may fall on a marked index the install never reached
         try:
-            data = self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
-        except StreamNotHealthy as error:  # e.g. a record read back damaged: now a listed store fault
+            read_back(machine.store, self._read_back_from, machine.last_seq)  # invariant 5
+            data = machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
+        except DamagedSequence as error:  # read back damaged: now a listed store fault
+            raise SnapshotUnavailable(f"stream snapshot refused: {error}") from error
+        except StreamNotHealthy as error:
             raise SnapshotUnavailable(f"stream snapshot refused: {error.description}") from error
         self.pace.reset()  # invariant 9
+        self._read_back_from = machine.last_seq + 1
         return data
 
     def prepare_install(self, meta: SnapshotMeta) -> None:
@@ -242,6 +251,7 @@ class StreamAdapter:
         self._resync = None
         plan = self.machine.restore(data, recovering=recovering)
         self.pace.reset()  # invariant 9
+        self._read_back_from = self.machine.last_seq + 1
         self.consumers.restored()  # invariant 7
         self._adopt(plan, recovering, "recovery" if recovering else "install")
 

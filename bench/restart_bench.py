@@ -14,8 +14,8 @@ Measured, from the restart call:
   replica_open_s   the stream replica is open: its message store recovered (from its index when that checks
                    against the blocks, plus a scan of what the index does not cover; else a full scan
                    checking every record's CRC) and its Raft group opened (WAL recovered, snapshot restored);
-  current_s        the replica is `current`: its state machine is healthy, it has applied what the group
-                   committed, and its store's state tuple (first, last, count, bytes, digest) equals the
+  current_s        the replica is `current`: its state machine is healthy and done replaying its log, it
+                   has applied what the group committed, and its store's state tuple (first, last, count, bytes, digest) equals the
                    stream leader's;
   replay_done_s    its state machine finished replaying its log (part of `current_s`);
   replayed_msgs    the messages that replay applied (those since the replica's last snapshot, bounded by
@@ -86,8 +86,8 @@ def _is_current(cluster: Cluster, name: str, leader: str) -> bool:
     replica, leading = node.streams.replicas.get(STREAM), lead.streams.replicas.get(STREAM)
     if replica is None or leading is None or replica.machine is None or leading.store is None:
         return False
-    if replica.machine.health is not Health.current:
-        return False
+    if replica.machine.health is not Health.current or replica.machine.replaying:
+        return False  # (until 2026-11-27 the replay's end was not waited for: `replay_done_s` came later)
     status = node.runtime.status(replica.group).raft
     if status.repairing or status.applied_index < status.commit_index:
         return False

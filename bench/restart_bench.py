@@ -14,10 +14,13 @@ Measured, from the restart call:
   replica_open_s   the stream replica is open: its message store recovered (from its index when that checks
                    against the blocks, plus a scan of what the index does not cover; else a full scan
                    checking every record's CRC) and its Raft group opened (WAL recovered, snapshot restored);
-  current_s        the replica is `current`: its state machine is healthy, it has applied what the group
-                   committed, and its store's state tuple (first, last, count, bytes, digest) equals the
+  current_s        the replica is `current`: its state machine is healthy and done replaying its log, it
+                   has applied what the group committed, and its store's state tuple (first, last, count, bytes, digest) equals the
                    stream leader's;
   replay_done_s    its state machine finished replaying its log (part of `current_s`);
+  replayed_msgs    the messages that replay applied (those since the replica's last snapshot, bounded by
+                   `stream_snapshot_every_msgs`/`_bytes` since 2026-11-27; where the crash fell in the
+                   snapshot period decides how many of the bound it is);
   store_verified_s the background verifier has read and CRC-checked every block the open took from the
                    store's index (0 blocks after a full scan).
 
@@ -70,8 +73,10 @@ async def _fill(cluster: Cluster, count: int, payload: bytes, inflight: int) -> 
 
 
 def _replica_open(cluster: Cluster, name: str) -> bool:
-    replica = cluster.nodes[name].streams.replicas.get(STREAM)
-    return replica is not None and replica.adapter is not None
+    """The store is open and so is the Raft group (the adapter learns its recovery target only after
+    `open_group` returned; before 2026-11-27 this looked only for the adapter, made before the WAL opens)."""
+    replica = cluster.nodes[name].streams.replicas.get(STREAM) if name in cluster.nodes else None
+    return replica is not None and replica.adapter is not None and replica.adapter.recovery_target is not None
 
 
 def _is_current(cluster: Cluster, name: str, leader: str) -> bool:
@@ -81,8 +86,8 @@ def _is_current(cluster: Cluster, name: str, leader: str) -> bool:
     replica, leading = node.streams.replicas.get(STREAM), lead.streams.replicas.get(STREAM)
     if replica is None or leading is None or replica.machine is None or leading.store is None:
         return False
-    if replica.machine.health is not Health.current:
-        return False
+    if replica.machine.health is not Health.current or replica.machine.replaying:
+        return False  # (until 2026-11-27 the replay's end was not waited for: `replay_done_s` came later)
     status = node.runtime.status(replica.group).raft
     if status.repairing or status.applied_index < status.commit_index:
         return False
@@ -110,11 +115,12 @@ def _stop_profiler(process: subprocess.Popen[bytes] | None) -> None:
 
 async def _watch(cluster: Cluster, name: str, started: float, marks: dict[str, float]) -> None:
     """Record when the restarted replica's replay of its log ended and when its store was verified."""
-    while len(marks) < 2:
+    while len(marks) < 3:
         replica = cluster.nodes[name].streams.replicas.get(STREAM) if name in cluster.nodes else None
-        if replica is not None and replica.machine is not None:
-            if not replica.machine.replaying:
-                marks.setdefault("replay_done_s", round(time.perf_counter() - started, 3))
+        if _replica_open(cluster, name):
+            if not replica.machine.replaying and "replay_done_s" not in marks:
+                marks["replay_done_s"] = round(time.perf_counter() - started, 3)
+                marks["replayed_msgs"] = replica.adapter.pace.msgs  # no publish since the crash
             if not getattr(replica.store, "unverified", None):
                 marks.setdefault("store_verified_s", round(time.perf_counter() - started, 3))
         await trio.sleep(0.005)
@@ -148,7 +154,7 @@ async def run(args: argparse.Namespace, base: str) -> dict[str, object]:
                                      what="the restarted replica current")
             current_s = time.perf_counter() - started
             _stop_profiler(profiler)
-            await cluster.wait_until(lambda: len(marks) == 2, 600, what="the store verified")
+            await cluster.wait_until(lambda: len(marks) == 3, 600, what="the store verified")
             state = cluster.replica_store(victim, STREAM).state()
             return {
                 "messages": args.messages, "payload_bytes": args.payload, "inflight": args.inflight,

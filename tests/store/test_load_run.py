@@ -187,15 +187,20 @@ def test_a_faulted_sequence_ends_the_run(tmp_path):
     assert store.load_run(6, 10) == []
 
 
+def repaired_elsewhere(tmp_path, store: FileStore, seq: int) -> None:
+    """Damage `seq` at rest, let `load` find it, and repair it: the good copy goes to the newest block."""
+    store.sync()
+    _flip(tmp_path, store, seq)
+    with pytest.raises(DamagedSequence):
+        store.load(seq)
+    store.repair(seq, "a", b"", b"x", seq * 10)
+    assert seq in store.moved
+
+
 def test_a_repaired_record_in_another_block_ends_the_run(tmp_path):
     store = _file_store(tmp_path)
     put_many(store, ["a"] * 10)
-    store.sync()
-    _flip(tmp_path, store, 4)
-    with pytest.raises(DamagedSequence):
-        store.load(4)
-    store.repair(4, "a", b"", b"x", 40)  # the good copy goes to the newest block (`moved`)
-    assert 4 in store.moved
+    repaired_elsewhere(tmp_path, store, 4)
     assert [m.seq for m in store.load_run(1, 10)] == [1, 2, 3]
     assert store.load_run(4, 10) == []
     assert store.load(4).payload == b"x"

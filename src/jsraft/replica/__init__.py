@@ -9,7 +9,8 @@ when it still wants an audit after a recovery or a repair (`audit_wish`), which 
 repair worker and audit runner and the simulator all run. Modules: `cycle`, `persist`, `restore`,
 `state_machine`, `stream_leading`, `stream_repair`, `audit_wish`; and the node-side glue between Raft
 entries and the state machines, trio-free (moved out of `server/`, issue #13): `stream_adapter` (a stream
-group's entries applied to its `StreamStateMachine` and consumers), `install_mark` (a leader's
+group's entries applied to its `StreamStateMachine` and consumers), `snapshot_pace` (its snapshots bounded
+by messages and bytes applied), `install_mark` (a leader's
 snapshot not yet repaired to, noted durably beside the store), `consumer_replica` (the consumers
 replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order),
 `meta_adapter` (meta entries applied to `MetaStateMachine`), `advisories` (`AdvisoryLog`), `stream_events`

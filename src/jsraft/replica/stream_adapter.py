@@ -31,7 +31,9 @@ Invariants:
   5. `snapshot()` is offered (`snapshot_ready()`) only while the machine is current, fault-free, not
      replaying and holds nothing back, and it fsyncs the store first (DESIGN §2: the store is durable
      before the WAL is compacted past it), and so does `prepare_install()` before a leader's snapshot
-     compacts it. A fault found while it is built (a read-time flip) raises
+     compacts it. It reads back, CRC-checked, the messages stored since the last snapshot taken or
+     restored here (`apply_ops.read_back`): the log is about to drop the entries that could rewrite them.
+     A fault found while it is built (a damaged record, a read-time flip) raises
      `SnapshotUnavailable`: the cycle skips that compaction; the fault is listed, so `snapshot_ready()`
      says no until the store is repaired.
   6. An AUDIT's report leaves this replica (`on_audit`) only when it was computed by a current machine
@@ -43,9 +45,12 @@ Invariants:
      unmarked only once the store holds its state: restored at open while still marked, it is compared
      with the store strictly, as at its install — never taken for this replica's own (whose store may be
      ahead of it and is only verified by the replay).
+  9. `pace` (replica/snapshot_pace.py) counts the messages and entry bytes applied since the last snapshot
+     taken or restored here and asks for one past its bound, so a restart replays a bounded log whatever
+     the entries' batching; the cycle's entry count still applies beside it.
 
 Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, replica siblings (`consumer_replica`,
-`install_mark`). Reference: stream/machine.py "Lifecycle".
+`install_mark`, `snapshot_pace`). Reference: stream/machine.py "Lifecycle".
 """
 
 from __future__ import annotations
@@ -56,15 +61,17 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from jsraft.errors import JsraftError
+from jsraft.errors import DamagedSequence, JsraftError
 from jsraft.raft.types import Entry, EntryType, SnapshotMeta
 from jsraft.replica.consumer_replica import ConsumerReplica
 from jsraft.replica.install_mark import InstallMark
+from jsraft.replica.snapshot_pace import SnapshotBound, SnapshotPace
 from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.stream import (
-    ApplyResult, AuditReport, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamNotHealthy,
+    ApplyResult, AuditReport, EntryKind, Finding, Health, MalformedSnapshot, RepairPlan, StaleSnapshot, StreamNotHealthy,
     StreamStateMachine, decode_snapshot,
 )
+from jsraft.stream.apply_ops import read_back
 
 log = logging.getLogger("jsraft.server.stream")
 
@@ -89,7 +96,8 @@ def _ignore(*_: object) -> None:
 
 class StreamAdapter:
     def __init__(self, machine: StreamStateMachine, *, on_audit: Callable[[AuditReport], None] = _ignore,
-                 on_change: Callable[[], None] = _ignore, install_mark: InstallMark | None = None) -> None:
+                 on_change: Callable[[], None] = _ignore, install_mark: InstallMark | None = None,
+                 pace: SnapshotPace | None = None) -> None:
         self.machine = machine
         self.install_mark = install_mark  # None: nothing durable beside the store (tests, memory-only)
         self.noop_term = 0
@@ -105,6 +113,8 @@ class StreamAdapter:
         self._on_audit = on_audit
         self._on_change = on_change
         self.consumers = ConsumerReplica(machine)  # the stream's consumers, applied at the same indexes
+        self.pace = pace or SnapshotPace(SnapshotBound())  # invariant 9 (no bound: only counts)
+        self._read_back_from = 1  # messages from here on were not read back by a snapshot yet (invariant 5)
 
     @property
     def applied_index(self) -> int:
@@ -146,6 +156,8 @@ class StreamAdapter:
             return None
         result = machine.apply(entry.index, entry.data)
         if isinstance(result, ApplyResult):
+            msgs = result.last_seq - result.first_seq + 1 if result.kind is EntryKind.MSGS else 0
+            self.pace.applied(msgs, len(entry.data))  # invariant 9
             if result.audit is not None and machine.health is Health.current and not machine.replaying:
                 self._on_audit(result.audit)  # invariant 6
             if result.finding is not None:
@@ -207,12 +219,19 @@ class StreamAdapter:
         return machine.store.state().last_seq == machine.last_seq
 
     def snapshot(self) -> bytes:
-        self.machine.store.sync()  # invariant 5
+        machine = self.machine
+        machine.store.sync()  # invariant 5
         self._unmark()  # invariant 8: our own snapshot may fall on a marked index the install never reached
         try:
-            return self.machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
-        except StreamNotHealthy as error:  # e.g. a record read back damaged: now a listed store fault
+            read_back(machine.store, self._read_back_from, machine.last_seq)  # invariant 5
+            data = machine.snapshot(extra=self.consumers.snapshot_extra())  # invariant 7
+        except DamagedSequence as error:  # read back damaged: now a listed store fault
+            raise SnapshotUnavailable(f"stream snapshot refused: {error}") from error
+        except StreamNotHealthy as error:
             raise SnapshotUnavailable(f"stream snapshot refused: {error.description}") from error
+        self.pace.reset()  # invariant 9
+        self._read_back_from = machine.last_seq + 1
+        return data
 
     def prepare_install(self, meta: SnapshotMeta) -> None:
         """A leader's snapshot is about to be made durable in the WAL, which then drops the entries it
@@ -231,6 +250,8 @@ class StreamAdapter:
         self._deferred_bytes = 0
         self._resync = None
         plan = self.machine.restore(data, recovering=recovering)
+        self.pace.reset()  # invariant 9
+        self._read_back_from = self.machine.last_seq + 1
         self.consumers.restored()  # invariant 7
         self._adopt(plan, recovering, "recovery" if recovering else "install")
 

@@ -1,9 +1,9 @@
 """`FileStore`: a stream's messages in block files, every record CRC-checked (layer L2).
 
-Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest
-is split by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops`
-(filtered reads, purge, truncate, repair), `fs_compress`, `recovery` and `fs_index` (opening a store),
-`blockfiles` (the files), `blocks` (the block format).
+Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest is split
+by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops` (filtered reads,
+purge, truncate, repair), `fs_deleted` (interior deletes), `fs_compress`, `recovery` and `fs_index` (opening a
+store), `blockfiles` (the files), `blocks` (the block format).
 
 Invariants (beyond the `StreamStore` ones):
   1. Only the newest block is appended to. Deletes go there as `TOMBSTONE` records; a head that is cut
@@ -34,7 +34,7 @@ from jsraft import subjects as subjectlib
 from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record, message_digest
 from jsraft.disk.base import Disk
 from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageFound, StoreClosed, invariant
-from jsraft.store import fs_append, fs_index, fs_ops, fs_remove, fs_run, recovery
+from jsraft.store import fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, recovery
 from jsraft.store.base import (
     DIGEST_RANGE_SEQS,
     Fault,
@@ -242,8 +242,10 @@ class FileStore(Accounting):
         """Where `msgs[start:]` stop being held byte for byte from `first_seq` on (`fs_run.held_run`)."""
         return fs_run.held_run(self, first_seq, msgs, start)
 
-    def subject_first(self, subject: str) -> int:
-        """`subject`'s first live sequence, 0 if none (`fs_remove` reaches `fs_ops` through this)."""
+    # `deleted_ranges(first, last)`: the runs with no live message, from the block summaries (no read).
+    deleted_ranges = fs_deleted.deleted_ranges
+
+    def subject_first(self, subject: str) -> int:  # (`fs_remove` reaches `fs_ops` through this)
         return fs_ops.subject_first(self, subject)
 
     def subject_sizes(self, subject: str) -> Iterator[int]:
@@ -251,8 +253,7 @@ class FileStore(Accounting):
         return fs_ops.subject_sizes(self, subject)
 
     def subject_count(self, subject: str) -> int:
-        entry = self.psim.get(subject)
-        return entry[0] if entry else 0
+        return self.psim.get(subject, (0,))[0]
 
     def append(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
         self.append_batch(((seq, subject, headers, payload, timestamp_ns),))

@@ -10,6 +10,8 @@ Invariants:
   2. Bounded removals: a PURGE or EXPIRE never removes a message above the bound its entry carries, so
      replaying an entry against a store that already applied later entries changes nothing it should not.
   3. Replay verification compares content (subject, headers, payload, timestamp), never trusts position.
+  4. `read_back` reads every live message of its range through the store's checked reads: a record that
+     does not verify raises `DamagedSequence` (and the store lists it), never passes silently.
 
 Imports: L0, L1 (`codec.records`), L2 (`store`). Reference: nats-server `server/jetstream_cluster.go`
 (`applyStreamEntries`: purge stamped with the leader's last sequence so replays are safe).
@@ -23,6 +25,8 @@ from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.store.base import StreamStore
 from jsraft.stream.entries import EntryMsg
 from jsraft.stream.outcomes import ApiError, delete_failed
+
+READ_BACK_RUN = 4096  # messages per batched read of `read_back`
 
 
 def append_run(store: StreamStore, first_seq: int, msgs: list[EntryMsg]) -> dict[int, ApiError]:
@@ -75,6 +79,22 @@ def verify_run(store: StreamStore, first_seq: int, msgs: list[EntryMsg]) -> int 
             continue
         if (held.subject, held.headers, held.payload, held.timestamp_ns) != (subject, headers, payload, timestamp_ns):
             return seq
+
+
+def read_back(store: StreamStore, first: int, last: int) -> None:
+    """Read the live messages in `[first, last]` back, every record CRC-checked (`load_run`, and `load_next`
+    where a run stops, which settles a damaged record: `DamagedSequence`, the store lists the fault). What
+    a snapshot's compaction makes the log unable to rewrite is read once before the log drops it."""
+    seq = max(first, 1)
+    while seq <= last:
+        run = store.load_run(seq, min(READ_BACK_RUN, last - seq + 1))
+        if run:
+            seq = run[-1].seq + 1
+            continue
+        try:
+            seq = store.load_next(None, seq).seq + 1
+        except NoMessageFound:
+            return
 
 
 def live_seqs(store: StreamStore, first: int, last: int, subject_filter: str | None = None) -> list[int]:

@@ -104,11 +104,15 @@ class StreamSnapshot:
 
 
 def group_state_of(store: StreamStore, state: StoreState | None = None) -> GroupState:
-    """The store's `GroupState`. Interior deletes are found by walking the live messages, which is
-    needed only when `num_deleted > 0` (TODO(#stream-deleted-ranges): a store query would avoid it)."""
+    """The store's `GroupState`. Interior deletes (only when `num_deleted > 0`) come from the store's
+    `deleted_ranges` when it has one (FileStore: its block summaries, no record read), else by walking the
+    live messages with `load_next`."""
     state = state if state is not None else store.state()
     deleted: list[tuple[int, int]] = []
-    if state.msgs and state.num_deleted:
+    ranges = getattr(store, "deleted_ranges", None)
+    if state.msgs and state.num_deleted and ranges is not None:
+        deleted = ranges(state.first_seq, state.last_seq)
+    elif state.msgs and state.num_deleted:
         expected = state.first_seq
         while expected <= state.last_seq:
             try:

@@ -59,7 +59,7 @@ from jsraft.replica.install_mark import InstallMark
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
-from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
+from jsraft.server.groups.stream_options import StreamOptions, replica_store_config, snapshot_pace
 from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
@@ -136,8 +136,9 @@ class StreamReplica(ConfigFollowing):
         lost = is_memory(self.config) and self.disk.exists("raft")
         await trio.to_thread.run_sync(self._open_files)
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
+        pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
-                                     install_mark=InstallMark(self.disk))
+                                     install_mark=InstallMark(self.disk), pace=pace)
         if lost:
             self.memory_loss.mark()  # before the replay: no entry may write into the lost store
         voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries

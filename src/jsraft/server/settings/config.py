@@ -93,10 +93,13 @@ class NodeConfig:
     # The chaos test hooks under `/test/` on the monitor (`server.test_hooks`) and a wall clock that can be
     # skewed at run time (`runtime.SkewableClock`). Off by default; never for production.
     test_hooks: bool = False
-    # Stream groups (DESIGN §6, §8): a Raft snapshot and WAL compaction every this many applied entries
-    # (0: only when asked); an AUDIT entry every this many ms (0: only after recoveries and repairs); the
+    # Stream groups (DESIGN §6, §8): a Raft snapshot and WAL compaction every this many applied entries,
+    # and also once this many messages or entry bytes applied since the last one (each 0: no such bound;
+    # all three 0: only when asked) — what a restart replays; an AUDIT entry every this many ms (0: only after recoveries and repairs); the
     # message store's block size; one catch-up chunk's byte budget; the longest wait between repair tries.
     stream_snapshot_every_entries: int = 4096
+    stream_snapshot_every_msgs: int = 32768
+    stream_snapshot_every_bytes: int = 64 << 20
     stream_audit_interval_ms: int = 5000
     stream_block_bytes: int = limits.block_bytes_default
     stream_catchup_chunk_bytes: int = CHUNK_BYTES_DEFAULT
@@ -211,9 +214,10 @@ class NodeConfig:
                 raise InvalidConfig(f"node config: {field} must be at least {SECRET_CHARS_MIN} characters")
 
     def _validate_stream_fields(self) -> None:
-        if self.stream_snapshot_every_entries < 0 or self.stream_audit_interval_ms < 0:
-            raise InvalidConfig("node config: stream_snapshot_every_entries and stream_audit_interval_ms "
-                                "must be at least 0")
+        if min(self.stream_snapshot_every_entries, self.stream_snapshot_every_msgs,
+               self.stream_snapshot_every_bytes, self.stream_audit_interval_ms) < 0:
+            raise InvalidConfig("node config: stream_snapshot_every_entries, stream_snapshot_every_msgs, "
+                                "stream_snapshot_every_bytes and stream_audit_interval_ms must be at least 0")
         if self.meta_snapshot_every_entries < 0:
             raise InvalidConfig("node config: meta_snapshot_every_entries must be at least 0")
         if self.jetstream_domain is not None and (not self.jetstream_domain or any(

@@ -158,18 +158,19 @@ def test_beat_codec_round_trips_and_refuses_malformed_beats():
 
 
 async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autojump_clock):
+    """Its bound is counted in node ticks (the tick wheel), its early ends are wakes and releases."""
     async with trio.open_nursery() as nursery:
         cluster = await _cluster(nursery)
         await eventually(lambda: _all_quiet(cluster))
         leader = cluster.leaders(GROUP)[0]
         runtime = cluster.runtimes[leader]
         started = trio.current_time()
-        await runtime.ticker.wait_awake(GROUP, timeout_s=5.0)  # nothing wakes it: the whole timeout
-        assert trio.current_time() - started == pytest.approx(5.0)
+        await runtime.ticker.wait_awake(GROUP, ticks=50)  # nothing wakes it: the whole bound
+        assert trio.current_time() - started == pytest.approx(50 * TICK_MS / 1000, abs=TICK_MS / 1000)
         woke_at: list[float] = []
 
         async def waiter() -> None:
-            await runtime.ticker.wait_awake(GROUP, timeout_s=60.0)
+            await runtime.ticker.wait_awake(GROUP, ticks=600)
             woke_at.append(trio.current_time())
         nursery.start_soon(waiter)
         await trio.sleep(1.0)
@@ -181,7 +182,7 @@ async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autoju
         released_at: list[float] = []
 
         async def released() -> None:
-            await runtime.ticker.wait_awake(GROUP, timeout_s=60.0)
+            await runtime.ticker.wait_awake(GROUP, ticks=600)
             released_at.append(trio.current_time())
         nursery.start_soon(released)
         await trio.sleep(1.0)
@@ -191,7 +192,7 @@ async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autoju
         assert released_at[0] - release_at < 0.1 and runtime.ticker.is_quiet(GROUP)
         runtime.ticker.wake_by_name("g2")  # an outside change: the group ticks again
         assert not runtime.ticker.is_quiet("g2")
-        await runtime.ticker.wait_awake("g2", timeout_s=60.0)  # awake: returns at once
+        await runtime.ticker.wait_awake("g2", ticks=600)  # awake: returns at once
         await cluster.stop_all()
         nursery.cancel_scope.cancel()
 

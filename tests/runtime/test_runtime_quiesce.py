@@ -165,8 +165,10 @@ async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autoju
         leader = cluster.leaders(GROUP)[0]
         runtime = cluster.runtimes[leader]
         started = trio.current_time()
-        await runtime.ticker.wait_awake(GROUP, ticks=50)  # nothing wakes it: the whole bound
-        assert trio.current_time() - started == pytest.approx(50 * TICK_MS / 1000, abs=TICK_MS / 1000)
+        for _ in range(3):  # nothing wakes it: the whole bound, each time (an ended pause is not reused)
+            await runtime.ticker.wait_awake(GROUP, ticks=50)
+            assert trio.current_time() - started == pytest.approx(50 * TICK_MS / 1000, abs=TICK_MS / 1000)
+            started = trio.current_time()
         woke_at: list[float] = []
 
         async def waiter() -> None:

@@ -79,7 +79,7 @@ class Ticker:
     async def pause(self, name: str, ticks: int) -> None:
         """Wait `ticks` node ticks, or less if group `name` wakes or is released (`release`) first."""
         event = self._awoken.get(name)
-        if event is None:
+        if event is None or event.is_set():  # set by the wheel for an earlier pause: that one is over
             event = self._awoken[name] = trio.Event()
         self.after_ticks(ticks, event)
         await event.wait()

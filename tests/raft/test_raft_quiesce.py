@@ -76,6 +76,8 @@ def test_a_leader_with_a_follower_behind_may_not_quiesce_nor_may_that_follower()
     _settle(cluster)
     assert leader.log.commit_index == leader.log.last_index  # n2 made the majority
     assert not leader_may_quiesce(leader)  # n3 has not matched the last index
+    assert leader_may_quiesce(leader, live=lambda member: member != "n3")  # unless n3's node is not live
+    assert not leader_may_quiesce(leader, live=lambda member: False)  # but never without a live majority
     assert not follower_may_quiesce(cluster.nodes["n3"], leader.current_term, "n1", leader.log.last_index)
     assert follower_may_quiesce(cluster.nodes["n2"], leader.current_term, "n1", leader.log.last_index)
     cluster.partition = None

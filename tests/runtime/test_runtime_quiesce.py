@@ -113,19 +113,61 @@ async def test_a_partitioned_quiesced_leader_wakes_and_steps_down(autojump_clock
         nursery.cancel_scope.cancel()
 
 
-async def test_no_leader_quiesces_while_a_member_node_is_down(autojump_clock):
+def _quiet_without(cluster: Cluster, down: str) -> bool:
+    return _all_quiet(cluster, [n for n in cluster.ids if n != down])
+
+
+async def test_groups_with_a_member_node_down_quiesce_again_and_wake_when_it_returns(autojump_clock):
+    """Before: a leader quiesced only while every member was live, so after a node died every group it
+    was in ticked on the survivors at 10 Hz until it came back (1,000 such streams starved a node)."""
     async with trio.open_nursery() as nursery:
         cluster = await _cluster(nursery)
         await eventually(lambda: _all_quiet(cluster))
         leader = cluster.leaders(GROUP)[0]
         follower = next(n for n in cluster.ids if n != leader)
-        await cluster.stop(follower)
-        # The leader's groups wake when the follower's node lapses, and stay awake (heartbeating).
+        cluster.router.partition = [{follower}, {n for n in cluster.ids if n != follower}]
+        # The leaders wake when the follower's node lapses, then quiesce again with the live majority.
         await eventually(lambda: not cluster.runtimes[leader].quiescence.is_quiet(GROUP))
-        sent = cluster.router.sent
+        await eventually(lambda: _quiet_without(cluster, follower))
+        assert await cluster.runtimes[leader].propose(GROUP, b"while-away") is not None  # a majority commits
+        await eventually(lambda: _quiet_without(cluster, follower))
+        from_majority: list[str] = []  # the cut-off follower campaigns on its own; the majority is silent
+        cluster.router.on_send.append(lambda frm, to, group, m: from_majority.append(group) if frm != follower else None)
         await trio.sleep(50 * TICK_MS / 1000)
-        assert cluster.router.sent > sent
-        assert not cluster.runtimes[leader].quiescence.is_quiet(GROUP)
+        assert from_majority == []  # quiet: nothing but node beats, even with a member away
+        assert cluster.leaders(GROUP) == [leader]
+        # Healed (same incarnation): its beat wakes the groups that quiesced without it; it catches up.
+        cluster.router.on_send.clear()
+        cluster.router.partition = None
+        await eventually(lambda: cluster.machines[follower].values == [b"while-away"])
+        await eventually(lambda: _all_quiet(cluster))
+        # Down and restarted (a new incarnation): the same, from its disk.
+        await cluster.stop(follower)
+        await eventually(lambda: _quiet_without(cluster, follower))
+        assert await cluster.runtimes[leader].propose(GROUP, b"while-down") is not None
+        await eventually(lambda: _quiet_without(cluster, follower))
+        await cluster.start(follower)
+        for name in GROUPS[1:]:
+            await cluster.runtimes[follower].open_group(name, voters=cluster.ids, state_machine=ListMachine())
+        await eventually(lambda: cluster.machines[follower].values[-1:] == [b"while-down"])
+        await eventually(lambda: _all_quiet(cluster))
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_leader_without_a_live_majority_does_not_quiesce(autojump_clock):
+    async with trio.open_nursery() as nursery:
+        cluster = await _cluster(nursery)
+        await eventually(lambda: _all_quiet(cluster))
+        leader = cluster.leaders(GROUP)[0]
+        cluster.router.partition = [{leader}, {n for n in cluster.ids if n != leader}]
+        # Alone, it wakes when its members lapse and keeps ticking until check-quorum makes it step
+        # down: from waking on, it is never quiet while it leads.
+        await eventually(lambda: not cluster.runtimes[leader].quiescence.is_quiet(GROUP))
+        while cluster.runtimes[leader].status(GROUP).raft.role == "leader":
+            assert not cluster.runtimes[leader].quiescence.is_quiet(GROUP)
+            await trio.sleep(TICK_MS / 1000)
+        assert cluster.runtimes[leader].status(GROUP).raft.role != "leader"
         await cluster.stop_all()
         nursery.cancel_scope.cancel()
 

@@ -19,7 +19,10 @@ Invariants:
      `timeout_s` from the same incarnation (`boot`). When a peer lapses or restarts, every group
      quiesced here that depends on it wakes — a follower on its leader's node, a leader on any other
      member's node — so a dead leader node is replaced by an election, and a partitioned leader ticks
-     again and steps down by check-quorum. A leader quiesces only while all its members are live.
+     again and steps down by check-quorum. A leader quiesces only while a majority of its voters (itself
+     included) is live and every live member has its whole log; a member that is not live is not
+     waited for, and when it is heard again (a beat after a lapse, or a first one) every group quiesced
+     here that depends on it wakes, so a returning node is caught up.
   3. Nothing here changes Raft state: the core is only not ticked; term, vote and log rules are the
      core's alone.
   4. A quiesced leader whose group closes here tells its members to wake (a closed replica never
@@ -132,7 +135,9 @@ class Quiescence:
         tick it). `idle`: the runtime has nothing queued, in flight or unsettled for it."""
         peers = members(node)
         self._peers.update(peers)
-        if not (idle and leader_may_quiesce(node) and all(self.live(peer, now) for peer in peers)):
+        # A member whose node is not live is not waited for (raft.quiesce invariant 1): after a node dies its
+        # groups quiesce again on the survivors, and wake when it is heard again (invariant 2).
+        if not (idle and leader_may_quiesce(node, lambda peer: self.live(peer, now))):
             self._streak.pop(name, None)
             return False
         streak = self._streak.get(name, 0) + 1
@@ -183,6 +188,10 @@ class Quiescence:
         previous = self._heard.get(peer)
         if previous is not None and previous[1] != beat.boot:
             to_wake.extend(self._dependents.get(peer, ()))  # the peer restarted: what it knew is gone
+        elif not self.live(peer, now):
+            # Back after a lapse (or heard for the first time): the leaders that quiesced without it tick
+            # again and bring it up to date now, not at its first election timeout (invariant 2).
+            to_wake.extend(self._dependents.get(peer, ()))
         self._heard[peer] = (now, beat.boot)
         self._lapsed.discard(peer)
         self._peers.add(peer)

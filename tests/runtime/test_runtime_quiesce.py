@@ -293,3 +293,53 @@ async def _commit_at_the_leader(cluster: Cluster, name: str) -> int | None:
             except NotLeader:
                 assert cluster.leaders(name) != [leader]  # it really lost the leadership
             await trio.sleep(TICK_MS / 1000)
+
+
+@pytest.mark.parametrize("seed", [3, 17])
+async def test_hundreds_of_quiesced_groups_all_elect_after_their_leader_node_dies_and_quiesce_again(
+        autojump_clock, seed):
+    """Scale (issue 18): 150 groups, all led by one node and quiesced. Killing that node must give every
+    group a leader on the survivors within the liveness lapse plus a few election timeouts (a lost wake-up
+    would leave one without), then every group quiesces again on the survivors with the node still down,
+    and after it restarts every group is quiet again with it caught up."""
+    names = [GROUP] + [f"s{i}" for i in range(149)]
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, beats=True, seed=seed)
+        await cluster.start_all()
+        victim = await cluster.wait_leader(GROUP)
+        for name in names[1:]:
+            for node_id in [victim] + [n for n in cluster.ids if n != victim]:  # it opens first and leads
+                await cluster.runtimes[node_id].open_group(name, voters=cluster.ids, state_machine=ListMachine())
+        for name in names:
+            if (await cluster.wait_leader(name)) != victim:
+                cluster.runtimes[cluster.leaders(name)[0]].transfer_leadership(name, victim)
+        await eventually(lambda: all(cluster.leaders(name) == [victim] for name in names), timeout_s=60)
+        everyone_quiet = lambda nodes: all(cluster.runtimes[n].quiescence.quiet_groups() == sorted(names)
+                                           for n in nodes)
+        await eventually(lambda: everyone_quiet(cluster.ids), timeout_s=60)
+        survivors = [n for n in cluster.ids if n != victim]
+        await cluster.stop(victim)
+        killed_at = trio.current_time()
+        await eventually(lambda: all(len(cluster.leaders(name)) == 1 for name in names), timeout_s=60)
+        failover_s = trio.current_time() - killed_at
+        # The lapse, then at most a few randomized election timeouts ([10, 20) ticks each) per group.
+        assert failover_s < LIVENESS_S + 4 * 20 * TICK_MS / 1000, failover_s
+        await eventually(lambda: everyone_quiet(survivors), timeout_s=10)  # with the node still down
+        await cluster.start(victim)
+        for name in names[1:]:
+            await cluster.runtimes[victim].open_group(name, voters=cluster.ids, state_machine=ListMachine())
+        for name in rng_sample(names, seed):
+            leader = await cluster.wait_leader(name)
+            assert await cluster.runtimes[leader].propose(name, b"after") is not None
+        await eventually(lambda: everyone_quiet(cluster.ids), timeout_s=60)
+        for name in names:  # one log: every replica, the restarted one included, holds the same entries
+            leader = cluster.leaders(name)[0]
+            last = cluster.runtimes[leader].status(name).raft.last_index
+            assert all(cluster.runtimes[n].status(name).raft.last_index == last for n in cluster.ids)
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()
+
+
+def rng_sample(names: list[str], seed: int) -> list[str]:
+    import random as _random
+    return _random.Random(seed).sample(names, 10)

@@ -9,6 +9,8 @@ is stopped or partitioned away, and the values every state machine applied.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import trio
 
@@ -16,7 +18,7 @@ from runtime_harness import GROUP, TICK_MS, Cluster, ListMachine, eventually
 
 from jsraft.raft.errors import NotLeader, ProposalDropped
 from jsraft.runtime.errors import BadBeat
-from jsraft.runtime.quiesce import Beat, decode_beat, encode_beat
+from jsraft.runtime.quiesce import Beat, Quiescence, decode_beat, encode_beat
 
 GROUPS = [GROUP, "g2", "g3", "g4"]
 LIVENESS_S = 10 * TICK_MS / 1000  # the runtime's default liveness_ticks
@@ -197,6 +199,20 @@ def test_beat_codec_round_trips_and_refuses_malformed_beats():
         with pytest.raises(BadBeat) as refused:
             decode_beat(bad)
         assert refused.value.err_code == 20205
+
+
+def test_peer_liveness_counts_this_nodes_ticks_so_a_stalled_loop_does_not_lapse_every_peer():
+    """A node whose event loop stalled (its peers' beats unread in the sockets) used to find, at its next
+    tick, every peer unheard for longer than the wall-clock timeout, and woke every quiesced group at
+    once; the ticker drops missed ticks, so counted in ticks the stall is one tick."""
+    quiet = Quiescence("n1", lambda peer, payload: True, timeout_ticks=10, quiet_ticks=3, rng=random.Random(1))
+    quiet.on_beat("n2", encode_beat(Beat(boot=5)), lambda name: None)
+    for _ in range(9):
+        assert quiet.tick() == [] and quiet.live("n2")
+    quiet.tick()
+    assert not quiet.live("n2")  # the tenth tick without a beat: lapsed
+    quiet.on_beat("n2", encode_beat(Beat(boot=5)), lambda name: None)
+    assert quiet.live("n2")
 
 
 async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autojump_clock):

@@ -97,7 +97,7 @@ class Ticker:
         deadline = clock.monotonic() + interval_s
         while True:
             await clock.sleep_until(deadline)
-            self.tick(clock.monotonic())
+            self.tick()
             deadline += interval_s
             now = clock.monotonic()
             if deadline <= now:
@@ -109,11 +109,11 @@ class Ticker:
         for event in self._wheel.pop(self.ticks, ()):
             event.set()
 
-    def on_beat(self, from_node: str, payload: bytes | memoryview, now: float) -> None:
+    def on_beat(self, from_node: str, payload: bytes | memoryview) -> None:
         """A node beat from a peer (`Quiescence.on_beat`). Raises `BadBeat` if it does not decode."""
         if self.quiescence is None:
             return
-        for name in self.quiescence.on_beat(from_node, payload, now, self._core):
+        for name in self.quiescence.on_beat(from_node, payload, self._core):
             group = self._groups.get(name)
             if group is not None and self.wake(group):
                 self._mark(group)
@@ -160,18 +160,18 @@ class Ticker:
         self.release(group.name)
         return True
 
-    def tick(self, now: float) -> None:
+    def tick(self) -> None:
         """Invariant 3."""
         quiet = self.quiescence
         if quiet is not None:
-            for name in quiet.lapsed(now):
+            for name in quiet.tick():
                 group = self._groups.get(name)
                 if group is not None and self.wake(group):
                     self._mark(group)
         for name, group in list(self.awake.items()):
             if quiet is not None and (quiet.is_quiet(name) or (  # a follower quiesced by its leader's beat
                     group.node.role is Role.LEADER and not group.stopped()
-                    and quiet.leader_tick(name, group.node, idle(group), now))):
+                    and quiet.leader_tick(name, group.node, idle(group)))):
                 del self.awake[name]
                 continue
             group.tick()

@@ -144,7 +144,7 @@ class AuditRunner:
         ticker = self.replica.runtime.ticker
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_task)
-            nursery.start_soon(run_expiry, self.replica, self.options.tick_s)  # max_age and Nats-TTL
+            nursery.start_soon(run_expiry, self.replica)  # max_age and Nats-TTL
             while True:
                 if self._ask_due():
                     await self._ask_for_audit()

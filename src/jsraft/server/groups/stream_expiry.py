@@ -34,8 +34,8 @@ log = logging.getLogger("jsraft.server.expiry")
 IDLE_TICKS = 10
 
 
-async def run_expiry(replica: "StreamReplica", tick_s: float) -> None:
-    """Propose due expiries while this replica leads, every `tick_s`, until cancelled."""
+async def run_expiry(replica: "StreamReplica") -> None:
+    """Propose due expiries while this replica leads, every node tick, until cancelled."""
     ticker = replica.runtime.ticker
     while True:
         await ticker.next_tick()  # the node's tick wheel: no trio deadline per replica (ticker invariant 4)

@@ -211,10 +211,9 @@ class StreamReplica(ConfigFollowing):
             self.runtime.ticker.release(self.group)  # the audit and expiry tasks' pauses end: a new term
         self.consumers.follow(self.leader)  # built and dropped with the StreamLeader (O(1) otherwise)
 
-    async def run(self, tick_s: float) -> None:
+    async def run(self) -> None:
         """The replica's tasks: leadership following and the publish pump, until closed. The loop turns
-        once per node tick (`Ticker.next_tick`, the tick wheel: no trio deadline per replica; `tick_s`
-        is the node's tick, kept for callers) and sleeps through a quiesced group."""
+        once per node tick (`Ticker.next_tick`: no trio deadline per replica) and sleeps while quiesced."""
         with self.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump)

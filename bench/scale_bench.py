@@ -163,7 +163,8 @@ def wait_all_led_raft(monitor_urls: list[str], names: list[str], deadline_s: flo
         if pending:
             time.sleep(0.2)
     if pending:
-        raise RuntimeError(f"{len(pending)} streams without a leader after {deadline_s:g}s (e.g. {sorted(pending)[:3]})")
+        raise RuntimeError(f"{len(pending)} streams without a leader after {deadline_s:g}s "
+                           f"(e.g. {sorted(pending)[:3]})")
     return led_at
 
 

@@ -134,7 +134,8 @@ async def test_groups_with_a_member_node_down_quiesce_again_and_wake_when_it_ret
         assert await cluster.runtimes[leader].propose(GROUP, b"while-away") is not None  # a majority commits
         await eventually(lambda: _quiet_without(cluster, follower))
         from_majority: list[str] = []  # the cut-off follower campaigns on its own; the majority is silent
-        cluster.router.on_send.append(lambda frm, to, group, m: from_majority.append(group) if frm != follower else None)
+        cluster.router.on_send.append(
+            lambda frm, to, group, m: from_majority.append(group) if frm != follower else None)
         await trio.sleep(50 * TICK_MS / 1000)
         assert from_majority == []  # quiet: nothing but node beats, even with a member away
         assert cluster.leaders(GROUP) == [leader]

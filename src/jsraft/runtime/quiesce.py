@@ -5,10 +5,10 @@ timer), per-peer node liveness, and the beat: one small message per peer per tic
 per-group heartbeats of every quiesced group (CockroachDB's quiescence with node liveness) — and the
 beat's wire format (`encode_beat`, `decode_beat`).
 
-How a group goes quiet: a leader that `raft.quiesce.leader_may_quiesce` for `quiet_ticks` ticks in a row,
-while every other member's node is live, stops being ticked and tells each member in its next beat
-("quiesce G at term T, index I"). A follower that `follower_may_quiesce` for that stops being ticked
-too; one that may not answers "wake G", and the leader goes back to ticking.
+How a group goes quiet: a leader that `raft.quiesce.leader_may_quiesce` for `quiet_ticks` ticks in a row
+(counting only members whose node is live, and only with a live majority) stops being ticked and tells
+each member in its next beat ("quiesce G at term T, index I"). A follower that `follower_may_quiesce`
+for that stops being ticked too; one that may not answers "wake G", and the leader goes back to ticking.
 
 Invariants:
   1. Waking: a quiesced group is ticked again on any proposal, leadership transfer, campaign or
@@ -16,16 +16,16 @@ Invariants:
      nothing new (a successful `AppendEntriesResponse` in its term at its last index) — those only
      trail the last heartbeat and would otherwise wake it forever.
   2. Liveness is per peer and times out: a peer is live while a beat from it arrived in the last
-     `timeout_ticks` ticks of this node from the same incarnation (`boot`). Counted in this node's ticks,
-     not wall time, like Raft's own timeouts: a stalled event loop (its peers' beats unread in the
-     sockets) then sees one tick pass, not every peer lapse at once and wake every quiesced group —
-     which, with 1,000 streams on a loaded machine, made the stall worse each time. When a peer lapses or restarts, every group
-     quiesced here that depends on it wakes — a follower on its leader's node, a leader on any other
-     member's node — so a dead leader node is replaced by an election, and a partitioned leader ticks
-     again and steps down by check-quorum. A leader quiesces only while a majority of its voters (itself
-     included) is live and every live member has its whole log; a member that is not live is not
-     waited for, and when it is heard again (a beat after a lapse, or a first one) every group quiesced
-     here that depends on it wakes, so a returning node is caught up.
+     `timeout_ticks` ticks of this node from the same incarnation (`boot`). Counted in this node's
+     ticks, not wall time, like Raft's own timeouts: a stalled event loop (its peers' beats unread in
+     the sockets) then sees one tick pass, not every peer lapse at once and wake every quiesced group —
+     which, with 1,000 streams on a loaded machine, made the stall worse each time. When a peer lapses
+     or restarts, every group quiesced here that depends on it wakes — a follower on its leader's node,
+     a leader on any other member's node — so a dead leader node is replaced by an election, and a
+     partitioned leader ticks again and steps down by check-quorum. A leader quiesces only while a
+     majority of its voters (itself included) is live and every live member has its whole log; a member
+     that is not live is not waited for, and when it is heard again (a beat after a lapse, or a first
+     one) every group quiesced here that depends on it wakes, so a returning node is caught up.
   3. Nothing here changes Raft state: the core is only not ticked; term, vote and log rules are the
      core's alone.
   4. A quiesced leader whose group closes here tells its members to wake (a closed replica never

@@ -1,8 +1,8 @@
 """The stream leader's expiry task: `max_age` (EXPIRE) and per-message TTL (DELETE) proposals (layer L5).
 
-Owns: asking the replica's `StreamLeader`, every node tick (`IDLE_TICKS` while it cannot), what has aged out by the node's wall clock
-(`expiry_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and proposing those entries through the
-stream's Raft group, one at a time, in order.
+Owns: asking the replica's `StreamLeader`, every node tick (`IDLE_TICKS` while it cannot), what has aged
+out by the node's wall clock (`expiry_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and
+proposing those entries through the stream's Raft group, one at a time, in order.
 
 Invariants:
   1. Only the leader proposes; every replica removes the messages when it applies the entries (DESIGN §6:
@@ -13,7 +13,8 @@ Invariants:
   3. A failed proposal is logged and retried at a later tick (the StreamLeader re-offers a due TTL after
      its retry interval; `expire_due` recomputes); it never stops the task.
 
-Imports: stdlib, L0, trio, server siblings (by type only). Reference: DESIGN.md §6; ADR-43.
+Imports: stdlib, L0, server siblings (by type only); the node tick through `replica.runtime.ticker`.
+Reference: DESIGN.md §6; ADR-43.
 """
 
 from __future__ import annotations

@@ -228,6 +228,16 @@ async def test_wait_awake_sleeps_through_quiescence_until_the_group_wakes(autoju
             await runtime.ticker.wait_awake(GROUP, ticks=50)
             assert trio.current_time() - started == pytest.approx(50 * TICK_MS / 1000, abs=TICK_MS / 1000)
             started = trio.current_time()
+        long_waits: list[float] = []  # a short pause's bound ends it alone, not a long wait on the same group
+
+        async def long_wait() -> None:
+            await runtime.ticker.wait_awake(GROUP, ticks=40)
+            long_waits.append(trio.current_time() - started)
+        nursery.start_soon(long_wait)
+        await runtime.ticker.pause(GROUP, 10)
+        await eventually(lambda: long_waits != [])
+        assert long_waits[0] == pytest.approx(40 * TICK_MS / 1000, abs=2 * TICK_MS / 1000)
+        started = trio.current_time()
         woke_at: list[float] = []
 
         async def waiter() -> None:

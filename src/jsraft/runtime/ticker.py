@@ -61,7 +61,7 @@ class Ticker:
         self.awake: dict[str, Group] = {}
         self._groups = groups  # the runtime's open groups (read only)
         self._mark = mark  # the group may have work now: the ready loop looks at it
-        self._awoken: dict[str, trio.Event] = {}  # set when group `name` wakes or is released
+        self._awoken: dict[str, set[trio.Event]] = {}  # the pauses of group `name`: set when it wakes or is released
         self.ticks = 0  # node ticks so far (invariant 4)
         self._wheel: dict[int, list[trio.Event]] = {}  # tick number -> the events to set at it
 
@@ -77,12 +77,18 @@ class Ticker:
         await event.wait()
 
     async def pause(self, name: str, ticks: int) -> None:
-        """Wait `ticks` node ticks, or less if group `name` wakes or is released (`release`) first."""
-        event = self._awoken.get(name)
-        if event is None or event.is_set():  # set by the wheel for an earlier pause: that one is over
-            event = self._awoken[name] = trio.Event()
+        """Wait `ticks` node ticks, or less if group `name` wakes or is released (`release`) first. Each
+        pause has its own event: its bound ends it alone, not the other tasks paused on the group."""
+        event = trio.Event()
+        waiters = self._awoken.setdefault(name, set())
+        waiters.add(event)
         self.after_ticks(ticks, event)
-        await event.wait()
+        try:
+            await event.wait()
+        finally:
+            waiters.discard(event)
+            if not waiters and self._awoken.get(name) is waiters:
+                del self._awoken[name]
 
     async def wait_awake(self, name: str, ticks: int = QUIET_CHECK_TICKS) -> None:
         """Return at once if group `name` is awake (or unknown); while it is quiesced, when it wakes, is
@@ -143,8 +149,7 @@ class Ticker:
     def release(self, name: str) -> None:
         """Let every task in `wait_awake(name)` or `pause(name)` go now (the group may stay quiesced): it
         has a reason to look."""
-        event = self._awoken.pop(name, None)
-        if event is not None:
+        for event in self._awoken.pop(name, ()):
             event.set()
 
     def wakes(self, group: Group, message: Message) -> bool:

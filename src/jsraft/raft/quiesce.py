@@ -13,8 +13,9 @@ Invariants:
      commit index covering it, no such member is repairing or being sent a snapshot, the live voters
      with the leader are a majority, and no read, transfer, snapshot or conf change is pending: nothing
      a tick could still move forward. A member that is not live (its node is down or cut off) is not
-     waited for: ticking for it would only send heartbeats nobody receives, and the driver wakes the
-     group when that member's node is heard again (`runtime.quiesce` invariant 2).
+     waited for, once check-quorum has marked it inactive (`recent_active`): ticking for it would only
+     send heartbeats nobody receives, and the driver wakes the group when that member's node is heard
+     again (`runtime.quiesce` invariant 2).
   2. A follower may quiesce only on its leader's word for the term it knows the leader in, and only
      once its own log ends, committed, at the index the leader quiesced at: it then holds exactly the
      leader's log and knows it is committed, so nothing is owed to it. (Applying and answering the
@@ -64,6 +65,13 @@ def leader_may_quiesce(node: RaftNode, live: Callable[[str], bool] | None = None
     present = [member for member in members(node) if live is None or live(member)]
     if live is not None and 1 + sum(1 for m in present if m in node.conf.voters) < quorum(node.conf):
         return False  # without a live majority a leader must keep ticking, to step down by check-quorum
+    for member in members(node):
+        progress = node.progress.get(member)
+        if member not in present and progress is not None and progress.recent_active:
+            # Not live, but the core still counts it as recently active: tick until check-quorum marks
+            # it inactive, so the leader's status (`reachable_followers`, which a hand-over picks a
+            # target from) never names a dead member as reachable while the group sleeps.
+            return False
     for member in present:
         progress = node.progress.get(member)
         if progress is None or progress.match_index != last or progress.state is not ProgressState.REPLICATE:

@@ -19,7 +19,8 @@ Invariants:
      leader instead of ticking it); then one beat per peer, so a quiesce notice follows the group's
      last heartbeat on the link to each member; then the wheel's waiters for this tick go, so a task
      paced by ticks sees what the tick did.
-  4. Every waiter of the wheel is set at the tick it asked for, or earlier by `release` of its group;
+  4. Every waiter of the wheel is set at the tick it asked for, or earlier by `release` of its group
+     (each waiter has an event of its own: one waiter's bound never ends another's wait);
      ticks counted are ticks that happened (missed ones are dropped), so a pause of n ticks is at least
      n × the interval. Nothing waits on the wheel unless the ticker runs (`NodeRuntime.run`).
 
@@ -61,7 +62,8 @@ class Ticker:
         self.awake: dict[str, Group] = {}
         self._groups = groups  # the runtime's open groups (read only)
         self._mark = mark  # the group may have work now: the ready loop looks at it
-        self._awoken: dict[str, set[trio.Event]] = {}  # the pauses of group `name`: set when it wakes or is released
+        # The pauses of group `name`, one event each: all set when it wakes or is released (invariant 4).
+        self._awoken: dict[str, set[trio.Event]] = {}
         self.ticks = 0  # node ticks so far (invariant 4)
         self._wheel: dict[int, list[trio.Event]] = {}  # tick number -> the events to set at it
 

@@ -10,8 +10,12 @@ For each system (`jsraft`: three `jsraft serve` processes via scripts/cluster.py
   3. Idle: after every stream answers `stream_info` with a leader, `--settle-s` seconds, then CPU time of
      every server process over `--idle-s` seconds of no client traffic, as % of one core per node, and RSS
      again: per-stream memory = (RSS now - baseline) / N, per node.
-  4. Failover (jsraft; nats with `--failover-nats`): SIGKILL one node, then poll `stream_info` of every
-     stream that node led until each has a live leader; the time to the last one, and its median.
+  4. Failover (jsraft; nats with `--failover-nats`): SIGKILL the node leading the most streams; for
+     jsraft, poll the survivors' `/jsz` (their own Raft view) until both know a live leader for every
+     stream the dead node led (`raft_all_led_s`, `raft_median_s`: the elections); then poll `stream_info`
+     of each (`--info-timeout-s` per request, 64 at a time) until a live leader answers for every one
+     (`all_led_again_s` from the kill: what a client sees). For jsraft, then idle CPU of the survivors
+     with the dead node still down (`idle_cpu_pct_per_survivor`).
 
 Everything is measured on this machine in one run; numbers are for `bench/README.md` with the command.
 The goals (issue 18): 1,000 idle R3 streams with a consumer each: idle CPU <= 5% of one core per node.
@@ -33,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from typing import Any
 
 import nats
@@ -53,6 +58,16 @@ def cpu_s(pids: dict[str, int]) -> dict[str, float]:
         times = psutil.Process(pid).cpu_times()
         out[name] = times.user + times.system + times.children_user + times.children_system
     return out
+
+
+def idle_cpu(pids: dict[str, int], settle_s: float, idle_s: float) -> dict[str, float]:
+    """`settle_s` of pause (a measurement choice: let post-create or post-failover work pass), then each
+    process's CPU time over `idle_s` of no client traffic, as % of one core."""
+    time.sleep(settle_s)
+    before, started = cpu_s(pids), time.monotonic()
+    time.sleep(idle_s)
+    after, elapsed = cpu_s(pids), time.monotonic() - started
+    return {n: round(100 * (after[n] - before[n]) / elapsed, 2) for n in pids}
 
 
 async def create_all(urls: list[str], count: int, creators: int, counts: dict[str, int],
@@ -107,12 +122,13 @@ async def leaders(url: str, names: list[str], timeout_s: float = 5.0) -> dict[st
     return out
 
 
-async def wait_all_led(url: str, names: list[str], deadline_s: float, dead: str | None = None) -> dict[str, float]:
+async def wait_all_led(url: str, names: list[str], deadline_s: float, dead: str | None = None,
+                       timeout_s: float = 1.0) -> dict[str, float]:
     """Poll until every stream has a leader (not `dead`); return when each first had one (s from now)."""
     started = time.monotonic()
     pending, led_at = list(names), {}
     while pending and time.monotonic() - started < deadline_s:
-        found = await leaders(url, pending, timeout_s=1.0)
+        found = await leaders(url, pending, timeout_s=timeout_s)
         now = time.monotonic() - started
         for name, leader in found.items():
             if leader and leader != dead:
@@ -122,6 +138,33 @@ async def wait_all_led(url: str, names: list[str], deadline_s: float, dead: str 
             await asyncio.sleep(0.1)
     if pending:
         raise RuntimeError(f"{len(pending)} streams without a leader after {deadline_s:g}s (e.g. {pending[:3]})")
+    return led_at
+
+
+def raft_leaders(monitor_url: str) -> dict[str, str | None]:
+    """Each stream's leader as this jsraft node's own Raft view says (`/jsz`): no API round trip."""
+    with urllib.request.urlopen(monitor_url + "/jsz", timeout=10) as answer:
+        doc = json.load(answer)
+    return {stream["name"]: stream["leader"] for stream in doc["jsraft"]["streams"]}
+
+
+def wait_all_led_raft(monitor_urls: list[str], names: list[str], deadline_s: float, dead: str) -> dict[str, float]:
+    """Poll the survivors' `/jsz` until every survivor knows a live leader (not `dead`) for each stream;
+    return when each first did (s from now). Cheap enough to poll every 0.2 s during the elections."""
+    started = time.monotonic()
+    pending, led_at = set(names), {}
+    while pending and time.monotonic() - started < deadline_s:
+        views = [raft_leaders(url) for url in monitor_urls]
+        now = time.monotonic() - started
+        for name in list(pending):
+            if all(view.get(name) not in (None, dead) for view in views):
+                led_at[name] = now
+                pending.discard(name)
+        if pending:
+            time.sleep(0.2)
+    if pending:
+        raise RuntimeError(f"{len(pending)} streams without a leader after {deadline_s:g}s "
+                           f"(e.g. {sorted(pending)[:3]})")
     return led_at
 
 
@@ -152,17 +195,14 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
         if not all(led.values()):
             asyncio.run(wait_all_led(urls[0], names, 120.0))
             led = asyncio.run(leaders(urls[0], names, timeout_s=30.0))
-        time.sleep(args.settle_s)  # a measurement choice: let post-create work (snapshots, audits) pass
-        before, idle_started = cpu_s(pids), time.monotonic()
-        time.sleep(args.idle_s)
-        after, idle_s = cpu_s(pids), time.monotonic() - idle_started
+        idle_pct = idle_cpu(pids, args.settle_s, args.idle_s)
         rss = rss_mib(pids)
         result: dict[str, Any] = {
             "system": system, "streams": count,
             "create_pair_ms_p50": round(statistics.median(latencies) * 1000, 1),
             "create_pair_ms_p99": round(sorted(latencies)[int(0.99 * (len(latencies) - 1))] * 1000, 1),
             "create_wall_s": round(create_wall_s, 2), "create_503_retries": counts.get("unavailable", 0),
-            "idle_cpu_pct_per_node": {n: round(100 * (after[n] - before[n]) / idle_s, 2) for n in pids},
+            "idle_cpu_pct_per_node": idle_pct,
             "rss_mib_per_node": {n: round(v, 1) for n, v in rss.items()},
             "rss_kib_per_stream_per_node": {n: round((rss[n] - base_rss[n]) * 1024 / count, 1) for n in pids},
         }
@@ -170,15 +210,30 @@ def measure(system: str, count: int, args: argparse.Namespace, root: str) -> dic
             victim = max(pids, key=lambda n: sum(1 for leader in led.values() if leader == n))
             orphans = [name for name, leader in led.items() if leader == victim]
             os.kill(pids[victim], signal.SIGKILL)
+            killed_at = time.monotonic()
             survivor = next(url for name, url in zip(servers.pids, urls) if name != victim)
+            result["failover"] = failover = {"killed": victim, "streams_it_led": len(orphans)}
             try:
-                led_at = asyncio.run(wait_all_led(survivor, orphans, args.failover_deadline_s, dead=victim)) if orphans else {}
+                if system == "jsraft" and orphans:
+                    # First the Raft view on every survivor (elections done), then the API: a stream_info
+                    # answered by a live leader for each (what a client sees; slower while all elect at once).
+                    monitors = [url for name, url in servers.monitor_urls.items() if name != victim]
+                    led_at = wait_all_led_raft(monitors, orphans, args.failover_deadline_s, dead=victim)
+                    failover.update(raft_all_led_s=round(max(led_at.values()), 2),
+                                    raft_median_s=round(statistics.median(led_at.values()), 2))
+                offset_s = time.monotonic() - killed_at  # the API poll's times count from the kill too
+                left_s = args.failover_deadline_s - offset_s
+                led_at = asyncio.run(wait_all_led(survivor, orphans, left_s, dead=victim,
+                                                  timeout_s=args.info_timeout_s)) if orphans else {}
             except RuntimeError as error:  # keep the idle figures: the failover's failure is a result too
-                result["failover"] = {"killed": victim, "streams_it_led": len(orphans), "failed": str(error)}
+                failover["failed"] = str(error)
                 return result
-            result["failover"] = {"killed": victim, "streams_it_led": len(orphans),
-                                  "all_led_again_s": round(max(led_at.values(), default=0.0), 2),
-                                  "median_s": round(statistics.median(led_at.values()), 2) if led_at else 0.0}
+            answered_s = time.monotonic() - killed_at
+            failover.update(all_led_again_s=round(answered_s, 2),
+                            median_s=round(offset_s + statistics.median(led_at.values()), 2) if led_at else 0.0)
+            if system == "jsraft":
+                failover["idle_cpu_pct_per_survivor"] = idle_cpu({n: p for n, p in pids.items() if n != victim},
+                                                                 args.settle_s, args.idle_s)
         return result
     finally:
         servers.stop()
@@ -196,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--failover-nats", action="store_true", help="also kill a nats-server node")
     parser.add_argument("--failover-deadline-s", type=float, default=300.0,
                         help="how long the killed node's streams may take to have leaders again")
+    parser.add_argument("--info-timeout-s", type=float, default=5.0,
+                        help="client timeout of each stream_info while polling for the new leaders")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--keep", help="keep the clusters' data under this directory")
     args = parser.parse_args(argv)

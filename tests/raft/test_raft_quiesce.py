@@ -76,6 +76,13 @@ def test_a_leader_with_a_follower_behind_may_not_quiesce_nor_may_that_follower()
     _settle(cluster)
     assert leader.log.commit_index == leader.log.last_index  # n2 made the majority
     assert not leader_may_quiesce(leader)  # n3 has not matched the last index
+    # n3's node not live: not waited for, but only once check-quorum marked it inactive, so the leader's
+    # status never names it reachable while the group sleeps.
+    assert leader.progress["n3"].recent_active and not leader_may_quiesce(leader, live=lambda m: m != "n3")
+    cluster.run(2 * leader.config.election_ticks)
+    assert not leader.progress["n3"].recent_active and leader.role == "leader"
+    assert leader_may_quiesce(leader, live=lambda member: member != "n3")
+    assert not leader_may_quiesce(leader, live=lambda member: False)  # but never without a live majority
     assert not follower_may_quiesce(cluster.nodes["n3"], leader.current_term, "n1", leader.log.last_index)
     assert follower_may_quiesce(cluster.nodes["n2"], leader.current_term, "n1", leader.log.last_index)
     cluster.partition = None

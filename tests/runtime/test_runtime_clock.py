@@ -45,7 +45,7 @@ class WallPacedRuntime(NodeRuntime):
             if self.clock.wall_ns() < deadline_ns:
                 continue
             deadline_ns = self.clock.wall_ns() + interval_ns
-            self.ticker.tick(self.clock.monotonic())
+            self.ticker.tick()
 
 
 class FakeBase:

@@ -245,7 +245,7 @@ class _FakeReplica:
     def __init__(self) -> None:
         self.group, self.scope, self.closed, self.wake = "S-X-1", trio.CancelScope(), False, trio.Event()
 
-    async def run(self, tick_s: float) -> None:
+    async def run(self) -> None:
         with self.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._worker)

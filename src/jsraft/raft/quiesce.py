@@ -9,9 +9,13 @@ wakes a quiesced replica when a member's node stops being heard — is the drive
 
 Invariants:
   1. A leader may quiesce only when its whole log is committed and applied here, every other member
-     (voters and learners) has acknowledged the last index and been sent the commit index covering it,
-     no member is repairing or being sent a snapshot, and no read, transfer, snapshot or conf change is
-     pending: nothing a tick could still move forward.
+     (voters and learners) its driver counts as live has acknowledged the last index and been sent the
+     commit index covering it, no such member is repairing or being sent a snapshot, the live voters
+     with the leader are a majority, and no read, transfer, snapshot or conf change is pending: nothing
+     a tick could still move forward. A member that is not live (its node is down or cut off) is not
+     waited for, once check-quorum has marked it inactive (`recent_active`): ticking for it would only
+     send heartbeats nobody receives, and the driver wakes the group when that member's node is heard
+     again (`runtime.quiesce` invariant 2).
   2. A follower may quiesce only on its leader's word for the term it knows the leader in, and only
      once its own log ends, committed, at the index the leader quiesced at: it then holds exactly the
      leader's log and knows it is committed, so nothing is owed to it. (Applying and answering the
@@ -24,8 +28,10 @@ Imports: L0, siblings. Reference: CockroachDB replica quiescence (`replica_raft_
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from jsraft.raft.membership import quorum
 from jsraft.raft.progress import ProgressState
 from jsraft.raft.status import Role
 
@@ -44,8 +50,9 @@ def _log_settled(node: RaftNode) -> bool:
             and node.snapshot_receive is None)
 
 
-def leader_may_quiesce(node: RaftNode) -> bool:
-    """Invariant 1: this replica leads and a tick could not move anything forward."""
+def leader_may_quiesce(node: RaftNode, live: Callable[[str], bool] | None = None) -> bool:
+    """Invariant 1: this replica leads and a tick could not move anything forward for the members
+    `live(member)` says are there (None: every member)."""
     if node.role is not Role.LEADER or node.lead_transferee is not None:
         return False
     if node.pending_reads or node.reads_waiting_commit or node.read_states:
@@ -55,7 +62,17 @@ def leader_may_quiesce(node: RaftNode) -> bool:
     if node.log.applied_index != node.log.last_index or node.log.has_writes() or node.outbox:
         return False
     last, commit = node.log.last_index, node.log.commit_index
+    present = [member for member in members(node) if live is None or live(member)]
+    if live is not None and 1 + sum(1 for m in present if m in node.conf.voters) < quorum(node.conf):
+        return False  # without a live majority a leader must keep ticking, to step down by check-quorum
     for member in members(node):
+        progress = node.progress.get(member)
+        if member not in present and progress is not None and progress.recent_active:
+            # Not live, but the core still counts it as recently active: tick until check-quorum marks
+            # it inactive, so the leader's status (`reachable_followers`, which a hand-over picks a
+            # target from) never names a dead member as reachable while the group sleeps.
+            return False
+    for member in present:
         progress = node.progress.get(member)
         if progress is None or progress.match_index != last or progress.state is not ProgressState.REPLICATE:
             return False

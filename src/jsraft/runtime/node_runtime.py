@@ -111,7 +111,7 @@ class NodeRuntime:
         self._rng, self._send = rng, send
         self._groups: dict[str, Group] = {}
         self.quiescence = None if send_beat is None else Quiescence(
-            node_id, send_beat, timeout_s=liveness_ticks * tick_ms / 1000, quiet_ticks=quiet_ticks, rng=rng)
+            node_id, send_beat, timeout_ticks=liveness_ticks, quiet_ticks=quiet_ticks, rng=rng)
         self.ticker = Ticker(self.quiescence, self._groups, self._mark)  # the awake groups (invariant 4)
         # Groups with an input or a finished cycle since the ready loop looked: a cycle is O(active groups).
         self._dirty: dict[str, Group] = {}
@@ -216,7 +216,7 @@ class NodeRuntime:
     def deliver_beat(self, from_node: str, payload: bytes | memoryview) -> None:
         """A peer's node beat (`quiesce`; ignored without it). Raises `BadBeat` if malformed: drop the link."""
         if not self._closed:
-            self.ticker.on_beat(from_node, payload, self.clock.monotonic())
+            self.ticker.on_beat(from_node, payload)
 
     async def propose(self, group_name: str, data: bytes) -> object:
         """Propose `data` as one entry of `group_name`; return the state machine's result for it.

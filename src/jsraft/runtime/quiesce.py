@@ -5,10 +5,10 @@ timer), per-peer node liveness, and the beat: one small message per peer per tic
 per-group heartbeats of every quiesced group (CockroachDB's quiescence with node liveness) — and the
 beat's wire format (`encode_beat`, `decode_beat`).
 
-How a group goes quiet: a leader that `raft.quiesce.leader_may_quiesce` for `quiet_ticks` ticks in a row,
-while every other member's node is live, stops being ticked and tells each member in its next beat
-("quiesce G at term T, index I"). A follower that `follower_may_quiesce` for that stops being ticked
-too; one that may not answers "wake G", and the leader goes back to ticking.
+How a group goes quiet: a leader that `raft.quiesce.leader_may_quiesce` for `quiet_ticks` ticks in a row
+(counting only members whose node is live, and only with a live majority) stops being ticked and tells
+each member in its next beat ("quiesce G at term T, index I"). A follower that `follower_may_quiesce`
+for that stops being ticked too; one that may not answers "wake G", and the leader goes back to ticking.
 
 Invariants:
   1. Waking: a quiesced group is ticked again on any proposal, leadership transfer, campaign or
@@ -16,10 +16,16 @@ Invariants:
      nothing new (a successful `AppendEntriesResponse` in its term at its last index) — those only
      trail the last heartbeat and would otherwise wake it forever.
   2. Liveness is per peer and times out: a peer is live while a beat from it arrived in the last
-     `timeout_s` from the same incarnation (`boot`). When a peer lapses or restarts, every group
-     quiesced here that depends on it wakes — a follower on its leader's node, a leader on any other
-     member's node — so a dead leader node is replaced by an election, and a partitioned leader ticks
-     again and steps down by check-quorum. A leader quiesces only while all its members are live.
+     `timeout_ticks` ticks of this node from the same incarnation (`boot`). Counted in this node's
+     ticks, not wall time, like Raft's own timeouts: a stalled event loop (its peers' beats unread in
+     the sockets) then sees one tick pass, not every peer lapse at once and wake every quiesced group —
+     which, with 1,000 streams on a loaded machine, made the stall worse each time. When a peer lapses
+     or restarts, every group quiesced here that depends on it wakes — a follower on its leader's node,
+     a leader on any other member's node — so a dead leader node is replaced by an election, and a
+     partitioned leader ticks again and steps down by check-quorum. A leader quiesces only while a
+     majority of its voters (itself included) is live and every live member has its whole log; a member
+     that is not live is not waited for, and when it is heard again (a beat after a lapse, or a first
+     one) every group quiesced here that depends on it wakes, so a returning node is caught up.
   3. Nothing here changes Raft state: the core is only not ticked; term, vote and log rules are the
      core's alone.
   4. A quiesced leader whose group closes here tells its members to wake (a closed replica never
@@ -97,17 +103,18 @@ class _Quiet:
 class Quiescence:
     """The quiesced groups of one node, its peers' liveness and the beats to them. Trio thread only."""
 
-    def __init__(self, node_id: str, send_beat: SendBeatFn, *, timeout_s: float, quiet_ticks: int,
+    def __init__(self, node_id: str, send_beat: SendBeatFn, *, timeout_ticks: int, quiet_ticks: int,
                  rng: random.Random) -> None:
         self.node_id = node_id
-        self.timeout_s = timeout_s
+        self.timeout_ticks = timeout_ticks
+        self.ticks = 0  # this node's ticks so far (`tick`): the clock of invariant 2
         self.quiet_ticks = quiet_ticks
         self.boot = rng.getrandbits(62)
         self._send_beat = send_beat
         self._quiet: dict[str, _Quiet] = {}
         self._dependents: dict[str, set[str]] = {}  # peer -> quiesced groups that depend on it
         self._streak: dict[str, int] = {}  # group -> ticks in a row its leader could have quiesced
-        self._heard: dict[str, tuple[float, int]] = {}  # peer -> (last beat's arrival, its boot)
+        self._heard: dict[str, tuple[int, int]] = {}  # peer -> (the tick its last beat arrived in, its boot)
         self._lapsed: set[str] = set()  # peers already reported lapsed (until they are heard again)
         self._peers: set[str] = set()  # every peer of every group seen here: they get beats
         self._out_quiesce: dict[str, list[tuple[str, int, int]]] = {}
@@ -121,18 +128,20 @@ class Quiescence:
     def quiet_groups(self) -> list[str]:
         return sorted(self._quiet)
 
-    def live(self, peer: str, now: float) -> bool:
+    def live(self, peer: str) -> bool:
         heard = self._heard.get(peer)
-        return heard is not None and now - heard[0] < self.timeout_s and peer not in self._lapsed
+        return heard is not None and self.ticks - heard[0] < self.timeout_ticks and peer not in self._lapsed
 
     # --- Leader side --------------------------------------------------------------------------------
 
-    def leader_tick(self, name: str, node: RaftNode, idle: bool, now: float) -> bool:
+    def leader_tick(self, name: str, node: RaftNode, idle: bool) -> bool:
         """Called for an awake group at each tick, before it is ticked. True: it is now quiesced (do not
         tick it). `idle`: the runtime has nothing queued, in flight or unsettled for it."""
         peers = members(node)
         self._peers.update(peers)
-        if not (idle and leader_may_quiesce(node) and all(self.live(peer, now) for peer in peers)):
+        # A member whose node is not live is not waited for (raft.quiesce invariant 1): after a node dies its
+        # groups quiesce again on the survivors, and wake when it is heard again (invariant 2).
+        if not (idle and leader_may_quiesce(node, self.live)):
             self._streak.pop(name, None)
             return False
         streak = self._streak.get(name, 0) + 1
@@ -174,8 +183,7 @@ class Quiescence:
 
     # --- Beats --------------------------------------------------------------------------------------
 
-    def on_beat(self, peer: str, payload: bytes | memoryview, now: float,
-                lookup: Callable[[str], RaftNode | None]) -> list[str]:
+    def on_beat(self, peer: str, payload: bytes | memoryview, lookup: Callable[[str], RaftNode | None]) -> list[str]:
         """A beat from `peer`. `lookup(group)`: its core, or None (not open here, or closed).
         Returns the groups to wake (a restarted peer's dependents, wake notices). Raises `BadBeat`."""
         beat = decode_beat(payload)
@@ -183,7 +191,11 @@ class Quiescence:
         previous = self._heard.get(peer)
         if previous is not None and previous[1] != beat.boot:
             to_wake.extend(self._dependents.get(peer, ()))  # the peer restarted: what it knew is gone
-        self._heard[peer] = (now, beat.boot)
+        elif not self.live(peer):
+            # Back after a lapse (or heard for the first time): the leaders that quiesced without it tick
+            # again and bring it up to date now, not at its first election timeout (invariant 2).
+            to_wake.extend(self._dependents.get(peer, ()))
+        self._heard[peer] = (self.ticks, beat.boot)
         self._lapsed.discard(peer)
         self._peers.add(peer)
         for name in beat.wake:
@@ -202,11 +214,13 @@ class Quiescence:
             self._out_wake.setdefault(peer, []).append(name)  # not here, or not yet caught up: keep going
         return to_wake
 
-    def lapsed(self, now: float) -> list[str]:
-        """Invariant 2: the groups to wake because a peer they depend on went unheard for `timeout_s`."""
+    def tick(self) -> list[str]:
+        """One tick of this node passed. Invariant 2: the groups to wake because a peer they depend on
+        went unheard for `timeout_ticks` ticks."""
+        self.ticks += 1
         to_wake: list[str] = []
         for peer, (heard_at, _) in self._heard.items():
-            if peer not in self._lapsed and now - heard_at >= self.timeout_s:
+            if peer not in self._lapsed and self.ticks - heard_at >= self.timeout_ticks:
                 self._lapsed.add(peer)
                 to_wake.extend(self._dependents.get(peer, ()))
         return to_wake

@@ -1,16 +1,28 @@
 """`Ticker`: the one node-level tick pass over the groups that are awake (layer L4).
 
 Owns: the table of awake groups (every open group but the quiesced ones), what one tick does to them,
-and the runtime's side of quiescence (`quiesce.Quiescence`): which inputs wake a group, and the node
-beats. `NodeRuntime` owns the timing (one trio task, `clock.monotonic()`) and the group table; this
-owns what a tick visits, so a node with many idle groups pays per tick for its awake ones only.
+the runtime's side of quiescence (`quiesce.Quiescence`): which inputs wake a group, and the node
+beats — and the tick wheel: tasks that pace themselves by ticks (`next_tick`, `pause`, `wait_awake`)
+wait on events the node tick sets, not on trio deadlines. `NodeRuntime` owns the timing (one trio task,
+`clock.monotonic()`) and the group table; this owns what a tick visits, so a node with many idle groups
+pays per tick for its awake ones only.
+
+Why a wheel: a trio deadline that expires costs a cancel-scope recalculation, about three times what a
+set event costs its waiter; 1,000 awake stream replicas with three tasks each sleeping one tick spent
+~70% of a node's main thread in `Deadlines.expire` (py-spy, after a node kill woke them all), which
+starved Raft itself. One event per tick slot is set by the one ticker instead.
 
 Invariants:
   1. Without quiescence (no `send_beat`), every open group is awake: each is ticked every tick.
   2. A group is either awake or quiesced, never both; a closed group is neither.
   3. A tick, in order: wake the groups of peers that lapsed; tick each awake group (or quiesce an idle
      leader instead of ticking it); then one beat per peer, so a quiesce notice follows the group's
-     last heartbeat on the link to each member.
+     last heartbeat on the link to each member; then the wheel's waiters for this tick go, so a task
+     paced by ticks sees what the tick did.
+  4. Every waiter of the wheel is set at the tick it asked for, or earlier by `release` of its group
+     (each waiter has an event of its own: one waiter's bound never ends another's wait);
+     ticks counted are ticks that happened (missed ones are dropped), so a pause of n ticks is at least
+     n × the interval. Nothing waits on the wheel unless the ticker runs (`NodeRuntime.run`).
 
 Imports: L1 (`raft`), siblings. Never `transport`.
 """
@@ -29,10 +41,11 @@ from jsraft.runtime.clock import Clock
 from jsraft.runtime.group import Group
 from jsraft.runtime.quiesce import Quiescence, wakes
 
-# How long `wait_awake` waits at most for a quiesced group: a task paced by a quiet group still looks at the
-# world this often. Long: each expiry costs trio a cancel-scope recalculation (at 2 s, 1,000 idle streams'
-# tasks spent ~18% of a busy node's samples there); what must act sooner wakes the group (`wake_by_name`).
-QUIET_CHECK_S = 30.0
+# How many ticks `wait_awake` waits at most for a quiesced group (30 s at the default 100 ms tick): a task
+# paced by a quiet group still looks at the world this often. Long: every wake-up costs (at 2 s, 1,000 idle
+# streams' tasks spent ~18% of a busy node's samples there); what must act sooner wakes the group
+# (`wake_by_name`) or releases its tasks (`release`).
+QUIET_CHECK_TICKS = 300
 
 
 def idle(group: Group) -> bool:
@@ -49,18 +62,42 @@ class Ticker:
         self.awake: dict[str, Group] = {}
         self._groups = groups  # the runtime's open groups (read only)
         self._mark = mark  # the group may have work now: the ready loop looks at it
-        self._awoken: dict[str, trio.Event] = {}  # set when the quiesced group wakes (`wait_awake`)
+        # The pauses of group `name`, one event each: all set when it wakes or is released (invariant 4).
+        self._awoken: dict[str, set[trio.Event]] = {}
+        self.ticks = 0  # node ticks so far (invariant 4)
+        self._wheel: dict[int, list[trio.Event]] = {}  # tick number -> the events to set at it
 
-    async def wait_awake(self, name: str, timeout_s: float = QUIET_CHECK_S) -> None:
-        """Return at once if group `name` is awake (or unknown); while it is quiesced, when it wakes or
-        after `timeout_s`. What a task that only has work while its group does sleeps in between."""
+    def after_ticks(self, ticks: int, event: trio.Event) -> None:
+        """Set `event` at the `ticks`-th node tick from now (at least the next one): a timer with no
+        trio deadline (invariant 4)."""
+        self._wheel.setdefault(self.ticks + max(ticks, 1), []).append(event)
+
+    async def next_tick(self) -> None:
+        """Wait for the next node tick."""
+        event = trio.Event()
+        self.after_ticks(1, event)
+        await event.wait()
+
+    async def pause(self, name: str, ticks: int) -> None:
+        """Wait `ticks` node ticks, or less if group `name` wakes or is released (`release`) first. Each
+        pause has its own event: its bound ends it alone, not the other tasks paused on the group."""
+        event = trio.Event()
+        waiters = self._awoken.setdefault(name, set())
+        waiters.add(event)
+        self.after_ticks(ticks, event)
+        try:
+            await event.wait()
+        finally:
+            waiters.discard(event)
+            if not waiters and self._awoken.get(name) is waiters:
+                del self._awoken[name]
+
+    async def wait_awake(self, name: str, ticks: int = QUIET_CHECK_TICKS) -> None:
+        """Return at once if group `name` is awake (or unknown); while it is quiesced, when it wakes, is
+        released, or after `ticks`. What a task that only has work while its group does sleeps in between."""
         if self.quiescence is None or not self.quiescence.is_quiet(name):
             return
-        event = self._awoken.get(name)
-        if event is None:
-            event = self._awoken[name] = trio.Event()
-        with trio.move_on_after(timeout_s):
-            await event.wait()
+        await self.pause(name, ticks)
 
     async def run(self, clock: Clock, interval_s: float) -> None:
         """Tick every `interval_s` of `clock.monotonic()`; missed ticks are dropped, not replayed
@@ -68,17 +105,23 @@ class Ticker:
         deadline = clock.monotonic() + interval_s
         while True:
             await clock.sleep_until(deadline)
-            self.tick(clock.monotonic())
+            self.tick()
             deadline += interval_s
             now = clock.monotonic()
             if deadline <= now:
                 deadline = now + interval_s
 
-    def on_beat(self, from_node: str, payload: bytes | memoryview, now: float) -> None:
+    def _turn_wheel(self) -> None:
+        """Invariant 4: one tick has happened; its waiters go."""
+        self.ticks += 1
+        for event in self._wheel.pop(self.ticks, ()):
+            event.set()
+
+    def on_beat(self, from_node: str, payload: bytes | memoryview) -> None:
         """A node beat from a peer (`Quiescence.on_beat`). Raises `BadBeat` if it does not decode."""
         if self.quiescence is None:
             return
-        for name in self.quiescence.on_beat(from_node, payload, now, self._core):
+        for name in self.quiescence.on_beat(from_node, payload, self._core):
             group = self._groups.get(name)
             if group is not None and self.wake(group):
                 self._mark(group)
@@ -106,9 +149,9 @@ class Ticker:
         self.release(name)
 
     def release(self, name: str) -> None:
-        """Let every task in `wait_awake(name)` go now (the group stays quiesced): it has a reason to look."""
-        event = self._awoken.pop(name, None)
-        if event is not None:
+        """Let every task in `wait_awake(name)` or `pause(name)` go now (the group may stay quiesced): it
+        has a reason to look."""
+        for event in self._awoken.pop(name, ()):
             event.set()
 
     def wakes(self, group: Group, message: Message) -> bool:
@@ -124,21 +167,22 @@ class Ticker:
         self.release(group.name)
         return True
 
-    def tick(self, now: float) -> None:
+    def tick(self) -> None:
         """Invariant 3."""
         quiet = self.quiescence
         if quiet is not None:
-            for name in quiet.lapsed(now):
+            for name in quiet.tick():
                 group = self._groups.get(name)
                 if group is not None and self.wake(group):
                     self._mark(group)
         for name, group in list(self.awake.items()):
             if quiet is not None and (quiet.is_quiet(name) or (  # a follower quiesced by its leader's beat
                     group.node.role is Role.LEADER and not group.stopped()
-                    and quiet.leader_tick(name, group.node, idle(group), now))):
+                    and quiet.leader_tick(name, group.node, idle(group)))):
                 del self.awake[name]
                 continue
             group.tick()
             self._mark(group)
         if quiet is not None:
             quiet.send_beats()
+        self._turn_wheel()

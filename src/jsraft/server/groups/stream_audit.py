@@ -37,7 +37,7 @@ import trio
 from jsraft.errors import JsraftError
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.replica.audit_wish import AuditWish
-from jsraft.server.groups.stream_expiry import run_expiry
+from jsraft.server.groups.stream_expiry import IDLE_TICKS, run_expiry
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.stream import (
     DRIFT_REPAIRED_ADVISORY, AuditReport, AuditVerdict, Health, ReplicaBoard, ReplicaState, StreamLeader,
@@ -141,18 +141,22 @@ class AuditRunner:
     # --- The task ------------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        ticker = self.replica.runtime.ticker
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._send_task)
-            nursery.start_soon(run_expiry, self.replica, self.options.tick_s)  # max_age and Nats-TTL
+            nursery.start_soon(run_expiry, self.replica)  # max_age and Nats-TTL
             while True:
                 if self._ask_due():
                     await self._ask_for_audit()
                 await self._leader_turn()
-                await trio.sleep(self.options.tick_s)
+                await ticker.next_tick()  # the node's tick wheel: no trio deadline per replica
                 leader = self.replica.leader
                 if not (self._ask_due() or self._requested or self._pending
                         or (leader is not None and leader.audit_owed())):  # new entries: an audit to come
-                    await self.replica.runtime.ticker.wait_awake(self.replica.group)  # quiesced: idle
+                    # Nothing due: look again after IDLE_TICKS or when released (a request, a new
+                    # StreamLeader), and sleep through the group's quiescence.
+                    await ticker.pause(self.replica.group, IDLE_TICKS)
+                    await ticker.wait_awake(self.replica.group)
 
     def _ask_due(self) -> bool:
         machine = self.replica.machine

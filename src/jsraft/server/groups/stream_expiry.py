@@ -1,8 +1,8 @@
 """The stream leader's expiry task: `max_age` (EXPIRE) and per-message TTL (DELETE) proposals (layer L5).
 
-Owns: asking the replica's `StreamLeader`, every tick, what has aged out by the node's wall clock
-(`expiry_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and proposing those entries through the
-stream's Raft group, one at a time, in order.
+Owns: asking the replica's `StreamLeader`, every node tick (`IDLE_TICKS` while it cannot), what has aged
+out by the node's wall clock (`expiry_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and
+proposing those entries through the stream's Raft group, one at a time, in order.
 
 Invariants:
   1. Only the leader proposes; every replica removes the messages when it applies the entries (DESIGN §6:
@@ -13,7 +13,8 @@ Invariants:
   3. A failed proposal is logged and retried at a later tick (the StreamLeader re-offers a due TTL after
      its retry interval; `expire_due` recomputes); it never stops the task.
 
-Imports: stdlib, L0, trio, server siblings (by type only). Reference: DESIGN.md §6; ADR-43.
+Imports: stdlib, L0, server siblings (by type only); the node tick through `replica.runtime.ticker`.
+Reference: DESIGN.md §6; ADR-43.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import trio
 
 from jsraft.errors import JsraftError
 
@@ -30,15 +30,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jsraft.server.expiry")
 
+# How often a replica that cannot expire anything (not the leader, or no `max_age` or TTLs) looks again:
+# leadership and config change seldom; looking every tick cost a wake-up per awake replica per tick.
+IDLE_TICKS = 10
 
-async def run_expiry(replica: "StreamReplica", tick_s: float) -> None:
-    """Propose due expiries while this replica leads, every `tick_s`, until cancelled."""
+
+async def run_expiry(replica: "StreamReplica") -> None:
+    """Propose due expiries while this replica leads, every node tick, until cancelled."""
+    ticker = replica.runtime.ticker
     while True:
-        await trio.sleep(tick_s)
+        await ticker.next_tick()  # the node's tick wheel: no trio deadline per replica (ticker invariant 4)
         leader = replica.leader
         if leader is None or not (leader.machine.config.max_age > 0 or leader.machine.config.allow_msg_ttl):
-            # Nothing can age out here: sleep through the group's quiescence (a config change wakes it).
-            await replica.runtime.ticker.wait_awake(replica.group)
+            # Nothing can age out here: look again after `IDLE_TICKS`, or sooner when the group is released
+            # (a config change, a wake); through its quiescence while it is quiet.
+            await ticker.pause(replica.group, IDLE_TICKS)
+            await ticker.wait_awake(replica.group)
             continue
         if leader is None or replica.closed or replica.stopped_reason is not None:
             continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)

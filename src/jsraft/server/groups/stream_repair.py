@@ -142,6 +142,7 @@ class RepairWorker:
     async def run(self) -> None:
         options = self.options
         backoff_s = options.repair_backoff_min_s
+        ticker = self.replica.runtime.ticker
         while True:
             self._wakeup = trio.Event()
             await self._step_down_if_unfit()
@@ -154,8 +155,9 @@ class RepairWorker:
                 if self.replica.runtime.ticker.is_quiet(self.replica.group) and not self._wakeup.is_set():
                     await self.replica.runtime.ticker.wait_awake(self.replica.group)  # woken with the group
                     continue
-                with trio.move_on_after(max(options.repair_backoff_min_s * 10, 0.2)):
-                    await self._wakeup.wait()
+                # The node's tick wheel, not a trio deadline per replica (ticker invariant 4).
+                ticker.after_ticks(max(round(options.repair_backoff_min_s * 10 / options.tick_s), 2), self._wakeup)
+                await self._wakeup.wait()
                 continue
             try:
                 await job()

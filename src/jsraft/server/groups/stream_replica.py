@@ -210,10 +210,12 @@ class StreamReplica(ConfigFollowing):
             # Everything in the log has applied, and whatever of the old chain is still queued has a
             # failed or lost predecessor (that is why the old leader went) and will be dropped.
             self._chain = None
+            self.runtime.ticker.release(self.group)  # the audit and expiry tasks' pauses end: a new term
         self.consumers.follow(self.leader)  # built and dropped with the StreamLeader (O(1) otherwise)
 
-    async def run(self, tick_s: float) -> None:
-        """The replica's tasks: leadership following and the publish pump, until closed."""
+    async def run(self) -> None:
+        """The replica's tasks: leadership following and the publish pump, until closed. The loop turns
+        once per node tick (`Ticker.next_tick`: no trio deadline per replica) and sleeps while quiesced."""
         with self.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump)
@@ -233,7 +235,7 @@ class StreamReplica(ConfigFollowing):
                     ticks += 1
                     if ticks % MEMBERS_EVERY_TICKS == 0:
                         check_members(self, nursery)
-                    await trio.sleep(tick_s)
+                    await self.runtime.ticker.next_tick()  # the node's tick, not a deadline of its own
                     if loop_may_sleep(self):
                         await self.runtime.ticker.wait_awake(self.group)  # a quiesced group: nothing changes
 

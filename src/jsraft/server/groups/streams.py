@@ -272,7 +272,7 @@ class StreamManager:
 
     async def _run_replica(self, replica: StreamReplica, done: trio.Event) -> None:
         try:
-            await replica.run(self.tick_s)
+            await replica.run()
         finally:
             done.set()
             if self._run_done.get(replica.group) is done:

@@ -248,6 +248,7 @@ def replica_view(replica: "StreamReplica") -> dict[str, Any] | None:
         view["applied_index"] = replica.runtime.status(replica.group).raft.applied_index
     except JsraftError:
         view["applied_index"] = None  # the group is closing or not open yet
+    view["quiesced"] = replica.runtime.ticker.is_quiet(replica.group)  # not ticked here (runtime/quiesce.py)
     return view
 
 

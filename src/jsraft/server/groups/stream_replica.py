@@ -214,8 +214,7 @@ class StreamReplica(ConfigFollowing):
         self.consumers.follow(self.leader)  # built and dropped with the StreamLeader (O(1) otherwise)
 
     async def run(self) -> None:
-        """The replica's tasks: leadership following and the publish pump, until closed. The loop turns
-        once per node tick (`Ticker.next_tick`: no trio deadline per replica) and sleeps while quiesced."""
+        """Leadership following and the publish pump, until closed; a turn per node tick (`Ticker.next_tick`)."""
         with self.scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump)

@@ -22,7 +22,10 @@ Invariants:
      read. Other handlers start in tasks, in whatever order trio runs them.
   6. Every frame to a peer is sent after `before_send(peer)` (the node wires `Routes.send_pending`): what
      this node routed to that peer before the frame leaves before it on their one link (routes
-     invariant 7), so an answer never overtakes the deliveries its server made before answering.
+     invariant 7), so an answer never overtakes the deliveries its server made before answering — but
+     the reply to a method in `ANSWER_FIRST`: nats-server's consumer leader answers a create before its
+     first delivery, and nats-py learns an ordered consumer's new name only from that answer (a
+     delivery first, then an info asked by the old name: 404).
 
 Imports: stdlib, L0, trio, L4 (`transport` errors), server siblings.
 """
@@ -129,6 +132,10 @@ def error_from_body(body: dict[str, Any]) -> JsraftError:
         JsraftError.__init__(error, description)  # not cls.__init__: its arguments are not on the wire
         return error
     return RemoteError(code, err_code, description, kind)
+
+
+# Methods whose replies go ahead of what the routes batched for the peer (invariant 6).
+ANSWER_FIRST = frozenset({"consumer.create"})
 
 
 class Rpc:
@@ -238,10 +245,10 @@ class Rpc:
         finally:
             self._serving -= 1
         # A dropped reply (link down) surfaces to the caller as a timeout; nothing to do here.
-        self._send_frame(from_node, frame)
+        self._send_frame(from_node, frame, after_routed=method not in ANSWER_FIRST)
 
-    def _send_frame(self, to_node: str, frame: bytes) -> bool:
+    def _send_frame(self, to_node: str, frame: bytes, *, after_routed: bool = True) -> bool:
         """Invariant 6: `before_send` first, then the frame, with no checkpoint in between."""
-        if self.before_send is not None:
+        if self.before_send is not None and after_routed:
             self.before_send(to_node)
         return self._send(to_node, RPC_GROUP, frame)

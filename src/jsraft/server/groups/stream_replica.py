@@ -1,5 +1,4 @@
-"""`StreamReplica`: one stream group on this node — its store, state machine, Raft group and, while this
-node leads it, its `StreamLeader` and the publish pump (layer L5).
+"""`StreamReplica` (L5): one stream group here — store, state machine, Raft group, its `StreamLeader` and pump.
 
 Owns: opening a replica (its store: the `streams/<name>/msgs` FileStore or a MemStore, `memory_stream`;
 `config.json` with the raw config, `group` with the Raft group name, Raft WAL under `streams/<name>/raft`),

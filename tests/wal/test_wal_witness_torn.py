@@ -152,3 +152,25 @@ def test_recoverys_own_torn_witness_write_is_not_damage(seed: int) -> None:
     wal.close()
     _, again = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
     _assert_clean(again, hs, lo - 1)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_torn_checkpoint_of_a_conflict_truncation_is_not_damage(seed: int) -> None:
+    """`truncate_from` checkpoints the lowered watermark and the cut's log end before it cuts (rule R7). That
+    witness write carried a state no log record held, so a power cut tearing it left a slot nothing covered:
+    damage after a crash that lost nothing acknowledged (stream simulator seed 684). The hard state now goes
+    into the log first; a cut inside the witness write leaves the log record, and the entries the cut would
+    have removed are only above the lowered watermark (the leader's next append truncates them again)."""
+    root = _disk(seed)
+    wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
+    lo = 1
+    for _ in range(2 + seed % 4):
+        _cycle(wal, lo, 4)
+        wal.sync()
+        lo += 4
+    cut = lo - 2  # the last cycle's last two entries conflict with a new leader's
+    _, recovered = _cut_and_reopen(root, lambda: wal.truncate_from(cut))
+    assert recovered.damage_findings() == (), recovered.reasons
+    assert not recovered.repairing, recovered.reasons
+    assert recovered.hard_state == HardState(current_term=1, voted_for="n1", acked_watermark=cut - 1)
+    assert max(entry.index for entry in recovered.entries) >= cut - 1

@@ -214,6 +214,11 @@ class Wal(SegmentFiles):
         """One fsync per touched segment (oldest first), then the directory if a segment was created, then
         the witness file (its own fsync) if a hard state was saved since it was last written: every cycle
         that saves one, so such a cycle costs two fsyncs (`hardstate`: why the witness cannot ride along)."""
+        self._sync_segments()
+        if self._witness_due:
+            self._checkpoint()
+
+    def _sync_segments(self) -> None:
         for name in sorted(self._dirty):
             self._handles[name].sync()
         self._dirty.clear()
@@ -221,8 +226,6 @@ class Wal(SegmentFiles):
         if self._dir_dirty:
             self._disk.sync_dir(WAL_DIR)
             self._dir_dirty = False
-        if self._witness_due:
-            self._checkpoint()
 
     def save_hard_state(self, hs: HardState) -> None:
         """Append `hs` as a record after what was appended so far; durable with the next `sync()`, which
@@ -244,6 +247,14 @@ class Wal(SegmentFiles):
         self._hs_sequence = self._hs_file.save(self._hs, self._trusted_term(self._hs.acked_watermark), log_end,
                                                self._hs_sequence + 1)
         self._witness_due = False
+
+    def _logged_checkpoint(self, log_end: LogEnd | None = None) -> None:
+        """`_checkpoint` after the same hard state went into the log as a record (the log as it is now: a cut
+        comes after), fsynced: a power cut tearing the witness write leaves a slot that newer record covers
+        (recovery decision 2), not damage (stream simulator seed 684: a cut's witness-only checkpoint torn)."""
+        self.save_hard_state(self._hs)
+        self._sync_segments()
+        self._checkpoint(log_end)
 
     def _restate(self) -> None:
         """After a cut or rewrite took hard-state records away: put the current one back in the log."""
@@ -268,7 +279,7 @@ class Wal(SegmentFiles):
             # goes down in the checkpoint, before the cut, so no crash leaves it above the log.
             self._hs = attrs.evolve(self._hs, acked_watermark=index - 1)
         # The cut may take the newest hard-state records; no anchor: a crash before it, recovery finishes it (R7d)
-        self._checkpoint(LogEnd(index - 1, self._trusted_term(index - 1), ANCHOR_NONE))
+        self._logged_checkpoint(LogEnd(index - 1, self._trusted_term(index - 1), ANCHOR_NONE))
         while self._segments and self._segments[-1].first >= index:
             self._remove_segment(self._segments.pop())
         segment = self._segments[-1] if self._segments else None
@@ -300,7 +311,7 @@ class Wal(SegmentFiles):
             known = self.term(index)
             invariant(known in (None, entry.term), f"replace({index}): term conflict, use truncate_from")
         self.sync()
-        self._checkpoint()  # a rewritten segment keeps its entries only, not its hard-state records
+        self._logged_checkpoint()  # a rewritten segment keeps its entries only, not its hard-state records
         groups: dict[int, dict[int, Entry]] = {}
         for index in sorted(by_index):
             groups.setdefault(id(self._segment_of(index)), {})[index] = by_index[index]

@@ -39,6 +39,18 @@ def _cycle(wal: Wal, lo: int, count: int, term: int = 1) -> HardState:
     return hs
 
 
+def _synced_cycles(seed: int, count: int) -> tuple[SimDisk, Wal, int]:
+    """`count` synced cycles of 4 entries on a fresh WAL; returns the disk, the open WAL and the next index."""
+    root = _disk(seed)
+    wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
+    lo = 1
+    for _ in range(count):
+        _cycle(wal, lo, 4)
+        wal.sync()
+        lo += 4
+    return root, wal, lo
+
+
 def _cut_and_reopen(root: SimDisk, action, torn: bool = True) -> tuple[Wal, object]:
     root.sub("g").arm_power_cut(HARD_STATE_FILE)
     with pytest.raises(SimPowerCut):
@@ -67,13 +79,7 @@ def test_a_torn_first_slot_write_is_not_damage(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_a_torn_next_slot_write_is_not_damage(seed: int) -> None:
-    root = _disk(seed)
-    wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
-    lo = 1
-    for _ in range(2 + seed % 5):
-        _cycle(wal, lo, 4)
-        wal.sync()
-        lo += 4
+    root, wal, lo = _synced_cycles(seed, 2 + seed % 5)
     hs = _cycle(wal, lo, 4, term=2)
     _, recovered = _cut_and_reopen(root, wal.sync)
     _assert_clean(recovered, hs, lo + 3)
@@ -161,13 +167,7 @@ def test_a_torn_checkpoint_of_a_conflict_truncation_is_not_damage(seed: int) -> 
     damage after a crash that lost nothing acknowledged (stream simulator seed 684). The hard state now goes
     into the log first; a cut inside the witness write leaves the log record, and the entries the cut would
     have removed are only above the lowered watermark (the leader's next append truncates them again)."""
-    root = _disk(seed)
-    wal, _ = Wal.open(root.sub("g"), segment_bytes=SEGMENT_BYTES)
-    lo = 1
-    for _ in range(2 + seed % 4):
-        _cycle(wal, lo, 4)
-        wal.sync()
-        lo += 4
+    root, wal, lo = _synced_cycles(seed, 2 + seed % 4)
     cut = lo - 2  # the last cycle's last two entries conflict with a new leader's
     _, recovered = _cut_and_reopen(root, lambda: wal.truncate_from(cut))
     assert recovered.damage_findings() == (), recovered.reasons

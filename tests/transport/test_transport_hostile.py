@@ -183,3 +183,21 @@ async def test_handshake_flood_is_bounded(nursery, caplog):
     for raw in [*waiting, extra]:
         await raw.aclose()
     await wait_until(lambda: n1.transport.inbound_handshakes_pending == 0, what="closed handshakes released")
+
+
+async def test_known_peer_that_falls_silent_gets_pings_and_is_closed(cluster, caplog):
+    # Link invariant 2, kept by the link's watchdog: n1 PINGs an idle link every keepalive_s, and closes
+    # it once nothing has come from the peer for idle_timeout_s, with no deadline on any single read.
+    n1, n2 = cluster
+    before = n1.status("n2")
+    with caplog.at_level(logging.WARNING, logger="jsraft.transport"):
+        raw = await _handshake_as_n3(n1)
+        started = trio.current_time()
+        frames = await raw.read_until_closed(timeout_s=CONFIG.idle_timeout_s * 4)
+        lasted = trio.current_time() - started
+        await raw.aclose()
+    assert lasted >= CONFIG.idle_timeout_s, f"closed after {lasted:.2f} s, before the idle timeout"
+    pings = [frame for frame in frames if frame.kind is FrameKind.PING]
+    assert len(pings) == len(frames) and len(pings) >= 3, f"keepalive PINGs while silent: {frames}"
+    await wait_until(lambda: "nothing received" in (n1.status("n3").last_error or ""), what="n1 to close n3")
+    await _good_peer_unaffected(n1, n2, before)

@@ -12,7 +12,10 @@ Invariants:
   2. A link is closed when nothing has been received for `idle_timeout_s`, or when one write has been
      blocked that long: a paused or partitioned peer cannot keep a dead link (and its full queue) looking
      connected. Each side sends a PING after `keepalive_s` without traffic, so a healthy idle link stays
-     up.
+     up. One watchdog task per link checks these clocks every `keepalive_s / 2` (so a PING leaves at most
+     1.5 × `keepalive_s` after the last write, and a dead link closes at most that late): the read and
+     write loops only note the time, with no deadline or cancel scope per read or write, which cost as
+     much CPU as the rest of a busy link's work.
   4. Every frame taken from the queue is either written (`frames_sent`) or, if the link ends mid-write,
      counted in `dropped`.
   3. Frames are written in queue order, at most `WRITE_BATCH_BYTES_MAX` per write (plus one frame).
@@ -87,6 +90,9 @@ class Link:
         self.close_error: BaseException | None = None
         self.local_address = _address(stream.socket.getsockname)
         self.remote_address = _address(stream.socket.getpeername)
+        # Invariant 2's clocks (trio time), set by `serve()` and the loops, read by the watchdog.
+        self._received_at = self._sent_at = 0.0
+        self._writing_since: float | None = None
 
     def describe(self) -> str:
         name = self.remote.node_name if self.remote else "?"
@@ -143,10 +149,13 @@ class Link:
     async def serve(self, queue: SendQueue, on_data: OnData, counters: Counters, *, keepalive_s: float,
                     idle_timeout_s: float) -> None:
         """Run until the link ends (invariant 1); the reason is left in `close_error`."""
+        now = trio.current_time()
+        self._received_at = self._sent_at = now
         with self.cancel_scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._guard, self._write_loop, queue, counters, keepalive_s, idle_timeout_s)
-                nursery.start_soon(self._guard, self._read_loop, on_data, counters, idle_timeout_s)
+                nursery.start_soon(self._guard, self._write_loop, queue, counters)
+                nursery.start_soon(self._guard, self._read_loop, on_data, counters)
+                nursery.start_soon(self._guard, self._watchdog, queue, keepalive_s, idle_timeout_s)
 
     async def _guard(self, loop: Callable[..., object], *args: object) -> None:
         try:
@@ -154,22 +163,36 @@ class Link:
         except LINK_ENDING_ERRORS as exc:
             if self.close_error is None:
                 self.close_error = exc
-        # Either loop ending ends the link: the other must not run on alone.
+        # Any of the loops ending ends the link: the others must not run on alone.
         self.cancel_scope.cancel()
 
-    async def _read_loop(self, on_data: OnData, counters: Counters, idle_timeout_s: float) -> None:
+    async def _watchdog(self, queue: SendQueue, keepalive_s: float, idle_timeout_s: float) -> None:
+        """Invariant 2's clocks, read every `keepalive_s / 2`; raises `LinkClosed` when one ran out."""
+        while True:
+            await trio.sleep(keepalive_s / 2)
+            now = trio.current_time()
+            if now - self._received_at > idle_timeout_s:
+                raise LinkClosed(f"nothing received for {idle_timeout_s} s")
+            writing_since = self._writing_since
+            if writing_since is not None:
+                if now - writing_since > idle_timeout_s:
+                    raise LinkClosed(f"peer has not read for {idle_timeout_s} s")
+            elif now - self._sent_at >= keepalive_s and not len(queue):
+                # The writer is idle on an empty queue: a PING through the queue wakes it (only the
+                # writer writes, so frames are never interleaved). An empty queue always has room.
+                queue.put(PING_FRAME)
+
+    async def _read_loop(self, on_data: OnData, counters: Counters) -> None:
         # Frames that arrived with the HELLO are already in the decoder.
         self._dispatch(on_data, counters)
+        receive_some, decoder, clock = self.stream.receive_some, self.decoder, trio.current_time
         while True:
-            data = b""
-            with trio.move_on_after(idle_timeout_s) as idle:
-                data = await self.stream.receive_some(READ_CHUNK_BYTES)
-            if idle.cancelled_caught:
-                raise LinkClosed(f"nothing received for {idle_timeout_s} s")
+            data = await receive_some(READ_CHUNK_BYTES)
             if not data:
                 raise LinkClosed("peer closed the connection")
+            self._received_at = clock()
             counters.bytes_received += len(data)
-            self.decoder.feed(data)
+            decoder.feed(data)
             self._dispatch(on_data, counters)
 
     def _dispatch(self, on_data: OnData, counters: Counters) -> None:
@@ -183,25 +206,23 @@ class Link:
             elif frame.kind is not FrameKind.PING:
                 raise TransportProtocolError(f"unexpected {frame.kind.name} after the handshake")
 
-    async def _write_loop(self, queue: SendQueue, counters: Counters, keepalive_s: float,
-                          idle_timeout_s: float) -> None:
+    async def _write_loop(self, queue: SendQueue, counters: Counters) -> None:
+        send_all, clock = self.stream.send_all, trio.current_time
         while True:
-            batch: list[bytes] = []
-            with trio.move_on_after(keepalive_s):
-                batch = await queue.take(WRITE_BATCH_BYTES_MAX)
-            data = PING_FRAME if not batch else batch[0] if len(batch) == 1 else b"".join(batch)
-            # A peer that stops reading fills its TCP window; give up on it rather than hold the link.
+            batch = await queue.take(WRITE_BATCH_BYTES_MAX)
+            data = batch[0] if len(batch) == 1 else b"".join(batch)
+            # A peer that stops reading fills its TCP window; the watchdog gives up on it rather than
+            # hold the link (invariant 2).
+            self._writing_since = clock()
             try:
-                with trio.move_on_after(idle_timeout_s) as stalled:
-                    await self.stream.send_all(data)
-                if stalled.cancelled_caught:
-                    raise LinkClosed(f"peer has not read for {idle_timeout_s} s")
+                await send_all(data)
             except BaseException:
                 # Whatever ends the link mid-write (cancellation included), these frames were accepted by
                 # send() and will never arrive: count them, so every accepted frame is sent or dropped.
                 counters.dropped += len(batch)
                 raise
-            counters.frames_sent += len(batch) or 1
+            self._sent_at, self._writing_since = self._writing_since, None
+            counters.frames_sent += len(batch)
             counters.bytes_sent += len(data)
 
 

@@ -9,6 +9,8 @@ Hypothesis test does the same over random deletes and filters. FileStore-only ca
 rest (a flipped byte in the block file, cache dropped) in the middle of a run: the run stops before it
 and records nothing; the following `load` of that sequence detaches and reports it, and `load_next`
 passes it over. A sequence repaired into another block (`moved`) and a faulted one stop a run too.
+`verify_run` (the snapshot read-back's check without decoding) must give every run's last sequence (0
+for an empty one) in all of these, and leave the store as `load_run` does: nothing recorded.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def read_by_runs(store, start: int, count: int, filters=None) -> tuple[list, int
     out, runs, seq = [], 0, start
     while True:
         run = store.load_run(seq, count, filters)
+        if filters is None:
+            assert store.verify_run(seq, count) == (run[-1].seq if run else 0)
         if run:
             runs += 1
             assert run == general_way(store, seq, filters, len(run))  # a prefix of the general way
@@ -139,6 +143,8 @@ def test_runs_agree_with_load_next(make_store, subjects, deleted, filters, count
         if seq <= len(subjects):
             store.delete(seq)
     run = store.load_run(start, count, filters)  # either store may stop early, never differ
+    if filters is None:
+        assert store.verify_run(start, count) == (run[-1].seq if run else 0)
     assert run == general_way(store, start, filters, len(run))
     assert read_by_runs(store, start, count, filters)[0] == general_way(store, start, filters)
 
@@ -167,8 +173,9 @@ def test_a_damaged_record_in_the_middle_ends_the_run_and_load_settles_it(tmp_pat
     put_many(store, ["a"] * 10)
     store.sync()
     _flip(tmp_path, store, 5)
+    assert store.verify_run(1, 10) == 4 and store.verify_run(5, 10) == 0
     assert [m.seq for m in store.load_run(1, 10)] == [1, 2, 3, 4]
-    assert store.faults() == [] and store.state().msgs == 10  # the run recorded nothing
+    assert store.faults() == [] and store.state().msgs == 10  # the runs recorded nothing
     assert store.load_run(5, 10) == []  # starting at it: nothing, the caller asks `load`
     with pytest.raises(DamagedSequence):
         store.load(5)
@@ -185,6 +192,7 @@ def test_a_faulted_sequence_ends_the_run(tmp_path):
     store.fault_map.add(6, 7, FaultKind.missing)
     assert [m.seq for m in store.load_run(2, 10)] == [2, 3, 4, 5]
     assert store.load_run(6, 10) == []
+    assert store.verify_run(2, 10) == 5 and store.verify_run(6, 10) == 0
 
 
 def repaired_elsewhere(tmp_path, store: FileStore, seq: int) -> None:
@@ -203,5 +211,6 @@ def test_a_repaired_record_in_another_block_ends_the_run(tmp_path):
     repaired_elsewhere(tmp_path, store, 4)
     assert [m.seq for m in store.load_run(1, 10)] == [1, 2, 3]
     assert store.load_run(4, 10) == []
+    assert store.verify_run(1, 10) == 3 and store.verify_run(4, 10) == 0
     assert store.load(4).payload == b"x"
     assert read_by_runs(store, 1, 10)[0] == general_way(store, 1)

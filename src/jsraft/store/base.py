@@ -174,6 +174,11 @@ class StreamStore(Protocol):
         record, or the end of a block: ask `load_next` then), so `[]` says nothing about what follows."""
         ...
 
+    def verify_run(self, start_seq: int, count_max: int) -> int:
+        """The last sequence `load_run(start_seq, count_max)` would return, 0 when it would return none;
+        a file store checks the records as `load_run` does without decoding them (a snapshot's read-back)."""
+        ...
+
     def delete(self, seq: int) -> bool: ...
 
     def erase(self, seq: int) -> bool:

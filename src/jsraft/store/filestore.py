@@ -238,6 +238,12 @@ class FileStore(Accounting):
         self._check_open()
         return fs_run.load_run(self, start_seq, count_max, filters)
 
+    def verify_run(self, start_seq: int, count_max: int) -> int:
+        """The last sequence `load_run(start_seq, count_max)` would return (0: none), its records checked
+        the same way but not decoded (`fs_run.verify_run`)."""
+        self._check_open()
+        return fs_run.verify_run(self, start_seq, count_max)
+
     def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
         """Where `msgs[start:]` stop being held byte for byte from `first_seq` on (`fs_run.held_run`)."""
         return fs_run.held_run(self, first_seq, msgs, start)

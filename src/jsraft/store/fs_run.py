@@ -1,4 +1,5 @@
-"""`load_run`: a run of consecutive live messages of a `FileStore` in one read (layer L2).
+"""`load_run`: a run of consecutive live messages of a `FileStore` in one read, and `verify_run`, the
+same run checked without being decoded (layer L2).
 
 Owns: the batched read a consumer's delivery pass makes (`FileStore.load_run`): the records of the
 live sequences from `start_seq` on, read from their block with one `read` (the cached block buffer when
@@ -18,6 +19,9 @@ Invariants:
      is never served and never skipped silently.
   3. Bounded: at most `count_max` messages, and a span of at most `RUN_BYTES_MAX` bytes read (one record
      beyond the bound is still read when it is the first, so a large message does not stop the run).
+  4. `verify_run(store, seq, n)` is the last sequence of `load_run(store, seq, n)` (0 for an empty run):
+     it reads the same span and runs the same checks on every record, only builds no message (a
+     snapshot's read-back, `stream.apply_ops.read_back`, needs the verdict, not the messages).
 
 Imports: stdlib, crc32c, L0, L1 (`codec`, `subjects`), store siblings (`base`, `blocks`). Reference: nats-server
 `server/filestore.go` (`cacheLookup`: a block's records served from one buffer).
@@ -50,18 +54,10 @@ _PLAIN_BYTES_MIN = HEADER_BYTES + _MSG_PREFIX.size
 def load_run(store: "FileStore", start_seq: int, count_max: int,
              filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
     """Live messages from `start_seq` on, in one read of their block (module invariants)."""
-    if count_max <= 0 or start_seq > store.last_seq:
+    read = _read(store, start_seq, count_max)
+    if read is None:
         return []
-    seq = max(start_seq, store.head, 1)
-    block = store.files.block_for(seq)
-    if block is None:
-        return []
-    spans = _spans(store, block, seq, count_max)
-    if not spans:
-        return []
-    first_offset = spans[0][1]
-    last_seq, last_offset, last_length = spans[-1]
-    data = store.read_record(block, first_offset, last_offset + last_length - first_offset)
+    spans, first_offset, data = read
     names = [filters] if isinstance(filters, str) else list(filters) if filters is not None else []
     match = None if not names or ">" in names else subjectlib.FilterSet(names).matches
     run: list[StoredMsg] = []
@@ -76,6 +72,40 @@ def load_run(store: "FileStore", start_seq: int, count_max: int,
         if match is None or match(msg.subject):
             run.append(msg)
     return run
+
+
+def verify_run(store: "FileStore", start_seq: int, count_max: int) -> int:
+    """The last sequence `load_run(store, start_seq, count_max)` would return, 0 if none (invariant 4)."""
+    read = _read(store, start_seq, count_max)
+    if read is None:
+        return 0
+    spans, first_offset, data = read
+    last = 0
+    view = memoryview(data)
+    for seq, offset, length in spans:
+        at = offset - first_offset
+        if (length < _PLAIN_BYTES_MIN or _plain_at(data, view, at, length, seq) is None) and \
+                _decoded(seq, view[at : at + length]) is None:
+            break  # as `load_run` stops (invariant 2)
+        last = seq
+    return last
+
+
+def _read(store: "FileStore", start_seq: int, count_max: int) -> tuple[list[tuple[int, int, int]], int, bytes] | None:
+    """The spans of a run from `start_seq` (`_spans`), the offset of the first and their bytes in one
+    read; None when there is nothing to read."""
+    if count_max <= 0 or start_seq > store.last_seq:
+        return None
+    seq = max(start_seq, store.head, 1)
+    block = store.files.block_for(seq)
+    if block is None:
+        return None
+    spans = _spans(store, block, seq, count_max)
+    if not spans:
+        return None
+    first_offset = spans[0][1]
+    _, last_offset, last_length = spans[-1]
+    return spans, first_offset, store.read_record(block, first_offset, last_offset + last_length - first_offset)
 
 
 def _spans(store: "FileStore", block, seq: int, count_max: int) -> list[tuple[int, int, int]]:
@@ -107,8 +137,19 @@ def _spans(store: "FileStore", block, seq: int, count_max: int) -> list[tuple[in
 
 
 def _plain(data: bytes, view: memoryview, at: int, length: int, seq: int) -> StoredMsg | None:
-    """The hot case, inline: a verified plain `MSG` record at `at` (the checks of
-    `message_record_verifies`, and a body `decode_message_body` accepts), or None for anything else."""
+    """The hot case, inline: a verified plain `MSG` record at `at`, decoded, or None for anything else."""
+    where = _plain_at(data, view, at, length, seq)
+    if where is None:
+        return None
+    start, headers_at, payload_at, timestamp_ns = where
+    return StoredMsg(subject=data[start:headers_at].decode(), seq=seq, headers=data[headers_at:payload_at],
+                     payload=data[payload_at:at + length], timestamp_ns=timestamp_ns)
+
+
+def _plain_at(data: bytes, view: memoryview, at: int, length: int, seq: int) -> tuple[int, int, int, int] | None:
+    """Where a plain `MSG` record's subject, headers and payload start, and its timestamp, when it
+    verifies (the checks of `message_record_verifies`, and a body `decode_message_body` accepts); None
+    for anything else."""
     size, crc, kind, record_seq, timestamp_ns = _HEADER.unpack_from(data, at)
     end = at + length
     if size != length or record_seq != seq or kind != Kind.MSG or \
@@ -121,8 +162,7 @@ def _plain(data: bytes, view: memoryview, at: int, length: int, seq: int) -> Sto
     payload_at = headers_at + headers_len
     if payload_at > end:
         return None
-    return StoredMsg(subject=data[start:headers_at].decode(), seq=seq, headers=data[headers_at:payload_at],
-                     payload=data[payload_at:end], timestamp_ns=timestamp_ns)
+    return start, headers_at, payload_at, timestamp_ns
 
 
 def _decoded(seq: int, record: memoryview) -> StoredMsg | None:

@@ -136,6 +136,11 @@ class MemStore:
             raise NoMessageFound(f"no message matches {subject_filter!r}")
         return self._stored(seq)
 
+    def verify_run(self, start_seq: int, count_max: int) -> int:
+        """`load_run`'s last sequence (nothing to verify in memory)."""
+        run = self.load_run(start_seq, count_max)
+        return run[-1].seq if run else 0
+
     def load_run(self, start_seq: int, count_max: int, filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
         """Successive `load_next` results. Unfiltered, the sequences are probed one by one (at most
         `2 * count_max` of them, then the run stops early) instead of a `load_next` per message."""

@@ -233,16 +233,9 @@ class FileStore(Accounting):
                          timestamp_ns=timestamp_ns)
 
     def load_run(self, start_seq: int, count_max: int, filters: str | Sequence[str] | None = None) -> list[StoredMsg]:
-        """Consecutive live messages from `start_seq` in one read; stops early at anything `load` treats
-        specially (`fs_run`)."""
+        """Consecutive live messages from `start_seq` in one read, up to what `load` must settle (`fs_run`)."""
         self._check_open()
         return fs_run.load_run(self, start_seq, count_max, filters)
-
-    def verify_run(self, start_seq: int, count_max: int) -> int:
-        """The last sequence `load_run(start_seq, count_max)` would return (0: none), its records checked
-        the same way but not decoded (`fs_run.verify_run`)."""
-        self._check_open()
-        return fs_run.verify_run(self, start_seq, count_max)
 
     def held_run(self, first_seq: int, msgs: Sequence[Sequence], start: int = 0) -> int:
         """Where `msgs[start:]` stop being held byte for byte from `first_seq` on (`fs_run.held_run`)."""
@@ -250,6 +243,7 @@ class FileStore(Accounting):
 
     # `deleted_ranges(first, last)`: the runs with no live message, from the block summaries (no read).
     deleted_ranges = fs_deleted.deleted_ranges
+    verify_run = fs_run.verify_run  # `load_run`'s last sequence (0: none), its records checked, not decoded
 
     def subject_first(self, subject: str) -> int:  # (`fs_remove` reaches `fs_ops` through this)
         return fs_ops.subject_first(self, subject)

@@ -75,7 +75,9 @@ def load_run(store: "FileStore", start_seq: int, count_max: int,
 
 
 def verify_run(store: "FileStore", start_seq: int, count_max: int) -> int:
-    """The last sequence `load_run(store, start_seq, count_max)` would return, 0 if none (invariant 4)."""
+    """The last sequence `load_run(store, start_seq, count_max)` would return, 0 if none (invariant 4).
+    `FileStore.verify_run` is this function."""
+    store._check_open()
     read = _read(store, start_seq, count_max)
     if read is None:
         return 0

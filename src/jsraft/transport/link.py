@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import enum
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 
@@ -185,7 +186,11 @@ class Link:
     async def _read_loop(self, on_data: OnData, counters: Counters) -> None:
         # Frames that arrived with the HELLO are already in the decoder.
         self._dispatch(on_data, counters)
-        receive_some, decoder, clock = self.stream.receive_some, self.decoder, trio.current_time
+        decoder, clock = self.decoder, trio.current_time
+        stream = self.stream
+        # A plain TCP link reads its socket directly: `SocketStream.receive_some` adds a conflict detector
+        # and an error-translating context manager per call, and this loop is the only reader.
+        receive_some = stream.socket.recv if type(stream) is trio.SocketStream else stream.receive_some
         while True:
             data = await receive_some(READ_CHUNK_BYTES)
             if not data:
@@ -207,7 +212,10 @@ class Link:
                 raise TransportProtocolError(f"unexpected {frame.kind.name} after the handshake")
 
     async def _write_loop(self, queue: SendQueue, counters: Counters) -> None:
-        send_all, clock = self.stream.send_all, trio.current_time
+        clock = trio.current_time
+        stream = self.stream
+        # As the reader: a plain TCP link writes to its socket directly (this loop is the only writer).
+        send_all = partial(_send_all, stream.socket.send) if type(stream) is trio.SocketStream else stream.send_all
         while True:
             batch = await queue.take(WRITE_BATCH_BYTES_MAX)
             data = batch[0] if len(batch) == 1 else b"".join(batch)
@@ -224,6 +232,16 @@ class Link:
             self._sent_at, self._writing_since = self._writing_since, None
             counters.frames_sent += len(batch)
             counters.bytes_sent += len(data)
+
+
+async def _send_all(send: Callable[[bytes | memoryview], Awaitable[int]], data: bytes) -> None:
+    """All of `data` through a socket's `send` (what `SocketStream.send_all` does, minus its per-call
+    guards); a socket error propagates as `OSError`, which ends the link (invariant 1)."""
+    sent = await send(data)
+    if sent < len(data):
+        with memoryview(data) as view:
+            while sent < len(view):
+                sent += await send(view[sent:])
 
 
 def _show(address: Address | None) -> str:

@@ -276,6 +276,19 @@ def encode_data(group_prefix: bytes, payload: bytes | bytearray | memoryview,
 def decode_data(body: bytes) -> tuple[str, memoryview]:
     """Split a DATA body into `(group, payload)`; raise `TransportProtocolError` if malformed. The payload
     is a read-only view of `body`, not a copy: whoever decodes it copies what it keeps."""
+    # Every frame a link receives comes through here: the well-formed case without a `Reader`, anything
+    # else by the strict way, which says what is wrong.
+    if len(body) >= 2:
+        end = 2 + (size := body[0] | body[1] << 8)
+        if 0 < size <= GROUP_NAME_BYTES_MAX and end <= len(body):
+            try:
+                return body[2:end].decode("utf-8"), memoryview(body)[end:]
+            except UnicodeDecodeError:
+                pass
+    return _decode_data_strictly(body)
+
+
+def _decode_data_strictly(body: bytes) -> tuple[str, memoryview]:
     reader = Reader(body, TransportProtocolError)
     size = reader.u16()
     if not 0 < size <= GROUP_NAME_BYTES_MAX:

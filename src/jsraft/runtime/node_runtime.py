@@ -12,7 +12,8 @@ The ready loop, one cycle at a time:
      its `Ready` (and an own snapshot when one is due). Those groups are now busy: inputs for them wait
      (see `group`, invariant 1).
   2. Persist: all of the cycle's writes, then one fsync per touched file, on the node's persistent
-     worker threads (`workers`; at most `fsync_threads_max` at once, each taking a share of the groups).
+     worker threads (`workers`; at most `fsync_threads_max` at once, each taking a share of the groups),
+     or inline on the trio thread when one group's cycle is all the node has to do (`persist` inv. 6).
      While they run, proposals and messages keep arriving; they accumulate and go into the NEXT cycle —
      that is group commit: one fsync covers everything that arrived during the previous one. Groups with
      nothing to write (heartbeats, a commit-hint change, applying entries already durable here) skip
@@ -73,7 +74,8 @@ from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import ceiling_fn, open_storage, persist_batch, sends_after_persist, started_fn, vote_ceiling
+from jsraft.runtime.persist import (CyclePersister, ceiling_fn, open_storage, sends_after_persist, started_fn,
+                                   vote_ceiling)
 from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
@@ -94,7 +96,8 @@ class NodeRuntime:
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
                  run_in_worker: WorkerFn | None = None, group_record: GroupRecord | None = None,
-                 send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3) -> None:
+                 send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3,
+                 inline_persist: bool = True) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
         invariant(fsync_threads_max >= 1, "at least one fsync thread")
@@ -106,7 +109,9 @@ class NodeRuntime:
         self.fsync_threads_max, self.wal_segment_bytes = fsync_threads_max, wal_segment_bytes
         self._workers = None if run_in_worker else WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max)
         self._run_in_worker: WorkerFn = run_in_worker or trio.to_thread.run_sync  # opening storage (rare)
-        self._run_cycle: WorkerFn = run_in_worker or self._workers.run  # type: ignore[union-attr]
+        # Inline when the node has nothing else to do (`persist` invariant 6); never with an injected worker.
+        self._persister = CyclePersister(run_in_worker or self._workers.run,  # type: ignore[union-attr]
+                                         fsync_threads_max, inline=inline_persist and run_in_worker is None)
         self.group_record = group_record  # what this storage started; None: the group markers only
         self._rng, self._send = rng, send
         self._groups: dict[str, Group] = {}
@@ -330,6 +335,7 @@ class NodeRuntime:
             batch = self._collect()
             if not batch:
                 await self._wakeup.wait()
+                self._persister.yielded()
                 continue
             await self._cycle(batch)
             self.progress.notify()
@@ -372,6 +378,7 @@ class NodeRuntime:
             sent = sent or sends_after_persist(work)
         if sent:  # a follower's acknowledgement leaves before it applies (step 3; `workers.let_writers_run`)
             await let_writers_run()
+            self._persister.yielded()
         for group, work in persisted:
             self._finish(group, work)
 
@@ -395,5 +402,5 @@ class NodeRuntime:
         self.ticker.closed(group.name)
 
     async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
-        """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""
-        return await persist_batch(self._run_cycle, [(g.wal, g.disk, w) for g, w in batch], self.fsync_threads_max)
+        """Step 2 of the cycle, inline or on worker threads; one error (or None) per group of the batch."""
+        return await self._persister.persist([(g.wal, g.disk, w) for g, w in batch])

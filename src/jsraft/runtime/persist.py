@@ -1,15 +1,17 @@
 """Running a cycle's persistence for a batch of groups on a worker thread, and opening a group's
 storage there (layer L4).
 
-Owns: `Job` (a group's storage and its `Work`, handed to a worker thread), `persist_batch` (the ready
-loop's call: a cycle's jobs split over the worker threads), and `persist_jobs`, which a
-worker thread runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
+Owns: `Job` (a group's storage and its `Work`, handed to a worker thread), `CyclePersister` (the ready
+loop's call: a cycle's jobs inline on the trio thread when the node has nothing else to do, else
+`persist_batch`, split over the worker threads), and `persist_jobs`, which a worker thread (or, inline,
+the trio thread) runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
 2–3 (`replica.persist.sync_work`) of every job that did not fail — group commit, so the fsyncs of a cycle
 come after all of its writes, one fsync per touched file per cycle. What a step writes, and in which
 order, is `replica.persist`'s (written once, shared with the simulator); this module only batches it.
 
 Invariants:
-  1. A job runs on one worker thread while the trio thread leaves its `Wal` alone (the group is busy).
+  1. A job runs on one thread — a worker thread while the trio thread leaves its `Wal` alone (the group
+     is busy), or the trio thread itself, inline (invariant 6).
   2. An operating error (`OSError`, `CorruptRecord`, ...) is returned for its group alone and fails only
      that group; an `InvariantViolation` propagates (a bug: the process stops).
   3. The steps are looked up on `replica.persist` at every call (a chaos mutant patches them there).
@@ -22,9 +24,14 @@ Invariants:
   5. Step 3's two writes of a group's first durable cycle — its marker and its entry on the node's
      record of started groups — run side by side (`side_by_side`, `replica.persist` step 3); the job
      goes on only once both returned, and fails if either failed.
+  6. `CyclePersister` runs a cycle inline only when it is one group's, no other task is runnable and no
+     thread's report is queued (nothing would run during the fsync, so the trio thread loses nothing by
+     blocking and saves the two thread wake-ups), and only within `UNYIELDED_CYCLES_MAX` cycles since
+     the ready loop last yielded (`yielded()`), so sockets are polled between inline fsyncs however
+     busy the node is. The writes, fsyncs and sends are the same, in the same order, on either path.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), sibling `workers`, attrs, trio.
-Reference: DESIGN §2, §12.
+Reference: DESIGN §2, §12; bench/README.md "The sync publish path" (what the inline path saves).
 """
 
 from __future__ import annotations
@@ -67,6 +74,43 @@ async def persist_batch(run: Callable[..., Awaitable[Any]], batch: list[tuple[Wa
     jobs = [Job(wal, disk, work) for wal, disk, work in batch]
     await run_shares(run, persist_jobs, jobs, shares_max)
     return [job.error for job in jobs]
+
+
+# Cycles the ready loop may run without yielding to trio's scheduler (an inline persistence, a cycle that
+# only applies): R1's cycle that persists and the one that applies its commit fit, and then the loop yields.
+UNYIELDED_CYCLES_MAX = 2
+
+
+class CyclePersister:
+    """Runs the persistence of the ready loop's cycles inline or on worker threads (invariant 6)."""
+
+    def __init__(self, run: Callable[..., Awaitable[Any]], shares_max: int, *, inline: bool) -> None:
+        self._run, self._shares_max, self._inline = run, shares_max, inline
+        self._unyielded = 0  # cycles since the ready loop last yielded
+        self.inline_cycles = 0  # how many ran inline (for tests and benchmarks)
+
+    def yielded(self) -> None:
+        """The ready loop passed a checkpoint: sockets and other tasks had their turn."""
+        self._unyielded = 0
+
+    async def persist(self, batch: list[tuple[Wal, Disk, Work]]) -> list[Exception | None]:
+        """Steps 1–2 of a cycle for `batch`; one error (or None) per entry of the batch."""
+        if self._unyielded < UNYIELDED_CYCLES_MAX:
+            if not batch:  # nothing to write (applying what is durable): no need to yield this time
+                self._unyielded += 1
+                return []
+            if self._inline and len(batch) == 1 and _nothing_else_to_run():
+                self._unyielded += 1
+                self.inline_cycles += 1
+                jobs = persist_jobs([Job(wal, disk, work) for wal, disk, work in batch])
+                return [job.error for job in jobs]
+        self._unyielded = 0
+        return await persist_batch(self._run, batch, self._shares_max)
+
+
+def _nothing_else_to_run() -> bool:
+    stats = trio.lowlevel.current_statistics()
+    return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
 
 
 def side_by_side(steps: persist.Steps) -> None:

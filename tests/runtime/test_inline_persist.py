@@ -1,0 +1,131 @@
+"""The ready loop persists a cycle inline on the trio thread when it is the node's only work
+(`runtime.persist.CyclePersister`, invariant 6), and on the worker threads otherwise.
+
+Method: the decision is tested on `CyclePersister` directly, with `persist_jobs` replaced by a recorder of
+the thread that ran it and `run` by a recorder of hand-offs, in a real trio run: a task made runnable
+just before the call (`nursery.start_soon`) is the "other work" the decision must see. Then one real node
+(`NodeRuntime` of the harness on an `OsDisk`, no `run_in_worker` injected) proposes one entry at a time —
+a sync publisher — and the test records which threads ran its cycles' persistence; three nodes do the
+same and their entries must be identical. Nothing is timed; waits poll with a deadline.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+
+from runtime_harness import GROUP, Cluster, eventually, os_disks
+
+from jsraft.runtime import persist
+from jsraft.runtime.persist import UNYIELDED_CYCLES_MAX, CyclePersister, Job
+
+
+class Recorder:
+    """Stands in for `persist_jobs` and for the worker hand-off; records where each batch ran."""
+
+    def __init__(self) -> None:
+        self.inline: list[str] = []
+        self.handed_off = 0
+
+    def persist_jobs(self, jobs: list[Job]) -> list[Job]:
+        self.inline.append(threading.current_thread().name)
+        return jobs
+
+    async def run(self, fn, jobs):
+        self.handed_off += 1
+        await trio.lowlevel.checkpoint()
+        return jobs
+
+
+def _batch(groups: int) -> list:
+    return [(f"wal{i}", f"disk{i}", f"work{i}") for i in range(groups)]
+
+
+async def test_one_group_and_nothing_else_to_run_persists_inline(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+    assert await persister.persist(_batch(1)) == [None]
+    assert recorder.inline == [threading.current_thread().name] and recorder.handed_off == 0
+    assert persister.inline_cycles == 1
+
+
+async def test_several_groups_go_to_the_worker_threads(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+    assert await persister.persist(_batch(3)) == [None, None, None]
+    assert recorder.inline == [] and recorder.handed_off == 3  # one share per group, fsyncs in parallel
+
+
+async def test_a_runnable_task_sends_the_cycle_to_a_worker_thread(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio.lowlevel.checkpoint)  # runnable now: it would wait out an inline fsync
+        await persister.persist(_batch(1))
+    assert recorder.inline == [] and recorder.handed_off == 1
+
+
+async def test_the_loop_yields_after_a_bounded_run_of_unyielded_cycles(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+    for _ in range(UNYIELDED_CYCLES_MAX):
+        await persister.persist(_batch(1))
+    assert len(recorder.inline) == UNYIELDED_CYCLES_MAX and recorder.handed_off == 0
+    await persister.persist(_batch(1))  # the bound is reached: this one yields (through the hand-off)
+    assert recorder.handed_off == 1
+    await persister.persist(_batch(1))  # the hand-off was a yield: inline again
+    assert len(recorder.inline) == UNYIELDED_CYCLES_MAX + 1
+    for _ in range(UNYIELDED_CYCLES_MAX - 1):
+        assert await persister.persist([]) == []  # applying only: no yield needed within the bound
+    await persister.persist(_batch(1))
+    assert recorder.handed_off == 2
+    persister.yielded()
+    await persister.persist(_batch(1))
+    assert len(recorder.inline) == UNYIELDED_CYCLES_MAX + 2
+
+
+async def test_inline_off_always_hands_off(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=False)
+    await persister.persist(_batch(1))
+    assert recorder.inline == [] and recorder.handed_off == 1
+
+
+async def _propose_one_at_a_time(tmp_path, monkeypatch, size: int) -> tuple[set[str], Cluster]:
+    threads: set[str] = set()
+    persist_jobs = persist.persist_jobs
+
+    def recording(jobs):
+        threads.add(threading.current_thread().name)
+        return persist_jobs(jobs)
+    monkeypatch.setattr(persist, "persist_jobs", recording)
+    ids = [f"n{i}" for i in range(1, size + 1)]
+    async with trio.open_nursery() as nursery:
+        cluster = Cluster(nursery, size=size, disks=os_disks(tmp_path, ids), runtime_options={"run_in_worker": None})
+        await cluster.start_all()
+        leader = await cluster.wait_leader()
+        with trio.fail_after(60):
+            for i in range(30):
+                await cluster.runtimes[leader].propose(GROUP, b"m%d" % i)
+        await eventually(lambda: all(len(m.values) == 30 for m in cluster.machines.values()), 30, 0.01)
+        values = [m.values for m in cluster.machines.values()]
+        assert all(v == values[0] for v in values) and values[0][-1] == b"m29"
+        await cluster.stop_all()
+        nursery.cancel_scope.cancel()
+    return threads, cluster
+
+
+async def test_a_single_node_publishing_one_at_a_time_persists_on_the_trio_thread(tmp_path, monkeypatch):
+    threads, _ = await _propose_one_at_a_time(tmp_path, monkeypatch, 1)
+    assert threading.current_thread().name in threads, threads
+
+
+async def test_three_nodes_agree_with_inline_and_threaded_cycles_mixed(tmp_path, monkeypatch):
+    threads, _ = await _propose_one_at_a_time(tmp_path, monkeypatch, 3)
+    assert threads, "every cycle was persisted somewhere"

@@ -84,6 +84,8 @@ _wrap(os_disk.OsFile, "sync", "t_fsync", "t_fsync_end")
 _wrap(group.Group, "finish", "finish", "finish_end")
 _wrap(pipeline.InFlightBatches, "settled", "settled")
 _wrap(client_conn.ClientConn, "deliver", "conn_deliver")
+if hasattr(client_conn.ClientConn, "_send_now"):  # the ack written by its caller (client_conn invariant 10)
+    _wrap(client_conn.ClientConn, "_send_now", "send_all")
 _receive_some, _send_all = trio.SocketStream.receive_some, trio.SocketStream.send_all
 async def receive_some(self, max_bytes=None):
     data = await _receive_some(self, max_bytes)

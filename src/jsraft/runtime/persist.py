@@ -50,7 +50,7 @@ from jsraft.replica import persist
 from jsraft.replica.persist import GROUP_MARKER, Work
 from jsraft.replica.restore import recovered_empty
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.workers import run_shares
+from jsraft.runtime.workers import let_writers_run, run_shares
 from jsraft.wal import Recovered, Wal
 
 
@@ -91,6 +91,11 @@ class CyclePersister:
 
     def yielded(self) -> None:
         """The ready loop passed a checkpoint: sockets and other tasks had their turn."""
+        self._unyielded = 0
+
+    async def let_writers_run(self) -> None:
+        """`workers.let_writers_run`, which yields (the ready loop's step 3 on a follower)."""
+        await let_writers_run()
         self._unyielded = 0
 
     async def persist(self, batch: list[tuple[Wal, Disk, Work]]) -> list[Exception | None]:

@@ -12,13 +12,14 @@ same and their entries must be identical. Nothing is timed; waits poll with a de
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import trio
 
 from runtime_harness import GROUP, Cluster, eventually, os_disks
 
 from jsraft.runtime import persist
-from jsraft.runtime.persist import UNYIELDED_CYCLES_MAX, CyclePersister, Job
+from jsraft.runtime.persist import INLINE_ENTRIES_MAX, UNYIELDED_CYCLES_MAX, CyclePersister, Job
 
 
 class Recorder:
@@ -38,8 +39,14 @@ class Recorder:
         return jobs
 
 
-def _batch(groups: int) -> list:
-    return [(f"wal{i}", f"disk{i}", f"work{i}") for i in range(groups)]
+def _batch(groups: int, work: object = None) -> list:
+    return [(f"wal{i}", f"disk{i}", work or SimpleNamespace(ready=None)) for i in range(groups)]
+
+
+def _leader_work(*peers: str) -> SimpleNamespace:
+    """A leader's work of one entry that sent its AppendEntries before persisting (`Ready.send_first`)."""
+    messages = [SimpleNamespace(to_id=peer) for peer in peers]
+    return SimpleNamespace(ready=SimpleNamespace(send_first=True, messages=messages, entries=["e1"]))
 
 
 async def test_one_group_and_nothing_else_to_run_persists_inline(monkeypatch):
@@ -69,6 +76,37 @@ async def test_a_runnable_task_sends_the_cycle_to_a_worker_thread(monkeypatch):
     assert recorder.inline == [] and recorder.handed_off == 1
 
 
+async def test_a_leader_lets_its_writers_run_then_persists_inline(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+    wrote: list[str] = []
+
+    async def writer(peer: str) -> None:  # runnable now, like a transport link's writer woken by a send
+        wrote.append(peer)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer, "n2")
+        nursery.start_soon(writer, "n3")
+        await persister.persist(_batch(1, _leader_work("n2", "n3")))
+        assert sorted(wrote) == ["n2", "n3"]  # the writers ran before the inline persistence
+    assert recorder.inline == [threading.current_thread().name] and recorder.handed_off == 0
+
+
+async def test_a_leader_with_more_to_run_than_its_writers_hands_off(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+
+    async def busy() -> None:  # keeps being runnable: the node has other work than the writers
+        for _ in range(10):
+            await trio.lowlevel.checkpoint()
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(busy)
+        await persister.persist(_batch(1, _leader_work("n2", "n3")))
+    assert recorder.inline == [] and recorder.handed_off == 1
+
+
 async def test_the_loop_yields_after_a_bounded_run_of_unyielded_cycles(monkeypatch):
     recorder = Recorder()
     monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
@@ -87,6 +125,16 @@ async def test_the_loop_yields_after_a_bounded_run_of_unyielded_cycles(monkeypat
     persister.yielded()
     await persister.persist(_batch(1))
     assert len(recorder.inline) == UNYIELDED_CYCLES_MAX + 2
+
+
+async def test_a_cycle_of_many_entries_goes_to_the_worker_threads(monkeypatch):
+    recorder = Recorder()
+    monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
+    persister = CyclePersister(recorder.run, 4, inline=True)
+    streaming = SimpleNamespace(ready=SimpleNamespace(send_first=False, messages=[],
+                                                      entries=["e"] * (INLINE_ENTRIES_MAX + 1)))
+    await persister.persist(_batch(1, streaming))  # nothing runnable, but bytes of the stream may be arriving
+    assert recorder.inline == [] and recorder.handed_off == 1
 
 
 async def test_inline_off_always_hands_off(monkeypatch):

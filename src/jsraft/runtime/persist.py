@@ -24,11 +24,13 @@ Invariants:
   5. Step 3's two writes of a group's first durable cycle — its marker and its entry on the node's
      record of started groups — run side by side (`side_by_side`, `replica.persist` step 3); the job
      goes on only once both returned, and fails if either failed.
-  6. `CyclePersister` runs a cycle inline only when it is one group's, no other task is runnable and no
-     thread's report is queued (nothing would run during the fsync, so the trio thread loses nothing by
-     blocking and saves the two thread wake-ups), and only within `UNYIELDED_CYCLES_MAX` cycles since
-     the ready loop last yielded (`yielded()`), so sockets are polled between inline fsyncs however
-     busy the node is. The writes, fsyncs and sends are the same, in the same order, on either path.
+  6. `CyclePersister` runs a cycle inline only when it is one group's with at most `INLINE_ENTRIES_MAX`
+     entries (a one-at-a-time workload's), no other task is runnable and no thread's report is queued
+     (nothing would run during the fsync, so the trio thread loses nothing by blocking and saves the two
+     thread wake-ups; a leader first lets the transport's writers it woke send its AppendEntries), and
+     only within `UNYIELDED_CYCLES_MAX` cycles since the ready loop last yielded (`yielded()`), so
+     sockets are polled between inline fsyncs however busy the node is. The writes, fsyncs and sends
+     are the same, in the same order, on either path.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), sibling `workers`, attrs, trio.
 Reference: DESIGN §2, §12; bench/README.md "The sync publish path" (what the inline path saves).
@@ -79,6 +81,8 @@ async def persist_batch(run: Callable[..., Awaitable[Any]], batch: list[tuple[Wa
 # Cycles the ready loop may run without yielding to trio's scheduler (an inline persistence, a cycle that
 # only applies): R1's cycle that persists and the one that applies its commit fit, and then the loop yields.
 UNYIELDED_CYCLES_MAX = 2
+# The most entries a cycle persisted inline may carry (`_one_at_a_time`).
+INLINE_ENTRIES_MAX = 1
 
 
 class CyclePersister:
@@ -104,13 +108,35 @@ class CyclePersister:
             if not batch:  # nothing to write (applying what is durable): no need to yield this time
                 self._unyielded += 1
                 return []
-            if self._inline and len(batch) == 1 and _nothing_else_to_run():
+            inline = self._inline and len(batch) == 1 and _one_at_a_time(batch[0][2])
+            if inline and _writers_only(batch[0][2]):
+                await self.let_writers_run()  # a leader's AppendEntries leave before its inline fsync
+            if inline and _nothing_else_to_run():
                 self._unyielded += 1
                 self.inline_cycles += 1
                 jobs = persist_jobs([Job(wal, disk, work) for wal, disk, work in batch])
                 return [job.error for job in jobs]
         self._unyielded = 0
         return await persist_batch(self._run, batch, self._shares_max)
+
+
+def _one_at_a_time(work: Work) -> bool:
+    """Whether `work` looks like a one-at-a-time workload's (at most `INLINE_ENTRIES_MAX` entries). A
+    streaming one's carries more, and its node is then rarely idle for long: bytes keep arriving, which no
+    task is runnable for yet, and an inline fsync would leave them unread (smaller batches, more cycles)."""
+    rd = work.ready
+    return rd is None or len(rd.entries) <= INLINE_ENTRIES_MAX
+
+
+def _writers_only(work: Work) -> bool:
+    """Whether `work` is a leader's that sent before persisting, and what is runnable may be only the
+    transport's writers it woke (one per peer): then two passes let them write, and the node may be idle."""
+    rd = work.ready
+    if rd is None or not rd.send_first or not rd.messages:
+        return False
+    stats = trio.lowlevel.current_statistics()
+    return stats.tasks_runnable <= len({message.to_id for message in rd.messages}) and \
+        stats.run_sync_soon_queue_size == 0
 
 
 def _nothing_else_to_run() -> bool:

@@ -27,8 +27,8 @@ Invariants:
   6. `CyclePersister` runs a cycle inline only when it is one group's with at most `INLINE_ENTRIES_MAX`
      entries (a one-at-a-time workload's), no other task is runnable and no thread's report is queued
      (nothing would run during the fsync, so the trio thread loses nothing by blocking and saves the two
-     thread wake-ups; a leader first lets the transport's writers it woke send its AppendEntries), and
-     only within `UNYIELDED_CYCLES_MAX` cycles since the ready loop last yielded (`yielded()`), so
+     thread wake-ups; a leader that sent its AppendEntries first has woken the transport's writers, so
+     it is never inline: its followers' acknowledgements are stepped during its fsync), and only within `UNYIELDED_CYCLES_MAX` cycles since the ready loop last yielded (`yielded()`), so
      sockets are polled between inline fsyncs however busy the node is. The writes, fsyncs and sends
      are the same, in the same order, on either path.
 
@@ -108,10 +108,7 @@ class CyclePersister:
             if not batch:  # nothing to write (applying what is durable): no need to yield this time
                 self._unyielded += 1
                 return []
-            inline = self._inline and len(batch) == 1 and _one_at_a_time(batch[0][2])
-            if inline and _writers_only(batch[0][2]):
-                await self.let_writers_run()  # a leader's AppendEntries leave before its inline fsync
-            if inline and _nothing_else_to_run():
+            if self._inline and len(batch) == 1 and _one_at_a_time(batch[0][2]) and _nothing_else_to_run():
                 self._unyielded += 1
                 self.inline_cycles += 1
                 jobs = persist_jobs([Job(wal, disk, work) for wal, disk, work in batch])
@@ -126,17 +123,6 @@ def _one_at_a_time(work: Work) -> bool:
     task is runnable for yet, and an inline fsync would leave them unread (smaller batches, more cycles)."""
     rd = work.ready
     return rd is None or len(rd.entries) <= INLINE_ENTRIES_MAX
-
-
-def _writers_only(work: Work) -> bool:
-    """Whether `work` is a leader's that sent before persisting, and what is runnable may be only the
-    transport's writers it woke (one per peer): then two passes let them write, and the node may be idle."""
-    rd = work.ready
-    if rd is None or not rd.send_first or not rd.messages:
-        return False
-    stats = trio.lowlevel.current_statistics()
-    return stats.tasks_runnable <= len({message.to_id for message in rd.messages}) and \
-        stats.run_sync_soon_queue_size == 0
 
 
 def _nothing_else_to_run() -> bool:

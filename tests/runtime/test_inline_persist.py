@@ -3,7 +3,8 @@
 
 Method: the decision is tested on `CyclePersister` directly, with `persist_jobs` replaced by a recorder of
 the thread that ran it and `run` by a recorder of hand-offs, in a real trio run: a task made runnable
-just before the call (`nursery.start_soon`) is the "other work" the decision must see. Then one real node
+just before the call (`nursery.start_soon`) is the "other work" the decision must see, and a call made in
+a cancelled scope tells whether it passed a checkpoint. Then one real node
 (`NodeRuntime` of the harness on an `OsDisk`, no `run_in_worker` injected) proposes one entry at a time —
 a sync publisher — and the test records which threads ran its cycles' persistence; three nodes do the
 same and their entries must be identical. Nothing is timed; waits poll with a deadline.
@@ -19,7 +20,7 @@ import trio
 from runtime_harness import GROUP, Cluster, eventually, os_disks
 
 from jsraft.runtime import persist
-from jsraft.runtime.persist import INLINE_ENTRIES_MAX, UNYIELDED_CYCLES_MAX, CyclePersister, Job
+from jsraft.runtime.persist import INLINE_ENTRIES_MAX, CyclePersister, Job
 
 
 class Recorder:
@@ -91,24 +92,31 @@ async def test_a_leader_whose_sends_woke_its_writers_hands_off(monkeypatch):
     assert recorder.inline == [] and recorder.handed_off == 1
 
 
-async def test_the_loop_yields_after_a_bounded_run_of_unyielded_cycles(monkeypatch):
+async def _yields(call) -> bool:
+    """Whether `await call()` passed a checkpoint: in a cancelled scope, a checkpoint raises `Cancelled`."""
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await call()
+    return scope.cancelled_caught
+
+
+async def test_inline_cycles_need_a_yield_between_them_and_only_their_apply_skips_one(monkeypatch):
     recorder = Recorder()
     monkeypatch.setattr(persist, "persist_jobs", recorder.persist_jobs)
     persister = CyclePersister(recorder.run, 4, inline=True)
-    for _ in range(UNYIELDED_CYCLES_MAX):
-        await persister.persist(_batch(1))
-    assert len(recorder.inline) == UNYIELDED_CYCLES_MAX and recorder.handed_off == 0
-    await persister.persist(_batch(1))  # the bound is reached: this one yields (through the hand-off)
-    assert recorder.handed_off == 1
-    await persister.persist(_batch(1))  # the hand-off was a yield: inline again
-    assert len(recorder.inline) == UNYIELDED_CYCLES_MAX + 1
-    for _ in range(UNYIELDED_CYCLES_MAX - 1):
-        assert await persister.persist([]) == []  # applying only: no yield needed within the bound
     await persister.persist(_batch(1))
-    assert recorder.handed_off == 2
+    assert len(recorder.inline) == 1
+    # The apply of the inline cycle's commit: no yield (R1's second cycle).
+    assert not await _yields(lambda: persister.persist([]))
+    await persister.persist(_batch(1))  # no yield since the last inline cycle: handed off (a yield)
+    assert len(recorder.inline) == 1 and recorder.handed_off == 1
+    await persister.persist(_batch(1))  # the hand-off yielded: inline again
+    assert len(recorder.inline) == 2
     persister.yielded()
-    await persister.persist(_batch(1))
-    assert len(recorder.inline) == UNYIELDED_CYCLES_MAX + 2
+    assert await persister.persist(_batch(1)) == [None] and len(recorder.inline) == 3
+    persister.yielded()
+    assert await _yields(lambda: persister.persist([]))  # not right after an inline cycle: it yields
+    assert recorder.handed_off == 1
 
 
 async def test_a_cycle_of_many_entries_goes_to_the_worker_threads(monkeypatch):

@@ -28,9 +28,11 @@ Invariants:
      entries (a one-at-a-time workload's), no other task is runnable and no thread's report is queued
      (nothing would run during the fsync, so the trio thread loses nothing by blocking and saves the two
      thread wake-ups; a leader that sent its AppendEntries first has woken the transport's writers, so
-     it is never inline: its followers' acknowledgements are stepped during its fsync), and only within `UNYIELDED_CYCLES_MAX` cycles since the ready loop last yielded (`yielded()`), so
-     sockets are polled between inline fsyncs however busy the node is. The writes, fsyncs and sends
-     are the same, in the same order, on either path.
+     it is never inline: its followers' acknowledgements are stepped during its fsync), and only if the
+     ready loop yielded since the last inline cycle (`yielded()`). The cycle right after an inline one
+     (R1: the apply of the entry its fsync committed) skips the yield an empty persistence makes; every
+     other cycle yields, so sockets are polled between inline fsyncs however busy the node is. The
+     writes, fsyncs and sends are the same, in the same order, on either path.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), sibling `workers`, attrs, trio.
 Reference: DESIGN §2, §12; bench/README.md "The sync publish path" (what the inline path saves).
@@ -78,9 +80,6 @@ async def persist_batch(run: Callable[..., Awaitable[Any]], batch: list[tuple[Wa
     return [job.error for job in jobs]
 
 
-# Cycles the ready loop may run without yielding to trio's scheduler (an inline persistence, a cycle that
-# only applies): R1's cycle that persists and the one that applies its commit fit, and then the loop yields.
-UNYIELDED_CYCLES_MAX = 2
 # The most entries a cycle persisted inline may carry (`_one_at_a_time`).
 INLINE_ENTRIES_MAX = 1
 
@@ -90,7 +89,7 @@ class CyclePersister:
 
     def __init__(self, run: Callable[..., Awaitable[Any]], shares_max: int, *, inline: bool) -> None:
         self._run, self._shares_max, self._inline = run, shares_max, inline
-        self._unyielded = 0  # cycles since the ready loop last yielded
+        self._unyielded = 0  # since the ready loop last yielded: 1 after an inline cycle, 2 after its apply
         self.inline_cycles = 0  # how many ran inline (for tests and benchmarks)
 
     def yielded(self) -> None:
@@ -104,17 +103,17 @@ class CyclePersister:
 
     async def persist(self, batch: list[tuple[Wal, Disk, Work]]) -> list[Exception | None]:
         """Steps 1–2 of a cycle for `batch`; one error (or None) per entry of the batch."""
-        if self._unyielded < UNYIELDED_CYCLES_MAX:
-            if not batch:  # nothing to write (applying what is durable): no need to yield this time
-                self._unyielded += 1
-                return []
-            if self._inline and len(batch) == 1 and _one_at_a_time(batch[0][2]) and _nothing_else_to_run():
-                self._unyielded += 1
-                self.inline_cycles += 1
-                jobs = persist_jobs([Job(wal, disk, work) for wal, disk, work in batch])
-                return [job.error for job in jobs]
+        if not batch and self._unyielded == 1:  # the cycle after an inline one, applying what it made durable
+            self._unyielded = 2
+            return []
+        if self._inline and self._unyielded == 0 and len(batch) == 1 and _one_at_a_time(batch[0][2]) \
+                and _nothing_else_to_run():
+            self._unyielded = 1
+            self.inline_cycles += 1
+            jobs = persist_jobs([Job(wal, disk, work) for wal, disk, work in batch])
+            return [job.error for job in jobs]
         self._unyielded = 0
-        return await persist_batch(self._run, batch, self._shares_max)
+        return await persist_batch(self._run, batch, self._shares_max)  # yields, even with nothing to write
 
 
 def _one_at_a_time(work: Work) -> bool:

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import trio
 
-from runtime_harness import GROUP, Cluster, eventually, os_disks
+from runtime_harness import GROUP, Cluster, eventually, os_disks, record_persist_threads
 
 from jsraft.runtime import persist
 from jsraft.runtime.persist import INLINE_ENTRIES_MAX, CyclePersister, Job
@@ -138,13 +138,7 @@ async def test_inline_off_always_hands_off(monkeypatch):
 
 
 async def _propose_one_at_a_time(tmp_path, monkeypatch, size: int) -> tuple[set[str], Cluster]:
-    threads: set[str] = set()
-    persist_jobs = persist.persist_jobs
-
-    def recording(jobs):
-        threads.add(threading.current_thread().name)
-        return persist_jobs(jobs)
-    monkeypatch.setattr(persist, "persist_jobs", recording)
+    threads = record_persist_threads(monkeypatch)
     ids = [f"n{i}" for i in range(1, size + 1)]
     async with trio.open_nursery() as nursery:
         cluster = Cluster(nursery, size=size, disks=os_disks(tmp_path, ids), runtime_options={"run_in_worker": None})

@@ -16,9 +16,8 @@ import threading
 import pytest
 import trio
 
-from runtime_harness import GROUP, Cluster, eventually, os_disks
+from runtime_harness import GROUP, Cluster, eventually, os_disks, record_persist_threads
 
-from jsraft.runtime import persist
 from jsraft.runtime.workers import WorkerThreads
 
 
@@ -116,13 +115,7 @@ async def test_close_ends_the_threads_and_refuses_calls():
 
 
 async def test_the_runtime_persists_its_cycles_on_its_own_threads_by_default(tmp_path, monkeypatch):
-    threads: set[str] = set()
-    persist_jobs = persist.persist_jobs
-
-    def recording(jobs):
-        threads.add(threading.current_thread().name)
-        return persist_jobs(jobs)
-    monkeypatch.setattr(persist, "persist_jobs", recording)
+    threads = record_persist_threads(monkeypatch)
     async with trio.open_nursery() as nursery:
         cluster = Cluster(nursery, disks=os_disks(tmp_path, ["n1", "n2", "n3"]),
                           runtime_options={"run_in_worker": None, "inline_persist": False})

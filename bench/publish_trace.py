@@ -84,6 +84,8 @@ _wrap(os_disk.OsFile, "sync", "t_fsync", "t_fsync_end")
 _wrap(group.Group, "finish", "finish", "finish_end")
 _wrap(pipeline.InFlightBatches, "settled", "settled")
 _wrap(client_conn.ClientConn, "deliver", "conn_deliver")
+if hasattr(client_conn.ClientConn, "_send_now"):  # the ack written by its caller (client_conn invariant 10)
+    _wrap(client_conn.ClientConn, "_send_now", "send_all")
 _receive_some, _send_all = trio.SocketStream.receive_some, trio.SocketStream.send_all
 async def receive_some(self, max_bytes=None):
     data = await _receive_some(self, max_bytes)
@@ -109,16 +111,16 @@ STAGES = [
     ("propose lock, `decide`, permit, into the Raft log", "propose_now"),
     ("pump parks, the ready loop wakes and takes the Ready", "take_work"),
     ("the cycle starts its persistence", "persist_call"),
-    ("hand-in to the fsync worker thread", "t_write"),
+    ("hand-in to the fsync worker thread (none when inline)", "t_write"),
     ("WAL entry + hard-state record written (page cache)", "t_fsync"),
     ("fsync 1: the WAL segment", "t_fsync_end"),
     ("witness write", "t_fsync"),
     ("fsync 2: the witness", "t_fsync_end"),
-    ("hand-back to the trio thread", "persist_back"),
+    ("hand-back to the trio thread (none when inline)", "persist_back"),
     ("finish cycle 1 (`advance`: the entry commits)", "finish_end"),
     ("cycle 2: the commit's Ready, apply (store append)", "settled"),
     ("settle, PubAck built and queued on the connection", "conn_deliver"),
-    ("the connection's writer wakes and writes the ack", "send_all"),
+    ("the ack's write (the writer's, or its caller's: client_out invariant 4)", "send_all"),
 ]
 
 

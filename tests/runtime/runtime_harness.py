@@ -399,5 +399,19 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = 30.0,
             await trio.sleep(poll_s)
 
 
+def record_persist_threads(monkeypatch) -> set[str]:
+    """The names of the threads that run the runtime's cycle persistence from now on (`persist_jobs`
+    wrapped where the runtime looks it up, `runtime.persist` invariant 3)."""
+    from jsraft.runtime import persist
+    threads: set[str] = set()
+    persist_jobs = persist.persist_jobs
+
+    def recording(jobs):
+        threads.add(threading.current_thread().name)
+        return persist_jobs(jobs)
+    monkeypatch.setattr(persist, "persist_jobs", recording)
+    return threads
+
+
 def os_disks(root, ids: Sequence[str]) -> dict[str, object]:
     return {node_id: OsDisk(str(root / node_id)) for node_id in ids}

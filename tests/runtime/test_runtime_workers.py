@@ -5,7 +5,8 @@ Method: real threads and trio's real clock (a worker thread under `autojump_cloc
 race ahead). Each test observes the thread side directly — which OS thread ran a call, a gate the call
 blocks on, a flag set only after the test opens the gate — instead of timing anything, and polls what it
 waits for with a deadline. The runtime tests run a three-node cluster of the harness on `OsDisk`s with no
-`run_in_worker` injected (the production default) and record which thread ran each cycle's persistence.
+`run_in_worker` injected (the production default, the inline path turned off: `test_inline_persist.py`
+covers it) and record which thread ran each cycle's persistence.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ import threading
 import pytest
 import trio
 
-from runtime_harness import GROUP, Cluster, eventually, os_disks
+from runtime_harness import GROUP, Cluster, eventually, os_disks, record_persist_threads
 
-from jsraft.runtime import persist
 from jsraft.runtime.workers import WorkerThreads
 
 
@@ -115,16 +115,10 @@ async def test_close_ends_the_threads_and_refuses_calls():
 
 
 async def test_the_runtime_persists_its_cycles_on_its_own_threads_by_default(tmp_path, monkeypatch):
-    threads: set[str] = set()
-    persist_jobs = persist.persist_jobs
-
-    def recording(jobs):
-        threads.add(threading.current_thread().name)
-        return persist_jobs(jobs)
-    monkeypatch.setattr(persist, "persist_jobs", recording)
+    threads = record_persist_threads(monkeypatch)
     async with trio.open_nursery() as nursery:
         cluster = Cluster(nursery, disks=os_disks(tmp_path, ["n1", "n2", "n3"]),
-                          runtime_options={"run_in_worker": None})
+                          runtime_options={"run_in_worker": None, "inline_persist": False})
         await cluster.start_all()
         leader = await cluster.wait_leader()
         with trio.fail_after(30):

@@ -11,12 +11,12 @@ The ready loop, one cycle at a time:
   1. Collect: from every group that got an input since it was last looked at and has pending work, take
      its `Ready` (and an own snapshot when one is due). Those groups are now busy: inputs for them wait
      (see `group`, invariant 1).
-  2. Persist: all of the cycle's writes, then one fsync per touched file, on the node's persistent
-     worker threads (`workers`; at most `fsync_threads_max` at once, each taking a share of the groups).
-     While they run, proposals and messages keep arriving; they accumulate and go into the NEXT cycle —
-     that is group commit: one fsync covers everything that arrived during the previous one. Groups with
-     nothing to write (heartbeats, a commit-hint change, applying entries already durable here) skip
-     this step and are finished before the others' fsync.
+  2. Persist: all of the cycle's writes, then one fsync per touched file, on the node's worker threads
+     (`workers`; at most `fsync_threads_max` at once, each a share of the groups), or inline when one
+     group's cycle is all the node has to do (`persist` invariant 6). Proposals and messages arriving
+     meanwhile go into the NEXT cycle — group commit: one fsync covers all that came during the last.
+     Groups with nothing to write (heartbeats, a commit-hint change, applying entries already durable
+     here) skip this step and are finished before the others' fsync.
   3. Only after the fsyncs returned: send each group's messages; let the transport write them (a
      follower's acknowledgement goes before its apply); apply each group's committed entries (settling
      proposals with the state machine's results), `advance()`, and feed it what waited.
@@ -31,10 +31,10 @@ many in flight (their outcomes come to `on_settled` callbacks, or `outcome`), an
 is in the log in the current term (`Proposal.chain_intact`), so a chain never enters the log with a gap.
 
 Shutdown: cancel `run()`. A worker thread that is writing or fsyncing is waited for (never abandoned,
-`workers` invariant 2; the cycle it belongs to may complete, giving its proposals their real outcome); then
-every group is closed: the proposals still waiting settle with `GroupClosed`, later calls get
-`GroupClosed`, and the WALs are closed. Nothing a restart needs is lost: what was fsynced is recovered,
-and nothing that depends on unfsynced state was ever sent.
+`workers` invariant 2; its cycle may complete, giving its proposals their real outcome); then every group
+is closed: waiting proposals settle with `GroupClosed`, later calls get `GroupClosed`, the WALs close.
+Nothing a restart needs is lost: what was fsynced is recovered, and nothing that depends on unfsynced
+state was ever sent.
 
 Invariants:
   1. No message of a `Ready` is sent before the fsync covering it returned, but a leader's (`Ready.send_first`).
@@ -73,12 +73,12 @@ from jsraft.replica.persist import Work, marker_contents
 from jsraft.replica.restore import prepare
 from jsraft.replica.state_machine import StateMachine
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.persist import ceiling_fn, open_storage, persist_batch, sends_after_persist, started_fn, vote_ceiling
+from jsraft.runtime.persist import CyclePersister, ceiling_fn, open_storage, sends_after_persist, started_fn, vote_ceiling
 from jsraft.runtime.progress import Progress
 from jsraft.runtime.proposals import Proposal, ProposalBook
 from jsraft.runtime.quiesce import Quiescence, SendBeatFn
 from jsraft.runtime.ticker import Ticker
-from jsraft.runtime.workers import WorkerThreads, let_writers_run
+from jsraft.runtime.workers import WorkerThreads
 from jsraft.wal import SEGMENT_BYTES_DEFAULT, Recovered, Wal
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,8 @@ class NodeRuntime:
                  tick_ms: int = 100, proposals_in_flight_max: int = 1024, inbox_messages_max: int = 4096,
                  fsync_threads_max: int = 4, wal_segment_bytes: int = SEGMENT_BYTES_DEFAULT,
                  run_in_worker: WorkerFn | None = None, group_record: GroupRecord | None = None,
-                 send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3) -> None:
+                 send_beat: SendBeatFn | None = None, liveness_ticks: int = 10, quiet_ticks: int = 3,
+                 inline_persist: bool = True) -> None:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
         invariant(fsync_threads_max >= 1, "at least one fsync thread")
@@ -106,7 +107,8 @@ class NodeRuntime:
         self.fsync_threads_max, self.wal_segment_bytes = fsync_threads_max, wal_segment_bytes
         self._workers = None if run_in_worker else WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max)
         self._run_in_worker: WorkerFn = run_in_worker or trio.to_thread.run_sync  # opening storage (rare)
-        self._run_cycle: WorkerFn = run_in_worker or self._workers.run  # type: ignore[union-attr]
+        self._persister = CyclePersister(run_in_worker or self._workers.run,  # type: ignore[union-attr]
+                                         fsync_threads_max, inline=inline_persist and run_in_worker is None)
         self.group_record = group_record  # what this storage started; None: the group markers only
         self._rng, self._send = rng, send
         self._groups: dict[str, Group] = {}
@@ -330,6 +332,7 @@ class NodeRuntime:
             batch = self._collect()
             if not batch:
                 await self._wakeup.wait()
+                self._persister.yielded()
                 continue
             await self._cycle(batch)
             self.progress.notify()
@@ -351,9 +354,8 @@ class NodeRuntime:
         return batch
 
     async def _cycle(self, batch: list[tuple[Group, Work]]) -> None:
-        """A leader's messages first; persist the batch, then for each group: send, apply, advance
-        (invariant 1). Groups with nothing to write (heartbeats, applies of entries already durable here)
-        are finished first: nothing of theirs waits for a disk, so they need not wait for others' fsync."""
+        """A leader's messages first; persist the batch, then for each group: send, apply, advance (invariant
+        1). Groups with nothing to write are finished first: they need not wait for others' fsync."""
         for group, work in batch:
             group.send_first_messages(work, self._send)  # its followers fsync while it does
         durable = [(group, work) for group, work in batch if not work.needs_disk]
@@ -370,8 +372,8 @@ class NodeRuntime:
             group.send_messages(work, self._send)
             persisted.append((group, work))
             sent = sent or sends_after_persist(work)
-        if sent:  # a follower's acknowledgement leaves before it applies (step 3; `workers.let_writers_run`)
-            await let_writers_run()
+        if sent:  # a follower's acknowledgement leaves before it applies (step 3, `workers.let_writers_run`)
+            await self._persister.let_writers_run()
         for group, work in persisted:
             self._finish(group, work)
 
@@ -385,8 +387,7 @@ class NodeRuntime:
         except Exception as error:  # the state machine failed: this group stops, the others go on
             self._fail(group, f"state machine failed: {error!r}")
             return
-        # Advancing may leave work (more committed entries than one Ready carries, a leader's commit
-        # that its own fsync completed), and what waited while it was busy was just fed to it.
+        # Advancing may leave work (more committed entries than a Ready carries), and was fed what waited.
         self._dirty[group.name] = group
 
     def _fail(self, group: Group, reason: str) -> None:
@@ -394,6 +395,5 @@ class NodeRuntime:
         group.close(reason)
         self.ticker.closed(group.name)
 
-    async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:
-        """Steps 1–2 of the cycle in worker threads; one error (or None) per group of the batch."""
-        return await persist_batch(self._run_cycle, [(g.wal, g.disk, w) for g, w in batch], self.fsync_threads_max)
+    async def _persist(self, batch: list[tuple[Group, Work]]) -> list[Exception | None]:  # step 2; an error per group
+        return await self._persister.persist([(g.wal, g.disk, w) for g, w in batch])

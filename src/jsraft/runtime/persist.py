@@ -1,15 +1,17 @@
 """Running a cycle's persistence for a batch of groups on a worker thread, and opening a group's
 storage there (layer L4).
 
-Owns: `Job` (a group's storage and its `Work`, handed to a worker thread), `persist_batch` (the ready
-loop's call: a cycle's jobs split over the worker threads), and `persist_jobs`, which a
-worker thread runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
+Owns: `Job` (a group's storage and its `Work`, handed to a worker thread), `CyclePersister` (the ready
+loop's call: a cycle's jobs inline on the trio thread when the node has nothing else to do, else
+`persist_batch`, split over the worker threads), and `persist_jobs`, which a worker thread (or, inline,
+the trio thread) runs for a batch of groups: step 1 (`replica.persist.write_work`) of every job, then steps
 2–3 (`replica.persist.sync_work`) of every job that did not fail — group commit, so the fsyncs of a cycle
 come after all of its writes, one fsync per touched file per cycle. What a step writes, and in which
 order, is `replica.persist`'s (written once, shared with the simulator); this module only batches it.
 
 Invariants:
-  1. A job runs on one worker thread while the trio thread leaves its `Wal` alone (the group is busy).
+  1. A job runs on one thread — a worker thread while the trio thread leaves its `Wal` alone (the group
+     is busy), or the trio thread itself, inline (invariant 6).
   2. An operating error (`OSError`, `CorruptRecord`, ...) is returned for its group alone and fails only
      that group; an `InvariantViolation` propagates (a bug: the process stops).
   3. The steps are looked up on `replica.persist` at every call (a chaos mutant patches them there).
@@ -22,9 +24,18 @@ Invariants:
   5. Step 3's two writes of a group's first durable cycle — its marker and its entry on the node's
      record of started groups — run side by side (`side_by_side`, `replica.persist` step 3); the job
      goes on only once both returned, and fails if either failed.
+  6. `CyclePersister` runs a cycle inline only when it is one group's with at most `INLINE_ENTRIES_MAX`
+     entries (a one-at-a-time workload's), no other task is runnable and no thread's report is queued
+     (nothing would run during the fsync, so the trio thread loses nothing by blocking and saves the two
+     thread wake-ups; a leader that sent its AppendEntries first has woken the transport's writers, so
+     it is never inline: its followers' acknowledgements are stepped during its fsync), and only if the
+     ready loop yielded since the last inline cycle (`yielded()`). The cycle right after an inline one
+     (R1: the apply of the entry its fsync committed) skips the yield an empty persistence makes; every
+     other cycle yields, so sockets are polled between inline fsyncs however busy the node is. The
+     writes, fsyncs and sends are the same, in the same order, on either path.
 
 Imports: L0, L1 (`disk`), L2 (`wal`), L3½ (`replica.persist`), sibling `workers`, attrs, trio.
-Reference: DESIGN §2, §12.
+Reference: DESIGN §2, §12; bench/README.md "The sync publish path" (what the inline path saves).
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ from jsraft.replica import persist
 from jsraft.replica.persist import GROUP_MARKER, Work
 from jsraft.replica.restore import recovered_empty
 from jsraft.runtime.group_record import GroupRecord
-from jsraft.runtime.workers import run_shares
+from jsraft.runtime.workers import let_writers_run, run_shares
 from jsraft.wal import Recovered, Wal
 
 
@@ -67,6 +78,55 @@ async def persist_batch(run: Callable[..., Awaitable[Any]], batch: list[tuple[Wa
     jobs = [Job(wal, disk, work) for wal, disk, work in batch]
     await run_shares(run, persist_jobs, jobs, shares_max)
     return [job.error for job in jobs]
+
+
+# The most entries a cycle persisted inline may carry (`_one_at_a_time`).
+INLINE_ENTRIES_MAX = 1
+
+
+class CyclePersister:
+    """Runs the persistence of the ready loop's cycles inline or on worker threads (invariant 6)."""
+
+    def __init__(self, run: Callable[..., Awaitable[Any]], shares_max: int, *, inline: bool) -> None:
+        self._run, self._shares_max, self._inline = run, shares_max, inline
+        self._unyielded = 0  # since the ready loop last yielded: 1 after an inline cycle, 2 after its apply
+        self.inline_cycles = 0  # how many ran inline (for tests and benchmarks)
+
+    def yielded(self) -> None:
+        """The ready loop passed a checkpoint: sockets and other tasks had their turn."""
+        self._unyielded = 0
+
+    async def let_writers_run(self) -> None:
+        """`workers.let_writers_run`, which yields (the ready loop's step 3 on a follower)."""
+        await let_writers_run()
+        self._unyielded = 0
+
+    async def persist(self, batch: list[tuple[Wal, Disk, Work]]) -> list[Exception | None]:
+        """Steps 1–2 of a cycle for `batch`; one error (or None) per entry of the batch."""
+        if not batch and self._unyielded == 1:  # the cycle after an inline one, applying what it made durable
+            self._unyielded = 2
+            return []
+        if self._inline and self._unyielded == 0 and len(batch) == 1 and _one_at_a_time(batch[0][2]) \
+                and _nothing_else_to_run():
+            self._unyielded = 1
+            self.inline_cycles += 1
+            jobs = persist_jobs([Job(wal, disk, work) for wal, disk, work in batch])
+            return [job.error for job in jobs]
+        self._unyielded = 0
+        return await persist_batch(self._run, batch, self._shares_max)  # yields, even with nothing to write
+
+
+def _one_at_a_time(work: Work) -> bool:
+    """Whether `work` looks like a one-at-a-time workload's (at most `INLINE_ENTRIES_MAX` entries). A
+    streaming one's carries more, and its node is then rarely idle for long: bytes keep arriving, which no
+    task is runnable for yet, and an inline fsync would leave them unread (smaller batches, more cycles)."""
+    rd = work.ready
+    return rd is None or len(rd.entries) <= INLINE_ENTRIES_MAX
+
+
+def _nothing_else_to_run() -> bool:
+    stats = trio.lowlevel.current_statistics()
+    return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
 
 
 def side_by_side(steps: persist.Steps) -> None:

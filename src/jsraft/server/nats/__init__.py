@@ -2,8 +2,9 @@
 that carry client messages between nodes.
 
 Modules: `client_server` (`ClientServer`: the listener, the sublist, internal subscriptions — the port
-the rest of the server uses), `client_accept`, `client_conn`, `client_auth`, `client_subs`, `client_stats`
-(one client connection: handshake, protocol, security, subscriptions, counters), `auth` (who may connect),
+the rest of the server uses), `client_accept`, `client_conn`, `client_out`, `client_auth`, `client_subs`,
+`client_stats` (one client connection: handshake, protocol, outbound buffer, security, subscriptions,
+counters), `auth` (who may connect),
 `credentials` (what the authenticators share), `jwt_auth` / `jwt_claims` (operator mode: user JWTs),
 `permissions` (what a connection may publish and subscribe), `tls`, `sublist` (subject interest),
 `routes` / `route_interest` / `route_wire` (interest and messages between nodes), `route_gossip` (a

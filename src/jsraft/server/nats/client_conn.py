@@ -1,16 +1,12 @@
 """`ClientConn`: one NATS client connection on the node's client port (layer L5).
 
 Owns: the connection's three tasks — reading (bytes into `protocol.ServerConnection`, events into
-actions), writing (a bounded outbound buffer drained to the socket), pinging (PING an idle client, close a
-stale one) — and its subscriptions (`ClientSubscription`), CONNECT options and closing. Routing a publish
+actions), writing (a bounded outbound buffer drained to the socket: `client_out.ConnOutbound`), pinging
+(PING an idle client, close a stale one) — and its subscriptions (`ClientSubscription`), CONNECT options and closing. Routing a publish
 to other connections is `ClientServer.route`'s job.
 
 Invariants:
-  1. Outbound bytes are bounded: queued plus in-flight bytes never exceed `pending_bytes_max`. The write
-     that would exceed it drops what is queued, queues `-ERR 'Slow Consumer'`, closes this connection and
-     logs it; the publisher and every other connection carry on (nats-server: `MaxPending`).
-  2. A write that does not finish within `write_deadline_s` also makes a slow consumer; the socket is
-     then closed without a word (it is not taking bytes).
+  1, 2. The outbound buffer is bounded, and so is a write's time (`client_out`, its invariants 1, 2).
   3. A protocol error from the client sends nats-server's `-ERR` text (when it has one), then closes
      this connection; nothing else is affected. Non-fatal errors (`Invalid Subject`, `Invalid Publish
      Subject`, `maximum subscriptions exceeded`) answer `-ERR` and keep the connection, as nats-server does.
@@ -28,12 +24,10 @@ Invariants:
   8. A user's permissions are enforced on every PUB and SUB, and a subscription overlapping its deny list
      never delivers a denied subject (`permissions`); a refusal gets `-ERR 'Permissions Violation for …'`
      and the connection stays open, as nats-server keeps it.
-  9. Under TLS, a burst the client sent is answered in one write: TLS reads hand over one record each,
-     with a scheduling point between, so the writer first yields until the reader went `TLS_IDLE_ROUNDS`
-     rounds without a read (at most `TLS_DRAIN_ROUNDS_MAX`). Else a second answer could follow a client's
-     close_notify — nats-py then reports APPLICATION_DATA_AFTER_CLOSE_NOTIFY (its `test_tls_reconnect`).
+  9, 10. Under TLS a burst is answered in one write; on plain TCP an answer queued while the writer
+     sleeps is sent by its caller (`client_out`, its invariants 3, 4).
 
-Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings.
+Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings (`client_out`, ...).
 Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
 `queueOutbound`, `processPingTimer`).
 """
@@ -48,9 +42,9 @@ import trio
 
 from jsraft.protocol import NEED_DATA, Connect, Ping, Pong, Pub, RemoteProtocolError, ServerConnection, Sub, Unsub
 from jsraft.protocol import errors as texts
-from jsraft.protocol.headers import NO_RESPONDERS_HEADERS
-from jsraft.protocol.wire import CRLF, OK, PING, PONG, msg_head, wire_text
+from jsraft.protocol.wire import OK, PING, PONG
 from jsraft.server.nats.client_auth import ConnSecurity, err_line
+from jsraft.server.nats.client_out import ConnOutbound
 from jsraft.server.nats.client_subs import ClientSubscription, is_published_subject, is_valid_subject
 
 if TYPE_CHECKING:
@@ -60,14 +54,11 @@ log = logging.getLogger("jsraft.server.clients")
 
 READ_BYTES_MAX = 64 << 10
 INTERNAL_INFLIGHT_MAX = 1024
-# Invariant 9 (one round can look idle only because of the order tasks ran in, so two).
-TLS_IDLE_ROUNDS = 2
-TLS_DRAIN_ROUNDS_MAX = 16
 _BOOL_OPTIONS = ("verbose", "pedantic", "headers", "no_responders", "echo")
 _STR_OPTIONS = ("name", "lang", "version")
 
 
-class ClientConn(ConnSecurity):
+class ClientConn(ConnSecurity, ConnOutbound):
     def __init__(self, server: "ClientServer", stream: trio.SocketStream, cid: int, peer: str) -> None:
         options = server.options
         self.server = server
@@ -93,11 +84,7 @@ class ClientConn(ConnSecurity):
         self.internal_last = trio.Event()  # the internal-dispatch chain (ClientServer.dispatch_internal)
         self.internal_last.set()
         self._internal_room = trio.Event()
-        self._out: list[bytes] = []
-        self._out_bytes = 0
-        self._inflight_bytes = 0
-        self._wake = trio.Event()
-        self._reads = 0  # reads handled (invariant 9)
+        self.init_outbound()  # invariants 1, 2, 9, 10 (`client_out`)
         self._closed = trio.Event()
         self._flushed = trio.Event()
         self._read_scope = trio.CancelScope()
@@ -147,106 +134,6 @@ class ClientConn(ConnSecurity):
         self._wake.set()
         self._internal_room.set()
         self._closed.set()
-
-    # --- Outbound ---------------------------------------------------------------------------------------
-
-    def send(self, data: bytes) -> None:
-        """Queue bytes for the client (invariant 1)."""
-        if self.closed:
-            return
-        self._out.append(data)
-        self._queued(len(data))
-
-    def _queued(self, size: int) -> None:
-        self._out_bytes += size
-        if self._out_bytes + self._inflight_bytes > self.options.pending_bytes_max:
-            self._slow_consumer(f"MaxPending of {self.options.pending_bytes_max} Exceeded")
-        else:
-            self._wake.set()
-
-    def deliver(self, sub: ClientSubscription, subject: bytes, reply: bytes | None, headers: bytes | None,
-                payload: bytes) -> bool:
-        """Queue one MSG/HMSG for `sub`; honours `UNSUB <sid> <max>`. False when nothing was queued."""
-        if self.closed:
-            return False
-        if headers is not None and not self.headers:
-            headers = None  # nats-server strips headers for a client that did not ask for them
-        if reply and self.responses is not None:
-            self.responses.received(reply.decode("utf-8", "surrogateescape"), trio.current_time())
-        out = self._out
-        out.append(msg_head(subject, sub.sid_bytes, reply, headers, len(payload)))
-        size = len(out[-1]) + len(payload) + 2
-        if headers:
-            out.append(headers)
-            size += len(headers)
-        out.append(payload)
-        out.append(CRLF)
-        sub.delivered += 1
-        if sub.max_msgs and sub.delivered >= sub.max_msgs:
-            self._unsubscribe(sub)
-        sent = len(payload) + (len(headers) if headers else 0)  # as nats-server counts: headers and payload
-        self.out_msgs += 1  # /connz and /varz (monitor_views)
-        self.out_bytes += sent
-        self.server.stats.out_msgs += 1
-        self.server.stats.out_bytes += sent
-        self._queued(size)
-        return True
-
-    def send_no_responders(self, reply: str) -> None:
-        """The 503 status message on `reply`, to this client's subscription that matches it (if any)."""
-        for sub in self.sublist.match(reply).plain:
-            if getattr(sub, "conn", None) is self:
-                head = msg_head(wire_text(reply), sub.sid_bytes, None, NO_RESPONDERS_HEADERS, 0)
-                self.send(head + NO_RESPONDERS_HEADERS + CRLF)
-                return
-
-    def _slow_consumer(self, why: str) -> None:
-        log.warning("client %r: Slow Consumer Detected: %s; closing it", self, why)
-        self.server.stats.slow_consumers += 1
-        self._out.clear()
-        self._out_bytes = 0
-        self.close(f"slow consumer: {why}", texts.ERR_SLOW_CONSUMER)
-
-    async def _write_loop(self) -> None:
-        while True:
-            if not self._out:
-                if self.closed:
-                    self._flushed.set()
-                    return
-                await self._wake.wait()
-                self._wake = trio.Event()
-                continue
-            if type(self.stream) is trio.SSLStream:
-                await self._let_reader_drain()  # invariant 9
-                if not self._out:
-                    continue  # a slow consumer's queue was dropped meanwhile
-            chunk = b"".join(self._out)
-            self._out.clear()
-            self._inflight_bytes, self._out_bytes = self._out_bytes, 0
-            try:
-                with trio.move_on_after(self.options.write_deadline_s) as deadline:
-                    await self.stream.send_all(chunk)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                self.close("connection lost while writing")
-                self._flushed.set()
-                return
-            self._inflight_bytes = 0
-            if deadline.cancelled_caught:  # invariant 2
-                self._slow_consumer(f"WriteDeadline of {self.options.write_deadline_s}s exceeded")
-                self._flushed.set()
-                return
-
-    async def _let_reader_drain(self) -> None:
-        """Yield until the reader went `TLS_IDLE_ROUNDS` scheduling rounds without handling a read (it is
-        waiting for the network, not working through records already received), at most
-        `TLS_DRAIN_ROUNDS_MAX` rounds: a client that never stops sending must still be answered."""
-        idle = 0
-        for _ in range(TLS_DRAIN_ROUNDS_MAX):
-            reads = self._reads
-            await trio.lowlevel.checkpoint()
-            idle = idle + 1 if self._reads == reads else 0
-            if idle >= TLS_IDLE_ROUNDS:
-                return
 
     # --- Inbound ----------------------------------------------------------------------------------------
 
@@ -316,11 +203,6 @@ class ClientConn(ConnSecurity):
             return
         if self.verbose:
             self.send(OK)
-
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes queued for this client and not yet written (/connz `pending_bytes`)."""
-        return self._out_bytes + self._inflight_bytes
 
     def idle_s(self) -> float:
         """Seconds since this client last sent anything (/connz `idle`, `last_activity`)."""

@@ -1,0 +1,117 @@
+"""A client connection's outbound half (`server.nats.client_out.ConnOutbound`): bytes queued while the
+writer sleeps leave from the caller at once (its invariant 4), a burst after them goes out in one write
+of the writer's, the order is kept, and a send the socket takes only in part leaves the rest queued.
+
+Method: `ConnOutbound` mixed into a minimal connection that owns a real `trio.SocketStream`, one end of a
+connected TCP pair on loopback; the test reads the other end with a plain non-blocking socket. "At once"
+is checked without any scheduling point between the `send` and the read (the writer task cannot have run,
+so the bytes came from the caller), and the writer's behaviour by running it as a task and polling for
+the bytes with a deadline. The slow-consumer bound and write deadline are covered with a real node in
+`test_client_raw.py`.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import attrs
+import trio
+
+from jsraft.server.nats.client_out import ConnOutbound
+
+
+@attrs.define
+class _Options:
+    pending_bytes_max: int = 64 << 20
+    write_deadline_s: float = 10.0
+
+
+class _Conn(ConnOutbound):
+    def __init__(self, stream: trio.SocketStream) -> None:
+        self.options, self.stream, self.closed = _Options(), stream, False
+        self.closes: list[str] = []
+        self._flushed = trio.Event()
+        self.init_outbound()
+
+    def close(self, reason: str, err_text: str | None = None) -> None:
+        self.closes.append(reason)
+        self.closed = True
+
+
+async def _pair() -> tuple[_Conn, socket.socket]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server_side, _ = listener.accept()
+    listener.close()
+    client.setblocking(False)
+    return _Conn(trio.SocketStream(trio.socket.from_stdlib_socket(server_side))), client
+
+
+def _read_now(peer: socket.socket) -> bytes:
+    try:
+        return peer.recv(1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+async def _read_until(peer: socket.socket, size: int, timeout_s: float = 10.0) -> bytes:
+    data = b""
+    with trio.fail_after(timeout_s):
+        while len(data) < size:
+            await trio.lowlevel.wait_readable(peer)
+            data += _read_now(peer)
+    return data
+
+
+async def _writer_parked(conn: _Conn) -> None:
+    with trio.fail_after(10):
+        while not conn._writer_idle:
+            await trio.lowlevel.checkpoint()
+
+
+async def test_an_answer_queued_while_the_writer_sleeps_leaves_at_once_and_a_burst_after_it_in_one_write():
+    conn, peer = await _pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        await _writer_parked(conn)
+        conn.send(b"ack-1\r\n")
+        # No scheduling point since the send, so the writer task has not run: the caller handed it to
+        # the socket (nothing queued, nothing in flight).
+        assert conn._out == [] and conn.pending_bytes == 0
+        conn.send(b"ack-2\r\n")  # the writer was woken by the first: these wait for its one write
+        conn.send(b"ack-3\r\n")
+        assert conn._out == [b"ack-2\r\n", b"ack-3\r\n"]
+        assert await _read_until(peer, 21) == b"ack-1\r\nack-2\r\nack-3\r\n"
+        await _writer_parked(conn)  # idle again: the next answer goes at once
+        conn.send(b"ack-4\r\n")
+        assert conn._out == [] and conn.pending_bytes == 0
+        assert await _read_until(peer, 7) == b"ack-4\r\n"
+        nursery.cancel_scope.cancel()
+    peer.close()
+    assert conn.closes == []
+
+
+async def test_without_a_sleeping_writer_bytes_wait_for_it():
+    conn, peer = await _pair()
+    conn.send(b"queued\r\n")  # the writer never ran: it is not known to be idle
+    assert conn._out == [b"queued\r\n"] and _read_now(peer) == b""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        assert await _read_until(peer, 8) == b"queued\r\n"
+        nursery.cancel_scope.cancel()
+    peer.close()
+
+
+async def test_what_the_socket_does_not_take_stays_queued_in_order():
+    conn, peer = await _pair()
+    conn.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    big = bytes(range(256)) * (4 << 10)  # 1 MiB: far more than the socket takes at once
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        await _writer_parked(conn)
+        conn.send(big)
+        assert 0 < conn.pending_bytes < len(big)  # a part left at once, the rest is the writer's
+        conn.send(b"after")
+        assert await _read_until(peer, len(big) + 5, 30) == big + b"after"
+        nursery.cancel_scope.cancel()
+    peer.close()

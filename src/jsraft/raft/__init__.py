@@ -13,7 +13,7 @@ from jsraft.raft.errors import BadConfChange, NotLeader, PeerProtocolError, Prop
 from jsraft.raft.membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
 from jsraft.raft.messages import (
     AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse, Message, RequestVote,
-    RequestVoteResponse, StatusProbe, StatusProbeResponse, TimeoutNow,
+    RequestVoteResponse, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse, TimeoutNow,
 )
 from jsraft.raft.ready import ReadState, Ready, Snapshot
 from jsraft.raft.repair import RestoreVerdict
@@ -25,6 +25,6 @@ __all__ = [
     "Entry", "EntryType", "HardState", "InstallSnapshot", "InstallSnapshotResponse", "Message", "NotLeader",
     "PeerProtocolError", "ProposalDropped", "RaftConfig", "RaftError", "RaftNode", "ReadState", "Ready",
     "RequestVote", "RequestVoteResponse", "RestoreVerdict", "RestoredState", "Role", "Snapshot",
-    "SnapshotMeta", "Status", "StatusProbe", "StatusProbeResponse", "TimeoutNow", "decode_conf_change",
-    "encode_conf_change",
+    "SnapshotMeta", "Status", "StatusProbe", "StatusProbeResponse", "TermQuery", "TermQueryResponse",
+    "TimeoutNow", "decode_conf_change", "encode_conf_change",
 ]

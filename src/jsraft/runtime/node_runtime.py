@@ -125,12 +125,15 @@ class NodeRuntime:
     async def open_group(self, name: str, *, voters: Sequence[str] | None, state_machine: StateMachine,
                          raft_config: RaftConfig | None = None, disk: Disk | None = None,
                          snapshot_every_entries: int | None = None,
-                         proposals_in_flight_max: int | None = None, assigned_index: int | None = None) -> None:
+                         proposals_in_flight_max: int | None = None, assigned_index: int | None = None,
+                         peers: Sequence[str] | None = None) -> None:
         """Open (recover, or create) group `name` on this node.
 
         Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members, used only
         when the group has never been durably started here (`restore`, `group_record`); None for a
-        member that waits to be added. `assigned_index`: the meta index that assigned it here (None:
+        member that waits to be added. `peers`: the group's voters as known outside it (default `voters`),
+        asked for the term if the group lost its storage with no vote-term ceiling (`raft.term_query`).
+        `assigned_index`: the meta index that assigned it here (None:
         the meta group). `snapshot_every_entries`: snapshot and compact after that many applied entries.
         """
         if not GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
@@ -150,7 +153,7 @@ class NodeRuntime:
         finally:
             self._opening.discard(name)
         try:
-            group = self._build_group(name, config, voters, state_machine, group_disk, wal, recovered,
+            group = self._build_group(name, config, (voters, peers), state_machine, group_disk, wal, recovered,
                                       formatted, snapshot_every_entries, proposals_in_flight_max)
         except BaseException:
             wal.close()
@@ -162,11 +165,13 @@ class NodeRuntime:
         self.ticker.opened(group)
         self._wake(group)
 
-    def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
-                     state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,
+    def _build_group(self, name: str, config: RaftConfig,
+                     members: tuple[Sequence[str] | None, Sequence[str] | None], state_machine: StateMachine,
+                     group_disk: Disk, wal: Wal, recovered: Recovered,
                      formatted: bool, snapshot_every_entries: int | None, proposals_in_flight_max: int | None) -> Group:
+        voters, peers = members
         restored = prepare(recovered, state_machine, voters=voters, formatted=formatted,
-                           vote_ceiling=vote_ceiling(self.group_record, name))
+                           vote_ceiling=vote_ceiling(self.group_record, name), peers=peers)
         node = RaftNode(config, random.Random(self._rng.getrandbits(64)), restored)
         if recovered.reasons:
             log.warning("group %s: recovery findings: %s", name, "; ".join(recovered.reasons))

@@ -4,6 +4,7 @@ Modules: `core` (RaftNode, the message gateway and dispatch), `log` (in-memory l
 `election`, `append` (follower side of replication), `replication` (leader side), `snapshot`,
 `membership`, `readindex`, `repair` (storage-fault rules 2–4 and 7), `rules` (the named rule hooks),
 `quiesce` (when an idle replica may stop ticking), `vote_fence` (no vote where a lost one may be),
+`term_query` (a member that lost its storage with no bound on its votes asks every voter's term),
 `ready` (the Ready contract), `progress`, `config`, `status`, `errors`, `types`.
 """
 

@@ -129,10 +129,9 @@ class NodeRuntime:
         """Open (recover, or create) group `name` on this node.
 
         Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members if the group
-        was never durably started here (`restore`, `group_record`), None for a member waiting to be added;
-        `peers`: its voters (default `voters`), asked for the term after a double loss (`raft.term_query`).
-        `assigned_index`: the meta index that assigned it here (None: the meta group).
-        `snapshot_every_entries`: snapshot and compact after that many applied entries.
+        was never durably started here (`restore`), None for a member waiting to be added; `peers`: its voters
+        (default `voters`), asked for their term after a double loss (`raft.term_query`). `assigned_index`: the
+        meta index that assigned it here (None: meta). `snapshot_every_entries`: snapshot after that many applies.
         """
         if not GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")

@@ -132,26 +132,55 @@ def test_a_restart_before_the_answers_is_still_term_unknown():
     assert cluster.nodes["n3"].vote_fence_term >= term + 1
 
 
-def test_answers_that_prove_nothing_do_not_count():
+def test_a_stale_answer_does_not_count_and_an_unknown_one_raises_no_fence():
     cluster, term = _lost_vote()
     n3 = cluster.nodes["n3"]
     query = n3.term_query
     assert query is not None
-    stale = TermQueryResponse(from_id="n2", to_id="n3", term=term + 1, query_id=query.query_id + 2)
-    unknown = TermQueryResponse(from_id="n2", to_id="n3", term=term + 1, query_id=query.query_id, term_known=False)
-    for answer in (stale, unknown):
-        n3.step(answer)
-        assert query.waiting == {"n1", "n2"}, answer
-    # A term-unknown member says so when asked: its term proves nothing either.
+    stale = TermQueryResponse(from_id="n2", to_id="n3", term=term + 9, query_id=query.query_id + 2)
+    n3.step(stale)
+    assert query.waiting == {"n1", "n2"}, "an answer to another query (an earlier life's) never counts"
+    # "Term unknown" (n2 lost everything too) ends the wait for n2 without raising the fence; n1's known
+    # term then ends the query one above it (the member's own candidacy, `term_query.finish`).
+    n3.step(TermQueryResponse(from_id="n2", to_id="n3", term=term + 9, query_id=query.query_id, term_known=False))
+    assert query.waiting == {"n1"} and query.highest_term == 0
+    n3.step(TermQueryResponse(from_id="n1", to_id="n3", term=term, query_id=query.query_id))
+    assert n3.term_query is None and n3.vote_fence_term == n3.current_term == term + 1
+    # A term-unknown member says so when asked: its term proves nothing.
+    cluster2, _ = _lost_vote()
+    n3 = cluster2.nodes["n3"]
     answers = _step(n3, TermQuery(from_id="n1", to_id="n3", term=term, query_id=7))
     assert answers == [TermQueryResponse(from_id="n3", to_id="n1", term=n3.current_term, query_id=7,
                                          term_known=False)]
     # A healthy voter answers with its (durable) term, its own term and vote untouched.
-    n2 = cluster.nodes["n2"]
+    n2 = cluster2.nodes["n2"]
     before = (n2.current_term, n2.voted_for)
-    answers = _step(n2, TermQuery(from_id="n3", to_id="n2", term=0, query_id=query.query_id))
-    assert answers == [TermQueryResponse(from_id="n2", to_id="n3", term=term + 1, query_id=query.query_id)]
+    answers = _step(n2, TermQuery(from_id="n3", to_id="n2", term=0, query_id=5))
+    assert answers == [TermQueryResponse(from_id="n2", to_id="n3", term=term + 1, query_id=5)]
     assert (n2.current_term, n2.voted_for) == before
+
+
+def test_two_members_that_lost_everything_do_not_wait_for_each_other():
+    # Five voters; n4 and n5 lose everything together (a minority): each answers the other "term unknown",
+    # both end their queries on the three known answers and rejoin (simulator meta seed 297 deadlocked).
+    cluster = Cluster(["n1", "n2", "n3", "n4", "n5"])
+    cluster.elect("n1")
+    cluster.nodes["n1"].propose(b"v")
+    cluster.stabilize()
+    term = cluster.nodes["n1"].current_term
+    for lost in ("n4", "n5"):
+        cluster.crash(lost)
+        storage = cluster.storages[lost]
+        storage.durable, storage.written = StorageState(), StorageState()
+        storage.storage_uuid_changed, storage.term_query_voters = True, ("n1", "n2", "n3", "n4", "n5")
+    for lost in ("n4", "n5"):
+        cluster.restart(lost)
+    cluster.run_until(lambda: all(cluster.nodes[n].term_query is None for n in ("n4", "n5")))
+    for lost in ("n4", "n5"):
+        assert cluster.nodes[lost].vote_fence_term >= term + 1
+    cluster.run_until(lambda: cluster.leader() is not None
+                      and not any(cluster.nodes[n].repairing for n in ("n4", "n5"))
+                      and all(cluster.apps[n].values == ["v"] for n in ("n4", "n5")))
 
 
 def test_the_operators_accept_data_loss_ends_the_query_at_the_highest_term_heard():

@@ -18,7 +18,18 @@ its term (`TermQuery`) and waits for all of them. A majority is not enough: the 
 candidate that made its term durable before it asked for the vote, and only that candidate is sure to
 hold a term at least the lost vote's; it may be the one voter a majority leaves out. The maximum over
 every voter is at least the lost vote's term, so fencing through it (and, by `vote_fence` invariant 4,
-starting in it with no vote) closes the gap.
+starting in it with no vote) closes the gap. The fence goes one term higher (`finish`): the lost vote
+may be the member's own, as a candidate whose RequestVotes reached nobody, and a campaign runs at most one
+term above the durable term (`vote_fence.campaign_term`), the highest it can have learned from the others.
+
+Two members that lost everything at once. Each answers the other "term unknown" (it proves nothing), and
+waiting for a known answer from each would deadlock them (simulator `--faults all`, meta seed 297: two of
+five). An unknown answer therefore ends the wait for that voter without raising the fence. Sound while the
+members that lost everything are a minority: if the lost vote went to such a member and it won, a majority
+made that term durable, and a majority meets every other minority's complement, so some voter that answered
+with a known term holds it; if it did not win, its candidacy died with its storage (its vote for itself is
+the one-step case above). When they are a majority the group halts anyway (two of three repairing, `repair`
+rule 4), and the operator's `accept_data_loss` gives up the guarantee with the data.
 
 Liveness cost (a double fault, documented): while any voter does not answer — down, partitioned, or term
 unknown itself — the member stays out of the group: no acknowledgement, no vote. The group runs on the
@@ -34,8 +45,9 @@ Invariants:
      restore found it, so a restart before the end is "term unknown" again, never a member that trusts a
      term it did not learn.
   3. The query ends only when every voter other than this member answered THIS query (its `query_id`,
-     drawn from the core's random generator at start) with a known term; the fence is then at least the
-     highest of those terms, and the member starts in it with no vote (`finish`).
+     drawn from the core's random generator at start): with a known term, or "term unknown" from a member
+     whose own query runs; the fence is then above the highest known term, and the member starts in it
+     with no vote (`finish`).
   4. A voter answers with at least its durable current term (`max(current_term, persisted)`), never
      changing its own term or vote for a query.
 
@@ -68,6 +80,7 @@ class TermQueryState:
     waiting: set[str]
     highest_term: int = 0
     elapsed_ticks: int = 0
+    unknown: set[str] = attrs.field(factory=set)  # voters that answered "term unknown" (lost everything too)
 
 
 def start(node: RaftNode, voters: Iterable[str]) -> None:
@@ -111,24 +124,26 @@ def handle_term_query(node: RaftNode, message: TermQuery) -> None:
 def handle_term_query_response(node: RaftNode, message: TermQueryResponse) -> None:
     """Count an answer to this query (invariant 3); the last one ends it."""
     query = node.term_query
-    if query is None or message.query_id != query.query_id or not message.term_known:
-        return
-    if message.from_id not in query.waiting:
+    if query is None or message.query_id != query.query_id or message.from_id not in query.waiting:
         return
     query.waiting.discard(message.from_id)
-    query.highest_term = max(query.highest_term, message.term)
+    if message.term_known:
+        query.highest_term = max(query.highest_term, message.term)
+    else:
+        query.unknown.add(message.from_id)  # lost everything too: its term proves nothing (module docstring)
     if not query.waiting:
         finish(node)
 
 
 def finish(node: RaftNode) -> None:
-    """End the query: fence through the highest term heard and start in it with no vote (`vote_fence`
-    invariant 4); the next Ready persists both before anything is sent."""
+    """End the query: fence through the highest term heard + 1 (the member's own candidacy, module
+    docstring) and start in it with no vote (`vote_fence` invariant 4); the next Ready persists both before
+    anything is sent."""
     query = node.term_query
     if query is None:
         return
     node.term_query = None
-    fence = max(node.vote_fence_term, query.highest_term)
+    fence = max(node.vote_fence_term, query.highest_term + 1)
     node.vote_fence_term = fence
     if fence > node.current_term:
         node.current_term, node.voted_for = fence, None

@@ -30,7 +30,7 @@ Mutants they are meant for (the simulator's names):
   no-vote-fence           rule_vote_fence returns 0: a replica repaired after losing a hard-state write
                           votes again in the term it voted in before (`double-vote`).
   no-term-query           rule_term_query_voters returns None: a member that lost its storage and the
-                          node's record of its vote-term ceiling restores at term 1 + 1, best effort, and
+                          node's record of its vote-term ceiling restores fenced through term 1 only, and
                           votes again in the term of its lost vote (`double-vote`) or acknowledges a leader
                           older than it (`leader-completeness`).
 

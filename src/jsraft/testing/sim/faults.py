@@ -20,8 +20,8 @@ V. The mutant `no-vote-fence` comes back at V-1 and acknowledges the old leader'
 with the lost vote (leader-completeness), or votes again in V (double-vote). With `storage`, N may also
 lose its whole group directory: the node record's vote-term ceiling is then its fence
 (`runtime.group_record`; storage mutant `no-vote-ceiling`). If it loses that record too
-(`lose-record+group`), there is no ceiling and the fence is term 1, best effort: the one gap left
-(`runtime.group_record` decision 8), and the reason the kind stays out of `all` (meta seed 35, stream 38).
+(`lose-record+group`), there is no ceiling: it learns the term from every voter first (`raft.term_query`;
+mutant `no-term-query`, which fails meta seed 35 and stream seed 38 as the code before the query did).
 All of it is network loss and a crash with a damaged write: faults the model already has, timed.
 
 Invariants:

@@ -18,12 +18,13 @@ entry once that voter is back (the liveness cost of a double fault, `raft.term_q
 from __future__ import annotations
 
 import os
-import random
 import shutil
 
 import trio
 
-from runtime_harness import GROUP, TICK_MS, Cluster, ListMachine, RecordingDisk, eventually
+from record_kit import RECORD_VOTERS as VOTERS
+from record_kit import open_member, run_cycle
+from runtime_harness import GROUP, TICK_MS, Cluster, RecordingDisk, eventually
 
 from jsraft.disk import OsDisk, power_cut
 from jsraft.raft import (
@@ -32,38 +33,8 @@ from jsraft.raft import (
 from jsraft.raft.config import RaftConfig
 from jsraft.raft.rules import SafetyRules
 from jsraft.raft.term_query import WAITING_REASON
-from jsraft.replica import GroupCycle, marker_contents
-from jsraft.replica.restore import prepare
+from jsraft.replica import GroupCycle
 from jsraft.runtime.group_record import GROUP_RECORD_FILE, GroupRecord
-from jsraft.runtime.persist import Job, ceiling_fn, open_storage, persist_jobs, started_fn, vote_ceiling
-
-VOTERS = ("n1", "n2", "n3")
-
-
-def _open(root: str, record: GroupRecord) -> tuple[RaftNode, GroupCycle]:
-    """`NodeRuntime.open_group`'s storage half for n1 of a 3-voter group (the voters are its peers)."""
-    group_disk = OsDisk(root, shadow=True).sub(f"groups/{GROUP}")
-    wal, recovered, formatted = open_storage(group_disk, GROUP, 1 << 20, record, assigned_index=9)
-    machine = ListMachine()
-    node = RaftNode(RaftConfig(node_id="n1"), random.Random(1),
-                    prepare(recovered, machine, voters=VOTERS, formatted=formatted,
-                            vote_ceiling=vote_ceiling(record, GROUP)))
-    cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=group_disk, state_machine=machine,
-                       marker=None if formatted else marker_contents(GROUP, "n1"), snapshot_every_entries=None,
-                       on_started=started_fn(record, GROUP), on_term=ceiling_fn(record, GROUP))
-    return node, cycle
-
-
-def _cycle(cycle: GroupCycle) -> list:
-    """One cycle of the runtime's steps; the messages it sends (after its persistence)."""
-    if not cycle.node.has_ready():
-        return []
-    work = cycle.take()
-    (job,) = persist_jobs([Job(wal=cycle.wal, disk=cycle.disk, work=work)])
-    assert job.error is None
-    sent = list(work.ready.messages) if work.ready is not None else []
-    cycle.finish(work)
-    return sent
 
 
 def _heartbeat(term: int, leader: str) -> AppendEntries:
@@ -84,12 +55,12 @@ def _lose_record_and_directory(tmp_path) -> str:
     directory are gone. Returns the node's root."""
     root = str(tmp_path / "node")
     record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
-    node, cycle = _open(root, record)
-    _cycle(cycle)  # the bootstrap's first durable cycle
+    node, cycle = open_member(root, record)
+    run_cycle(cycle)  # the bootstrap's first durable cycle
     for term, candidate in ((2, "n2"), (3, "n3")):
         node.step(RequestVote(from_id=candidate, to_id="n1", term=term, last_log_index=node.log.last_index,
                               last_log_term=node.log.last_term()))
-        assert _granted(_cycle(cycle)), term
+        assert _granted(run_cycle(cycle)), term
     cycle.wal.close()
     power_cut(root, "drop", 1)
     shutil.rmtree(tmp_path / "node" / "groups" / GROUP)
@@ -103,7 +74,7 @@ def _problems(tmp_path) -> list[str]:
     problems: list[str] = []
     record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True)
     assert record.lost and record.vote_ceiling(GROUP) == 0, "no ceiling left: the double loss"
-    node, cycle = _open(root, record)
+    node, cycle = open_member(root, record)
     assert node.status().repairing, "a lost group never bootstraps again (record decision 2)"
     if _acked_below([*_step(node, cycle, _heartbeat(2, "n2"))], 3):
         problems.append("acknowledged a term-2 leader before the answers")
@@ -111,7 +82,7 @@ def _problems(tmp_path) -> list[str]:
                                                last_log_term=3))):
         problems.append("voted twice in term 3 before the answers")
     cycle.wal.close()
-    node, cycle = _open(root, GroupRecord.open(OsDisk(root, shadow=True), node_existed=True))
+    node, cycle = open_member(root, GroupRecord.open(OsDisk(root, shadow=True), node_existed=True))
     query = node.term_query
     if query is None:
         problems.append("a restart before the answers forgot that its term is unknown")
@@ -139,7 +110,7 @@ def _problems(tmp_path) -> list[str]:
 
 def _step(node: RaftNode, cycle: GroupCycle, message) -> list:
     node.step(message)
-    return _cycle(cycle)
+    return run_cycle(cycle)
 
 
 def test_a_double_loss_answers_nothing_until_every_voter_told_its_term_on_real_files(tmp_path):

@@ -8,9 +8,9 @@ a leader of term 2 gets no acknowledgement, a RequestVote of term 3 no vote, and
 (a restart before the answers is term unknown again). n2's answer alone (term 2) changes nothing; once n3,
 the candidate its lost vote went to, answered (term 3), it is fenced above 3 (one above the highest answer,
 `raft.term_query.finish`), in that term with no vote: it refuses the term-2 leader and a second vote in term
-3, and follows a leader of term 4. The same run with the query disabled (`rule_term_query_voters` returning None, the simulator's mutant
-`no-term-query`) shows each of those problems: `_problems` must return nothing with the query and something
-without it. (2) Three real `NodeRuntime`s (RecordingDisk, in-memory router, autojump clock): a follower that
+3, and follows a leader of term 4. The same run with the query disabled (`rule_term_query_voters` returning
+None, the simulator's mutant `no-term-query`) shows those problems: `_problems` must return nothing with the
+query and something without it. (2) Three real `NodeRuntime`s (RecordingDisk, in-memory router, autojump clock): a follower that
 lost both restarts waiting, stays waiting while one voter is stopped, and rejoins with every acknowledged
 entry once that voter is back (the liveness cost of a double fault, `raft.term_query`).
 """

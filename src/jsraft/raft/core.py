@@ -11,8 +11,9 @@ Invariants:
      a function of its inputs (the simulator replays it from a seed).
   2. Every message passes `validate_message()` before any handler sees it.
   3. A message with a higher term makes us a follower of that term before it is handled — except pre-vote
-     requests, granted pre-vote responses, status probes and term queries, and (pre-)vote requests that arrive while we
-     are in a live leader's lease. A message with a lower term is answered at most with our term.
+     requests, granted pre-vote responses, status probes and term queries, and (pre-)vote requests that
+     arrive while we are in a live leader's lease. A message with a lower term is answered at most with our
+     term. While our own term is unknown (`term_query`), every other message is dropped unanswered.
   4. `current_term`, `voted_for`, `acked_watermark` and `repairing` reach storage through `Ready.hard_state`
      with `must_sync` before any message that depends on them is sent (rule 1, see `Ready`).
   5. A leader's own copy of an entry counts toward commit only once a `Ready` holding it was advanced

@@ -8,7 +8,7 @@ down (`atlas.corrupt_at_rest`). A node that just granted a vote may be crashed a
 restarted almost at once, which is what a vote that is not durable would be caught by; an atlas node
 restarted so loses that newest hard-state write at rest half the time (`atlas.lose_last_hard_state`).
 
-The `lost-vote` plan (opt-in fault kind `lost-vote`, acting with `disk` and `crash`; issue #14, the vote
+The `lost-vote` plan (fault kind `lost-vote`, in `all`, acting with `disk` and `crash`; issue #14, the vote
 fence) builds the schedule in which only `raft.vote_fence` stops a second vote in one term: when a
 leadership transfer's candidate C asks for votes in term V, half the time the plan keeps only its
 RequestVote to one atlas voter N (the network loses the copies to everyone else, so the old leader of V-1

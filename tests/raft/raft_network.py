@@ -24,7 +24,8 @@ import attrs
 from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, ConfState, Entry, EntryType, HardState, InstallSnapshot,
     InstallSnapshotResponse, Message, RaftConfig, RaftNode, Ready, RequestVote, RequestVoteResponse,
-    RestoredState, Snapshot, SnapshotMeta, StatusProbe, StatusProbeResponse, TimeoutNow, decode_conf_change,
+    RestoredState, Snapshot, SnapshotMeta, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse, TimeoutNow,
+    decode_conf_change,
 )
 from jsraft.replica import GroupCycle, Work
 
@@ -60,6 +61,8 @@ class MemStorage:
         self.written = StorageState()
         self.durable = StorageState()
         self.storage_uuid_changed = False
+        # Lost storage with no vote-term ceiling (`raft.term_query`): the voters it asks while still empty.
+        self.term_query_voters: tuple[str, ...] | None = None
         # What the core asked storage to do, for tests to check: truncation points, in-place rewrites.
         self.truncations: list[int] = []
         self.rewrites: list[int] = []
@@ -183,7 +186,10 @@ class MemStorage:
         state = self.durable
         snap = state.snapshot
         empty = snap is None and not state.entries and state.hard_state == HardState()
-        if empty and self.bootstrap_conf is not None and not self.storage_uuid_changed:
+        # The term stays unknown while nothing was persisted since the loss (`replica.restore` decision 3).
+        query = self.term_query_voters if empty else None
+        lost = self.storage_uuid_changed or query is not None
+        if empty and self.bootstrap_conf is not None and not lost:
             return RestoredState.bootstrap(self.bootstrap_conf.voters, self.bootstrap_conf.learners)
         return RestoredState(
             hard_state=state.hard_state,
@@ -192,7 +198,8 @@ class MemStorage:
             snapshot_data=snap.data if snap else None,
             entries=list(state.entries),
             faulty=frozenset(state.faulty),
-            storage_uuid_changed=self.storage_uuid_changed,
+            storage_uuid_changed=lost,
+            term_query_voters=query,
         )
 
 
@@ -527,4 +534,8 @@ def describe_message(m: Message) -> str:
     if isinstance(m, StatusProbeResponse):
         return (f"{head} StatusProbeResponse term={m.term} leader={m.leader_id or '-'}"
                 f"{' repairing' if m.repairing else ''}")
+    if isinstance(m, TermQuery):
+        return f"{head} TermQuery term={m.term} query={m.query_id}"
+    if isinstance(m, TermQueryResponse):
+        return f"{head} TermQueryResponse term={m.term} query={m.query_id}{'' if m.term_known else ' unknown'}"
     raise AssertionError(f"unknown message {m!r}")

@@ -349,7 +349,8 @@ def test_a_replaced_data_directory_repairs_then_fences_its_vote():
     cluster.storages["n3"].durable = type(cluster.storages["n3"].durable)()
     cluster.storages["n3"].storage_uuid_changed = True
     cluster.restart("n3")
-    # No hard state at all: fenced through term 1, best effort (vote_fence), and restored in that term.
+    # No hard state at all and no `term_query_voters` (the restore asks for the term query only when no
+    # ceiling bounds the lost votes): fenced through term 1 (vote_fence), and restored in that term.
     assert cluster.nodes["n3"].repairing and cluster.nodes["n3"].current_term == 1
     cluster.run(3)
     node = cluster.nodes["n3"]

@@ -29,17 +29,17 @@ import shutil
 import pytest
 import trio
 
-from runtime_harness import GROUP, Cluster, ListMachine, RecordingDisk, eventually
+from record_kit import open_member, run_cycle
+from runtime_harness import GROUP, Cluster, RecordingDisk, eventually
 
 from jsraft.codec.records import Kind, encode_record
 from jsraft.disk import OsDisk, power_cut
 from jsraft.raft import AppendEntries, RaftNode, RequestVote, RequestVoteResponse
 from jsraft.raft.config import RaftConfig, RestoredState
-from jsraft.replica import GroupCycle, marker_contents
-from jsraft.replica.restore import prepare
+from jsraft.replica import GroupCycle
 from jsraft.runtime.group_record import GROUP_RECORD_FILE, GROUP_RECORD_FILE_TYPE, GroupRecord
+from jsraft.runtime.persist import Job, persist_jobs
 from jsraft.wal.format import file_header
-from jsraft.runtime.persist import Job, ceiling_fn, open_storage, persist_jobs, started_fn, vote_ceiling
 
 VOTERS = ("n1", "n2", "n3")
 CHECKED_PER_NODE = 8  # messages checked per sender, from its first
@@ -171,20 +171,6 @@ async def test_a_group_that_served_and_lost_its_directory_restarts_repairing(aut
 # --- Real files: the runtime's steps on OsDisk, cut with `power_cut` ---------------------------------
 
 
-def _open(root: str, record: GroupRecord):
-    """`NodeRuntime.open_group`'s storage half for n1 of a new 3-voter group: the core, its cycle, its disk."""
-    group_disk = OsDisk(root, shadow=True).sub(f"groups/{GROUP}")
-    wal, recovered, formatted = open_storage(group_disk, GROUP, 1 << 20, record, assigned_index=9)
-    machine = ListMachine()
-    node = RaftNode(RaftConfig(node_id="n1"), random.Random(1),
-                    prepare(recovered, machine, voters=VOTERS, formatted=formatted,
-                            vote_ceiling=vote_ceiling(record, GROUP)))
-    cycle = GroupCycle(name=GROUP, node=node, wal=wal, disk=group_disk, state_machine=machine,
-                       marker=None if formatted else marker_contents(GROUP, "n1"), snapshot_every_entries=None,
-                       on_started=started_fn(record, GROUP), on_term=ceiling_fn(record, GROUP))
-    return node, cycle
-
-
 def _first_durable_cycle(cycle: GroupCycle) -> None:
     work = cycle.take()
     assert work.must_sync, "a bootstrapped member's first cycle makes its log durable"
@@ -197,7 +183,7 @@ def _first_durable_cycle(cycle: GroupCycle) -> None:
 def test_a_power_cut_then_a_lost_directory_on_real_files(tmp_path, cut_after_first_cycle):
     root = str(tmp_path / "node")
     record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
-    node, cycle = _open(root, record)
+    node, cycle = open_member(root, record)
     assert not node.status().repairing and not record.recorded(GROUP)
     if cut_after_first_cycle:
         _first_durable_cycle(cycle)
@@ -207,7 +193,7 @@ def test_a_power_cut_then_a_lost_directory_on_real_files(tmp_path, cut_after_fir
     shutil.rmtree(tmp_path / "node" / "groups" / GROUP)  # the group's directory is lost too
     reopened = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True)
     assert not reopened.lost and reopened.recorded(GROUP) == cut_after_first_cycle
-    node, cycle = _open(root, reopened)
+    node, cycle = open_member(root, reopened)
     try:
         status = node.status()
         if cut_after_first_cycle:
@@ -219,16 +205,6 @@ def test_a_power_cut_then_a_lost_directory_on_real_files(tmp_path, cut_after_fir
         cycle.wal.close()
 
 
-def _cycle(cycle: GroupCycle) -> list:
-    """One cycle of the runtime's steps; the messages it would send (after its persistence)."""
-    work = cycle.take()
-    (job,) = persist_jobs([Job(wal=cycle.wal, disk=cycle.disk, work=work)])
-    assert job.error is None
-    sent = list(work.ready.messages) if work.ready is not None else []
-    cycle.finish(work)
-    return sent
-
-
 def _granted(messages: list) -> bool:
     return any(isinstance(m, RequestVoteResponse) and m.vote_granted for m in messages)
 
@@ -236,7 +212,7 @@ def _granted(messages: list) -> bool:
 def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(tmp_path):
     root = str(tmp_path / "node")
     record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
-    node, cycle = _open(root, record)
+    node, cycle = open_member(root, record)
     _first_durable_cycle(cycle)
     writes = []
     voted = node.current_term
@@ -246,7 +222,7 @@ def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(t
         before = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True).vote_ceiling(GROUP)
         node.step(RequestVote(from_id=candidate, to_id="n1", term=voted, last_log_index=node.log.last_index,
                               last_log_term=node.log.last_term()))
-        assert _granted(_cycle(cycle)), voted
+        assert _granted(run_cycle(cycle)), voted
         durable = GroupRecord.open(OsDisk(root, shadow=True), node_existed=True).vote_ceiling(GROUP)
         assert durable >= voted, "the ceiling is durable before the vote leaves"
         writes.append(durable != before)
@@ -255,7 +231,7 @@ def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(t
     power_cut(root, "drop", 1)
     shutil.rmtree(tmp_path / "node" / "groups" / GROUP)  # the whole group directory: no hard state at all
 
-    node, cycle = _open(root, GroupRecord.open(OsDisk(root, shadow=True), node_existed=True))
+    node, cycle = open_member(root, GroupRecord.open(OsDisk(root, shadow=True), node_existed=True))
     try:
         status = node.status()
         assert status.repairing and node.vote_fence_term >= voted
@@ -265,13 +241,13 @@ def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(t
         for term in (voted - 1, voted):
             node.step(AppendEntries(from_id="n3", to_id="n1", term=term, leader_id="n3", prev_log_index=0,
                                     prev_log_term=0, leader_commit=0, heartbeat=True))
-            answers = _cycle(cycle)
+            answers = run_cycle(cycle)
             assert answers and all(not m.success and m.term == node.vote_fence_term for m in answers), term
             assert node.leader_id is None
         # ... and no second vote in the term it voted in, nor up to the fence.
         for term in (voted, node.vote_fence_term):
             node.step(RequestVote(from_id="n3", to_id="n1", term=term, last_log_index=99, last_log_term=term))
-            assert not _granted(_cycle(cycle)), term
+            assert not _granted(run_cycle(cycle)), term
     finally:
         cycle.wal.close()
 
@@ -279,11 +255,11 @@ def test_a_lost_group_directory_restores_fenced_through_every_term_it_voted_in(t
 def test_a_version_1_record_is_read_and_the_open_covers_the_recovered_term(tmp_path):
     root = str(tmp_path / "node")
     record = GroupRecord.open(OsDisk(root, shadow=True), node_existed=False)
-    node, cycle = _open(root, record)
+    node, cycle = open_member(root, record)
     _first_durable_cycle(cycle)
     node.step(RequestVote(from_id="n2", to_id="n1", term=2, last_log_index=node.log.last_index,
                           last_log_term=node.log.last_term()))
-    assert _granted(_cycle(cycle))
+    assert _granted(run_cycle(cycle))
     cycle.wal.close()
     # The same node under the previous release: its record has version 1 and no ceilings.
     disk = OsDisk(root)
@@ -292,7 +268,7 @@ def test_a_version_1_record_is_read_and_the_open_covers_the_recovered_term(tmp_p
                       + encode_record(Kind.GROUP_RECORD, 1, 0, body))
     old = GroupRecord.open(disk, node_existed=True)
     assert not old.lost and old.recorded(GROUP) and old.vote_ceiling(GROUP) == 0
-    node, cycle = _open(root, old)
+    node, cycle = open_member(root, old)
     cycle.wal.close()
     assert node.current_term == 2
     assert GroupRecord.open(OsDisk(root), node_existed=True).vote_ceiling(GROUP) >= 2, "covered at open"

@@ -21,7 +21,7 @@ from jsraft.errors import InvariantViolation
 from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, ConfState, Entry, EntryType, InstallSnapshot, InstallSnapshotResponse,
     PeerProtocolError, RequestVote, RequestVoteResponse, SnapshotMeta, StatusProbe, StatusProbeResponse,
-    TimeoutNow,
+    TermQuery, TermQueryResponse, TimeoutNow,
 )
 from jsraft.raft.messages import MESSAGE_TYPES
 from jsraft.transport.errors import RaftCodecError, TransportProtocolError
@@ -58,6 +58,8 @@ STRATEGIES = {
     StatusProbe: st.builds(StatusProbe, **head, repairing=st.booleans()),
     StatusProbeResponse: st.builds(StatusProbeResponse, **head, repairing=st.booleans(),
                                    leader_id=st.one_of(st.none(), node_id)),
+    TermQuery: st.builds(TermQuery, **head, query_id=u64),
+    TermQueryResponse: st.builds(TermQueryResponse, **head, query_id=u64, term_known=st.booleans()),
 }
 any_message = st.one_of(*STRATEGIES.values())
 

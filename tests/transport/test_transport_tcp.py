@@ -19,7 +19,8 @@ from transport_helpers import FAST, HOST, connect, paired, start_mesh, start_nod
 
 from jsraft.raft import (
     AppendEntries, AppendEntriesResponse, ConfState, Entry, EntryType, InstallSnapshot, InstallSnapshotResponse,
-    RequestVote, RequestVoteResponse, SnapshotMeta, StatusProbe, StatusProbeResponse, TimeoutNow,
+    RequestVote, RequestVoteResponse, SnapshotMeta, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse,
+    TimeoutNow,
 )
 from jsraft.raft.messages import MESSAGE_TYPES
 from jsraft.transport import FrameTooLarge, decode_message, encode_message
@@ -74,6 +75,8 @@ def _raft_messages() -> list:
         InstallSnapshotResponse(from_id="n1", to_id="n2", term=3, snapshot_index=40, chunk_offset=0,
                                 next_offset=16384, match_index=0),
         StatusProbe(from_id="n1", to_id="n2", term=3, repairing=True),
+        TermQuery(from_id="n1", to_id="n2", term=1, query_id=(1 << 63) - 1),
+        TermQueryResponse(from_id="n1", to_id="n2", term=7, query_id=5, term_known=False),
     ]
 
 

@@ -4,6 +4,7 @@ Modules: `core` (RaftNode, the message gateway and dispatch), `log` (in-memory l
 `election`, `append` (follower side of replication), `replication` (leader side), `snapshot`,
 `membership`, `readindex`, `repair` (storage-fault rules 2–4 and 7), `rules` (the named rule hooks),
 `quiesce` (when an idle replica may stop ticking), `vote_fence` (no vote where a lost one may be),
+`term_query` (a member that lost its storage with no bound on its votes asks every voter's term),
 `ready` (the Ready contract), `progress`, `config`, `status`, `errors`, `types`.
 """
 
@@ -13,7 +14,7 @@ from jsraft.raft.errors import BadConfChange, NotLeader, PeerProtocolError, Prop
 from jsraft.raft.membership import ConfChange, ConfChangeType, decode_conf_change, encode_conf_change
 from jsraft.raft.messages import (
     AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse, Message, RequestVote,
-    RequestVoteResponse, StatusProbe, StatusProbeResponse, TimeoutNow,
+    RequestVoteResponse, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse, TimeoutNow,
 )
 from jsraft.raft.ready import ReadState, Ready, Snapshot
 from jsraft.raft.repair import RestoreVerdict
@@ -25,6 +26,6 @@ __all__ = [
     "Entry", "EntryType", "HardState", "InstallSnapshot", "InstallSnapshotResponse", "Message", "NotLeader",
     "PeerProtocolError", "ProposalDropped", "RaftConfig", "RaftError", "RaftNode", "ReadState", "Ready",
     "RequestVote", "RequestVoteResponse", "RestoreVerdict", "RestoredState", "Role", "Snapshot",
-    "SnapshotMeta", "Status", "StatusProbe", "StatusProbeResponse", "TimeoutNow", "decode_conf_change",
-    "encode_conf_change",
+    "SnapshotMeta", "Status", "StatusProbe", "StatusProbeResponse", "TermQuery", "TermQueryResponse",
+    "TimeoutNow", "decode_conf_change", "encode_conf_change",
 ]

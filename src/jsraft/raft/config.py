@@ -105,6 +105,10 @@ class RestoredState:
     # slot); any reason makes the replica repairing.
     repair_reasons: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     entries_persisted: bool = True
+    # Lost storage with no bound on the terms it voted in (no vote-term ceiling): the voters whose term the
+    # member learns before it answers anything (`term_query`). None: its votes are bounded.
+    term_query_voters: tuple[str, ...] | None = attrs.field(
+        default=None, converter=attrs.converters.optional(tuple))
 
     @classmethod
     def bootstrap(cls, voters: tuple[str, ...], learners: tuple[str, ...] = ()) -> RestoredState:
@@ -167,3 +171,5 @@ class RestoredState:
             invariant(self.snapshot_index < index <= self.last_index, f"faulty index {index} is in the log")
         if self.applied_index is not None:
             invariant(self.applied_index >= self.snapshot_index, "applied index not below the snapshot")
+        invariant(self.term_query_voters is None or self.storage_uuid_changed,
+                  "only a member that lost its storage queries the term")

@@ -11,8 +11,9 @@ Invariants:
      a function of its inputs (the simulator replays it from a seed).
   2. Every message passes `validate_message()` before any handler sees it.
   3. A message with a higher term makes us a follower of that term before it is handled — except pre-vote
-     requests, granted pre-vote responses and status probes, and (pre-)vote requests that arrive while we
-     are in a live leader's lease. A message with a lower term is answered at most with our term.
+     requests, granted pre-vote responses, status probes and term queries, and (pre-)vote requests that
+     arrive while we are in a live leader's lease. A message with a lower term is answered at most with our
+     term. While our own term is unknown (`term_query`), every other message is dropped unanswered.
   4. `current_term`, `voted_for`, `acked_watermark` and `repairing` reach storage through `Ready.hard_state`
      with `must_sync` before any message that depends on them is sent (rule 1, see `Ready`).
   5. A leader's own copy of an entry counts toward commit only once a `Ready` holding it was advanced
@@ -33,13 +34,16 @@ from collections.abc import Callable
 from typing import Any
 
 from jsraft.errors import invariant
-from jsraft.raft import append, election, membership, readindex, ready, repair, replication, snapshot
+from jsraft.raft import (
+    append, election, membership, readindex, ready, repair, replication, snapshot, term_query,
+)
 from jsraft.raft.config import RaftConfig, RestoredState
 from jsraft.raft.errors import NotLeader, ProposalDropped
 from jsraft.raft.log import RaftLog
 from jsraft.raft.messages import (
     AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse, Message, RequestVote,
-    RequestVoteResponse, StatusProbe, StatusProbeResponse, TimeoutNow, validate_message,
+    RequestVoteResponse, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse, TimeoutNow,
+    validate_message,
 )
 from jsraft.raft.progress import Progress
 from jsraft.raft.rules import SafetyRules
@@ -56,7 +60,11 @@ _HANDLERS: dict[type, Callable[[Any, Any], None]] = {
     TimeoutNow: election.handle_timeout_now,
     StatusProbe: repair.handle_status_probe,
     StatusProbeResponse: repair.handle_status_probe_response,
+    TermQuery: term_query.handle_term_query,
+    TermQueryResponse: term_query.handle_term_query_response,
 }
+# Messages outside the term rules (invariant 3): they change nobody's term or vote.
+_TERMLESS = (StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse)
 # Messages only a leader sends; only a leader's receipt of their responses matters.
 _FROM_LEADER = (AppendEntries, InstallSnapshot, TimeoutNow)
 _TO_LEADER = (AppendEntriesResponse, InstallSnapshotResponse)
@@ -95,6 +103,11 @@ class RaftNode(SafetyRules):
         self.outbox: list[Message] = []
         self.ready_outstanding = False
         membership.apply_committed(self)  # the membership changes among the restored committed entries
+        # Lost storage with no bound on the votes it held: learn the term from every voter first.
+        self.term_query: term_query.TermQueryState | None = None
+        query_voters = self.rule_term_query_voters(restored)
+        if query_voters is not None:
+            term_query.start(self, query_voters)
 
     def _restore(self, restored: RestoredState) -> None:
         hard_state = self.rule_restore_hard_state(restored.hard_state)
@@ -139,6 +152,9 @@ class RaftNode(SafetyRules):
 
     def tick(self) -> None:
         """One unit of time passed."""
+        if self.term_query is not None:
+            term_query.tick(self)  # nothing else until every voter told us its term (`term_query` inv. 1)
+            return
         if self.role is Role.LEADER:
             self._tick_leader()
             return
@@ -177,9 +193,11 @@ class RaftNode(SafetyRules):
     def step(self, message: Message) -> None:
         """Handle one message from a peer. Raises `PeerProtocolError` for a malformed one (drop the link)."""
         validate_message(message, self.id, self.config.snapshot_bytes_max)
-        if isinstance(message, (StatusProbe, StatusProbeResponse)):
+        if isinstance(message, _TERMLESS):
             _HANDLERS[type(message)](self, message)
             return
+        if self.term_query is not None:
+            return  # `term_query` invariant 1: no acknowledgement, vote or term change before the answers
         if message.term > self.current_term:
             if not self._accept_higher_term(message):
                 return

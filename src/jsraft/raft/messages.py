@@ -4,13 +4,15 @@ Owns: one frozen class per message kind, with the paper's names, and `validate_m
 place where a message from the network is checked before the core trusts it. A heartbeat is an
 `AppendEntries` with no entries and `heartbeat=True`. `StatusProbe` is jsraft's addition: a repairing
 replica, which may not campaign, uses it to learn whether the group can still elect anyone (rule 4).
+`TermQuery` is another: a member whose storage was lost with no record of the terms it voted in asks every
+voter for its term before it answers anything else (`term_query`).
 
 Invariants:
   1. Every message has `from_id`, `to_id` and `term`; a node never sends a message to itself.
   2. `AppendEntries.entries` are contiguous from `prev_log_index + 1` with terms in
      `[prev_log_term, term]`, non-decreasing. `validate_message()` rejects anything else with
      `PeerProtocolError`: a misbehaving peer is dropped, it never crashes the node.
-  3. `RequestVote` with `pre_vote=True` and `StatusProbe` never change anyone's term or vote.
+  3. `RequestVote` with `pre_vote=True`, `StatusProbe` and `TermQuery` never change anyone's term or vote.
 
 Imports: L0, attrs. Reference: Raft paper Fig. 2 and §7 (InstallSnapshot), thesis §9.6 (pre-vote),
 §3.10 (TimeoutNow), etcd-io/raft `raftpb`.
@@ -150,9 +152,32 @@ class StatusProbeResponse:
     leader_id: str | None = None
 
 
+@attrs.frozen(kw_only=True)
+class TermQuery:
+    """From a member whose current term is unknown (`term_query`): what is your term? `query_id` is this
+    query's nonce, echoed in the answer, so an answer to an earlier incarnation's query never counts."""
+
+    from_id: str
+    to_id: str
+    term: int
+    query_id: int
+
+
+@attrs.frozen(kw_only=True)
+class TermQueryResponse:
+    """`term` is at least the answering voter's durable current term; `term_known` is False when the voter
+    does not know its own term either (its answer proves nothing)."""
+
+    from_id: str
+    to_id: str
+    term: int
+    query_id: int
+    term_known: bool = True
+
+
 Message = Union[
     AppendEntries, AppendEntriesResponse, RequestVote, RequestVoteResponse, InstallSnapshot,
-    InstallSnapshotResponse, TimeoutNow, StatusProbe, StatusProbeResponse,
+    InstallSnapshotResponse, TimeoutNow, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse,
 ]
 MESSAGE_TYPES: tuple[type, ...] = Message.__args__  # type: ignore[attr-defined]
 

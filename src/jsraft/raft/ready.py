@@ -108,11 +108,17 @@ def messages_independent_of_storage(node: RaftNode) -> bool:
     return _fenced_fields(node.hard_state()) == _fenced_fields(node.persisted_hard_state)
 
 
+def hard_state_due(node: RaftNode) -> HardState:
+    """The hard state the next Ready persists: none new while the term query runs (`term_query` invariant
+    2: the storage stays as empty as the restore found it, so a restart still knows its term is unknown)."""
+    return node.persisted_hard_state if node.term_query is not None else node.hard_state()
+
+
 def has_ready(node: RaftNode) -> bool:
     log = node.log
     return bool(
         node.outbox or node.read_states or node.pending_snapshot is not None or log.has_writes()
-        or node.hard_state() != node.persisted_hard_state
+        or hard_state_due(node) != node.persisted_hard_state
         or log.committed_to_apply(1, repair.trusted_index(node)))
 
 
@@ -127,7 +133,7 @@ def build_ready(node: RaftNode) -> Ready:
         # Rule 2 for the leader: it counts its own copy toward commit once this Ready is durable, which is
         # an acknowledgement too; the watermark covering it is persisted with the entries.
         node.acked_watermark = node.rule_acked_watermark(node.acked_watermark, entries[-1].index)
-    hard_state = node.hard_state()
+    hard_state = hard_state_due(node)
     changed = hard_state != node.persisted_hard_state
     durable_changed = changed and _durable_fields(hard_state) != _durable_fields(node.persisted_hard_state)
     log_written = bool(entries or repaired or truncate_from is not None or snapshot is not None)

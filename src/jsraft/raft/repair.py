@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from jsraft.errors import invariant
-from jsraft.raft import vote_fence
+from jsraft.raft import term_query, vote_fence
 from jsraft.raft.errors import ProposalDropped
 from jsraft.raft.messages import StatusProbe, StatusProbeResponse
 from jsraft.raft.status import Role, Status
@@ -148,6 +148,8 @@ def accept_data_loss(node: RaftNode) -> bool:
     """
     if not node.repairing:
         return False
+    # The operator gives up the term query's guarantee with the data: fence through the highest term heard.
+    term_query.finish(node)
     log = node.log
     keep_through = log.verified_last_index()
     if log.applied_index > keep_through:

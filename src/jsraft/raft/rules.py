@@ -12,6 +12,7 @@ the rule prevents. Production code never overrides them and no configuration rea
           nor campaigns .......................... `rule_may_campaign`
           (what it trusts and when it is repaired: `repair.trusted_index`, `repair.maybe_finish_repair`)
           no vote where a lost one may be ......... `rule_vote_fence` (`vote_fence`)
+          nor any answer before its term is known . `rule_term_query_voters` (`term_query`)
   rule 5  never truncate a committed entry ....... `rule_check_truncation`
   rule 6  no snapshot from a faulty leader ....... `rule_may_send_snapshot`
   (pre-vote, thesis §9.6) ........................ `rule_pre_vote_enabled`
@@ -28,6 +29,10 @@ Mutants they are meant for (the simulator's names):
                           copy before its fsync returned.
   no-vote-fence           rule_vote_fence returns 0: a replica repaired after losing a hard-state write
                           votes again in the term it voted in before (`double-vote`).
+  no-term-query           rule_term_query_voters returns None: a member that lost its storage and the
+                          node's record of its vote-term ceiling restores fenced through term 1 only, and
+                          votes again in the term of its lost vote (`double-vote`) or acknowledges a leader
+                          older than it (`leader-completeness`).
 
 Rule 4 (halt and report, `accept_data_loss`) and rule 7 (a changed storage UUID means repairing, decided
 inside `rule_classify_restored_log`) live in `repair`.
@@ -88,6 +93,11 @@ class SafetyRules:
         """Rule 3 after repair: the highest term a replica restored this way must not vote in (0: none);
         a damaged hard-state slot may have taken a vote in the restored term or the one above."""
         return fence_on_restore(hard_state, repairing)
+
+    def rule_term_query_voters(self, restored: RestoredState) -> tuple[str, ...] | None:
+        """Rule 3 for lost storage with no bound on its votes: the voters whose term it must learn before it
+        answers anything (`term_query`); None when the restored state bounds its votes."""
+        return restored.term_query_voters
 
     def rule_may_campaign(self) -> bool:
         """Rule 3: a repairing replica never pre-votes, campaigns, or answers TimeoutNow."""

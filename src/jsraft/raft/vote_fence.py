@@ -12,9 +12,10 @@ a vote (granted, or a candidate's own) is written only in a term at most one abo
 (`fence_on_restore`): whatever it voted for in the lost write is in a term it will not vote in again. A
 repairing restore of any cause is fenced: a persisted `repairing` flag no longer says whether the hard state
 was damaged before the restart. A whole lost hard state (both slots, or the node's storage) has no intact
-neighbour and is not bounded this way: its fence is the restored term + 1 as well, best effort, unless the
-node's record of started groups holds a vote-term ceiling for the group (`runtime.group_record`): a group
-whose whole storage was lost restores fenced through that ceiling. A restored replica starts IN its fence
+neighbour and is not bounded this way: a group whose whole storage was lost restores fenced through the
+vote-term ceiling of the node's record of started groups (`runtime.group_record`), and with no ceiling (that
+record lost too) it learns the term from every voter before anything else and fences above the highest
+(`term_query`). A restored replica starts IN its fence
 term (invariant 4): it refuses every leader of a lower term, and the cost is one election when a
 repairing replica rejoins (its answer deposes the leader it used to follow).
 

@@ -18,6 +18,10 @@ Decisions:
      its first durable cycle on, before it sends: a member cut off before that cycle sent nothing a peer
      counted on, and decision 2 lets it bootstrap again (`group_record` decision 5). With the record's
      vote-term ceiling (`vote_ceiling`), the lost member is fenced through it, not just through term 1.
+     Without one (the record lost as well, a version-1 record, or no record kept) nothing bounds the
+     votes it lost: it restores "term unknown" (`RestoredState.term_query_voters` = `peers`, the group's
+     voters as known outside it) and learns the term from every voter before it answers anything
+     (`raft.term_query`).
   4. State machine: if the WAL holds a snapshot above the machine's `applied_index`, the machine is
      restored from it; the core is told the machine's applied index, so entries at or below it are not
      applied again (`state_machine` module docstring).
@@ -46,7 +50,7 @@ from jsraft.wal import Recovered
 
 
 def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequence[str] | None,
-            formatted: bool, vote_ceiling: int = 0) -> RestoredState:
+            formatted: bool, vote_ceiling: int = 0, peers: Sequence[str] | None = None) -> RestoredState:
     """The core's `RestoredState`, after restoring `state_machine` from the WAL's snapshot if needed
     (decision 4; an empty WAL has no snapshot, so a new member is never restored)."""
     snapshot = recovered.snapshot
@@ -56,7 +60,8 @@ def prepare(recovered: Recovered, state_machine: StateMachine, *, voters: Sequen
         state_machine.restore(data)
         applied = state_machine.applied_index
         invariant(applied == meta.index, f"restore() of snapshot {meta.index} set applied_index {applied}")
-    return restored_state(recovered, applied, voters=voters, formatted=formatted, vote_ceiling=vote_ceiling)
+    return restored_state(recovered, applied, voters=voters, formatted=formatted, vote_ceiling=vote_ceiling,
+                          peers=peers)
 
 
 def recovered_empty(recovered: Recovered) -> bool:
@@ -67,9 +72,11 @@ def recovered_empty(recovered: Recovered) -> bool:
 
 
 def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] | None,
-                   formatted: bool, vote_ceiling: int = 0) -> RestoredState:
+                   formatted: bool, vote_ceiling: int = 0, peers: Sequence[str] | None = None) -> RestoredState:
     """The core's `RestoredState` for a state machine already at `applied` (decisions 1–3). `vote_ceiling`:
-    the node record's ceiling for the group (decision 3's fence when the storage is lost)."""
+    the node record's ceiling for the group (decision 3's fence when the storage is lost; 0: none).
+    `peers`: the group's voters as known outside it (default `voters`), asked for the term when the
+    storage is lost with no ceiling (decision 3)."""
     snapshot = recovered.snapshot
     meta, data = snapshot if snapshot is not None else (None, None)
     empty = recovered_empty(recovered)
@@ -79,9 +86,13 @@ def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] 
         return RestoredState()
     snapshot_index = meta.index if meta is not None else 0
     hard_state = recovered.hard_state
+    query_voters = None
     if empty and vote_ceiling > hard_state.vote_fence_term:
         # Decision 3 with the node record's ceiling (`runtime.group_record` decision 7): no vote up to it.
         hard_state = attrs.evolve(hard_state, vote_fence_term=vote_ceiling)
+    elif empty:
+        # Decision 3 with no ceiling (`runtime.group_record` decision 8): ask every voter for the term.
+        query_voters = tuple(peers if peers is not None else voters or ())
     return RestoredState(
         hard_state=hard_state,
         conf_state=meta.conf if meta is not None else ConfState(voters=()),
@@ -92,4 +103,5 @@ def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] 
         applied_index=applied if applied > snapshot_index else None,
         storage_uuid_changed=empty,
         repair_reasons=recovered.damage_findings(),
+        term_query_voters=query_voters,
     )

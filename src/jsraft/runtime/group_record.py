@@ -47,9 +47,12 @@ has held (`cover_term`):
      record of version 1, which has no ceilings) is covered before it sends anything.
   7. A group on the record that lost its storage restores fenced through its ceiling (`vote_ceiling`,
      `replica.restore.restored_state`) and, by `raft.vote_fence` invariant 4, in that term.
-  8. Version 1 records (before the ceiling) are read: no ceiling, so a group lost before its first cycle
-     on the new version keeps the old best effort (restored term + 1). The record itself lost (decision 2)
-     has no ceilings either: the same best effort — the one remaining gap, two independent losses.
+  8. Version 1 records (before the ceiling) are read: no ceiling for a group lost before its first cycle
+     on the new version; the record itself lost (decision 2) has no ceilings either — two independent
+     losses. Such a group restores "term unknown" (`replica.restore` decision 3): before it acknowledges,
+     votes or campaigns, it learns the term from every voter of the group and fences one above the highest
+     (`raft.term_query`). The cost is liveness: it waits while a voter does not answer (the group runs on
+     the others). The ceiling keeps that wait off the common case of a lost directory alone.
 
 Invariants:
   1. A group is on the record, durably (write-temp, fsync, rename, fsync directory), before it sends any

@@ -126,14 +126,14 @@ class NodeRuntime:
 
     async def open_group(self, name: str, *, voters: Sequence[str] | None, state_machine: StateMachine,
                          raft_config: RaftConfig | None = None, disk: Disk | None = None,
-                         snapshot_every_entries: int | None = None,
+                         snapshot_every_entries: int | None = None, peers: Sequence[str] | None = None,
                          proposals_in_flight_max: int | None = None, assigned_index: int | None = None) -> None:
         """Open (recover, or create) group `name` on this node.
 
-        Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members, used only
-        when the group has never been durably started here (`restore`, `group_record`); None for a
-        member that waits to be added. `assigned_index`: the meta index that assigned it here (None:
-        the meta group). `snapshot_every_entries`: snapshot and compact after that many applied entries.
+        Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members if the group
+        was never durably started here (`restore`), None for a member waiting to be added; `peers`: its voters
+        (default `voters`), asked for their term after a double loss (`raft.term_query`). `assigned_index`: the
+        meta index that assigned it here (None: meta). `snapshot_every_entries`: snapshot after that many applies.
         """
         if not GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")
@@ -152,7 +152,7 @@ class NodeRuntime:
         finally:
             self._opening.discard(name)
         try:
-            group = self._build_group(name, config, voters, state_machine, group_disk, wal, recovered,
+            group = self._build_group(name, config, (voters, peers), state_machine, group_disk, wal, recovered,
                                       formatted, snapshot_every_entries, proposals_in_flight_max)
         except BaseException:
             wal.close()
@@ -164,11 +164,11 @@ class NodeRuntime:
         self.ticker.opened(group)
         self._wake(group)
 
-    def _build_group(self, name: str, config: RaftConfig, voters: Sequence[str] | None,
+    def _build_group(self, name: str, config: RaftConfig, members: tuple[Sequence[str] | None, Sequence[str] | None],
                      state_machine: StateMachine, group_disk: Disk, wal: Wal, recovered: Recovered,
                      formatted: bool, snapshot_every_entries: int | None, proposals_in_flight_max: int | None) -> Group:
-        restored = prepare(recovered, state_machine, voters=voters, formatted=formatted,
-                           vote_ceiling=vote_ceiling(self.group_record, name))
+        restored = prepare(recovered, state_machine, voters=members[0], formatted=formatted,  # members: voters, peers
+                           vote_ceiling=vote_ceiling(self.group_record, name), peers=members[1])
         node = RaftNode(config, random.Random(self._rng.getrandbits(64)), restored)
         if recovered.reasons:
             log.warning("group %s: recovery findings: %s", name, "; ".join(recovered.reasons))

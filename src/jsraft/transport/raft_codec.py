@@ -33,7 +33,7 @@ from collections.abc import Callable
 from jsraft.errors import InvariantViolation, invariant
 from jsraft.raft.messages import (
     MESSAGE_TYPES, AppendEntries, AppendEntriesResponse, InstallSnapshot, InstallSnapshotResponse, Message,
-    RequestVote, RequestVoteResponse, StatusProbe, StatusProbeResponse, TimeoutNow,
+    RequestVote, RequestVoteResponse, StatusProbe, StatusProbeResponse, TermQuery, TermQueryResponse, TimeoutNow,
 )
 from jsraft.raft.types import ConfState, Entry, EntryType, SnapshotMeta
 from jsraft.transport.binary import U8, U32, Reader, flag_bits, str8
@@ -74,6 +74,8 @@ class _Tag:
     TIMEOUT_NOW = 7
     STATUS_PROBE = 8
     STATUS_PROBE_RESPONSE = 9
+    TERM_QUERY = 10
+    TERM_QUERY_RESPONSE = 11
 
 
 # --- Values carried inside messages ---------------------------------------------------------------
@@ -237,6 +239,24 @@ def _dec_probe_response(reader: Reader) -> dict[str, object]:
     return dict(repairing=bool(flags & 1), leader_id=leader_id)
 
 
+def _enc_term_query(m: TermQuery) -> list[bytes]:
+    return [_u64(m.query_id, "query id")]
+
+
+def _dec_term_query(reader: Reader) -> dict[str, object]:
+    (query_id,) = reader.unpack(_U64)
+    return dict(query_id=query_id)
+
+
+def _enc_term_query_response(m: TermQueryResponse) -> list[bytes]:
+    return [_u64(m.query_id, "query id"), U8.pack(flag_bits(m.term_known))]
+
+
+def _dec_term_query_response(reader: Reader) -> dict[str, object]:
+    (query_id,) = reader.unpack(_U64)
+    return dict(query_id=query_id, term_known=bool(reader.flags(0b1)))
+
+
 def _check_flags(reader: Reader, flags: int, defined_mask: int) -> None:
     if flags & ~defined_mask:
         raise reader.fail(f"undefined flag bits {flags & ~defined_mask:#04x}")
@@ -254,6 +274,8 @@ _CODECS: dict[type, tuple[int, _Encoder, _Decoder]] = {
     TimeoutNow: (_Tag.TIMEOUT_NOW, _enc_nothing, _dec_nothing),  # type: ignore[dict-item]
     StatusProbe: (_Tag.STATUS_PROBE, _enc_probe, _dec_probe),  # type: ignore[dict-item]
     StatusProbeResponse: (_Tag.STATUS_PROBE_RESPONSE, _enc_probe_response, _dec_probe_response),  # type: ignore[dict-item]
+    TermQuery: (_Tag.TERM_QUERY, _enc_term_query, _dec_term_query),  # type: ignore[dict-item]
+    TermQueryResponse: (_Tag.TERM_QUERY_RESPONSE, _enc_term_query_response, _dec_term_query_response),  # type: ignore[dict-item]
 }
 _BY_TAG: dict[int, tuple[type, _Decoder]] = {tag: (cls, dec) for cls, (tag, _, dec) in _CODECS.items()}
 invariant(set(_CODECS) == set(MESSAGE_TYPES), "every Raft message class has a codec")

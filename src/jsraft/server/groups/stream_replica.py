@@ -140,8 +140,8 @@ class StreamReplica(ConfigFollowing):
                                      install_mark=InstallMark(self.disk), pace=pace)
         if lost:
             self.memory_loss.mark()  # before the replay: no entry may write into the lost store
-        voters, every = self.peers if self.bootstrap else None, self.options.snapshot_every_entries
-        await self.runtime.open_group(self.group, voters=voters, state_machine=self.adapter, raft_config=self.raft_config,
+        voters, every, raft = self.peers if self.bootstrap else None, self.options.snapshot_every_entries, self.raft_config
+        await self.runtime.open_group(self.group, voters=voters, peers=self.peers, state_machine=self.adapter, raft_config=raft,
                                       disk=self.disk.sub("raft"), assigned_index=assigned_index, snapshot_every_entries=every)
         if lost:
             self.memory_loss.mark()  # again: restoring this replica's own snapshot left a plan or none

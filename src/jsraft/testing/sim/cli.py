@@ -1,8 +1,8 @@
 """The simulator's command line: `python -m jsraft.testing.sim --seeds N [options]`.
 
 Owns: argument parsing and output. Options: `--seeds N` (how many), `--start S` (first seed, default 0),
-`--nodes 3|5|mixed` (default mixed: odd seeds 5 nodes, even seeds 3), `--faults net,disk,crash,membership,storage|all|none`
-(default all; the opt-in kind `lost-vote` is named on its own, e.g. `all,lost-vote`), `--app register|stream|meta|consumer`
+`--nodes 3|5|mixed` (default mixed: odd seeds 5 nodes, even seeds 3),
+`--faults net,disk,crash,membership,storage,lost-vote|all|none` (default all), `--app register|stream|meta|consumer`
 (the replicated state machine, default register), `--mutant NAME`
 (a Raft mutant, an app mutant such as `stream-skip-delete` with its app, or a storage mutant: `storage_faults`),
 `--steps K` (chaotic-phase ticks per seed), `--jobs J` (worker processes),
@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", type=int, default=0, help="first seed (default 0)")
     parser.add_argument("--nodes", default="mixed", choices=("3", "5", "mixed"))
     parser.add_argument("--faults", default="all",
-                        help="comma list of net,disk,crash,membership,storage (and opt-in lost-vote); all; none")
+                        help="comma list of net,disk,crash,membership,storage,lost-vote; all; none")
     parser.add_argument("--app", default="register", choices=APPS,
                         help="the replicated state machine: register (default), stream, meta or consumer (stream + consumers)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS) + sorted(APP_MUTANTS) + sorted(STORAGE_MUTANTS), default=None)

@@ -8,7 +8,7 @@ down (`atlas.corrupt_at_rest`). A node that just granted a vote may be crashed a
 restarted almost at once, which is what a vote that is not durable would be caught by; an atlas node
 restarted so loses that newest hard-state write at rest half the time (`atlas.lose_last_hard_state`).
 
-The `lost-vote` plan (opt-in fault kind `lost-vote`, acting with `disk` and `crash`; issue #14, the vote
+The `lost-vote` plan (fault kind `lost-vote`, in `all`, acting with `disk` and `crash`; issue #14, the vote
 fence) builds the schedule in which only `raft.vote_fence` stops a second vote in one term: when a
 leadership transfer's candidate C asks for votes in term V, half the time the plan keeps only its
 RequestVote to one atlas voter N (the network loses the copies to everyone else, so the old leader of V-1
@@ -20,8 +20,8 @@ V. The mutant `no-vote-fence` comes back at V-1 and acknowledges the old leader'
 with the lost vote (leader-completeness), or votes again in V (double-vote). With `storage`, N may also
 lose its whole group directory: the node record's vote-term ceiling is then its fence
 (`runtime.group_record`; storage mutant `no-vote-ceiling`). If it loses that record too
-(`lose-record+group`), there is no ceiling and the fence is term 1, best effort: the one gap left
-(`runtime.group_record` decision 8), and the reason the kind stays out of `all` (meta seed 35, stream 38).
+(`lose-record+group`), there is no ceiling: it learns the term from every voter first (`raft.term_query`;
+mutant `no-term-query`, which fails meta seed 35 and stream seed 38 as the code before the query did).
 All of it is network loss and a crash with a damaged write: faults the model already has, timed.
 
 Invariants:

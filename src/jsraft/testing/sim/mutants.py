@@ -102,6 +102,18 @@ class NoVoteFence(RaftNode):
         return 0
 
 
+# --- No term query after a double loss (issue #14: record AND group directory lost) ---------------------
+#   no-term-query           `rule_term_query_voters` returns None: a member that lost its group storage and
+#                           the node record's vote-term ceiling restores at term 1, fenced through 1 only,
+#                           so it votes again in the term of the vote it lost (`double-vote`) or acknowledges
+#                           a leader older than that vote (`leader-completeness`).
+
+
+class NoTermQuery(RaftNode):
+    def rule_term_query_voters(self, restored: RestoredState) -> tuple[str, ...] | None:
+        return None
+
+
 MUTANTS: dict[str, type[RaftNode]] = {
     "ack-before-fsync": AckBeforeFsync,
     "truncate-on-corruption": TruncateOnCorruption,
@@ -111,6 +123,7 @@ MUTANTS: dict[str, type[RaftNode]] = {
     "ack-before-combined-fsync": AckBeforeCombinedFsync,
     "leader-counts-unsynced": LeaderCountsUnsynced,
     "no-vote-fence": NoVoteFence,
+    "no-term-query": NoTermQuery,
 }
 
 

@@ -175,6 +175,10 @@ class NodeDriver:
         # Told when this node, a leader whose fsync is in flight, sends a commit index above what it has
         # fsynced: the fault scheduler may crash it inside that window.
         self.on_commit_before_own_fsync: Callable[[str], None] | None = None
+        # The group's voters as known outside it, asked for the term by a member that lost its storage with
+        # no vote-term ceiling (`raft.term_query`): the simulation sets every node it started (a superset of
+        # every candidate the lost vote can have gone to).
+        self.members: Callable[[], tuple[str, ...] | None] = lambda: None
         # Told before every restart (not the first start), while the node is down: the storage faults may
         # lose part of its storage then (`storage_faults`).
         self.before_restart: Callable[[str], None] | None = None
@@ -202,7 +206,7 @@ class NodeDriver:
         snapshot = recovered.snapshot
         index, data = (snapshot[0].index, snapshot[1]) if snapshot is not None else (0, None)
         restored = restored_state(recovered, index, voters=self.setup.bootstrap_voters, formatted=formatted,
-                                  vote_ceiling=vote_ceiling(self.storage.record, GROUP))
+                                  vote_ceiling=vote_ceiling(self.storage.record, GROUP), peers=self.members())
         self.incarnation += 1
         core_rng = random.Random(self.rng.getrandbits(64))
         self.node = node = self.setup.node_class(self.setup.raft_config, core_rng, restored)

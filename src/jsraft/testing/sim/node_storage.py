@@ -64,9 +64,9 @@ class ForgetfulRecord(GroupRecord):
 
 class CeilinglessRecord(GroupRecord):
     """Mutant `no-vote-ceiling` (`storage_faults.STORAGE_MUTANTS`): the record never raises a group's
-    vote-term ceiling, so a group whose directory is gone restores fenced only through term 1, as before
-    the ceiling (issue #14: a node that voted in T can be repaired by a lower-term leader, or vote in T
-    again)."""
+    vote-term ceiling, so a group whose directory is gone has no bound on its lost votes. Before the term
+    query it restored fenced only through term 1 (issue #14: a node that voted in T could be repaired by a
+    lower-term leader, or vote in T again); now it asks every voter for the term first (`raft.term_query`)."""
 
     def _raise_ceiling(self, name: str, term: int) -> bool:
         return False

@@ -127,6 +127,7 @@ class Simulation:
         driver.verbose = self.verbose
         driver.on_vote_granted = self.faults.on_vote_granted
         driver.on_commit_before_own_fsync = self.faults.on_commit_before_own_fsync
+        driver.members = lambda: tuple(sorted(self.drivers))
         self.drivers[node_id] = driver
         return driver
 

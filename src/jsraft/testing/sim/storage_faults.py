@@ -33,7 +33,9 @@ Mutants (`--mutant`, real Raft core): `forget-lost-groups` — the record never 
 (`node_storage.ForgetfulRecord`), so a lost directory bootstraps a new log at term 0 that may vote for a
 stale candidate; `no-store-lock` — nodes never take their store lock, so a second opener is not refused;
 `no-vote-ceiling` — the record never raises a group's vote-term ceiling (`node_storage.CeilinglessRecord`),
-so a lost directory restores fenced only through term 1 and may vote again in a term it voted in.
+so a lost directory has no bound on its lost votes; since the term query (`raft.term_query`) it then waits for
+every voter's term, which covers it (tests/sim/test_sim_mutants.py: it fails its seeds again only with the
+query disabled as well).
 
 Invariants:
   1. Every choice comes from this module's own generator, seeded from the run's seed without drawing from
@@ -66,7 +68,7 @@ if TYPE_CHECKING:
 STORAGE_MUTANTS = {
     "forget-lost-groups": "the record of started groups never reports a lost group (a lost directory bootstraps)",
     "no-store-lock": "nodes never take their store lock (a second process on a node's directory is not refused)",
-    "no-vote-ceiling": "the record never raises a vote-term ceiling (a lost directory is fenced through term 1)",
+    "no-vote-ceiling": "the record never raises a vote-term ceiling (a lost directory waits for every voter's term)",
 }
 _STREAM_DIR = "stream"  # the stream app's store and install mark (`stream_app.STREAM_DIR`)
 _LOSSES = (("lose-group", 3), ("lose-raft", 2), ("lose-marker", 2), ("lose-record", 2), ("lose-record+group", 1))

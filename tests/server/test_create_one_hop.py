@@ -8,7 +8,9 @@ and a memory stream, every store was opened by the manager, none by the replica,
 answers a publish. Then the manager's opening is made to refuse one stream with a `JsraftError` (as a
 store that cannot recover would): that create is not answered with a running stream (the error is
 logged, the replica not started, nothing registered), and the next create works, so the manager's
-event loop went on. Waits are polls with deadlines.
+event loop went on. A new file store took no byte on trust: its empty block is settled when the replica
+starts, with no background verification task (`memory_stream.start_store_tasks`). Waits are polls with
+deadlines.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import pytest
 
 import jsraft
 from jsraft.errors import JsraftError
-from jsraft.server.groups import stream_format, stream_replica, streams
+from jsraft.server.groups import memory_stream, stream_format, stream_replica, streams
 from nats_kit import in_asyncio, nats_connect, single, until
 
 
@@ -41,6 +43,13 @@ async def test_the_store_is_opened_on_the_formats_thread_and_a_refusal_starts_no
         return opening
 
     monkeypatch.setattr(streams, "open_replica_files", by("manager"))
+    verifies = []
+    real_verify = memory_stream.verify_in_background
+
+    async def verifying(get_store, *args):
+        verifies.append(1)
+        await real_verify(get_store, *args)
+    monkeypatch.setattr(memory_stream, "verify_in_background", verifying)
     monkeypatch.setattr(stream_replica, "open_replica_files", by("replica"))
 
     async def scenario(url: str, node) -> dict:
@@ -66,3 +75,5 @@ async def test_the_store_is_opened_on_the_formats_thread_and_a_refusal_starts_no
         assert calls["replica"] == []
         assert "BROKEN" not in node.streams.replicas
         assert set(node.streams.replicas) == {"FILE1", "MEM1", "AFTER"}
+        # A new file store took no byte on trust (its one block is empty): settled at once, no task.
+        assert node.streams.replicas["FILE1"].store.unverified == {} and verifies == []

@@ -3,11 +3,14 @@
 
 Method: one real node (`jsraft.open_node`, 20 ms ticks, real files) and nats-py in an asyncio worker
 thread. The test counts, per stream, the calls of `StreamLeader.ttl_due` (the expiry task's look at the
-TTL schedule) and the quiet looks (`ttl_quiet_ticks`, asked once per look that finds the schedule empty). A bucket made with nats-py's `create_key_value` (which sends `allow_msg_ttl`) and no TTL'd
+TTL schedule) and the quiet looks (`ttl_quiet_ticks`, asked once per look that finds the schedule
+empty). A bucket made with nats-py's `create_key_value` (which sends `allow_msg_ttl`) and no TTL'd
 message, over 100 node ticks, is looked at a few times (at most one look per `ttl_quiet_ticks`, 49 at
-this tick, plus the edges; none while its group is quiesced), where it was looked at every tick. Then a message with `Nats-TTL: 1` is put
+this tick, plus the edges), where it was looked at every tick. Then a message with `Nats-TTL: 1` is put
 and must be gone by its TTL plus the test's margin, and one put with no TTL stays; the schedule being
-non-empty meanwhile, the task looks every tick again. Waits are polls with deadlines.
+non-empty meanwhile, the task looks every tick again. (A quiesced group's bucket, whose TTL'd publish
+comes through a follower, is `test_kv_markers_nats.py`'s first test: a look put off until the group
+woke again let a key outlive its TTL by seconds there.) Waits are polls with deadlines.
 """
 
 from __future__ import annotations

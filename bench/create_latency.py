@@ -9,8 +9,10 @@ num_replicas=R)`, file storage), KV buckets (`js.create_key_value(KeyValueConfig
 and object stores (`js.create_object_store(bucket=..., config=ObjectStoreConfig(replicas=R))`). The
 systems alternate within a topology and the order rotates each round. Reported per kind, system and
 topology: the median and the 90th percentile over every create of every round, the ratio of jsraft's
-median to each nats-server's, and the load average (1 min) when the topology started and ended. Nothing
-is retried: a create that fails fails the run.
+median to each nats-server's, the servers' CPU per create (`server_cpu_ms`: user + system time of every
+server process of the system over its creates, psutil, divided by their number; less sensitive than the
+latency to the disk's fsync time and to the machine's load), and the load average (1 min) when the
+topology started and ended. Nothing is retried: a create that fails fails the run.
 
 `--baseline-src DIR` adds a fourth system, `jsraft_baseline`: the same `jsraft serve` run with
 `PYTHONPATH=DIR` (another checkout's `src`, e.g. `main`'s), alternated with the others in the same rounds,
@@ -18,7 +20,8 @@ so a change is compared with its baseline under the same load (`jsraft_baseline/
 
     .venv/bin/python bench/create_latency.py --streams 30 --rounds 3 --kinds stream,kv,obj
 
-Must not import jsraft (it drives servers over NATS only).
+Must not import jsraft (it drives servers over NATS only). Imports: stdlib, nats-py, psutil, sibling
+`nats_servers`.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import sys
 import tempfile
 import time
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nats_servers import JsraftServers, NatsServers  # noqa: E402
@@ -87,14 +92,26 @@ async def creates(url: str, replicas: int, count: int, prefix: str, kind: str = 
         await nc.close()
 
 
+def server_cpu_s(pids: dict[str, int]) -> float:
+    """User + system CPU seconds the server processes `pids` (and their children: a launcher that does
+    not exec) used so far."""
+    total = 0.0
+    for pid in pids.values():
+        process = psutil.Process(pid)
+        for each in (process, *process.children(recursive=True)):
+            total += sum(each.cpu_times()[:2])
+    return total
+
+
 def quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _figures(samples: dict[str, list[float]]) -> dict[str, Any]:
+def _figures(samples: dict[str, list[float]], cpu_s: dict[str, float]) -> dict[str, Any]:
     figures: dict[str, Any] = {system: {"median_ms": round(statistics.median(v) * 1000, 1),
-                                        "p90_ms": round(quantile(v, 0.9) * 1000, 1), "creates": len(v)}
+                                        "p90_ms": round(quantile(v, 0.9) * 1000, 1), "creates": len(v),
+                                        "server_cpu_ms": round(cpu_s[system] / len(v) * 1000, 2)}
                                for system, v in samples.items()}
     for other in ("nats_default", "nats_always"):
         for mine in ("jsraft", BASELINE):
@@ -111,6 +128,7 @@ def run_topology(root: str, topology: str, kinds: list[str], creates_n: int, rou
     systems = SYSTEMS + ((BASELINE,) if baseline_src else ())
     running = {}
     samples = {kind: {system: [] for system in systems} for kind in kinds}
+    cpu_s = {kind: {system: 0.0 for system in systems} for kind in kinds}
     try:
         for system in systems:
             running[system] = start(system, nodes, root, baseline_src)
@@ -118,12 +136,14 @@ def run_topology(root: str, topology: str, kinds: list[str], creates_n: int, rou
             order = systems[round_no % len(systems):] + systems[:round_no % len(systems)]
             for kind in kinds:
                 for system in order:
+                    began = server_cpu_s(running[system].pids)
                     samples[kind][system] += asyncio.run(creates(
                         running[system].urls[0], nodes, creates_n, f"C{round_no}{kind.upper()}X", kind))
+                    cpu_s[kind][system] += server_cpu_s(running[system].pids) - began
     finally:
         for servers in running.values():
             servers.stop()
-    result: dict[str, Any] = {kind: _figures(samples[kind]) for kind in kinds}
+    result: dict[str, Any] = {kind: _figures(samples[kind], cpu_s[kind]) for kind in kinds}
     result["loadavg"] = [load_start, os.getloadavg()[0]]
     return result
 

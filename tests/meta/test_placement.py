@@ -26,7 +26,7 @@ from jsraft.meta import (
     place,
     replace_peer,
 )
-from jsraft.meta.placement import eligible_peers
+from jsraft.meta.placement import LazyAssets, eligible_peers
 
 node_ids = st.sampled_from([f"n{i}" for i in range(1, 9)])
 clusters = st.sampled_from(["east", "west"])
@@ -139,3 +139,21 @@ def test_an_unknown_online_node_is_never_chosen():
     machine = new_cluster(NODES3)
     applied = create(machine, "S", num_replicas=3, online=set(NODES3) | {"n0"})
     assert set(applied.stream.peers) == set(NODES3)
+
+
+def test_assets_are_counted_only_when_there_is_a_choice():
+    """Placement invariant 4: one eligible peer is chosen without counting; two are ranked by the counts."""
+    counted: list[int] = []
+
+    def count() -> dict[str, int]:
+        counted.append(1)
+        return {"n1": 3, "n2": 1}
+
+    one = {"n1": PeerInfo()}
+    assert place(replicas=1, peers=one, online={"n1"}, assets=LazyAssets(count)) == ("n1",)
+    assert counted == []
+    two = {"n1": PeerInfo(), "n2": PeerInfo()}
+    assert place(replicas=1, peers=two, online={"n1", "n2"}, assets=LazyAssets(count)) == ("n2",)
+    assert counted == [1]
+    lazy = LazyAssets(count)
+    assert dict(lazy) == {"n1": 3, "n2": 1} and len(lazy) == 2 and counted == [1, 1]

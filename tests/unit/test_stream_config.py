@@ -110,3 +110,17 @@ def test_served_json_leaves_out_what_nats_server_omits_when_empty():
     assert StreamConfig.from_dict(served) == config
     strict, _ = parse_stream_config(b'{"name":"S","no_ack":false,"first_seq":0,"discard_new_per_subject":false}')
     assert strict == plain  # still accepted, strictly decoded, on input
+
+
+def test_the_same_bytes_are_decoded_once_and_a_failure_raises_each_time():
+    """Invariant 4: a create's many readers of one config share its one decoding; a refusal is not kept."""
+    body = b'{"name":"MEMO","subjects":["memo.>"],"max_age":5000000000}'
+    first, raw = parse_stream_config(body, expected_name="MEMO")
+    again, _ = parse_stream_config(bytearray(body), expected_name="MEMO")
+    assert again is first and raw == body and isinstance(raw, bytes)
+    assert parse_stream_config(body)[0] == first  # no expected name: another key, the same config
+    with pytest.raises(InvalidConfig, match="does not match"):
+        parse_stream_config(body, expected_name="OTHER")
+    for _ in range(2):
+        with pytest.raises(InvalidJSON):
+            parse_stream_config(b'{"name":', expected_name="MEMO")

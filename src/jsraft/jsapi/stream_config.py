@@ -11,6 +11,9 @@ Invariants:
      `JsraftError` with a stable code; it never returns a half-checked config.
   2. `StreamConfig.from_dict(c.to_json()) == c` for every valid config (the JSON form round-trips).
   3. Durations are nanoseconds (ints), as on the JetStream wire.
+  4. `parse_stream_config` is a pure function of its arguments and a `StreamConfig` is frozen, so the
+     decoded configs of the last `PARSE_MEMO_MAX` distinct requests are kept and shared: the same bytes
+     give the same (identical) config; a failure is not kept and raises again each time.
 
 Imports: L0, L1 (`codec`, `subjects`), attrs. Reference: nats-server `server/stream.go` (StreamConfig,
 checkStreamCfg), ADR-8 (JetStream API), docs.nats.io "Streams".
@@ -19,6 +22,7 @@ checkStreamCfg), ADR-8 (JetStream API), docs.nats.io "Streams".
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from typing import Any
 
@@ -37,6 +41,9 @@ _LIMIT_FIELDS = ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject
 _OMITTED_WHEN_EMPTY = ("subjects", "no_ack", "duplicate_window", "first_seq", "discard_new_per_subject",
                        "subject_delete_marker_ttl")
 SECOND_NS = 1_000_000_000
+# Configs decoded lately, by (bytes, expected name): one stream create decodes its config once where its
+# API check, proposal, level check, preparation, apply, CONFIG entry and answer each decoded it (invariant 4).
+PARSE_MEMO_MAX = 256
 _NAME_FORBIDDEN = frozenset(" \t\r\n\f\v.*>/\\")
 
 
@@ -270,8 +277,16 @@ def parse_stream_config(raw: bytes, *, expected_name: str | None = None) -> tupl
     """Decode a client's JSON request body: `(config with defaults, validated; the raw bytes)`.
 
     `expected_name` is the name in the request subject (`$JS.API.STREAM.CREATE.<name>`); a body naming
-    another stream is refused, as nats-server does.
+    another stream is refused, as nats-server does. Invariant 4: the same bytes are decoded once.
     """
+    raw = bytes(raw)
+    config = _parse_memo(raw, expected_name)
+    return config, raw
+
+
+@functools.lru_cache(maxsize=PARSE_MEMO_MAX)
+def _parse_memo(raw: bytes, expected_name: str | None) -> StreamConfig:
+    """Invariant 4: a pure function of its arguments, so its answers are kept (errors are not)."""
     try:
         data = json.loads(raw) if raw else {}
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -282,5 +297,4 @@ def parse_stream_config(raw: bytes, *, expected_name: str | None = None) -> tupl
         data.setdefault("name", expected_name)
         if data["name"] != expected_name:
             raise InvalidConfig("stream name in subject does not match request")
-    config = StreamConfig.from_dict(data).with_defaults().validate()
-    return config, bytes(raw)
+    return StreamConfig.from_dict(data).with_defaults().validate()

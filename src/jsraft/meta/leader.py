@@ -68,7 +68,7 @@ from jsraft.meta.errors import (
     StreamNameExist,
     StreamOffline,
 )
-from jsraft.meta.placement import PeerInfo, place, replace_peer
+from jsraft.meta.placement import LazyAssets, PeerInfo, place, replace_peer
 from jsraft.meta.rules import check_no_overlap, check_update
 from jsraft.meta.state import MetaState
 
@@ -183,8 +183,8 @@ class Proposer:
         check_no_overlap(config.subjects, self.claims())
         if 0 < self.max_streams <= self.stream_count():
             raise MaximumStreamsLimit()
-        peers = place(replicas=config.num_replicas, peers=self.peers(), online=online, assets=self.assets(),
-                      placement=config.placement, clustered=self.clustered)
+        peers = place(replicas=config.num_replicas, peers=self.peers(), online=online,
+                      assets=LazyAssets(self.assets), placement=config.placement, clustered=self.clustered)
         entry = CreateStream(name=name, peers=peers, created_ns=now_ns,
                              required_level=stream_required_level(config), config=raw)
         return self._propose(entry, config)
@@ -212,7 +212,7 @@ class Proposer:
         if config.num_replicas > len(old_peers):
             # Scale up (or re-fill a set a peer remove left short): keep the current peers in place.
             peers = place(replicas=config.num_replicas, keep=old_peers, peers=self.peers(), online=online,
-                          assets=self.assets(), placement=config.placement, clustered=self.clustered)
+                          assets=LazyAssets(self.assets), placement=config.placement, clustered=self.clustered)
         entry = UpdateStream(name=name, peers=peers, required_level=stream_required_level(config), config=raw)
         return self._propose(entry, config)
 

@@ -9,6 +9,8 @@ Invariants:
      same inputs give the same peers on every run (the leader decides; apply only records).
   3. Kept peers (a scale-up's current set) keep their positions; new peers are appended. The first
      peer is the preferred leader, so a scale never moves leadership on its own account.
+  4. `place` reads `assets` only when it has a choice to make (more than one eligible peer); the
+     leader passes them as `LazyAssets`, so the count over every stream is made only then.
 
 "Assets" are stream assignments (committed plus in-flight): consumers live inside their stream's group
 and add no group to a peer. Online-ness is the leader's knowledge, passed in, never stored.
@@ -20,7 +22,7 @@ Imports: L0, L1 (`jsapi`), attrs, `meta.errors`. Reference: nats-server `server/
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 
 import attrs
 
@@ -42,6 +44,29 @@ def count_assets(peer_sets: Iterable[tuple[str, ...]]) -> Counter[str]:
     for peers in peer_sets:
         counts.update(peers)
     return counts
+
+
+class LazyAssets(Mapping[str, int]):
+    """Asset counts computed on first use (invariant 4): `place` with one eligible peer reads none, so a
+    create on a single node does not count every stream's peers."""
+
+    def __init__(self, count: Callable[[], Mapping[str, int]]) -> None:
+        self._count = count
+        self._counts: Mapping[str, int] | None = None
+
+    def _get(self) -> Mapping[str, int]:
+        if self._counts is None:
+            self._counts = self._count()
+        return self._counts
+
+    def __getitem__(self, peer: str) -> int:
+        return self._get()[peer]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
 
 
 def _mismatch(info: PeerInfo, placement: Placement | None) -> str | None:
@@ -97,7 +122,8 @@ def place(
         detail = "; ".join(f"{reason}: {', '.join(ids)}" for reason, ids in sorted(refused.items()))
         raise ClusterNoPeers(f"no suitable peers for placement: {needed} more needed, {len(eligible)} "
                              f"eligible" + (f" ({detail})" if detail else ""))
-    ranked = sorted(eligible, key=lambda peer: (assets.get(peer, 0), peer))
+    # Invariant 4: one eligible peer is the choice whatever the counts say.
+    ranked = eligible if len(eligible) == 1 else sorted(eligible, key=lambda peer: (assets.get(peer, 0), peer))
     chosen = keep + tuple(ranked[:needed])
     invariant(len(set(chosen)) == len(chosen) == replicas, "placement chose distinct peers")
     return chosen

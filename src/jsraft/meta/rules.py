@@ -9,6 +9,8 @@ knowing of ours.
 Invariants:
   1. Pure: no state is read except the arguments; the same arguments give the same answer everywhere.
   2. Update rules follow nats-server's `configUpdateCheck` wording, so clients see the same text.
+  3. `find_overlap` answers what comparing every pair with `subjects.overlaps` answers, in the same order
+     (the first token only rules pairs out that `overlaps` would refuse too).
 
 Imports: L0, L1 (`jsapi`, `subjects`), `meta.errors`. Reference: nats-server `server/stream.go`
 (configUpdateCheck), `server/jetstream_cluster.go` (jsClusteredStreamRequest subject overlap check).
@@ -24,15 +26,25 @@ from jsraft.jsapi import Placement, Retention, StreamConfig
 from jsraft.meta.errors import RequiredApiLevel, StreamSubjectOverlap
 
 _UPDATE_PREFIX = "stream configuration update can not"
+_WILD = frozenset(("*", ">"))
 
 
 def find_overlap(
     subjects: Iterable[str], others: Iterable[tuple[str, tuple[str, ...]]], *, exclude: str | None = None
 ) -> tuple[str, str, str] | None:
-    """The first `(other stream, its subject, our subject)` that overlaps, skipping stream `exclude`."""
+    """The first `(other stream, its subject, our subject)` that overlaps, skipping stream `exclude`.
+
+    Invariant 3: a stream none of whose subjects can meet ours by its first token is passed over without
+    comparing its subjects whole (two subjects overlap only if their first tokens are equal or one is a
+    wildcard), so the scan a create makes over every stream costs little per stream."""
     mine = tuple(subjects)
+    heads = {subject.partition(".")[0] for subject in mine}
+    anything = bool(heads & _WILD)  # a subject of ours starting with a wildcard may meet any other
     for name, theirs in others:
         if name == exclude:
+            continue
+        if not anything and not any(other.partition(".")[0] in heads or other.partition(".")[0] in _WILD
+                                    for other in theirs):
             continue
         for subject in mine:
             for other in theirs:

@@ -221,8 +221,7 @@ class JsApi:
             raise InvalidConfig("stream configuration for create can not be sealed")
         if config.mirror_direct and config.mirror is None:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
-        config.with_defaults().validate()
-        await self.account.check_stream(config.with_defaults(), create=True)
+        await self.account.check_stream(config.with_defaults().validate(), create=True)
         await meta_barrier(self.parts)  # `did_create` is true only for a stream no node had created
         existed = request.name in self.parts.meta.names()
         result, _ = await self.parts.call_meta("stream.create", {"name": request.name}, [raw])

@@ -20,6 +20,10 @@ Invariants:
   6. Read-your-writes: a stream info carries the config version (`config_index`) the asking node's meta
      state holds, and the leader answers once its group applied that config (an update's new limits
      already enforced), or `NotLeader` after `CONFIG_WAIT_S`, which the caller's router retries.
+  7. A stream info's config is the meta state's assignment as this leader reads it when it answers; the
+     replicas' standing (each peer's `replica.state`) is collected only on a clustered node, the only one
+     that serves it (a standalone nats-server's info names just its leader): a create's answer on one
+     node asks nothing more.
 
 Imports: stdlib, L0, L1 (`jsapi`, `raft` status and errors), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsStreamInfoRequest`, `jsMsgGetRequest`,
@@ -171,8 +175,12 @@ class LeaderSide:
     async def stream_info(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         replica = await self._leading(args)
         await _config_applied(replica, int(args.get("config_index", 0)))
-        # The replicas' standing, collected by the node's own stream info (it asks every peer).
-        base, _ = await self.parts.handle(self.parts.name, "stream.info", {"stream": replica.name}, [])
+        config = self.parts.config
+        replicas: Any = None
+        if config.clustered:  # invariant 7
+            # The replicas' standing, collected by the node's own stream info (it asks every peer).
+            base, _ = await self.parts.handle(self.parts.name, "stream.info", {"stream": replica.name}, [])
+            replicas = base["cluster"]["replicas"]
         replica = await self._leading(args)  # still leading after those awaits
         assignment = self.parts.meta.stream(replica.name)
         state, first_ts_ns, last_ts_ns = read_state(replica)  # invariant 2: no await from here on
@@ -180,14 +188,13 @@ class LeaderSide:
         if args.get("subjects_filter"):
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
-        config = self.parts.config
         info = {
-            "config": config_json(base["config"], assignment.required_level, config.api_level),
+            "config": config_json(assignment.config_raw, assignment.required_level, config.api_level),
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),
             # A standalone nats-server names only itself, as the leader (no cluster name, no group).
-            "cluster": cluster_json(config.cluster_name, replica.group, self.parts.name, base["cluster"]["replicas"],
+            "cluster": cluster_json(config.cluster_name, replica.group, self.parts.name, replicas,
                                     leader_since_ns=replica.leader_since_ns,
                                     heard_ns=self.parts.raft_heard_ns.get(replica.group))
             if config.clustered else {"leader": self.parts.name},

@@ -3,7 +3,7 @@ messages (layer L5).
 
 Owns: `open_store` (a `MemStore` for `storage: memory`, else the `FileStore` under `msgs/`, after finishing
 or undoing a repair's store swap a crash interrupted: `store.swap.recover_swap`),
-`start_store_tasks` (the store's background work) and `MemoryLoss`, the task that decides when a memory
+`start_store_tasks` (the store's background work: none for a store with no message, as a new stream's) and `MemoryLoss`, the task that decides when a memory
 stream's lost messages are lost for good.
 
 Rules (DESIGN §8; nats-server keeps a memory stream's messages only in the process too):
@@ -44,7 +44,7 @@ from jsraft.raft.status import Role
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
-from jsraft.store.fs_verify import verify_in_background
+from jsraft.store.fs_verify import settle, verify_in_background
 from jsraft.store.memstore import MemStore
 from jsraft.store.swap import recover_swap
 from jsraft.stream import Finding, FindingKind, Health
@@ -77,6 +77,14 @@ def start_store_tasks(replica: "StreamReplica", nursery: trio.Nursery) -> None:
     if is_memory(replica.config):
         if replica.memory_loss.lost:
             nursery.start_soon(replica.memory_loss.run)
+        return
+    store = replica.store
+    if store.state().msgs == 0:
+        # No message: the blocks' verification reads nothing (`settle` without a region reads record by
+        # record, and there is none), so it is done here, with no task and no worker-thread call.
+        for number, limit in list(store.unverified.items()):
+            settle(store, number, limit, None)
+    if not store.unverified:
         return
     nursery.start_soon(verify_in_background,
                        lambda: replica.store if replica.machine is not None and not replica.machine.replaying else None,

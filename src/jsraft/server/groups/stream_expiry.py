@@ -12,6 +12,12 @@ Invariants:
      at apply time.
   3. A failed proposal is logged and retried at a later tick (the StreamLeader re-offers a due TTL after
      its retry interval; `expire_due` recomputes); it never stops the task.
+  4. A leader with no `max_age` whose TTL schedule is empty looks again after `ttl_quiet_ticks` (at most
+     `TTL_MIN_S`), not every tick: a TTL'd message decided after it looked carries a timestamp from
+     then on (the same clock) and a TTL of at least a second, so it is not due before the next look.
+     The next look is never put off further, not even while the group is quiesced (the message's
+     publish may have woken the group before it was decided, and the group gone quiet again). A KV
+     bucket's stream (`allow_msg_ttl`) at rest so costs one wake-up a second, not one a tick.
 
 Imports: stdlib, L0, server siblings (by type only); the node tick through `replica.runtime.ticker`.
 Reference: DESIGN.md §6; ADR-43.
@@ -33,6 +39,12 @@ log = logging.getLogger("jsraft.server.expiry")
 # How often a replica that cannot expire anything (not the leader, or no `max_age` or TTLs) looks again:
 # leadership and config change seldom; looking every tick cost a wake-up per awake replica per tick.
 IDLE_TICKS = 10
+TTL_MIN_S = 1.0  # the shortest `Nats-TTL` (stream.ttl invariant 1)
+
+
+def ttl_quiet_ticks(tick_s: float) -> int:
+    """Invariant 4: the most node ticks that fit in `TTL_MIN_S` (at least one)."""
+    return max(1, int((TTL_MIN_S - 1e-9) / tick_s))
 
 
 async def run_expiry(replica: "StreamReplica") -> None:
@@ -49,6 +61,12 @@ async def run_expiry(replica: "StreamReplica") -> None:
             continue
         if leader is None or replica.closed or replica.stopped_reason is not None:
             continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)
+        if leader.machine.config.max_age <= 0 and not len(leader.ttl_schedule):
+            # Invariant 4: no TTL'd message stored or in flight (a KV bucket at rest): nothing is due for
+            # at least a second, so look again a second from now (sooner if the group wakes or is released),
+            # quiesced or not: a message decided just after this look may be due a second later.
+            await ticker.pause(replica.group, ttl_quiet_ticks(replica.options.tick_s))
+            continue
         now_ns = replica.runtime.clock.wall_ns()
         due = leader.expiry_due(now_ns)  # subject delete markers first, then the EXPIRE (stream.markers)
         due.extend(leader.ttl_due(now_ns))

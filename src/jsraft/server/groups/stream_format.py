@@ -1,7 +1,8 @@
 """Formatting a new stream replica's directory in one durable step (layer L5).
 
 Owns: `format_new_replica`, which builds `streams/<name>/` for a stream this node opens with no directory
-for it yet, `prepare_format` (the same tree built ahead, invariant 5), and `remove_format_leftovers`. A
+for it yet, `prepare_format` (the same tree built ahead, invariant 5), `remove_format_leftovers`, and
+`open_replica_files` (a replica's identity files and store, opened on the format's worker thread). A
 create used to make every name durable as it made it — a directory fsync after each file written and
 each directory created, 18 fsyncs for one stream directory (`bench/README.md`, "Stream create latency")
 — which on a loaded disk was most of a create's time. Here the whole tree is written through an unsynced
@@ -40,6 +41,8 @@ Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync dire
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from jsraft.disk.base import Disk
 from jsraft.jsapi import StreamConfig
@@ -100,6 +103,17 @@ def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes, options: 
         open_store(tree, config, replica_store_config(config, options)).close()
         wal, _ = Wal.open(tree.sub(RAFT_DIR))
         wal.close()
+
+
+def open_replica_files(disk: Disk, group: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> Any:
+    """Run in a worker thread: a replica's identity files (unless its directory has them) and its store,
+    recovered, for `StreamReplica.open`."""
+    if not disk.exists("group"):
+        disk.write_atomic("config.json", raw)
+        disk.write_atomic("group", group.encode())
+    # The index is trusted once it checks against the block tails (what it does not cover is scanned);
+    # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
+    return open_store(disk, config, replica_store_config(config, options))
 
 
 def remove_format_leftovers(streams: Disk) -> list[str]:

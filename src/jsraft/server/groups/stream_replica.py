@@ -58,13 +58,14 @@ from jsraft.replica.install_mark import InstallMark
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
-from jsraft.server.groups.stream_options import StreamOptions, replica_store_config, snapshot_pace
+from jsraft.server.groups.stream_options import StreamOptions, snapshot_pace
 from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
 from jsraft.replica.stream_leading import leader_ready
-from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, open_store, start_store_tasks
+from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, start_store_tasks
+from jsraft.server.groups.stream_format import open_replica_files
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine
 
 log = logging.getLogger("jsraft.server.stream")
@@ -129,11 +130,17 @@ class StreamReplica(ConfigFollowing):
 
     # --- Opening and closing ----------------------------------------------------------------------
 
-    async def open(self, assigned_index: int = 0) -> None:
-        """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record)."""
+    async def open(self, assigned_index: int = 0, store: Any = None) -> None:
+        """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record).
+        `store`: what `open_replica_files` returned for this replica on the caller's worker thread (the
+        stream manager's, right after the format: one thread hop where there were two), else opened here."""
         # memory_stream rule 2: a memory replica over a group that ran here before lost its messages.
+        # (`open_replica_files` creates no `raft/`, so asking after it answers the same.)
         lost = is_memory(self.config) and self.disk.exists("raft")
-        await trio.to_thread.run_sync(self._open_files)
+        if store is None:
+            store = await trio.to_thread.run_sync(
+                lambda: open_replica_files(self.disk, self.group, self.config, self.raw, self.options))
+        self.store = store
         self.machine = StreamStateMachine(self.store, self.config, self.raw)
         pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
@@ -149,14 +156,6 @@ class StreamReplica(ConfigFollowing):
         self.adapter.check_recovery()
         self.first_election = FirstElection(self.runtime, self.group, self.node_id,
                                             self.peers if self.bootstrap else (), self.raft_config.election_ticks)
-
-    def _open_files(self) -> None:
-        if not self.disk.exists("group"):
-            self.disk.write_atomic("config.json", self.raw)
-            self.disk.write_atomic("group", self.group.encode())
-        # The index is trusted once it checks against the block tails (what it does not cover is scanned);
-        # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
-        self.store = open_store(self.disk, self.config, replica_store_config(self.config, self.options))
 
     async def close(self, *, close_group: bool = True, close_store: bool = True) -> None:
         """Stop the replica's tasks; close its Raft group (unless the runtime already stopped) and its

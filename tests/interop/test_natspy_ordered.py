@@ -85,3 +85,49 @@ def test_a_megabyte_reaches_a_flow_controlled_consumer_before_any_answer(system)
     assert got["data"] == CHUNKS
     # The first request goes out once half of the first window (1 MiB of 2 MiB) is pending, as on nats-server.
     assert got["first_request_after"] is None or got["first_request_after"] > CHUNKS * 3 // 4, got
+
+
+# --- A push consumer that keeps up: each delivery no later than its publish ack ------------------------------
+# nats-py's test_ordered_consumer counts the deliveries the moment the last publish ack is in. On one
+# node, with the publisher connected to the stream's leader, the leader hands a keeping-up consumer each
+# message as it applies it, before the publish is answered: both leave on the client's one connection in
+# that order, so nats-py has queued the delivery before the ack returns. Before that, the consumer's own
+# task sent it, often after the ack (dozens of 200 here) — and, on a loaded machine, hundreds of messages
+# later.
+
+
+async def deliveries_before_acks(url: str, flow_control: bool) -> list[int]:
+    """Publish one message at a time; the stream seqs whose delivery had not arrived when their ack did."""
+    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    try:
+        js = nc.jetstream(timeout=20)
+        name = f"KU{uuid.uuid4().hex[:8].upper()}"
+        await js.add_stream(name=name, subjects=[name], num_replicas=1)
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        config = ConsumerConfig(deliver_subject=inbox, ack_policy="explicit" if flow_control else "none",
+                                flow_control=flow_control, idle_heartbeat=5.0 if flow_control else None)
+        await js.add_consumer(name, config)
+        seen: set[int] = set()
+        late: list[int] = []
+        for _ in range(200):
+            ack = await js.publish(name, b"x" * 100)
+            while sub.pending_msgs:  # what arrived with (or before) the ack; next_msg does not wait for these
+                msg = await sub.next_msg(timeout=1)
+                if not (msg.headers and msg.headers.get("Status") == "100"):
+                    seen.add(msg.metadata.sequence.stream)
+                    if flow_control:
+                        await msg.ack()
+            if ack.seq not in seen:
+                late.append(ack.seq)
+        return late
+    finally:
+        await nc.close()
+
+
+@pytest.mark.parametrize("flow_control", [False, True], ids=["ack-none", "flow-control"])
+def test_a_keeping_up_push_consumer_has_each_message_before_its_publish_ack(system, flow_control):
+    if not isinstance(system, servers.JsraftServers) or len(system.urls) != 1:
+        pytest.skip("the order on one connection is jsraft's, on one node (nats-server's goroutines race)")
+    late = run(deliveries_before_acks, system.urls[0], flow_control)
+    assert late == [], f"{len(late)} of 200 deliveries came after their publish ack: {late[:10]}"

@@ -17,6 +17,7 @@ publish acks, which is how nats-py's `test_ordered_consumer` saw 570 of 1,024 un
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 
@@ -131,3 +132,56 @@ def test_a_keeping_up_push_consumer_has_each_message_before_its_publish_ack(syst
         pytest.skip("the order on one connection is jsraft's, on one node (nats-server's goroutines race)")
     late = run(deliveries_before_acks, system.urls[0], flow_control)
     assert late == [], f"{len(late)} of 200 deliveries came after their publish ack: {late[:10]}"
+
+
+# --- A create answered before the new consumer's first delivery ---------------------------------------------
+# nats-py's ordered consumer, after a reset, subscribes its new deliver subject and then creates the
+# consumer; it learns the new consumer's name from the create answer. A delivery ahead of that answer lets
+# the client take messages while it still names the old (deleted) consumer, and its next consumer info
+# asks for that one: 404 (seen in tests/server/test_consumers_push.py under load).
+
+
+async def answers_and_deliveries(url: str, creates: int) -> list[str]:
+    """`creates` push consumers on a subscribed deliver subject; for each, what reached the client first."""
+    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    try:
+        js = nc.jetstream(timeout=20)
+        name = f"CA{uuid.uuid4().hex[:8].upper()}"
+        await js.add_stream(name=name, subjects=[name], num_replicas=1)
+        for _ in range(20):
+            await js.publish(name, b"x")
+        firsts: list[str] = []
+        for n in range(creates):
+            order: list[str] = []
+
+            async def delivered(msg, order=order):
+                order.append("delivery")
+
+            inbox = nc.new_inbox()
+            await nc.subscribe(inbox, cb=delivered)
+            reply = nc.new_inbox()
+            answered = asyncio.get_running_loop().create_future()
+
+            async def answer(msg, order=order, answered=answered):
+                order.append("answer")
+                answered.set_result(msg.data)
+
+            await nc.subscribe(reply, cb=answer, max_msgs=1)
+            config = ConsumerConfig(name=f"C{n}", deliver_subject=inbox, ack_policy="none", flow_control=True,
+                                    idle_heartbeat=5.0, mem_storage=True)
+            await nc.publish(f"$JS.API.CONSUMER.CREATE.{name}.C{n}", reply=reply,
+                             payload=json.dumps({"stream_name": name, "config": config.as_dict()}).encode())
+            assert b'"error"' not in await asyncio.wait_for(answered, 20)
+            while "delivery" not in order:
+                await asyncio.sleep(0.01)  # a poll with the scenario's deadline (run's timeout)
+            firsts.append(order[0])
+        return firsts
+    finally:
+        await nc.close()
+
+
+def test_a_push_consumer_is_answered_before_its_first_delivery(system):
+    if not isinstance(system, servers.JsraftServers) or len(system.urls) != 1:
+        pytest.skip("the order on one connection is jsraft's, on one node (nats-server's goroutines race)")
+    firsts = run(answers_and_deliveries, system.urls[0], 20)
+    assert firsts == ["answer"] * 20, firsts

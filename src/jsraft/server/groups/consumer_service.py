@@ -13,8 +13,8 @@ the leader raises; the task publishes them, and its timer also wakes when a paus
 Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
 invariant 2), so CONSUMER entries enter the stream log in the order they were decided, between the
 publishes. A pass proposes its ops *before* it sends any message: an ack can only follow its message's
-DELIVERED op in the log (DESIGN §7) — except a push consumer with `ack_policy: none` or flow control,
-whose messages go out as the pass decides them (consumer_push invariant 5, as nats-server sends them).
+DELIVERED op in the log (DESIGN §7) — but a push consumer with ack none or flow control sends as the
+pass decides (consumer_push invariant 5).
 
 Invariants:
   1. `leading` is non-empty only while `built_for` is the replica's current `StreamLeader`; every
@@ -22,19 +22,21 @@ Invariants:
      starts from the complete replicated state (consumer/delivery.py: rebuild after an election).
   2. A failed proposal drops the replica's `StreamLeader` (its in-flight view is wrong) and with it this
      service's leading state; what was sent but never committed is delivered again (at-least-once).
-  3. Nothing the client port sends is sent from inside the Raft apply path — the listener records and
-     wakes the task, which sends — but a push consumer that keeps up (consumer_push invariant 6): after
-     a MSGS entry applied here, its new messages are handed out and published at once, before the
-     entry's publishes are answered; the ops of that hand-out wait in `_applied_ops` for the task, which
-     proposes them ahead of its own pass's. A `JsraftError` there is logged and left to the task.
+  3. Nothing the client port sends is sent from inside the Raft apply path (the listener records and
+     wakes the task, which sends) but by a push consumer that keeps up (consumer_push invariant 6): as
+     a MSGS entry applies here, its messages go out before the entry's publishes are answered; the
+     ops wait in `_applied_ops` for the task, which proposes them ahead of its own pass's.
   4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
      message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
   5. A reader that waits for `settled()` (consumer info) sees no cursor ahead of the messages sent and
      no ack handed in before it left out: a pass decides its deliveries (moving the cursors) before its
      proposal's checkpoints and publishes them after, so `settled()` waits for the pass running now to
      end — and for the next one when acks or hand-outs made as messages applied (invariant 3) wait for
-     it — before the proposal barrier. Else an info could
-     say 0 pending while those messages were unsent, and reach the client before them.
+     it — before the proposal barrier. Else an info could say 0 pending while those messages were
+     unsent, and reach the client before them.
+  6. A consumer created here delivers nothing before its create is answered (`hold` .. `release`): a
+     client that subscribed first (nats-py's ordered consumer after a reset) learns the new name before
+     its messages, so its next consumer info does not ask for the old consumer.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -95,6 +97,7 @@ class ConsumerService:
         self._acks: list[Ack] = []
         self._outbox: list[Send] = []  # invariant 3: sent by the task
         self._applied_ops: list[Op] = []  # invariant 3: decided as messages applied, proposed by the task
+        self._unanswered: set[str] = set()  # consumers whose create answer is not out yet (invariant 6)
         self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
         self._passes_started = 0  # passes of the task begun, and ended (invariant 5)
         self._passes_ended = 0
@@ -182,12 +185,11 @@ class ConsumerService:
             return
         last_seq, now_ns = adapter.consumers.machine.last_seq, self.now_ns()
         for leading in self.leading.values():
-            if type(leading) is not PushLeading or not keeps_up(leading, last_seq):
+            if type(leading) is not PushLeading or not keeps_up(leading, last_seq) or leading.name in self._unanswered:
                 continue
             try:
                 ops, sends = serve_push(leading, self.replica.store, now_ns, self._interest(leading.deliver_subject))
-            except JsraftError as error:  # a damaged record: the task's pass meets it and says so
-                log.debug("stream %s: consumer %s left to the task: %s", self.stream, leading.name, error)
+            except JsraftError:  # a damaged record: left to the task's pass, which meets it and says so
                 continue
             self._applied_ops.extend(ops)
             for send in sends:
@@ -208,6 +210,13 @@ class ConsumerService:
         subscription's subject) matches its deliver subject."""
         return any(type(leading) is PushLeading and not leading.interest
                    and subjects.matches(subscribed, leading.deliver_subject) for leading in self.leading.values())
+
+    def hold(self, name: str) -> None:
+        self._unanswered.add(name)  # consumer `name`, created now, delivers nothing before its answer (invariant 6)
+
+    def release(self, name: str) -> None:
+        self._unanswered.discard(name)  # its create answer is going out: it may deliver (invariant 6)
+        self.wake()
 
     def restart_from_state(self, name: str) -> None:
         """Rebuild consumer `name`'s leading bookkeeping from its replicated state (after a SKIP this node
@@ -298,6 +307,8 @@ class ConsumerService:
         take_acks(acks, self.stream, self.leading, self.replica.store, self.events, now_ns, ops, sends, confirm)
         store = self.replica.store
         for leading in list(self.leading.values()):
+            if leading.name in self._unanswered:
+                continue  # invariant 6
             try:
                 if type(leading) is PushLeading:
                     served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))

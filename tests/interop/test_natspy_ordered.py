@@ -47,14 +47,24 @@ def run(scenario, *args, timeout_s: float = 90.0):
     return asyncio.run(asyncio.wait_for(scenario(*args), timeout_s))
 
 
+async def open_stream(url: str, prefix: str, num_replicas: int):
+    """A connection, its JetStream context and a new stream of its own (`prefix...`, on that subject)."""
+    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    js = nc.jetstream(timeout=20)
+    name = f"{prefix}{uuid.uuid4().hex[:8].upper()}"
+    try:
+        await js.add_stream(name=name, subjects=[name], num_replicas=num_replicas)
+    except BaseException:
+        await nc.close()
+        raise
+    return nc, js, name
+
+
 async def unanswered_window(url: str, num_replicas: int) -> dict:
     """Publish 1 MiB as nats-py's test does to a flow-controlled push consumer whose subscriber answers
     nothing; read until every message arrived or the server reports the stall."""
-    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    nc, js, name = await open_stream(url, "OW", num_replicas)
     try:
-        js = nc.jetstream(timeout=20)
-        name = f"OW{uuid.uuid4().hex[:8].upper()}"
-        await js.add_stream(name=name, subjects=[name], num_replicas=num_replicas)
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)  # a plain subscription: nats-py answers no flow-control request on it
         await js.add_consumer(name, ConsumerConfig(deliver_subject=inbox, ack_policy="none", flow_control=True,
@@ -99,11 +109,8 @@ def test_a_megabyte_reaches_a_flow_controlled_consumer_before_any_answer(system)
 
 async def deliveries_before_acks(url: str, flow_control: bool) -> list[int]:
     """Publish one message at a time; the stream seqs whose delivery had not arrived when their ack did."""
-    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    nc, js, name = await open_stream(url, "KU", 1)
     try:
-        js = nc.jetstream(timeout=20)
-        name = f"KU{uuid.uuid4().hex[:8].upper()}"
-        await js.add_stream(name=name, subjects=[name], num_replicas=1)
         inbox = nc.new_inbox()
         sub = await nc.subscribe(inbox)
         config = ConsumerConfig(deliver_subject=inbox, ack_policy="explicit" if flow_control else "none",
@@ -143,11 +150,8 @@ def test_a_keeping_up_push_consumer_has_each_message_before_its_publish_ack(syst
 
 async def answers_and_deliveries(url: str, creates: int) -> list[str]:
     """`creates` push consumers on a subscribed deliver subject; for each, what reached the client first."""
-    nc = await nats.connect(url, connect_timeout=10, allow_reconnect=False)
+    nc, js, name = await open_stream(url, "CA", 1)
     try:
-        js = nc.jetstream(timeout=20)
-        name = f"CA{uuid.uuid4().hex[:8].upper()}"
-        await js.add_stream(name=name, subjects=[name], num_replicas=1)
         for _ in range(20):
             await js.publish(name, b"x")
         firsts: list[str] = []

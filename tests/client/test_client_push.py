@@ -48,7 +48,7 @@ async def test_wire_client_push_subscribe_ack_and_redelivery(tmp_path):
 
 
 async def test_wire_client_answers_flow_control_and_counts_heartbeats(tmp_path):
-    count, size = 300, 4096  # 1.2 MB: past several flow-control windows
+    count, size = 300, 16384  # 4.9 MB: past several flow-control windows (2 MiB, 4 MiB, ...)
     async with jsraft.open_node(single(tmp_path)) as node:
         async with await jc.connect(node.url) as client:
             js = client.jetstream()

@@ -44,7 +44,7 @@ def deliver(cluster, leader, pacer, now_ns, max_msgs=None):
 
 
 def test_flow_control_request_stall_and_answer_doubling_the_window():
-    size = 8192
+    size = 32768  # 200 of them: 6.4 MiB, over the first window (2 MiB, nats-server's)
     cluster, leader, pacer = setup(["a"] * 200, payload=b"x" * size, flow_control=True, idle_heartbeat=SECOND)
     sent, replies = [], []
     for _ in range(10):

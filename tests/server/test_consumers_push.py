@@ -123,7 +123,7 @@ async def test_deliver_group_splits_messages_between_subscribers(tmp_path):
 
 
 async def test_flow_control_answered_delivers_a_stream_larger_than_the_window(tmp_path):
-    count, size = 400, 4096  # 1.6 MB: several windows (the first is 256 KiB)
+    count, size = 400, 16384  # 6.5 MB: several windows (the first is 2 MiB, the second 4 MiB)
 
     async def scenario(cluster, url):
         admin = await nats_connect(url)
@@ -153,7 +153,7 @@ async def test_flow_control_answered_delivers_a_stream_larger_than_the_window(tm
 
 
 async def test_unanswered_flow_control_stalls_and_heartbeat_names_the_request(tmp_path):
-    count, size = 200, 4096  # 800 KB, over the first 256 KiB window
+    count, size = 200, 16384  # 3.2 MB, over the first 2 MiB window
 
     async def scenario(cluster, url):
         admin = await nats_connect(url)

@@ -38,7 +38,12 @@ from jsraft.errors import NoMessageFound, invariant
 from jsraft.jsapi.consumer_config import ConsumerConfig, ReplayPolicy
 from jsraft.store.base import StreamStore
 
-FC_WINDOW_MAX_BYTES = 4 << 20  # nats-server's pending-bytes limit for a flow-controlled consumer
+# nats-server's `JsFlowControlMaxPending` (32 MiB since v2.8.0) and its `setMaxPendingBytes` start at a
+# sixteenth of it: the first request goes out after 1 MiB and delivery stalls only past 2 MiB. A smaller
+# window makes delivery wait for the client's answer where nats-server does not: nats-py answers a request
+# only once its callbacks have taken every message before it (or at its 0.25 s poll), so under load a
+# small window let deliveries fall hundreds of messages behind the publish acks (issue #15).
+FC_WINDOW_MAX_BYTES = 32 << 20
 FC_WINDOW_MIN_BYTES = FC_WINDOW_MAX_BYTES // 16  # where the window starts (slow start)
 RATE_BURST_DEFAULT_BYTES = 1 << 20  # the default max payload, nats-server's burst without max_msg_size
 REPLAY_GAP_MIN_NS = 1_000_000  # shorter gaps are not waited for

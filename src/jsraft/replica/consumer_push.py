@@ -18,8 +18,21 @@ Invariants:
   3. Bounded: `PUSH_ROUNDS_MAX` allowances per pass; when the pass stopped with more to give, `more`
      asks the service for another pass at once (other consumers' passes and acks come in between).
   4. Pull requests to a push consumer are answered `409 Consumer is push based` (its `WaitingQueue`).
+  5. `sends_before_proposal`: a consumer with `ack_policy: none` or flow control has its messages sent
+     as soon as they are decided, before their DELIVERED op is proposed (nats-server's
+     `replicateDeliveries`: such deliveries are never held for the log). Nothing is lost by it: no ack
+     can refer to them (ack none), or an ack reaches a later pass, whose ops follow this pass's in the log
+     (one task, one proposal chain); a leader that fails before the op commits leaves the new leader
+     to deliver them again (at-least-once, DESIGN §7). Holding them would put every delivery behind the
+     proposal slots the publishes fill, so the deliveries trail the publish acks under load (issue #15).
+  6. `keeps_up`: such a consumer with at most `APPLY_BACKLOG_MAX` messages left to deliver is served by
+     the service as each MSGS entry applies on the leader — before the entry's publishes are answered —
+     so a consumer that keeps up has each message on its way no later than its publish ack (nats-py's
+     `test_ordered_consumer` counts the deliveries the moment the last ack is in). The bound keeps that
+     work, which runs in the Ready cycle, in proportion to the messages just applied; a consumer further
+     behind is served by the service's task.
 
-Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), replica siblings (`consumer_pull`).
+Imports: stdlib, L0, L1 (`jsapi`), L2 (`store`), L3 (`consumer`), replica siblings (`consumer_pull`).
 Reference: nats-server `server/consumer.go` (deliverMsg, sendIdleHeartbeat, sendFlowControl,
 processFlowControl, loopAndGatherMsgs), ADR-15.
 """
@@ -31,10 +44,12 @@ from collections.abc import Callable
 from jsraft.consumer import ConsumerEntry
 from jsraft.consumer.ops import Op
 from jsraft.consumer.push import FLOW_CONTROL_REQUEST, PushPacer
+from jsraft.jsapi.consumer_config import AckPolicy
 from jsraft.replica.consumer_pull import Leading, Send, _advisory
 from jsraft.store.base import StreamStore
 
 PUSH_ROUNDS_MAX = 64
+APPLY_BACKLOG_MAX = 4096  # invariant 6: served as messages apply only when this close to the stream's end
 INTEREST_POLL_NS = 100_000_000  # without interest, look again this often (invariant 1)
 
 
@@ -82,6 +97,19 @@ class PushLeading(Leading):
         if inactive is not None:
             times.append(inactive)
         return min(times, default=None)
+
+
+def sends_before_proposal(leading: Leading) -> bool:
+    """Whether `leading`'s messages go out before their DELIVERED op is proposed (invariant 5)."""
+    config = leading.entry.config
+    return (type(leading) is PushLeading and config is not None
+            and (config.flow_control or config.ack_policy is AckPolicy.none))
+
+
+def keeps_up(leading: Leading, last_seq: int) -> bool:
+    """Whether `leading` is served as messages apply (invariant 6): it sends before proposing, and at most
+    `APPLY_BACKLOG_MAX` stream sequences up to `last_seq` are left to hand out."""
+    return sends_before_proposal(leading) and last_seq - leading.leader.next_seq < APPLY_BACKLOG_MAX
 
 
 def make_leading(stream: str, entry: ConsumerEntry, now_ns: int, burst_bytes: int = 0, *,

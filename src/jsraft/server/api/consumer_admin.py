@@ -197,12 +197,18 @@ class ConsumerAdmin:
                 <= len(consumers.consumers):
             raise MaximumConsumersLimit()
         consumers.check_create(name, config)
-        proposal = await service.propose([consumers.create_op(name, config, raw, service.now_ns())])
-        applied = await service.replica.runtime.outcome(service.replica.group, proposal)
-        for refused, error in getattr(applied, "refused", ()):
-            if refused == name:
-                raise error  # invariant 2
-        return self._info(service, name, as_created=existing is None), ()
+        if existing is None:
+            service.hold(name)  # no delivery ahead of this answer (consumer_service invariant 6)
+        try:
+            proposal = await service.propose([consumers.create_op(name, config, raw, service.now_ns())])
+            applied = await service.replica.runtime.outcome(service.replica.group, proposal)
+            for refused, error in getattr(applied, "refused", ()):
+                if refused == name:
+                    raise error  # invariant 2
+            return self._info(service, name, as_created=existing is None), ()
+        finally:
+            if existing is None:
+                service.release(name)
 
     async def delete(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         service = await self._service(args)

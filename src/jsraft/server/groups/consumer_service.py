@@ -13,7 +13,8 @@ the leader raises; the task publishes them, and its timer also wakes when a paus
 Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
 invariant 2), so CONSUMER entries enter the stream log in the order they were decided, between the
 publishes. A pass proposes its ops *before* it sends any message: an ack can only follow its message's
-DELIVERED op in the log (DESIGN §7).
+DELIVERED op in the log (DESIGN §7) — but a push consumer with ack none or flow control sends as the
+pass decides (consumer_push invariant 5).
 
 Invariants:
   1. `leading` is non-empty only while `built_for` is the replica's current `StreamLeader`; every
@@ -21,15 +22,21 @@ Invariants:
      starts from the complete replicated state (consumer/delivery.py: rebuild after an election).
   2. A failed proposal drops the replica's `StreamLeader` (its in-flight view is wrong) and with it this
      service's leading state; what was sent but never committed is delivered again (at-least-once).
-  3. Nothing the client port sends is sent from inside the Raft apply path: the listener only records
-     and wakes the task, which sends (`publish` must not be called from the ready loop).
+  3. Nothing the client port sends is sent from inside the Raft apply path (the listener records and
+     wakes the task, which sends) but by a push consumer that keeps up (consumer_push invariant 6): as
+     a MSGS entry applies here, its messages go out before the entry's publishes are answered; the
+     ops wait in `_applied_ops` for the task, which proposes them ahead of its own pass's.
   4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
      message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
   5. A reader that waits for `settled()` (consumer info) sees no cursor ahead of the messages sent and
      no ack handed in before it left out: a pass decides its deliveries (moving the cursors) before its
      proposal's checkpoints and publishes them after, so `settled()` waits for the pass running now to
-     end — and for the next one when acks wait for it — before the proposal barrier. Else an info could
-     say 0 pending while those messages were unsent, and reach the client before them.
+     end — and for the next one when acks or hand-outs made as messages applied (invariant 3) wait for
+     it — before the proposal barrier. Else an info could say 0 pending while those messages were
+     unsent, and reach the client before them.
+  6. A consumer created here delivers nothing before its create is answered (`hold` .. `release`): a
+     client that subscribed first (nats-py's ordered consumer after a reset) learns the new name before
+     its messages, so its next consumer info does not ask for the old consumer.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -55,7 +62,7 @@ from jsraft.server.groups.consumer_acks import NEEDS_STATE, Ack, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_events import ConsumerEvents
 from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
-from jsraft.replica.consumer_push import PushLeading, make_leading, serve_push
+from jsraft.replica.consumer_push import PushLeading, keeps_up, make_leading, sends_before_proposal, serve_push
 from jsraft.stream import StreamLeader
 from jsraft.stream.entries import encode_consumer
 
@@ -89,6 +96,8 @@ class ConsumerService:
         self.acks_dropped = 0
         self._acks: list[Ack] = []
         self._outbox: list[Send] = []  # invariant 3: sent by the task
+        self._applied_ops: list[Op] = []  # invariant 3: decided as messages applied, proposed by the task
+        self._unanswered: set[str] = set()  # consumers whose create answer is not out yet (invariant 6)
         self._last: Proposal | None = None  # the last consumer proposal (the info barrier waits for it)
         self._passes_started = 0  # passes of the task begun, and ended (invariant 5)
         self._passes_ended = 0
@@ -132,6 +141,7 @@ class ConsumerService:
         now_ns = self.now_ns()
         self.leading = {name: self._leading_for(entry, now_ns)
                         for name, entry in adapter.consumers.entries.items() if entry.config is not None}
+        self._applied_ops.clear()  # decided by the dropped StreamLeader's bookkeeping: delivered again
         self.built_for = leader
         self.events.on_elected(self.leading, now_ns)
         self.wake()
@@ -142,6 +152,7 @@ class ConsumerService:
         self.leading = {}
         self.built_for = None
         self._acks.clear()  # not proposed: the new leader redelivers those messages (at-least-once)
+        self._applied_ops.clear()
         self.wake()
 
     def _on_applied(self, index: int, applied: ApplyResult | None) -> None:
@@ -164,7 +175,25 @@ class ConsumerService:
             self.events.on_applied(applied, consumers, self.now_ns())
             self.wake()
         elif any(len(leading.queue) or type(leading) is PushLeading for leading in self.leading.values()):
+            self._serve_applied()
             self.wake()  # new messages: a waiting pull request or a push consumer takes them (off the publish path)
+
+    def _serve_applied(self) -> None:
+        """Invariant 3's exception: the push consumers that keep up take the messages just applied."""
+        port, adapter = self.port, self.replica.adapter
+        if port is None or adapter is None or not self.active or self.replica.stopped_reason is not None:
+            return
+        last_seq, now_ns = adapter.consumers.machine.last_seq, self.now_ns()
+        for leading in self.leading.values():
+            if type(leading) is not PushLeading or not keeps_up(leading, last_seq) or leading.name in self._unanswered:
+                continue
+            try:
+                ops, sends = serve_push(leading, self.replica.store, now_ns, self._interest(leading.deliver_subject))
+            except JsraftError:  # a damaged record: left to the task's pass, which meets it and says so
+                continue
+            self._applied_ops.extend(ops)
+            for send in sends:
+                port.publish(send)
 
     def _leading_for(self, entry: Any, now_ns: int) -> Leading:
         return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0),
@@ -181,6 +210,13 @@ class ConsumerService:
         subscription's subject) matches its deliver subject."""
         return any(type(leading) is PushLeading and not leading.interest
                    and subjects.matches(subscribed, leading.deliver_subject) for leading in self.leading.values())
+
+    def hold(self, name: str) -> None:
+        self._unanswered.add(name)  # consumer `name`, created now, delivers nothing before its answer (invariant 6)
+
+    def release(self, name: str) -> None:
+        self._unanswered.discard(name)  # its create answer is going out: it may deliver (invariant 6)
+        self.wake()
 
     def restart_from_state(self, name: str) -> None:
         """Rebuild consumer `name`'s leading bookkeeping from its replicated state (after a SKIP this node
@@ -264,16 +300,22 @@ class ConsumerService:
             return
         now_ns = self.now_ns()
         self.events.expire_pauses(self.leading, now_ns)
-        ops: list[Op] = []
+        ops, self._applied_ops = self._applied_ops, []  # before this pass's: decided (and sent) earlier
         sends: list[Send] = []
         confirm: list[str] = []
         acks, self._acks = self._acks, []
         take_acks(acks, self.stream, self.leading, self.replica.store, self.events, now_ns, ops, sends, confirm)
         store = self.replica.store
         for leading in list(self.leading.values()):
+            if leading.name in self._unanswered:
+                continue  # invariant 6
             try:
                 if type(leading) is PushLeading:
                     served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))
+                    if sends_before_proposal(leading):  # consumer_push invariant 5
+                        for send in served:
+                            self.publish(send)
+                        served = []
                 else:
                     served_ops, served = serve(leading, store, now_ns, getattr(self.port, "has_reply_interest", None))
             except JsraftError as error:  # a damaged record met on the way: the repair worker sees it too
@@ -338,8 +380,9 @@ class ConsumerService:
         """Wait (a bounded while) until the pass running now ended, and the next one too when acks wait for
         it (invariant 5), then until the last consumer proposal settled: a read after it sees it all."""
         with trio.move_on_after(BARRIER_TIMEOUT_S):
-            wanted = self._passes_started + (1 if self._acks else 0)
-            if self._acks:
+            waiting = bool(self._acks or self._applied_ops)  # for the next pass to propose them
+            wanted = self._passes_started + (1 if waiting else 0)
+            if waiting:
                 self.wake()
             while self._passes_ended < wanted:
                 await self._pass_ended.wait()

@@ -243,7 +243,10 @@ def repair_scope(out_dir: str) -> list[dict[str, Any]]:
     """Each corrupted node's repair after its restart (the `repair` events `Faults` logs): it must end
     whole, never by a full reset, and a flipped bit at seq s must be repaired as the damaged range — a
     finding other than `corrupt` starting at or below s means the store was cut there and the rest of it
-    fetched again (S09, S10: NATS truncated at the first bad record; the mutant `truncate_at_corrupt`)."""
+    fetched again (S09, S10: NATS truncated at the first bad record; the mutant `truncate_at_corrupt`).
+    A finding with no range (`first_seq` 0: an `audit_mismatch`, the whole state tuple disagreeing with the
+    majority's) says nothing about where the store was cut and is not read as a cut at seq 0: an audit can
+    land between the background verifier finding the flipped record and the repair (S10 seed 2)."""
     found: list[dict[str, Any]] = []
     for event in _json_lines(os.path.join(out_dir, "faults.jsonl")):
         if event.get("kind") != "repair":
@@ -259,7 +262,7 @@ def repair_scope(out_dir: str) -> list[dict[str, Any]]:
         seq = corruption.get("seq")
         if corruption.get("what") == "flip_bits" and isinstance(seq, int):
             cut = [finding for advisory in advisories for finding in advisory.get("findings") or []
-                   if finding.get("kind") != "corrupt" and finding.get("first_seq", seq + 1) <= seq]
+                   if finding.get("kind") != "corrupt" and 1 <= finding.get("first_seq", 0) <= seq]
             if cut:
                 found.append({"node": node, "problem": f"store cut at the flipped seq {seq}", "findings": cut})
     return found

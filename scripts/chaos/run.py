@@ -4,6 +4,7 @@
     python scripts/chaos/run.py --scenario S03 --seed 1 --duration 60 [--json] [--out DIR]
     python scripts/chaos/run.py --all --seed 1            # every scenario at its documented duration
     python scripts/chaos/run.py --smoke --seed 1 --duration 20   # the CI set: S01 S02 S03 S04 S09 S10 S13
+    python scripts/chaos/run.py --scenario S03 --seed 1 --duration 120 --publishers 12   # heavier load
 
 Each run leaves `DIR/<scenario>-seed<N>/`: the history (history.jsonl, faults.jsonl, final/), node logs
 (cluster/logs/), the checker's report.json and summary.txt. Prints a summary per run and, last,
@@ -22,6 +23,13 @@ from jsraft.testing.chaos.runner import run_dir, run_scenario, used
 from jsraft.testing.chaos.scenarios import SCENARIOS, SMOKE
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     which = parser.add_mutually_exclusive_group(required=True)
@@ -32,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, help="seconds of faults per scenario (default: documented)")
     parser.add_argument("--out", default=None, help="output directory (default ./chaos-out/<time>)")
     parser.add_argument("--rate", type=float, help="publishes per second per publisher (default: workload's)")
+    parser.add_argument("--publishers", type=_positive, help="W-pub clients, pinned round-robin to the "
+                        "nodes (default 6: two per node)")
     parser.add_argument("--mutant", help="start nodes with a mutant (jsraft.testing.chaos.mutants): the run "
                         "should then FAIL")
     parser.add_argument("--json", action="store_true", help="print one JSON object per run instead of text")
@@ -51,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     for scenario_id in ids:
         for seed in seeds:
             result = run_scenario(scenario_id, seed, args.duration, out, rate=args.rate, mutant=args.mutant,
-                                  secure_links=args.secure_links)
+                                  secure_links=args.secure_links, publishers=args.publishers)
             if args.json:
                 print(json.dumps({"scenario": scenario_id, "seed": seed, "passed": result.passed,
                                   "out_dir": result.out_dir, "error": result.error,

@@ -9,6 +9,10 @@ have its slot in a block (an append used to run one sequence past its block's of
 stream app crashed with an `IndexError` on seed 746). A truncation below the damaged message (a replica
 whose stream is cut back) must take the damaged bytes with it: left before the next append, a full scan
 read them as a damaged region that hides no sequence, i.e. the delete state of everything before unknown.
+The same false "unknown" came from a repair of the damaged message before any append (session 10's walroll
+note): its record follows the damage as a natural one would, so a full scan took the damage for a lost
+TOMBSTONE; the `STORE_SYNC` written between them (it already reached the damaged sequence) now tells them
+apart. A TOMBSTONE that really is damaged must still make the delete state before it unknown.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 
 import pytest
 
+from jsraft.codec.records import FILE_HEADER_BYTES, Kind, scan_records
 from jsraft.disk import OsDisk
 from jsraft.errors import DamagedSequence
 from jsraft.store import FaultKind, StoreConfig
@@ -95,19 +100,16 @@ def test_appends_after_a_damaged_tail_are_served_repaired_and_survive_reopen(tmp
     state = assert_consistent(store)
     assert state.msgs == COUNT + EXTRA
     store.close()
-    # Repaired first, the record of COUNT follows the damage as the next natural record would: a full scan
-    # cannot tell the damage from a lost TOMBSTONE and reports the delete state before it unknown (a
-    # conservative fault, settled by a peer). Repaired after the appends, it fills the gap the damage left.
-    scanned = [(1, COUNT - 1, FaultKind.tombstone)] if repair_first else []
+    # Repaired first, the record of COUNT follows the damage where the next natural record would; the
+    # STORE_SYNC between them already reached COUNT, so the full scan knows the damage hid COUNT (not a
+    # TOMBSTONE) and the repair record fills it. Repaired after the appends, it fills the gap the damage left.
     for remove_index in (False, True):
         if remove_index:
             os.remove(os.path.join(root, "index"))
         again = FileStore.open(OsDisk(root), config)
-        faults = scanned if remove_index else []
-        assert [(f.first, f.last, f.kind) for f in again.faults()] == faults
+        assert [(f.first, f.last, f.kind) for f in again.faults()] == [], remove_index
         _assert_slots_whole(again)
-        unknown = frozenset(seq for lo, hi, _ in faults for seq in range(lo, hi + 1))
-        _assert_serves(again, range(1, COUNT + EXTRA + 1), unknown)
+        _assert_serves(again, range(1, COUNT + EXTRA + 1))
         assert again.state() == state
         again.close()
 
@@ -153,3 +155,61 @@ def test_a_truncation_below_the_damaged_tail_cuts_the_damage_too(tmp_path):
         _assert_serves(again, range(1, COUNT + EXTRA + 1))
         assert again.state() == state
         again.close()
+
+
+def _reopened_both_ways(root: str, config: StoreConfig):
+    """The store reopened from its index, then from a full scan of every record (no index)."""
+    for use_index in (True, False):
+        again = FileStore.open(OsDisk(root), config, use_index=use_index)
+        yield use_index, again
+        again.close()
+
+
+def test_a_tail_repair_before_any_append_leaves_the_delete_state_known(tmp_path):
+    root = str(tmp_path / "s")
+    store, config = _damaged_tail(root)
+    assert store.delete(7)
+    store.repair(*_msg(COUNT))
+    assert store.faults() == []
+    state = assert_consistent(store)
+    store.close()
+    for use_index, again in _reopened_both_ways(root, config):
+        assert [(f.first, f.last, f.kind) for f in again.faults()] == [], use_index
+        assert again.deleted_ranges(1, COUNT) == [(7, 7)], use_index
+        _assert_serves(again, [seq for seq in range(1, COUNT + 1) if seq != 7])
+        _assert_slots_whole(again)
+        assert again.state() == state
+    # Appends after the reopen (the replica goes on) keep it that way.
+    again = FileStore.open(OsDisk(root), config, use_index=False)
+    again.append_batch([_msg(seq) for seq in range(COUNT + 1, COUNT + EXTRA + 1)])
+    state = assert_consistent(again)
+    again.close()
+    for use_index, again in _reopened_both_ways(root, config):
+        assert again.faults() == [] and again.state() == state, use_index
+        assert again.deleted_ranges(1, COUNT + EXTRA) == [(7, 7)]
+
+
+def test_a_damaged_tombstone_still_makes_the_delete_state_before_it_unknown(tmp_path):
+    """The control: damage that hides no sequence before the next natural record may be a lost delete."""
+    root = str(tmp_path / "s")
+    config = StoreConfig(name="S")
+    store = FileStore.open(OsDisk(root), config)
+    store.append_batch([_msg(seq) for seq in range(1, COUNT + 1)])
+    assert store.delete(7)
+    store.sync()
+    store.append_batch([_msg(COUNT + 1)])
+    number = store.newest().number
+    store.close()
+    os.remove(os.path.join(root, "index"))
+    path = os.path.join(root, block_name(number))
+    with open(path, "rb") as handle:
+        buffer = handle.read()
+    tombstone = next(v for v in scan_records(buffer, FILE_HEADER_BYTES).records if v.kind == Kind.TOMBSTONE)
+    with open(path, "r+b") as handle:
+        handle.seek(tombstone.offset + tombstone.length - 3)
+        handle.write(bytes([buffer[tombstone.offset + tombstone.length - 3] ^ 0x10]))
+    again = FileStore.open(OsDisk(root), config, use_index=False)
+    assert [(f.first, f.last, f.kind) for f in again.faults()] == [(1, COUNT, FaultKind.tombstone)]
+    with pytest.raises(DamagedSequence):
+        again.deleted_ranges(1, COUNT + 1)
+    again.close()

@@ -29,6 +29,11 @@ Invariants:
      so a block that ended below the store's last sequence took the next message one slot early and
      covered one sequence more than its offsets hold (the simulator's `IndexError`, stream seed 746).
      A newest block holding no slot starts after the gap instead of holding one per gap sequence.
+  7. A natural record always lies above every `STORE_SYNC` before it (a sync records `last_seq`, appends
+     go above it), so a message record at or below one is a repair's: it first makes the sequences the
+     sync covered a gap, then fills its own (`claim_synced`). Without this, the newest message damaged and
+     repaired before any append read as damage that hid no sequence — the delete state of everything
+     before it "unknown" at the next full scan (a false `tombstone` fault a peer had to settle).
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ class _Rebuild:
 
     def message(self, block: Block, view: RecordView, buffer: bytes) -> None:
         seq = view.ident_a
+        if self.covered < seq <= self.max_sync:
+            self.claim_synced(block)
         if seq <= self.covered:
             self.repair_record(block, view, buffer)
             return
@@ -137,6 +144,14 @@ class _Rebuild:
         self.gaps = _remove_from_gaps(self.gaps, seq)
         store.moved[seq] = (block.number, view.offset, view.length, crc)
         store.account_add(seq, subject, msg_size(len(subject.encode()), headers_len, payload_len), crc)
+
+    def claim_synced(self, block: Block) -> None:
+        """A message record at or below what an earlier `STORE_SYNC` reached is a repair record (invariant 7):
+        the sequences that sync covered and no natural record placed were hidden by the damage before it
+        (or lost), a gap like any other — not a damaged region that hid nothing, a possible lost TOMBSTONE."""
+        self.place(block, self.max_sync + 1)
+        self.covered = self.max_sync
+        self.store.last_seq = max(self.store.last_seq, self.covered)
 
     def _in_gap(self, seq: int) -> bool:
         return any(lo <= seq <= hi for lo, hi, _ in self.gaps)

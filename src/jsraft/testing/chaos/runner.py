@@ -70,10 +70,13 @@ def used(out_dir: str) -> bool:
 
 
 def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root: str, *,
-                 rate: float | None = None, mutant: str | None = None, secure_links: bool = False) -> RunResult:
+                 rate: float | None = None, mutant: str | None = None, secure_links: bool = False,
+                 publishers: int | None = None) -> RunResult:
     """One scenario run. `secure_links`: the nodes' links use mutual TLS (a CA and a certificate made for
     the run under `<out>/pki`) and prove a shared cluster secret, and clients must authenticate, as in a
-    production cluster."""
+    production cluster. `publishers`: W-pub clients (default `workloads.PUBLISHERS`), pinned round-robin."""
+    if publishers is not None and publishers < 1:
+        raise ValueError(f"publishers must be at least 1, not {publishers}")
     scenario = SCENARIOS[scenario_id]
     duration = scenario.duration_s if duration_s is None else duration_s
     out_dir = run_dir(out_root, scenario_id, seed)
@@ -85,7 +88,8 @@ def run_scenario(scenario_id: str, seed: int, duration_s: float | None, out_root
     started = time.monotonic()
     try:
         config = secure_config(os.path.join(out_dir, "pki")) if secure_links else NODE_CONFIG
-        error = asyncio.run(_run(scenario, seed, duration, out_dir, rate=rate, mutant=mutant, config=config))
+        error = asyncio.run(_run(scenario, seed, duration, out_dir, rate=rate, mutant=mutant, config=config,
+                                 publishers=publishers))
     except KeyboardInterrupt:
         raise
     except Exception as exc:  # the run broke: record why; the verdict is then a failure
@@ -128,7 +132,7 @@ def secure_config(pki_dir: str) -> dict[str, Any]:
 
 
 async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, rate: float | None,
-               mutant: str | None, config: dict[str, Any]) -> str | None:
+               mutant: str | None, config: dict[str, Any], publishers: int | None = None) -> str | None:
     """One run; returns why the scenario itself could not finish (it still heals, and the final phase
     and the checker still run, so a stuck cluster is judged too), or None."""
     from jsraft.testing.chaos.cluster import ChaosCluster
@@ -150,9 +154,12 @@ async def _run(scenario: Scenario, seed: int, duration: float, out_dir: str, *, 
         faults = Faults(cluster, network, rng, writer.fault, corrupted_node=rng.choice(list(cluster.names)))
         if scenario.corrupts:
             await faults.remember(faults.corrupted_node)
-        workload = Workload(seed=seed, **({"rate": rate} if rate else {}))
+        workload = Workload(seed=seed, **({"rate": rate} if rate else {}),
+                            **({"publishers": publishers} if publishers else {}))
         await workload.start(cluster, writer)
-        writer.fault("scenario", "start", list(cluster.names), {"id": scenario.id, "duration_s": duration})
+        writer.fault("scenario", "start", list(cluster.names),
+                     {"id": scenario.id, "duration_s": duration, "publishers": workload.publishers,
+                      "publish_per_s": workload.rates.publish_per_s})
         heal_t = None
         scenario_error: str | None = None
         try:
@@ -236,7 +243,10 @@ def repair_scope(out_dir: str) -> list[dict[str, Any]]:
     """Each corrupted node's repair after its restart (the `repair` events `Faults` logs): it must end
     whole, never by a full reset, and a flipped bit at seq s must be repaired as the damaged range — a
     finding other than `corrupt` starting at or below s means the store was cut there and the rest of it
-    fetched again (S09, S10: NATS truncated at the first bad record; the mutant `truncate_at_corrupt`)."""
+    fetched again (S09, S10: NATS truncated at the first bad record; the mutant `truncate_at_corrupt`).
+    A finding with no range (`first_seq` 0: an `audit_mismatch`, the whole state tuple disagreeing with the
+    majority's) says nothing about where the store was cut and is not read as a cut at seq 0: an audit can
+    land between the background verifier finding the flipped record and the repair (S10 seed 2)."""
     found: list[dict[str, Any]] = []
     for event in _json_lines(os.path.join(out_dir, "faults.jsonl")):
         if event.get("kind") != "repair":
@@ -252,7 +262,7 @@ def repair_scope(out_dir: str) -> list[dict[str, Any]]:
         seq = corruption.get("seq")
         if corruption.get("what") == "flip_bits" and isinstance(seq, int):
             cut = [finding for advisory in advisories for finding in advisory.get("findings") or []
-                   if finding.get("kind") != "corrupt" and finding.get("first_seq", seq + 1) <= seq]
+                   if finding.get("kind") != "corrupt" and 1 <= finding.get("first_seq", 0) <= seq]
             if cut:
                 found.append({"node": node, "problem": f"store cut at the flipped seq {seq}", "findings": cut})
     return found
@@ -272,6 +282,9 @@ def _summary(scenario: Scenario, seed: int, duration: float, out_dir: str, repor
              f"  output: {out_dir}"]
     if error:
         lines.append(f"  run failed: {error}")
+    load = _load(out_dir)
+    if load:
+        lines.append(f"  load: {load}")
     faults = _fault_counts(out_dir)
     if faults:
         lines.append("  faults: " + ", ".join(f"{kind} {n}" for kind, n in sorted(faults.items())))
@@ -297,17 +310,32 @@ def _summary(scenario: Scenario, seed: int, duration: float, out_dir: str, repor
     return "\n".join(lines)
 
 
-def _fault_counts(out_dir: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
+def _fault_events(out_dir: str) -> list[dict[str, Any]]:
     path = os.path.join(out_dir, "faults.jsonl")
     if not os.path.exists(path):
-        return counts
+        return []
+    events = []
     with open(path) as f:
         for line in f:
             try:
-                event = json.loads(line)
+                events.append(json.loads(line))
             except ValueError:
                 continue
-            if event.get("phase") in ("start", "instant") and event.get("kind") not in ("scenario", "heal"):
-                counts[event["kind"]] = counts.get(event["kind"], 0) + 1
+    return events
+
+
+def _fault_counts(out_dir: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for event in _fault_events(out_dir):
+        if event.get("phase") in ("start", "instant") and event.get("kind") not in ("scenario", "heal"):
+            counts[event["kind"]] = counts.get(event["kind"], 0) + 1
     return counts
+
+
+def _load(out_dir: str) -> str | None:
+    """The workload the run had, from its scenario start event: `12 publishers x 10/s`."""
+    for event in _fault_events(out_dir):
+        detail = event.get("detail") or {}
+        if event.get("kind") == "scenario" and event.get("phase") == "start" and "publishers" in detail:
+            return f"{detail['publishers']} publishers x {detail.get('publish_per_s')}/s"
+    return None

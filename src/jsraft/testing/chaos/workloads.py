@@ -62,6 +62,9 @@ class Rates:
     payload_bytes_max: int = 4096
 
 
+PUBLISHERS = 6  # W-pub clients by default: two pinned to each node of three
+
+
 def consumer_names(count: int = 3) -> list[str]:
     return [f"C{i}" for i in range(count)]
 
@@ -153,7 +156,7 @@ class Workload:
     """W-pub + W-cons + W-meta against a cluster with `names`, `client_url(name)`."""
 
     def __init__(self, *, seed: int = 0, rate: float | None = None, rates: Rates | dict[str, Any] | None = None,
-                 stream: str = STREAM, publishers: int = 6, consumers: int = 3, meta: bool = True,
+                 stream: str = STREAM, publishers: int = PUBLISHERS, consumers: int = 3, meta: bool = True,
                  duration_s: float = DURATION_MAX_S) -> None:
         self.seed, self.stream, self.duration_s = seed, stream, min(duration_s, DURATION_MAX_S)
         self.rates = _rates(rates, rate)

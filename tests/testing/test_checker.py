@@ -221,6 +221,17 @@ def test_clean_history_is_valid(tmp_path: Path) -> None:
     assert gap["length_s"] == 10.0 and {"kind": "kill", "nodes": ["n2"]} in gap["faults"]
 
 
+def test_an_instant_repair_event_reports_its_measured_seconds_not_a_zero_window(tmp_path: Path) -> None:
+    # The chaos runner logs a corrupted node's repair as one instant event whose detail carries the time
+    # from its restart to whole (`testing/chaos/faults.py`, `_observe_repair`); its zero-length window
+    # used to be read as a repair of 0.0 s.
+    h = Hist()
+    h.faults.append({"t": 7.0, "kind": "repair", "phase": "instant", "nodes": ["n3"],
+                     "detail": {"whole": True, "seconds": 2.25}})
+    assert judge(h, tmp_path)["repair_times"] == [
+        {"kind": "repair", "nodes": ["n2"], "repair_s": 0.5}, {"kind": "repair", "nodes": ["n3"], "repair_s": 2.25}]
+
+
 def test_corrupted_node_that_is_still_repairing_and_not_leading_is_excused(tmp_path: Path) -> None:
     h = Hist()
     h.corrupted, h.repairing = ["n3"], {"n3"}

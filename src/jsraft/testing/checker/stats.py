@@ -11,7 +11,9 @@ Invariants:
      to the next "end" of the same kind and nodes (to the end of the history if none); an "instant"
      fault's window is its own time.
   3. Repair times come from faults.jsonl: "start"/"end" pairs of kinds containing "repair", and any
-     fault detail carrying "repair_s".
+     fault detail carrying a measured duration — "repair_s", or an instant repair event's "seconds" (the
+     chaos runner's `repair` event: restart to whole). An instant event's own zero-length window is
+     never a repair time (it read as 0.0 for every corrupted node before session 11).
 
 Imports: stdlib, jsraft.testing.checker.facts.
 """
@@ -55,13 +57,15 @@ def fault_windows(facts: Facts) -> list[dict[str, Any]]:
             continue
         key = (f.kind, f.nodes)
         if f.phase == "instant":
-            windows.append({"kind": f.kind, "nodes": list(f.nodes), "start": f.t, "end": f.t})
+            windows.append({"kind": f.kind, "nodes": list(f.nodes), "start": f.t, "end": f.t, "instant": True})
         elif f.phase == "start":
             open_.setdefault(key, []).append(f.t)
         elif open_.get(key):
-            windows.append({"kind": f.kind, "nodes": list(f.nodes), "start": open_[key].pop(0), "end": f.t})
+            windows.append({"kind": f.kind, "nodes": list(f.nodes), "start": open_[key].pop(0), "end": f.t,
+                            "instant": False})
     for (kind, nodes), starts in open_.items():
-        windows += [{"kind": kind, "nodes": list(nodes), "start": t, "end": math.inf} for t in starts]
+        windows += [{"kind": kind, "nodes": list(nodes), "start": t, "end": math.inf, "instant": False}
+                    for t in starts]
     return sorted(windows, key=lambda w: w["start"])
 
 
@@ -86,7 +90,12 @@ def availability(facts: Facts) -> dict[str, Any]:
 
 def repair_times(facts: Facts) -> list[dict[str, Any]]:
     out = [{"kind": w["kind"], "nodes": w["nodes"], "repair_s": round(w["end"] - w["start"], 3)}
-           for w in fault_windows(facts) if "repair" in w["kind"] and w["end"] != math.inf]
-    out += [{"kind": f.kind, "nodes": list(f.nodes), "repair_s": f.detail["repair_s"]}
-            for f in facts.history.faults if isinstance(f.detail.get("repair_s"), (int, float))]
+           for w in fault_windows(facts)
+           if "repair" in w["kind"] and w["end"] != math.inf and not w["instant"]]
+    for f in facts.history.faults:
+        measured = f.detail.get("repair_s")
+        if measured is None and f.phase == "instant" and "repair" in f.kind:
+            measured = f.detail.get("seconds")
+        if isinstance(measured, (int, float)) and not isinstance(measured, bool):
+            out.append({"kind": f.kind, "nodes": list(f.nodes), "repair_s": measured})
     return out

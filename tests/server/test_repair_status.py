@@ -139,3 +139,32 @@ async def test_a_replica_an_audit_outvoted_shows_drifted_until_its_resync(tmp_pa
             await cluster.wait_until(agreed_again, 20, what="agreeing at the audit after the repair")
             (repaired,) = repaired_of(cluster, follower)
             assert repaired["fetched_msgs"] == 1
+
+
+
+async def test_a_fault_the_store_found_shows_repairing_before_any_repair_began(tmp_path):
+    """A bit flips in a running follower's sealed block; the store's verifying scan (what the background
+    verifier runs) finds it. From that moment, before the replica's repair has even looked, its own health
+    (what /healthz, /jsz and the metrics show) is `repairing`, not `current` (issue #14: monitoring shows
+    repairing wherever it is) — the test asserts with no scheduling point between the scan and the check.
+    Then the repair runs as usual and the follower ends identical to the others."""
+    async with trio.open_nursery() as nursery:
+        async with start(nursery, tmp_path) as cluster:
+            _, acked, leader, follower = await setup_stream(cluster, 1500)
+            live = replica(cluster, follower)
+            assert str(live.repair.health()) == "current"
+            middle = live.store.blocks[len(live.store.blocks) // 2]
+            target = (middle.first_seq + middle.last_seq) // 2
+            block, offset, length, _ = live.store.locate(target)
+            with open(os.path.join(msgs_dir(cluster, follower), block_name(block.number)), "r+b") as handle:
+                handle.seek(offset + length - 20)
+                byte = handle.read(1)[0]
+                handle.seek(offset + length - 20)
+                handle.write(bytes([byte ^ 0x08]))
+            assert (target, target, "corrupt") in [(f.first, f.last, str(f.kind)) for f in live.store.scan()]
+            assert str(live.repair.health()) == "repairing"
+            last = max(acked.values())
+            await cluster.wait_until(lambda: converged(cluster, last) and not live.store.faults(), 30,
+                                     what="repaired and converged")
+            await cluster.wait_until(lambda: str(live.repair.health()) == "current", 20, what="current again")
+            check_identical(cluster, acked)

@@ -23,8 +23,8 @@ Invariants:
      bounces the leadership back). At most once per election timeout — unless its memory store lost its
      messages: then `memory_stream` rule 5 decides. A replica stopped by a consumer this node cannot run
      (`stream_replica` invariant 6) cannot serve either: the leadership goes to a node that can run it.
-  6. `health()` says repairing while the store or the Raft log is repairing: monitoring never shows a
-     replica as current whose log is short of what it acknowledged.
+  6. `health()` says repairing while the store or the Raft log is repairing or the store holds a fault no
+     repair cleared: monitoring never calls current a replica short of what it acked or with unreadable msgs.
   5. A drift episode yields exactly one `stream_drift` and one `stream_drift_repaired` advisory from this
      node, whatever number of tries it took. An episode that began with a memory store emptied by a
      restart (`FindingKind.memory_lost`) yields neither: that is memory storage, not damage.
@@ -380,7 +380,7 @@ class RepairWorker:
         health = replica.machine.health if replica.machine is not None else Health.repairing
         if health is Health.current:
             try:
-                if replica.runtime.status(replica.group).raft.repairing:
+                if replica.runtime.status(replica.group).raft.repairing or replica.store.faults():
                     return Health.repairing
             except JsraftError:
                 pass

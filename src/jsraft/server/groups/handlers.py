@@ -13,6 +13,9 @@ Invariants:
      (rpc invariant 4): the caller's router retries at the hinted leader.
   2. Nothing here changes replicated state except through a Raft proposal (meta or stream):
      `stream.resync` only makes this replica distrust, and then repair, its own store.
+  3. A method that awaits after finding its replica looks again before reading the store: a replica
+     closed meanwhile answers `StreamNotFound` if a delete closed it, `NotLeader` otherwise, never
+     `StoreClosed` (a `stream_info` racing the stream's delete).
 
 Imports: stdlib, L0, L1, L3, L4 (`raft` errors through `runtime`), trio, server siblings.
 """
@@ -27,6 +30,7 @@ import trio
 from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.jsapi import validate_stream_name
 from jsraft.meta import StreamAssignment
+from jsraft.raft.errors import NotLeader
 from jsraft.server.groups.stream_audit import report_from_json
 from jsraft.server.groups.repair_serve import leader_snapshot, serve_catchup_request
 from jsraft.server.groups import stream_handover
@@ -156,6 +160,9 @@ class Handlers:
         async with trio.open_nursery() as nursery:
             for peer in assignment.peers:
                 nursery.start_soon(ask, peer)
+        if replica.closed or self.local.replicas.get(replica.name) is not replica:  # invariant 3
+            self.local.meta.stream(replica.name)  # `StreamNotFound` when a delete closed it meanwhile
+            raise NotLeader(None)  # stopped or replaced while it asked: whoever leads now answers
         state = replica.store.state()
         commit_index = self._status(replica.group).raft.commit_index
         return {

@@ -22,6 +22,7 @@ import pytest
 import trio
 import trio.testing
 from test_cluster import ELECTION_TICKS, TICK_MS, publish_all
+from test_server_readmit import all_seen
 
 from jsraft.disk import OsDisk
 from jsraft.errors import StoreClosed, StreamNotFound
@@ -183,7 +184,10 @@ async def test_restarting_every_node_restores_meta_from_snapshot_and_tail(tmp_pa
             await add_stream(js, name="DEAD", subjects=["dead.>"], num_replicas=3)
             await add_stream(js, name="TAIL", subjects=["tail.>"], num_replicas=2)  # likely after the snapshot
             await js.delete_stream("DEAD")
-            await cluster.wait_until(lambda: metas_agree(cluster), 20, what="equal meta states")
+            # The membership duty records each member's storage UUID (`Seen`) on its own schedule: a state
+            # caught before the last of them would differ from the one after the restart by that record.
+            await cluster.wait_until(lambda: metas_agree(cluster) and all_seen(cluster), 20,
+                                     what="equal meta states holding every member's storage")
             digest, names = cluster.meta("n1").digest(), cluster.meta("n1").names()
             assert names == ["KEEP", "TAIL"]
             for name in cluster.names:

@@ -40,6 +40,16 @@ def test_fixed_meta_seeds_pass_with_all_faults() -> None:
     assert batch.passed == len(SEEDS) and batch.steps >= len(SEEDS) * configs[0].steps
 
 
+def test_a_vote_forgotten_with_the_whole_hard_state_is_fenced_by_the_node_record() -> None:
+    # Seed 866 (`--faults all` with lost-vote, session 11): n3 votes for n2 in term 9, then loses both
+    # hard-state slots and the segment holding the newest hard-state record; recovery fenced it only through
+    # the log's highest term (8), so it acknowledged term-8 entries that n2, leading term 9 with that vote,
+    # never had (`leader-completeness`). The node record's vote-term ceiling now fences a damaged restore
+    # too (`replica.restore`, decision 3).
+    result = run_seed(config_for(866, app="meta"))
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
 def test_a_meta_run_does_meta_work() -> None:
     result = run_seed(config_for(1, app="meta"))
     assert result.ok, f"[{result.invariant}] {result.detail}"

@@ -7,6 +7,8 @@ machine to the snapshot the WAL holds.
 Decisions:
   1. The WAL holds something (a snapshot, entries, faulty records or a non-initial hard state): restart
      from it. The WAL's findings (`Recovered.reasons`) become `repair_reasons` when it says repairing.
+     With damage findings (a hard state lost or rolled back: its vote unknown) the node record's
+     vote-term ceiling fences it as in decision 3, not only the terms its log still shows.
   2. The WAL is empty and the group marker is absent: never durably started. With `voters`, an initial
      member bootstraps the group (`RestoredState.bootstrap`); without, a blank member waits to be added.
   3. The WAL is empty but the marker exists (or the state machine holds applied state): this member lost
@@ -87,8 +89,10 @@ def restored_state(recovered: Recovered, applied: int, *, voters: Sequence[str] 
     snapshot_index = meta.index if meta is not None else 0
     hard_state = recovered.hard_state
     query_voters = None
-    if empty and vote_ceiling > hard_state.vote_fence_term:
+    if (empty or recovered.damage_findings()) and vote_ceiling > hard_state.vote_fence_term:
         # Decision 3 with the node record's ceiling (`runtime.group_record` decision 7): no vote up to it.
+        # Damage too: a hard state lost or rolled back with its newest segment says nothing of a vote
+        # above the log's terms (sim meta seed 866: a vote in 9 forgotten, fenced only through 8).
         hard_state = attrs.evolve(hard_state, vote_fence_term=vote_ceiling)
     elif empty:
         # Decision 3 with no ceiling (`runtime.group_record` decision 8): ask every voter for the term.

@@ -134,6 +134,27 @@ def test_a_damaged_message_the_group_purged_since_is_cut_off_not_resynced_foreve
     assert session.result.fetched_msgs == 0
 
 
+def test_an_expiry_a_fault_stopped_runs_again_once_the_fault_is_gone(mem_maker, file_maker):
+    # Found by the simulator (`--app consumer --faults all` seed 965): expiry never crosses a fault, so the
+    # damaged replica kept the messages above it; the group then deleted the damaged sequence, the fault
+    # went with it, and the replica vouched at the next audit for a store still holding messages the log
+    # had expired (machine invariant 6).
+    group = Group({"leader": make_machine(mem_maker), "follower": make_machine(file_maker)}, "leader")
+    for i in range(20):
+        group.publish([pub("orders.new", f"payload-{i}".encode())], NOW + i * 1_000_000_000)
+    target = 5
+    _flip_a_byte_of(file_maker, group, target)
+    leader, follower = group.machines["leader"], group.machines["follower"]
+    group.commit(entries.encode_expire(NOW + 14 * 1_000_000_000 + 1, 16))  # seqs 1..15 are older
+    assert leader.store.state().first_seq == 16 and leader.store.state().msgs == 5
+    assert follower.store.state().msgs == 15  # stopped at the fault: 6..15 kept for now
+    group.commit(entries.encode_delete(target))  # the group removes the damaged sequence
+    assert not follower.store.faults()
+    assert follower.store.state().agreement_key() == leader.store.state().agreement_key()
+    group.commit(entries.encode_audit(1))
+    assert follower.audit_report(group.index).agreement_key() == leader.audit_report(group.index).agreement_key()
+
+
 def test_store_ahead_of_the_log_is_truncated_back(mem_maker, maker):
     group = _pair(mem_maker, maker, count=300)
     follower = group.machines["follower"]

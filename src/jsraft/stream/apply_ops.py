@@ -166,6 +166,25 @@ def expire_bounded(store: StreamStore, store_last_seq: int, cutoff_ns: int, up_t
     return store.expire(min(cutoff_ns, barrier))
 
 
+def expire_entry(store: StreamStore, store_last_seq: int, cutoff_ns: int,
+                 up_to_seq: int) -> tuple[int, tuple[int, int] | None]:
+    """An EXPIRE entry: the messages removed, and the expiry owed while a fault below the bound may have
+    stopped it (expiry never crosses one, `fs_ops.first_not_expired`; machine invariant 6)."""
+    removed = expire_bounded(store, store_last_seq, cutoff_ns, up_to_seq)
+    return removed, ((cutoff_ns, up_to_seq) if any(f.first < up_to_seq for f in store.faults()) else None)
+
+
+def settle_owed_expire(store: StreamStore, store_last_seq: int, owed: tuple[int, int]) -> tuple[int, int] | None:
+    """Run an owed expiry again once no fault is left below its bound; what is still owed (or None).
+
+    Exact: a leader never decides a timestamp below the last one (`StreamLeader.decide`), so every live
+    message below the bound older than the cut-off is one the group's expiry removed when it applied."""
+    if any(f.first < owed[1] for f in store.faults()):
+        return owed
+    expire_bounded(store, store_last_seq, *owed)
+    return None
+
+
 def content_crc(seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> int:
     """The CRC of a message's canonical `MSG` record: what the store's digest is built on."""
     return encode_message(seq, timestamp_ns, subject.encode(), headers, payload)[1]

@@ -21,6 +21,7 @@ Invariants:
   4. While not `current` the store is not mutated by entries: a repair (`catchup.CatchupSession`) brings
      it to a snapshot's state and `finish_repair` makes the replica current again.
   5. No clock: every time is an entry's timestamp or cut-off, decided by the leader.
+  6. An expiry a store fault stopped is owed; it runs again once no fault is left below its bound.
 
 Lifecycle (what the runtime does):
   - start: `StreamStateMachine(store, config, raw)`; with a local Raft snapshot, `restore(data,
@@ -31,7 +32,6 @@ Lifecycle (what the runtime does):
     `mark_drifted` first): `plan = restore(data)`, then `CatchupSession(...).start(plan)` and its requests
     until done; entries after the snapshot's index apply as usual meanwhile only once it is done.
   - every AUDIT applied: send `ApplyResult.audit` to the leader, which judges with `audit.judge_audit`.
-
 Imports: L0, L1 (`jsapi`), L2 (`store`), `stream.*` below it. Reference: DESIGN.md §2, §6, §8.
 """
 
@@ -75,8 +75,8 @@ class StreamStateMachine:
         self.last_seq = 0  # the stream's last sequence as the log says at `applied_index`
         self.last_msg_id = ""  # of the last applied message ("" when it had none): Nats-Expected-Last-Msg-Id
         self.last_timestamp_ns = 0
-        self.last_audit_id = 0
-        self.last_expire_cutoff_ns = 0
+        self.last_audit_id = self.last_expire_cutoff_ns = 0
+        self._expire_owed: tuple[int, int] | None = None  # (cut-off, bound) of a stopped expiry (invariant 6)
         self.dedupe = DedupeWindow(config.duplicate_window)
         self.health = Health.current
         self.findings: list[Finding] = []
@@ -100,9 +100,10 @@ class StreamStateMachine:
             # Every replica holds the same committed bytes and refuses them alike: report, do not crash.
             self.applied_index = index
             return ApplyResult(index, None, error=ApiError.from_error(error))
-        handler = _HANDLERS[entry.kind]
-        result = handler(self, index, entry)
+        result = _HANDLERS[entry.kind](self, index, entry)
         self.applied_index = index
+        if self._expire_owed is not None and self.health is Health.current:  # invariant 6
+            self._expire_owed = apply_ops.settle_owed_expire(self.store, self._store_last_seq, self._expire_owed)
         return result
 
     def _apply_msgs(self, index: int, batch: MsgsBatch) -> ApplyResult:
@@ -215,7 +216,8 @@ class StreamStateMachine:
         self.last_expire_cutoff_ns = max(self.last_expire_cutoff_ns, entry.cutoff_ns)
         if self.health is not Health.current:
             return ApplyResult(index, EntryKind.EXPIRE)
-        removed = apply_ops.expire_bounded(self.store, self._store_last_seq, entry.cutoff_ns, entry.up_to_seq)
+        removed, self._expire_owed = apply_ops.expire_entry(self.store, self._store_last_seq, entry.cutoff_ns,
+                                                            entry.up_to_seq)
         return ApplyResult(index, EntryKind.EXPIRE, removed=removed)
 
     def _apply_config(self, index: int, entry: ConfigEntry) -> ApplyResult:
@@ -325,7 +327,7 @@ class StreamStateMachine:
         self.last_msg_id, self.last_timestamp_ns = snapshot.last_msg_id, snapshot.last_timestamp_ns
         self.last_audit_id = snapshot.last_audit_id
         self.dedupe = DedupeWindow.from_items(config.duplicate_window, snapshot.dedupe)
-        self.snapshot_extra = snapshot.extra
+        self.snapshot_extra, self._expire_owed = snapshot.extra, None  # the snapshot's state is the truth
         if recovering:  # the store may be ahead: the replay applies limits at their entries (invariant 2)
             self.store.update_config(store_config_for(config, self.store.config), enforce_limits=False)
         plan = self.plan_against(snapshot.group, store_may_be_ahead=recovering)
@@ -366,12 +368,10 @@ class StreamStateMachine:
         self.health = Health.current
 
     def finish_recovery(self) -> list[Finding]:
-        """The WAL replay after a restart is done: apply the last rows of the reactions table.
-
-        A store still ahead of the log is truncated back to it (DESIGN §8: those messages came from
-        entries this replica no longer holds; the log re-delivers them). Returns what was found; the
-        runtime should ask the leader for an AUDIT now, which settles the rest (digest, head).
-        """
+        """The WAL replay after a restart is done: apply the last rows of the reactions table. A store
+        still ahead of the log is truncated back to it (DESIGN §8: those messages came from entries this
+        replica no longer holds; the log re-delivers them). Returns what was found; the runtime should ask
+        the leader for an AUDIT now, which settles the rest (digest, head)."""
         self.replaying = False
         if self.health is not Health.current:
             return []

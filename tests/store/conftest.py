@@ -17,7 +17,9 @@ from jsraft.errors import StoreClosed
 from jsraft.store.base import StoreConfig, StreamStore
 from jsraft.store.memstore import MemStore
 
-STORE_KINDS = ["mem", "file"]
+# "file-bg": a FileStore whose block rolls sync on the store-roll thread, as in the running node
+# (store/fs_append.py invariant 3): the whole suite holds for it too.
+STORE_KINDS = ["mem", "file", "file-bg"]
 
 
 def as_config(config: StoreConfig | dict | None) -> StoreConfig | None:
@@ -70,9 +72,11 @@ class StoreKit:
     def _open_file(self, path: Path, config: StoreConfig | None) -> StreamStore:
         # Imported here, not at module level, so the mem parameter runs while FileStore is being written.
         from jsraft.disk import OsDisk
+        from jsraft.runtime.workers import store_jobs
         from jsraft.store.filestore import FileStore
 
-        return FileStore.open(OsDisk(str(path)), config)
+        return FileStore.open(OsDisk(str(path)), config,
+                              background=store_jobs().submit if self.kind == "file-bg" else None)
 
     def close_all(self) -> None:
         for store in self._opened:

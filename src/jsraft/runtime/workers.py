@@ -19,6 +19,11 @@ Invariants:
      checkpoint.
   3. Whatever the call raises (`BaseException` included) is raised in the caller; the thread goes on.
   4. After `close()` no call is accepted (`RuntimeError`) and every thread ends once idle.
+  5. `store_jobs()` is one process-wide `BackgroundJobs` thread for the stores' deferred block rolls
+     (store/fs_append.py invariant 3): its jobs run one at a time in submission order, and `submit`
+     returns the blocking wait the store calls before anything that vouches for the job's work. It is
+     not a trio hand-off: the store is synchronous, and it waits (rarely: a snapshot, the next roll)
+     only for a job that has not finished.
 
 Imports: stdlib, trio. Reference: trio `to_thread.run_sync`, `lowlevel.TrioToken.run_sync_soon`.
 """
@@ -113,6 +118,45 @@ class WorkerThreads:
         idle, self._idle = self._idle, []
         for worker in idle:
             worker.calls.put(_STOP)
+
+
+class BackgroundJobs:
+    """One daemon thread running submitted jobs in order (invariant 5); thread-safe `submit`."""
+
+    def __init__(self, name: str) -> None:
+        self._thread = _Thread(name)
+
+    def submit(self, job: Callable[[], None]) -> Callable[[], None]:
+        """Queue `job`; return a call that waits for it and raises what it raised."""
+        done = threading.Event()
+        box: list[BaseException | None] = [None]
+
+        def call() -> None:
+            try:
+                job()
+            except BaseException as error:  # handed to the waiter, the thread goes on
+                box[0] = error
+
+        def wait() -> None:
+            done.wait()
+            if box[0] is not None:
+                raise box[0]
+
+        self._thread.calls.put((call, done.set))
+        return wait
+
+
+_store_jobs: BackgroundJobs | None = None
+_store_jobs_lock = threading.Lock()
+
+
+def store_jobs() -> BackgroundJobs:
+    """The process's thread for the stores' deferred block rolls (invariant 5), started on first use."""
+    global _store_jobs
+    with _store_jobs_lock:
+        if _store_jobs is None:
+            _store_jobs = BackgroundJobs("jsraft-store-roll")
+        return _store_jobs
 
 
 async def run_shares(run: Callable[..., Any], fn: Callable[[list[Any]], Any], jobs: list[Any], shares_max: int) -> None:

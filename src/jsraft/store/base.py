@@ -24,7 +24,7 @@ Reference: DESIGN.md §6; nats-server `server/store.go` (the StreamStore interfa
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 import attrs
@@ -38,6 +38,9 @@ from jsraft.errors import InvalidConfig
 DIGEST_RANGE_SEQS = 4096
 
 UNLIMITED = -1
+# Runs a job on another thread; returns a call that waits for it and raises what it raised (a FileStore's
+# deferred block rolls, store/fs_append.py invariant 3).
+Background = Callable[[Callable[[], None]], Callable[[], None]]
 
 
 def msg_size(subject_len: int, headers_len: int, payload_len: int) -> int:

@@ -8,17 +8,30 @@ Invariants:
   2. At most `_HANDLES_MAX` files are open; the newest block's handle is never evicted.
   3. The cache holds at most `limits.block_cache_blocks_max` whole blocks, so bodies never pile up in
      memory; a cached buffer is dropped whenever its file changes.
+  4. A block created by a deferred roll (`create_pending`) lives under its pending name (`pending_name`,
+     which recovery removes as a leftover `.tmp`) until the roll's job has made the sealed block and it
+     durable and renamed it; at most one such job is outstanding, and `settle()` waits for it. Every change
+     to the set of files (`create`, `create_pending`, `remove`, `forget`) settles first, so a file is never
+     removed, reopened by its name or rewritten while a job still works on it. A job that failed fails
+     every later `settle()`: what the store holds on disk is then unknown.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from jsraft import limits
 from jsraft.disk.base import Disk, DiskFile
+from jsraft.errors import invariant
 from jsraft.store.blocks import Block, block_name, block_preamble
 
 _HANDLES_MAX = 16
+PENDING_SUFFIX = ".new.tmp"  # ends in ".tmp": recovery removes a leftover (a crash before its rename)
+
+
+def pending_name(number: int) -> str:
+    return block_name(number) + PENDING_SUFFIX
 
 
 class BlockFiles:
@@ -28,6 +41,26 @@ class BlockFiles:
         self.by_number: dict[int, Block] = {}
         self._handles: OrderedDict[int, DiskFile] = OrderedDict()
         self._cache: OrderedDict[int, bytes] = OrderedDict()
+        self._pending: Callable[[], None] | None = None  # wait for the outstanding roll job (invariant 4)
+        self._failed: BaseException | None = None
+
+    def settle(self) -> None:
+        """Wait for the outstanding deferred roll's job, if any; raise what it (or an earlier one) raised."""
+        if self._failed is not None:
+            raise self._failed
+        wait, self._pending = self._pending, None
+        if wait is None:
+            return
+        try:
+            wait()
+        except BaseException as error:
+            self._failed = error
+            raise
+
+    def defer(self, wait: Callable[[], None]) -> None:
+        """Record the job a deferred roll handed over (`settle()` waits for it)."""
+        invariant(self._pending is None, "at most one deferred roll is outstanding")
+        self._pending = wait
 
     def add(self, block: Block) -> None:
         self.blocks.append(block)
@@ -51,6 +84,7 @@ class BlockFiles:
 
     def forget(self, number: int) -> None:
         """Close the file's handle and drop its cached buffer (it was rewritten or removed)."""
+        self.settle()
         handle = self._handles.pop(number, None)
         if handle is not None:
             handle.close()
@@ -76,12 +110,26 @@ class BlockFiles:
 
     def create(self, number: int, first_seq: int) -> Block:
         """Create block file `number`, durable (file and directory entry), and make it the newest."""
+        self.settle()
         block = Block(number, first_seq)
         handle = self.disk.open(block_name(number), create=True)
         handle.truncate(0)
         handle.append(block_preamble(number, first_seq))
         handle.sync()
         self.disk.sync_dir("")
+        block.size = handle.size()
+        self._handles[number] = handle
+        self.add(block)
+        return block
+
+    def create_pending(self, number: int, first_seq: int) -> Block:
+        """Create block `number` under its pending name, nothing synced, and make it the newest (invariant
+        4): the caller hands a job that syncs it and renames it to `defer`."""
+        self.settle()
+        block = Block(number, first_seq)
+        handle = self.disk.open(pending_name(number), create=True)
+        handle.truncate(0)
+        handle.append(block_preamble(number, first_seq))
         block.size = handle.size()
         self._handles[number] = handle
         self.add(block)

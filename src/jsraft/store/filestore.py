@@ -20,6 +20,8 @@ Invariants (beyond the `StreamStore` ones):
   5. All I/O goes through the `Disk` given to `open()`.
   6. The durable state is always a prefix of the store's history: the one overwrite of an existing record (`erase`)
      comes after a `sync()`, so no crash keeps it while losing an earlier append or removal.
+  7. With a `background` runner a block roll's fsyncs run there (`fs_append` invariant 3); `sync()` waits
+     for them first: what it vouches for (a snapshot, DESIGN §2) is durable with all before it.
 
 Imports: L0, L1 (codec, subjects, disk protocol). Reference: DESIGN.md §3, §6; nats-server
 `server/filestore.go` (ideas only).
@@ -37,6 +39,7 @@ from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageF
 from jsraft.store import fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, recovery
 from jsraft.store.base import (
     DIGEST_RANGE_SEQS,
+    Background,
     Fault,
     StoreConfig,
     StoredMsg,
@@ -57,8 +60,9 @@ _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
 class FileStore(Accounting):
     """Use `FileStore.open(disk, config)`; the constructor alone does not recover."""
 
-    def __init__(self, disk: Disk, config: StoreConfig) -> None:
+    def __init__(self, disk: Disk, config: StoreConfig, background: Background | None = None) -> None:
         self.config = config.validate()
+        self.background = background  # None: every roll syncs inline (invariant 7)
         self.disk = disk
         self._closed = False
         self.read_only = False
@@ -87,22 +91,18 @@ class FileStore(Accounting):
     # --- Opening and closing ------------------------------------------------------------------
 
     @classmethod
-    def open(cls, disk: Disk, config: StoreConfig | None = None, *, read_only: bool = False,
-             use_index: bool = True) -> "FileStore":
-        """Recover the store in `disk`.
-
-        `read_only` changes nothing on disk (no torn tail is cut, no file removed or created): for
-        offline verification. `use_index=False` scans and verifies every record of every block.
-        """
-        store = cls(disk, config or StoreConfig())
+    def open(cls, disk: Disk, config: StoreConfig | None = None, *, read_only: bool = False, use_index: bool = True,
+             background: Background | None = None) -> "FileStore":
+        """Recover the store in `disk`. `read_only` changes nothing on disk (no torn tail is cut, no file
+        removed or created): for offline verification. `use_index=False` scans and verifies every record."""
+        store = cls(disk, config or StoreConfig(), None if read_only else background)
         store.read_only = read_only
         recovery.recover(store, use_index=use_index)
-        # Opening does not apply `config`'s limits. A crash can keep appended messages and lose the
-        # unsynced tombstones that enforced limits on them, but the limits in force when they were
-        # written are the log's knowledge, not the store's: `config` may be an earlier one (a snapshot's)
-        # or a later one, and enforcing it here removed messages the group keeps. The stream's replay
-        # applies each entry's limits at its position (stream/machine.py invariant 2); a caller without
-        # a log calls `update_config(config)` to enforce them.
+        # Opening does not apply `config`'s limits. A crash can keep appended messages and lose the unsynced
+        # tombstones that enforced limits on them, but the limits in force when they were written are the
+        # log's knowledge, not the store's: `config` may be an earlier one (a snapshot's) or a later one, and
+        # enforcing it here removed messages the group keeps. The stream's replay applies each entry's limits
+        # at its position (stream/machine.py invariant 2); without a log, `update_config(config)` does.
         return store
 
     def close(self) -> None:
@@ -274,8 +274,7 @@ class FileStore(Accounting):
         fs_append.skip(self, seq, count)
 
     def roll(self) -> Block:
-        """Seal the newest block (sync it, compress it if configured) and start a new one."""
-        return fs_append.roll(self)
+        return fs_append.roll(self)  # seal the newest block (synced, compressed if configured), start one
 
     def delete(self, seq: int) -> bool:
         self._check_open()
@@ -392,6 +391,7 @@ class FileStore(Accounting):
 
     def sync(self) -> None:
         self._check_open()
+        self.files.settle()  # a deferred roll's syncs come first: what this sync vouches for lies above them
         if not self.files.blocks or not self._dirty:
             return
         self.write_records(encode_record(Kind.STORE_SYNC, self.last_seq, self.head))

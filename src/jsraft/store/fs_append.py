@@ -9,6 +9,14 @@ Invariants:
      (`limits_check.check_batch`) has accepted the whole batch.
   2. An append continues the newest block from its `last_seq`, which is the store's `last_seq`
      (recovery invariant 6); a store where they differ fails loudly instead of misplacing slots.
+  3. A deferred roll (the store has a `background` runner: the running node's, so the event loop does not
+     wait for 4-5 fsyncs every block) keeps the inline roll's order on disk, only later: the sealed block
+     ends with a `STORE_SYNC` and is fsynced, then the new block (created under its pending name) is
+     fsynced, renamed to its block name and the directory fsynced, then the index is written. So the new
+     block's name is durable only after everything before it is, and the index only after both: a crash
+     at any point opens as a crash before the roll (the sealed block the newest, its unsynced tail torn)
+     or after one of its steps. Nothing vouches for the sealed block meanwhile: `sync()` (a snapshot, an
+     erase, a removal) and the next roll first wait for the job (`BlockFiles.settle`).
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from jsraft.codec.records import Kind, encode_record
 from jsraft.errors import BadRequest, InvariantViolation
 from jsraft.store import fs_compress, fs_index
 from jsraft.store.base import Compression
-from jsraft.store.blocks import Block
+from jsraft.store.blockfiles import pending_name
+from jsraft.store.blocks import Block, block_name
 from jsraft.store.limits_check import check_append_seq
 
 if TYPE_CHECKING:
@@ -152,7 +161,9 @@ def skip(store: "FileStore", seq: int, count: int = 1) -> None:
 
 def roll(store: "FileStore") -> Block:
     """Seal the newest block (sync it, compress it if configured), start a new one, and rewrite the index
-    when it is due."""
+    when it is due. With a `background` runner (and no compression) the syncs are deferred (invariant 3)."""
+    if store.background is not None and store.config.compression is not Compression.zstd:
+        return _roll_deferred(store)
     old = store.newest()
     store.sync()
     old.sealed = True
@@ -163,7 +174,46 @@ def roll(store: "FileStore") -> Block:
     # Everything is durable here (the sealed block synced, the new one created durable): a crash from now
     # on opens from this index and scans only what comes after it. It is rewritten once the bytes sealed
     # since reach its own size, so the index costs at most as many bytes written as the blocks do.
-    if store._sealed_since_index >= fs_index.SLOT_BYTES * (store.last_seq - store.blocks[0].first_seq + 1):
+    if _index_due(store):
         fs_index.write_index(store)
         store._sealed_since_index = 0
+    return block
+
+
+def _index_due(store: "FileStore") -> bool:
+    return store._sealed_since_index >= fs_index.SLOT_BYTES * (store.last_seq - store.blocks[0].first_seq + 1)
+
+
+def _roll_deferred(store: "FileStore") -> Block:
+    """The roll of invariant 3: the records and the new file are written here, every fsync in the job."""
+    old = store.newest()
+    store.files.settle()  # the previous roll's job is done: at most one outstanding (blockfiles invariant 4)
+    if store._dirty:
+        # The sealed block ends with a STORE_SYNC, as `sync()` leaves it: the job's fsync covers it, and a
+        # crash before that fsync leaves this block the newest, its unsynced tail a torn write.
+        store.write_records(encode_record(Kind.STORE_SYNC, store.last_seq, store.head))
+    old.sealed = True
+    store._sealed_since_index += old.size
+    number = old.number + 1
+    block = store.files.create_pending(number, store.last_seq + 1)
+    store._dirty = False  # the new block holds only its preamble; the sealed block's fsync is the job's
+    index = None
+    if _index_due(store):  # built now (what it describes is this moment), written by the job after the rest
+        index = fs_index.index_bytes(store)
+        store._sealed_since_index = 0
+    disk = store.disk
+
+    def make_durable() -> None:
+        for name in (block_name(old.number), pending_name(number)):
+            handle = disk.open(name)  # its own descriptor: the store may close its handles meanwhile
+            try:
+                handle.sync()
+            finally:
+                handle.close()
+        disk.rename(pending_name(number), block_name(number))
+        disk.sync_dir("")
+        if index is not None:
+            disk.write_atomic(fs_index.INDEX_NAME, index)
+
+    store.files.defer(store.background(make_durable))
     return block

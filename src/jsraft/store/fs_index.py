@@ -9,8 +9,10 @@ why.
 
 Invariants:
   1. The index is written only when everything it describes is durable (at `close` after `sync`, and at a
-     roll once the bytes sealed since the last one reach its own size, `fs_append.roll`), so it is never
-     newer than the blocks it lists; one that is (a lost block write) fails the size or tail check.
+     roll once the bytes sealed since the last one reach its own size, `fs_append.roll`; a deferred roll
+     builds it at the roll and its job writes it last, after the blocks' fsyncs and the new block's
+     rename), so it is never newer than the blocks it lists; one that is (a lost block write) fails the
+     size or tail check.
   2. Every block region an index vouches for is listed in `FileStore.unverified` until the background
      verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
 """
@@ -49,6 +51,11 @@ def _tail_crc(buffer_tail: bytes) -> int:
 
 def write_index(store: "FileStore") -> None:
     """Write the fast-recovery summary (atomically). Recovery re-checks it against the block tails."""
+    store.disk.write_atomic(INDEX_NAME, index_bytes(store))
+
+
+def index_bytes(store: "FileStore") -> bytes:
+    """The index file describing the store as it is now (a deferred roll writes it later, invariant 1)."""
     blocks_meta = []
     arrays: list[bytes] = []
     for block in store.blocks:
@@ -70,10 +77,9 @@ def write_index(store: "FileStore") -> None:
     }
     meta_bytes = json.dumps(meta, separators=(",", ":")).encode()
     body = _U32.pack(len(meta_bytes)) + meta_bytes + b"".join(arrays)
-    data = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, INDEX_FILE_TYPE) + encode_record(
+    return FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, INDEX_FILE_TYPE) + encode_record(
         Kind.STORE_INDEX, _INDEX_VERSION, 0, body
     )
-    store.disk.write_atomic(INDEX_NAME, data)
 
 
 def load_index(store: "FileStore", numbers: list[int], rebuild: _Rebuild) -> tuple[int, int] | None:

@@ -24,7 +24,8 @@ Rules (DESIGN §8; nats-server keeps a memory stream's messages only in the proc
   5. A lost replica that leads hands the leadership to a current peer (this task, not stream_repair's
      step-down, decides for a lost replica: the step-down would hand a full loss round and round).
 
-Imports: stdlib, L0, L1 (`disk`, `jsapi`, `raft`), L2 (`store`), L3 (`stream`), trio, sibling `stream_options`.
+Imports: stdlib, L0, L1 (`disk`, `jsapi`, `raft`), L2 (`store`), L3 (`stream`), L4 (`runtime.workers`: the
+store-roll thread), trio, sibling `stream_options`.
 Reference: nats-server `server/memstore.go`, `jetstream_cluster.go` (createRaftGroup: a memory stream's
 messages are in memory only).
 """
@@ -41,6 +42,7 @@ from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
 from jsraft.jsapi import StorageType
 from jsraft.raft.status import Role
+from jsraft.runtime.workers import store_jobs
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.store.base import StoreConfig
 from jsraft.store.filestore import FileStore
@@ -67,7 +69,8 @@ def open_store(disk: Disk, config: StreamConfig, store_config: StoreConfig) -> A
     if is_memory(config):
         return MemStore(store_config)
     recover_swap(disk, STORE_DIR)  # a repair's swap a crash interrupted: completed or undone (store/swap.py)
-    return FileStore.open(disk.sub(STORE_DIR), store_config)
+    # A block roll's fsyncs run on the store-roll thread, not on the event loop (store/fs_append.py inv. 3).
+    return FileStore.open(disk.sub(STORE_DIR), store_config, background=store_jobs().submit)
 
 
 def start_store_tasks(replica: "StreamReplica", nursery: trio.Nursery) -> None:

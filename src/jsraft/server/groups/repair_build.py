@@ -14,7 +14,7 @@ Invariants:
      before the swap (store.swap invariant 4), or by `roll_back` on a replica that closed meanwhile.
   2. `roll_back` and `install` leave the machine's store and `replica.store` the same object.
 
-Imports: L2 (`store`), server siblings. Reference: store/swap.py, DESIGN.md §8.
+Imports: L2 (`store`), L4 (`runtime.workers`: the store-roll thread), server siblings. Reference: store/swap.py, DESIGN.md §8.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from jsraft.disk.base import Disk
+from jsraft.runtime.workers import store_jobs
 from jsraft.server.groups.memory_stream import STORE_DIR, is_memory
 from jsraft.store.filestore import FileStore
 from jsraft.store.memstore import MemStore
@@ -105,5 +106,6 @@ def _opener(config: Any) -> Any:
     for this replica (fs_verify: a store that replaces another is empty or fully scanned), and the store
     swapped in is read back whole once, from its new place, before it serves."""
     def open_store(disk: Disk, path: str) -> FileStore:
-        return FileStore.open(disk.sub(path), config, use_index=False)
+        # Rolls on the store-roll thread, as `memory_stream.open_store`'s (store/fs_append.py invariant 3).
+        return FileStore.open(disk.sub(path), config, use_index=False, background=store_jobs().submit)
     return open_store

@@ -21,9 +21,6 @@ Invariants:
   5. A message is never delivered to a request whose reply subject nobody listens on any more (its
      client unsubscribed): when there is something to deliver, such a request is dropped unanswered and
      the message stays pending (`num_pending` counts it), as nats-server's `getNextWaiting` does.
-  6. `serve_steps` is `serve` cut after each plan (the first of at most `first_max` messages): the same
-     deliveries, statuses and DELIVERED records in the same order, so a caller may propose and send each
-     step before the next plan is made.
 
 Imports: stdlib, L0, L2 (`store`), L3 (`consumer`), L1 (`jsapi`: `rfc3339`). Reference: nats-server
 `server/consumer.go` (processNextMsgRequest, processWaiting, getNextMsg, notifyDeliveryExceeded).
@@ -33,7 +30,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from jsraft.consumer import ConsumerEntry, ConsumerLeader, Status, WaitingQueue
@@ -134,19 +131,7 @@ def serve(leading: Leading, store: StreamStore, now_ns: int,
     every one is taken to; invariant 5)."""
     ops: list[Op] = []
     sends: list[Send] = []
-    for step_ops, step_sends in serve_steps(leading, store, now_ns, interested):
-        ops.extend(step_ops)
-        sends.extend(step_sends)
-    return ops, sends
-
-
-def serve_steps(leading: Leading, store: StreamStore, now_ns: int, interested: Callable[[str], bool] | None = None,
-                first_max: int = DELIVER_BATCH_MAX) -> Iterator[tuple[list[Op], list[Send]]]:
-    """`serve` in steps, one per plan (the first of at most `first_max` messages), then the statuses of
-    the requests left (invariant 6): a caller that proposes and sends each step before asking for the
-    next lets the client work on a batch's first messages while the rest are read."""
     queue, leader = leading.queue, leading.leader
-    plan_max = first_max
     for _ in range(SERVE_ROUNDS_MAX):
         request = queue.head()
         if request is None:
@@ -155,24 +140,22 @@ def serve_steps(leading: Leading, store: StreamStore, now_ns: int, interested: C
             queue.drop(request)  # invariant 5: what it would take stays pending for the next request
             continue
         # A batch of 0 (nats-server takes it as sent) still gets one message, which ends the request.
-        plan = leader.next_deliveries(store, now_ns, min(max(request.batch, 1), plan_max), request.max_bytes)
-        sends = [_advisory(leading, seq, count, now_ns) for seq, count in plan.gave_up]
+        plan = leader.next_deliveries(store, now_ns, min(max(request.batch, 1), DELIVER_BATCH_MAX),
+                                      request.max_bytes)
+        ops.extend(plan.ops)
+        sends.extend(_advisory(leading, seq, count, now_ns) for seq, count in plan.gave_up)
         if plan.too_large:
             sends.append(status_send(request.reply, queue.too_large(request)))
-            yield plan.ops, sends
             continue
         if not plan.deliveries:
-            yield plan.ops, sends
             break
         _deliver(leading, request, plan.deliveries, sends, now_ns)
-        yield plan.ops, sends
-        plan_max = DELIVER_BATCH_MAX
     at_end = queue.head() is not None  # the loop stopped with a request left: nothing more to give now
-    sends = [status_send(reply, status) for reply, status in queue.expire(now_ns, end_of_stream=at_end)]
+    sends.extend(status_send(reply, status) for reply, status in queue.expire(now_ns, end_of_stream=at_end))
     state = leading.entry.state
     sends.extend(status_send(reply, status) for reply, status in
                  queue.heartbeats(now_ns, state.delivered_consumer_seq, state.delivered_stream_seq))
-    yield [], sends
+    return ops, sends
 
 
 def _deliver(leading: Leading, request: PullRequest, deliveries: list[Any], sends: list[Send], now_ns: int) -> None:

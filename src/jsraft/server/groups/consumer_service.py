@@ -52,17 +52,16 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft import subjects
-from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, encode_ops
+from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp, encode_ops
 from jsraft.consumer.ops import Op
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
-from jsraft.server.groups.consumer_acks import NEEDS_STATE, Ack
+from jsraft.server.groups.consumer_acks import NEEDS_STATE, Ack, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
-from jsraft.server.groups.consumer_pass import serve_pass
 from jsraft.replica.consumer_events import ConsumerEvents
-from jsraft.replica.consumer_pull import Leading, Send, status_send
-from jsraft.replica.consumer_push import PushLeading, keeps_up, make_leading, serve_push
+from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
+from jsraft.replica.consumer_push import PushLeading, keeps_up, make_leading, sends_before_proposal, serve_push
 from jsraft.stream import StreamLeader
 from jsraft.stream.entries import encode_consumer
 
@@ -297,21 +296,51 @@ class ConsumerService:
             return
         now_ns = self.now_ns()
         self.events.expire_pauses(self.leading, now_ns)
-        await serve_pass(self, now_ns)
+        ops, self._applied_ops = self._applied_ops, []  # before this pass's: decided (and sent) earlier
+        sends: list[Send] = []
+        confirm: list[str] = []
+        acks, self._acks = self._acks, []
+        take_acks(acks, self.stream, self.leading, self.replica.store, self.events, now_ns, ops, sends, confirm)
+        store = self.replica.store
+        for leading in list(self.leading.values()):
+            if leading.name in self._unanswered:
+                continue  # invariant 6
+            try:
+                if type(leading) is PushLeading:
+                    served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))
+                    if sends_before_proposal(leading):  # consumer_push invariant 5
+                        for send in served:
+                            self.publish(send)
+                        served = []
+                else:
+                    served_ops, served = serve(leading, store, now_ns, getattr(self.port, "has_reply_interest", None))
+            except JsraftError as error:  # a damaged record met on the way: the repair worker sees it too
+                log.warning("stream %s: consumer %s not served: %s", self.stream, leading.name, error)
+                continue
+            ops.extend(served_ops)
+            sends.extend(served)
+            due = leading.inactive_due_ns()
+            if due is not None and due <= now_ns:
+                log.info("stream %s: consumer %s inactive: deleting it", self.stream, leading.name)
+                leading.deleting = True
+                ops.append(DeleteOp(name=leading.name))
+        if ops:
+            try:
+                await self.propose(ops, self._confirmer(confirm))
+            except JsraftError as error:  # invariant 2
+                log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
+                sends = [send for send in sends if send.reply is None]  # statuses still go out
+        publish_all = getattr(self.port, "publish_all", None)
+        if publish_all is not None and self.publish == self.port.publish:
+            publish_all(sends)  # consumer_hub invariant 6: a fetch's deliveries matched and queued at once
+        else:
+            for send in sends:
+                self.publish(send)
         self.events.flush()
 
     def _flush_outbox(self) -> None:
         outbox, self._outbox = self._outbox, []
-        self.publish_all(outbox)
-
-    def publish_all(self, sends: list[Send]) -> None:
-        """Each of `sends` through `publish`, in order; through the hub's `publish_all` when `publish` is
-        the hub's (consumer_hub invariant 6: a fetch's deliveries matched and queued at once)."""
-        publish_all = getattr(self.port, "publish_all", None)
-        if publish_all is not None and self.publish == self.port.publish:
-            publish_all(sends)
-            return
-        for send in sends:
+        for send in outbox:
             self.publish(send)
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:

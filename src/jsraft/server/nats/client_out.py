@@ -23,10 +23,6 @@ Invariants (ClientConn's 1, 2, 9 and 10):
      bench/README.md "The sync publish path"). The writer is woken either way and is from then on not
      idle, so the bytes queued after it (an async publisher's burst of acks) go out in one write of its
      own, and bytes leave in the order they were queued.
-  5. A run of deliveries (`deliver_run`: a fetch's batch, worth a write of its own) queued while nothing
-     else is queued or in flight goes to the socket at once from the caller too, even when the writer
-     was woken and has not run yet (it then finds what the socket did not take, in order): a batch
-     sent in steps leaves step by step, while the caller decides the next one.
 
 Imports: stdlib, L4 (`protocol` wire and headers), trio.
 Reference: nats-server `server/client.go` (`queueOutbound`, `flushOutbound`).
@@ -82,14 +78,14 @@ class ConnOutbound:
         self._out.append(data)
         self._queued(len(data))
 
-    def _queued(self, size: int, run: bool = False) -> None:
+    def _queued(self, size: int) -> None:
         self._out_bytes += size
         if self._out_bytes + self._inflight_bytes > self.options.pending_bytes_max:
             self._slow_consumer(f"MaxPending of {self.options.pending_bytes_max} Exceeded")
             return
-        # Invariants 4 and 5 (`run`); plain TCP only (checked each time: a connection may be upgraded to TLS).
-        if self._out_bytes == size and (self._writer_idle or run and not self._inflight_bytes) and not self.closed \
-                and type(self.stream) is trio.SocketStream:
+        # Invariant 4; plain TCP only (checked each time: a connection may be upgraded to TLS).
+        if self._out_bytes == size and self._writer_idle and not self.closed and \
+                type(self.stream) is trio.SocketStream:
             self._send_now()
         self._wake.set()
 
@@ -160,7 +156,7 @@ class ConnOutbound:
         self.out_bytes += sent
         self.server.stats.out_msgs += count
         self.server.stats.out_bytes += sent
-        self._queued(size, run=True)
+        self._queued(size)
 
     def send_no_responders(self, reply: str) -> None:
         """The 503 status message on `reply`, to this client's subscription that matches it (if any)."""

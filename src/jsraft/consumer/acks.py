@@ -1,8 +1,9 @@
 """Ack reply subjects and ack bodies: the JetStream wire forms, built and parsed (layer L3).
 
 Owns: `ack_reply_subject` (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>.<consumer_seq>.
-<timestamp_ns>.<pending>`), `parse_ack_subject` (that form, and the 12-token form with domain and
-account hash that newer servers and clients also use; `ack_target`, its three fields the leader's ack path
+<timestamp_ns>.<pending>`; `ack_reply_prefix`, its part that is the same for one consumer),
+`parse_ack_subject` (that form, and the 12-token form with domain and account hash that newer servers
+and clients also use; `ack_target`, its three fields the leader's ack path
 needs, without building an `AckSubject`), `parse_ack_body` (`+ACK`/empty/`+OK`, `-NAK`
 with an optional delay as JSON `{"delay": ns}` or a Go duration, `+WPI`, `+NXT` with an optional pull
 request, `+TERM` with an optional reason) and `parse_go_duration`.
@@ -64,8 +65,12 @@ _PLAIN_ACKS = (b"", b"+ACK", b"+OK")
 
 def ack_reply_subject(stream: str, consumer: str, delivery_count: int, stream_seq: int, consumer_seq: int,
                       timestamp_ns: int, pending: int) -> str:
-    return (f"{ACK_PREFIX}{stream}.{consumer}.{delivery_count}.{stream_seq}.{consumer_seq}."
-            f"{timestamp_ns}.{pending}")
+    return f"{ack_reply_prefix(stream, consumer)}{delivery_count}.{stream_seq}.{consumer_seq}.{timestamp_ns}.{pending}"
+
+
+def ack_reply_prefix(stream: str, consumer: str) -> str:
+    """The part of `ack_reply_subject` that is the same for every delivery of one consumer."""
+    return f"{ACK_PREFIX}{stream}.{consumer}."
 
 
 # The 9-token form: stream, consumer, then delivered / stream seq / consumer seq / timestamp / pending, each

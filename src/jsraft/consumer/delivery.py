@@ -28,7 +28,7 @@ Imports: L0, L1 (`jsapi`), L2 (`store`), this package. Reference: DESIGN.md §7.
 
 from __future__ import annotations
 
-from jsraft.consumer.acks import ack_reply_subject
+from jsraft.consumer.acks import ack_reply_prefix
 from jsraft.consumer.machine import ConsumerEntry
 from jsraft.consumer.ops import DeliveredOp, SkipOp, TermOp
 from jsraft.consumer.position import is_last_at_start, num_pending
@@ -83,6 +83,7 @@ class ConsumerLeader:
         invariant(entry.config is not None, "an offline consumer has no leader")
         self.stream = stream
         self.entry = entry
+        self.ack_prefix = ack_reply_prefix(stream, entry.name)  # each delivery's reply subject starts so
         self.deadlines: dict[int, int] = {}  # stream_seq -> when to redeliver (ns); pending on this leader
         self.redeliver: dict[int, None] = {}  # ordered set: stream seqs due for redelivery
         self.rebuild(now_ns)
@@ -171,7 +172,8 @@ class ConsumerLeader:
         self._tidy(now_ns)
         records: list[tuple[int, int, int, int]] = []
         gone: list[int] = []
-        budget = [max_msgs, max_bytes]
+        # [messages, bytes] left; bytes None when unbounded (a budget spent to exactly 0 is not unbounded).
+        budget: list = [max_msgs, max_bytes if max_bytes > 0 else None]
         remaining = num_pending(store, self.config.filters, self.next_seq - 1)
         self._redeliveries(store, now_ns, plan, records, gone, budget, remaining)
         self._new_messages(store, now_ns, plan, records, budget, remaining)
@@ -184,27 +186,27 @@ class ConsumerLeader:
             plan.ops.append(SkipOp(name=self.entry.name, stream_seq=self._skipped_to))
         return plan
 
-    def _fits(self, size: int, plan: DeliveryPlan, budget: list[int]) -> bool:
-        if budget[1] and size > budget[1]:
+    def _fits(self, size: int, plan: DeliveryPlan, budget: list) -> bool:
+        if budget[1] is not None and size > budget[1]:
             plan.too_large = not plan.deliveries
             return False
         return True
 
-    def _emit(self, plan: DeliveryPlan, records: list, budget: list[int], msg, count: int, cseq: int,
+    def _emit(self, plan: DeliveryPlan, records: list, budget: list, msg, count: int, cseq: int,
               now_ns: int, remaining: int, size: int) -> None:
-        headers, payload = msg.headers, msg.payload
-        if self.config.headers_only:
+        headers, payload, seq, ts = msg.headers, msg.payload, msg.seq, msg.timestamp_ns
+        if self.entry.config.headers_only:  # type: ignore[union-attr]
             headers, payload = headers_only(headers, len(payload)), b""
-        reply = ack_reply_subject(self.stream, self.entry.name, count, msg.seq, cseq, msg.timestamp_ns, remaining)
-        plan.deliveries.append(Delivery(msg.seq, cseq, count, msg.subject, headers, payload, msg.timestamp_ns,
-                                        remaining, reply, size))
-        records.append((msg.seq, cseq, count, now_ns))
+        # acks.ack_reply_subject, with its constant part made once.
+        reply = f"{self.ack_prefix}{count}.{seq}.{cseq}.{ts}.{remaining}"
+        plan.deliveries.append(Delivery(seq, cseq, count, msg.subject, headers, payload, ts, remaining, reply, size))
+        records.append((seq, cseq, count, now_ns))
         budget[0] -= 1
-        if budget[1]:
+        if budget[1] is not None:
             budget[1] -= size
 
     def _redeliveries(self, store: StreamStore, now_ns: int, plan: DeliveryPlan, records: list, gone: list,
-                      budget: list[int], remaining: int) -> None:
+                      budget: list, remaining: int) -> None:
         max_deliver = self.config.max_deliver
         for seq in list(self.redeliver):
             if budget[0] <= 0:
@@ -233,18 +235,19 @@ class ConsumerLeader:
             self.deadlines[seq] = now_ns + self.wait_ns(count + 1)
 
     def _new_messages(self, store: StreamStore, now_ns: int, plan: DeliveryPlan, records: list,
-                      budget: list[int], remaining: int) -> None:
+                      budget: list, remaining: int) -> None:
         config, entry = self.config, self.entry
         tracks_acks = config.ack_policy is not AckPolicy.none
         filters = list(config.filters) or None
         deadline_ns = now_ns + self.wait_ns(1)
         run: list = []  # read ahead by `_next_run`, last first: each is what `_next_message` would return
+        ack_pending_max = config.max_ack_pending if tracks_acks and config.max_ack_pending > 0 else 0
+        deadlines = self.deadlines
         while budget[0] > 0:
-            if tracks_acks and 0 < config.max_ack_pending <= len(self.deadlines):
+            if ack_pending_max and ack_pending_max <= len(deadlines):
                 return
             if not run:
-                room = config.max_ack_pending - len(self.deadlines) if tracks_acks and config.max_ack_pending > 0 \
-                    else budget[0]
+                room = ack_pending_max - len(deadlines) if ack_pending_max else budget[0]
                 run = _next_run(store, filters, self.next_seq, min(budget[0], room))
             msg = run.pop() if run else _next_message(store, filters, self.next_seq)
             if msg is None:
@@ -262,7 +265,7 @@ class ConsumerLeader:
             self._emit(plan, records, budget, msg, 1, self.next_consumer_seq, now_ns, remaining, size)
             self.next_seq, self.next_consumer_seq = msg.seq + 1, self.next_consumer_seq + 1
             if tracks_acks:
-                self.deadlines[msg.seq] = deadline_ns
+                deadlines[msg.seq] = deadline_ns
 
 
 def _next_run(store: StreamStore, filters: list[str] | None, seq: int, count: int) -> list:

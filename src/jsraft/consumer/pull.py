@@ -168,10 +168,11 @@ class WaitingQueue:
     def head(self) -> PullRequest | None:
         return next(iter(self.requests.values()), None)
 
-    def delivered(self, request: PullRequest, size: int) -> Status | None:
-        """One message went to `request`; remove it when its batch or bytes are used up."""
-        request.batch -= 1
-        request.delivered += 1
+    def delivered(self, request: PullRequest, size: int, count: int = 1) -> Status | None:
+        """`count` messages of `size` bytes in all went to `request` (a plan never goes past its batch or
+        bytes, so only the last of them can use them up); remove it when its batch or bytes are used up."""
+        request.batch -= count
+        request.delivered += count
         if request.max_bytes:
             request.max_bytes = max(request.max_bytes - size, 0)
         if request.batch <= 0:

@@ -159,12 +159,12 @@ def serve(leading: Leading, store: StreamStore, now_ns: int,
 
 
 def _deliver(leading: Leading, request: PullRequest, deliveries: list[Any], sends: list[Send], now_ns: int) -> None:
-    for delivery in deliveries:
-        sends.append(Send(request.reply, delivery.payload, delivery.reply_subject, delivery.headers or None,
-                          delivery.subject))
-        status = leading.queue.delivered(request, delivery.size)
-        if status is not None:
-            sends.append(status_send(request.reply, status))
+    reply = request.reply
+    sends.extend([Send(reply, d.payload, d.reply_subject, d.headers or None, d.subject) for d in deliveries])
+    # One plan fits the request's batch and bytes (delivery.py `_fits`): only its last message can end it.
+    status = leading.queue.delivered(request, sum(d.size for d in deliveries), len(deliveries))
+    if status is not None:
+        sends.append(status_send(reply, status))
     leading.delivered_ns = now_ns
 
 

@@ -30,6 +30,8 @@ Invariants:
      handed to the leader, so a consumer info carried after it reaches the leader after them (whose
      info then waits for the pass that takes them: consumer_service invariant 5), as a client's acks
      and its next info travel one route in order on nats-server.
+  6. `publish_all(sends)` is `publish` of each in order, except that consecutive deliveries to one reply
+     subject go to the client port as one run (`client_deliver`: matched once, one write for a batch).
 
 Imports: stdlib, L0, L1 (`raft` errors), trio, server siblings. Reference: nats-server `server/consumer.go`
 (`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
@@ -131,9 +133,25 @@ class ConsumerHub:
         if collector is not None:
             collector(send)
         elif send.shown is not None:
-            self.clients.deliver_as(send.subject, send.shown, send.payload, reply=send.reply, headers=send.headers)
+            self.clients.deliver_as(send.subject, [(send.shown, send.reply, send.headers, send.payload)])
         else:
             self.clients.publish(send.subject, send.payload, reply=send.reply, headers=send.headers)
+
+    def publish_all(self, sends: list[Send]) -> None:
+        """`publish` of each of `sends`, in order; a run of deliveries to one reply subject as one run of
+        `ClientServer.deliver_as` (invariant 6)."""
+        index, count = 0, len(sends)
+        while index < count:
+            send = sends[index]
+            end = index + 1
+            if send.shown is None or send.subject in self._collectors:
+                self.publish(send)
+            else:
+                while end < count and sends[end].shown is not None and sends[end].subject == send.subject:
+                    end += 1
+                self.clients.deliver_as(send.subject, [(item.shown, item.reply, item.headers, item.payload)
+                                                       for item in sends[index:end]])  # type: ignore[misc]
+            index = end
 
     def _local(self, stream: str) -> ConsumerService | None:
         """This node's service for `stream` when it leads it now."""

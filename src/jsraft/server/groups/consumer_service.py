@@ -52,7 +52,6 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft import subjects
-
 from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp, encode_ops
 from jsraft.consumer.ops import Op
 from jsraft.errors import JsraftError
@@ -70,12 +69,9 @@ if TYPE_CHECKING:
     from jsraft.server.groups.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.consumers")
-
 ACKS_QUEUED_MAX = 65536
 OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
 BARRIER_TIMEOUT_S = 2.0
-
-
 Publish = Callable[[Send], Any]
 
 
@@ -334,8 +330,12 @@ class ConsumerService:
             except JsraftError as error:  # invariant 2
                 log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
                 sends = [send for send in sends if send.reply is None]  # statuses still go out
-        for send in sends:
-            self.publish(send)
+        publish_all = getattr(self.port, "publish_all", None)
+        if publish_all is not None and self.publish == self.port.publish:
+            publish_all(sends)  # consumer_hub invariant 6: a fetch's deliveries matched and queued at once
+        else:
+            for send in sends:
+                self.publish(send)
         self.events.flush()
 
     def _flush_outbox(self) -> None:

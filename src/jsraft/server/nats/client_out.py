@@ -1,10 +1,11 @@
 """`ConnOutbound`: a client connection's outbound half — its bounded buffer and its writer (layer L5).
 
-Owns: the part of `ClientConn` that queues bytes for the client (`send`, `deliver` of a MSG/HMSG, the 503
-no-responders status), the slow-consumer close, the writer task (`_write_loop`) that drains the buffer to
-the socket, and the direct send of an answer queued while the writer sleeps. Mixed into `ClientConn`,
-which provides `server`, `options`, `stream`, `closed`, `close`, `headers`, `responses`, `sublist`,
-`_unsubscribe`, `_flushed`, and calls `init_outbound` from its constructor.
+Owns: the part of `ClientConn` that queues bytes for the client (`send`, `deliver` of a MSG/HMSG,
+`deliver_run` of many to one subscription, the 503 no-responders status), the slow-consumer close,
+the writer task (`_write_loop`) that drains the buffer to the socket, and the direct send of an answer
+queued while the writer sleeps. Mixed into `ClientConn`, which provides `server`, `options`, `stream`,
+`closed`, `close`, `headers`, `responses`, `sublist`, `_unsubscribe`, `_flushed`, and calls
+`init_outbound` from its constructor.
 
 Invariants (ClientConn's 1, 2, 9 and 10):
   1. Outbound bytes are bounded: queued plus in-flight bytes never exceed `pending_bytes_max`. The write
@@ -131,6 +132,31 @@ class ConnOutbound:
         self.server.stats.out_bytes += sent
         self._queued(size)
         return True
+
+    def deliver_run(self, sub: ClientSubscription, items: list[tuple[bytes, bytes | None, bytes | None, bytes]]) -> None:
+        """`deliver` of many messages to `sub` — (subject, reply, headers, payload) each — queued with one
+        `_queued` (invariants 1 and 4 hold for the run as a whole): the consumer hub's pull batches. The
+        caller has checked that nothing `deliver` does per message applies (`UNSUB <sid> <max>`, response
+        tracking)."""
+        if self.closed or not items:
+            return
+        keep_headers, sid, out = self.headers, sub.sid_bytes, self._out
+        size = sent = 0
+        for subject, reply, headers, payload in items:
+            if headers is not None and not keep_headers:
+                headers = None  # as `deliver`: stripped for a client that did not ask for them
+            head = msg_head(subject, sid, reply, headers, len(payload))
+            body = len(payload) + (len(headers) if headers else 0)
+            out.extend((head, headers, payload, CRLF) if headers else (head, payload, CRLF))
+            size += len(head) + body + 2
+            sent += body
+        count = len(items)
+        sub.delivered += count
+        self.out_msgs += count
+        self.out_bytes += sent
+        self.server.stats.out_msgs += count
+        self.server.stats.out_bytes += sent
+        self._queued(size)
 
     def send_no_responders(self, reply: str) -> None:
         """The 503 status message on `reply`, to this client's subscription that matches it (if any)."""

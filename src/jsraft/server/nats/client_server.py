@@ -62,6 +62,7 @@ from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
 from jsraft.server.nats.auth import Authenticator
 from jsraft.server.nats.client_accept import accept_client
+from jsraft.server.nats.client_deliver import Delivery, deliver_as as deliver_run
 from jsraft.server.nats.client_conn import INTERNAL_INFLIGHT_MAX, ClientConn, err_line, is_published_subject, is_valid_subject
 from jsraft.server.nats.client_stats import ClientStats
 from jsraft.server.nats.tls import TlsContexts
@@ -272,19 +273,12 @@ class ClientServer:
                 served.append(members[0].queue)
         return delivered, served
 
-    def deliver_as(self, subject: str, shown: str, payload: bytes, *, reply: str | None = None,
-                   headers: bytes | None = None) -> bool:
-        """Publish from the node to `subject`'s subscribers (here and, through `forward`, at peers), who
-        see it as a message on `shown`: a JetStream delivery goes to the pull request's reply subject and
-        carries the stream message's own subject, as nats-server's `deliverMsg` sends it."""
-        result = self.sublist.match(subject) if is_valid_subject(subject) else None
-        if result is None:
-            return False
-        delivered, served = self._deliver_matches(result, None, wire_text(shown), wire_text(reply) if reply else None,
-                                                  headers, payload)
-        if self.forward is not None:
-            delivered = self.forward(subject, reply, headers, payload, served, shown=shown) or delivered  # type: ignore[call-arg]
-        return delivered
+    def deliver_as(self, subject: str, run: list[Delivery]) -> bool:
+        """Publish from the node to `subject`'s subscribers (here and, through `forward`, at peers) a run of
+        messages, each seen as a message on its `shown` subject with its own reply: a JetStream delivery
+        goes to the pull request's reply subject and carries the stream message's own subject, as
+        nats-server's `deliverMsg` sends it (`client_deliver`: one match and one write for a fetch's batch)."""
+        return deliver_run(self, subject, run)
 
     def deliver_routed(self, subject: str, subject_bytes: bytes, reply: bytes | None, headers: bytes | None,
                        payload: bytes, queues: Collection[str]) -> bool:

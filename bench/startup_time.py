@@ -33,34 +33,6 @@ import time
 READY = b"Server is ready"
 
 
-def time_once(command: list[str], deadline_s: float = 60.0) -> float:
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        assert process.stderr is not None
-        while time.perf_counter() - start < deadline_s:
-            line = process.stderr.readline()
-            if not line:
-                raise RuntimeError(f"{command[0]} exited before it was ready (status {process.wait()})")
-            if READY in line:
-                return time.perf_counter() - start
-        raise RuntimeError(f"{command[0]} not ready within {deadline_s} s")
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=30)
-
-
-def process_cpu_s(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def start_ready(command: list[str], deadline_s: float = 60.0) -> tuple[subprocess.Popen, float, float]:
     """Start `command`; (process, exec time, readiness time), both from `time.perf_counter`."""
     start = time.perf_counter()
@@ -75,6 +47,24 @@ def start_ready(command: list[str], deadline_s: float = 60.0) -> tuple[subproces
             return process, start, time.perf_counter()
     process.kill()
     raise RuntimeError(f"{command[0]} not ready within {deadline_s} s")
+
+
+def time_once(command: list[str], deadline_s: float = 60.0) -> float:
+    process, start, ready = start_ready(command, deadline_s)
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    return ready - start
+
+
+def process_cpu_s(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 async def fill(url: str, streams: int, messages: int, payload: int) -> None:

@@ -101,7 +101,8 @@ PATH="$work/bin:$work/venv/bin:/usr/bin:/bin" "${netns[@]}" "$work/venv/bin/pyth
     -o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function "${targets[@]}" -q -rfs "${extra[@]}" >"$work/pytest.log" 2>&1
 status=$?
 set -e
-grep -E '^(FAILED|ERROR) tests/' "$work/pytest.log" || true
+# Each failure and each skip with its reason (a skip on jsraft that nats-server does not skip is not a pass).
+grep -E '^(FAILED|ERROR) tests/|^SKIPPED ' "$work/pytest.log" || true
 summary=$(tail -n 1 "$work/pytest.log")
 echo "nats-py $version ${tests[*]/#js/tests/test_js.py} against $against${server_version:+ ($server_version)}: $summary"
 # pytest: 0 all passed, 1 some failed; anything else is a broken run.

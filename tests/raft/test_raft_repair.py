@@ -231,14 +231,36 @@ def test_repair_does_not_end_below_the_watermark():
     node.advance(node.ready())
     assert node.repairing  # log ends at 6 < watermark 8
     node.step(AppendEntries(from_id="n1", to_id="n2", term=3, leader_id="n1", prev_log_index=6,
-                            prev_log_term=2, entries=(Entry(index=7, term=2), Entry(index=8, term=2)),
-                            leader_commit=6))
+                            prev_log_term=2, entries=(Entry(index=7, term=2), Entry(index=8, term=2),
+                                                      Entry(index=9, term=3, type=EntryType.NOOP)),
+                            leader_commit=9))
     assert node.repairing  # not before the entries are durable
     rd = node.ready()
     node.advance(rd)
     assert not node.repairing
     rd = node.ready()
     assert rd.hard_state is not None and not rd.hard_state.repairing and rd.must_sync
+
+
+def test_repair_does_not_end_before_the_leader_committed_in_its_own_term():
+    """Rule 3 (sim register seed 1602): a replica that lost everything, its watermark too, matched the
+    leader through its commit index 6 — of an older term. The leader's log may hold, above 6, an entry an
+    older leader committed with this replica's lost acknowledgement: the repair ends only once the leader
+    committed an entry of its own term, which commits everything before it."""
+    node = restored_node(terms=(2, 2), hard_state=HardState(current_term=2, commit_index=3, repairing=True))
+    node.step(leader_append(3, _log([2, 2, 2]), leader_commit=6))
+    node.advance(node.ready())
+    assert node.repairing and node.log.last_index == 6  # the leader's commit reached, but it is of term 2
+    node.step(AppendEntries(from_id="n1", to_id="n2", term=3, leader_id="n1", prev_log_index=6,
+                            prev_log_term=2, entries=(Entry(index=7, term=2, data=b"acked before"),
+                                                      Entry(index=8, term=3, type=EntryType.NOOP)),
+                            leader_commit=6))
+    node.advance(node.ready())
+    assert node.repairing  # holds 7 and 8 now, but the leader has not committed 8 yet
+    node.step(AppendEntries(from_id="n1", to_id="n2", term=3, leader_id="n1", prev_log_index=8,
+                            prev_log_term=3, entries=(), leader_commit=8))
+    node.advance(node.ready())
+    assert not node.repairing and node.log.term_at(7) == 2
 
 
 def test_repair_does_not_end_before_matching_the_leader_through_its_commit():

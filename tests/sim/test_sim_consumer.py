@@ -94,6 +94,14 @@ def test_a_stale_entry_behind_faulty_ones_is_not_kept_after_the_leaders_replacem
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 
+def test_an_expiry_a_fault_stopped_is_not_lost_when_the_fault_goes() -> None:
+    """Seed 965 (`--faults all`, session 12): n1's expiry stopped at a damaged sequence the group then
+    deleted; the fault went with it and n1 vouched at AUDIT 93 for two messages the log had expired
+    (`stream-audit`). The owed expiry now runs again once no fault is left below its bound."""
+    result = run_seed(config_for(965, nodes="mixed", app="consumer"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
 def test_fixed_consumer_seeds_pass_with_all_faults() -> None:
     configs = [config_for(seed, nodes="mixed", app="consumer") for seed in SEEDS]
     batch = run_batch(configs, jobs=2)

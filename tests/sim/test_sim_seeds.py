@@ -16,7 +16,7 @@ right after its create; `runtime.group_record` decision 5 records it only after 
 
 from __future__ import annotations
 
-from jsraft.testing.sim import run_batch
+from jsraft.testing.sim import run_batch, run_seed
 from jsraft.testing.sim.batch import config_for
 
 SEEDS = range(0, 500)
@@ -39,3 +39,12 @@ def test_fixed_seeds_pass_with_all_faults() -> None:
     assert batch.passed == len(SEEDS) - len(OPEN_BUGS)
     # The runs did work: every seed stepped through both phases.
     assert batch.steps >= len(SEEDS) * STEPS
+
+
+def test_a_replica_that_lost_everything_repairs_only_past_a_commit_of_the_leaders_term() -> None:
+    # Seed 1602 (`--faults all`, session 12): n2 acknowledged 203 (term 18), then lost its group directory
+    # and its record of started groups; it finished repairing at the new leader's commit index 202 (of an
+    # older term) while 203 sat uncommitted above it in that leader's log, then voted n3 leader without it
+    # (`leader-completeness`). Rule 3 now waits for the leader to commit an entry of its own term.
+    result = run_seed(config_for(1602), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"

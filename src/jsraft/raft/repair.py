@@ -6,7 +6,8 @@ Owns: the storage-fault rules that are about a replica's own damage.
           replica repairing, and the next `Ready` persists `repairing=True`.
   Rule 3  `trusted_index`, `maybe_finish_repair`: a repairing replica trusts only the prefix a leader has
           confirmed entry by entry; it leaves repairing when no faulty index remains, the whole log is
-          confirmed and durable, reaches the watermark, and covers the current leader's commit index.
+          confirmed and durable, reaches the watermark, and covers the current leader's commit index,
+          once that leader committed an entry of its own term.
   Rule 4  `halted_reason` + `StatusProbe`: if the voters that are not repairing cannot form a quorum, the
           group halts and says so; `accept_data_loss` is the operator's explicit way out.
   Rule 7  `classify_restored_log`: a data directory whose storage UUID changed is a new member that may
@@ -102,6 +103,12 @@ def maybe_finish_repair(node: RaftNode) -> None:
     if node.leader_id is None or node.leader_commit_seen is None:
         return
     if node.leader_match_index < node.leader_commit_seen:
+        return
+    if node.log.term_at(node.leader_commit_seen) != node.current_term:
+        # Not before the leader committed an entry of its own term: until then entries below it that an
+        # older leader committed — with this replica's lost acknowledgement — may lie above its commit
+        # index (sim register seed 1602: a replica that lost its directory and node record finished at the
+        # leader's commit 202, below an acked 203 only the leader still held, then voted a leader without it).
         return
     node.repairing = False
     node.repair_reason = None

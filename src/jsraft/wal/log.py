@@ -36,6 +36,9 @@ Invariants:
   3. Never truncate a committed entry: `truncate_from(i)` requires `i > hard_state.commit_index`, unless the
      stored hard state says repairing (its commit hint may then cover stale copies the core replaces).
   4. `compact(i)` only removes segments whose every index is `<= i <=` the durable snapshot's index.
+  5. A segment holding only its header (made ahead by `make_first_segment`, or rolled and not yet
+     written) is a valid, empty segment: recovery keeps it, and appends continue in it. Its name is
+     durable before any record in it is (a `wal/` fsync, or the caller's tree sync), as for any segment.
 
 Imports: L0, L1 (`codec`, `raft.types`, `disk` protocol), attrs. Reference: DESIGN.md §2 (group commit),
 §4 (storage faults); etcd-io/raft `Storage`.
@@ -177,6 +180,16 @@ class Wal(SegmentFiles):
 
     # --- Appending and group commit -----------------------------------------------------------------
 
+    def make_first_segment(self) -> None:
+        """Create now the segment a new WAL's first append goes to (invariant 5): for a directory made whole
+        and synced as one tree (`Disk.sync_tree`), whose sync then makes the segment's name durable, so the
+        group's first cycle fsyncs the segment alone and not the `wal/` directory as well. The file holds
+        only its header; recovery keeps such a segment and appends go on in it (`_adopt`)."""
+        invariant(not self._segments and self._last_index == self._snap_index == 0 and self._active is None,
+                  "only a new, empty WAL gets its first segment made ahead")
+        self._roll(1)
+        self._sync_segments()
+
     def append(self, entries: list[Entry]) -> None:
         """Write `entries` after `last_index()`; durable only after `sync()`."""
         if not entries:
@@ -213,8 +226,21 @@ class Wal(SegmentFiles):
     def sync(self) -> None:
         """One fsync per touched segment (oldest first), then the directory if a segment was created, then
         the witness file (its own fsync) if a hard state was saved since it was last written: every cycle
-        that saves one, so such a cycle costs two fsyncs (`hardstate`: why the witness cannot ride along)."""
+        that saves one, so such a cycle costs two fsyncs (`hardstate`: why the witness cannot ride along).
+        The same as `sync_log()` then `sync_witness()`."""
+        self.sync_log()
+        self.sync_witness()
+
+    def sync_log(self) -> None:
+        """`sync`'s first part: the touched segments and, if a segment was created, the directory. Once it
+        returned, the cycle's entries and hard-state record are durable; the witness is not yet."""
         self._sync_segments()
+
+    def sync_witness(self) -> None:
+        """`sync`'s second part, only after `sync_log` returned (the witness never outruns the log it
+        vouches for, `hardstate`): the hard state saved since the witness was last written, fsynced. A
+        caller may run writes that need only the log durable (a group's marker) on other threads at the
+        same time, as long as none of them touches this `Wal`."""
         if self._witness_due:
             self._checkpoint()
 

@@ -59,6 +59,10 @@ class MetaState:
         """Every assigned stream name, offline ones included (they are visible in `NAMES`)."""
         return sorted(self.streams)
 
+    def has_stream(self, name: str) -> bool:
+        """Whether `name` is assigned (offline included): `name in names()` without sorting every name."""
+        return name in self.streams
+
     def subject_claims(self) -> Iterator[tuple[str, tuple[str, ...]]]:
         """`(stream, guarded subjects)` for every stream, offline ones included (invariant 2)."""
         for name in sorted(self.streams):

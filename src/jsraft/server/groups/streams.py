@@ -38,6 +38,13 @@ Invariants:
   9. The format and the opening of the replica's files and store run in one worker-thread call, in that
      order (a thread hop costs a wait for the interpreter on a busy node, twice per hop); a store that
      refuses to open is logged and the replica not started, as when its own open refused it.
+ 10. A preparation's thread is started by `prepare` itself (`trio.lowlevel.start_thread_soon`), not by
+     a task it spawns: the meta group's ready loop, woken by the same create's proposal, may run in the
+     same scheduling round before such a task, find nothing else runnable and persist the entry inline
+     on the trio thread, and the preparation then began only after the entry's two fsyncs instead of
+     beside them (`bench/create_timeline.py`: in about half of back-to-back creates). Its end is
+     delivered to the trio thread (`_prepared_done`); an unexpected error is raised by the open that
+     takes the preparation, in the manager's task, as it was raised there before.
 
 Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
@@ -75,12 +82,13 @@ PREPARED_MAX = 1024  # trees being prepared ahead at once; beyond it a create fo
 
 class _Prepared:
     """One tree prepared ahead (invariant 7): for which config bytes (and group, when known), whether it
-    succeeded, when it ended."""
+    succeeded, when it ended, and an unexpected error of its thread (raised by the open that takes it)."""
 
     def __init__(self, raw: bytes, group: str | None) -> None:
         self.raw = raw
         self.group = group
         self.ok = False
+        self.error: BaseException | None = None
         self.done = trio.Event()
 
 
@@ -163,21 +171,36 @@ class StreamManager:
         if (self._nursery is None or name in self._prepared or name in self.replicas
                 or len(self._prepared) >= PREPARED_MAX):
             return
-        prepared = self._prepared[name] = _Prepared(raw, group)
-        self._nursery.start_soon(self._prepare, name, prepared)
-
-    async def _prepare(self, name: str, prepared: _Prepared) -> None:
         try:
-            config = parse_config(name, prepared.raw)
-            prepared.ok = await trio.to_thread.run_sync(lambda: prepare_format(
-                self.disk, name=name, config=config, raw=prepared.raw, options=self.options,
-                group=prepared.group))
+            config = parse_config(name, raw)
+        except JsraftError as error:  # the open formats from scratch, and says so if it fails too
+            log.info("stream %s: directory not prepared ahead: %s", name, error)
+            return
+        prepared = self._prepared[name] = _Prepared(raw, group)
+        token = trio.lowlevel.current_trio_token()
+
+        def build() -> bool:
+            return prepare_format(self.disk, name=name, config=config, raw=raw, options=self.options, group=group)
+
+        def deliver(result: Any) -> None:  # an `outcome.Outcome` (trio's), on the thread: must not raise
+            try:
+                token.run_sync_soon(self._prepared_done, name, prepared, result)
+            except trio.RunFinishedError:
+                pass  # the node stopped meanwhile: the tree stays under its temporary name (stream_format 2)
+        # Invariant 10: the thread starts now, not from a task the ready loop may run after its fsync.
+        trio.lowlevel.start_thread_soon(build, deliver, name=f"jsraft-prepare {name}")
+
+    def _prepared_done(self, name: str, prepared: _Prepared, result: Any) -> None:
+        """On the trio thread: the preparation of `name` ended (invariant 7)."""
+        try:
+            prepared.ok = result.unwrap()
         except (JsraftError, OSError) as error:  # the open formats from scratch, and says so if it fails too
             log.info("stream %s: directory not prepared ahead: %s", name, error)
-        finally:
-            prepared.done.set()
-            if self._prepared.get(name) is prepared and not prepared.ok:
-                del self._prepared[name]
+        except BaseException as error:  # a bug: raised by the open that takes it, in the manager's task
+            prepared.error = error
+        prepared.done.set()
+        if self._prepared.get(name) is prepared and not prepared.ok and prepared.error is None:
+            del self._prepared[name]
 
     async def _take_prepared(self, assignment: StreamAssignment) -> bool:
         """Invariant 7: whether the open of `assignment` may use a tree prepared ahead."""
@@ -187,6 +210,8 @@ class StreamManager:
         await prepared.done.wait()
         if self._prepared.get(assignment.name) is prepared:
             del self._prepared[assignment.name]
+        if prepared.error is not None:
+            raise prepared.error
         return prepared.ok and prepared.raw == assignment.config_raw
 
     @property

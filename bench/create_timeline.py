@@ -2,10 +2,11 @@
 
 Method: one `jsraft serve` (this file re-run with `--serve`, which wraps chosen functions of the server
 with timers before starting it — the server's code is not changed), one nats-py connection creating
-`--creates` assets of `--kind` one after the other (a pause of `--gap-ms` between them so each create's
-steps are its own). Each wrapped call records its start, end and thread; for each create (its
+`--creates` assets of `--kind` one after the other (streams named as nats-py's
+`test_jsm_stream_management_with_offset` names them; a pause of `--gap-ms` between them so each create's
+steps are its own; `--gap-ms 0` for back to back, where a create's tail overlaps the next one). Each wrapped call records its start, end and thread; for each create (its
 `JsApi.stream_create` call) every recorded step inside it is placed relative to the request's arrival.
-Printed per step: how many creates had it, the median start and end offset (ms), and the median summed
+Printed per step (over the creates after `--skip`, or the `--last` N of them): how many creates had it, the median start and end offset (ms), and the median summed
 duration when a step ran more than once in a create (fsyncs). Under strace or py-spy the figures move; this
 one adds only a `perf_counter` pair per wrapped call.
 
@@ -108,7 +109,7 @@ async def _drive(port: int, kind: str, creates: int, gap_s: float) -> list[float
     for i in range(creates):
         start = time.perf_counter()
         if kind == "stream":
-            await js.add_stream(name=f"S{i}", subjects=[f"s{i}.>"])
+            await js.add_stream(name=f"stream_{i}")  # as nats-py's test_jsm_stream_management_with_offset
         elif kind == "kv":
             await js.create_key_value(KeyValueConfig(bucket=f"B{i}"))
         else:
@@ -119,9 +120,10 @@ async def _drive(port: int, kind: str, creates: int, gap_s: float) -> list[float
     return latencies
 
 
-def report(events: list, skip: int) -> None:
+def report(events: list, skip: int, last: int = 0) -> None:
     events.sort(key=lambda event: event[1])
     creates = [event for event in events if event[0] == "api.stream_create"][skip:]
+    creates = creates[-last:] if last else creates
     per_label: dict[str, list[tuple[float, float, float, int]]] = {}
     for _, begin, end, _ in creates:
         inside: dict[str, list] = {}
@@ -162,6 +164,7 @@ def main() -> None:
     parser.add_argument("--gap-ms", type=float, default=50.0)
     parser.add_argument("--show", type=int, default=-1, help="also list every step of this create (0-based)")
     parser.add_argument("--skip", type=int, default=5, help="first creates left out (warm-up)")
+    parser.add_argument("--last", type=int, default=0, help="report only the last N creates (0: all after --skip)")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="jsraft-create-timeline-")
     port, out = _free_port(), os.path.join(work, "events.json")
@@ -185,7 +188,7 @@ def main() -> None:
     print(f"{args.kind}: client median {statistics.median(latencies[args.skip:]):.2f} ms, load {os.getloadavg()[0]:.1f}")
     with open(out) as file:
         events = json.load(file)
-    report(events, args.skip)
+    report(events, args.skip, args.last)
     if args.show >= 0:
         show(events, args.show)
 

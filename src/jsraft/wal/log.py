@@ -180,16 +180,6 @@ class Wal(SegmentFiles):
 
     # --- Appending and group commit -----------------------------------------------------------------
 
-    def make_first_segment(self) -> None:
-        """Create now the segment a new WAL's first append goes to (invariant 5): for a directory made whole
-        and synced as one tree (`Disk.sync_tree`), whose sync then makes the segment's name durable, so the
-        group's first cycle fsyncs the segment alone and not the `wal/` directory as well. The file holds
-        only its header; recovery keeps such a segment and appends go on in it (`_adopt`)."""
-        invariant(not self._segments and self._last_index == self._snap_index == 0 and self._active is None,
-                  "only a new, empty WAL gets its first segment made ahead")
-        self._roll(1)
-        self._sync_segments()
-
     def append(self, entries: list[Entry]) -> None:
         """Write `entries` after `last_index()`; durable only after `sync()`."""
         if not entries:
@@ -231,27 +221,11 @@ class Wal(SegmentFiles):
         self.sync_log()
         self.sync_witness()
 
-    def sync_log(self) -> None:
-        """`sync`'s first part: the touched segments and, if a segment was created, the directory. Once it
-        returned, the cycle's entries and hard-state record are durable; the witness is not yet."""
-        self._sync_segments()
-
     def sync_witness(self) -> None:
-        """`sync`'s second part, only after `sync_log` returned (the witness never outruns the log it
-        vouches for, `hardstate`): the hard state saved since the witness was last written, fsynced. A
-        caller may run writes that need only the log durable (a group's marker) on other threads at the
-        same time, as long as none of them touches this `Wal`."""
+        """`sync`'s second part, only after `sync_log` (the witness never outruns the log it vouches for);
+        writes that need only the log durable (a marker) may run meanwhile on other threads, off this `Wal`."""
         if self._witness_due:
             self._checkpoint()
-
-    def _sync_segments(self) -> None:
-        for name in sorted(self._dirty):
-            self._handles[name].sync()
-        self._dirty.clear()
-        self._close_idle()
-        if self._dir_dirty:
-            self._disk.sync_dir(WAL_DIR)
-            self._dir_dirty = False
 
     def save_hard_state(self, hs: HardState) -> None:
         """Append `hs` as a record after what was appended so far; durable with the next `sync()`, which

@@ -38,19 +38,16 @@ Invariants:
   9. The format and the opening of the replica's files and store run in one worker-thread call, in that
      order (a thread hop costs a wait for the interpreter on a busy node, twice per hop); a store that
      refuses to open is logged and the replica not started, as when its own open refused it.
- 10. A preparation's thread is started by `prepare` itself (`trio.lowlevel.start_thread_soon`), not by
-     a task it spawns: the meta group's ready loop, woken by the same create's proposal, may run in the
-     same scheduling round before such a task, find nothing else runnable and persist the entry inline
-     on the trio thread, and the preparation then began only after the entry's two fsyncs instead of
-     beside them (`bench/create_timeline.py`: in about half of back-to-back creates). Its end is
-     delivered to the trio thread (`_prepared_done`); an unexpected error is raised by the open that
-     takes the preparation, in the manager's task, as it was raised there before.
+ 10. `prepare` starts the preparation's thread itself (`trio.lowlevel.start_thread_soon`): from a spawned
+     task it began, in about half of back-to-back creates, only after the meta entry's fsyncs, run inline
+     on the trio thread by the ready loop (woken by the same proposal). A bug there raises in the open.
 
 Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -81,15 +78,11 @@ PREPARED_MAX = 1024  # trees being prepared ahead at once; beyond it a create fo
 
 
 class _Prepared:
-    """One tree prepared ahead (invariant 7): for which config bytes (and group, when known), whether it
-    succeeded, when it ended, and an unexpected error of its thread (raised by the open that takes it)."""
+    """A tree prepared ahead (invariants 7, 10): config bytes, group if known, success, end, bug raised."""
 
     def __init__(self, raw: bytes, group: str | None) -> None:
-        self.raw = raw
-        self.group = group
-        self.ok = False
+        self.raw, self.group, self.ok, self.done = raw, group, False, trio.Event()
         self.error: BaseException | None = None
-        self.done = trio.Event()
 
 
 class StreamManager:
@@ -179,16 +172,12 @@ class StreamManager:
         prepared = self._prepared[name] = _Prepared(raw, group)
         token = trio.lowlevel.current_trio_token()
 
-        def build() -> bool:
-            return prepare_format(self.disk, name=name, config=config, raw=raw, options=self.options, group=group)
-
         def deliver(result: Any) -> None:  # an `outcome.Outcome` (trio's), on the thread: must not raise
-            try:
+            with contextlib.suppress(trio.RunFinishedError):  # if stopped: a leftover (stream_format 2)
                 token.run_sync_soon(self._prepared_done, name, prepared, result)
-            except trio.RunFinishedError:
-                pass  # the node stopped meanwhile: the tree stays under its temporary name (stream_format 2)
-        # Invariant 10: the thread starts now, not from a task the ready loop may run after its fsync.
-        trio.lowlevel.start_thread_soon(build, deliver, name=f"jsraft-prepare {name}")
+        trio.lowlevel.start_thread_soon(  # invariant 10
+            lambda: prepare_format(self.disk, name=name, config=config, raw=raw, options=self.options,
+                                   group=group), deliver, name=f"jsraft-prepare {name}")
 
     def _prepared_done(self, name: str, prepared: _Prepared, result: Any) -> None:
         """On the trio thread: the preparation of `name` ended (invariant 7)."""

@@ -38,6 +38,7 @@ def test_create_assigns_a_group_peers_and_keeps_the_raw_bytes():
     assert stream.peers == NODES3 and stream.group == f"S-ORDERS-{applied.index}"
     assert (stream.created_ns, stream.created_index, stream.required_level) == (NOW_NS, applied.index, 0)
     assert machine.names() == ["ORDERS"] and machine.assignments_for("n2") == [stream]
+    assert machine.has_stream("ORDERS") and not machine.has_stream("orders") and not machine.has_stream("OTHER")
 
 
 def test_same_name_same_config_is_idempotent_different_config_is_10058():

@@ -1,5 +1,6 @@
 """A group's first durable cycle writes its marker and its entry on the node's record of started groups side
-by side (`replica.persist` step 3, `runtime.persist` invariant 5), and sends only once both are durable.
+by side (`replica.persist` step 3, `runtime.persist` invariant 5), and sends only once both are durable;
+its WAL's witness write runs beside them, after the segment's fsync (`replica.persist` invariant 4).
 
 Method: the production driver's own step (`runtime.persist.persist_jobs`) on a real `OsDisk` and a real
 `GroupRecord`, with a `Work` carrying a hard state (the first durable cycle), the marker and the `started`
@@ -7,7 +8,9 @@ call. Side by side is shown, not timed: the marker's write and `started` each wa
 barrier (with a deadline), which only two concurrent calls can pass — one after the other, the first waits
 out the deadline and the job fails. Then: the job returns only after both are durable (a `drop` power cut
 right after it keeps both), an error of either fails the job after the other finished, and the default
-(`sync_work` without `together`, the simulator's) runs them one after the other, marker first.
+(`sync_work` without `together`, the simulator's) runs them one after the other, marker first. The
+witness is shown beside them the same way (a three-party barrier), and after the segment's fsync by the
+order of the calls; the simulator's order is the segment, the witness, the marker, the record.
 """
 
 from __future__ import annotations
@@ -109,3 +112,60 @@ def test_without_a_driver_choice_they_run_one_after_the_other_marker_first(tmp_p
     persist.sync_work(job.wal, job.disk, job.work)
     job.wal.close()
     assert order == [("marker", threading.get_ident()), ("record", threading.get_ident())]
+
+
+def test_the_witness_is_written_beside_the_marker_and_the_record_after_the_segments_fsync(tmp_path, monkeypatch):
+    root = str(tmp_path / "node")
+    record = _record(root)
+    barrier = threading.Barrier(3, timeout=BARRIER_DEADLINE_S)
+    calls = []
+    started = started_fn(record, GROUP)
+    assert started is not None
+    real_write_atomic, real_sync_log, real_sync_witness = OsDisk.write_atomic, Wal.sync_log, Wal.sync_witness
+
+    def write_atomic(self, path, data):
+        if path == GROUP_MARKER:
+            barrier.wait()
+        real_write_atomic(self, path, data)
+
+    def sync_log(self):
+        real_sync_log(self)
+        calls.append("log")
+
+    def sync_witness(self):
+        calls.append("witness")
+        barrier.wait()  # the marker's and the record's writes must be under way at the same time
+        real_sync_witness(self)
+    monkeypatch.setattr(OsDisk, "write_atomic", write_atomic)
+    monkeypatch.setattr(Wal, "sync_log", sync_log)
+    monkeypatch.setattr(Wal, "sync_witness", sync_witness)
+
+    def started_at_the_barrier(term: int) -> None:
+        barrier.wait()
+        started(term)
+    job = _job(root, started_at_the_barrier)
+    persist_jobs([job])
+    job.wal.close()
+    assert job.error is None
+    assert calls == ["log", "witness"]
+    power_cut(root, "drop", 3)
+    _, recovered = Wal.open(OsDisk(root).sub("streams/ORDERS/raft"))
+    assert recovered.hard_state.current_term == 2 and not recovered.repairing and not recovered.reasons
+
+
+def test_the_simulators_order_is_segment_witness_marker_record(tmp_path, monkeypatch):
+    root = str(tmp_path / "node")
+    order = []
+    real_write_atomic, real_sync_log, real_sync_witness = OsDisk.write_atomic, Wal.sync_log, Wal.sync_witness
+
+    def write_atomic(self, path, data):
+        real_write_atomic(self, path, data)
+        if path == GROUP_MARKER:
+            order.append("marker")
+    monkeypatch.setattr(OsDisk, "write_atomic", write_atomic)
+    monkeypatch.setattr(Wal, "sync_log", lambda self: (real_sync_log(self), order.append("log")))
+    monkeypatch.setattr(Wal, "sync_witness", lambda self: (real_sync_witness(self), order.append("witness")))
+    job = _job(root, lambda term: order.append("record"))
+    persist.sync_work(job.wal, job.disk, job.work)
+    job.wal.close()
+    assert order == ["log", "witness", "marker", "record"]

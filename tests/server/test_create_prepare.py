@@ -16,18 +16,23 @@ invariant 8): when the create is answered (which waits for the group's leader, r
 the group has applied the assignment's config already — the replica's run loop, a tick after the answer,
 would have proposed it only then; a restart of such a replica (its directory exists) replays that entry
 and proposes none (the log grows by the new term's no-op alone).
+A preparation's thread runs before its caller yields (`streams` invariant 10): the trio thread blocks
+right after `prepare` (as an inline fsync of the meta entry would) and the build has begun meanwhile — a
+preparation started from a spawned task would wait for the trio thread, and the wait would time out.
 Waits are polls with deadlines.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 
 import trio
 
 import jsraft
 from jsraft.disk import OsDisk
 from jsraft.raft.types import EntryType
+from jsraft.server.groups import streams as streams_module
 from jsraft.server.groups.stream_format import FORMAT_PREFIX
 from jsraft.stream.entries import EntryKind, entry_kind
 from jsraft.wal import Wal
@@ -148,3 +153,27 @@ def _config_entries(tmp_path) -> int:
                    if entry.type is EntryType.NORMAL and entry_kind(entry.data) is EntryKind.CONFIG)
     finally:
         wal.close()
+
+
+RAW_EARLY = b'{"name":"EARLY","subjects":["early.a"],"storage":"file","num_replicas":1}'
+THREAD_DEADLINE_S = 10.0  # a thread already started meets it at once; one waiting for the trio thread never
+
+
+async def test_a_preparation_starts_its_thread_before_the_caller_yields(tmp_path, monkeypatch):
+    started = threading.Event()
+    real_prepare_format = streams_module.prepare_format
+
+    def prepare_format(*args, **kwargs):
+        started.set()
+        return real_prepare_format(*args, **kwargs)
+    monkeypatch.setattr(streams_module, "prepare_format", prepare_format)
+    async with jsraft.open_node(single(tmp_path)) as node:
+        node.streams.prepare("EARLY", RAW_EARLY)
+        assert started.wait(THREAD_DEADLINE_S)  # blocks the trio thread: no task can run meanwhile
+        entry = node.streams._prepared["EARLY"]
+        with trio.fail_after(THREAD_DEADLINE_S):
+            await entry.done.wait()
+        assert entry.ok and entry.error is None
+        # The tree holds its WAL's first segment, made with it (`stream_format` invariant 8).
+        segments = OsDisk(str(tmp_path)).listdir(f"n1/streams/{FORMAT_PREFIX}EARLY/raft/wal")
+        assert [name for name in segments if name.endswith(".log")] == ["00000000000000000001.log"]

@@ -109,7 +109,7 @@ def _create_stream(state: MetaState, index: int, entry: e.CreateStream) -> Appli
         if not same_stream_config(existing, new.config, entry.config):
             raise StreamNameExist()
         return Applied(index=index, kind=entry.kind, target=entry.name, stream=existing)
-    check_no_overlap(new.subjects, state.subject_claims())
+    check_no_overlap(new.subjects, state.claims_meeting(new.subjects))
     state.streams[entry.name] = new
     state.consumers[entry.name] = {}
     return Applied(index=index, kind=entry.kind, target=entry.name, stream=new)
@@ -122,7 +122,7 @@ def _update_stream(state: MetaState, index: int, entry: e.UpdateStream) -> Appli
         created_index=old.created_index, required_level=entry.required_level, api_level=state.api_level,
         config_index=index, peers_index=old.peers_index if tuple(entry.peers) == old.peers else index,
     )
-    check_no_overlap(new.subjects, state.subject_claims(), exclude=entry.name)
+    check_no_overlap(new.subjects, state.claims_meeting(new.subjects), exclude=entry.name)
     state.streams[entry.name] = new
     return Applied(index=index, kind=entry.kind, target=entry.name, stream=new)
 

@@ -139,8 +139,9 @@ class Proposer:
 
     # --- Views: committed state plus in-flight proposals ----------------------------------------
 
-    def claims(self) -> Iterator[tuple[str, tuple[str, ...]]]:
-        yield from self.state.subject_claims()
+    def claims(self, subjects: tuple[str, ...]) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """Every claim that may overlap `subjects` (`MetaState.claims_meeting`), in-flight ones last."""
+        yield from self.state.claims_meeting(subjects)
         for op in self.pending.of((CreateStream, UpdateStream)):
             if op.config is not None:
                 yield op.entry.name, op.config.subjects
@@ -180,7 +181,7 @@ class Proposer:
                 if op.config is not None and _same_config(op.config, config):
                     return Proposal(data=op.data, entry=op.entry, in_flight=True)
                 raise StreamNameExist()
-        check_no_overlap(config.subjects, self.claims())
+        check_no_overlap(config.subjects, self.claims(config.subjects))
         if 0 < self.max_streams <= self.stream_count():
             raise MaximumStreamsLimit()
         peers = place(replicas=config.num_replicas, peers=self.peers(), online=online,
@@ -207,7 +208,7 @@ class Proposer:
             if latest is None:
                 return Proposal(existing=committed)
             return Proposal(data=latest.data, entry=latest.entry, in_flight=True)
-        check_no_overlap(config.subjects, self.claims(), exclude=name)
+        check_no_overlap(config.subjects, self.claims(config.subjects), exclude=name)
         peers = old_peers[: config.num_replicas]
         if config.num_replicas > len(old_peers):
             # Scale up (or re-fill a set a peer remove left short): keep the current peers in place.

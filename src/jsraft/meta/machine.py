@@ -179,6 +179,10 @@ class MetaStateMachine:
     def names(self) -> list[str]:
         return self._state.names()
 
+    def has_stream(self, name: str) -> bool:
+        """`name in names()` in O(1): asked after every Ready cycle while a create or update waits."""
+        return self._state.has_stream(name)
+
     def offline(self) -> dict[str, str]:
         return self._state.offline()
 

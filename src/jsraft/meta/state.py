@@ -12,6 +12,11 @@ Invariants:
   3. Queries return values sorted by name, so callers (API listings, the digest) are deterministic.
   4. `storage_uuids` and `removed_servers` have no key in common: a server is either a member whose disk
      was seen, or removed (until `SERVER_READMIT` with another UUID).
+  5. `streams.by_head` maps each first token of a stream's guarded subjects to the streams that have it,
+     exactly (kept by `StreamTable` on every assignment and delete), so the subject-overlap check of a
+     create or update (`claims_meeting`) visits only the streams that share a first token with it or
+     start with a wildcard, not every stream: with thousands of streams the check made at the proposal
+     and again at the apply was a scan per create.
 
 Imports: L0, L1, `meta.assignment`, `meta.placement`. Reference: DESIGN.md §5, §9.
 """
@@ -19,7 +24,7 @@ Imports: L0, L1, `meta.assignment`, `meta.placement`. Reference: DESIGN.md §5, 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from jsraft.errors import StreamNotFound, invariant
 from jsraft.jsapi import API_LEVEL
@@ -28,12 +33,52 @@ from jsraft.meta.errors import ConsumerNotFound
 from jsraft.meta.placement import PeerInfo, count_assets
 
 
+_WILD_HEADS = frozenset(("*", ">"))
+
+
+def _heads(subjects: Iterable[str]) -> set[str]:
+    return {subject.partition(".")[0] for subject in subjects}
+
+
+class StreamTable(dict):
+    """`MetaState.streams`: a dict of assignments by name that also keeps which streams have a subject
+    with each first token (`by_head`, invariant 5). Every way of changing it goes through the methods
+    below; the others a dict has are refused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_head: dict[str, set[str]] = {}
+
+    def __setitem__(self, name: str, assignment: StreamAssignment) -> None:
+        if name in self:
+            self._forget(name, self[name])
+        super().__setitem__(name, assignment)
+        for head in _heads(assignment.subjects):
+            self.by_head.setdefault(head, set()).add(name)
+
+    def __delitem__(self, name: str) -> None:
+        self._forget(name, self[name])
+        super().__delitem__(name)
+
+    def _forget(self, name: str, assignment: StreamAssignment) -> None:
+        for head in _heads(assignment.subjects):
+            names = self.by_head[head]
+            names.discard(name)
+            if not names:
+                del self.by_head[head]
+
+    def _refused(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("StreamTable changes only by item assignment and del (invariant 5)")
+
+    pop = popitem = clear = update = setdefault = __ior__ = _refused  # type: ignore[assignment]
+
+
 class MetaState:
     def __init__(self, api_level: int = API_LEVEL) -> None:
         self.api_level = api_level  # this node's level: decides which loaded assets are offline
         self.applied_index = 0
         self.peers: dict[str, PeerInfo] = {}
-        self.streams: dict[str, StreamAssignment] = {}
+        self.streams: StreamTable = StreamTable()
         self.consumers: dict[str, dict[str, ConsumerAssignment]] = {}
         self.storage_uuids: dict[str, str] = {}  # member -> storage UUID last seen (PEER_SEEN)
         self.removed_servers: dict[str, str] = {}  # removed server -> its storage UUID then ("" unknown)
@@ -59,9 +104,28 @@ class MetaState:
         """Every assigned stream name, offline ones included (they are visible in `NAMES`)."""
         return sorted(self.streams)
 
+    def has_stream(self, name: str) -> bool:
+        """Whether `name` is assigned (offline included): `name in names()` without sorting every name."""
+        return name in self.streams
+
     def subject_claims(self) -> Iterator[tuple[str, tuple[str, ...]]]:
         """`(stream, guarded subjects)` for every stream, offline ones included (invariant 2)."""
         for name in sorted(self.streams):
+            yield name, self.streams[name].subjects
+
+    def claims_meeting(self, subjects: Iterable[str]) -> Iterator[tuple[str, tuple[str, ...]]]:
+        """`subject_claims` limited to the streams that may overlap `subjects` by first token (a subject
+        of theirs whose first token is one of ours, `*` or `>`; every stream if one of ours starts with a
+        wildcard), in name order: what `rules.find_overlap` would not pass over (invariant 5)."""
+        heads = _heads(subjects)
+        if heads & _WILD_HEADS:
+            yield from self.subject_claims()
+            return
+        by_head = self.streams.by_head
+        names: set[str] = set()
+        for head in heads | _WILD_HEADS:
+            names |= by_head.get(head, set())
+        for name in sorted(names):
             yield name, self.streams[name].subjects
 
     def offline(self) -> dict[str, str]:

@@ -11,7 +11,8 @@ Order within one group's work, and why (DESIGN §2, §4):
      cut, the WAL's hard state told what the core knows (a commit hint that went down, a repairing flag
      that went up: the WAL refuses to truncate below its stored commit hint unless it knows the replica
      is repairing, DESIGN §4 "never truncate a committed entry"); the truncation (a leader's snapshot
-     that conflicts with the log truncates it first); the leader's snapshot; the appended entries; the
+     that conflicts with the log truncates it first); the leader's snapshot; on a new group's first cycle
+     its term and vote (invariant 5); the appended entries; the
      rewritten faulty entries (`wal.repaired.put_repaired`).
   2. `sync_work` — the hard state is appended to the WAL *after* the entries (its acked watermark vouches
      for them), then `Wal.sync()`: one fsync of the segment makes entries and hard-state record durable
@@ -39,7 +40,8 @@ Order within one group's work, and why (DESIGN §2, §4):
      was durable.) `Work.started` gets the hard state's term, and on every later cycle with a hard state
      `Work.cover_term` does (run by `together` as well): the record's vote-term ceiling is raised above it
      before the cycle sends (`runtime.group_record` decision 6), so a lost group directory restores
-     fenced through every term this member may have voted in.
+     fenced through every term this member may have voted in. On the first durable cycle the witness
+     write of step 2 runs in `together` too (invariant 4).
 
 Why the hard state goes after the entries (issue #13): saved before them, a crash in between would leave a
 durable watermark above a shorter log, a false "lost acknowledged data" finding (DESIGN §4, acked
@@ -60,6 +62,24 @@ Invariants:
   2. `sync_work` runs only after `write_work` of the same `Work` returned.
   3. `sync_work` returns only once every step it ran returned (`together` included), and raises if any
      failed: the driver sends only after it returned.
+  4. On a group's first durable cycle (the one with the marker) the WAL's witness write runs in
+     `together` with the marker and the record, after the segment's fsync (`Wal.sync_log`): each of the
+     three needs only the cycle's log records durable, not the others. A crash after the marker and
+     before the witness leaves a witness older than the log's newest hard-state record, which recovery
+     uses (`wal.recovery` decision 2), as after any crash between a cycle's two fsyncs; a marker never
+     stands over a log that lacks the cycle, since the log was durable first. The witness is the first
+     step, so `one_after_another` (the simulator) keeps the order of a plain `Wal.sync` then step 3.
+     Later cycles keep `Wal.sync` whole before `together`: their step 3 (`cover_term`) is usually no
+     write at all, and a side-by-side run would cost a thread hand-off on every cycle.
+  5. On a group's first durable cycle, when its hard state raises the term above the stored one (a new
+     group: from 0 to its bootstrap term, or to its first election's), step 1 writes a hard-state record
+     with the new term and vote (and the stored watermark and commit hint, so it vouches for no entry)
+     before the entries. A crash inside the cycle's fsync may keep a prefix of the appended bytes — the
+     first segment of a new stream is made with its directory (`stream_format` invariant 8), so the
+     file and its name survive — and entries of a term no surviving hard state names would read as
+     "term raised (seen in the log)", a damage finding that makes the replica repairing (an R1 group
+     would then halt). Term and vote in the log before they are needed only adds what a record after
+     the entries would have said; the watermark still follows the entries.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), attrs. Never trio. Reference: etcd-io/raft `Ready`
 handling; DESIGN §2, §4.
@@ -150,6 +170,8 @@ def write_work(wal: Wal, disk: Disk, work: Work) -> None:
         wal.save_snapshot(rd.snapshot.meta, rd.snapshot.data)
         wal.compact(rd.snapshot.meta.index)
     if rd.entries:
+        if work.marker is not None and hard_state is not None and hard_state.current_term > wal.hard_state.current_term:
+            _term_first(wal, hard_state)
         wal.append(list(rd.entries))
     if rd.repaired_entries:
         put_repaired(wal, rd.repaired_entries, repairing=repairing)
@@ -166,6 +188,15 @@ def _before_cut(wal: Wal, hard_state: HardState | None) -> None:
         wal.save_hard_state(attrs.evolve(stored, commit_index=commit_index, repairing=repairing))
 
 
+def _term_first(wal: Wal, hard_state: HardState) -> None:
+    """Invariant 5: the first cycle's term and vote, in the log before its entries, vouching for nothing
+    new (the stored watermark and commit hint)."""
+    stored = wal.hard_state
+    wal.save_hard_state(attrs.evolve(stored, current_term=hard_state.current_term, voted_for=hard_state.voted_for,
+                                     vote_fence_term=max(stored.vote_fence_term, hard_state.vote_fence_term),
+                                     repairing=stored.repairing or hard_state.repairing))
+
+
 def seal_work(wal: Wal, work: Work) -> None:
     """Step 2's write: the hard state after the entries, to the page cache. With `write_work` it is every
     write the cycle's fsync must cover; `sync_work` does it first unless told it was done (`sealed`)."""
@@ -179,8 +210,7 @@ def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False,
     and the record of started groups, run by `together` (module docstring, step 3; invariant 3)."""
     if not sealed:
         seal_work(wal, work)
-    if work.must_sync or work.hard_state is not None:
-        wal.sync()
+    syncs = work.must_sync or work.hard_state is not None
     steps: list[Callable[[], None]] = []
     if work.marker is not None:
         steps.append(functools.partial(disk.write_atomic, GROUP_MARKER, work.marker))
@@ -189,6 +219,13 @@ def sync_work(wal: Wal, disk: Disk, work: Work, *, sealed: bool = False,
         steps.append(functools.partial(work.started, term))
     elif work.cover_term is not None and term:
         steps.append(functools.partial(work.cover_term, term))
+    if syncs and work.marker is not None:
+        # Step 3 on the first durable cycle: the witness beside the marker and the record (invariant 4).
+        wal.sync_log()
+        together([wal.sync_witness, *steps])
+        return
+    if syncs:
+        wal.sync()
     if steps:
         together(steps)
 

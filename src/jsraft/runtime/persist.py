@@ -21,9 +21,10 @@ Invariants:
      its first durable cycle (`started_fn`, `group_record` decisions 4, 5). It also covers the recovered
      hard state's term with the record's vote-term ceiling before the group opens (`group_record`
      decision 6: a crash between a WAL fsync and the ceiling's write, or a version-1 record).
-  5. Step 3's two writes of a group's first durable cycle — its marker and its entry on the node's
-     record of started groups — run side by side (`side_by_side`, `replica.persist` step 3); the job
-     goes on only once both returned, and fails if either failed.
+  5. Step 3's writes of a group's first durable cycle — its WAL's witness, its marker and its entry on
+     the node's record of started groups — run side by side (`side_by_side`, `replica.persist` step 3
+     and invariant 4), the witness on the job's thread and the others on kept threads (no thread is
+     started per group); the job goes on only once all returned, and fails if any failed.
   6. `CyclePersister` runs a cycle inline only when it is one group's with at most `INLINE_ENTRIES_MAX`
      entries (a one-at-a-time workload's), no other task is runnable and no thread's report is queued
      (nothing would run during the fsync, so the trio thread loses nothing by blocking and saves the two
@@ -40,6 +41,7 @@ Reference: DESIGN §2, §12; bench/README.md "The sync publish path" (what the i
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import threading
 from collections.abc import Awaitable, Callable
@@ -129,10 +131,27 @@ def _nothing_else_to_run() -> bool:
     return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
 
 
+# Threads that run the other steps of `side_by_side`; made on first use, kept for the process's life.
+SIDE_BY_SIDE_THREADS_MAX = 8
+_side_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_side_pool_lock = threading.Lock()
+
+
+def _side_threads() -> concurrent.futures.ThreadPoolExecutor:
+    global _side_pool
+    with _side_pool_lock:
+        if _side_pool is None:
+            _side_pool = concurrent.futures.ThreadPoolExecutor(SIDE_BY_SIDE_THREADS_MAX,
+                                                               thread_name_prefix="jsraft-started")
+        return _side_pool
+
+
 def side_by_side(steps: persist.Steps) -> None:
-    """Run `steps` concurrently — the first on this thread, each other one on a thread of its own (a
-    group's first cycle has two: its marker and its record, once in the group's life) — and return once
-    every one returned (invariant 5); raise the first error, an `InvariantViolation` before any other."""
+    """Run `steps` concurrently — the first on this thread, each other one on a kept thread (a group's
+    first cycle has three: its witness, its marker and its record, once in the group's life) — and return
+    once every one returned (invariant 5); raise the first error, an `InvariantViolation` before any
+    other. The kept threads only run such steps, none of which waits for another step, so a full pool
+    only delays them."""
     errors: list[BaseException] = []
 
     def run(step: Callable[[], None]) -> None:
@@ -140,13 +159,9 @@ def side_by_side(steps: persist.Steps) -> None:
             step()
         except BaseException as error:  # re-raised on the calling thread below, once every step ended
             errors.append(error)
-    threads = [threading.Thread(target=run, args=(step,), name="jsraft-started", daemon=True)
-               for step in steps[1:]]
-    for thread in threads:
-        thread.start()
+    others = [_side_threads().submit(run, step) for step in steps[1:]]
     run(steps[0])
-    for thread in threads:
-        thread.join()
+    concurrent.futures.wait(others)
     if errors:
         raise next((error for error in errors if isinstance(error, InvariantViolation)), errors[0])
 

@@ -1,8 +1,9 @@
 """The segment files of an open `Wal`: open handles, rolling to a new segment, removal (layer L2).
 
 Owns: `SegmentFiles`, the base class of `log.Wal` that keeps which segment files are open (the active one
-and those waiting for their fsync), starts a new segment, reads through an open or a fresh handle,
-rewrites a segment with repaired entries, and removes a segment durably. `Wal` decides what to write and when to fsync; this only handles the files.
+and those waiting for their fsync), fsyncs them, makes a new WAL's first segment ahead, starts a new
+segment, reads through an open or a fresh handle, rewrites a segment with repaired entries, and removes a
+segment durably. `Wal` decides what to write and when to fsync; this only handles the files.
 
 Invariants:
   1. A segment file stays open while it is the active one or dirty (written since its last fsync).
@@ -39,6 +40,30 @@ class SegmentFiles:
 
     def _trusted_term(self, index: int) -> int:
         raise NotImplementedError  # `Wal`: the term of a good index, else 0
+
+    def sync_log(self) -> None:
+        """`Wal.sync`'s first part (segments, directory): the cycle's records are durable, the witness not."""
+        self._sync_segments()
+
+    def _sync_segments(self) -> None:
+        """Fsync every dirty segment (oldest first), then `wal/` if a segment was created since."""
+        for name in sorted(self._dirty):
+            self._handles[name].sync()
+        self._dirty.clear()
+        self._close_idle()
+        if self._dir_dirty:
+            self._disk.sync_dir(WAL_DIR)
+            self._dir_dirty = False
+
+    def make_first_segment(self) -> None:
+        """Create now the segment a new WAL's first append goes to (`log` invariant 5): for a directory made
+        whole and synced as one tree (`Disk.sync_tree`), whose sync then makes the segment's name durable,
+        so the group's first cycle fsyncs the segment alone, not the `wal/` directory as well. The file holds
+        only its header; recovery keeps such a segment and appends go on in it (`Wal._adopt`)."""
+        invariant(not self._segments and self._last_index == 0 and self._active is None,
+                  "only a new, empty WAL gets its first segment made ahead")
+        self._roll(1)
+        self._sync_segments()
 
     def _close_idle(self) -> None:
         """Close every segment file that is neither the active one nor waiting for its fsync."""

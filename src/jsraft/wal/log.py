@@ -36,6 +36,9 @@ Invariants:
   3. Never truncate a committed entry: `truncate_from(i)` requires `i > hard_state.commit_index`, unless the
      stored hard state says repairing (its commit hint may then cover stale copies the core replaces).
   4. `compact(i)` only removes segments whose every index is `<= i <=` the durable snapshot's index.
+  5. A segment holding only its header (made ahead by `make_first_segment`, or rolled and not yet
+     written) is a valid, empty segment: recovery keeps it, and appends continue in it. Its name is
+     durable before any record in it is (a `wal/` fsync, or the caller's tree sync), as for any segment.
 
 Imports: L0, L1 (`codec`, `raft.types`, `disk` protocol), attrs. Reference: DESIGN.md §2 (group commit),
 §4 (storage faults); etcd-io/raft `Storage`.
@@ -213,19 +216,16 @@ class Wal(SegmentFiles):
     def sync(self) -> None:
         """One fsync per touched segment (oldest first), then the directory if a segment was created, then
         the witness file (its own fsync) if a hard state was saved since it was last written: every cycle
-        that saves one, so such a cycle costs two fsyncs (`hardstate`: why the witness cannot ride along)."""
-        self._sync_segments()
+        that saves one, so such a cycle costs two fsyncs (`hardstate`: why the witness cannot ride along).
+        The same as `sync_log()` then `sync_witness()`."""
+        self.sync_log()
+        self.sync_witness()
+
+    def sync_witness(self) -> None:
+        """`sync`'s second part, only after `sync_log` (the witness never outruns the log it vouches for);
+        writes that need only the log durable (a marker) may run meanwhile on other threads, off this `Wal`."""
         if self._witness_due:
             self._checkpoint()
-
-    def _sync_segments(self) -> None:
-        for name in sorted(self._dirty):
-            self._handles[name].sync()
-        self._dirty.clear()
-        self._close_idle()
-        if self._dir_dirty:
-            self._disk.sync_dir(WAL_DIR)
-            self._dir_dirty = False
 
     def save_hard_state(self, hs: HardState) -> None:
         """Append `hs` as a record after what was appended so far; durable with the next `sync()`, which

@@ -223,7 +223,7 @@ class JsApi:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
         await self.account.check_stream(config.with_defaults().validate(), create=True)
         await meta_barrier(self.parts)  # `did_create` is true only for a stream no node had created
-        existed = request.name in self.parts.meta.names()
+        existed = self.parts.meta.has_stream(request.name)
         result, _ = await self.parts.call_meta("stream.create", {"name": request.name}, [raw])
         info = await self._settled_info(request.name, result, created=not existed)
         if not existed:
@@ -255,7 +255,7 @@ class JsApi:
         meta = self.parts.meta
         with trio.move_on_after(SETTLE_TIMEOUT_S):  # woken after each Ready cycle (`runtime.progress`)
             await self.parts.runtime.progress.until(
-                lambda: name in meta.names() and meta.stream(name).config_index >= version, float("inf"))
+                lambda: meta.has_stream(name) and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
             info = await self.info(name, config_index=0 if created else None)
             info["config"] = config_json(result["config"], self.parts.meta.stream(name).required_level,

@@ -36,6 +36,12 @@ Invariants:
      at another index) gets its `group` file rewritten and synced as in 5; `format_new_replica` reads
      the file to tell, so no caller's word decides it.
 
+  8. A file-backed stream's tree holds its WAL's first segment, header only (`Wal.make_first_segment`),
+     synced with the tree: the group's first Ready cycle then appends to a file whose name is durable,
+     and fsyncs it without the `raft/wal/` directory fsync a new segment needs — one serial fsync
+     round less on a create's path. Recovery keeps an empty segment (`wal.log` invariant 5), so a crash
+     before the first cycle leaves a valid empty log, as the tree without the segment did.
+
 Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), sibling `memory_stream`, `stream_options`.
 Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
 """
@@ -102,6 +108,7 @@ def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes, options: 
     if not is_memory(config):
         open_store(tree, config, replica_store_config(config, options)).close()
         wal, _ = Wal.open(tree.sub(RAFT_DIR))
+        wal.make_first_segment()  # invariant 8: its name is made durable with the tree
         wal.close()
 
 

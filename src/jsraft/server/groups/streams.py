@@ -38,12 +38,16 @@ Invariants:
   9. The format and the opening of the replica's files and store run in one worker-thread call, in that
      order (a thread hop costs a wait for the interpreter on a busy node, twice per hop); a store that
      refuses to open is logged and the replica not started, as when its own open refused it.
+ 10. `prepare` starts the preparation's thread itself (`trio.lowlevel.start_thread_soon`): from a spawned
+     task it began, in about half of back-to-back creates, only after the meta entry's fsyncs, run inline
+     on the trio thread by the ready loop (woken by the same proposal). A bug there raises in the open.
 
 Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -74,14 +78,11 @@ PREPARED_MAX = 1024  # trees being prepared ahead at once; beyond it a create fo
 
 
 class _Prepared:
-    """One tree prepared ahead (invariant 7): for which config bytes (and group, when known), whether it
-    succeeded, when it ended."""
+    """A tree prepared ahead (invariants 7, 10): config bytes, group if known, success, end, bug raised."""
 
     def __init__(self, raw: bytes, group: str | None) -> None:
-        self.raw = raw
-        self.group = group
-        self.ok = False
-        self.done = trio.Event()
+        self.raw, self.group, self.ok, self.done = raw, group, False, trio.Event()
+        self.error: BaseException | None = None
 
 
 class StreamManager:
@@ -163,21 +164,32 @@ class StreamManager:
         if (self._nursery is None or name in self._prepared or name in self.replicas
                 or len(self._prepared) >= PREPARED_MAX):
             return
-        prepared = self._prepared[name] = _Prepared(raw, group)
-        self._nursery.start_soon(self._prepare, name, prepared)
-
-    async def _prepare(self, name: str, prepared: _Prepared) -> None:
         try:
-            config = parse_config(name, prepared.raw)
-            prepared.ok = await trio.to_thread.run_sync(lambda: prepare_format(
-                self.disk, name=name, config=config, raw=prepared.raw, options=self.options,
-                group=prepared.group))
+            config = parse_config(name, raw)
+        except JsraftError as error:  # the open formats from scratch, and says so if it fails too
+            log.info("stream %s: directory not prepared ahead: %s", name, error)
+            return
+        prepared = self._prepared[name] = _Prepared(raw, group)
+        token = trio.lowlevel.current_trio_token()
+
+        def deliver(result: Any) -> None:  # an `outcome.Outcome` (trio's), on the thread: must not raise
+            with contextlib.suppress(trio.RunFinishedError):  # if stopped: a leftover (stream_format 2)
+                token.run_sync_soon(self._prepared_done, name, prepared, result)
+        trio.lowlevel.start_thread_soon(  # invariant 10
+            lambda: prepare_format(self.disk, name=name, config=config, raw=raw, options=self.options,
+                                   group=group), deliver, name=f"jsraft-prepare {name}")
+
+    def _prepared_done(self, name: str, prepared: _Prepared, result: Any) -> None:
+        """On the trio thread: the preparation of `name` ended (invariant 7)."""
+        try:
+            prepared.ok = result.unwrap()
         except (JsraftError, OSError) as error:  # the open formats from scratch, and says so if it fails too
             log.info("stream %s: directory not prepared ahead: %s", name, error)
-        finally:
-            prepared.done.set()
-            if self._prepared.get(name) is prepared and not prepared.ok:
-                del self._prepared[name]
+        except BaseException as error:  # a bug: raised by the open that takes it, in the manager's task
+            prepared.error = error
+        prepared.done.set()
+        if self._prepared.get(name) is prepared and not prepared.ok and prepared.error is None:
+            del self._prepared[name]
 
     async def _take_prepared(self, assignment: StreamAssignment) -> bool:
         """Invariant 7: whether the open of `assignment` may use a tree prepared ahead."""
@@ -187,6 +199,8 @@ class StreamManager:
         await prepared.done.wait()
         if self._prepared.get(assignment.name) is prepared:
             del self._prepared[assignment.name]
+        if prepared.error is not None:
+            raise prepared.error
         return prepared.ok and prepared.raw == assignment.config_raw
 
     @property

@@ -40,12 +40,15 @@ async def test_wal_compacts_and_a_lagging_follower_installs_the_snapshot_then_fe
             check_identical(cluster, acked)
             drift = drift_of(cluster, follower)
             repaired = repaired_of(cluster, follower)
-            assert len(drift) == 1 and len(repaired) == 1, (drift, repaired)
+            # One install, or more: on a loaded machine the leader can take its next snapshot (and compact
+            # its log past the follower) while the follower still catches up from the first; the follower
+            # then takes the newer one for the rest. Each repair episode is announced and ends repaired.
+            assert len(drift) == len(repaired) >= 1, (drift, repaired)
             behind = [f for f in drift[0]["findings"] if f["kind"] == "store_behind"]
             assert behind and behind[0]["first_seq"] == before + 1, drift[0]
             # Only the missed tail crossed the network, never the whole stream.
-            assert 0 < repaired[0]["fetched_msgs"] <= last - before, repaired[0]
-            assert repaired[0]["verified"] is not False
+            assert 0 < sum(r["fetched_msgs"] for r in repaired) <= last - before, repaired
+            assert all(r["verified"] is not False for r in repaired)
             # The leader's snapshot was marked before the WAL held it and unmarked once repaired to
             # (replica/install_mark.py): the mark's file exists and names no pending install.
             disk = replica(cluster, follower).disk

@@ -115,18 +115,23 @@ _steps = st.lists(st.tuples(st.booleans(), _filters, st.none() | st.sampled_from
                   max_size=30)
 
 
+def _step(sublist: Sublist, live: list[S], insert: bool, subject: str, queue: str | None, pick: int) -> None:
+    """Insert a new subscription, or remove a live one (always insert when none is live)."""
+    if insert or not live:
+        sub = S(subject, queue)
+        sublist.insert(sub)
+        live.append(sub)
+    else:
+        assert sublist.remove(live.pop(pick % len(live)))
+
+
 @settings(max_examples=200, derandomize=True, deadline=None, database=None)
 @given(_steps, st.lists(_literals, min_size=1, max_size=6))
 def test_match_equals_brute_force(steps, probes):
     sublist = Sublist()
     live: list[S] = []
     for insert, subject, queue, pick in steps:
-        if insert or not live:
-            sub = S(subject, queue)
-            sublist.insert(sub)
-            live.append(sub)
-        else:
-            assert sublist.remove(live.pop(pick % len(live)))
+        _step(sublist, live, insert, subject, queue, pick)
         assert len(sublist) == len(live)
         for probe in probes:
             result = sublist.match(probe)
@@ -154,11 +159,6 @@ def test_cached_match_equals_uncached_walk(steps):
     sublist = Sublist()
     live: list[S] = []
     for insert, subject, queue, pick, probes in steps:
-        if insert or not live:
-            sub = S(subject, queue)
-            sublist.insert(sub)
-            live.append(sub)
-        else:
-            assert sublist.remove(live.pop(pick % len(live)))
+        _step(sublist, live, insert, subject, queue, pick)
         for probe in probes + probes:  # every probe at least twice, so the cached path answers too
             assert sublist.match(probe) == sublist.walk(probe)

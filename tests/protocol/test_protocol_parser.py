@@ -4,7 +4,10 @@ Method: each operation of each side is fed as nats-server's docs and nats-py wri
 case, CRLF and bare LF, tabs) and the event checked field by field; each malformed input is checked for
 the error class and for the `-ERR` text nats-server v2.10 sends for the same bytes (`server/parser.go`,
 `server/client.go`), or for None where nats-server closes without one. The serializers are checked
-byte for byte against the documented layout and for what they refuse.
+byte for byte against the documented layout and for what they refuse. A fixed stream of every client
+operation (PUB with and without reply, HPUB, a payload holding CRLF) is split into two chunks at every
+offset and must parse to the same events; so must a stream ending in a payload not closed by CRLF, which
+must give the same error (reader invariant 2, for the in-buffer payload fast path and the pending path).
 """
 
 from __future__ import annotations
@@ -216,3 +219,29 @@ def test_serializers_refuse_what_would_not_parse_back(side, event):
     conn = ServerConnection() if side == "server" else ClientConnection()
     with pytest.raises(LocalProtocolError):
         conn.send(event)
+
+
+_EVERY_OPERATION = (HEADERS_ON + b"PUB a.b 3\r\nabc\r\nPUB a.b _INBOX.x.1 4\r\na\r\nb\r\nSUB a.* q 1\r\n"
+                    b"HPUB h r 12 14\r\nNATS/1.0\r\n\r\nhi\r\npub x 0\r\n\r\nUNSUB 1\r\nPING\r\nPONG\r\n")
+
+
+def _events_split_at(data: bytes, offset: int) -> tuple[list, type | None]:
+    conn = ServerConnection()
+    found: list = []
+    try:
+        for chunk in (data[:offset], data[offset:]):
+            conn.receive_data(chunk)
+            while (event := conn.next_event()) is not NEED_DATA:
+                found.append(event)
+    except RemoteProtocolError as error:
+        return found, type(error)
+    return found, None
+
+
+@pytest.mark.parametrize("data", [_EVERY_OPERATION, _EVERY_OPERATION + b"PUB a 2\r\nhiX\r\n"])
+def test_a_stream_split_at_every_offset_parses_the_same(data):
+    whole = _events_split_at(data, len(data))
+    assert len(whole[0]) == 9 and whole[1] is (None if data == _EVERY_OPERATION else UnknownOperation)
+    assert whole[0][2] == Pub("a.b", "_INBOX.x.1", b"a\r\nb")
+    for offset in range(len(data)):
+        assert _events_split_at(data, offset) == whole, offset

@@ -5,7 +5,10 @@ grouping; then a Hypothesis model test (bounded, derandomized) inserts and remov
 subscriptions over a small token alphabet, so wildcards collide often, and after every step compares
 `match` for generated literal subjects with a brute-force filter using `jsraft.subjects.matches`
 (sublist invariant 1), checks the cache never returns a stale answer, and that removing everything leaves
-an empty trie (invariant 2). Observers are checked by example (invariant 4).
+an empty trie (invariant 2). Observers are checked by example (invariant 4). The second-sight cache
+(invariant 3): by example, subjects matched once (reply inboxes) never enter the cache and leave a cached
+subject in place, a subject matched twice does; a Hypothesis test interleaves changes with repeated probes
+and compares every `match` with the uncached `walk`.
 """
 
 from __future__ import annotations
@@ -82,6 +85,23 @@ def test_cache_is_bounded():
     for i in range(CACHE_SUBJECTS_MAX + 10):
         sublist.match(f"s.{i}")
     assert len(sublist._cache) <= CACHE_SUBJECTS_MAX
+    assert len(sublist._seen) <= CACHE_SUBJECTS_MAX
+
+
+def test_subjects_that_never_repeat_do_not_churn_the_cache():
+    sublist = Sublist()
+    inbox, stream = S("_INBOX.abc.*"), S("orders.>")
+    sublist.insert(inbox)
+    sublist.insert(stream)
+    assert sublist.match("orders.1").plain == (stream,)
+    assert sublist.match("orders.1").plain == (stream,)
+    assert list(sublist._cache) == ["orders.1"]  # cached on its second match
+    for n in range(CACHE_SUBJECTS_MAX * 2 + 5):
+        assert sublist.match(f"_INBOX.abc.{n}").plain == (inbox,)
+    assert list(sublist._cache) == ["orders.1"]  # a reply subject per message neither entered nor evicted
+    sublist.insert(S("orders.1"))
+    assert sublist._cache == {} and sublist._seen == set()  # a change clears both
+    assert len(sublist.match("orders.1").plain) == 2
 
 
 _tokens = st.sampled_from(["a", "b", "c"])
@@ -95,18 +115,23 @@ _steps = st.lists(st.tuples(st.booleans(), _filters, st.none() | st.sampled_from
                   max_size=30)
 
 
+def _step(sublist: Sublist, live: list[S], insert: bool, subject: str, queue: str | None, pick: int) -> None:
+    """Insert a new subscription, or remove a live one (always insert when none is live)."""
+    if insert or not live:
+        sub = S(subject, queue)
+        sublist.insert(sub)
+        live.append(sub)
+    else:
+        assert sublist.remove(live.pop(pick % len(live)))
+
+
 @settings(max_examples=200, derandomize=True, deadline=None, database=None)
 @given(_steps, st.lists(_literals, min_size=1, max_size=6))
 def test_match_equals_brute_force(steps, probes):
     sublist = Sublist()
     live: list[S] = []
     for insert, subject, queue, pick in steps:
-        if insert or not live:
-            sub = S(subject, queue)
-            sublist.insert(sub)
-            live.append(sub)
-        else:
-            assert sublist.remove(live.pop(pick % len(live)))
+        _step(sublist, live, insert, subject, queue, pick)
         assert len(sublist) == len(live)
         for probe in probes:
             result = sublist.match(probe)
@@ -121,3 +146,19 @@ def test_match_equals_brute_force(steps, probes):
     for sub in live:
         assert sublist.remove(sub)
     assert len(sublist) == 0 and sublist._root.empty()
+
+
+_probes_with_repeats = st.lists(st.sampled_from(["a", "b", "c", "a.b", "a.b.c", "b.c", "c.a.b.a"]),
+                                min_size=1, max_size=12)
+
+
+@settings(max_examples=200, derandomize=True, deadline=None, database=None)
+@given(st.lists(st.tuples(st.booleans(), _filters, st.none() | st.sampled_from(["q1", "q2"]),
+                          st.integers(0, 30), _probes_with_repeats), max_size=20))
+def test_cached_match_equals_uncached_walk(steps):
+    sublist = Sublist()
+    live: list[S] = []
+    for insert, subject, queue, pick, probes in steps:
+        _step(sublist, live, insert, subject, queue, pick)
+        for probe in probes + probes:  # every probe at least twice, so the cached path answers too
+            assert sublist.match(probe) == sublist.walk(probe)

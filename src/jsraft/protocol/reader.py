@@ -134,8 +134,17 @@ class Reader:
             raise ControlLineTooLong(f"control line longer than {self.max_control_line} bytes")
         result = method(arg, line)
         if type(result) is PendingPayload:
-            if result.size > self.max_payload:
-                raise PayloadTooLarge(f"payload of {result.size} bytes exceeds max_payload {self.max_payload}")
+            size = result.size
+            if size > self.max_payload:
+                raise PayloadTooLarge(f"payload of {size} bytes exceeds max_payload {self.max_payload}")
+            begin = newline + 1
+            stop = begin + size
+            if len(buffer) >= stop + 2 and buffer[stop] == 13 and buffer[stop + 1] == 10:
+                # The common case, the payload already here: one copy of it, no pending state.
+                with memoryview(buffer) as view:
+                    body = bytes(view[begin:stop])
+                self._position = stop + 2
+                return result.build(body)
             self._pending = result
             return self._take_payload(result)
         return result

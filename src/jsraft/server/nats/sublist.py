@@ -3,7 +3,10 @@
 Owns: a trie of subscription subjects, token by token, where `*` and `>` are children like any other
 token; `match(subject)` walks the literal child, the `*` child and the `>` child of each level. A result is
 the plain subscriptions (each gets the message) and the queue groups (one member of each gets it, the
-caller picks which). Results are cached per subject until the next insert or remove.
+caller picks which). Results are cached per subject until the next insert or remove, but only for a
+subject seen at least twice since the last change: reply subjects (`_INBOX.<id>.<n>`) never repeat, and
+caching them would only churn the cache (an insert per message and a clear every `CACHE_SUBJECTS_MAX`
+messages that also drops the subjects that do repeat, such as a stream's).
 
 A subscription is any object with `subject: str` and `queue: str | None` that is hashable by identity;
 the sublist never looks at anything else, so client subscriptions and the server's internal ones share it.
@@ -13,7 +16,10 @@ Invariants:
      (`jsraft.subjects.matches`), each once: plain ones in `plain`, queue members grouped by queue name
      (a queue group spans every subject it was subscribed with).
   2. Insert and remove keep no empty trie nodes: after removing everything, the trie is empty.
-  3. The cache holds at most `CACHE_SUBJECTS_MAX` subjects and is cleared on every change.
+  3. The cache holds at most `CACHE_SUBJECTS_MAX` subjects and is cleared on every change; a subject
+     enters it only on its second match since the last change (the first is noted in `_seen`, a set of
+     at most `CACHE_SUBJECTS_MAX` subjects, cleared on every change and when full). Neither ever changes
+     a result: a cached match equals the uncached trie walk.
   4. Each callable in `observers` is called as `observer(sub, added)` once per insert or remove that
      changed the sublist, after the change (cluster routes count client interest this way).
 
@@ -54,6 +60,7 @@ class Sublist:
         self._root = _Node()
         self._count = 0
         self._cache: dict[str, Match] = {}
+        self._seen: set[str] = set()
         self.observers: list[Callable[[Any, bool], None]] = []
 
     def __len__(self) -> int:
@@ -77,6 +84,7 @@ class Sublist:
             members[sub] = None
         self._count += 1
         self._cache.clear()
+        self._seen.clear()
         for observer in self.observers:
             observer(sub, True)
 
@@ -101,6 +109,7 @@ class Sublist:
         self._prune(path, sub.subject.split("."))
         self._count -= 1
         self._cache.clear()
+        self._seen.clear()
         for observer in self.observers:
             observer(sub, False)
         return True
@@ -118,15 +127,26 @@ class Sublist:
         cached = self._cache.get(subject)
         if cached is not None:
             return cached
-        plain: list[Any] = []
-        queues: dict[str, list[Any]] = {}
-        self._collect(self._root, subject.split("."), 0, plain, queues)
-        result = Match(tuple(plain), tuple(tuple(members) for members in queues.values())) \
-            if plain or queues else _EMPTY
+        result = self.walk(subject)
+        seen = self._seen
+        if subject not in seen:
+            if len(seen) >= CACHE_SUBJECTS_MAX:
+                seen.clear()
+            seen.add(subject)
+            return result
+        seen.discard(subject)
         if len(self._cache) >= CACHE_SUBJECTS_MAX:
             self._cache.clear()
         self._cache[subject] = result
         return result
+
+    def walk(self, subject: str) -> Match:
+        """The uncached trie walk `match` answers from (invariant 1); tests compare the two."""
+        plain: list[Any] = []
+        queues: dict[str, list[Any]] = {}
+        self._collect(self._root, subject.split("."), 0, plain, queues)
+        return Match(tuple(plain), tuple(tuple(members) for members in queues.values())) \
+            if plain or queues else _EMPTY
 
     def _collect(self, node: _Node, tokens: list[str], position: int, plain: list[Any],
                  queues: dict[str, list[Any]]) -> None:

@@ -301,6 +301,8 @@ def truncate(store: "FileStore", seq: int) -> None:
         keep_count = max(seq - cut_block.first_seq + 1, 0)
         for name in ("offsets", "lengths", "crcs"):
             del getattr(cut_block, name)[keep_count:]
+        if keep_count == 0:  # damage hid its first sequences and none below the cut remains in it: it
+            cut_block.first_seq = seq + 1  # holds no slot and starts after them (recovery invariant 6)
         cut_block.last_seq = cut_block.first_seq + keep_count - 1
     store.last_seq = seq
     for moved_seq in [s for s in store.moved if s > seq]:
@@ -313,28 +315,45 @@ def truncate(store: "FileStore", seq: int) -> None:
 
 
 def _cut_point(store: "FileStore", block: Block, seq: int) -> tuple[int, list[bytes]]:
-    """Offset of the first natural record above `seq` in `block` (or right after `seq`'s), and what to carry."""
+    """Where to cut `block` so nothing above `seq` stays, and what to carry (rewrite after the cut).
+
+    The cut is right after the last natural record at or below `seq` (after the preamble when there is
+    none), so damaged bytes between it and the first natural record above `seq` go too: they hid
+    sequences above `seq` (recovery counted them as those sequences' `corrupt` gap), and left behind they
+    would precede the next append as damage that hid no sequence — a false `tombstone` fault over
+    everything before them at the next full scan. The one exception keeps today's evidence: while the
+    store lists a `tombstone` fault (damage that hid no sequence, perhaps a lost TOMBSTONE), the cut is at
+    the first natural record above `seq`, so the damaged bytes stay to be read again."""
     buffer = clean_buffer(store, block)
     natural_max, natural_end = block.first_seq - 1, FILE_HEADER_BYTES
+    keep_damage = any(fault.kind is FaultKind.tombstone for fault in store.fault_map.faults())
     for view in scan_records(buffer, FILE_HEADER_BYTES).records:
+        if view.kind == Kind.BLOCK_HEADER and view.offset == FILE_HEADER_BYTES:
+            natural_end = view.offset + view.length
+            continue
         if view.kind not in _NATURAL or view.ident_a <= natural_max:
             continue
         last = view.ident_a + view.ident_b - 1 if view.kind == Kind.SKIP else view.ident_a
+        cut = view.offset if keep_damage else natural_end
         if view.ident_a > seq:
-            return view.offset, _carry(store, buffer, view.offset, seq)
+            return cut, _carry(store, buffer, cut, seq)
         if last > seq:  # a SKIP that straddles the cut: keep its lower part
-            carried = [encode_record(Kind.SKIP, view.ident_a, seq - view.ident_a + 1)]
-            return view.offset, carried + _carry(store, buffer, view.offset + view.length, seq)
+            carried = _carry(store, buffer, cut, seq, before=view.offset)
+            carried.append(encode_record(Kind.SKIP, view.ident_a, seq - view.ident_a + 1))
+            return cut, carried + _carry(store, buffer, view.offset + view.length, seq)
         natural_max, natural_end = last, view.offset + view.length
     if block.last_seq > seq and natural_max == seq:  # damage hides all above `seq`: cut (left, a lost TOMBSTONE)
         return natural_end, _carry(store, buffer, natural_end, seq)
     return len(buffer), []
 
 
-def _carry(store: "FileStore", buffer: bytes, start: int, seq: int) -> list[bytes]:
-    """TOMBSTONE, FIRST_SEQ and repair records from `start` on that still matter at or below `seq`."""
+def _carry(store: "FileStore", buffer: bytes, start: int, seq: int, *, before: int | None = None) -> list[bytes]:
+    """TOMBSTONE, FIRST_SEQ and repair records from `start` on (up to `before`) that still matter at or
+    below `seq`."""
     carried: list[bytes] = []
     for view in scan_records(buffer, start).records:
+        if before is not None and view.offset >= before:
+            break
         record = bytes(buffer[view.offset : view.offset + view.length])
         if view.kind == Kind.TOMBSTONE:
             body = record[HEADER_BYTES:]

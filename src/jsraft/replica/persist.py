@@ -71,15 +71,16 @@ Invariants:
      step, so `one_after_another` (the simulator) keeps the order of a plain `Wal.sync` then step 3.
      Later cycles keep `Wal.sync` whole before `together`: their step 3 (`cover_term`) is usually no
      write at all, and a side-by-side run would cost a thread hand-off on every cycle.
-  5. On a group's first durable cycle, when its hard state raises the term above the stored one (a new
-     group: from 0 to its bootstrap term, or to its first election's), step 1 writes a hard-state record
-     with the new term and vote (and the stored watermark and commit hint, so it vouches for no entry)
-     before the entries. A crash inside the cycle's fsync may keep a prefix of the appended bytes — the
-     first segment of a new stream is made with its directory (`stream_format` invariant 8), so the
-     file and its name survive — and entries of a term no surviving hard state names would read as
-     "term raised (seen in the log)", a damage finding that makes the replica repairing (an R1 group
-     would then halt). Term and vote in the log before they are needed only adds what a record after
-     the entries would have said; the watermark still follows the entries.
+  5. On any cycle with entries whose hard state raises the term above the stored one (a new group: from
+     0 to its bootstrap term, or to its first election's; a follower of a new leader; a leader's first
+     cycle of its term), step 1 writes a hard-state record with the new term and vote (and the stored
+     watermark and commit hint, so it vouches for no entry) before the entries. A crash inside the
+     cycle's fsync may keep a prefix of the appended bytes (the first segment of a new stream is made
+     with its directory, `stream_format` invariant 8, so even a first cycle's file survives), and entries
+     of a term no surviving hard state names would read as "term raised (seen in the log)", a damage
+     finding that makes the replica repairing (an R1 group would then halt) after an ordinary crash.
+     Term and vote in the log before they are needed only adds what a record after the entries would
+     have said; the watermark still follows the entries. It costs one small record per term change.
 
 Imports: L0, L1 (`raft`, `disk`), L2 (`wal`), attrs. Never trio. Reference: etcd-io/raft `Ready`
 handling; DESIGN §2, §4.
@@ -170,7 +171,7 @@ def write_work(wal: Wal, disk: Disk, work: Work) -> None:
         wal.save_snapshot(rd.snapshot.meta, rd.snapshot.data)
         wal.compact(rd.snapshot.meta.index)
     if rd.entries:
-        if work.marker is not None and hard_state is not None and hard_state.current_term > wal.hard_state.current_term:
+        if hard_state is not None and hard_state.current_term > wal.hard_state.current_term:
             _term_first(wal, hard_state)
         wal.append(list(rd.entries))
     if rd.repaired_entries:
@@ -189,8 +190,8 @@ def _before_cut(wal: Wal, hard_state: HardState | None) -> None:
 
 
 def _term_first(wal: Wal, hard_state: HardState) -> None:
-    """Invariant 5: the first cycle's term and vote, in the log before its entries, vouching for nothing
-    new (the stored watermark and commit hint)."""
+    """Invariant 5: a term-raising cycle's term and vote, in the log before its entries, vouching for
+    nothing new (the stored watermark and commit hint)."""
     stored = wal.hard_state
     wal.save_hard_state(attrs.evolve(stored, current_term=hard_state.current_term, voted_for=hard_state.voted_for,
                                      vote_fence_term=max(stored.vote_fence_term, hard_state.vote_fence_term),

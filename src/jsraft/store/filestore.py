@@ -36,7 +36,7 @@ from jsraft import subjects as subjectlib
 from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record, message_digest
 from jsraft.disk.base import Disk
 from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageFound, StoreClosed, invariant
-from jsraft.store import fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, recovery
+from jsraft.store import fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, fs_truncate, recovery
 from jsraft.store.base import (
     DIGEST_RANGE_SEQS,
     Background,
@@ -315,7 +315,7 @@ class FileStore(Accounting):
 
     def truncate(self, seq: int) -> None:
         self._check_open()
-        fs_ops.truncate(self, seq)
+        fs_truncate.truncate(self, seq)
 
     def expire(self, cutoff_ns: int) -> int:
         self._check_open()

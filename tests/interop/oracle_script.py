@@ -229,6 +229,110 @@ TTL_STEPS: list[Step] = [
     api("t_delete", "STREAM.DELETE.TTL"),
 ]
 
+# Counters (ADR-49, nats-server 2.12) on a stream of their own (CNT); an increment refused on DEF, which is
+# not a counter stream.
+COUNTER_CONFIG = {"name": "CNT", "subjects": ["cnt.>"], "allow_msg_counter": True}
+COUNTER_STEPS: list[Step] = [
+    api("n_create", "STREAM.CREATE.CNT", COUNTER_CONFIG),
+    pub("n_incr_two", "cnt.a", b"", Nats_Incr="+2"),
+    pub("n_incr_minus", "cnt.a", b"", Nats_Incr="-5"),
+    pub("n_incr_big", "cnt.a", b"", Nats_Incr="10000000000000000000000000"),
+    pub("n_incr_zero_other", "cnt.b", b"", Nats_Incr="0"),
+    pub("n_incr_payload", "cnt.a", b"x", Nats_Incr="1"),
+    pub("n_incr_garbled", "cnt.a", b"", Nats_Incr="1.5"),
+    pub("n_incr_missing", "cnt.a", b""),
+    pub("n_incr_expected_stream", "cnt.a", b"", Nats_Incr="1", Nats_Expected_Stream="CNT"),
+    pub("n_incr_rollup", "cnt.a", b"", Nats_Incr="1", Nats_Rollup="sub"),
+    pub("n_incr_msgid", "cnt.a", b"", Nats_Incr="1", Nats_Msg_Id="n1"),
+    pub("n_incr_msgid_dup", "cnt.a", b"", Nats_Incr="1", Nats_Msg_Id="n1"),
+    api("n_get_last", "STREAM.MSG.GET.CNT", {"last_by_subj": "cnt.a"}),
+    pub("n_incr_disabled", "DEF", b"", Nats_Incr="1"),
+    pub("n_incr_garbled_disabled", "DEF", b"", Nats_Incr="x"),
+    api("n_create_discard_new", "STREAM.CREATE.CNB", {"name": "CNB", "subjects": ["cnb"], "allow_msg_counter": True,
+                                                      "discard": "new"}),
+    api("n_create_ttl", "STREAM.CREATE.CNB", {"name": "CNB", "subjects": ["cnb"], "allow_msg_counter": True,
+                                              "allow_msg_ttl": True}),
+    api("n_create_workqueue", "STREAM.CREATE.CNB", {"name": "CNB", "subjects": ["cnb"], "allow_msg_counter": True,
+                                                    "retention": "workqueue"}),
+    api("n_update_off", "STREAM.UPDATE.CNT", {**COUNTER_CONFIG, "allow_msg_counter": False}),
+    api("n_purge_subject", "STREAM.PURGE.CNT", {"filter": "cnt.a"}),
+    pub("n_incr_after_purge", "cnt.a", b"", Nats_Incr="+1"),
+    api("n_info", "STREAM.INFO.CNT"),
+    api("n_delete", "STREAM.DELETE.CNT"),
+]
+
+# Message schedules (ADR-51) on a stream of their own (SCH), with a far-off `@at` (the firing itself is
+# tests/interop/test_schedules_cluster.py's); only what nats-server 2.12 and 2.15 answer alike (2.14 added
+# `@every`/cron patterns and error 10212).
+SCHEDULE_CONFIG = {"name": "SCH", "subjects": ["sch.>"], "allow_msg_schedules": True}
+AT_FAR = "@at 2099-01-01T00:00:00Z"
+SCHEDULE_STEPS: list[Step] = [
+    api("s_create", "STREAM.CREATE.SCH", SCHEDULE_CONFIG),
+    pub("s_pub", "sch.a", b"later", Nats_Schedule=AT_FAR, Nats_Schedule_Target="sch.out", X_Kept="1"),
+    pub("s_pub_target_missing", "sch.a", b"x", Nats_Schedule=AT_FAR),
+    pub("s_pub_target_self", "sch.a", b"x", Nats_Schedule=AT_FAR, Nats_Schedule_Target="sch.a"),
+    pub("s_pub_target_outside", "sch.a", b"x", Nats_Schedule=AT_FAR, Nats_Schedule_Target="elsewhere"),
+    pub("s_pub_ttl_bad", "sch.a", b"x", Nats_Schedule=AT_FAR, Nats_Schedule_Target="sch.out", Nats_Schedule_TTL="x"),
+    pub("s_pub_ttl_disabled", "sch.a", b"x", Nats_Schedule=AT_FAR, Nats_Schedule_Target="sch.out",
+        Nats_Schedule_TTL="5s"),
+    pub("s_pub_rollup_all", "sch.a", b"x", Nats_Schedule=AT_FAR, Nats_Schedule_Target="sch.out", Nats_Rollup="all"),
+    pub("s_pub_pattern_bad", "sch.a", b"x", Nats_Schedule="@at soon", Nats_Schedule_Target="sch.out"),
+    pub("s_pub_disabled", "DEF", b"x", Nats_Schedule=AT_FAR, Nats_Schedule_Target="DEF"),
+    api("s_get", "STREAM.MSG.GET.SCH", {"seq": 1}),
+    api("s_info", "STREAM.INFO.SCH"),
+    api("s_update_off", "STREAM.UPDATE.SCH", {**SCHEDULE_CONFIG, "allow_msg_schedules": False}),
+    api("s_create_counter", "STREAM.CREATE.SCB", {"name": "SCB", "subjects": ["scb"], "allow_msg_schedules": True,
+                                                   "allow_msg_counter": True}),
+    api("s_delete", "STREAM.DELETE.SCH"),
+]
+
+# Atomic batch publish (ADR-50) on a stream of their own (ATM), and `persist_mode` (2.12): the answers of
+# every staging, commit and refusal.
+ATOMIC_CONFIG = {"name": "ATM", "subjects": ["atm.>"], "allow_atomic": True}
+
+
+def _batch(name: str, subject: str, batch_id: str, seq: str, commit: bool = False, **headers: str) -> Step:
+    extra = {"Nats_Batch_Commit": "1"} if commit else {}
+    return pub(name, subject, b"b", Nats_Batch_Id=batch_id, Nats_Batch_Sequence=seq, **extra, **headers)
+
+
+ATOMIC_STEPS: list[Step] = [
+    api("b_create", "STREAM.CREATE.ATM", ATOMIC_CONFIG),
+    _batch("b_one", "atm.1", "b1", "1"),
+    _batch("b_two", "atm.2", "b1", "2", X_Y="z"),
+    _batch("b_commit", "atm.3", "b1", "3", commit=True),
+    api("b_get_two", "STREAM.MSG.GET.ATM", {"seq": 2}),
+    _batch("b_gap_1", "atm.1", "b2", "1"),
+    _batch("b_gap_3", "atm.1", "b2", "3"),
+    _batch("b_unknown", "atm.1", "b3", "2"),
+    _batch("b_too_large", "atm.1", "b3", "1001"),
+    pub("b_no_sequence", "atm.1", b"b", Nats_Batch_Id="b3"),
+    _batch("b_long_id", "atm.1", "x" * 65, "1"),
+    _batch("b_bad_commit_1", "atm.1", "b4", "1"),
+    _batch("b_bad_commit", "atm.1", "b4", "2", Nats_Batch_Commit="yes"),
+    _batch("b_expect_1", "atm.1", "b5", "1"),
+    _batch("b_expect", "atm.1", "b5", "2", commit=True, Nats_Expected_Last_Subject_Sequence="99"),
+    _batch("b_last_msg_id_1", "atm.1", "b6", "1", Nats_Expected_Last_Msg_Id="q"),
+    _batch("b_last_msg_id", "atm.1", "b6", "2", commit=True),
+    _batch("b_dup_1", "atm.1", "b7", "1", Nats_Msg_Id="d"),
+    _batch("b_dup", "atm.1", "b7", "2", commit=True, Nats_Msg_Id="d"),
+    _batch("b_single", "atm.9", "b8", "1", commit=True, Nats_Msg_Id="e"),
+    _batch("b_single_dup", "atm.9", "b9", "1", commit=True, Nats_Msg_Id="e"),
+    api("b_info", "STREAM.INFO.ATM"),
+    _batch("b_disabled", "DEF", "b1", "1"),
+    api("b_delete", "STREAM.DELETE.ATM"),
+    api("p_create_async", "STREAM.CREATE.PAS", {"name": "PAS", "subjects": ["pas"], "persist_mode": "async"}),
+    api("p_create_default", "STREAM.CREATE.PDF", {"name": "PDF", "subjects": ["pdf"], "persist_mode": "default"}),
+    api("p_create_memory", "STREAM.CREATE.PMM", {"name": "PMM", "subjects": ["pmm"], "persist_mode": "async",
+                                                 "storage": "memory"}),
+    api("p_create_atomic", "STREAM.CREATE.PMM", {"name": "PMM", "subjects": ["pmm"], "persist_mode": "async",
+                                                 "allow_atomic": True}),
+    api("p_create_bad", "STREAM.CREATE.PMM", {"name": "PMM", "subjects": ["pmm"], "persist_mode": "sometimes"}),
+    pub("p_pub_async", "pas", b"p"),
+    api("p_delete_async", "STREAM.DELETE.PAS"),
+    api("p_delete_default", "STREAM.DELETE.PDF"),
+]
+
 STEPS: list[Step] = [
     # --- stream admin ---------------------------------------------------------------------------------
     api("create_defaults", "STREAM.CREATE.DEF", {"name": "DEF"}),
@@ -249,6 +353,9 @@ STEPS: list[Step] = [
     *CONSUMER_STEPS,
     *CONTROL_STEPS,
     *TTL_STEPS,
+    *COUNTER_STEPS,
+    *SCHEDULE_STEPS,
+    *ATOMIC_STEPS,
     # --- publishes ------------------------------------------------------------------------------------
     pub("pub_msgid", "orc.a", b"one", Nats_Msg_Id="m1"),
     pub("pub_msgid_dup", "orc.a", b"one again", Nats_Msg_Id="m1"),
@@ -357,7 +464,8 @@ async def play(url: str, steps: list[Step] = STEPS) -> dict[str, Any]:
                 answers[step.name] = message_answer(msg.subject, msg.reply, msg.headers, msg.data)
                 continue
             try:
-                answers[step.name] = json.loads(msg.data) if msg.data or step.kind != "ack" else {"empty": True}
+                # An empty answer: a double ack's, or an atomic batch message staged (ADR-50).
+                answers[step.name] = json.loads(msg.data) if msg.data else {"empty": True}
             except ValueError:
                 answers[step.name] = {"_raw": msg.data.decode(errors="replace")}
     finally:

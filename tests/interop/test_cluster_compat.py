@@ -86,7 +86,7 @@ def test_advertised_version_is_the_version_of_the_features_served(systems):
         status, varz = servers.get_json(f"{monitor}/varz")
         assert status == 200 and info_version == stream_version == varz["version"]
         if system is jsraft_system:
-            assert info_version == "2.11.0"  # nats-server's release of API level 1, the level jsraft serves
+            assert info_version == "2.12.0"  # nats-server's release of API level 2, the level jsraft serves
             assert varz["jsraft"]["version"] == jsraft.__version__
 
 

@@ -97,4 +97,4 @@ def test_views_have_nats_servers_keys(tmp_path):
     conn_ours, conn_theirs = _at(ours["connz"][1], "connz.connections[0]"), _at(theirs["connz"][1], "connz.connections[0]")
     assert (conn_ours["name"], conn_ours["lang"]) == (conn_theirs["name"], conn_theirs["lang"]) == ("shapes", "python3")
     assert conn_ours["subscriptions"] >= 1 and conn_ours["in_msgs"] == conn_theirs["in_msgs"]
-    assert ours["varz"][1]["jetstream"]["stats"]["api"]["level"] == 1
+    assert ours["varz"][1]["jetstream"]["stats"]["api"]["level"] == 2

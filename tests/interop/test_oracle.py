@@ -58,8 +58,8 @@ class Accepted:
 ACCEPTED = [
     # --- Differences of version and scope, by design -------------------------------------------------------
     Accepted("*", "*config.metadata._nats.level",
-             "jsraft reports the JetStream API level of the features it serves, 1 (per-message TTL, consumer "
-             "pause: src/jsraft/jsapi/api_level.py FEATURES); nats-server 2.15 reports 5"),
+             "jsraft reports the JetStream API level of the features it serves, 2 (nats-server 2.12: "
+             "src/jsraft/jsapi/api_level.py FEATURES); nats-server 2.15 reports 5"),
     Accepted("account_info|account_info_consumers", "api.level", "the same API level, in the account info"),
     Accepted("create_limits_again", "did_create",
              "a single nats-server sets did_create on every successful create, even of an identical existing "
@@ -72,7 +72,7 @@ ACCEPTED = [
              "sendAPIErrResponse, counted as errors (applyStreamEntries, deleteMsgOp), and jsraft, whose "
              "stream group answers them, does as the cluster does; total and every other count agree"),
     Accepted("create_bad_json|create_not_object|create_wrong_type|create_bad_storage|info_bad_json|msg_get_bad_json"
-             "|names_bad_json|list_bad_json|c_create_bad_json",
+             "|names_bad_json|list_bad_json|c_create_bad_json|p_create_bad",
              "error.description",
              "the JSON decoder's own words (Go's encoding/json vs Python's json/cattrs) after 'invalid JSON: '; "
              "code and err_code are the same"),
@@ -104,6 +104,12 @@ ERROR_STEPS = {
     "k_pause_unknown_field", "k_pause_bad_type", "k_pause_bad_time", "k_pause_not_found", "k_pause_stream_not_found",
     "k_stepdown", "k_stepdown_not_found", "k_create_sampled_bad", "t_pub_zero", "t_pub_sub_second", "t_pub_garbled",
     "t_pub_disabled", "t_update_disable", "t_create_marker_negative", "t_create_marker_short",
+    "n_incr_payload", "n_incr_garbled", "n_incr_missing", "n_incr_expected_stream", "n_incr_rollup",
+    "n_incr_disabled", "n_incr_garbled_disabled", "n_create_discard_new", "n_create_ttl", "n_create_workqueue",
+    "n_update_off", "s_pub_target_missing", "s_pub_target_self", "s_pub_target_outside", "s_pub_ttl_bad",
+    "s_pub_ttl_disabled", "s_pub_rollup_all", "s_pub_pattern_bad", "s_pub_disabled", "s_update_off", "s_create_counter",
+    "b_gap_3", "b_unknown", "b_too_large", "b_no_sequence", "b_long_id", "b_bad_commit", "b_expect", "b_last_msg_id",
+    "b_dup", "b_single_dup", "b_disabled", "p_create_memory", "p_create_atomic", "p_create_bad",
 }
 
 
@@ -155,6 +161,23 @@ def test_the_oracle_answers_as_the_script_expects(answers):
     assert nats_answers["k_resume"]["paused"] is False and "paused" not in nats_answers["k_info_resumed"]
     assert nats_answers["k_next_resumed"]["data"] == "k1"
     assert nats_answers["k_stepdown"]["error"]["err_code"] == 10010
+    # Counters (ADR-49) do what they say on the oracle.
+    assert nats_answers["n_incr_big"] == {"stream": "CNT", "seq": 3, "val": "9999999999999999999999997"}
+    assert nats_answers["n_incr_msgid_dup"] == {"stream": "CNT", "seq": 5, "duplicate": True}
+    assert nats_answers["n_incr_after_purge"]["val"] == "1"
+    assert [nats_answers[f"n_incr_{n}"]["error"]["err_code"] for n in ("payload", "garbled", "missing", "disabled")] \
+        == [10170, 10171, 10169, 10168]
+    # Schedules (ADR-51) too: the stored schedule carries the rollup it implies.
+    assert nats_answers["s_create"]["config"]["allow_rollup_hdrs"] is True
+    assert [nats_answers[f"s_pub_{n}"]["error"]["err_code"] for n in ("target_missing", "ttl_bad", "ttl_disabled",
+                                                                       "rollup_all", "pattern_bad", "disabled")] \
+        == [10190, 10191, 10166, 10192, 10189, 10188]
+    # Atomic batches (ADR-50) and persist_mode too.
+    assert nats_answers["b_commit"] == {"stream": "ATM", "seq": 3, "batch": "b1", "count": 3}
+    assert nats_answers["b_one"] == nats_answers["b_gap_1"] == {"empty": True}
+    assert nats_answers["b_info"]["state"]["messages"] == 4
+    assert nats_answers["p_create_async"]["config"]["persist_mode"] == "async"
+    assert "persist_mode" not in nats_answers["p_create_default"]["config"]
 
 
 def test_answers_match_except_accepted_differences(answers):

@@ -19,6 +19,7 @@ import pytest
 
 import jsraft
 from jsraft.jsapi import API_LEVEL, FEATURES
+from jsraft.jsapi.api_level import LEVEL_2_FIELDS, LEVEL_2_SERVED
 from jsraft.server.ops.monitor import Monitor
 from nats_kit import in_asyncio, nats_connect, single
 
@@ -50,13 +51,20 @@ async def _scenario(url: str) -> dict[str, Any]:
         await _raw(nc, f"{API}.CONSUMER.PAUSE.P.C", b"")  # resumed: the pause no longer needs level 1
         seen["resumed"] = await _raw(nc, f"{API}.CONSUMER.INFO.P.C")
     seen["too_high"] = await _raw(nc, f"{API}.STREAM.INFO.P", headers={"Nats-Required-Api-Level": str(API_LEVEL + 1)})
+    # A counter stream (ADR-49) requires level 2.
+    seen["counter"] = await _raw(nc, f"{API}.STREAM.CREATE.N", {"name": "N", "subjects": ["n.>"], "allow_msg_counter": True})
+    if "error" not in seen["counter"]:
+        seen["counter_pub"] = json.loads((await nc.request("n.a", b"", timeout=10, headers={"Nats-Incr": "+3"})).data)
     await nc.close()
     return seen
 
 
 def test_the_level_is_that_of_the_features_served():
-    assert API_LEVEL == max(feature.level for feature in FEATURES) == 1
+    # Level 2 is reported only once every one of nats-server 2.12's level-2 stream features is served.
+    assert API_LEVEL == (2 if set(LEVEL_2_SERVED) == set(LEVEL_2_FIELDS) else 1) == 2
     assert any("TTL" in feature.name for feature in FEATURES) and any("pause" in feature.name for feature in FEATURES)
+    assert sorted(feature.name.split(":")[0] for feature in FEATURES if feature.level == 2) == [
+        "async persistence", "atomic batch publish", "counters", "message schedules"]
 
 
 async def test_full_level_stamps_configs_as_nats_server(tmp_path, caplog):
@@ -66,22 +74,24 @@ async def test_full_level_stamps_configs_as_nats_server(tmp_path, caplog):
         views = Monitor(node.monitor_parts)
         views.mark_running()
         varz, jsz = views.respond("GET", "/varz")[1], views.respond("GET", "/jsz")[1]
-    assert seen["info"]["api"]["level"] == 1
-    assert varz["jetstream"]["stats"]["api"]["level"] == 1 and jsz["api"]["level"] == 1
-    assert "  API Level:       1" in caplog.messages
+    assert seen["info"]["api"]["level"] == 2
+    assert varz["jetstream"]["stats"]["api"]["level"] == 2 and jsz["api"]["level"] == 2
+    assert "  API Level:       2" in caplog.messages
     # A TTL stream needs level 1; the client's versioning keys are replaced, its other keys kept.
     assert seen["ttl"]["config"]["metadata"] == {"team": "a", "_nats.custom": "kept", "_nats.req.level": "1",
-                                                 "_nats.ver": "2.11.0", "_nats.level": "1"}
+                                                 "_nats.ver": "2.12.0", "_nats.level": "2"}
     assert "error" not in seen["again"] and seen["again"]["config"]["metadata"]["_nats.req.level"] == "1"
     assert seen["list"]["streams"][0]["config"]["metadata"] == {"team": "a", "_nats.custom": "kept",
                                                                 "_nats.req.level": "1"}
     assert seen["plain"]["config"]["metadata"]["_nats.req.level"] == "0"
     # A paused consumer needs level 1 while paused (nats-server restamps on PAUSE), a plain one 0.
-    assert seen["paused"]["config"]["metadata"] == {"_nats.req.level": "1", "_nats.ver": "2.11.0",
-                                                    "_nats.level": "1"}
+    assert seen["paused"]["config"]["metadata"] == {"_nats.req.level": "1", "_nats.ver": "2.12.0",
+                                                    "_nats.level": "2"}
     assert seen["plain_consumer"]["config"]["metadata"]["_nats.req.level"] == "0"
     assert seen["resumed"]["config"]["metadata"]["_nats.req.level"] == "0"
     assert (seen["too_high"]["error"]["code"], seen["too_high"]["error"]["err_code"]) == (412, 10185)
+    assert seen["counter"]["config"]["metadata"] == {"_nats.req.level": "2", "_nats.ver": "2.12.0", "_nats.level": "2"}
+    assert seen["counter_pub"] == {"stream": "N", "seq": 1, "val": "3"}
 
 
 async def test_a_node_at_level_0_serves_and_checks_level_0(tmp_path, caplog):
@@ -96,6 +106,7 @@ async def test_a_node_at_level_0_serves_and_checks_level_0(tmp_path, caplog):
     assert (seen["paused"]["error"]["err_code"], seen["paused"]["error"]["description"]) == (
         10185, "JetStream minimum api level required: the consumer needs API level 1, this server is at 0")
     assert seen["plain"]["config"]["metadata"] == {"_nats.req.level": "0", "_nats.ver": "2.10.0", "_nats.level": "0"}
+    assert seen["counter"]["error"]["err_code"] == 10185  # a lowered node makes no asset above its level
 
 
 @pytest.mark.parametrize("level", [-1, API_LEVEL + 1])
@@ -113,5 +124,5 @@ def test_serve_api_level_flag(tmp_path):
     default = build_parser().parse_args(["serve", "-n", "s1", "-sd", str(tmp_path)])
     assert config_from_args(default).api_level == API_LEVEL
     too_high = build_parser().parse_args(["serve", "-n", "s1", "-sd", str(tmp_path), "--api-level", "9"])
-    with pytest.raises(jsraft.errors.InvalidConfig, match="api_level must be 0..1"):
+    with pytest.raises(jsraft.errors.InvalidConfig, match="api_level must be 0..2"):
         config_from_args(too_high)

@@ -34,7 +34,7 @@ async def test_connect_reads_info_and_port_zero_picks_a_port(tmp_path):
         assert node.client_port and node.url == f"nats://127.0.0.1:{node.client_port}"
         info, max_payload, major = await in_asyncio(scenario, node.url)
     assert (info["server_name"], info["version"], info["proto"], info["headers"], info["jetstream"]) == \
-        ("n1", "2.11.0", 1, True, True)  # nats-server's release of API level 1, the level jsraft serves
+        ("n1", "2.12.0", 1, True, True)  # nats-server's release of API level 2, the level jsraft serves
     assert (info["host"], info["port"], info["max_payload"]) == ("127.0.0.1", node.client_port, 1 << 20)
     assert info["server_id"].startswith("N") and isinstance(info["client_id"], int)
     assert max_payload == 1 << 20 and major == 2

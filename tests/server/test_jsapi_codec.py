@@ -47,8 +47,8 @@ def test_stream_config_decoding_keeps_the_bytes_and_drops_pedantic():
     config, raw = decode_stream_config(b'{"name": "S", "pedantic": true}')
     assert b"pedantic" not in raw and config.name == "S"
     assert decode_stream_config(b"{}")[0].name == ""  # no name: the caller answers the mismatch
-    with pytest.raises(InvalidJSON, match='unknown field "allow_msg_counter"'):
-        decode_stream_config(b'{"name": "S", "allow_msg_counter": true}')
+    with pytest.raises(InvalidJSON, match='unknown field "allow_batched"'):  # 2.14's fast batch: not served
+        decode_stream_config(b'{"name": "S", "allow_batched": true}')
 
 
 def test_optional_and_empty_bodies_as_nats_server_tells_them():

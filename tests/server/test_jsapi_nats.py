@@ -98,7 +98,7 @@ async def test_stream_admin_create_info_update_list_names_delete(tmp_path):
     # nats-server's defaults, filled in and served back (durations in nanoseconds on the wire).
     assert (created.config.duplicate_window, created.config.max_msgs, created.config.num_replicas,
             created.config.storage, created.config.retention) == (120.0, -1, 1, "file", "limits")
-    assert created.config.metadata == {"_nats.req.level": "0", "_nats.ver": "2.11.0", "_nats.level": "1"}
+    assert created.config.metadata == {"_nats.req.level": "0", "_nats.ver": "2.12.0", "_nats.level": "2"}
     # A standalone nats-server's create and update answers carry no cluster; its info names the leader.
     assert created.cluster is None and updated.cluster is None and created.created is not None
     assert info.cluster.leader == "n1" and info.cluster.name is None
@@ -332,7 +332,7 @@ async def test_account_info_counts_streams_bytes_and_api_calls(tmp_path):
     # An INFO answer counts the requests answered before it: the first INFO, 2 creates, 2 stream infos,
     # the failed one and the failed message get make 7, 2 of them errors (publishes are not counted,
     # nor is a message get that found its message).
-    assert (after.api.total, after.api.errors, after.api.level) == (7, 2, 1)
+    assert (after.api.total, after.api.errors, after.api.level) == (7, 2, 2)
     assert after.limits.max_streams == -1 and after.limits.max_bytes_required is False
     assert raw_info["type"] == "io.nats.jetstream.api.v1.account_info_response"
     assert raw_info["reserved_storage"] == 1 << 20 and raw_info["api"]["total"] == 8

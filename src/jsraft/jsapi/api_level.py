@@ -23,8 +23,10 @@ Stamping, with the rules of nats-server's `setStaticStreamMetadata` / `setStatic
      `_nats.req.level` but neither dynamic key (`listed_metadata`); create, update and info serve all three.
 
 Invariants:
-  1. `API_LEVEL` is the highest level of a feature in `FEATURES`, and a feature is listed only when the
-     running node serves it (a test checks each one through the API). It only grows between releases.
+  1. A feature is listed in `FEATURES` only when the running node serves it (a test checks each one
+     through the API). `API_LEVEL` is the highest level all of whose stream features jsraft serves:
+     level 2 (nats-server 2.12) needs every one of `LEVEL_2_FIELDS`; until then jsraft reports level 1
+     (nats-server 2.11), however many of them it serves. It only grows between releases.
   2. A config whose required level is above the node's level is loaded offline (DESIGN §9), never
      half-started.
 
@@ -39,7 +41,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from jsraft.jsapi.consumer_config import ConsumerConfig
-from jsraft.jsapi.stream_config import StreamConfig
+from jsraft.jsapi.stream_config import PersistMode, StreamConfig
 
 
 @attrs.frozen
@@ -49,14 +51,21 @@ class Feature:
 
 
 # What jsraft serves of each API level. Level 1 (nats-server 2.11) also holds priority groups, which
-# jsraft refuses with a clear error (`priority_*` fields are unknown fields); level 2 (2.12: counters, atomic batches, schedules,
-# async persist) is not served at all.
+# jsraft refuses with a clear error (`priority_*` fields are unknown fields); level 2 (2.12) is its four
+# stream features: counters, atomic batches, schedules, async persistence.
 FEATURES = (
     Feature(1, "per-message TTL: stream allow_msg_ttl and the Nats-TTL header (ADR-43)"),
     Feature(1, "consumer pause: pause_until and $JS.API.CONSUMER.PAUSE"),
     Feature(1, "subject delete markers: stream subject_delete_marker_ttl (ADR-48, stream.markers)"),
+    Feature(2, "counters: stream allow_msg_counter and the Nats-Incr header (ADR-49, stream.counters)"),
+    Feature(2, "message schedules: stream allow_msg_schedules and `@at` Nats-Schedule (ADR-51, stream.schedules)"),
+    Feature(2, "atomic batch publish: stream allow_atomic and Nats-Batch-* (ADR-50, stream.batches)"),
+    Feature(2, "async persistence: stream persist_mode async (R1 file streams, replica.publish_pipeline)"),
 )
-API_LEVEL = max((feature.level for feature in FEATURES), default=0)
+# nats-server 2.12's level-2 stream fields (`setStaticStreamMetadata`), and those jsraft serves.
+LEVEL_2_FIELDS = ("allow_msg_counter", "allow_atomic", "allow_msg_schedules", "persist_mode")
+LEVEL_2_SERVED = ("allow_msg_counter", "allow_msg_schedules", "allow_atomic", "persist_mode")
+API_LEVEL = 2 if set(LEVEL_2_FIELDS) <= set(LEVEL_2_SERVED) else 1
 
 # The nats-server release that introduced each level: what `_nats.ver` says for a node at that level.
 _VERSION_FOR_LEVEL = {0: "2.10.0", 1: "2.11.0", 2: "2.12.0"}
@@ -73,7 +82,11 @@ def version_for_level(level: int) -> str:
 
 
 def stream_required_level(config: StreamConfig) -> int:
-    """The API level `config`'s features need (nats-server `setStaticStreamMetadata`): 1 for TTLs."""
+    """The API level `config`'s features need (nats-server `setStaticStreamMetadata`): 2 for counters,
+    schedules, atomic batches and async persistence, 1 for TTLs."""
+    if config.allow_msg_counter or config.allow_msg_schedules or config.allow_atomic \
+            or config.persist_mode is PersistMode.async_:
+        return 2
     if config.allow_msg_ttl or config.subject_delete_marker_ttl > 0:
         return 1
     return 0

@@ -39,7 +39,7 @@ _LIMIT_FIELDS = ("max_consumers", "max_msgs", "max_bytes", "max_msgs_per_subject
 # Fields nats-server's `StreamConfig` tags `omitempty` whose empty value is also this class's default:
 # served without them when empty, as nats-server serves them (and still decoded strictly when sent).
 _OMITTED_WHEN_EMPTY = ("subjects", "no_ack", "duplicate_window", "first_seq", "discard_new_per_subject",
-                       "subject_delete_marker_ttl")
+                       "subject_delete_marker_ttl", "allow_msg_counter", "allow_msg_schedules", "allow_atomic")
 SECOND_NS = 1_000_000_000
 # Configs decoded lately, by (bytes, expected name): one stream create decodes its config once where its
 # API check, proposal, level check, preparation, apply, CONFIG entry and answer each decoded it (invariant 4).
@@ -68,6 +68,13 @@ class StorageType(enum.StrEnum):
 class Discard(enum.StrEnum):
     old = "old"
     new = "new"
+
+
+class PersistMode(enum.StrEnum):
+    """nats-server 2.12's `persist_mode`: `async` acknowledges a publish before its fsync (R1 file streams)."""
+
+    default = "default"
+    async_ = "async"
 
 
 class StreamCompression(enum.StrEnum):
@@ -151,12 +158,21 @@ class StreamConfig:
     # ADR-43 per-message TTL: `Nats-TTL` headers are honoured only when this is on (never turned off again).
     allow_msg_ttl: bool = False
     subject_delete_marker_ttl: int = 0  # ns; > 0: expiry leaves markers (`stream.markers`)
+    # ADR-49 counters: every message is a `Nats-Incr` increment of its subject's total (`stream.counters`).
+    allow_msg_counter: bool = False
+    # ADR-51 message schedules (`@at` delayed messages, `stream.schedules`): enabled for good once set.
+    allow_msg_schedules: bool = False
+    # ADR-50 atomic batch publish (`Nats-Batch-*`, `stream.batches`).
+    allow_atomic: bool = False
+    persist_mode: PersistMode = PersistMode.default  # served only when not the default (nats: omitempty)
 
     @classmethod
     def from_dict(cls, data: dict) -> "StreamConfig":
         """Strictly structure JSON-shaped data (no defaults filled, nothing validated). An empty
         `consumer_limits` (what `to_json` serves for unset, as nats-server does) reads back as unset, so a
         served config round-trips and creating with it again is the same config."""
+        if isinstance(data, dict) and data.get("persist_mode") == "":  # nats-server reads "" as the default
+            data = {**data, "persist_mode": PersistMode.default.value}
         config = structure(data, cls, where="stream config")
         if config.consumer_limits == ConsumerLimits():
             config = attrs.evolve(config, consumer_limits=None)
@@ -172,6 +188,9 @@ class StreamConfig:
         if self.duplicate_window == 0 and self.mirror is None:
             window = DUPLICATE_WINDOW_DEFAULT_NS
             changes["duplicate_window"] = min(window, self.max_age) if self.max_age > 0 else window
+        if self.allow_msg_schedules and not self.allow_rollup_hdrs:
+            # nats-server outside pedantic mode turns on the rollups a schedule needs.
+            changes["allow_rollup_hdrs"], changes["deny_purge"] = True, False
         if self.subject_delete_marker_ttl > 0:
             # nats-server outside pedantic mode turns on what subject delete markers need.
             changes["allow_msg_ttl"] = True
@@ -192,6 +211,8 @@ class StreamConfig:
         if self.republish is not None or self.subject_transform is not None:
             raise InvalidConfig("republish and subject transforms are not supported by this server")
         _validate_marker_ttl(self)
+        _validate_counter(self)
+        _validate_schedules(self)
         return self
 
     def to_json(self) -> dict[str, Any]:
@@ -211,6 +232,8 @@ class StreamConfig:
         data["consumer_limits"] = {key: value for key, value in (data.get("consumer_limits") or {}).items() if value}
         if not data["metadata"]:
             del data["metadata"]
+        if self.persist_mode is PersistMode.default:
+            del data["persist_mode"]
         return data
 
 
@@ -255,6 +278,33 @@ def _validate_marker_ttl(config: StreamConfig) -> None:
         raise InvalidConfig("subject delete marker TTL must be at least 1 second")
     if config.deny_purge and config.allow_rollup_hdrs:
         raise InvalidConfig("roll-ups require the purge permission")
+
+
+def _validate_counter(config: StreamConfig) -> None:
+    """`allow_msg_counter` (ADR-49): nats-server 2.12's rules and words (`checkStreamCfg`)."""
+    if not config.allow_msg_counter:
+        return
+    if config.discard is Discard.new:
+        raise InvalidConfig("counter stream cannot use discard new")
+    if config.allow_msg_ttl:
+        raise InvalidConfig("counter stream cannot use message TTLs")
+    if config.allow_msg_schedules:
+        raise InvalidConfig("counter stream cannot use message schedules")
+    if config.retention is not Retention.limits:
+        raise InvalidConfig("counter stream can only use limits retention")
+
+
+def _validate_schedules(config: StreamConfig) -> None:
+    """`allow_msg_schedules` (ADR-51) and `persist_mode`: nats-server 2.12's rules and words (`checkStreamCfg`)."""
+    if config.allow_msg_schedules and config.discard is Discard.new:
+        raise InvalidConfig("message scheduling cannot use discard new")
+    if config.persist_mode is PersistMode.async_:
+        if config.storage is not StorageType.file:
+            raise InvalidConfig("async persist mode is only supported on file storage")
+        if config.num_replicas > 1:
+            raise InvalidConfig("async persist mode is not supported on replicated streams")
+        if config.allow_atomic:
+            raise InvalidConfig("async persist mode is not supported with atomic batch publish")
 
 
 def _validate_subjects(config: StreamConfig) -> None:

@@ -85,6 +85,10 @@ def check_update(old: StreamConfig, new: StreamConfig) -> None:
         raise InvalidConfig(f"{_UPDATE_PREFIX} cancel deny purge")
     if old.allow_msg_ttl and not new.allow_msg_ttl:
         raise InvalidConfig("message TTL status can not be disabled")  # ADR-43: may be enabled, never disabled
+    if old.allow_msg_counter != new.allow_msg_counter:  # ADR-49: chosen at creation, read-only after
+        raise InvalidConfig("stream configuration update can not change message counter setting")
+    if old.allow_msg_schedules and not new.allow_msg_schedules:  # ADR-51: never disabled once enabled
+        raise InvalidConfig("message schedules can not be disabled")
     if _placement_key(old.placement) != _placement_key(new.placement):
         raise InvalidConfig(f"{_UPDATE_PREFIX} change placement (stream moves are not supported)")
 

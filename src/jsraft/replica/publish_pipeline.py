@@ -23,6 +23,12 @@ Invariants:
   4. Nothing is decided without a `StreamLeader` (NotLeader) or while the stream is stopped here
      (StreamOffline, stream_replica invariant 6): such a batch is refused whole and opens no batch, so
      no sequence is assigned that no entry will carry.
+  5. On a stream with `persist_mode: async` (nats-server 2.12; R1 file streams only, `stream_config`) a
+     batch is answered as decided once its entries are proposed (`BatchAnswers.early`), without waiting for
+     the fsync that commits them: what the user asked for, and outside jsraft's zero-loss promise — a
+     crash before the entries are durable loses them though they were acknowledged (a refusal at apply
+     is not reported either). Everything else — the log, the fsync, the commit, the apply, every storage
+     rule — is what it is on any stream; reads see a message once it applied.
 
 The trio shell (`server.groups.stream_replica`) only proposes the entries `decide_and_open` returns, in
 order; the simulator's stream clients (`testing.sim.stream_clients`) decide through `decide` as well.
@@ -37,6 +43,7 @@ import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jsraft.jsapi.stream_config import PersistMode
 from jsraft.meta import StreamOffline
 from jsraft.raft.errors import NotLeader
 from jsraft.stream import ApplyResult, PubOutcome, StreamLeader
@@ -61,30 +68,40 @@ def decide(leader: StreamLeader | None, publishes: Sequence[Publish], now_ns: in
 class BatchAnswers:
     """One decided batch: its publishes' `done` callbacks and the answers gathered for them."""
 
-    __slots__ = ("dones", "answers", "by_seq", "pending", "entries_open", "submitting", "error")
+    __slots__ = ("dones", "answers", "by_seq", "pending", "entries_open", "submitting", "error", "values", "early")
 
-    def __init__(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome]) -> None:
+    def __init__(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome], *, early: bool = False) -> None:
         self.dones = dones
+        self.early = early  # `persist_mode: async` (invariant 5): answered as decided once its entries are proposed
         self.answers: list[Any] = [None] * len(dones)
         self.by_seq: dict[int, int] = {}  # seq -> position of the publish stored at it
         self.pending: dict[int, int] = {}  # position of a duplicate -> seq of its in-flight original
+        # position -> its decided outcome, answered as decided once applied: a counter's total (ADR-49), an
+        # atomic batch's id and count (ADR-50)
+        self.values: dict[int, PubOutcome] | None = None
         for position, outcome in enumerate(outcomes):
             if outcome.pending:
                 self.pending[position] = outcome.seq
-            elif outcome.error is not None or outcome.duplicate:
+            elif outcome.error is not None or outcome.duplicate or outcome.staged:
                 self.answers[position] = outcome
             else:
                 self.by_seq[outcome.seq] = position
+                if early:
+                    self.answers[position] = outcome
+                if outcome.value is not None or outcome.batch is not None:
+                    if self.values is None:
+                        self.values = {}
+                    self.values[position] = outcome
         self.entries_open = 0  # entries submitted and not settled
         self.submitting = True  # more entries may still be submitted
         self.error: BaseException | None = None  # the batch's first failed entry's error
 
     @property
     def complete(self) -> bool:
-        return not self.submitting and self.entries_open == 0
+        return not self.submitting and (self.early or self.entries_open == 0)
 
     def entry_applied(self, result: Any) -> None:
-        if not isinstance(result, ApplyResult):
+        if not isinstance(result, ApplyResult) or self.early:
             return
         refused = result.refused or {}
         by_seq, answers = self.by_seq, self.answers
@@ -93,7 +110,11 @@ class BatchAnswers:
             if position is None:
                 continue
             error = refused.get(seq) or result.error
-            answers[position] = PubOutcome(0, error=error) if error is not None else PubOutcome(seq)
+            if error is not None:
+                answers[position] = PubOutcome(0, error=error)
+            else:
+                decided = self.values.get(position) if self.values else None
+                answers[position] = decided if decided is not None else PubOutcome(seq)
 
     def entry_failed(self, error: BaseException) -> None:
         if self.error is None:
@@ -122,10 +143,11 @@ class InFlightBatches:
             for _, _, _, done in batch:
                 done(decision)
             return None
-        return self.open([done for _, _, _, done in batch], decision.outcomes), decision.entries
+        early = leader is not None and leader.machine.config.persist_mode is PersistMode.async_
+        return self.open([done for _, _, _, done in batch], decision.outcomes, early=early), decision.entries
 
-    def open(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome]) -> BatchAnswers:
-        batch = BatchAnswers(dones, outcomes)
+    def open(self, dones: Sequence[Done], outcomes: Sequence[PubOutcome], *, early: bool = False) -> BatchAnswers:
+        batch = BatchAnswers(dones, outcomes, early=early)
         for seq in batch.pending.values():
             if seq not in batch.by_seq:
                 self._watched.setdefault(seq, [None, 0])[1] += 1

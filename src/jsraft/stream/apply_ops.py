@@ -23,7 +23,8 @@ from jsraft import subjects
 from jsraft.codec.records import encode_message
 from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.store.base import StreamStore
-from jsraft.stream.entries import EntryMsg
+from jsraft.stream.entries import FLAG_ROLLUP_ALL, FLAG_ROLLUP_SUBJECT, FLAG_SCHEDULE_PURGE, EntryMsg
+from jsraft.stream.schedules import scheduler_of
 from jsraft.stream.outcomes import ApiError, delete_failed
 
 READ_BACK_RUN = 4096  # messages per batched read of `read_back`
@@ -116,6 +117,21 @@ def live_seqs(store: StreamStore, first: int, last: int, subject_filter: str | N
         found.append(found_seq)
         seq = found_seq + 1
     return found
+
+
+def flagged_purge(store: StreamStore, store_last_seq: int, msg: EntryMsg, seq: int) -> None:
+    """The purge a flagged message of a MSGS entry runs once stored at `seq`, bounded by it: its subject
+    keeping 1 (`Nats-Rollup: sub`), the stream keeping 1 (`all`), or else the subject of its schedule
+    (`Nats-Scheduler`, a fired schedule's `Nats-Schedule-Next: purge`: `stream.schedules`)."""
+    subject, headers, flags = msg[0], msg[1], msg[5]
+    if flags & FLAG_ROLLUP_SUBJECT:
+        purge_bounded(store, store_last_seq, subject, None, 1, seq)
+    elif flags & FLAG_ROLLUP_ALL:
+        purge_bounded(store, store_last_seq, None, None, 1, seq)
+    elif flags & FLAG_SCHEDULE_PURGE:
+        scheduler = scheduler_of(headers)
+        if scheduler is not None:
+            purge_bounded(store, store_last_seq, scheduler, None, None, seq)
 
 
 def purge_bounded(store: StreamStore, store_last_seq: int, subject: str | None, seq: int | None,

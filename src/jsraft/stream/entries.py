@@ -50,7 +50,11 @@ MSG_ID_BYTES_MAX = 0xFFFF
 
 FLAG_ROLLUP_SUBJECT = 1  # after storing this message, purge its subject keeping 1 (`Nats-Rollup: sub`)
 FLAG_ROLLUP_ALL = 2  # after storing this message, purge the stream keeping 1 (`Nats-Rollup: all`)
-_MSG_FLAGS = FLAG_ROLLUP_SUBJECT | FLAG_ROLLUP_ALL
+# After storing this message (a fired schedule, `Nats-Schedule-Next: purge`), purge the subject its
+# `Nats-Scheduler` header names, up to it (ADR-51, `stream.schedules`); with a rollup, only the rollup runs.
+FLAG_SCHEDULE_PURGE = 4
+_MSG_FLAGS = FLAG_ROLLUP_SUBJECT | FLAG_ROLLUP_ALL | FLAG_SCHEDULE_PURGE
+_ROLLUPS = FLAG_ROLLUP_SUBJECT | FLAG_ROLLUP_ALL
 
 PURGE_SUBJECT, PURGE_SEQ, PURGE_KEEP = 1, 2, 4
 _U64_MAX = (1 << 64) - 1
@@ -269,7 +273,7 @@ def _decode_msgs(body: memoryview) -> MsgsBatch:
         stop = position + subject_len + id_len + headers_len + payload_len
         if stop > end:
             raise MalformedEntry("MSGS entry ends inside a message")
-        if flags & ~_MSG_FLAGS or flags == _MSG_FLAGS:
+        if flags & ~_MSG_FLAGS or flags & _ROLLUPS == _ROLLUPS:
             raise MalformedEntry(f"MSGS message flags {flags:#x} are not valid")
         if not subject_len or subject_len > limits.subject_bytes_max:
             raise MalformedEntry(f"MSGS message subject length {subject_len} is not 1..{limits.subject_bytes_max}")

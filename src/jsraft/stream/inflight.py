@@ -26,7 +26,7 @@ class Proposal:
     """The messages of one `decide` call (one or more MSGS entries), or a position move."""
 
     __slots__ = ("last_seq", "msgs", "bytes", "counts", "sizes", "subject_last", "msg_ids", "last_msg_id",
-                 "timestamp_ns", "has_msgs")
+                 "timestamp_ns", "has_msgs", "counter_totals")
 
     def __init__(self, last_seq: int, timestamp_ns: int) -> None:
         self.last_seq = last_seq
@@ -38,6 +38,7 @@ class Proposal:
         self.last_msg_id = ""
         self.timestamp_ns = timestamp_ns
         self.has_msgs = False
+        self.counter_totals: dict[str, object] = {}  # subject -> its newest counter decided here (ADR-49)
 
     def add(self, seq: int, subject: str, size: int, msg_id: str, net_msgs: int, net_bytes: int) -> None:
         self.last_seq = seq
@@ -72,6 +73,11 @@ class InFlight:
         while self._proposals and self._proposals[0].last_seq <= applied_last_seq:
             self._proposals.popleft()
 
+    def drop(self, proposal: Proposal) -> None:
+        """Forget the newest proposal, `proposal` (an atomic batch refused after its first checks)."""
+        if self._proposals and self._proposals[-1] is proposal:
+            self._proposals.pop()
+
     def clear(self) -> None:
         self._proposals.clear()
 
@@ -97,6 +103,14 @@ class InFlight:
             if seq is not None:
                 return seq
         return 0
+
+    def counter_total(self, subject: str) -> object | None:
+        """The newest counter total decided in flight for `subject` (`stream.counters` invariant 2), or None."""
+        for proposal in reversed(self._proposals):
+            found = proposal.counter_totals.get(subject)
+            if found is not None:
+                return found
+        return None
 
     def subject_count(self, subject: str) -> int:
         return sum(p.counts.get(subject, 0) for p in self._proposals)

@@ -40,17 +40,18 @@ from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.store.base import StoredMsg, msg_size
 from jsraft.store.limits_check import check_purge_args
-from jsraft.stream import entries
+from jsraft.stream import batches, counters, entries, schedules
 from jsraft.stream import headers as hdr
 from jsraft.stream import markers
 from jsraft.stream import ttl as ttllib
+from jsraft.stream.entry_builder import EntryBuilder
 from jsraft.stream.inflight import InFlight, Proposal
 from jsraft.stream.leader_checks import DiscardNew, check_expected, rollup_flags, subject_last_seq
 from jsraft.stream.machine import StreamStateMachine
 from jsraft.stream.results import Health
 from jsraft.stream.outcomes import (
     ApiError, PubOutcome, bad_request, delete_failed, header_too_large, message_too_large, not_available,
-    purge_failed, rejected, sealed, ttl_disabled, ttl_invalid, update_failed,
+    purge_failed, rejected, sealed, update_failed,
 )
 
 AUDIT_INTERVAL_NS_DEFAULT = 5_000_000_000  # DESIGN §8: "every few seconds"
@@ -66,34 +67,6 @@ class LeaderProposal(NamedTuple):
     error: ApiError | None = None
 
 
-class _Batch:
-    """The MSGS entries being built by one `decide` call."""
-
-    __slots__ = ("entries", "msgs", "first_seq", "entry_bytes", "timestamp_ns")
-
-    def __init__(self, timestamp_ns: int) -> None:
-        self.entries: list[bytes] = []
-        self.msgs: list[tuple[bytes, bytes, bytes, int, bytes, int]] = []
-        self.first_seq = 0
-        self.entry_bytes = 0
-        self.timestamp_ns = timestamp_ns
-
-    def add(self, seq: int, subject: str, headers: bytes, payload: bytes, msg_id: str, flags: int) -> None:
-        size = len(subject) + len(headers) + len(payload) + len(msg_id) + 21
-        if self.msgs and (len(self.msgs) >= entries.MSGS_PER_ENTRY_MAX
-                          or self.entry_bytes + size > entries.MSGS_ENTRY_BYTES_SOFT_MAX):
-            self.flush()
-        if not self.msgs:
-            self.first_seq = seq
-        self.msgs.append((subject.encode(), headers, payload, self.timestamp_ns, msg_id.encode(), flags))
-        self.entry_bytes += size
-
-    def flush(self) -> None:
-        if self.msgs:
-            self.entries.append(entries.encode_msgs(self.first_seq, self.msgs))
-            self.msgs, self.entry_bytes = [], 0
-
-
 class StreamLeader:
     def __init__(self, machine: StreamStateMachine, *, audit_interval_ns: int = AUDIT_INTERVAL_NS_DEFAULT) -> None:
         self.machine = machine
@@ -106,6 +79,10 @@ class StreamLeader:
         self.ttl_schedule = ttllib.TtlSchedule()  # ADR-43: rebuilt from the store by each new leader
         if machine.config.allow_msg_ttl:
             self.ttl_schedule.rebuild(machine.store)
+        self.schedule_book = schedules.ScheduleBook()  # ADR-51: likewise
+        self.batch_stager = batches.BatchStager()  # ADR-50: open atomic batches, gone with the leadership
+        if machine.config.allow_msg_schedules:
+            self.schedule_book.rebuild(machine.store)
 
     @property
     def last_seq(self) -> int:
@@ -127,19 +104,55 @@ class StreamLeader:
         last_seq = self.last_seq  # prunes what has applied
         pending = self.inflight.last_message()
         timestamp_ns = max(now_ns, self.machine.last_timestamp_ns, pending.timestamp_ns if pending else 0)
-        batch = _Batch(timestamp_ns)
+        batch = EntryBuilder(timestamp_ns)
         proposal = self.inflight.open(last_seq, timestamp_ns)
         limits_check = DiscardNew(self.machine.config, self.machine.store, self.inflight)
         outcomes: list[PubOutcome] = []
+        decided: list[bytes] = []
         for subject, headers, payload in publishes:
             outcome = self._admit(subject, headers, payload, now_ns, proposal, batch, limits_check)
+            if isinstance(outcome, tuple) and not isinstance(outcome, PubOutcome):  # an atomic batch's commit
+                batch.flush()
+                decided += batch.entries
+                self.inflight.drop_if_empty(proposal)
+                outcome, committed = self._commit_batch(*outcome, timestamp_ns, now_ns)
+                decided += committed
+                batch = EntryBuilder(timestamp_ns)
+                proposal = self.inflight.open(self.last_seq, timestamp_ns)
             outcomes.append(outcome)
         batch.flush()
         self.inflight.drop_if_empty(proposal)
-        return Decision(batch.entries, outcomes)
+        return Decision(decided + batch.entries, outcomes)
+
+    def _commit_batch(self, batch_id: str, msgs: list[tuple[str, bytes, bytes]], timestamp_ns: int,
+                      now_ns: int) -> tuple[PubOutcome, list[bytes]]:
+        """An atomic batch's messages, checked in order as one decision into one entry, or refused whole
+        with the first refusal (`stream.batches` invariants 1 and 3)."""
+        proposal = self.inflight.open(self.last_seq, timestamp_ns)
+        builder = EntryBuilder(timestamp_ns, atomic=True)
+        limits_check = DiscardNew(self.machine.config, self.machine.store, self.inflight)
+        written: set[str] = set()
+        for position, (subject, headers, payload) in enumerate(msgs):
+            found = hdr.parse_headers(headers)  # parsed once already when it was staged
+            msg_id = found.get(hdr.MSG_ID, "")
+            conflict = batches.expected_conflict(found, subject, position, written)
+            written.add(subject)
+            if hdr.EXPECTED_LAST_MSG_ID in found:
+                outcome = rejected(batches.unsupported_header(hdr.EXPECTED_LAST_MSG_ID))
+            elif conflict is not None:
+                outcome = rejected(conflict)
+            elif msg_id and self._duplicate(msg_id, now_ns) is not None:
+                outcome = rejected(batches.duplicate_message())
+            else:
+                outcome = self._admit_checked(subject, headers, payload, found, msg_id, proposal, builder, limits_check)
+            if outcome.error is not None:
+                self.inflight.drop(proposal)
+                return outcome, []
+        builder.flush()
+        return PubOutcome(proposal.last_seq, batch=(batch_id, len(msgs))), builder.entries
 
     def _admit(self, subject: str, headers: bytes, payload: bytes, now_ns: int, proposal: Proposal,
-               batch: _Batch, limits_check: DiscardNew) -> PubOutcome:
+               batch: EntryBuilder, limits_check: DiscardNew) -> PubOutcome:
         config = self.machine.config
         if self.machine.health is not Health.current:
             return rejected(not_available())
@@ -155,6 +168,11 @@ class StreamLeader:
             found = hdr.parse_headers(headers)
         except JsraftError as error:
             return rejected(bad_request(error.description))
+        if batches.BATCH_ID in found:  # an atomic batch's message: staged, or its commit (`stream.batches`)
+            taken = self.batch_stager.take(found, (subject, headers, payload), config.allow_atomic, now_ns)
+            if taken is None:
+                return PubOutcome(0, staged=True)
+            return rejected(taken) if isinstance(taken, ApiError) else taken
         msg_id = found.get(hdr.MSG_ID, "")
         if msg_id:
             duplicate = self._duplicate(msg_id, now_ns)
@@ -163,11 +181,15 @@ class StreamLeader:
         return self._admit_checked(subject, headers, payload, found, msg_id, proposal, batch, limits_check)
 
     def _admit_checked(self, subject: str, headers: bytes, payload: bytes, found: dict[str, str], msg_id: str,
-                       proposal: Proposal, batch: _Batch, limits_check: DiscardNew) -> PubOutcome:
+                       proposal: Proposal, batch: EntryBuilder, limits_check: DiscardNew) -> PubOutcome:
         machine = self.machine
         last_seq = max(machine.last_seq, proposal.last_seq)
         flags = ttl_s = 0
+        incr = schedule_ns = None
         if found:  # most publishes carry no `Nats-` header: skip the header checks entirely
+            incr = counters.increment(found, payload, machine.config.allow_msg_counter)
+            if isinstance(incr, ApiError):
+                return rejected(incr)
             try:
                 error = check_expected(found, machine.config.name, subject, last_seq, self._last_msg_id,
                                        lambda f: subject_last_seq(machine.store, self.inflight, f))
@@ -175,17 +197,28 @@ class StreamLeader:
                 return rejected(bad_request(bad.description))
             if error is not None:
                 return rejected(error)
+            schedule_ns = schedules.check_schedule(found, subject, machine.config)
+            if isinstance(schedule_ns, ApiError):
+                return rejected(schedule_ns)
+            if schedule_ns is not None:  # a schedule rolls up its subject (`stream.schedules`)
+                headers, found = schedules.with_rollup(headers, found), {**found, hdr.ROLLUP: hdr.ROLLUP_SUBJECT}
             checked = rollup_flags(found, machine.config)
             if isinstance(checked, ApiError):
                 return rejected(checked)
-            flags = checked
-            ttl_s = _message_ttl(found, machine.config.allow_msg_ttl)
+            flags = checked or schedules.next_flags(found)
+            ttl_s = ttllib.message_ttl(found, machine.config.allow_msg_ttl)
             if isinstance(ttl_s, ApiError):
                 return rejected(ttl_s)
             floor = markers.ttl_floor(ttl_s, machine.config.subject_delete_marker_ttl,
                                       machine.config.max_msgs_per_subject)
             if floor != ttl_s:
                 ttl_s, headers = floor, markers.with_ttl(headers, floor)
+        counted = None
+        if machine.config.allow_msg_counter:
+            counted = counters.count(self.inflight, machine.store, machine.config, subject, incr, headers)
+            if isinstance(counted, ApiError):
+                return rejected(counted)
+            headers, payload = counted[0], counted[1]
         size = msg_size(len(subject.encode()), len(headers), len(payload))
         try:
             net = limits_check.admit(subject, size) if limits_check.active else (1, size)
@@ -198,6 +231,11 @@ class StreamLeader:
         batch.add(seq, subject, headers, payload, msg_id, flags)
         if ttl_s > 0:
             self.ttl_schedule.add(seq, batch.timestamp_ns, ttl_s)
+        if schedule_ns is not None:
+            self.schedule_book.add(subject, seq, schedule_ns)
+        if counted is not None:
+            proposal.counter_totals[subject] = counted[2]
+            return PubOutcome(seq, value=str(counted[2].total))
         return PubOutcome(seq)
 
     def _duplicate(self, msg_id: str, now_ns: int) -> PubOutcome | None:
@@ -277,6 +315,20 @@ class StreamLeader:
         out.append(entries.encode_expire(cutoff_ns, up_to_seq))
         return out
 
+    def schedules_due(self, now_ns: int) -> list[bytes]:
+        """MSGS entries of the schedules due at `now_ns` (leader clock), each decided as a publish of the
+        fired message (`stream.schedules`: its purge flag removes the schedule with it, invariant 1)."""
+        book, out = self.schedule_book, []
+        for subject, _, message in book.due(self.machine.store, self.machine.last_seq, now_ns):
+            decision = self.decide([message], now_ns)
+            outcome = decision.outcomes[0]
+            if outcome.error is not None or outcome.duplicate or not decision.entries:
+                book.refused(subject, now_ns)
+                continue
+            book.fired(subject, outcome.seq)
+            out.extend(decision.entries)
+        return out
+
     def ttl_due(self, now_ns: int) -> list[bytes]:
         """DELETE entries for the stored messages whose `Nats-TTL` has passed at `now_ns` (leader clock),
         or, on a stream with subject delete markers, a marker for a subject's last message.
@@ -333,16 +385,3 @@ class StreamLeader:
         audit_id = max(self._next_audit_id, self.machine.last_audit_id + 1)
         self._next_audit_id = audit_id + 1
         return entries.encode_audit(audit_id)
-
-
-def _message_ttl(found: dict[str, str], allowed: bool) -> int | ApiError:
-    """The publish's `Nats-TTL` in seconds (0 without one), or why it is refused (10166, 10165)."""
-    value = found.get(hdr.TTL)
-    if value is None:
-        return 0
-    if not allowed:
-        return ttl_disabled()
-    try:
-        return ttllib.parse_ttl(value)
-    except ttllib.InvalidTtl:
-        return ttl_invalid()

@@ -49,7 +49,7 @@ from jsraft.stream import apply_ops
 from jsraft.stream.dedupe import DedupeWindow
 from jsraft.stream.drift import Finding, FindingKind, RepairPlan, plan_repair
 from jsraft.stream.entries import (
-    FLAG_ROLLUP_ALL, FLAG_ROLLUP_SUBJECT, AuditEntry, ConfigEntry, ConsumerEntry, DeleteEntry, EntryKind,
+    AuditEntry, ConfigEntry, ConsumerEntry, DeleteEntry, EntryKind,
     ExpireEntry, MsgsBatch, PurgeEntry, decode_entry,
 )
 from jsraft.stream.outcomes import ApiError, update_failed
@@ -125,7 +125,10 @@ class StreamStateMachine:
                 finding = Finding(kind=FindingKind.content_mismatch, first=differs, last=differs,
                                   detail="a replayed message differs from the stored one")
                 return ApplyResult(index, EntryKind.MSGS, batch.first_seq, batch.last_seq, finding=self._drift(finding))
-            self._rollups(batch, 0, overlap)
+            for position in range(overlap):  # the replayed messages' purges, bounded by their seqs
+                if batch.msgs[position][5]:
+                    apply_ops.flagged_purge(self.store, self._store_last_seq, batch.msgs[position],
+                                            batch.first_seq + position)
             if store_last <= batch.last_seq:  # the crash may have lost this append's limit tombstones
                 self.store.update_config(self.store.config)  # (invariant 2): apply the limits again
             start = overlap
@@ -175,19 +178,9 @@ class StreamStateMachine:
                 return refused
             self._store_last_seq = batch.first_seq + stop
             if msgs[stop][5] and batch.first_seq + stop not in refused:
-                self._rollups(batch, stop, stop + 1)
+                apply_ops.flagged_purge(self.store, self._store_last_seq, msgs[stop], batch.first_seq + stop)
             position = stop + 1
         return refused
-
-    def _rollups(self, batch: MsgsBatch, start: int, stop: int) -> None:
-        """Run the purges of the rollup messages in `batch.msgs[start:stop]`, bounded by their seqs."""
-        for position in range(start, stop):
-            subject, flags = batch.msgs[position][0], batch.msgs[position][5]
-            seq = batch.first_seq + position
-            if flags & FLAG_ROLLUP_SUBJECT:
-                apply_ops.purge_bounded(self.store, self._store_last_seq, subject, None, 1, seq)
-            elif flags & FLAG_ROLLUP_ALL:
-                apply_ops.purge_bounded(self.store, self._store_last_seq, None, None, 1, seq)
 
     def _apply_delete(self, index: int, entry: DeleteEntry) -> ApplyResult:
         if self.health is not Health.current:

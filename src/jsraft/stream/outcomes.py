@@ -106,6 +106,9 @@ class PubOutcome(NamedTuple):
     duplicate: bool = False
     pending: bool = False
     error: ApiError | None = None
+    value: str | None = None  # a counter stream's total after this increment (ADR-49): the PubAck's "val"
+    batch: tuple[str, int] | None = None  # an atomic batch's commit (ADR-50): its id and message count
+    staged: bool = False  # an atomic batch's message before its commit: answered with an empty message
 
     def to_api(self, stream: str) -> dict[str, object]:
         """The JetStream publish reply (`PubAck` or `{"error": ...}`)."""
@@ -114,6 +117,10 @@ class PubOutcome(NamedTuple):
         reply: dict[str, object] = {"stream": stream, "seq": self.seq}
         if self.duplicate:
             reply["duplicate"] = True
+        if self.value is not None:
+            reply["val"] = self.value
+        if self.batch is not None:
+            reply["batch"], reply["count"] = self.batch
         return reply
 
 

@@ -28,6 +28,7 @@ import re
 from jsraft.errors import NoMessageFound
 from jsraft.store.base import StreamStore
 from jsraft.stream import headers as hdr
+from jsraft.stream.outcomes import ApiError, ttl_disabled, ttl_invalid
 
 TTL_NEVER = -1
 SECOND_NS = 1_000_000_000
@@ -75,6 +76,19 @@ def parse_ttl(value: str) -> int:
     if not 1 <= seconds < _TTL_S_MAX:
         raise InvalidTtl(f"per-message TTL {value[:32]!r} is not between 1 second and the maximum duration")
     return seconds
+
+
+def message_ttl(found: dict[str, str], allowed: bool) -> "int | ApiError":
+    """A publish's `Nats-TTL` in seconds (0 without one), or why it is refused (10166, 10165)."""
+    value = found.get(hdr.TTL)
+    if value is None:
+        return 0
+    if not allowed:
+        return ttl_disabled()
+    try:
+        return parse_ttl(value)
+    except InvalidTtl:
+        return ttl_invalid()
 
 
 def header_ttl(headers: bytes) -> int:

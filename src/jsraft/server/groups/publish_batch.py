@@ -2,7 +2,9 @@
 
 Owns: the request's shape — args `{"stream", "subjects": [...]}`, blobs `headers_0, payload_0, headers_1,
 ...` — and its reply `{"outcomes": [...], "leader": <the node that served it>}`, one outcome per publish in order: an int `seq` (stored at
-`seq`), `[seq]` (a duplicate of the message stored at `seq`), or an error object (`rpc.error_body`); and
+`seq`), `[seq, "<val>"]` (stored at `seq`, a counter's total after it, ADR-49), `[seq, {"batch", "count"}]`
+(an atomic batch committed up to `seq`, ADR-50), `[]` (staged in an atomic batch), `[seq]` (a duplicate of
+the message stored at `seq`), or an error object (`rpc.error_body`); and
 `publish_batch`, the handler the stream leader serves it with (registered in the node's request table by
 `stream_publish`, so it is reached locally or over `$rpc` through `Node.call_stream`). One request carries
 what a node's clients published on a stream while its previous request was out: the per-message cost
@@ -33,6 +35,7 @@ from jsraft.errors import BadRequest, JsraftError
 from jsraft.jsapi import validate_stream_name
 from jsraft.server.groups.rpc import error_body, error_from_body
 from jsraft.server.groups.stream_replica import api_error
+from jsraft.stream import PubOutcome
 
 if TYPE_CHECKING:
     from jsraft.server.groups.stream_lookup import LocalStreams
@@ -66,15 +69,30 @@ def encode_outcome(answer: Any) -> Any:
         return error_body(answer)
     if answer.error is not None:
         return error_body(api_error(answer.error))
-    return [answer.seq] if answer.duplicate else answer.seq
+    if answer.staged:
+        return []
+    if answer.duplicate:
+        return [answer.seq]
+    if answer.batch is not None:
+        return [answer.seq, {"batch": answer.batch[0], "count": answer.batch[1]}]
+    return answer.seq if answer.value is None else [answer.seq, answer.value]
 
 
-def decode_outcome(outcome: Any) -> tuple[int, bool] | JsraftError:
-    """`(seq, duplicate)` for a stored publish, else its error; a malformed outcome is a `BadRequest`."""
+def decode_outcome(outcome: Any) -> PubOutcome | JsraftError:
+    """The answer to one publish — stored (with a counter's value or an atomic batch's id and count),
+    a duplicate, staged in an atomic batch — else its error; a malformed outcome is a `BadRequest`."""
     if type(outcome) is int:
-        return outcome, False
-    if isinstance(outcome, list) and len(outcome) == 1 and type(outcome[0]) is int:
-        return outcome[0], True
+        return PubOutcome(outcome)
+    if isinstance(outcome, list):
+        if not outcome:
+            return PubOutcome(0, staged=True)
+        if len(outcome) == 1 and type(outcome[0]) is int:
+            return PubOutcome(outcome[0], duplicate=True)
+        if len(outcome) == 2 and type(outcome[0]) is int and type(outcome[1]) is str:
+            return PubOutcome(outcome[0], value=outcome[1])
+        if (len(outcome) == 2 and type(outcome[0]) is int and isinstance(outcome[1], dict)
+                and isinstance(outcome[1].get("batch"), str) and type(outcome[1].get("count")) is int):
+            return PubOutcome(outcome[0], batch=(outcome[1]["batch"], outcome[1]["count"]))
     if isinstance(outcome, dict):
         return error_from_body(outcome)
     return BadRequest(f"malformed publish outcome {outcome!r}")

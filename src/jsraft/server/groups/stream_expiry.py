@@ -1,4 +1,5 @@
-"""The stream leader's expiry task: `max_age` (EXPIRE) and per-message TTL (DELETE) proposals (layer L5).
+"""The stream leader's timed proposals: `max_age` (EXPIRE), per-message TTL (DELETE) and due message
+schedules (a publish, ADR-51) (layer L5).
 
 Owns: asking the replica's `StreamLeader`, every node tick (`IDLE_TICKS` while it cannot), what has aged
 out by the node's wall clock (`expiry_due` for `max_age`, `ttl_due` for `Nats-TTL`, ADR-43) and
@@ -17,7 +18,9 @@ Invariants:
      then on (the same clock) and a TTL of at least a second, so it is not due before the next look.
      The next look is never put off further, not even while the group is quiesced (the message's
      publish may have woken the group before it was decided, and the group gone quiet again). A KV
-     bucket's stream (`allow_msg_ttl`) at rest so costs one wake-up a second, not one a tick.
+     bucket's stream (`allow_msg_ttl`) at rest so costs one wake-up a second, not one a tick. The same
+     holds for a stream with schedules but none stored: a schedule decided after the look fires at most
+     a second late; while one is stored, the leader looks every tick.
 
 Imports: stdlib, L0, server siblings (by type only); the node tick through `replica.runtime.ticker`.
 Reference: DESIGN.md §6; ADR-43.
@@ -53,7 +56,8 @@ async def run_expiry(replica: "StreamReplica") -> None:
     while True:
         await ticker.next_tick()  # the node's tick wheel: no trio deadline per replica (ticker invariant 4)
         leader = replica.leader
-        if leader is None or not (leader.machine.config.max_age > 0 or leader.machine.config.allow_msg_ttl):
+        config = leader.machine.config if leader is not None else None
+        if config is None or not (config.max_age > 0 or config.allow_msg_ttl or config.allow_msg_schedules):
             # Nothing can age out here: look again after `IDLE_TICKS`, or sooner when the group is released
             # (a config change, a wake); through its quiescence while it is quiet.
             await ticker.pause(replica.group, IDLE_TICKS)
@@ -61,7 +65,7 @@ async def run_expiry(replica: "StreamReplica") -> None:
             continue
         if leader is None or replica.closed or replica.stopped_reason is not None:
             continue  # stopped: an unsupported consumer freezes the stream (stream_replica invariant 6)
-        if leader.machine.config.max_age <= 0 and not len(leader.ttl_schedule):
+        if leader.machine.config.max_age <= 0 and not len(leader.ttl_schedule) and not len(leader.schedule_book):
             # Invariant 4: no TTL'd message stored or in flight (a KV bucket at rest): nothing is due for
             # at least a second, so look again a second from now (sooner if the group wakes or is released),
             # quiesced or not: a message decided just after this look may be due a second later.
@@ -70,6 +74,7 @@ async def run_expiry(replica: "StreamReplica") -> None:
         now_ns = replica.runtime.clock.wall_ns()
         due = leader.expiry_due(now_ns)  # subject delete markers first, then the EXPIRE (stream.markers)
         due.extend(leader.ttl_due(now_ns))
+        due.extend(leader.schedules_due(now_ns))  # ADR-51: a fired schedule is a publish (stream.schedules)
         for entry in due:
             if replica.leader is not leader:
                 break  # leadership changed mid-turn: the new leader decides afresh (invariant 1)

@@ -60,6 +60,7 @@ from jsraft.server.nats.client_server import ClientOptions, ClientServer, Intern
 from jsraft.server.nats.tls import TlsContexts
 from jsraft.server.errors import NoLeader, RpcRefused
 from jsraft.server.groups.stream_replica import api_error
+from jsraft.stream import PubOutcome
 
 if TYPE_CHECKING:
     from jsraft.server.groups.router import Router
@@ -178,7 +179,7 @@ class StreamPublishes:
         elif answer.error is not None:
             self._answer_error(stream, msg, api_error(answer.error))
         else:
-            self._answer(stream, msg, answer.seq, answer.duplicate)
+            self._answer_outcome(stream, msg, answer)
 
     def _acks(self, stream: str, msg: InternalMsg) -> bool:
         """Whether `msg` is answered: it asked (a reply subject) and the stream is not `no_ack`, which
@@ -194,6 +195,16 @@ class StreamPublishes:
     def _answer(self, stream: str, msg: InternalMsg, seq: int, duplicate: bool) -> None:
         if self._acks(stream, msg):
             msg.respond(b'{"stream":%s,"seq":%d%s}' % (_json_name(stream), seq, _DUPLICATE if duplicate else b""))
+        msg.done()
+
+    def _answer_outcome(self, stream: str, msg: InternalMsg, answer: PubOutcome) -> None:
+        """A stored (or staged) publish's answer: the PubAck, with a counter's `val` (ADR-49) or an atomic
+        batch's `batch` and `count` (ADR-50); an empty message for a batch message staged (ADR-50)."""
+        if answer.value is None and answer.batch is None and not answer.staged:
+            self._answer(stream, msg, answer.seq, answer.duplicate)
+            return
+        if self._acks(stream, msg):
+            msg.respond(b"" if answer.staged else json.dumps(answer.to_api(stream), separators=(",", ":")).encode())
         msg.done()
 
     def _answer_error(self, stream: str, msg: InternalMsg, error: JsraftError) -> None:
@@ -315,7 +326,7 @@ class StreamPublishes:
             elif isinstance(decoded, JsraftError):
                 self._answer_error(stream, item[1], decoded)
             else:
-                self._answer(stream, item[1], *decoded)
+                self._answer_outcome(stream, item[1], decoded)
         if again:
             lane.slow = True  # the leader we sent to no longer leads: let the router find the next
             self._requeue(stream, lane, again)

@@ -1,0 +1,90 @@
+"""`persist_mode: async` (nats-server 2.12): an R1 stream's publish is acknowledged before the fsync that
+makes it durable; a default stream's only after (replica.publish_pipeline invariant 5).
+
+Method: one real node (`jsraft.open_node`, real files) and real nats-py (`nats_kit.in_asyncio`, in a
+thread of its own). Two R1 streams, ASYNC (`persist_mode: async`) and SYNC (the default), each warmed up
+with a publish. Then every fsync of a file under ASYNC's or SYNC's directory is held at a gate
+(`OsFile.sync` wrapped: it waits on a `threading.Event`; other files sync as usual), and one message is
+published to each, SYNC's first. ASYNC's acknowledgement must arrive while the gate is still closed —
+nothing of its entry can be durable yet — and SYNC's must not have arrived then (its fsync cannot have
+returned); after the gate opens SYNC's arrives, both messages are stored, and a restart of the node keeps
+both (the gate held the fsync, it did not lose it). The gate is released on every path, so a failing
+check cannot hang the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import trio
+
+import jsraft
+from jsraft.disk import os_disk
+from nats_kit import in_asyncio, nats_connect, single
+
+GATE_S = 20.0
+
+
+async def _setup(url: str) -> None:
+    nc = await nats_connect(url)
+    js = nc.jetstream(timeout=10)
+    for name, mode in (("ASYNC", "async"), ("SYNC", "default")):
+        body = {"name": name, "subjects": [name.lower()], "persist_mode": mode}
+        answer = json.loads((await nc.request(f"$JS.API.STREAM.CREATE.{name}", json.dumps(body).encode(), timeout=10)).data)
+        assert "error" not in answer, answer
+        await js.publish(name.lower(), b"warm")
+    await nc.close()
+
+
+async def _publish_both(url: str, gate: threading.Event) -> dict:
+    nc = await nats_connect(url)
+    try:
+        sync_ack = asyncio.ensure_future(nc.request("sync", b"s", timeout=GATE_S * 2))
+        await asyncio.sleep(0)  # SYNC's publish goes out first
+        async_ack = await nc.request("async", b"a", timeout=GATE_S)
+        seen = {"async": json.loads(async_ack.data), "gate_closed_at_async_ack": not gate.is_set(),
+                "sync_done_at_async_ack": sync_ack.done()}
+        gate.set()
+        seen["sync"] = json.loads((await sync_ack).data)
+        return seen
+    finally:
+        gate.set()
+        await nc.close()
+
+
+async def _stored(url: str) -> dict:
+    nc = await nats_connect(url)
+    js = nc.jetstream(timeout=10)
+    try:
+        return {name: (await js.stream_info(name)).state.messages for name in ("ASYNC", "SYNC")}
+    finally:
+        await nc.close()
+
+
+async def test_async_persist_acknowledges_before_the_fsync_and_default_after(tmp_path, monkeypatch):
+    config = single(tmp_path)
+    gate = threading.Event()
+    real_sync = os_disk.OsFile.sync
+
+    def held_sync(self) -> None:
+        if ("/ASYNC" in self.path or "/SYNC" in self.path) and not gate.is_set():
+            gate.wait(GATE_S)
+        real_sync(self)
+
+    async with jsraft.open_node(config) as node:
+        await in_asyncio(_setup, node.url)
+        monkeypatch.setattr(os_disk.OsFile, "sync", held_sync)
+        try:
+            seen = await in_asyncio(_publish_both, node.url, gate, timeout_s=GATE_S * 3)
+        finally:
+            gate.set()
+            monkeypatch.setattr(os_disk.OsFile, "sync", real_sync)
+        assert seen["async"] == {"stream": "ASYNC", "seq": 2}
+        assert seen["gate_closed_at_async_ack"] and not seen["sync_done_at_async_ack"]
+        assert seen["sync"] == {"stream": "SYNC", "seq": 2}
+        with trio.fail_after(GATE_S):
+            assert await in_asyncio(_stored, node.url) == {"ASYNC": 2, "SYNC": 2}
+    async with jsraft.open_node(config) as node:
+        assert await in_asyncio(_stored, node.url) == {"ASYNC": 2, "SYNC": 2}

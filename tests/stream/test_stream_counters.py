@@ -33,7 +33,8 @@ def test_increments_nats_server_accepts(value, expected):
     assert counters.increment({counters.INCR: value}, b"", True) == expected
 
 
-@pytest.mark.parametrize("value", ["", "+", "-", "1.5", "1e3", "abc", "1_000", "0x10", "++1", "1 2", "٣"])
+@pytest.mark.parametrize("value", ["", "+", "-", "1.5", "1e3", "abc", "1_000", "0x10", "++1", "1 2", "٣",
+                                   "9" * (counters.DIGITS_MAX + 1)])
 def test_increments_nats_server_refuses(value):
     assert counters.increment({counters.INCR: value}, b"", True) == counters.increment_invalid()
 
@@ -47,6 +48,7 @@ def test_refusals_come_in_nats_servers_order():
                  "Nats-Expected-Last-Subject-Sequence", "Nats-Expected-Last-Subject-Sequence-Subject"):
         assert counters.increment({counters.INCR: "1", name: "x"}, b"", True).err_code == 10171, name
     assert counters.increment({counters.INCR: "1", "Nats-Msg-Id": "m"}, b"", True) == 1
+    assert counters.increment({counters.INCR: "-" + "9" * counters.DIGITS_MAX}, b"", True) == -(10**counters.DIGITS_MAX - 1)
 
 
 def _config(**fields) -> StreamConfig:
@@ -104,6 +106,13 @@ def test_totals_chain_through_batches_in_flight_and_a_new_leader(maker):
     group.leader, group.leader_name = StreamLeader(group.machines["b"]), "b"
     three = group.leader.decide([_incr("c.a", "1"), _incr("c.b", "-1"), _incr("c.new", "0")], NOW + 2)
     assert [o.value for o in three.outcomes] == ["6", "4", "0"]
+
+
+def test_a_total_past_the_digits_limit_is_refused_not_stored(maker):
+    group = _group(maker)
+    near = "9" * counters.DIGITS_MAX
+    decision, _ = group.publish([_incr("c.a", near), _incr("c.a", "1"), _incr("c.a", "-1")])
+    assert [o.value if o.error is None else o.error.err_code for o in decision.outcomes] == [near, 10171, near[:-1] + "8"]
 
 
 def test_refusals_and_a_purge_reset(maker):

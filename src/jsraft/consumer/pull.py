@@ -100,8 +100,10 @@ def parse_pull_request(reply: str, payload: bytes, now_ns: int) -> PullRequest:
     if not text:
         return PullRequest(reply=reply, received_ns=now_ns)
     if text[:1] != b"{":
-        # A bare number is a batch size; anything else nats-server takes as a request for one message.
-        batch = int(text) if text.lstrip(b"-").isdigit() else 1
+        # A bare number is a batch size; anything else nats-server takes as a request for one message —
+        # a number past int64 too (its `strconv.Atoi` fails), and it is never converted here (Python refuses
+        # to convert more than 4,300 digits, and a ValueError would have escaped into the delivery task).
+        batch = int(text) if text.lstrip(b"-").isdigit() and len(text) <= 19 else 1
         return PullRequest(reply=reply, batch=batch, received_ns=now_ns)
     try:
         data = json.loads(text)

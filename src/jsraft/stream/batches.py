@@ -101,8 +101,8 @@ class _Open:
 
 def _sequence(value: str | None) -> int | None:
     """`Nats-Batch-Sequence` as nats-server's `getBatchSequence` reads it: an unsigned decimal."""
-    if value is None or not value.isascii() or not value.isdigit():
-        return None
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 20 or int(value) >= 1 << 64:
+        return None  # a uint64 or nothing (Go's strconv.ParseUint), and no 4,300-digit int conversion
     return int(value)
 
 

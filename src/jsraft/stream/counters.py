@@ -20,8 +20,11 @@ Invariants:
      then on a stream without counters 10168; then a payload (10170) or any of `Nats-Rollup`,
      `Nats-Expected-*` (10171); later, after the other header checks, a counter stream refuses a publish
      without `Nats-Incr` (10169). A subject whose last body is not a counter value is broken (10172).
-  4. A valid increment is what Go's `big.Int.SetString(s, 10)` accepts: an optional sign and decimal digits,
-     of any size (Python ints are arbitrary precision). `0` is valid.
+  4. A valid increment is what Go's `big.Int.SetString(s, 10)` accepts: an optional sign and decimal digits.
+     `0` is valid. Python converts at most 4,300 digits between text and int (a guard against quadratic
+     conversions), so an increment, or a total, of more than `DIGITS_MAX` digits is refused as invalid
+     (10171) where nats-server would go on: no counter needs a number of 4,000 digits, and nothing is
+     stored that this server could not read back.
   5. When the subject's last message carries `Nats-Counter-Sources` (a sourced counter's per-source totals,
      ADR-49 "Adding Sources"), the new message carries it too, unchanged: jsraft has no stream sources, so
      nothing updates it, but nothing may drop it either. It must be a JSON object, else broken (10172).
@@ -52,6 +55,8 @@ if TYPE_CHECKING:
 INCR = "Nats-Incr"
 COUNTER_SOURCES = "Nats-Counter-Sources"
 _INCREMENT = re.compile(r"[+-]?[0-9]+")
+DIGITS_MAX = 4000  # invariant 4
+_TOTAL_MAX = 10**DIGITS_MAX
 # Headers a counter increment may not carry (nats-server: rollup, expected stream / last msg id / last
 # sequence / last subject sequence and its subject).
 _INCOMPATIBLE = (hdr.ROLLUP, hdr.EXPECTED_STREAM, hdr.EXPECTED_LAST_MSG_ID, hdr.EXPECTED_LAST_SEQ,
@@ -84,7 +89,7 @@ def increment(found: dict[str, str], payload: bytes, allow_msg_counter: bool) ->
     raw = found.get(INCR)
     if raw is None:
         return None
-    if not _INCREMENT.fullmatch(raw):
+    if not _INCREMENT.fullmatch(raw) or len(raw.lstrip("+-")) > DIGITS_MAX:
         return increment_invalid()
     if not allow_msg_counter:
         return counters_disabled()
@@ -121,7 +126,8 @@ def read_last(load_last: Callable[[str], tuple[bytes, bytes]], subject: str) -> 
         return counter_broken()
     try:
         value = json.loads(payload)["val"]
-        total = int(value) if isinstance(value, str) and _INCREMENT.fullmatch(value) else None
+        total = (int(value) if isinstance(value, str) and _INCREMENT.fullmatch(value)
+                 and len(value.lstrip("+-")) <= DIGITS_MAX else None)
     except (ValueError, TypeError, KeyError):
         total = None
     if total is None:
@@ -164,6 +170,8 @@ def count(inflight: "InFlight", store: "StreamStore", config: "StreamConfig", su
         last = read_last(lambda s: _headers_and_payload(store.load_last(s)), subject)
         if isinstance(last, ApiError):
             return last
+    if abs(last.total + incr) >= _TOTAL_MAX:
+        return increment_invalid()  # invariant 4
     total = LastCounter(last.total + incr, last.sources)
     body = counter_body(total.total)
     headers = with_sources(headers, last.sources)

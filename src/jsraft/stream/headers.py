@@ -71,6 +71,6 @@ def parse_headers(headers: bytes) -> dict[str, str]:
 
 def parse_sequence(value: str, name: str) -> int:
     """A header value that must be an unsigned 64-bit decimal (as nats-server's `parseInt64` reads it)."""
-    if not value.isdigit() or not value.isascii() or int(value) >= 1 << 64:
+    if not value.isdigit() or not value.isascii() or len(value) > 20 or int(value) >= 1 << 64:
         raise BadHeaders(f"header {name} must be an unsigned integer, not {value[:32]!r}")
     return int(value)

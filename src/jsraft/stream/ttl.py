@@ -67,6 +67,8 @@ def parse_ttl(value: str) -> int:
     if value == "never":
         return TTL_NEVER
     if value.isascii() and value.isdigit():
+        if len(value) > 19:  # past any Go duration; and never a 4,300-digit int conversion (a ValueError)
+            raise InvalidTtl(f"per-message TTL {value[:32]!r} is not between 1 second and the maximum duration")
         seconds = int(value)
     else:
         duration_ns = _go_duration_ns(value)

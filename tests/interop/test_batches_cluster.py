@@ -15,20 +15,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from bench_servers import needs_nats_server, servers
+from cluster_kit import api, ready_on_every_node, until_leader
 
 pytestmark = needs_nats_server
 nats = pytest.importorskip("nats")
 
 SIZE = 20
-
-
-async def _api(nc, subject: str, body: dict | None = None) -> dict:
-    msg = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=5)
-    return json.loads(msg.data)
 
 
 async def _batch(conn, batch_id: str, size: int, commit: bool = True) -> list:
@@ -42,41 +37,29 @@ async def _batch(conn, batch_id: str, size: int, commit: bool = True) -> list:
     return answers
 
 
-async def _leader(nc, not_this: str | None) -> str:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            leader = ((await _api(nc, "$JS.API.STREAM.INFO.ATM")).get("cluster") or {}).get("leader")
-            if leader and leader != not_this:
-                return leader
-        except nats.errors.TimeoutError:
-            pass
-        assert time.monotonic() < deadline, "no stream leader"
-        await asyncio.sleep(0.1)
-
-
 async def _scenario(urls: list[str]) -> dict:
     conns = [await nats.connect(url) for url in urls]
     try:
         nc = conns[0]
-        created = await _api(nc, "$JS.API.STREAM.CREATE.ATM", {"name": "ATM", "subjects": ["atm.>"],
+        created = await api(nc, "$JS.API.STREAM.CREATE.ATM", {"name": "ATM", "subjects": ["atm.>"],
                                                                "allow_atomic": True, "num_replicas": 3})
         assert "error" not in created, created
-        leader = await _leader(nc, None)
+        leader = await until_leader(nc, "ATM")
+        await ready_on_every_node(conns, "atm.ready")
         answers = await asyncio.gather(*(_batch(conn, f"b{node}", SIZE) for node, conn in enumerate(conns)))
         stored = {}
         for node in range(3):
             commit = answers[node][-1]
             for seq in range(commit["seq"] - SIZE + 1, commit["seq"] + 1):
-                msg = (await _api(nc, "$JS.API.STREAM.MSG.GET.ATM", {"seq": seq}))["message"]
+                msg = (await api(nc, "$JS.API.STREAM.MSG.GET.ATM", {"seq": seq}))["message"]
                 stored.setdefault(node, []).append(msg["subject"])
         staged = await _batch(conns[1], "late", 3, commit=False)
-        stepdown = await _api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.ATM")
+        stepdown = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.ATM")
         assert stepdown.get("success") is True, stepdown
-        await _leader(nc, leader)
+        await until_leader(nc, "ATM", leader)
         late = json.loads((await conns[1].request("atm.late", b"late-4", timeout=20, headers={
             "Nats-Batch-Id": "late", "Nats-Batch-Sequence": "4", "Nats-Batch-Commit": "1"})).data)
-        messages = (await _api(nc, "$JS.API.STREAM.INFO.ATM"))["state"]["messages"]
+        messages = (await api(nc, "$JS.API.STREAM.INFO.ATM"))["state"]["messages"]
         return {"answers": answers, "stored": stored, "staged": staged, "late": late, "messages": messages}
     finally:
         for conn in conns:

@@ -17,10 +17,12 @@ single-node answers, field by field and with every error code, are the different
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 
 import pytest
 from bench_servers import needs_nats_server, servers
+from cluster_kit import ready_on_every_node, until_leader
 
 pytestmark = needs_nats_server
 nats = pytest.importorskip("nats")
@@ -32,21 +34,6 @@ def _increment(node: int, i: int) -> int:
     return (i % 7 + 1) * (-1 if (i + node) % 3 == 0 else 1) * (node + 1)
 
 
-async def _until_leader(nc, stream: str, not_this: str | None, deadline_s: float = 30.0) -> str:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline_s
-    while True:
-        try:
-            info = json.loads((await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)).data)
-            leader = (info.get("cluster") or {}).get("leader")
-            if leader and leader != not_this:
-                return leader
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-            pass
-        assert loop.time() < end, f"no new leader for {stream} in {deadline_s} s"
-        await asyncio.sleep(0.1)
-
-
 async def _scenario(urls: list[str]) -> dict:
     conns = [await nats.connect(url) for url in urls]
     try:
@@ -54,7 +41,8 @@ async def _scenario(urls: list[str]) -> dict:
         create = {"name": "CNT", "subjects": ["cnt.>"], "allow_msg_counter": True, "num_replicas": 3}
         answer = json.loads((await nc.request("$JS.API.STREAM.CREATE.CNT", json.dumps(create).encode(), timeout=20)).data)
         assert "error" not in answer, answer
-        leader = await _until_leader(nc, "CNT", None)
+        leader = await until_leader(nc, "CNT")
+        await ready_on_every_node(conns, "cnt.hits")
 
         async def add(conn, incr: int) -> tuple[int, int, str]:
             msg = await conn.request("cnt.hits", b"", timeout=20, headers={"Nats-Incr": f"{incr:+d}"})
@@ -66,7 +54,7 @@ async def _scenario(urls: list[str]) -> dict:
                                       for i in range(ROUNDS) for node, conn in enumerate(conns)))
         stepdown = json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.CNT", b"", timeout=20)).data)
         assert stepdown.get("success") is True, stepdown
-        await _until_leader(nc, "CNT", leader)
+        await until_leader(nc, "CNT", leader)
         for node, conn in enumerate(conns):
             acks.append(await add(conn, node + 100))
         last = json.loads((await nc.request("$JS.API.STREAM.MSG.GET.CNT", b'{"last_by_subj":"cnt.hits"}',
@@ -84,7 +72,6 @@ def _check(seen: dict) -> int:
     for seq, incr, val in acks:
         total += incr
         assert val == str(total), f"seq {seq}: val {val}, running total {total}"
-    import base64
     assert base64.b64decode(seen["last"]["data"]) == b'{"val":"%d"}' % total
     assert b"Nats-Incr: +102" in base64.b64decode(seen["last"]["hdrs"])
     return total

@@ -20,18 +20,14 @@ import time
 
 import pytest
 from bench_servers import needs_nats_server, servers
+from cluster_kit import api, ready_on_every_node, until_leader
 
 pytestmark = needs_nats_server
 nats = pytest.importorskip("nats")
 
 
-async def _api(nc, subject: str, body: dict | None = None) -> dict:
-    msg = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=5)
-    return json.loads(msg.data)
-
-
 async def _last(nc, subject: str) -> dict | None:
-    answer = await _api(nc, "$JS.API.STREAM.MSG.GET.SCH", {"last_by_subj": subject})
+    answer = await api(nc, "$JS.API.STREAM.MSG.GET.SCH", {"last_by_subj": subject})
     return answer.get("message")
 
 
@@ -39,7 +35,7 @@ async def _all_fired(nc) -> bool:
     """Whether the stream holds the three fired messages; False while a new leader is being elected (a
     request then goes unanswered on nats-server, or answers an error)."""
     try:
-        info = await _api(nc, "$JS.API.STREAM.INFO.SCH")
+        info = await api(nc, "$JS.API.STREAM.INFO.SCH")
         if info.get("state", {}).get("messages") != 3:
             return False
         return all([await _last(nc, f"sch.t{node}") is not None for node in range(3)])
@@ -51,22 +47,24 @@ async def _scenario(urls: list[str]) -> dict:
     conns = [await nats.connect(url) for url in urls]
     try:
         nc = conns[0]
-        created = await _api(nc, "$JS.API.STREAM.CREATE.SCH", {"name": "SCH", "subjects": ["sch.>"],
+        created = await api(nc, "$JS.API.STREAM.CREATE.SCH", {"name": "SCH", "subjects": ["sch.>"],
                                                                "allow_msg_schedules": True, "num_replicas": 3})
         assert "error" not in created, created
+        await until_leader(nc, "SCH")
+        await ready_on_every_node(conns, "sch.ready")
         due = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 3))
         for node, conn in enumerate(conns):
             ack = json.loads((await conn.request(f"sch.s{node}", f"body{node}".encode(), timeout=20, headers={
                 "Nats-Schedule": f"@at {due}", "Nats-Schedule-Target": f"sch.t{node}", "X-Node": str(node)})).data)
             assert "error" not in ack, ack
-        stepdown = await _api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SCH")
+        stepdown = await api(nc, "$JS.API.STREAM.LEADER.STEPDOWN.SCH")
         assert stepdown.get("success") is True, stepdown
         deadline = time.monotonic() + 30
         while not await _all_fired(nc):
             assert time.monotonic() < deadline, "the schedules did not all fire"
             await asyncio.sleep(0.1)
         await asyncio.sleep(2)  # held: nothing fires twice
-        state = (await _api(nc, "$JS.API.STREAM.INFO.SCH"))["state"]
+        state = (await api(nc, "$JS.API.STREAM.INFO.SCH"))["state"]
         fired = {}
         for node in range(3):
             msg = await _last(nc, f"sch.t{node}")

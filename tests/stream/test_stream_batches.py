@@ -2,7 +2,9 @@
 whole or not at all.
 
 Method: `BatchStager.take` on sequences of batch messages at explicit times (its limits, its order of
-refusals, idle abandonment). The commit is driven through a real `StreamLeader` over two replicas on both
+refusals, idle abandonment); two stagers sharing one small `NodeBudget` (a node's several stream
+leaders) refuse past the node's limits, and free their share when a batch commits, is abandoned, or the
+leadership closes. The commit is driven through a real `StreamLeader` over two replicas on both
 stores (`stream_kit.Group`): a batch staged across several decisions, interleaved with plain publishes,
 is committed as one MSGS entry (checked by decoding the entries) whose messages every replica stores with
 consecutive sequences; a batch whose last message fails a check (`discard: new` limits, an expected
@@ -56,6 +58,25 @@ def test_the_stager_bounds_what_it_holds():
     big = ("s.a", b"", b"x" * (batches.BYTES_MAX // 2 + 1))
     assert stager.take(_found("big", "1"), big, True, NOW) is None
     assert stager.take(_found("big", "2"), big, True, NOW).err_code == 10176  # past BYTES_MAX: abandoned
+
+
+def test_the_node_budget_bounds_every_leader_of_a_node_together():
+    budget, msg = batches.NodeBudget(open_max=3, bytes_max=100), ("s.a", b"", b"x" * 20)
+    first, second = batches.BatchStager(budget), batches.BatchStager(budget)
+    assert first.take(_found("a", "1"), msg, True, NOW) is None
+    assert first.take(_found("b", "1"), msg, True, NOW) is None
+    assert second.take(_found("c", "1"), msg, True, NOW) is None and budget.usage(NOW) == (3, 69)
+    assert second.take(_found("d", "1"), msg, True, NOW).err_code == 10176  # past the node's open batches
+    assert first.take(_found("a", "2", commit="1"), msg, True, NOW) == ("a", [msg, msg])  # 92 of 100 bytes
+    assert second.take(_found("d", "1"), msg, True, NOW) is None and budget.usage(NOW) == (3, 69)
+    assert second.take(_found("d", "2"), msg, True, NOW) is None and budget.usage(NOW) == (3, 92)
+    assert first.take(_found("b", "2"), msg, True, NOW).err_code == 10176  # past the node's bytes: abandoned
+    assert budget.usage(NOW) == (2, 69) and len(first) == 0
+    second.close()  # the leadership ended
+    assert budget.usage(NOW) == (0, 0) and first.take(_found("e", "1"), msg, True, NOW) is None
+    # An idle batch is abandoned as the node counts, whichever stager holds it.
+    assert budget.usage(NOW + batches.TIMEOUT_NS + 1) == (0, 0) and len(first) == 0
+    assert batches.node_budget(budget) is batches.node_budget(budget) is not batches.node_budget(first)
 
 
 def _group(maker, **fields) -> Group:

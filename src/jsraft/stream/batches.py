@@ -22,6 +22,11 @@ Invariants:
      window) refuses the batch (10201), and `Nats-Expected-Last-Msg-Id` is not supported (10177), as in
      nats-server 2.12.1 and later; only the first message may expect a last sequence, and none may expect
      the last sequence of a subject the batch wrote before it (10164, `expected_conflict`).
+  4. A node bounds the open batches of all its stream leaders together (`NodeBudget`): at most `TOTAL_MAX`
+     (nats-server's per-server limit) holding at most `NODE_BYTES_MAX` staged bytes; a batch that would
+     pass either is refused 10176 "incomplete", as nats-server refuses one past its server limit. The
+     budget counts the stagers' own state (a weak set of stagers, idle batches abandoned as it counts),
+     so a dropped leadership can hold its share for at most `TIMEOUT_NS`.
 
 Imports: L0 (`errors`), stdlib, `stream.headers`, `stream.outcomes`. No clock (`now_ns` is an argument).
 Reference: ADR-50; nats-server v2.12 `server/stream.go` (`processJetStreamBatchMsg`),
@@ -29,6 +34,8 @@ Reference: ADR-50; nats-server v2.12 `server/stream.go` (`processJetStreamBatchM
 """
 
 from __future__ import annotations
+
+import weakref
 
 from jsraft.stream import headers as hdr
 from jsraft.stream.outcomes import ApiError
@@ -41,6 +48,8 @@ PER_STREAM_MAX = 50  # nats-server: streamDefaultMaxBatchInflightPerStream
 SIZE_MAX = 1000  # nats-server: streamDefaultMaxBatchSize
 TIMEOUT_NS = 10_000_000_000  # nats-server: streamDefaultMaxBatchTimeout
 BYTES_MAX = 16 << 20  # one batch is one Raft entry: jsraft bounds its staged bytes (nats-server stages on disk)
+TOTAL_MAX = 1000  # nats-server: streamDefaultMaxBatchInflightTotal (per server)
+NODE_BYTES_MAX = 256 << 20  # jsraft stages in memory: every open batch of a node together (invariant 4)
 
 
 def disabled() -> ApiError:
@@ -106,11 +115,50 @@ def _sequence(value: str | None) -> int | None:
     return int(value)
 
 
-class BatchStager:
-    """The open batches of one stream leader (invariant 2)."""
+class NodeBudget:
+    """What every stream leader of one node stages together (invariant 4)."""
 
-    def __init__(self) -> None:
+    def __init__(self, open_max: int = TOTAL_MAX, bytes_max: int = NODE_BYTES_MAX) -> None:
+        self.open_max = open_max
+        self.bytes_max = bytes_max
+        self._stagers: weakref.WeakSet[BatchStager] = weakref.WeakSet()
+
+    def register(self, stager: BatchStager) -> None:
+        self._stagers.add(stager)
+
+    def usage(self, now_ns: int) -> tuple[int, int]:
+        """(open batches, staged bytes) across the node, after abandoning the idle ones."""
+        opened = staged = 0
+        for stager in list(self._stagers):
+            stager._abandon_idle(now_ns)
+            opened += len(stager._open)
+            staged += stager.staged_bytes
+        return opened, staged
+
+    def room(self, now_ns: int, opening: bool, adding: int) -> bool:
+        opened, staged = self.usage(now_ns)
+        return opened + opening <= self.open_max and staged + adding <= self.bytes_max
+
+
+_NODE_BUDGETS: weakref.WeakKeyDictionary[object, NodeBudget] = weakref.WeakKeyDictionary()
+
+
+def node_budget(node: object) -> NodeBudget:
+    """The one budget of `node` (the server passes its node runtime), made on first use."""
+    budget = _NODE_BUDGETS.get(node)
+    if budget is None:
+        budget = _NODE_BUDGETS[node] = NodeBudget()
+    return budget
+
+
+class BatchStager:
+    """The open batches of one stream leader (invariant 2), within its node's `NodeBudget` (invariant 4)."""
+
+    def __init__(self, budget: NodeBudget | None = None) -> None:
         self._open: dict[str, _Open] = {}
+        self.staged_bytes = 0
+        self._budget = budget if budget is not None else NodeBudget()
+        self._budget.register(self)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -132,32 +180,42 @@ class BatchStager:
         if staged is None:
             if sequence != 1:
                 return too_large() if sequence > SIZE_MAX else incomplete()
-            if len(self._open) >= PER_STREAM_MAX:
+            if len(self._open) >= PER_STREAM_MAX or not self._budget.room(now_ns, True, 0):
                 return incomplete()
             staged = self._open[batch_id] = _Open(now_ns)
         commit = found.get(BATCH_COMMIT)
         if commit is not None and commit != "1":
-            del self._open[batch_id]
+            self._drop(batch_id)
             return invalid_commit()
         if sequence != len(staged.msgs) + 1:
-            del self._open[batch_id]
+            self._drop(batch_id)
             return incomplete()
         if sequence > SIZE_MAX:
-            del self._open[batch_id]
+            self._drop(batch_id)
             return too_large()
         subject, headers, payload = publish
-        staged.bytes += len(subject) + len(headers) + len(payload)
-        if staged.bytes > BYTES_MAX:
-            del self._open[batch_id]
+        size = len(subject) + len(headers) + len(payload)
+        if staged.bytes + size > BYTES_MAX or not self._budget.room(now_ns, False, size):
+            self._drop(batch_id)
             return incomplete()
+        staged.bytes += size
+        self.staged_bytes += size
         staged.msgs.append(publish)
         staged.last_ns = now_ns
         if commit is None:
             return None
-        del self._open[batch_id]
+        self._drop(batch_id)
         return batch_id, staged.msgs
+
+    def close(self) -> None:
+        """The leadership ended: every open batch is abandoned (invariant 2), its share of the node freed."""
+        self._open.clear()
+        self.staged_bytes = 0
+
+    def _drop(self, batch_id: str) -> None:
+        self.staged_bytes -= self._open.pop(batch_id).bytes
 
     def _abandon_idle(self, now_ns: int) -> None:
         idle = [batch_id for batch_id, staged in self._open.items() if now_ns - staged.last_ns > TIMEOUT_NS]
         for batch_id in idle:
-            del self._open[batch_id]
+            self._drop(batch_id)

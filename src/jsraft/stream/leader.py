@@ -68,7 +68,8 @@ class LeaderProposal(NamedTuple):
 
 
 class StreamLeader:
-    def __init__(self, machine: StreamStateMachine, *, audit_interval_ns: int = AUDIT_INTERVAL_NS_DEFAULT) -> None:
+    def __init__(self, machine: StreamStateMachine, *, audit_interval_ns: int = AUDIT_INTERVAL_NS_DEFAULT,
+                 batch_budget: batches.NodeBudget | None = None) -> None:
         self.machine = machine
         self.inflight = InFlight()
         self.audit_interval_ns = audit_interval_ns
@@ -80,7 +81,7 @@ class StreamLeader:
         if machine.config.allow_msg_ttl:
             self.ttl_schedule.rebuild(machine.store)
         self.schedule_book = schedules.ScheduleBook()  # ADR-51: likewise
-        self.batch_stager = batches.BatchStager()  # ADR-50: open atomic batches, gone with the leadership
+        self.batch_stager = batches.BatchStager(batch_budget)  # ADR-50: open atomic batches, gone with the leadership
         if machine.config.allow_msg_schedules:
             self.schedule_book.rebuild(machine.store)
 

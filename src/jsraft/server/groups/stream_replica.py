@@ -67,6 +67,7 @@ from jsraft.replica.stream_leading import leader_ready
 from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, start_store_tasks
 from jsraft.server.groups.stream_format import open_replica_files
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine
+from jsraft.stream.batches import node_budget
 
 log = logging.getLogger("jsraft.server.stream")
 
@@ -74,7 +75,6 @@ PUBLISHES_QUEUED_MAX = 65536
 DECIDE_BATCH_MAX = 4096  # publishes per decide: bounds the work of one pump turn
 MEMBERS_EVERY_TICKS = 5  # how often the leader steps membership toward the assignment (and a leaver checks)
 LEADER_RECHECK_S = 0.005  # `wait_leader` also looks this often (a change outside a cycle: the replica closing)
-
 
 
 def api_error(error: ApiError) -> RemoteError:
@@ -196,13 +196,14 @@ class StreamReplica(ConfigFollowing):
         if not self.runtime.is_leader(self.group):
             if self.leader is not None:
                 log.info("stream %s: %s no longer leads", self.name, self.node_id)
+                self.leader.batch_stager.close()  # its open batches leave the node's budget now
             self.leader = None
             self.leader_since_ns = None
             if self._queue:
                 self._fail_queue(NotLeader(self.runtime.leader_id(self.group)))
         elif self.leader is None and self._leader_ready():
             assert self.machine is not None
-            self.leader = StreamLeader(self.machine)
+            self.leader = StreamLeader(self.machine, batch_budget=node_budget(self.runtime))
             if self.leader_since_ns is None:  # kept while Raft leadership is (an audit may rebuild the leader)
                 self.leader_since_ns = time.time_ns()
             # Everything in the log has applied, and whatever of the old chain is still queued has a

@@ -203,6 +203,11 @@ class ScheduleBook:
     def __len__(self) -> int:
         return len(self.by_subject)
 
+    def next_due_ns(self) -> int | None:
+        """The earliest due time in the book (a stale row's included: looking early costs one look), or
+        None when it is empty. What the leader's timer sleeps towards (stream_expiry invariant 4)."""
+        return self._heap[0][0] if self._heap else None
+
     def add(self, subject: str, seq: int, due_ns: int) -> None:
         self.by_subject[subject] = (seq, due_ns)
         self.inflight.pop(subject, None)

@@ -12,23 +12,14 @@ stored. Waits are polls with deadlines. `schedule_wait_ticks` itself is checked 
 
 from __future__ import annotations
 
-import json
 import time
-from datetime import datetime, timedelta, timezone
 
 from jsraft.server.groups.stream_expiry import schedule_wait_ticks, ttl_quiet_ticks
 from jsraft.stream.leader import StreamLeader
 from nats_kit import in_asyncio, nats_connect, single, until
+from schedule_kit import FIRED_DEADLINE_S, api, at, create_stream, wait_fired
 
 import jsraft
-
-FIRED_DEADLINE_S = 10.0
-CONFIG = {"name": "LATER", "subjects": ["later.>"], "allow_msg_schedules": True}
-
-
-def _at(delta_s: float) -> str:
-    when = datetime.now(timezone.utc) + timedelta(seconds=delta_s)
-    return "@at " + when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
 
 
 def test_schedule_wait_ticks_edges():
@@ -38,10 +29,6 @@ def test_schedule_wait_ticks_edges():
     assert schedule_wait_ticks(10**18 - 1, 10**18, 0.02) == 0  # overdue
     assert schedule_wait_ticks(10**18 + 100_000_000, 10**18, 0.02) == 5  # 100 ms at 20 ms ticks
     assert schedule_wait_ticks(10**18 + 3600 * 10**9, 10**18, 0.02) == quiet == 49  # capped at a second
-
-
-async def _api(nc, subject: str, body: dict) -> dict:
-    return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=10)).data)
 
 
 async def test_a_far_off_schedule_is_looked_at_once_a_second_and_a_near_one_fires_on_time(tmp_path, monkeypatch):
@@ -57,25 +44,18 @@ async def test_a_far_off_schedule_is_looked_at_once_a_second_and_a_near_one_fire
     async def scenario(url: str, node) -> dict:
         nc = await nats_connect(url)
         js = nc.jetstream(timeout=10)
-        created = await _api(nc, "$JS.API.STREAM.CREATE.LATER", CONFIG)
-        assert "error" not in created, created
-        await until(lambda: node.streams.replicas["LATER"].leader is not None, "the stream's leader")
-        await js.publish("later.far", b"far", headers={"Nats-Schedule": _at(3600), "Nats-Schedule-Target": "later.out.far"})
+        await create_stream(nc, node)
+        await js.publish("later.far", b"far", headers={"Nats-Schedule": at(time.time() + 3600), "Nats-Schedule-Target": "later.out.far"})
         leader = node.streams.replicas["LATER"].leader
         await until(lambda: len(leader.schedule_book) == 1, "the far schedule in the leader's book")
         start, before = node.runtime.ticker.ticks, looks["n"]
         await until(lambda: node.runtime.ticker.ticks >= start + 100, "100 node ticks")
         seen: dict = {"far_looks": looks["n"] - before}
         published = time.time()
-        await js.publish("later.near", b"near", headers={"Nats-Schedule": _at(1.5), "Nats-Schedule-Target": "later.out.near"})
-        while True:
-            answer = await _api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": "later.out.near"})
-            if "message" in answer:
-                seen["fired_after_s"] = time.time() - published
-                break
-            assert time.time() - published < FIRED_DEADLINE_S, "the near schedule did not fire in time"
-            await until(lambda: True, "a turn of the node")
-        far = await _api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": "later.far"})
+        await js.publish("later.near", b"near", headers={"Nats-Schedule": at(published + 1.5), "Nats-Schedule-Target": "later.out.near"})
+        await wait_fired(nc, "later.out.near")
+        seen["fired_after_s"] = time.time() - published
+        far = await api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": "later.far"})
         seen["far_stored"] = "message" in far
         await nc.close()
         return seen

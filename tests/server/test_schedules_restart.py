@@ -15,57 +15,36 @@ entry that fired it), two messages in all.
 from __future__ import annotations
 
 import base64
-import json
 import time
-from datetime import datetime, timedelta, timezone
 
 import trio
 
 from nats_kit import in_asyncio, nats_connect, single, until
+from schedule_kit import api, at, create_stream, wait_fired
 
 import jsraft
-
-CONFIG = {"name": "LATER", "subjects": ["later.>"], "allow_msg_schedules": True}
-FIRED_DEADLINE_S = 15.0
-
-
-def _at(when_s: float) -> str:
-    return "@at " + datetime.fromtimestamp(when_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
-
-
-async def _api(nc, subject: str, body: dict) -> dict:
-    return json.loads((await nc.request(subject, json.dumps(body).encode(), timeout=10)).data)
-
-
-async def _wait_fired(nc, target: str) -> None:
-    began = time.time()
-    while "message" not in await _api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": target}):
-        assert time.time() - began < FIRED_DEADLINE_S, f"{target} was not fired in time"
-        await until(lambda: True, "a turn of the node")
 
 
 async def _before_restart(url: str, node) -> float:
     nc = await nats_connect(url)
     js = nc.jetstream(timeout=10)
-    created = await _api(nc, "$JS.API.STREAM.CREATE.LATER", CONFIG)
-    assert "error" not in created, created
-    await until(lambda: node.streams.replicas["LATER"].leader is not None, "the stream's leader")
+    await create_stream(nc, node)
     now = time.time()
     b_due = now + 5.0
-    await js.publish("later.a", b"A", headers={"Nats-Schedule": _at(now + 1.5), "Nats-Schedule-Target": "later.out.a"})
-    await js.publish("later.b", b"B", headers={"Nats-Schedule": _at(b_due), "Nats-Schedule-Target": "later.out.b"})
-    await _wait_fired(nc, "later.out.a")
+    await js.publish("later.a", b"A", headers={"Nats-Schedule": at(now + 1.5), "Nats-Schedule-Target": "later.out.a"})
+    await js.publish("later.b", b"B", headers={"Nats-Schedule": at(b_due), "Nats-Schedule-Target": "later.out.b"})
+    await wait_fired(nc, "later.out.a")
     await nc.close()
     return b_due
 
 
 async def _after_restart(url: str, node) -> dict:
     nc = await nats_connect(url)
-    await _wait_fired(nc, "later.out.b")
+    await wait_fired(nc, "later.out.b")
     start = node.runtime.ticker.ticks
     await until(lambda: node.runtime.ticker.ticks >= start + 100, "100 node ticks")
-    info = await _api(nc, "$JS.API.STREAM.INFO.LATER", {"subjects_filter": ">"})
-    fired = (await _api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": "later.out.b"}))["message"]
+    info = await api(nc, "$JS.API.STREAM.INFO.LATER", {"subjects_filter": ">"})
+    fired = (await api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": "later.out.b"}))["message"]
     await nc.close()
     return {"state": info["state"], "fired_b": fired}
 

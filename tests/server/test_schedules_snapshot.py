@@ -17,16 +17,12 @@ identical. Every wait polls with a deadline.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
 
 import trio
 from drift_kit import compact, contents, converged, replica, setup_stream, start, stream_leader
+from schedule_kit import at
 
 CONFIG_EXTRA = {"allow_msg_schedules": True}
-
-
-def _at(when_s: float) -> str:
-    return "@at " + datetime.fromtimestamp(when_s, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
 
 
 def _subject_counts(found) -> dict[str, int]:
@@ -50,8 +46,8 @@ async def test_a_fired_schedule_reaches_a_follower_by_snapshot_and_a_later_leade
             held_index = cluster.node(follower).runtime.status(replica(cluster, follower).group).raft.applied_index
             await cluster.stop(follower)
             now = time.time()
-            await js.publish("s.x", b"X", headers={"Nats-Schedule": _at(now + 1.0), "Nats-Schedule-Target": "s.out.x"})
-            await js.publish("s.y", b"Y", headers={"Nats-Schedule": _at(now + 10.0), "Nats-Schedule-Target": "s.out.y"})
+            await js.publish("s.x", b"X", headers={"Nats-Schedule": at(now + 1.0), "Nats-Schedule-Target": "s.out.x"})
+            await js.publish("s.y", b"Y", headers={"Nats-Schedule": at(now + 10.0), "Nats-Schedule-Target": "s.out.y"})
             await cluster.wait_until(lambda: _subject_counts(replica(cluster, leader)).get("s.out.x") == 1, 15,
                                      what="X fired on the leader")
             compacted = await compact(cluster, leader)

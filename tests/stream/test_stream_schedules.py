@@ -69,6 +69,15 @@ def test_publish_checks_in_nats_servers_order(found, code):
     assert schedules.check_schedule(found, "s.a", SCHEDULED).err_code == code
 
 
+@pytest.mark.parametrize("value", ["@at 0001-01-01T00:00:00Z", "@at 0001-01-01T01:00:00+01:00"])
+def test_go_zero_time_is_no_schedule(value):
+    # nats-server 2.12: `getMessageSchedule` parses it and `schedule.IsZero()` skips every schedule check
+    # (invariant 5): accepted as a plain message, on a stream with schedules or without.
+    for config in (SCHEDULED, _config()):
+        assert schedules.check_schedule({"Nats-Schedule": value}, "s.a", config) is None
+    assert schedules.check_schedule({"Nats-Schedule": "@at 0001-01-01T00:00:01Z"}, "s.a", _config()).err_code == 10188
+
+
 def test_a_stream_without_schedules_refuses_them():
     plain = _config()
     at = {"Nats-Schedule": "@at 2030-01-02T03:04:05Z", "Nats-Schedule-Target": "s.out"}

@@ -45,14 +45,16 @@ async def test_a_far_off_schedule_is_looked_at_once_a_second_and_a_near_one_fire
         nc = await nats_connect(url)
         js = nc.jetstream(timeout=10)
         await create_stream(nc, node)
-        await js.publish("later.far", b"far", headers={"Nats-Schedule": at(time.time() + 3600), "Nats-Schedule-Target": "later.out.far"})
+        await js.publish("later.far", b"far",
+                         headers={"Nats-Schedule": at(time.time() + 3600), "Nats-Schedule-Target": "later.out.far"})
         leader = node.streams.replicas["LATER"].leader
         await until(lambda: len(leader.schedule_book) == 1, "the far schedule in the leader's book")
         start, before = node.runtime.ticker.ticks, looks["n"]
         await until(lambda: node.runtime.ticker.ticks >= start + 100, "100 node ticks")
         seen: dict = {"far_looks": looks["n"] - before}
         published = time.time()
-        await js.publish("later.near", b"near", headers={"Nats-Schedule": at(published + 1.5), "Nats-Schedule-Target": "later.out.near"})
+        await js.publish("later.near", b"near",
+                         headers={"Nats-Schedule": at(published + 1.5), "Nats-Schedule-Target": "later.out.near"})
         await wait_fired(nc, "later.out.near")
         seen["fired_after_s"] = time.time() - published
         far = await api(nc, "$JS.API.STREAM.MSG.GET.LATER", {"last_by_subj": "later.far"})

@@ -36,13 +36,18 @@ EPOCH_2030 = calendar.timegm((2030, 1, 2, 3, 4, 5)) * SECOND
     ("@at 2030-01-02T03:04:05.5Z", EPOCH_2030 + SECOND // 2),
     ("@at 2030-01-02T04:04:05+01:00", EPOCH_2030),
     ("@at 2030-01-02T02:34:05-00:30", EPOCH_2030),
+    ("@at 2030-01-02T03:04:05,25Z", EPOCH_2030 + SECOND // 4),  # Go takes a comma before the fraction
+    ("@at 0000-01-01T00:00:00Z", -62_167_219_200 * SECOND),  # year 0 (Go's proleptic Gregorian): no crash
+    ("@at 0000-02-29T00:00:00Z", (-62_167_219_200 + 59 * 86_400) * SECOND),  # year 0 was a leap year
 ])
 def test_at_values_accepted(value, ns):
     assert schedules.parse_at(value) == ns
 
 
 @pytest.mark.parametrize("value", ["@at 2030-01-02 03:04:05Z", "@at 2030-01-02T03:04:05", "@at 2030-13-02T03:04:05Z",
-                                   "@at 2030-02-30T03:04:05Z", "@at nope", "@every 1s", "@hourly", "0 * * * * *",
+                                   "@at 2030-02-30T03:04:05Z", "@at nope",
+                                   "@at 0001-02-29T00:00:00Z", "@at 2030-01-02T03:04:05.Z",
+                                   "@at 2030-01-02t03:04:05Z", "@every 1s", "@hourly", "0 * * * * *",
                                    "at 2030-01-02T03:04:05Z", "@at  2030-01-02T03:04:05Z"])
 def test_patterns_refused_at_2_12(value):
     assert schedules.parse_at(value) is None

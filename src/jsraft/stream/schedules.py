@@ -60,7 +60,7 @@ FIRES_PER_TURN_MAX = 256
 if TYPE_CHECKING:
     from jsraft.jsapi.stream_config import StreamConfig
 
-_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})")
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:\d{2})")
 _STRIPPED_PREFIXES = (b"nats-schedule-", b"nats-expected-")
 _STRIPPED = (b"nats-schedule", b"nats-msg-id", b"nats-ttl", b"nats-rollup")
 
@@ -86,20 +86,25 @@ def rollup_invalid() -> ApiError:
 
 
 def parse_at(value: str) -> int | None:
-    """`@at <RFC3339>` -> its time in ns since the epoch, or None when it is not one (invariant 4)."""
+    """`@at <RFC3339>` -> its time in ns since the epoch, or None when it is not one (invariant 4): what Go's
+    `time.Parse(time.RFC3339, ...)` takes, a fraction after `.` or `,` and year 0000 included."""
     if not value.startswith("@at "):
         return None
     match = _RFC3339.fullmatch(value[4:])
     if match is None:
         return None
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1] and hour < 24 and minute < 60
-            and second < 60):
+    # Go takes year 0000 (proleptic Gregorian), Python's calendar does not: count it 400 years (146,097
+    # days, a whole Gregorian cycle) later and take the cycle off again.
+    shift = 400 if year == 0 else 0
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year + shift, month)[1] and hour < 24
+            and minute < 60 and second < 60):
         return None
     fraction = (match.group(7) or "")[:9].ljust(9, "0")
     zone = match.group(8)
     offset_s = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
-    seconds = calendar.timegm((year, month, day, hour, minute, second)) - offset_s
+    seconds = calendar.timegm((year + shift, month, day, hour, minute, second)) - offset_s
+    seconds -= shift // 400 * 146_097 * 86_400
     return seconds * 1_000_000_000 + int(fraction)
 
 

@@ -281,6 +281,10 @@ SCHEDULE_STEPS: list[Step] = [
     api("s_get", "STREAM.MSG.GET.SCH", {"seq": 1}),
     api("s_info", "STREAM.INFO.SCH"),
     api("s_update_off", "STREAM.UPDATE.SCH", {**SCHEDULE_CONFIG, "allow_msg_schedules": False}),
+    # Go's zero time is no schedule (stream.schedules invariant 5): stored as it is, no rollup added.
+    pub("s_pub_zero", "sch.z", b"z", Nats_Schedule="@at 0001-01-01T00:00:00Z"),
+    api("s_get_zero", "STREAM.MSG.GET.SCH", {"last_by_subj": "sch.z"}),
+    pub("s_pub_comma", "sch.c", b"c", Nats_Schedule="@at 2099-01-01T00:00:00,5Z", Nats_Schedule_Target="sch.out"),
     api("s_create_counter", "STREAM.CREATE.SCB", {"name": "SCB", "subjects": ["scb"], "allow_msg_schedules": True,
                                                    "allow_msg_counter": True}),
     api("s_delete", "STREAM.DELETE.SCH"),

@@ -178,13 +178,13 @@ def with_store(cluster: Cluster, name: str, change: Callable[[FileStore], Any], 
         store.close()
 
 
-async def setup_stream(cluster: Cluster, count: int) -> tuple[Any, dict[int, int], str, str]:
-    """An R3 stream with `count` messages on every replica, compacted everywhere; (the leader's
-    JetStream context, acked, leader, a follower)."""
+async def setup_stream(cluster: Cluster, count: int, **config: Any) -> tuple[Any, dict[int, int], str, str]:
+    """An R3 stream (`config`: more of its fields) with `count` messages on every replica, compacted
+    everywhere; (the leader's JetStream context, acked, leader, a follower)."""
     await cluster.wait_for_meta_leader()
     await cluster.wait_ready()
     js = cluster.node("n1").jetstream()
-    await js.add_stream(name=STREAM, subjects=["s.>"], num_replicas=3)
+    await js.add_stream(name=STREAM, subjects=["s.>"], num_replicas=3, **config)
     acked = await publish_range(js, 0, count)
     last = max(acked.values())
     await cluster.wait_until(lambda: converged(cluster, last), 20, what="replicas converged")

@@ -36,13 +36,18 @@ EPOCH_2030 = calendar.timegm((2030, 1, 2, 3, 4, 5)) * SECOND
     ("@at 2030-01-02T03:04:05.5Z", EPOCH_2030 + SECOND // 2),
     ("@at 2030-01-02T04:04:05+01:00", EPOCH_2030),
     ("@at 2030-01-02T02:34:05-00:30", EPOCH_2030),
+    ("@at 2030-01-02T03:04:05,25Z", EPOCH_2030 + SECOND // 4),  # Go takes a comma before the fraction
+    ("@at 0000-01-01T00:00:00Z", -62_167_219_200 * SECOND),  # year 0 (Go's proleptic Gregorian): no crash
+    ("@at 0000-02-29T00:00:00Z", (-62_167_219_200 + 59 * 86_400) * SECOND),  # year 0 was a leap year
 ])
 def test_at_values_accepted(value, ns):
     assert schedules.parse_at(value) == ns
 
 
 @pytest.mark.parametrize("value", ["@at 2030-01-02 03:04:05Z", "@at 2030-01-02T03:04:05", "@at 2030-13-02T03:04:05Z",
-                                   "@at 2030-02-30T03:04:05Z", "@at nope", "@every 1s", "@hourly", "0 * * * * *",
+                                   "@at 2030-02-30T03:04:05Z", "@at nope",
+                                   "@at 0001-02-29T00:00:00Z", "@at 2030-01-02T03:04:05.Z",
+                                   "@at 2030-01-02t03:04:05Z", "@every 1s", "@hourly", "0 * * * * *",
                                    "at 2030-01-02T03:04:05Z", "@at  2030-01-02T03:04:05Z"])
 def test_patterns_refused_at_2_12(value):
     assert schedules.parse_at(value) is None
@@ -67,6 +72,15 @@ SCHEDULED = _config(allow_msg_schedules=True)
 ])
 def test_publish_checks_in_nats_servers_order(found, code):
     assert schedules.check_schedule(found, "s.a", SCHEDULED).err_code == code
+
+
+@pytest.mark.parametrize("value", ["@at 0001-01-01T00:00:00Z", "@at 0001-01-01T01:00:00+01:00"])
+def test_go_zero_time_is_no_schedule(value):
+    # nats-server 2.12: `getMessageSchedule` parses it and `schedule.IsZero()` skips every schedule check
+    # (invariant 5): accepted as a plain message, on a stream with schedules or without.
+    for config in (SCHEDULED, _config()):
+        assert schedules.check_schedule({"Nats-Schedule": value}, "s.a", config) is None
+    assert schedules.check_schedule({"Nats-Schedule": "@at 0001-01-01T00:00:01Z"}, "s.a", _config()).err_code == 10188
 
 
 def test_a_stream_without_schedules_refuses_them():

@@ -23,6 +23,9 @@ Invariants:
      again: one no longer stored (purged, deleted, replaced) is forgotten, never fired.
   4. nats-server 2.12 accepts only `@at` schedules: any other pattern is refused (10189; 10188 on a
      stream without schedules). `@every` and cron schedules came with 2.14 (API level 4).
+  5. An `@at` naming Go's zero time (0001-01-01T00:00:00Z, in any offset) is no schedule, as nats-server
+     2.12's `getMessageSchedule(...).IsZero()` reads it: the message is stored as a plain one (no rollup
+     added, never fired), even on a stream without schedules.
 
 Imports: L0, L2 (`store` values), `stream.headers`, `stream.ttl`, `stream.outcomes`; no clock.
 Reference: ADR-51; nats-server v2.12 `server/scheduler.go`, `server/stream.go` (`getMessageSchedule`,
@@ -52,11 +55,12 @@ SCHEDULER = "Nats-Scheduler"
 SCHEDULE_NEXT = "Nats-Schedule-Next"
 SCHEDULE_NEXT_PURGE = "purge"
 RETRY_NS = 1_000_000_000
+ZERO_TIME_NS = calendar.timegm((1, 1, 1, 0, 0, 0)) * 1_000_000_000  # Go's zero time.Time: 0001-01-01T00:00:00Z
 FIRES_PER_TURN_MAX = 256
 if TYPE_CHECKING:
     from jsraft.jsapi.stream_config import StreamConfig
 
-_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})")
+_RFC3339 = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(Z|[+-]\d{2}:\d{2})")
 _STRIPPED_PREFIXES = (b"nats-schedule-", b"nats-expected-")
 _STRIPPED = (b"nats-schedule", b"nats-msg-id", b"nats-ttl", b"nats-rollup")
 
@@ -82,52 +86,67 @@ def rollup_invalid() -> ApiError:
 
 
 def parse_at(value: str) -> int | None:
-    """`@at <RFC3339>` -> its time in ns since the epoch, or None when it is not one (invariant 4)."""
+    """`@at <RFC3339>` -> its time in ns since the epoch, or None when it is not one (invariant 4): what Go's
+    `time.Parse(time.RFC3339, ...)` takes, a fraction after `.` or `,` and year 0000 included."""
     if not value.startswith("@at "):
         return None
     match = _RFC3339.fullmatch(value[4:])
     if match is None:
         return None
     year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year, month)[1] and hour < 24 and minute < 60
-            and second < 60):
+    # Go takes year 0000 (proleptic Gregorian), Python's calendar does not: count it 400 years (146,097
+    # days, a whole Gregorian cycle) later and take the cycle off again.
+    shift = 400 if year == 0 else 0
+    if not (1 <= month <= 12 and 1 <= day <= calendar.monthrange(year + shift, month)[1] and hour < 24
+            and minute < 60 and second < 60):
         return None
     fraction = (match.group(7) or "")[:9].ljust(9, "0")
     zone = match.group(8)
     offset_s = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
-    seconds = calendar.timegm((year, month, day, hour, minute, second)) - offset_s
+    seconds = calendar.timegm((year + shift, month, day, hour, minute, second)) - offset_s
+    seconds -= shift // 400 * 146_097 * 86_400
     return seconds * 1_000_000_000 + int(fraction)
 
 
 def check_schedule(found: dict[str, str], subject: str, config: "StreamConfig") -> int | None | ApiError:
     """A publish's schedule, in nats-server's order of checks: its due time (ns), None when it has no
     `Nats-Schedule`, or the refusal. A `Nats-Schedule-Next: purge` from a client needs schedules too."""
-    allowed, allow_msg_ttl, config_subjects = config.allow_msg_schedules, config.allow_msg_ttl, config.subjects
+    allowed = config.allow_msg_schedules
     value = found.get(SCHEDULE)
     due_ns = None
     if value:
         due_ns = parse_at(value)
         if due_ns is None:
             return pattern_invalid() if allowed else schedules_disabled()
-        if not allowed:
+        if due_ns == ZERO_TIME_NS:  # invariant 5
+            due_ns = None
+        elif not allowed:
             return schedules_disabled()
-        ttl_value = found.get(SCHEDULE_TTL)
-        if ttl_value:
-            try:
-                ttllib.parse_ttl(ttl_value)
-            except ttllib.InvalidTtl:
-                return schedule_ttl_invalid()
-            if not allow_msg_ttl:
-                return ttl_disabled()
-        target = found.get(SCHEDULE_TARGET, "")
-        if not _valid_target(target, subject, config_subjects):
-            return target_invalid()
-        rollup = found.get(hdr.ROLLUP)
-        if rollup is not None and rollup != hdr.ROLLUP_SUBJECT:
-            return rollup_invalid()
+        else:
+            refusal = _schedule_refusal(found, subject, config)
+            if refusal is not None:
+                return refusal
     if found.get(SCHEDULE_NEXT) == SCHEDULE_NEXT_PURGE and not allowed:
         return schedules_disabled()
     return due_ns
+
+
+def _schedule_refusal(found: dict[str, str], subject: str, config: "StreamConfig") -> ApiError | None:
+    """A schedule's TTL, target and rollup checks, in nats-server's order."""
+    ttl_value = found.get(SCHEDULE_TTL)
+    if ttl_value:
+        try:
+            ttllib.parse_ttl(ttl_value)
+        except ttllib.InvalidTtl:
+            return schedule_ttl_invalid()
+        if not config.allow_msg_ttl:
+            return ttl_disabled()
+    if not _valid_target(found.get(SCHEDULE_TARGET, ""), subject, config.subjects):
+        return target_invalid()
+    rollup = found.get(hdr.ROLLUP)
+    if rollup is not None and rollup != hdr.ROLLUP_SUBJECT:
+        return rollup_invalid()
+    return None
 
 
 def _valid_target(target: str, subject: str, config_subjects: tuple[str, ...]) -> bool:
@@ -203,6 +222,11 @@ class ScheduleBook:
     def __len__(self) -> int:
         return len(self.by_subject)
 
+    def next_due_ns(self) -> int | None:
+        """The earliest due time in the book (a stale row's included: looking early costs one look), or
+        None when it is empty. What the leader's timer sleeps towards (stream_expiry invariant 4)."""
+        return self._heap[0][0] if self._heap else None
+
     def add(self, subject: str, seq: int, due_ns: int) -> None:
         self.by_subject[subject] = (seq, due_ns)
         self.inflight.pop(subject, None)
@@ -221,7 +245,7 @@ class ScheduleBook:
                     due_ns = parse_at(hdr.parse_headers(msg.headers).get(SCHEDULE, ""))
                 except JsraftError:
                     continue
-                if due_ns is not None:
+                if due_ns is not None and due_ns != ZERO_TIME_NS:  # invariant 5
                     self.add(msg.subject, seq, due_ns)
 
     def due(self, store: StreamStore, applied_last_seq: int, now_ns: int) -> list[tuple[str, int, tuple[str, bytes, bytes]]]:

@@ -20,7 +20,9 @@ Invariants:
      publish may have woken the group before it was decided, and the group gone quiet again). A KV
      bucket's stream (`allow_msg_ttl`) at rest so costs one wake-up a second, not one a tick. The same
      holds for a stream with schedules but none stored: a schedule decided after the look fires at most
-     a second late; while one is stored, the leader looks every tick.
+     a second late. While schedules are stored (and no `max_age` or TTL needs every tick), the leader
+     sleeps until the first is due, at most `ttl_quiet_ticks`: a far-off schedule costs one look a
+     second, not one a tick, and a nearer one decided meanwhile fires at most a second late, as above.
 
 Imports: stdlib, L0, server siblings (by type only); the node tick through `replica.runtime.ticker`.
 Reference: DESIGN.md §6; ADR-43.
@@ -50,6 +52,14 @@ def ttl_quiet_ticks(tick_s: float) -> int:
     return max(1, int((TTL_MIN_S - 1e-9) / tick_s))
 
 
+def schedule_wait_ticks(next_due_ns: int | None, now_ns: int, tick_s: float) -> int:
+    """Invariant 4: the node ticks to sleep before the first stored schedule is due — 0 when it is due
+    (look now), never more than `ttl_quiet_ticks`."""
+    if next_due_ns is None or next_due_ns <= now_ns:
+        return 0
+    return min(int((next_due_ns - now_ns) / 1e9 / tick_s), ttl_quiet_ticks(tick_s))
+
+
 async def run_expiry(replica: "StreamReplica") -> None:
     """Propose due expiries while this replica leads, every node tick, until cancelled."""
     ticker = replica.runtime.ticker
@@ -72,6 +82,11 @@ async def run_expiry(replica: "StreamReplica") -> None:
             await ticker.pause(replica.group, ttl_quiet_ticks(replica.options.tick_s))
             continue
         now_ns = replica.runtime.clock.wall_ns()
+        if leader.machine.config.max_age <= 0 and not len(leader.ttl_schedule):
+            wait_ticks = schedule_wait_ticks(leader.schedule_book.next_due_ns(), now_ns, replica.options.tick_s)
+            if wait_ticks:  # invariant 4: only schedules stored, none due yet
+                await ticker.pause(replica.group, wait_ticks)
+                continue
         due = leader.expiry_due(now_ns)  # subject delete markers first, then the EXPIRE (stream.markers)
         due.extend(leader.ttl_due(now_ns))
         due.extend(leader.schedules_due(now_ns))  # ADR-51: a fired schedule is a publish (stream.schedules)

@@ -53,7 +53,11 @@ async def test_a_halted_stream_group_leaves_the_node_serving(tmp_path, caplog):
             node.runtime.deliver(group, AppendEntries(
                 from_id="h2", to_id="h1", term=term, leader_id="h2", prev_log_index=0, prev_log_term=0,
                 leader_commit=0, entries=(Entry(index=1, term=term, type=EntryType.NORMAL, data=b"x"),)))
-            closed = node.runtime.status(group).closed_reason or ""
+            # Delivered to a group busy with a cycle (the publish just before, under load), the message
+            # waits in its inbox for the cycle's end: poll until the core has taken it.
+            with trio.fail_after(10):
+                while not (closed := node.runtime.status(group).closed_reason or ""):
+                    await trio.sleep(0.01)
             assert closed.startswith(HALTED_PREFIX) and "rule 5" in closed, closed
             assert any(group in r.getMessage() and "halted" in r.getMessage() for r in caplog.records)
 

@@ -149,14 +149,7 @@ def read_last(load_last: Callable[[str], tuple[bytes, bytes]], subject: str) -> 
 
 def with_sources(headers: bytes, sources: str | None) -> bytes:
     """`headers` carrying `Nats-Counter-Sources: sources` (invariant 5): replaced if present, else added."""
-    if sources is None:
-        return headers
-    line = f"{COUNTER_SOURCES}: {sources}\r\n".encode()
-    if not headers:
-        return b"NATS/1.0\r\n" + line + b"\r\n"
-    kept = [part for part in headers[:-2].split(b"\r\n")[1:] if part and not part.startswith(COUNTER_SOURCES.encode() + b":")]
-    first = headers.split(b"\r\n", 1)[0]
-    return first + b"\r\n" + b"".join(part + b"\r\n" for part in kept) + line + b"\r\n"
+    return headers if sources is None else hdr.set_header(headers, COUNTER_SOURCES, sources)
 
 
 def count(inflight: "InFlight", store: "StreamStore", config: "StreamConfig", subject: str, incr: int | None,

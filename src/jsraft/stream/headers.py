@@ -69,6 +69,19 @@ def parse_headers(headers: bytes) -> dict[str, str]:
     return found
 
 
+def set_header(headers: bytes, name: str, value: str) -> bytes:
+    """`headers` with `name: value` as its last line, any earlier `name` line dropped (nats-server's
+    `setHeader`); a new `NATS/1.0` block when there are no headers. The block must be well framed
+    (`parse_headers` has read it)."""
+    line = f"{name}: {value}\r\n".encode()
+    if not headers:
+        return _PREFIX + b"\r\n" + line + b"\r\n"
+    first, _, rest = headers[:-2].partition(b"\r\n")
+    prefix = name.encode() + b":"
+    kept = b"".join(part + b"\r\n" for part in rest.split(b"\r\n") if part and not part.startswith(prefix))
+    return first + b"\r\n" + kept + line + b"\r\n"
+
+
 def parse_sequence(value: str, name: str) -> int:
     """A header value that must be an unsigned 64-bit decimal (as nats-server's `parseInt64` reads it)."""
     if not value.isdigit() or not value.isascii() or len(value) > 20 or int(value) >= 1 << 64:

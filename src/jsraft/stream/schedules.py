@@ -166,9 +166,7 @@ def next_flags(found: dict[str, str]) -> int:
 
 def with_rollup(headers: bytes, found: dict[str, str]) -> bytes:
     """A schedule's headers with `Nats-Rollup: sub` added unless it carries it already."""
-    if hdr.ROLLUP in found:
-        return headers
-    return headers[:-2] + f"{hdr.ROLLUP}: {hdr.ROLLUP_SUBJECT}\r\n\r\n".encode()
+    return headers if hdr.ROLLUP in found else hdr.set_header(headers, hdr.ROLLUP, hdr.ROLLUP_SUBJECT)
 
 
 def fired_message(schedule_subject: str, headers: bytes, payload: bytes) -> tuple[str, bytes, bytes] | None:

@@ -397,6 +397,14 @@ def time_wait_ports(ports: list[int]) -> set[int]:
     return found
 
 
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_a_killed_serve_restarts_at_once_on_the_same_ports(tmp_path):
     """SIGKILL with clients connected, then the same command again straight away: every listener
     (client, cluster, monitor) binds again while the old connections sit in TIME_WAIT, because each is
@@ -425,6 +433,8 @@ def test_a_killed_serve_restarts_at_once_on_the_same_ports(tmp_path):
         assert second.poll() is None, f"restart failed: {second.communicate(timeout=30)[1]}"
         status, varz = get(monitor, "/varz")
         assert (status, varz["server_name"], varz["port"], varz["cluster"]["port"]) == (200, "k1", client, cluster)
+        # The monitor answers before the client listener is up (seen in CI: refused): poll the client port.
+        poll(lambda: _accepts(client), 30, "the client port accepts")
         with socket.create_connection(("127.0.0.1", client), timeout=10) as sock:
             assert sock.recv(4096).startswith(b"INFO ")
     finally:

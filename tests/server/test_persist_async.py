@@ -10,6 +10,13 @@ nothing of its entry can be durable yet — and SYNC's must not have arrived the
 returned); after the gate opens SYNC's arrives, both messages are stored, and a restart of the node keeps
 both (the gate held the fsync, it did not lose it). The gate is released on every path, so a failing
 check cannot hang the node.
+
+While the gate is closed the node persists on its worker threads only: a cycle of one entry on an idle
+node may run its fsync inline on the trio thread (`runtime.persist.CyclePersister`, invariant 6: nothing
+else is runnable, so it costs at most one fsync's delay to bytes that arrive meanwhile). Held there for
+seconds, SYNC's fsync would stop the node reading ASYNC's publish at all — the gate would be testing the
+inline shortcut's bound, not `persist_mode`. So the shortcut is refused (`_nothing_else_to_run`) for the
+gated part; in CI under load it was taken about one run in four, and the test timed out.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import trio
 
 import jsraft
 from jsraft.disk import os_disk
+from jsraft.runtime import persist
 from nats_kit import in_asyncio, nats_connect, single
 
 GATE_S = 20.0
@@ -66,7 +74,7 @@ async def _stored(url: str) -> dict:
 async def test_async_persist_acknowledges_before_the_fsync_and_default_after(tmp_path, monkeypatch):
     config = single(tmp_path)
     gate = threading.Event()
-    real_sync = os_disk.OsFile.sync
+    real_sync, real_idle = os_disk.OsFile.sync, persist._nothing_else_to_run
 
     def held_sync(self) -> None:
         if ("/ASYNC" in self.path or "/SYNC" in self.path) and not gate.is_set():
@@ -75,12 +83,14 @@ async def test_async_persist_acknowledges_before_the_fsync_and_default_after(tmp
 
     async with jsraft.open_node(config) as node:
         await in_asyncio(_setup, node.url)
+        monkeypatch.setattr(persist, "_nothing_else_to_run", lambda: False)
         monkeypatch.setattr(os_disk.OsFile, "sync", held_sync)
         try:
             seen = await in_asyncio(_publish_both, node.url, gate, timeout_s=GATE_S * 3)
         finally:
             gate.set()
             monkeypatch.setattr(os_disk.OsFile, "sync", real_sync)
+            monkeypatch.setattr(persist, "_nothing_else_to_run", real_idle)
         assert seen["async"] == {"stream": "ASYNC", "seq": 2}
         assert seen["gate_closed_at_async_ack"] and not seen["sync_done_at_async_ack"]
         assert seen["sync"] == {"stream": "SYNC", "seq": 2}

@@ -41,9 +41,12 @@ from jsraft.meta.leader import Proposal, Proposer
 from jsraft.meta.placement import PeerInfo
 from jsraft.meta.rules import check_request_level
 from jsraft.meta.snapshot import decode_state, encode_state, state_digest
-from jsraft.meta.state import MetaState
+from jsraft.meta.state import MetaState, StreamTable
 
 # In-flight meta proposals are rare (stream and consumer admin); 256 bounds the leader's bookkeeping.
+# Where a reader of the stream changes is (`stream_changes`): the table it read and its position in it.
+StreamCursor = tuple[StreamTable, int]
+
 PENDING_PROPOSALS_MAX = 256
 
 # The meta group snapshots this machine and compacts its WAL every this many applied entries (the server's
@@ -175,6 +178,17 @@ class MetaStateMachine:
 
     def streams(self) -> list[StreamAssignment]:
         return self._state.all_streams()
+
+    def stream_changes(self, cursor: StreamCursor | None) -> tuple[set[str] | None, StreamCursor]:
+        """The names of the streams assigned, replaced or deleted since `cursor` (what an earlier call
+        returned; None the first time), and the cursor for the next call. None instead of names when every
+        stream must be looked at: the first call, a state replaced since (a snapshot restored), or a journal
+        that no longer reaches back (`meta.state` invariant 6)."""
+        table = self._state.streams
+        now = (table, table.position)
+        if cursor is None or cursor[0] is not table:
+            return None, now
+        return table.changed_since(cursor[1]), now
 
     def names(self) -> list[str]:
         return self._state.names()

@@ -35,6 +35,7 @@ from jsraft.server.api.header_block import decode_headers
 from jsraft.server.api.jsapi_codec import MsgGetRequest, decode_request, direct_headers, status_headers
 
 if TYPE_CHECKING:
+    from jsraft.meta.machine import StreamCursor
     from jsraft.server.api.api_parts import ApiParts
 
 log = logging.getLogger("jsraft.server.jsapi")
@@ -49,25 +50,32 @@ class DirectGets:
         self._clients = clients
         self._seen_index: int | None = None
         self._subs: dict[str, list[InternalSubscription]] = {}
+        self._cursor: StreamCursor | None = None  # where `refresh` is in the meta state's stream changes
         clients.before_route.append(self.refresh)
 
     def refresh(self) -> None:
-        """Invariant 1, checked before each route (like `StreamPublishes.refresh`)."""
+        """Invariant 1, checked before each route (like `StreamPublishes.refresh`): the streams changed
+        since the last refresh (every stream the first time or after a restore) looked at again."""
         meta = self._parts.meta
         if meta.applied_index == self._seen_index:
             return
         self._seen_index = meta.applied_index
-        wanted = {a.name for a in meta.streams() if a.config is not None and a.config.allow_direct}
-        for name in self._subs.keys() - wanted:
-            for sub in self._subs.pop(name):
-                self._clients.unsubscribe_internal(sub)
-        for name in sorted(wanted - self._subs.keys()):
-            handler = functools.partial(self._get, name)
-            try:
-                self._subs[name] = [self._clients.subscribe_internal(PREFIX + name, handler),
-                                    self._clients.subscribe_internal(PREFIX + name + ".>", handler)]
-            except InvalidSubject as error:
-                log.warning("stream %s: direct get not served: %s", name, error)
+        names, self._cursor = meta.stream_changes(self._cursor)
+        if names is None:
+            names = set(meta.names()) | self._subs.keys()
+        for name in sorted(names):
+            config = meta.stream(name).config if meta.has_stream(name) else None
+            wanted = config is not None and config.allow_direct
+            if not wanted and name in self._subs:
+                for sub in self._subs.pop(name):
+                    self._clients.unsubscribe_internal(sub)
+            elif wanted and name not in self._subs:
+                handler = functools.partial(self._get, name)
+                try:
+                    self._subs[name] = [self._clients.subscribe_internal(PREFIX + name, handler),
+                                        self._clients.subscribe_internal(PREFIX + name + ".>", handler)]
+                except InvalidSubject as error:
+                    log.warning("stream %s: direct get not served: %s", name, error)
 
     async def _get(self, stream: str, msg: InternalMsg) -> None:
         if not msg.reply:

@@ -63,6 +63,7 @@ from jsraft.server.groups.stream_replica import api_error
 from jsraft.stream import PubOutcome
 
 if TYPE_CHECKING:
+    from jsraft.meta.machine import StreamCursor
     from jsraft.server.groups.router import Router
     from jsraft.server.groups.rpc import Rpc
     from jsraft.server.groups.stream_lookup import CallStream, LocalStreams
@@ -118,28 +119,37 @@ class StreamPublishes:
         self._local, self._router, self._rpc, self._call_stream = local, router, rpc, call_stream
         self._clients = clients
         self._seen_index: int | None = None
-        self._subs: dict[tuple[str, str], InternalSubscription] = {}
+        self._subs: dict[str, dict[str, InternalSubscription]] = {}  # stream -> subject -> subscription
+        self._cursor: StreamCursor | None = None  # where `refresh` is in the meta state's stream changes
         # A stream's lane exists while its task runs; while it does, every publish on the stream joins it.
         self._lanes: dict[str, _Lane] = {}
         self._arrivals = 0  # numbers the publishes that join a lane, so a retried one keeps its place
         clients.before_route.append(self.refresh)
 
     def refresh(self) -> None:
-        """Invariant 1."""
+        """Invariant 1: the subscriptions of each stream assigned, replaced or deleted since the last
+        refresh brought in line with its subjects (every stream's, the first time or after a restore)."""
         meta = self._local.meta
         index = meta.applied_index
         if index == self._seen_index:
             return
         self._seen_index = index
-        wanted = {(assignment.name, subject) for assignment in meta.streams() for subject in assignment.subjects}
-        for key in self._subs.keys() - wanted:
-            self._clients.unsubscribe_internal(self._subs.pop(key))
-        for name, subject in sorted(wanted - self._subs.keys()):
-            try:
-                self._subs[(name, subject)] = self._clients.subscribe_internal(
-                    subject, functools.partial(self._ingest, name), sync=True)
-            except InvalidSubject as error:  # meta accepted it, so this is not expected; do not route it
-                log.warning("stream %s subject %r not served to clients: %s", name, subject, error)
+        names, self._cursor = meta.stream_changes(self._cursor)
+        if names is None:
+            names = set(meta.names()) | self._subs.keys()
+        for name in sorted(names):
+            held = self._subs.pop(name, {})
+            subjects = set(meta.stream(name).subjects) if meta.has_stream(name) else set()
+            for subject in held.keys() - subjects:
+                self._clients.unsubscribe_internal(held.pop(subject))
+            for subject in sorted(subjects - held.keys()):
+                try:
+                    held[subject] = self._clients.subscribe_internal(
+                        subject, functools.partial(self._ingest, name), sync=True)
+                except InvalidSubject as error:  # meta accepted it, so this is not expected; do not route it
+                    log.warning("stream %s subject %r not served to clients: %s", name, subject, error)
+            if held:
+                self._subs[name] = held
 
     # --- One publish, from the client port (a sync handler: no task, no checkpoint) ----------------------
 

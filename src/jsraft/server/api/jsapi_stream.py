@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound
-from jsraft.jsapi import parse_stream_config, served_metadata, validate_stream_name
+from jsraft.jsapi import StreamConfig, parse_stream_config, served_metadata, validate_stream_name
 from jsraft.meta import ClusterNoPeers, StreamOffline
 from jsraft.raft.errors import NotLeader
 from jsraft.raft.status import Role
@@ -61,9 +61,11 @@ STEPDOWN_ELECTION_TIMEOUTS = 4  # how long a stepdown may take, in election time
 SUBJECTS_MAX = 100_000  # subject counts one stream info carries (nats-server JSMaxSubjectDetails)
 
 
-def config_json(raw: bytes | str, required_level: int, api_level: int) -> dict[str, Any]:
-    """The config a response serves by a node at `api_level` (invariant 4)."""
-    config, _ = parse_stream_config(raw.encode() if isinstance(raw, str) else raw)
+def config_json(raw: bytes | str, required_level: int, api_level: int,
+                parsed: StreamConfig | None = None) -> dict[str, Any]:
+    """The config a response serves by a node at `api_level` (invariant 4). `parsed`: `raw` already
+    parsed (an online assignment's `config`), so it is not parsed again on every info."""
+    config = parsed if parsed is not None else parse_stream_config(raw.encode() if isinstance(raw, str) else raw)[0]
     served = config.to_json()
     served["metadata"] = served_metadata(config.metadata, required_level=required_level, api_level=api_level)
     return served
@@ -189,7 +191,8 @@ class LeaderSide:
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
         info = {
-            "config": config_json(assignment.config_raw, assignment.required_level, config.api_level),
+            "config": config_json(assignment.config_raw, assignment.required_level, config.api_level,
+                                  assignment.config),
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),

@@ -206,7 +206,8 @@ def stream_detail(parts: "MonitorParts", replica: "StreamReplica", query: dict[s
     detail: dict[str, Any] = {"name": replica.name, "created": rfc3339(assignment.created_ns),
                               "cluster": {"leader": replica.leader_id()}}
     if truthy(query, "config"):
-        detail["config"] = config_json(assignment.config_raw, assignment.required_level, parts.config.api_level)
+        detail["config"] = config_json(assignment.config_raw, assignment.required_level, parts.config.api_level,
+                                       assignment.config)
     detail["state"] = state_json(state, first_ts_ns, last_ts_ns, len(entries), None)
     if truthy(query, "consumers"):
         now_ns = time.time_ns()

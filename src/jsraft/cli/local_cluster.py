@@ -5,8 +5,8 @@ it), starting each `Node` in the caller's nursery, crashing one (`kill`: cancell
 flushed beyond what the runtime had made durable), restarting it on the same directory, and the waits the
 demo needs, each a poll with a deadline.
 
-This is the production twin of the test kit's `jsraft.testing.cluster.Cluster`, which production code may
-not import (DESIGN §1); it keeps only what a command needs.
+The nodes' lifecycle is `NodeSet`'s, which the test kit's `jsraft.testing.cluster.Cluster` extends (production
+code may not import the kit, DESIGN §1); `LocalCluster` adds only what a command needs.
 
 Invariants:
   1. Every wait polls a condition with a deadline and raises `TimeoutError` naming what it waited for.
@@ -77,13 +77,62 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
-class LocalCluster:
+class NodeSet:
+    """Nodes of this process, each run in the caller's nursery: started, crashed (`kill`, invariant 2),
+    restarted on the same directory and ports, and stopped, by name. The lifecycle `LocalCluster` and the
+    test kit's `Cluster` share (the kit subclasses this; production never imports the kit)."""
+
     def __init__(self, nursery: trio.Nursery, configs: dict[str, NodeConfig]) -> None:
         self._nursery = nursery
         self.configs = configs
         self.nodes: dict[str, Node] = {}
         self._stopped: dict[str, trio.Event] = {}
 
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.configs)
+
+    def node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def is_running(self, name: str) -> bool:
+        return name in self._stopped and not self._stopped[name].is_set()
+
+    async def start_node(self, name: str) -> Node:
+        node = Node(self.configs[name])
+        await node.prepare()
+        stopped = trio.Event()
+        self.nodes[name], self._stopped[name] = node, stopped
+
+        async def run(task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
+            try:
+                await node.run(task_status=task_status)
+            finally:
+                stopped.set()
+
+        await self._nursery.start(run)
+        return node
+
+    async def kill(self, name: str) -> None:
+        """Crash `name` (invariant 2): cancelled abruptly, no clean close; return once it stopped."""
+        self.nodes[name].kill()
+        await self._stopped[name].wait()
+
+    async def restart(self, name: str) -> Node:
+        if self.is_running(name):
+            await self.kill(name)
+        return await self.start_node(name)
+
+    async def stop_all(self) -> None:
+        for name in self.names:
+            if self.is_running(name):
+                self.nodes[name].stop()
+        with trio.CancelScope(shield=True):
+            for event in self._stopped.values():
+                await event.wait()
+
+
+class LocalCluster(NodeSet):
     @classmethod
     @asynccontextmanager
     async def start(cls, nursery: trio.Nursery, n: int, base_dir: str, *, tick_ms: int = 50,
@@ -105,50 +154,8 @@ class LocalCluster:
         finally:
             await cluster.stop_all()
 
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.configs)
-
-    def node(self, name: str) -> Node:
-        return self.nodes[name]
-
-    def is_running(self, name: str) -> bool:
-        return name in self._stopped and not self._stopped[name].is_set()
-
     def running(self) -> list[str]:
         return [name for name in self.names if self.is_running(name)]
-
-    async def start_node(self, name: str) -> Node:
-        node = Node(self.configs[name])
-        await node.prepare()
-        stopped = trio.Event()
-        self.nodes[name], self._stopped[name] = node, stopped
-
-        async def run(task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
-            try:
-                await node.run(task_status=task_status)
-            finally:
-                stopped.set()
-
-        await self._nursery.start(run)
-        return node
-
-    async def kill(self, name: str) -> None:
-        """Crash `name` (invariant 2); return once it stopped."""
-        self.nodes[name].kill()
-        await self._stopped[name].wait()
-
-    async def restart(self, name: str) -> Node:
-        if self.is_running(name):
-            await self.kill(name)
-        return await self.start_node(name)
-
-    async def stop_all(self) -> None:
-        for name in self.running():
-            self.nodes[name].stop()
-        with trio.CancelScope(shield=True):
-            for event in self._stopped.values():
-                await event.wait()
 
     # --- Waiting and looking -------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from jsraft.cli.local_cluster import free_ports  # one port picker for the demo's cluster and this kit
+from jsraft.cli.local_cluster import NodeSet, free_ports  # the demo cluster's lifecycle and port picker
 from jsraft.disk import OsDisk
 from jsraft.meta import MetaStateMachine
 from jsraft.server import Node, NodeConfig
@@ -44,13 +44,7 @@ def relayed_configs(base_dir: str | os.PathLike[str], relay: Any, names: list[st
     return configs
 
 
-class Cluster:
-    def __init__(self, nursery: trio.Nursery, configs: dict[str, NodeConfig]) -> None:
-        self._nursery = nursery
-        self.configs = configs
-        self.nodes: dict[str, Node] = {}
-        self._stopped: dict[str, trio.Event] = {}
-
+class Cluster(NodeSet):
     @classmethod
     @asynccontextmanager
     async def start(cls, nursery: trio.Nursery, n: int = 3, base_dir: str | os.PathLike[str] = ".", *,
@@ -76,54 +70,14 @@ class Cluster:
         finally:
             await cluster.stop_all()
 
-    # --- Nodes --------------------------------------------------------------------------------------------
-
-    @property
-    def names(self) -> list[str]:
-        return sorted(self.configs)
-
-    def node(self, name: str) -> Node:
-        return self.nodes[name]
+    # --- Nodes (start_node, kill, restart, stop_all: `NodeSet`) -------------------------------------------
 
     def running(self) -> list[Node]:
-        return [node for name, node in sorted(self.nodes.items()) if not self._stopped[name].is_set()]
-
-    async def start_node(self, name: str) -> Node:
-        node = Node(self.configs[name])
-        await node.prepare()
-        stopped = trio.Event()
-        self.nodes[name], self._stopped[name] = node, stopped
-
-        async def run(task_status: trio.TaskStatus[Node] = trio.TASK_STATUS_IGNORED) -> None:
-            try:
-                await node.run(task_status=task_status)
-            finally:
-                stopped.set()
-
-        await self._nursery.start(run)
-        return node
-
-    async def kill(self, name: str) -> None:
-        """Crash `name`: cancel it abruptly, no clean close; return once it stopped."""
-        self.nodes[name].kill()
-        await self._stopped[name].wait()
+        return [self.nodes[name] for name in self.names if self.is_running(name)]
 
     async def stop(self, name: str) -> None:
         self.nodes[name].stop()
         await self._stopped[name].wait()
-
-    async def restart(self, name: str) -> Node:
-        if not self._stopped[name].is_set():
-            await self.kill(name)
-        return await self.start_node(name)
-
-    async def stop_all(self) -> None:
-        for name in list(self.nodes):
-            if not self._stopped[name].is_set():
-                self.nodes[name].stop()
-        with trio.CancelScope(shield=True):
-            for event in self._stopped.values():
-                await event.wait()
 
     # --- Waiting ----------------------------------------------------------------------------------------
 

@@ -196,3 +196,30 @@ def test_a_per_subject_limit_after_the_first_of_its_subject_was_found_damaged(tm
         store.append(COUNT + 1, *_msg(COUNT + 1)[1:])
     damaged.repair_deleted(7, 7)  # the group removed it meanwhile
     _assert_same(damaged, twin)
+
+
+def test_a_block_owing_across_a_truncate_and_the_same_sequence_damaged_again(tmp_path):
+    """Seq 50 does not read back either, so detaching 100 cannot settle block 1: it owes 100's record. A
+    truncate below 100 and the same messages appended again (block 1 is the newest then); the new record of
+    100 damaged too: the block owes two records of seq 100 at once, both settled when 50 is found."""
+    damaged, twin, _ = _pair(tmp_path)
+    assert damaged.locate(50)[0] is damaged.locate(100)[0]
+    _damage(damaged, 50)
+    _damage(damaged, 100)
+    with pytest.raises(DamagedSequence):
+        damaged.load(100)
+    assert damaged.unaccounted  # block 1 could not be settled: 50 still counts as live
+    for store in (damaged, twin):
+        store.truncate(99)
+        store.append_batch([_msg(seq) for seq in range(100, 121)])
+    _damage(damaged, 100)
+    with pytest.raises(DamagedSequence):
+        damaged.load(100)
+    with pytest.raises(DamagedSequence):
+        damaged.load(50)
+    assert not damaged.unaccounted
+    assert_consistent(damaged)
+    damaged.repair_deleted(50, 50)
+    _repair(damaged, 100)
+    twin.delete(50)
+    _assert_same(damaged, twin)

@@ -84,7 +84,7 @@ class FileStore(Accounting):
         self.moved_subjects: dict[str, int] = {}
         # Group (block number, or `fs_unreadable.MOVED`) -> sequences detached because their record stopped
         # reading back, whose bytes and subject count the group still holds until it is settled.
-        self.unaccounted: dict[int, set[int]] = {}
+        self.unaccounted: dict[int, list[int]] = {}
         self.fault_map = FaultMap()
         self._first_live_hint = 0
         self._dirty = False

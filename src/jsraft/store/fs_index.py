@@ -229,7 +229,7 @@ def _apply_index(store: "FileStore", meta: dict, blocks: list[Block], rebuild: _
     store.psim = {k: list(v) for k, v in meta["psim"].items()}
     store.moved = {int(k): tuple(v) for k, v in meta["moved"].items()}
     store.moved_bytes, store.moved_subjects = meta["moved_bytes"], dict(meta["moved_subjects"])
-    store.unaccounted = {int(k): set(v) for k, v in meta["unaccounted"].items()}
+    store.unaccounted = {int(k): list(v) for k, v in meta["unaccounted"].items()}
     store.fault_map = FaultMap.from_json(meta["faults"])
     rebuild.covered = max((b.last_seq for b in store.blocks), default=0)
     rebuild.max_sync = store.last_seq

@@ -12,7 +12,7 @@ records: `Block.bytes` and `Block.subjects`, `FileStore.moved_bytes` and `FileSt
 Invariants:
   1. `store.bytes` is the sum of the groups' bytes and `store.psim[s][0]` the sum of their counts of `s`.
   2. A group's totals are those of its live records plus the ones it *owes*: records detached unreadable
-     and not yet settled (`FileStore.unaccounted[key]`, their sequences). A detached record's count and
+     and not yet settled (`FileStore.unaccounted[key]`, their sequences, one entry per record). A detached record's count and
      digest terms leave at once (`Accounting` invariant 1); its bytes and subject count leave when its
      group is settled, so once settled the totals cover exactly the live messages, as an undamaged replica
      holding the same messages counts them (whatever becomes of the sequence: repaired, deleted, cut).
@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from jsraft.codec.records import message_digest
-from jsraft.errors import invariant
+from jsraft.errors import CorruptRecord, invariant
 from jsraft.store.base import msg_size
 from jsraft.store.blocks import Block, message_record_verifies, message_subject
 
@@ -72,7 +72,8 @@ def detach(store: "FileStore", seq: int, where: Where, readable: bool) -> None:
             block.msgs -= 1
         store._remove_term(seq, message_digest(seq, crc))
         key = block.number if natural else MOVED
-        store.unaccounted.setdefault(key, set()).add(seq)
+        # A list: a sequence truncated away while owed and appended again can be owed twice by its block.
+        store.unaccounted.setdefault(key, []).append(seq)
         _clear_hints(store, seq, block.subjects if natural else store.moved_subjects)  # invariant 4
     if natural:
         block.offsets[seq - block.first_seq] = 0
@@ -91,15 +92,16 @@ def settle(store: "FileStore", key: int) -> bool:
     if not owed:
         store.unaccounted.pop(key, None)
         return True
+    if key == MOVED:
+        counted_bytes, counted_subjects = store.moved_bytes, store.moved_subjects
+    else:
+        block = store.files.by_number.get(key)
+        invariant(block is not None, f"store {store.config.name}: block {key} removed while it owed {owed}")
+        counted_bytes, counted_subjects = block.bytes, block.subjects
     held = _held(store, key)
     if held is None:
         return False
     size_total, subjects = held
-    if key == MOVED:
-        counted_bytes, counted_subjects = store.moved_bytes, store.moved_subjects
-    else:
-        block = store.files.by_number[key]
-        counted_bytes, counted_subjects = block.bytes, block.subjects
     lost = {name: count - subjects.get(name, 0) for name, count in counted_subjects.items()}
     # Each owed record counted one subject and its size: anything else is accounting broken elsewhere.
     invariant(set(subjects) <= set(counted_subjects) and min(lost.values(), default=0) >= 0
@@ -157,7 +159,7 @@ def _held(store: "FileStore", key: int) -> tuple[int, dict[str, int]] | None:
             name, headers_len, payload_len = message_subject(record, record[8])
             size_total += msg_size(len(name.encode()), headers_len, payload_len)
             subjects[name] = subjects.get(name, 0) + 1
-    except OSError:
+    except (OSError, CorruptRecord):  # a read that failed, a compressed body that does not decompress
         return None
     return size_total, subjects
 

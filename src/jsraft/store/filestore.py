@@ -3,7 +3,8 @@
 Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest is split
 by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops` (filtered reads,
 purge, truncate, repair), `fs_deleted` (interior deletes), `fs_compress`, `recovery` and `fs_index` (opening a
-store), `blockfiles` (the files), `blocks` (the block format).
+store), `blockfiles` (the files), `blocks` (the block format), `fs_unreadable` (`detach`, and what a record
+that no longer reads back counted for).
 
 Invariants (beyond the `StreamStore` ones):
   1. Only the newest block is appended to. Deletes go there as `TOMBSTONE` records; a head that is cut

@@ -15,6 +15,8 @@ Invariants:
      size or tail check.
   2. Every block region an index vouches for is listed in `FileStore.unverified` until the background
      verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
+  3. It carries every accounting group's totals and what each still owes (`fs_unreadable`): a store opened
+     from it settles a record detached before the index exactly as the store that wrote it would have.
 """
 
 from __future__ import annotations

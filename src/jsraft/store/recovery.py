@@ -370,10 +370,6 @@ def recover(store: "FileStore", *, use_index: bool = True) -> None:
     fs_remove.drop_dead_head(store)
 
 
-# --- Queries over the in-memory maps ---------------------------------------------------------
-
-
-
 # --- Verifying a running store ------------------------------------------------------------------
 
 

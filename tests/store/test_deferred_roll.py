@@ -14,6 +14,8 @@ Reopened (from the index and by a full scan), the store must hold every message 
 completed sealed-block fsync made durable, report no fault on them, leave no pending file, and go on
 (appends, more rolls, a clean reopen). The store-roll thread itself (`runtime.workers.BackgroundJobs`) is
 checked for order and for handing a job's error to its waiter; a failed job fails every later `sync()`.
+`_GatedDisk` runs a job on the real roll thread and holds it between its open of the new block and that
+block's fsync, so the store appends into the block meanwhile, as the running node does.
 """
 
 from __future__ import annotations
@@ -245,6 +247,63 @@ def test_a_power_cut_before_the_last_roll_job_ran_opens_before_that_roll(tmp_pat
     store.files.abandon()  # the second job never ran
     power_cut(root, mode, 7)
     _go_on(_check(root, durable, use_index=False), root, durable)
+
+
+class _GatedDisk:
+    """An `OsDisk` whose roll job, having opened the new (pending) block on its thread, waits at that
+    block's fsync until the test lets it go: the store appends meanwhile, as the node's event loop does."""
+
+    def __init__(self, disk: OsDisk) -> None:
+        self._disk = disk
+        self.opened = threading.Event()
+        self.go = threading.Event()
+
+    def __getattr__(self, name):
+        return getattr(self._disk, name)
+
+    def open(self, path, *, create=False):
+        handle = self._disk.open(path, create=create)
+        if not path.endswith(PENDING_SUFFIX) or threading.current_thread() is threading.main_thread():
+            return handle
+        gated = self
+
+        class _File:
+            def sync(self) -> None:
+                gated.opened.set()
+                assert gated.go.wait(10.0), "the test never let the job go"
+                handle.sync()
+
+            def __getattr__(self, name):
+                return getattr(handle, name)
+
+        return _File()
+
+
+@pytest.mark.parametrize("mode", ["drop", "torn", "pages"])
+def test_appends_during_a_roll_jobs_fsync_of_the_new_block_are_durable_after_the_next_sync(tmp_path, mode):
+    """Chaos S03-seed4 found records of older, rolled blocks that did not verify after a coordinated power
+    cut. They had been appended to the new block while the roll's job, on the store-roll thread, held its
+    own handle of it between the open and the fsync; a later `sync()` and the next roll's fsyncs covered
+    them. The store was right: the shadow disk's tracker took the job's handle's size as of its open and
+    forgot the rest of what was written, so the power cut zeroed them in the middle of a block the index
+    then vouched for."""
+    root = str(tmp_path / "store")
+    gated = _GatedDisk(OsDisk(root, shadow=True))
+    store = FileStore.open(gated, CONFIG, background=BackgroundJobs("t-roll-gated").submit)
+    _append(store, 1, PER_BLOCK + 2)  # one roll: its job opens the new block and waits at its fsync
+    assert gated.opened.wait(10.0)
+    _append(store, PER_BLOCK + 3, PER_BLOCK + 9)  # into the new block, while the job holds it open
+    gated.go.set()
+    store.sync()  # waits for the job, then syncs the new block: everything so far is durable
+    durable = PER_BLOCK + 9
+    _append(store, durable + 1, 3 * PER_BLOCK + 4)  # more rolls: the new block becomes an older one
+    store.sync()
+    durable = 3 * PER_BLOCK + 4
+    store.files.abandon()
+    power_cut(root, mode, 7)
+    for use_index in (True, False):
+        store = _check(root, durable, use_index=use_index)
+        store.files.close()
 
 
 def test_a_failed_job_fails_every_later_sync(tmp_path):

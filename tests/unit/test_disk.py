@@ -336,6 +336,29 @@ def test_synced_overwrite_and_truncate_survive(tmp_path: Path) -> None:
         assert _tree(root) == {"f": b"a" * 10 + b"XY" + b"a" * 48 + b"tail"}, mode
 
 
+@pytest.mark.parametrize("mode", POWER_CUT_MODES)
+def test_a_sync_through_a_handle_opened_before_another_handles_writes_keeps_them(root: str, disk: OsDisk,
+                                                                                  mode: str) -> None:
+    """An fsync makes the whole file durable, whichever descriptor wrote: a FileStore's block-roll job
+    (fs_append invariant 3) opens the new block by name on its thread and fsyncs it while the store goes on
+    appending through its own handle. The tracker took the syncing handle's size as of its open, copied
+    only that far and forgot the rest of what was written: the bytes appended between the job's open and
+    its fsync were never durable for it, even after later fsyncs, and read back as zeros after a cut
+    (chaos S03: records in older, rolled blocks that did not verify)."""
+    writer = disk.open("blk", create=True)
+    writer.append(b"a" * 100)
+    disk.sync_dir("")
+    syncer = disk.open("blk")  # opened at 100 bytes
+    writer.append(b"b" * 5000)  # written before the fsync below
+    syncer.sync()
+    syncer.close()
+    writer.append(b"c" * 50)
+    writer.sync()
+    writer.close()
+    power_cut(root, mode, seed=3)
+    assert _tree(root)["blk"] == b"a" * 100 + b"b" * 5000 + b"c" * 50
+
+
 def test_unsynced_overwrite_in_drop_mode_reads_old_bytes(root: str, disk: OsDisk) -> None:
     handle = disk.open("f", create=True)
     handle.append(b"0123456789")

@@ -84,7 +84,9 @@ class OsFile:
             return
         os.fsync(self._fd)
         if self._shadow is not None:
-            self._shadow.on_sync(self._number, self._fd, self._size)
+            # The file's size now, not this handle's: the fsync covers what every descriptor wrote (a block
+            # roll's job syncs the new block through its own handle while the store appends through another).
+            self._shadow.on_sync(self._number, self._fd, os.fstat(self._fd).st_size)
 
     def close(self) -> None:
         if self._fd >= 0:

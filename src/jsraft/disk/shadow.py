@@ -5,7 +5,10 @@ a power failure does. In shadow mode `OsDisk` reports every write, fsync and nam
 `ShadowTracker`, which keeps, beside the data directory (in `<root>.shadow/`):
 
   - `ino/<n>`: the content of file *n* as of its last fsync (only the byte ranges written since the
-    previous fsync are copied, so an append-only file costs what was appended);
+    previous fsync are copied, so an append-only file costs what was appended). An fsync covers what every
+    descriptor of the file wrote: the copy goes to the file's size at the fsync (not the syncing handle's,
+    which may have been opened before another handle's appends), and it takes whatever the file grew by
+    since the last copy even when the write's report has not arrived yet (another thread's);
   - `state.json`: the live name → number map (files and directories are numbered like inodes), and
     for each directory number the entries it held at its last directory fsync.
 
@@ -193,6 +196,11 @@ class ShadowTracker:
                 span = [0, size]
                 self._seen.add(number)
             path = self._content_path(number)
+            copied = os.path.getsize(path) if os.path.exists(path) else 0
+            if size > copied:  # grown since the last copy: an append whose `on_write` has not arrived yet
+                span = [min(span[0], copied), max(span[1], size)] if span is not None else [copied, size]
+            if span is not None and span[1] > size:  # written past the end this fsync saw: still unsynced
+                self._dirty[number] = [max(span[0], size), span[1]]
             mode = "r+b" if os.path.exists(path) else "w+b"
             with open(path, mode) as copy:
                 if span is not None and span[0] < size:

@@ -91,7 +91,7 @@ class Block:
         self.lengths = array("I")
         self.crcs = array("I")  # content CRC per sequence (for the digest when a message is removed)
         self.msgs = 0
-        self.bytes = 0
+        self.bytes = 0  # nats-server bytes of its live natural records and of those it owes (fs_unreadable)
         self.size = 0  # file length in bytes
         self.subjects: dict[str, int] = {}
         self.sealed = False

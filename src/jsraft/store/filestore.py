@@ -3,7 +3,8 @@
 Owns: the public API, reads, and the in-memory accounting (digest, counts, subject index). The rest is split
 by role: `fs_append` (the append hot path), `fs_remove` (deletes, head cuts, limits), `fs_ops` (filtered reads,
 purge, truncate, repair), `fs_deleted` (interior deletes), `fs_compress`, `recovery` and `fs_index` (opening a
-store), `blockfiles` (the files), `blocks` (the block format).
+store), `blockfiles` (the files), `blocks` (the block format), `fs_unreadable` (`detach`, and what a record
+that no longer reads back counted for).
 
 Invariants (beyond the `StreamStore` ones):
   1. Only the newest block is appended to. Deletes go there as `TOMBSTONE` records; a head that is cut
@@ -33,10 +34,12 @@ import struct
 from collections.abc import Iterator, Sequence
 
 from jsraft import subjects as subjectlib
-from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record, message_digest
+from jsraft.codec.records import HEADER_BYTES, Kind, decode_message_body, encode_record
 from jsraft.disk.base import Disk
 from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageFound, StoreClosed, invariant
-from jsraft.store import fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, fs_truncate, recovery
+from jsraft.store import (
+    fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, fs_truncate, fs_unreadable, recovery,
+)
 from jsraft.store.base import (
     DIGEST_RANGE_SEQS,
     Background,
@@ -44,10 +47,9 @@ from jsraft.store.base import (
     StoreConfig,
     StoredMsg,
     StoreState,
-    msg_size,
 )
 from jsraft.store.blockfiles import BlockFiles
-from jsraft.store.blocks import Block, message_body, message_record_verifies, message_subject
+from jsraft.store.blocks import Block, message_body, message_record_verifies
 from jsraft.store.faultmap import FaultMap
 from jsraft.store.fs_accounting import Accounting
 from jsraft.store.limits_check import check_batch
@@ -78,9 +80,12 @@ class FileStore(Accounting):
         self.range_counts: dict[int, int] = {}
         self.psim: dict[str, list[int]] = {}  # subject -> [count, first seq or 0, last seq or 0]
         self.moved: dict[int, tuple[int, int, int, int]] = {}  # seq -> (block, offset, length, crc)
-        # Sequences detached because their record stopped reading back: their bytes and subject count are
-        # still in the totals (unknown without the record) and are settled by `repair` (fs_ops).
-        self.unaccounted: set[int] = set()
+        # Repair records' group (`fs_unreadable`): their bytes and per-subject counts, as a block keeps its own.
+        self.moved_bytes = 0
+        self.moved_subjects: dict[str, int] = {}
+        # Group (block number, or `fs_unreadable.MOVED`) -> sequences detached because their record stopped
+        # reading back, whose bytes and subject count the group still holds until it is settled.
+        self.unaccounted: dict[int, list[int]] = {}
         self.fault_map = FaultMap()
         self._first_live_hint = 0
         self._dirty = False
@@ -189,33 +194,9 @@ class FileStore(Accounting):
 
     def detach(self, seq: int, where: tuple[Block, int, int, int], *, readable: bool = True) -> None:
         """Drop `seq` from the in-memory maps (not from disk), reading its record (verified) for the
-        accounting; `readable=False`, or no read verifying, leaves the record unaccounted."""
-        block, offset, length, crc = where
-        # A block's `msgs` and `subjects` count its natural records only: a repair record it holds is
-        # found through `moved` (and removing one must not take a subject from the block's filter hint,
-        # or a scan by subject would skip the block's own live messages of that subject).
-        natural = block.covers(seq) and block.offsets[seq - block.first_seq] == offset
-        record = self.checked_record(seq, where) if readable else None
-        if record is not None:
-            name, headers_len, payload_len = message_subject(record, record[8])
-            self.account_remove(seq, name, msg_size(len(name.encode()), headers_len, payload_len), crc)
-            if natural:
-                block.msgs -= 1
-                block.drop_subject(name)
-        else:
-            # The record no longer reads back, so its subject and size are unknown. Remove its count and
-            # digest terms (total and range); its bytes and subject count stay until `repair` settles them
-            # (`unaccounted`), and meanwhile the state mismatch flags the replica.
-            self.msgs -= 1
-            block.msgs -= natural
-            self._remove_term(seq, message_digest(seq, crc))
-            self.unaccounted.add(seq)
-        if natural:
-            block.offsets[seq - block.first_seq] = 0
-        else:
-            self.moved.pop(seq, None)
-        if seq == self._first_live_hint:
-            self._first_live_hint = 0
+        accounting; `readable=False`, or no read verifying, leaves its bytes and subject count owed by its
+        group until that is settled (`fs_unreadable`)."""
+        fs_unreadable.detach(self, seq, where, readable)
 
     def load(self, seq: int) -> StoredMsg:
         self._check_open()

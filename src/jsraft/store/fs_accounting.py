@@ -8,8 +8,9 @@ Invariants:
   1. `digest` is the sum (mod 2**64) of `message_digest(seq, crc)` over live messages, and `ranges[k]` the
      same sum over the live messages of range k (`DIGEST_RANGE_SEQS` sequences), `range_counts[k]` their
      number; a range with no live message has no entry.
-  2. A record detached because it no longer reads back (`unaccounted`) left the count and digests but not
-     `bytes` or its subject count; `account_add(..., counted=True)` brings back only what left.
+  2. A record detached because it no longer reads back leaves the count and digests at once (its content
+     CRC is known), `bytes` and its subject count once its group is settled (`fs_unreadable`): from then
+     on the totals cover exactly the live messages, and a repair adds the message like any other.
 
 Imports: L1 (`codec`), L2 (`store.base`). Reference: DESIGN.md §3 (state tuple), §8.
 """
@@ -32,14 +33,9 @@ class Accounting:
     psim: dict[str, list[int]]
 
 
-    def account_add(self, seq: int, subject: str, size: int, crc: int, *, counted: bool = False) -> None:
-        """Add `seq` to the totals; with `counted`, its bytes and subject count are in them already (a
-        record detached unreadable, now repaired: only its count and digest terms come back)."""
+    def account_add(self, seq: int, subject: str, size: int, crc: int) -> None:
         self.msgs += 1
-        term = message_digest(seq, crc)
-        self._add_term(seq, term)
-        if counted:
-            return
+        self._add_term(seq, message_digest(seq, crc))
         self.bytes += size
         self._count_subject(seq, subject)
 

@@ -15,6 +15,8 @@ Invariants:
      size or tail check.
   2. Every block region an index vouches for is listed in `FileStore.unverified` until the background
      verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
+  3. It carries every accounting group's totals and what each still owes (`fs_unreadable`): a store opened
+     from it settles a record detached before the index exactly as the store that wrote it would have.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ if TYPE_CHECKING:
     from jsraft.store.recovery import _Rebuild
 
 INDEX_NAME = "index"
-_INDEX_VERSION = 1
+# 2: blocks' `bytes` are their live records' (they were the bytes appended), the repair records' totals
+# and the owed sequences (`fs_unreadable`) are kept. A version-1 index is not used: the blocks are scanned.
+_INDEX_VERSION = 2
 _TAIL_BYTES = 64
 SLOT_BYTES = 12  # the index's bytes per sequence of the store: offset, length and CRC
 _U32 = struct.Struct("<I")
@@ -73,6 +77,8 @@ def index_bytes(store: "FileStore") -> bytes:
         "ranges": {str(k): v for k, v in store.ranges.items()},
         "range_counts": {str(k): v for k, v in store.range_counts.items()}, "psim": store.psim,
         "moved": {str(k): list(v) for k, v in store.moved.items()}, "faults": store.fault_map.to_json(),
+        "moved_bytes": store.moved_bytes, "moved_subjects": store.moved_subjects,
+        "unaccounted": {str(k): sorted(v) for k, v in store.unaccounted.items()},
         "blocks": blocks_meta,
     }
     meta_bytes = json.dumps(meta, separators=(",", ":")).encode()
@@ -134,7 +140,7 @@ def _read_index(data: bytes) -> tuple[dict, memoryview]:
     meta_len = _U32.unpack_from(body, 0)[0]
     meta = json.loads(bytes(body[4 : 4 + meta_len]))
     if meta.get("version") != _INDEX_VERSION:
-        raise ValueError("index version")
+        raise ValueError(f"index version {meta.get('version')}, not {_INDEX_VERSION}")
     return meta, body[4 + meta_len :]
 
 
@@ -201,6 +207,15 @@ def _inconsistency(meta: dict, blocks: list[Block]) -> str | None:
         return "its digest is not the sum of its digest ranges"
     if previous_last > meta["last_seq"]:
         return f"a block reaches {previous_last}, past the store's last sequence {meta['last_seq']}"
+    if sum(b.bytes for b in blocks) + meta["moved_bytes"] != meta["bytes"]:  # fs_unreadable invariant 1
+        return f"its blocks and repair records hold {sum(b.bytes for b in blocks) + meta['moved_bytes']} bytes, " \
+               f"not {meta['bytes']}"
+    counts = dict(meta["moved_subjects"])
+    for block in blocks:
+        for subject, count in block.subjects.items():
+            counts[subject] = counts.get(subject, 0) + count
+    if counts != {subject: entry[0] for subject, entry in meta["psim"].items()}:
+        return "its per-subject counts are not the sums of its blocks' and repair records'"
     return None
 
 
@@ -215,6 +230,8 @@ def _apply_index(store: "FileStore", meta: dict, blocks: list[Block], rebuild: _
     store.range_counts = {int(k): v for k, v in meta["range_counts"].items()}
     store.psim = {k: list(v) for k, v in meta["psim"].items()}
     store.moved = {int(k): tuple(v) for k, v in meta["moved"].items()}
+    store.moved_bytes, store.moved_subjects = meta["moved_bytes"], dict(meta["moved_subjects"])
+    store.unaccounted = {int(k): list(v) for k, v in meta["unaccounted"].items()}
     store.fault_map = FaultMap.from_json(meta["faults"])
     rebuild.covered = max((b.last_seq for b in store.blocks), default=0)
     rebuild.max_sync = store.last_seq

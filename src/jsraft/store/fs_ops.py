@@ -28,7 +28,7 @@ from jsraft.errors import BadRequest
 from jsraft.store.base import FaultKind, msg_size
 from jsraft.store.blocks import Block, content_crc, message_record_verifies, message_subject
 from jsraft.store.limits_check import check_message, check_purge_args
-from jsraft.store import fs_remove
+from jsraft.store import fs_remove, fs_unreadable
 from jsraft.store.fs_remove import live_seqs_between
 
 if TYPE_CHECKING:
@@ -278,9 +278,11 @@ def repair(store: "FileStore", seq: int, subject: str, headers: bytes, payload: 
     offset = store.write_records(record)
     block = store.newest()
     store.moved[seq] = (block.number, offset, len(record), crc)
-    counted = seq in store.unaccounted  # detached unreadable: its bytes and subject count never left
-    store.unaccounted.discard(seq)
-    store.account_add(seq, subject, msg_size(len(subject.encode()), len(headers), len(payload)), crc, counted=counted)
+    size = msg_size(len(subject.encode()), len(headers), len(payload))
+    # Counted in full: a natural record of `seq` detached unreadable left the totals when its block was settled
+    # (or leaves them when it is; fs_unreadable invariant 2), never through this repair.
+    store.account_add(seq, subject, size, crc)
+    fs_unreadable.count_moved(store, subject, size)
     store.fault_map.remove(seq, seq)
     store._first_live_hint = 0  # a repaired sequence may now be the first live one
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from jsraft.errors import invariant
 from jsraft.codec.records import Kind, encode_record
 from jsraft.store.base import UNLIMITED, Discard, msg_size
+from jsraft.store import fs_unreadable
 from jsraft.store.blocks import Block
 
 if TYPE_CHECKING:
@@ -160,6 +161,7 @@ def drop_dead_head(store: "FileStore") -> None:
     store.write_records(encode_record(Kind.FIRST_SEQ, new_head, store.lowest_block))
     store.sync()  # the marker must be durable before a file it accounts for disappears
     for block in dead:
+        fs_unreadable.settle(store, block.number)  # it holds no live record: what it owes leaves with it
         store.files.remove(block)
     store.disk.sync_dir("")
 

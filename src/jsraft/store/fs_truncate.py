@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, Kind, encode_record, scan_records
 from jsraft.errors import BadRequest
-from jsraft.store import fs_remove
+from jsraft.store import fs_remove, fs_unreadable
 from jsraft.store.base import FaultKind
 from jsraft.store.blocks import Block, block_name
 from jsraft.store.fs_index import INDEX_NAME
@@ -58,6 +58,7 @@ def truncate(store: "FileStore", seq: int) -> None:
         for block in later:
             keep_records += _carry(store, clean_buffer(store, block), FILE_HEADER_BYTES, seq)
         for block in later:
+            fs_unreadable.settle(store, block.number)  # no live record left in it: what it owes leaves with it
             store.files.forget(block.number)
             store.disk.remove(block_name(block.number))
             store.blocks.remove(block)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from jsraft.codec.records import FILE_HEADER_BYTES, Kind, scan_records
 from jsraft.disk.base import Disk
 from jsraft.errors import BadFileFormat
+from jsraft.store import fs_unreadable
 from jsraft.store.base import FaultKind
 from jsraft.store.blocks import Block, block_name, check_file_header, content_crc
 
@@ -103,6 +104,8 @@ def settle(store: "FileStore", number: int, limit: int, region: Region | None) -
             if moved_number == number and offset < limit:
                 damaged += not check_live(store, seq, (block, offset, length, crc), region)
     store.unverified.pop(number, None)
+    if number in store.unaccounted:
+        fs_unreadable.settle(store, number)  # kept owed by a read error that this pass read past
     return damaged
 
 

@@ -59,7 +59,7 @@ from jsraft.store.blocks import (
     message_subject,
     parse_block_name,
 )
-from jsraft.store import fs_index, fs_ops, fs_remove, fs_verify
+from jsraft.store import fs_index, fs_ops, fs_remove, fs_unreadable, fs_verify
 
 if TYPE_CHECKING:
     from jsraft.store.filestore import FileStore
@@ -123,9 +123,11 @@ class _Rebuild:
         block.offsets[index] = view.offset
         block.lengths[index] = view.length
         block.crcs[index] = crc
+        size = msg_size(len(subject.encode()), headers_len, payload_len)
         block.msgs += 1
+        block.bytes += size
         block.subjects[subject] = block.subjects.get(subject, 0) + 1
-        self.store.account_add(seq, subject, msg_size(len(subject.encode()), headers_len, payload_len), crc)
+        self.store.account_add(seq, subject, size, crc)
 
     def repair_record(self, block: Block, view: RecordView, buffer: bytes) -> None:
         """A message record for a sequence already passed: written by `repair()`."""
@@ -143,7 +145,9 @@ class _Rebuild:
         store.fault_map.remove(seq, seq)
         self.gaps = _remove_from_gaps(self.gaps, seq)
         store.moved[seq] = (block.number, view.offset, view.length, crc)
-        store.account_add(seq, subject, msg_size(len(subject.encode()), headers_len, payload_len), crc)
+        size = msg_size(len(subject.encode()), headers_len, payload_len)
+        store.account_add(seq, subject, size, crc)
+        fs_unreadable.count_moved(store, subject, size)
 
     def claim_synced(self, block: Block) -> None:
         """A message record at or below what an earlier `STORE_SYNC` reached is a repair record (invariant 7):
@@ -366,10 +370,6 @@ def recover(store: "FileStore", *, use_index: bool = True) -> None:
     fs_remove.drop_dead_head(store)
 
 
-# --- Queries over the in-memory maps ---------------------------------------------------------
-
-
-
 # --- Verifying a running store ------------------------------------------------------------------
 
 
@@ -394,3 +394,4 @@ def scan_live(store: "FileStore") -> None:
             store.detach(seq, (block, offset, length, crc), readable=False)
             store.fault_map.add(seq, seq, FaultKind.corrupt)
     store.unverified.clear()
+    fs_unreadable.settle_all(store)

@@ -12,7 +12,7 @@ import trio
 from jsraft.errors import StreamNotFound, UnknownConfigField
 from jsraft.raft.errors import NotLeader
 from jsraft.server.errors import RpcLinkDown, RpcRefused, RpcTimeout
-from jsraft.server.groups.rpc import REPLY, REQUEST, Rpc, decode_frame, encode_frame
+from jsraft.server.groups.rpc import ERROR, REPLY, REQUEST, Rpc, decode_frame, encode_frame
 from jsraft.transport.errors import TransportProtocolError
 
 
@@ -171,3 +171,44 @@ async def test_a_starter_error_is_the_request_error(autojump_clock):
             await rpc["a"].call("b", "refused", {})
         assert info.value.leader_id == "c"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_consumer_create_reply_gates_its_link_until_the_caller_has_it(autojump_clock):
+    """Rpc invariant 7: the reply to an `ANSWER_FIRST` call comes with a gate for the transport (nothing
+    after it on the link is read while it is closed), opened by the step in which the waiting caller
+    takes the reply, so the link's reader goes on only after that step; any other reply, and a create's
+    error, gate nothing."""
+    async def handler(from_node, method, args, blobs):
+        return {}, []
+
+    rpc = pair(handler, drop=True)  # requests vanish: the test hands each reply in itself
+    log: list[str] = []
+
+    async def call(method: str) -> None:
+        try:
+            result, _ = await rpc["a"].call("b", method, {})
+        except StreamNotFound:
+            result = {"name": "refused"}
+        log.append(f"took {result['name']}")  # the caller's step that took the reply (its answer goes here)
+
+    async def reader(gate: trio.Event) -> None:
+        await gate.wait()
+        log.append("link reads on")
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rpc["a"].run)
+        for request_id, (method, kind, body) in enumerate((
+                ("consumer.create", REPLY, {"name": "C"}),
+                ("consumer.info", REPLY, {"name": "I"}),
+                ("consumer.create", ERROR, {**StreamNotFound().to_api(), "kind": "StreamNotFound"})), 1):
+            nursery.start_soon(call, method)
+            await trio.testing.wait_all_tasks_blocked()
+            gate = rpc["a"].on_payload("b", encode_frame(kind, request_id, method, body))
+            if request_id == 1:
+                assert isinstance(gate, trio.Event) and not gate.is_set()
+                nursery.start_soon(reader, gate)
+            else:
+                assert gate is None
+            await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert log == ["took C", "link reads on", "took I", "took refused"]

@@ -293,24 +293,25 @@ class Node:
     def _send_beat(self, to_node: str, payload: bytes) -> bool:
         return self.transport.send(to_node, BEAT_GROUP, payload)
 
-    def _on_message(self, from_node: str, group: str, payload: bytes | memoryview) -> None:
+    def _on_message(self, from_node: str, group: str, payload: bytes | memoryview) -> trio.Event | None:
+        """The transport's DATA callback; returns the gate of a reply taken in link order (rpc invariant 7)."""
         if group == BEAT_GROUP:  # a node beat: liveness and quiesce notices (runtime/quiesce.py)
             self.runtime.deliver_beat(from_node, payload)
-            return
+            return None
         if group == RPC_GROUP:
-            self.rpc.on_payload(from_node, payload)
-            return
+            return self.rpc.on_payload(from_node, payload)
         if group == ROUTE_GROUP:
             self.routes.on_payload(from_node, payload)
-            return
+            return None
         if from_node not in self.config.peers:
-            return  # a node met by route gossip is in no Raft group here (route_gossip's decision)
+            return None  # a node met by route gossip is in no Raft group here (route_gossip's decision)
         # A payload that does not decode raises RaftCodecError: the transport closes that link.
         self.runtime.deliver(group, decode_message(payload))
         heard = self.raft_heard_ns.get(group)
         if heard is None:
             heard = self.raft_heard_ns[group] = {}
         heard[from_node] = time.monotonic_ns()  # stream info's per-replica `active`
+        return None
 
     def _on_link(self, peer: str, up: bool) -> None:
         self.rpc.on_link(peer, up)

@@ -19,6 +19,10 @@ Invariants:
   4. Every frame taken from the queue is either written (`frames_sent`) or, if the link ends mid-write,
      counted in `dropped`.
   3. Frames are written in queue order, at most `WRITE_BATCH_BYTES_MAX` per write (plus one frame).
+  5. Frames are handed to `on_data` in arrival order, and a frame whose `on_data` returns a `trio.Event`
+     (a gate) is the last one handed on until that event is set: the frames read after it wait in the
+     decoder (and the socket), so whatever the gate's owner does before setting it happens before
+     anything that followed the frame on the link (rpc invariant 7).
 
 Imports: stdlib, L0, trio, transport siblings. Reference: trio docs, "Handling cancellation";
 TigerBeetle's bounded message bus.
@@ -50,7 +54,8 @@ REFUSE_SEND_TIMEOUT_S = 1.0
 LINK_ENDING_ERRORS = (JsraftError, OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 
 Address = tuple[str, int]
-OnData = Callable[[str, memoryview], None]
+# (group, payload) -> None, or a gate: take no further frame until it is set (invariant 5).
+OnData = Callable[[str, memoryview], "trio.Event | None"]
 
 
 class Direction(enum.Enum):
@@ -185,31 +190,38 @@ class Link:
 
     async def _read_loop(self, on_data: OnData, counters: Counters) -> None:
         # Frames that arrived with the HELLO are already in the decoder.
-        self._dispatch(on_data, counters)
+        gate = self._dispatch(on_data, counters)
         decoder, clock = self.decoder, trio.current_time
         stream = self.stream
         # A plain TCP link reads its socket directly: `SocketStream.receive_some` adds a conflict detector
         # and an error-translating context manager per call, and this loop is the only reader.
         receive_some = stream.socket.recv if type(stream) is trio.SocketStream else stream.receive_some
         while True:
+            while gate is not None:  # invariant 5: the frames after a gating one wait until it opens
+                await gate.wait()
+                gate = self._dispatch(on_data, counters)
             data = await receive_some(READ_CHUNK_BYTES)
             if not data:
                 raise LinkClosed("peer closed the connection")
             self._received_at = clock()
             counters.bytes_received += len(data)
             decoder.feed(data)
-            self._dispatch(on_data, counters)
+            gate = self._dispatch(on_data, counters)
 
-    def _dispatch(self, on_data: OnData, counters: Counters) -> None:
+    def _dispatch(self, on_data: OnData, counters: Counters) -> trio.Event | None:
+        """Hand the decoded frames to `on_data` until one returns a gate (invariant 5), which is returned."""
         while (frame := self.decoder.next_frame()) is not None:
             counters.frames_received += 1
             if frame.kind is FrameKind.DATA:
                 group, payload = decode_data(frame.body)
-                on_data(group, payload)
+                gate = on_data(group, payload)
+                if gate is not None:
+                    return gate
             elif frame.kind is FrameKind.REFUSE:
                 raise LinkClosed(f"peer dropped the link: {decode_refuse(frame.body)}")
             elif frame.kind is not FrameKind.PING:
                 raise TransportProtocolError(f"unexpected {frame.kind.name} after the handshake")
+        return None
 
     async def _write_loop(self, queue: SendQueue, counters: Counters) -> None:
         clock = trio.current_time

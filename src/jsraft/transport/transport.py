@@ -4,7 +4,8 @@ Owns: the listener, one dialer task per peer, and the peer table. A node pair sh
 (both sides dial when disconnected; `peer.new_link_wins` keeps the same one on both). `send()` frames a
 group's payload into the peer's bounded queue and returns at once (`send_parts()` frames a payload given
 in parts, copied once, into the frame); received DATA frames go to `on_message(from_node, group,
-payload)`, called synchronously from the link's reader task, `payload` a read-only view of the frame.
+payload)`, called synchronously from the link's reader task, `payload` a read-only view of the frame;
+when it returns a `trio.Event`, that link takes no further frame until the event is set (link invariant 5).
 
 Invariants:
   1. `send()` never blocks and never waits for a peer: it returns False (and counts a drop) when the peer is
@@ -62,7 +63,7 @@ from jsraft.transport.wire import (
 
 log = logging.getLogger("jsraft.transport")
 
-OnMessage = Callable[[str, str, bytes | memoryview], None]
+OnMessage = Callable[[str, str, bytes | memoryview], "trio.Event | None"]  # a gate: link invariant 5
 OnLink = Callable[[str, bool], None]
 
 

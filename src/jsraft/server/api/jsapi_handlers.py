@@ -32,6 +32,9 @@ Invariants:
      `total` and `errors`): every answer counts, except a successful STREAM.MSG.GET, which counts
      nowhere. An answer from the stream group (a message delete's "sequence N not found") counts as an
      error, as in a clustered nats-server, where the stream leader answers it from its apply loop.
+  7. `dispatch` answers in the step its endpoint returns (no checkpoint after it): a consumer create's
+     answer reaches the client before any delivery the routes hand on after its reply (rpc invariant
+     7), and before the new consumer's first pass on this node (consumer_service invariant 6).
 
 Imports: stdlib, L0, L1 (`jsapi`, `subjects`), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsAccountInfoRequest`, `jsStreamCreateRequest`,
@@ -193,7 +196,7 @@ class JsApi:
         try:
             headers = decode_headers(msg.headers or b"") or {}
             self.parts.meta.check_request_level(headers.get(REQUIRED_LEVEL_HEADER))
-            answer.update(await route.endpoint(ApiRequest(name, msg.payload, msg.reply, msg.subject)))
+            answer.update(await route.endpoint(ApiRequest(name, msg.payload, msg.reply, msg.subject)))  # invariant 7
         except JsraftError as error:
             log.debug("JetStream API %s failed: %s", msg.subject, error)
             answer["error"] = error.to_api()

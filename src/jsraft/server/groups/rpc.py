@@ -26,6 +26,12 @@ Invariants:
      the reply to a method in `ANSWER_FIRST`: nats-server's consumer leader answers a create before its
      first delivery, and nats-py learns an ordered consumer's new name only from that answer (a
      delivery first, then an info asked by the old name: 404).
+  7. ... and that reply is taken in link order on the caller's node: `on_payload` returns a gate for
+     it (the transport reads nothing more from that peer until it is set, link invariant 5), which
+     `reply` sets once its caller has the reply. The caller answers its client in that same step
+     (`JsApi.dispatch` responds with no checkpoint after its endpoint, jsapi_handlers invariant 7), so
+     the answer reaches the client before the new consumer's deliveries that followed the reply on the
+     link — handed to the client as their frame is read — as nats-server's client sees them.
 
 Imports: stdlib, L0, trio, L4 (`transport` errors), server siblings.
 """
@@ -134,7 +140,8 @@ def error_from_body(body: dict[str, Any]) -> JsraftError:
     return RemoteError(code, err_code, description, kind)
 
 
-# Methods whose replies go ahead of what the routes batched for the peer (invariant 6).
+# Methods whose replies go ahead of what the routes batched for the peer (invariant 6) and are taken
+# before what follows them on the link (invariant 7).
 ANSWER_FIRST = frozenset({"consumer.create"})
 
 
@@ -148,7 +155,7 @@ class Rpc:
         self.requests_max = requests_max
         self.calls_max = calls_max
         self._ids = itertools.count(1)
-        self._calls: dict[int, list[Any]] = {}  # id -> [event, kind, body, blobs, to_node, method]
+        self._calls: dict[int, list[Any]] = {}  # id -> [event, kind, body, blobs, to_node, method, gate]
         self._serving = 0
         self._nursery: trio.Nursery | None = None
         # method -> a function called at once when its request arrives (invariant 5); it returns what
@@ -175,7 +182,7 @@ class Rpc:
         if len(self._calls) >= self.calls_max:
             raise RpcRefused(f"{self.calls_max} calls already waiting for replies")
         request_id = next(self._ids)
-        self._calls[request_id] = [trio.Event(), None, None, None, to_node, method]
+        self._calls[request_id] = [trio.Event(), None, None, None, to_node, method, None]
         if not self._send_frame(to_node, encode_frame(REQUEST, request_id, method, args, blobs)):
             del self._calls[request_id]
             raise RpcRefused(f"cannot send {method} to {to_node}: no link or its queue is full")
@@ -192,6 +199,8 @@ class Rpc:
                 raise RpcTimeout(f"{method} to {to_node}: no reply in {timeout_s}s")
         finally:
             self._calls.pop(request_id, None)
+            if slot[6] is not None:
+                slot[6].set()  # invariant 7: the caller has its reply; the link reads on after this step
         if slot[1] == _LINK_DOWN:
             raise RpcLinkDown(f"{method} to {to_node}: the link went down before the reply")
         if slot[1] == ERROR:
@@ -208,21 +217,25 @@ class Rpc:
                 slot[1] = _LINK_DOWN
                 slot[0].set()
 
-    def on_payload(self, from_node: str, payload: bytes) -> None:
-        """A `$rpc` frame from `from_node` (called synchronously by the transport's reader)."""
+    def on_payload(self, from_node: str, payload: bytes) -> trio.Event | None:
+        """A `$rpc` frame from `from_node` (called synchronously by the transport's reader); a gate for the
+        transport when it is the reply to an `ANSWER_FIRST` call (invariant 7)."""
         kind, request_id, method, body, blobs = decode_frame(payload)
         if kind != REQUEST:
             slot = self._calls.get(request_id)
             if slot is not None and not slot[0].is_set():
                 slot[1:4] = [kind, body, blobs]
                 slot[0].set()
-            return
+                if kind == REPLY and slot[5] in ANSWER_FIRST:
+                    slot[6] = trio.Event()  # set as `reply` ends (a `call` is in it, woken by the set above)
+                    return slot[6]
+            return None
         if not isinstance(body, dict):
             raise TransportProtocolError("rpc request arguments are not a JSON object")
         if self._nursery is None or self._serving >= self.requests_max:
             refused = RpcRefused(f"{self.requests_max} requests in service; retry")
             self._send_frame(from_node, encode_frame(ERROR, request_id, method, error_body(refused)))
-            return
+            return None
         starter = self.starters.get(method)
         if starter is None:
             work = self._handler(from_node, method, body, blobs)
@@ -231,9 +244,10 @@ class Rpc:
                 work = starter(from_node, body, blobs)
             except JsraftError as error:
                 self._send_frame(from_node, encode_frame(ERROR, request_id, method, error_body(error)))
-                return
+                return None
         self._serving += 1
         self._nursery.start_soon(self._serve, from_node, request_id, method, work)
+        return None
 
     async def _serve(self, from_node: str, request_id: int, method: str,
                      work: Awaitable[tuple[Any, Sequence[bytes]]]) -> None:

@@ -40,6 +40,8 @@ Invariants:
      (`send_pending`, called by `Rpc` before each frame; the transport keeps one FIFO queue per peer).
      So a consumer info answered by a stream leader reaches the client after the deliveries the leader
      made before answering, as on nats-server (a KV watcher ends its initial values only after them).
+     The other way round, a consumer create's reply holds back the messages read after it on its link
+     until its caller has answered the client (rpc invariant 7).
 
 Imports: stdlib, L0, L4 (`protocol.wire`, `transport`), trio, server siblings.
 Reference: nats-server `server/route.go` (`sendSubsToRoute`, RS+/RS-, RMSG, `processInboundRoutedMsg`)

@@ -223,3 +223,23 @@ def test_a_block_owing_across_a_truncate_and_the_same_sequence_damaged_again(tmp
     _repair(damaged, 100)
     twin.delete(50)
     _assert_same(damaged, twin)
+
+
+def test_a_damaged_repair_record_in_a_block_a_truncate_removes_becomes_a_fault_to_repair(tmp_path):
+    """The repair record of a sequence below the cut lies in a block the truncate removes and does not
+    read back, so it cannot be carried over: the sequence is detached as a `corrupt` fault (repaired from a
+    peer like any damaged record), not left pointing at the removed block (a read then raised `KeyError`)."""
+    damaged, twin, _ = _pair(tmp_path)
+    _find_by_scan(damaged, [100])
+    _repair(damaged, 100)
+    repaired_in = damaged.locate(100)[0].number
+    _damage(damaged, 100)  # the repair record, in the newest block, behind the store's back
+    for store in (damaged, twin):
+        store.truncate(300)
+    assert repaired_in not in {block.number for block in damaged.blocks}
+    assert [(f.first, f.last, f.kind.value) for f in damaged.faults()] == [(100, 100, "corrupt")]
+    with pytest.raises(DamagedSequence):
+        damaged.load(100)
+    assert_consistent(damaged)
+    _repair(damaged, 100)
+    _assert_same(damaged, twin)

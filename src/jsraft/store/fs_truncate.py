@@ -13,12 +13,16 @@ Invariants:
      after the cut (recovery invariant 6), never ending above the store.
   4. Records the cut reads are verified first, read again past the cache when they do not verify
      (`fs_ops.clean_buffer`).
+  5. A repair record at or below the cut that the cut takes away is carried when it reads back, else its
+     sequence becomes a `corrupt` fault (detached unreadable) before its block goes: no `moved` entry
+     ever names a removed block (a read of it raised `KeyError`).
 
 Imports: L0, L1 (`codec`), `store` siblings. Reference: DESIGN §3 (block files), §8 (repair).
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import TYPE_CHECKING
 
@@ -33,6 +37,8 @@ from jsraft.store.fs_remove import live_seqs_between
 
 if TYPE_CHECKING:
     from jsraft.store.filestore import FileStore
+
+log = logging.getLogger("jsraft.store")
 
 _RANGE = struct.Struct("<QQ")
 _NATURAL = (Kind.MSG, Kind.MSG_ZSTD, Kind.ERASED, Kind.SKIP)
@@ -57,6 +63,7 @@ def truncate(store: "FileStore", seq: int) -> None:
         keep_records += carried
         for block in later:
             keep_records += _carry(store, clean_buffer(store, block), FILE_HEADER_BYTES, seq)
+        _lose_uncarried(store, keep_records, cut_block, cut_offset, later)
         for block in later:
             fs_unreadable.settle(store, block.number)  # no live record left in it: what it owes leaves with it
             store.files.forget(block.number)
@@ -137,6 +144,22 @@ def _carry(store: "FileStore", buffer: bytes, start: int, seq: int, *, before: i
         elif view.kind in (Kind.MSG, Kind.MSG_ZSTD) and store.moved.get(view.ident_a, (None,))[1:2] == (view.offset,):
             carried.append(record)
     return carried
+
+
+def _lose_uncarried(store: "FileStore", carried: list[bytes], cut_block: Block, cut_offset: int,
+                    later: list[Block]) -> None:
+    """Invariant 5: a repair record at or below the cut that the cut takes away (it lies after `cut_offset`
+    in the cut block, or in a later block) and that was not carried — it does not read back — leaves its
+    sequence as a `corrupt` fault, detached unreadable, before its block goes."""
+    kept = {struct.unpack_from("<Q", record, 9)[0] for record in carried if record[8] in (Kind.MSG, Kind.MSG_ZSTD)}
+    removed = {block.number for block in later}
+    for moved_seq, (number, offset, length, crc) in sorted(store.moved.items()):
+        if moved_seq in kept or not (number in removed or (number == cut_block.number and offset >= cut_offset)):
+            continue
+        store.detach(moved_seq, (store.files.by_number[number], offset, length, crc), readable=False)
+        store.fault_map.add(moved_seq, moved_seq, FaultKind.corrupt)
+        log.warning("store %s: the repair record of seq %d, cut away by a truncate, does not read back: a "
+                    "corrupt fault, repaired from a peer", store.config.name, moved_seq)
 
 
 def _rewrite_carried(store: "FileStore", records: list[bytes]) -> None:

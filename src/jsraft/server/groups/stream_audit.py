@@ -21,8 +21,13 @@ Invariants:
      `missing` replica at worst).
   3. A leader's `board` lives as long as its `StreamLeader`: a new term starts from an empty view.
   4. Status precedence: drifted > repairing > lag > current (stream/audit.py invariant 3).
+  5. An AUDIT is submitted in the replica's proposal chain under its lock, like every proposal
+     (stream_replica invariant 2), and its commit awaited after the lock is released: it changes no
+     message, so the publishes decided meanwhile need not wait a commit round behind it (they did, on
+     every stream every `audit_interval_s`; with the disk stalled, an R1 `persist_mode: async` stream's
+     publishes waited for the stall behind its audit).
 
-Imports: stdlib, L0, L3 (`stream`), trio, server siblings.
+Imports: stdlib, L0, L1 (`raft` errors), L3 (`stream`), trio, server siblings.
 Reference: DESIGN.md §8; stream/audit.py.
 """
 
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft.errors import JsraftError
+from jsraft.raft.errors import NotLeader
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.replica.audit_wish import AuditWish
 from jsraft.server.groups.stream_expiry import IDLE_TICKS, run_expiry
@@ -189,11 +195,30 @@ class AuditRunner:
         entry = leader.audit_due(int(trio.current_time() * 1e9))
         if entry is not None:
             try:
-                await replica.propose_entry(entry)
+                await self._propose(entry)
                 self.audits_proposed += 1
             except JsraftError as error:
                 log.info("stream %s: audit not proposed: %s", replica.name, error)
         self._judge_due()
+
+    async def _propose(self, entry: bytes) -> None:
+        """Invariant 5: submitted under the lock, committed outside it."""
+        replica = self.replica
+        async with replica._propose_lock:
+            leader = replica.leader
+            if leader is None:
+                raise NotLeader(replica.leader_id())
+            try:
+                proposal = await replica._submit(entry)
+            except JsraftError:
+                replica.leader = None  # its in-flight view is now wrong (stream_replica invariant 1)
+                raise
+        try:
+            await replica.runtime.outcome(replica.group, proposal)
+        except JsraftError:
+            if replica.leader is leader:  # not one rebuilt since, whose view is its own
+                replica.leader = None
+            raise
 
     def _new_term(self, leader: StreamLeader | None) -> None:
         self._leader_seen = leader

@@ -15,7 +15,7 @@ Invariants:
      predecessor, in the same term, so the sequences a `decide` assigned are never overtaken or skipped.
      The chain restarts with each new `StreamLeader`. The pump does not wait for a batch to commit
      before it decides the next (`publish_pipeline`); the rare other proposals (CONFIG, DELETE, PURGE,
-     AUDIT) wait for their outcome under the lock.
+     EXPIRE) wait for their outcome under the lock, an AUDIT only for its submission (stream_audit 5).
   3. Publishes that arrive while the pump decides wait in `_queue` (bounded by `PUBLISHES_QUEUED_MAX`;
      beyond it a publish is refused with 503) and are decided together.
   4. A publish is answered with its sequence only after the entry carrying it applied here; a duplicate
@@ -359,7 +359,7 @@ class StreamReplica(ConfigFollowing):
     # --- Other leader operations -------------------------------------------------------------------
 
     async def propose_entry(self, entry: bytes, *, expect_last_seq: int | None = None) -> object:
-        """Propose an entry the StreamLeader made outside a decision (an AUDIT, a restored MSGS run), in
+        """Propose an entry the StreamLeader made outside a decision (an EXPIRE, a restored MSGS run), in
         order (invariant 2). `expect_last_seq`: refuse (`StreamRestoreRace`) unless the stream's last
         sequence, counting in-flight proposals, is that — checked under the lock, so no publish decided
         before it can take the sequences the entry carries."""

@@ -77,6 +77,20 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
             sock.close()
 
 
+def loopback_configs(base_dir: str | os.PathLike[str], n: int, *, ports: list[int] | None = None,
+                     **fields: Any) -> dict[str, NodeConfig]:
+    """Configs of `n` nodes `n1`..`nN` under `base_dir/<name>`, on loopback, each a peer of the others at its
+    cluster port (`ports`, else free ones) and with a free client port; `fields`: the other `NodeConfig`
+    fields, the same for every node."""
+    names = [f"n{i + 1}" for i in range(n)]
+    ports = ports or free_ports(n)
+    addresses = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
+    return {name: NodeConfig(name=name, store_dir=os.path.join(os.fspath(base_dir), name), cluster_port=port,
+                             client_port=0, test_mode=True, peers={p: a for p, a in addresses.items() if p != name},
+                             **fields)
+            for name, port in zip(names, ports)}
+
+
 class NodeSet:
     """Nodes of this process, each run in the caller's nursery: started, crashed (`kill`, invariant 2),
     restarted on the same directory and ports, and stopped, by name. The lifecycle `LocalCluster` and the
@@ -87,6 +101,18 @@ class NodeSet:
         self.configs = configs
         self.nodes: dict[str, Node] = {}
         self._stopped: dict[str, trio.Event] = {}
+
+    @classmethod
+    @asynccontextmanager
+    async def started(cls, nursery: trio.Nursery, configs: dict[str, NodeConfig]) -> AsyncIterator[Any]:
+        """Every node of `configs` started, in their order; all stopped when the block ends."""
+        nodes = cls(nursery, configs)
+        try:
+            for name in configs:
+                await nodes.start_node(name)
+            yield nodes
+        finally:
+            await nodes.stop_all()
 
     @property
     def names(self) -> list[str]:
@@ -137,22 +163,10 @@ class LocalCluster(NodeSet):
     @asynccontextmanager
     async def start(cls, nursery: trio.Nursery, n: int, base_dir: str, *, tick_ms: int = 50,
                     election_ticks: int = 10, cluster_name: str = "demo") -> AsyncIterator["LocalCluster"]:
-        names = [f"n{i + 1}" for i in range(n)]
-        addresses = {name: f"127.0.0.1:{port}" for name, port in zip(names, free_ports(n))}
-        configs = {
-            name: NodeConfig(name=name, store_dir=os.path.join(base_dir, name), cluster_name=cluster_name,
-                             cluster_port=int(addresses[name].rsplit(":", 1)[1]), client_port=0,
-                             tick_ms=tick_ms, election_ticks=election_ticks, test_mode=True,
-                             peers={p: a for p, a in addresses.items() if p != name})
-            for name in names
-        }
-        cluster = cls(nursery, configs)
-        try:
-            for name in names:
-                await cluster.start_node(name)
+        configs = loopback_configs(base_dir, n, tick_ms=tick_ms, election_ticks=election_ticks,
+                                   cluster_name=cluster_name)
+        async with cls.started(nursery, configs) as cluster:
             yield cluster
-        finally:
-            await cluster.stop_all()
 
     def running(self) -> list[str]:
         return [name for name in self.names if self.is_running(name)]

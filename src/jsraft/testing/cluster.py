@@ -22,7 +22,7 @@ from typing import Any
 
 import trio
 
-from jsraft.cli.local_cluster import NodeSet, free_ports  # the demo cluster's lifecycle and port picker
+from jsraft.cli.local_cluster import NodeSet, free_ports, loopback_configs  # shared with the demo's cluster
 from jsraft.disk import OsDisk
 from jsraft.meta import MetaStateMachine
 from jsraft.server import Node, NodeConfig
@@ -52,23 +52,10 @@ class Cluster(NodeSet):
                     cluster_name: str = "test", node_options: dict[str, Any] | None = None,
                     ) -> AsyncIterator["Cluster"]:
         """`node_options`: further `NodeConfig` fields, the same for every node."""
-        names = [f"n{i + 1}" for i in range(n)]
-        ports = ports or free_ports(n)
-        addresses = {name: f"127.0.0.1:{port}" for name, port in zip(names, ports)}
-        configs = {
-            name: NodeConfig(name=name, store_dir=os.path.join(os.fspath(base_dir), name), cluster_name=cluster_name,
-                             cluster_port=port, client_port=0, tick_ms=tick_ms, election_ticks=election_ticks,
-                             test_mode=True, peers={p: a for p, a in addresses.items() if p != name},
-                             **(node_options or {}))
-            for name, port in zip(names, ports)
-        }
-        cluster = cls(nursery, configs)
-        try:
-            for name in names:
-                await cluster.start_node(name)
+        configs = loopback_configs(base_dir, n, ports=ports, cluster_name=cluster_name, tick_ms=tick_ms,
+                                   election_ticks=election_ticks, **(node_options or {}))
+        async with cls.started(nursery, configs) as cluster:
             yield cluster
-        finally:
-            await cluster.stop_all()
 
     # --- Nodes (start_node, kill, restart, stop_all: `NodeSet`) -------------------------------------------
 

@@ -21,7 +21,9 @@ Invariants:
   1. A frame is delivered only if its CRC verifies, its kind is known and its length is within the
      decoder's bound; otherwise `TransportProtocolError` — the link is closed, the node carries on.
   2. A `FrameDecoder` buffers at most `frame_bytes_max + READ_CHUNK_BYTES` bytes: a length prefix is
-     checked against the bound as soon as its 4 bytes arrive, before anything of the body is awaited.
+     checked against the bound as soon as its 4 bytes arrive, before anything of the body is awaited, and
+     a chunk fed is at most `read_size()`: `READ_CHUNK_BYTES`, or the rest of the frame in progress when
+     that is more (up to `READ_BYTES_MAX`), which never takes the buffer past the frame's own end.
   3. Before the handshake completes the bound is `HANDSHAKE_FRAME_BYTES_MAX`, so a peer that has not said
      who it is cannot make the node buffer more than a few hundred bytes.
   4. A DATA frame's group name is non-empty UTF-8 of at most `GROUP_NAME_BYTES_MAX` bytes.
@@ -64,6 +66,9 @@ FRAME_BYTES_MAX = 4 * limits.record_bytes_max
 HANDSHAKE_FRAME_BYTES_MAX = 1024
 # Bytes asked of the socket per read; with invariant 2 this bounds a link's receive buffer.
 READ_CHUNK_BYTES = 64 << 10
+# The most asked of the socket at once for the rest of a large frame (an AppendEntries of big messages):
+# one read of it instead of one per 64 KiB chunk, each a pass of the read loop and a copy into the buffer.
+READ_BYTES_MAX = 1 << 20
 # Group names are "meta" or derived from a stream name (`limits.stream_name_bytes_max`) with a prefix.
 GROUP_NAME_BYTES_MAX = 512
 # A REFUSE reason is one sentence for a log line.
@@ -116,7 +121,7 @@ PING_FRAME = encode_frame(FrameKind.PING)
 class FrameDecoder:
     """Bytes from one connection in, verified frames out (invariants 1–3).
 
-    Call `feed()` with each chunk read (at most `READ_CHUNK_BYTES`), then `next_frame()` until it returns
+    Call `feed()` with each chunk read (at most `read_size()` bytes), then `next_frame()` until it returns
     None. Once it has raised, the decoder is spent: the link must be closed, never resynchronised, since a
     peer that sent one bad frame cannot be trusted to frame the next.
     """
@@ -147,9 +152,20 @@ class FrameDecoder:
         invariant(frame_bytes_max <= 0xFFFFFFFF, "frame bound fits the length field")
         self._frame_bytes_max = frame_bytes_max
 
+    def read_size(self) -> int:
+        """Bytes to ask of the socket next (invariant 2): `READ_CHUNK_BYTES`, or the rest of the frame in
+        progress, up to `READ_BYTES_MAX`, when its checked length prefix says it is more."""
+        buffer, start = self._buffer, self._start
+        if len(buffer) - start < _LENGTH.size:
+            return READ_CHUNK_BYTES
+        length = _LENGTH.unpack_from(buffer, start)[0]
+        if length > self._frame_bytes_max:
+            return READ_CHUNK_BYTES  # next_frame() refuses it (invariant 2); never read on its word
+        return min(max(start + length - len(buffer), READ_CHUNK_BYTES), READ_BYTES_MAX)
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         invariant(not self._failed, "a decoder that raised is not fed again (its link is closed)")
-        invariant(len(data) <= READ_CHUNK_BYTES, "chunks are read at most READ_CHUNK_BYTES at a time")
+        invariant(len(data) <= self.read_size(), "chunks are read at most read_size() bytes at a time")
         # Holds because the caller drains with next_frame() after every feed and a partial frame is
         # never longer than the bound (invariant 2).
         if self._start:

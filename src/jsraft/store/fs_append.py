@@ -82,14 +82,11 @@ def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, 
         if position + length > limit and (offsets or block.last_seq >= block.first_seq):
             break
         length_bytes = _LEN.pack(length)
+        head = _KSEQ_PREFIX.pack(2, seq, timestamp_ns, len(subject_bytes), len(headers))  # 2 = Kind.MSG
         if len(payload) < _PIECEWISE_PAYLOAD_BYTES:
-            rest = b"".join((_KSEQ_PREFIX.pack(2, seq, timestamp_ns, len(subject_bytes), len(headers)),
-                             subject_bytes, headers, payload))  # 2 = Kind.MSG
-            crc = crc32c(rest, crc32c(length_bytes))
-            parts += (length_bytes, _LEN.pack(crc), rest)
-        else:
-            # A large payload is copied once, by the run's final join: the CRC runs over the pieces.
-            head = _KSEQ_PREFIX.pack(2, seq, timestamp_ns, len(subject_bytes), len(headers))
+            rest = b"".join((head, subject_bytes, headers, payload))
+            parts += (length_bytes, _LEN.pack(crc := crc32c(rest, crc32c(length_bytes))), rest)
+        else:  # a large payload is copied once, by the run's final join: the CRC runs over the pieces
             crc = crc32c(payload, crc32c(headers, crc32c(subject_bytes, crc32c(head, crc32c(length_bytes)))))
             parts += (length_bytes, _LEN.pack(crc), head, subject_bytes, headers, payload)
         offsets.append(position)

@@ -8,6 +8,7 @@ another exception — while the decoder never buffers more than its bound allows
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 
@@ -196,6 +197,35 @@ def test_the_rest_of_a_large_frame_is_read_at_once_within_the_bound():
         decoder.feed(b"x" * (READ_CHUNK_BYTES + 1))
     decoder.feed(big[len(big) - 100:])
     assert decoder.next_frame().body == big[FRAME_HEADER_BYTES:] and decoder.buffered_bytes == 0
+
+
+@_PROPERTY
+@given(st.lists(st.sampled_from([1, 300, READ_CHUNK_BYTES - 20, READ_CHUNK_BYTES + 1, 200_000, READ_BYTES_MAX + 7]),
+                min_size=1, max_size=5), st.lists(st.integers(min_value=1, max_value=READ_BYTES_MAX), max_size=40))
+def test_large_frames_decode_the_same_however_the_reads_fall(sizes, cuts):
+    frames = [encode_data(encode_group("g%d" % i), bytes([i]) * size) for i, size in enumerate(sizes)]
+    stream, decoder = b"".join(frames), FrameDecoder(FRAME_BYTES_MAX)
+    decoded, position = [], 0
+    for cut in itertools.chain(cuts, itertools.repeat(READ_BYTES_MAX)):  # reads shorter than asked, then full
+        if position >= len(stream):
+            break
+        chunk = stream[position:position + min(cut, decoder.read_size())]
+        decoder.feed(chunk)
+        position += len(chunk)
+        while (frame := decoder.next_frame()) is not None:
+            decoded.append(frame)
+        assert decoder.buffered_bytes <= FRAME_BYTES_MAX + READ_CHUNK_BYTES
+    assert [encode_frame(f.kind, f.body) for f in decoded] == frames and decoder.buffered_bytes == 0
+
+
+def test_a_bad_crc_on_a_large_frame_is_refused():
+    bad = bytearray(encode_data(encode_group("g"), b"q" * (3 * READ_CHUNK_BYTES)))
+    bad[-5] ^= 1
+    decoder = FrameDecoder(FRAME_BYTES_MAX)
+    with pytest.raises(TransportProtocolError, match="CRC"):
+        _read_as_a_link_does(decoder, bytes(bad))
+    with pytest.raises(InvariantViolation):
+        decoder.feed(PING_FRAME)
 
 
 def test_a_length_past_the_bound_never_widens_a_read():

@@ -8,6 +8,7 @@ another exception — while the decoder never buffers more than its bound allows
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
 
@@ -20,7 +21,7 @@ from jsraft.errors import InvariantViolation
 from jsraft.transport.errors import FrameTooLarge, HandshakeRefused, TransportProtocolError
 from jsraft.transport.wire import (
     FRAME_BYTES_MAX, FRAME_HEADER_BYTES, GROUP_NAME_BYTES_MAX, HANDSHAKE_FRAME_BYTES_MAX, PING_FRAME,
-    PROTOCOL_VERSION, READ_CHUNK_BYTES, Frame, FrameDecoder, FrameKind, Hello, check_hello, decode_data,
+    PROTOCOL_VERSION, READ_BYTES_MAX, READ_CHUNK_BYTES, Frame, FrameDecoder, FrameKind, Hello, check_hello, decode_data,
     decode_hello, decode_refuse, encode_data, encode_frame, encode_group, encode_hello, encode_refuse,
 )
 
@@ -157,6 +158,82 @@ _frames = st.one_of(
     st.just(PING_FRAME),
     st.builds(lambda r: encode_refuse(r), st.text(max_size=30)),
 )
+
+
+def _read_as_a_link_does(decoder: FrameDecoder, stream: bytes) -> tuple[list[Frame], int]:
+    """Feed `stream` in reads of `decoder.read_size()` bytes (a socket that always has them): the frames
+    and the number of reads."""
+    frames, position, reads = [], 0, 0
+    while position < len(stream):
+        chunk = stream[position:position + decoder.read_size()]
+        decoder.feed(chunk)
+        position, reads = position + len(chunk), reads + 1
+        while (frame := decoder.next_frame()) is not None:
+            frames.append(frame)
+    return frames, reads
+
+
+def test_the_rest_of_a_large_frame_is_read_at_once_within_the_bound():
+    big = encode_data(encode_group("stream-S"), b"z" * (3 * READ_BYTES_MAX))
+    small = encode_data(encode_group("meta"), b"s")
+    decoder = FrameDecoder(FRAME_BYTES_MAX)
+    assert decoder.read_size() == READ_CHUNK_BYTES  # no length prefix yet: a plain chunk
+    frames, reads = _read_as_a_link_does(decoder, small + big + small)
+    assert [decode_data(f.body)[0] for f in frames] == ["meta", "stream-S", "meta"]
+    # The first chunk brings the big frame's length; then its rest in reads of READ_BYTES_MAX, not of
+    # READ_CHUNK_BYTES (which took 48 reads).
+    assert reads == 1 + 3 + 1
+    # Never more than the frame in progress still lacks, once that is more than a chunk (invariant 2).
+    decoder = FrameDecoder(FRAME_BYTES_MAX)
+    decoder.feed(big[:READ_CHUNK_BYTES])
+    assert decoder.read_size() == READ_BYTES_MAX
+    position = READ_CHUNK_BYTES
+    while position < len(big) - 100:
+        chunk = big[position:min(position + decoder.read_size(), len(big) - 100)]
+        decoder.feed(chunk)
+        position += len(chunk)
+    assert decoder.read_size() == READ_CHUNK_BYTES  # 100 missing: a chunk may bring the next frame's start
+    with pytest.raises(InvariantViolation):
+        decoder.feed(b"x" * (READ_CHUNK_BYTES + 1))
+    decoder.feed(big[len(big) - 100:])
+    assert decoder.next_frame().body == big[FRAME_HEADER_BYTES:] and decoder.buffered_bytes == 0
+
+
+@_PROPERTY
+@given(st.lists(st.sampled_from([1, 300, READ_CHUNK_BYTES - 20, READ_CHUNK_BYTES + 1, 200_000, READ_BYTES_MAX + 7]),
+                min_size=1, max_size=5), st.lists(st.integers(min_value=1, max_value=READ_BYTES_MAX), max_size=40))
+def test_large_frames_decode_the_same_however_the_reads_fall(sizes, cuts):
+    frames = [encode_data(encode_group("g%d" % i), bytes([i]) * size) for i, size in enumerate(sizes)]
+    stream, decoder = b"".join(frames), FrameDecoder(FRAME_BYTES_MAX)
+    decoded, position = [], 0
+    for cut in itertools.chain(cuts, itertools.repeat(READ_BYTES_MAX)):  # reads shorter than asked, then full
+        if position >= len(stream):
+            break
+        chunk = stream[position:position + min(cut, decoder.read_size())]
+        decoder.feed(chunk)
+        position += len(chunk)
+        while (frame := decoder.next_frame()) is not None:
+            decoded.append(frame)
+        assert decoder.buffered_bytes <= FRAME_BYTES_MAX + READ_CHUNK_BYTES
+    assert [encode_frame(f.kind, f.body) for f in decoded] == frames and decoder.buffered_bytes == 0
+
+
+def test_a_bad_crc_on_a_large_frame_is_refused():
+    bad = bytearray(encode_data(encode_group("g"), b"q" * (3 * READ_CHUNK_BYTES)))
+    bad[-5] ^= 1
+    decoder = FrameDecoder(FRAME_BYTES_MAX)
+    with pytest.raises(TransportProtocolError, match="CRC"):
+        _read_as_a_link_does(decoder, bytes(bad))
+    with pytest.raises(InvariantViolation):
+        decoder.feed(PING_FRAME)
+
+
+def test_a_length_past_the_bound_never_widens_a_read():
+    decoder = FrameDecoder()  # the handshake bound
+    decoder.feed(struct.pack("<I", FRAME_BYTES_MAX))
+    assert decoder.read_size() == READ_CHUNK_BYTES
+    with pytest.raises(TransportProtocolError, match="outside"):
+        decoder.next_frame()
 
 
 @_PROPERTY

@@ -41,7 +41,7 @@ from jsraft.errors import JsraftError
 from jsraft.transport.errors import HandshakeRefused, LinkClosed, TransportProtocolError
 from jsraft.transport.send_queue import SendQueue
 from jsraft.transport.wire import (
-    PING_FRAME, READ_CHUNK_BYTES, Frame, FrameDecoder, FrameKind, Hello, decode_data, decode_hello,
+    PING_FRAME, Frame, FrameDecoder, FrameKind, Hello, decode_data, decode_hello,
     decode_refuse, encode_hello, encode_refuse,
 )
 
@@ -111,7 +111,7 @@ class Link:
             frame = self.decoder.next_frame()
             if frame is not None:
                 return frame
-            data = await self.stream.receive_some(READ_CHUNK_BYTES)
+            data = await self.stream.receive_some(self.decoder.read_size())
             if not data:
                 raise LinkClosed("peer closed the connection")
             self.decoder.feed(data)
@@ -200,7 +200,7 @@ class Link:
             while gate is not None:  # invariant 5: the frames after a gating one wait until it opens
                 await gate.wait()
                 gate = self._dispatch(on_data, counters)
-            data = await receive_some(READ_CHUNK_BYTES)
+            data = await receive_some(decoder.read_size())
             if not data:
                 raise LinkClosed("peer closed the connection")
             self._received_at = clock()

@@ -21,7 +21,9 @@ Invariants:
   1. A frame is delivered only if its CRC verifies, its kind is known and its length is within the
      decoder's bound; otherwise `TransportProtocolError` — the link is closed, the node carries on.
   2. A `FrameDecoder` buffers at most `frame_bytes_max + READ_CHUNK_BYTES` bytes: a length prefix is
-     checked against the bound as soon as its 4 bytes arrive, before anything of the body is awaited.
+     checked against the bound as soon as its 4 bytes arrive, before anything of the body is awaited, and
+     a chunk fed is at most `read_size()`: `READ_CHUNK_BYTES`, or the rest of the frame in progress when
+     that is more (up to `READ_BYTES_MAX`), which never takes the buffer past the frame's own end.
   3. Before the handshake completes the bound is `HANDSHAKE_FRAME_BYTES_MAX`, so a peer that has not said
      who it is cannot make the node buffer more than a few hundred bytes.
   4. A DATA frame's group name is non-empty UTF-8 of at most `GROUP_NAME_BYTES_MAX` bytes.
@@ -64,6 +66,9 @@ FRAME_BYTES_MAX = 4 * limits.record_bytes_max
 HANDSHAKE_FRAME_BYTES_MAX = 1024
 # Bytes asked of the socket per read; with invariant 2 this bounds a link's receive buffer.
 READ_CHUNK_BYTES = 64 << 10
+# The most asked of the socket at once for the rest of a large frame (an AppendEntries of big messages):
+# one read of it instead of one per 64 KiB chunk, each a pass of the read loop and a copy into the buffer.
+READ_BYTES_MAX = 1 << 20
 # Group names are "meta" or derived from a stream name (`limits.stream_name_bytes_max`) with a prefix.
 GROUP_NAME_BYTES_MAX = 512
 # A REFUSE reason is one sentence for a log line.
@@ -116,12 +121,12 @@ PING_FRAME = encode_frame(FrameKind.PING)
 class FrameDecoder:
     """Bytes from one connection in, verified frames out (invariants 1–3).
 
-    Call `feed()` with each chunk read (at most `READ_CHUNK_BYTES`), then `next_frame()` until it returns
+    Call `feed()` with each chunk read (at most `read_size()` bytes), then `next_frame()` until it returns
     None. Once it has raised, the decoder is spent: the link must be closed, never resynchronised, since a
     peer that sent one bad frame cannot be trusted to frame the next.
     """
 
-    __slots__ = ("_buffer", "_start", "_frame_bytes_max", "_failed")
+    __slots__ = ("_buffer", "_start", "_frame_bytes_max", "_failed", "_pieces", "_piece_bytes", "_large")
 
     def __init__(self, frame_bytes_max: int = HANDSHAKE_FRAME_BYTES_MAX) -> None:
         invariant(FRAME_HEADER_BYTES <= frame_bytes_max <= 0xFFFFFFFF, "frame bound fits the length field")
@@ -132,10 +137,14 @@ class FrameDecoder:
         self._start = 0
         self._frame_bytes_max = frame_bytes_max
         self._failed = False
+        # A frame longer than a chunk, once its header is here, is gathered as the chunks read (no copy)
+        # and joined once into its body: `_pieces` (None otherwise), their total and the frame's length.
+        self._pieces: list[bytes] | None = None
+        self._piece_bytes = self._large = 0
 
     @property
     def buffered_bytes(self) -> int:
-        return len(self._buffer) - self._start
+        return len(self._buffer) - self._start + self._piece_bytes
 
     @property
     def frame_bytes_max(self) -> int:
@@ -147,9 +156,26 @@ class FrameDecoder:
         invariant(frame_bytes_max <= 0xFFFFFFFF, "frame bound fits the length field")
         self._frame_bytes_max = frame_bytes_max
 
+    def read_size(self) -> int:
+        """Bytes to ask of the socket next (invariant 2): `READ_CHUNK_BYTES`, or the rest of the frame in
+        progress, up to `READ_BYTES_MAX`, when its checked length prefix says it is more."""
+        if self._pieces is not None:
+            return min(max(self._large - self._piece_bytes, READ_CHUNK_BYTES), READ_BYTES_MAX)
+        buffer, start = self._buffer, self._start
+        if len(buffer) - start < _LENGTH.size:
+            return READ_CHUNK_BYTES
+        length = _LENGTH.unpack_from(buffer, start)[0]
+        if length > self._frame_bytes_max:
+            return READ_CHUNK_BYTES  # next_frame() refuses it (invariant 2); never read on its word
+        return min(max(start + length - len(buffer), READ_CHUNK_BYTES), READ_BYTES_MAX)
+
     def feed(self, data: bytes | bytearray | memoryview) -> None:
         invariant(not self._failed, "a decoder that raised is not fed again (its link is closed)")
-        invariant(len(data) <= READ_CHUNK_BYTES, "chunks are read at most READ_CHUNK_BYTES at a time")
+        invariant(len(data) <= self.read_size(), "chunks are read at most read_size() bytes at a time")
+        if self._pieces is not None:
+            self._pieces.append(data if type(data) is bytes else bytes(data))
+            self._piece_bytes += len(data)
+            return
         # Holds because the caller drains with next_frame() after every feed and a partial frame is
         # never longer than the bound (invariant 2).
         if self._start:
@@ -161,6 +187,8 @@ class FrameDecoder:
     def next_frame(self) -> Frame | None:
         """The next complete verified frame, None if more bytes are needed; raises on a bad frame."""
         invariant(not self._failed, "a decoder that raised is not used again")
+        if self._pieces is not None:
+            return self._large_frame()
         buffer, start = self._buffer, self._start
         if len(buffer) - start < _LENGTH.size:
             return None
@@ -169,24 +197,52 @@ class FrameDecoder:
             raise self._fail(f"frame length {length} outside [{FRAME_HEADER_BYTES}, {self._frame_bytes_max}]")
         end = start + length
         if len(buffer) < end:
+            if length > READ_CHUNK_BYTES and len(buffer) - start >= FRAME_HEADER_BYTES:
+                with memoryview(buffer) as view:
+                    self._pieces, self._piece_bytes, self._large = [bytes(view[start:])], len(buffer) - start, length
+                self._start = 0
+                buffer.clear()
             return None
         _, crc, kind = FRAME_HEADER.unpack_from(buffer, start)
         with memoryview(buffer) as view:  # slices of a view are not copies, slices of the buffer are
             crc_ok = record_crc(view, start, length) == crc
             body = bytes(view[start + FRAME_HEADER_BYTES:end]) if crc_ok else b""
+        self._start = end if end < len(buffer) else 0
+        if not self._start:
+            buffer.clear()
+        return self._checked(crc_ok, kind, length, body)
+
+    def _large_frame(self) -> Frame | None:
+        """The gathered frame once all of it is here: its body joined once (what came after it goes back
+        to the buffer, which is empty while pieces are gathered)."""
+        pieces, length = self._pieces, self._large
+        if pieces is None or self._piece_bytes < length:
+            return None
+        over = self._piece_bytes - length
+        if over:
+            last = pieces[-1]
+            pieces[-1], rest = last[:len(last) - over], last[len(last) - over:]
+            self._buffer += rest
+        header = pieces[0][:FRAME_HEADER_BYTES]
+        pieces[0] = pieces[0][FRAME_HEADER_BYTES:]
+        body = b"".join(pieces)
+        self._pieces, self._piece_bytes, self._large = None, 0, 0
+        _, crc, kind = FRAME_HEADER.unpack(header)
+        crc_ok = crc32c(body, crc32c(header[8:], crc32c(header[:4]))) == crc  # `record_crc`'s coverage
+        return self._checked(crc_ok, kind, length, body)
+
+    def _checked(self, crc_ok: bool, kind: int, length: int, body: bytes) -> Frame:
         if not crc_ok:
             raise self._fail(f"frame CRC mismatch (kind {kind}, {length} bytes)")
         if kind not in _KNOWN_KINDS:
             raise self._fail(f"unknown frame kind {kind}")
-        self._start = end if end < len(buffer) else 0
-        if not self._start:
-            buffer.clear()
         return Frame(FrameKind(kind), body)
 
     def _fail(self, why: str) -> TransportProtocolError:
         self._failed = True
         self._buffer.clear()
         self._start = 0
+        self._pieces, self._piece_bytes = None, 0
         return TransportProtocolError(why)
 
 

@@ -196,12 +196,19 @@ def segment_preamble(first_index: int) -> bytes:
 
 
 def encode_entry(entry: Entry, prev_term: int) -> bytes:
-    """One `WAL_ENTRY` record. Hand-inlined `encode_record`: this is the append hot path."""
+    """One `WAL_ENTRY` record."""
+    return b"".join(encode_entry_parts(entry, prev_term))
+
+
+def encode_entry_parts(entry: Entry, prev_term: int) -> tuple[bytes, bytes]:
+    """One `WAL_ENTRY` record as `(everything before the data, the data)`: the append hot path joins the
+    records of a write once, so the entry's data is copied once, not three times. Hand-inlined
+    `encode_record`, the CRC over the two pieces."""
     data = entry.data
     invariant(len(data) <= ENTRY_DATA_BYTES_MAX, "a WAL entry must be small enough to resync after damage")
     length = _U32.pack(ENTRY_OVERHEAD_BYTES + len(data))
-    tail = _ENTRY_TAIL.pack(_KIND_WAL_ENTRY, entry.index, entry.term, entry.type, prev_term) + data
-    return length + _U32.pack(crc32c(tail, crc32c(length))) + tail
+    prefix = _ENTRY_TAIL.pack(_KIND_WAL_ENTRY, entry.index, entry.term, entry.type, prev_term)
+    return length + _U32.pack(crc32c(data, crc32c(prefix, crc32c(length)))) + prefix, data
 
 
 def decode_entry_body(index: int, term: int, body: bytes) -> tuple[Entry, int]:

@@ -56,7 +56,7 @@ from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
 from jsraft.wal.files import SegmentFiles
 from jsraft.wal.format import (
-    ANCHOR_NONE, SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, LogEnd, encode_entry, encode_wal_hard_state,
+    ANCHOR_NONE, SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, LogEnd, encode_entry_parts, encode_wal_hard_state,
     read_checked,
 )
 from jsraft.wal.recovery import Opened, Recovered, list_segments, recover, remove_covered
@@ -191,24 +191,25 @@ class Wal(SegmentFiles):
         while position < len(entries):
             segment = self._writable_segment(entries[position].index)
             room = self._segment_bytes - segment.size
-            records, base_index = [], entries[position].index
-            while position < len(entries) and (not records or room > 0):
+            parts, lengths = [], []  # each record as its two pieces (joined once by `_write`), its length
+            while position < len(entries) and (not lengths or room > 0):
                 entry = entries[position]
-                invariant(entry.index == base_index + len(records), "appended indexes must be contiguous")
+                invariant(entry.index == entries[0].index + position, "appended indexes must be contiguous")
                 invariant(entry.term >= prev_term, "terms in the log never decrease")
-                record = encode_entry(entry, prev_term)
-                records.append(record)
-                room -= len(record)
+                head, data = encode_entry_parts(entry, prev_term)
+                parts += (head, data)
+                lengths.append(len(head) + len(data))
+                room -= lengths[-1]
                 prev_term = entry.term
                 position += 1
-            self._write(segment, records, entries[position - len(records) : position])
+            self._write(segment, parts, lengths, entries[position - len(lengths) : position])
 
-    def _write(self, segment: Segment, records: list[bytes], entries: list[Entry]) -> None:
+    def _write(self, segment: Segment, parts: list[bytes], lengths: list[int], entries: list[Entry]) -> None:
         name = segment.name or ""
-        offset = self._handles[name].append(b"".join(records))
-        for record, entry in zip(records, entries):
-            segment.add(offset, len(record), entry.term)
-            offset += len(record)
+        offset = self._handles[name].append(b"".join(parts))
+        for length, entry in zip(lengths, entries):
+            segment.add(offset, length, entry.term)
+            offset += length
         segment.size = segment.junk_at = offset
         self._dirty.add(name)
         self._last_index = entries[-1].index

@@ -16,7 +16,8 @@ Invariants:
   5. Once `closed`, the connection holds no subscription in the sublist and queues no more bytes except
      its final `-ERR`; `run` returns after that is flushed or `write_deadline_s` passed.
   6. Reading pauses while this connection has `INTERNAL_INFLIGHT_MAX` messages in internal handlers (a
-     client publishing to a stream faster than it stores cannot queue unbounded work).
+     client publishing to a stream faster than it stores cannot queue unbounded work), and so does the
+     handling of what was already read: the bound holds however many publishes one read brought.
   7. With authentication required, nothing but CONNECT is processed until its credentials passed (in a
      worker thread: bcrypt is slow on purpose); a refused CONNECT, another operation first or no CONNECT
      in time gets `-ERR 'Authorization Violation'` (`'Authentication Timeout'`) and is closed; the log
@@ -26,6 +27,9 @@ Invariants:
      and the connection stays open, as nats-server keeps it.
   9, 10. Under TLS a burst is answered in one write; on plain TCP an answer queued while the writer
      sleeps is sent by its caller (`client_out`, its invariants 3, 4).
+  11. A read asks for at most `READ_BYTES_MAX` bytes: `READ_BYTES_MIN`, doubled after a read that filled
+     it, halved after one that used under a quarter of it (nats-server's adaptive read buffer). A
+     client streaming large messages then hands a stream many per read, hence per entry.
 
 Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings (`client_out`, ...).
 Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
@@ -52,10 +56,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jsraft.server.clients")
 
-READ_BYTES_MAX = 64 << 10
+READ_BYTES_MIN = 64 << 10
+READ_BYTES_MAX = 1 << 20
 INTERNAL_INFLIGHT_MAX = 1024
 _BOOL_OPTIONS = ("verbose", "pedantic", "headers", "no_responders", "echo")
 _STR_OPTIONS = ("name", "lang", "version")
+
+
+def next_read_bytes(asked: int, got: int) -> int:
+    """How much the next read asks for, after one that asked `asked` bytes and got `got` (invariant 11)."""
+    if got >= asked:
+        return min(asked * 2, READ_BYTES_MAX)
+    if got < asked // 4:
+        return max(asked // 2, READ_BYTES_MIN)
+    return asked
 
 
 class ClientConn(ConnSecurity, ConnOutbound):
@@ -138,30 +152,38 @@ class ClientConn(ConnSecurity, ConnOutbound):
     # --- Inbound ----------------------------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
+        read_bytes = READ_BYTES_MIN
         with self._read_scope:
             while not self.closed:
                 try:
-                    data = await self.stream.receive_some(READ_BYTES_MAX)
+                    data = await self.stream.receive_some(read_bytes)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     self.close("connection reset by client")
                     return
                 if not data:
                     self.close("client closed the connection")
                     return
+                read_bytes = next_read_bytes(read_bytes, len(data))
                 self._last_in_s = trio.current_time()
                 self.protocol.receive_data(data)
                 self._process_events()
                 self._reads += 1  # invariant 9: the writer watches the reader's progress
-                while self._pending_connect is not None and not self.closed:  # invariant 7
-                    await self._authenticate(self._pending_connect)
+                while not self.closed:
+                    if self._pending_connect is not None:  # invariant 7
+                        await self._authenticate(self._pending_connect)
+                    elif self.internal_inflight >= INTERNAL_INFLIGHT_MAX:  # invariant 6
+                        self._internal_room = trio.Event()
+                        await self._internal_room.wait()
+                    else:
+                        break
                     self._process_events()
-                while self.internal_inflight >= INTERNAL_INFLIGHT_MAX and not self.closed:  # invariant 6
-                    self._internal_room = trio.Event()
-                    await self._internal_room.wait()
 
     def _process_events(self) -> None:
+        """Handle the events read so far, stopping early for a CONNECT to check (invariant 7) or when
+        internal handlers hold `INTERNAL_INFLIGHT_MAX` of this connection's messages (invariant 6)."""
         try:
-            while not self.closed and self._pending_connect is None:
+            while not self.closed and self._pending_connect is None \
+                    and self.internal_inflight < INTERNAL_INFLIGHT_MAX:
                 event = self.protocol.next_event()
                 if event is NEED_DATA:
                     return

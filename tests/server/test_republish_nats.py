@@ -11,7 +11,8 @@ nats-server 2.15.1): the copy's subject, its payload, and its headers `Nats-Stre
 was stored, so a per-subject limit that removes it does not change it) and, for `headers_only`,
 `Nats-Msg-Size` with an empty payload; the client's own headers kept. The three-node case subscribes on
 a node that does not lead the stream and publishes on another, then moves the leader (`STREAM.LEADER.
-STEPDOWN`) and publishes again: every message arrives exactly once.
+STEPDOWN`) and publishes again: every message arrives exactly once. A copy is an ordinary publish: a
+stream on the republish subject stores it.
 """
 
 from __future__ import annotations
@@ -91,6 +92,17 @@ async def _single_node(url: str) -> dict[str, Any]:
     seen["transformed"] = [(m.subject, m.headers["Nats-Subject"]) for m in transformed]
     seen["stored_subject"] = (await js.get_msg("X", 1)).subject
     seen["x_config"] = (await js.stream_info("X")).config.republish
+    # A copy is a publish like any other: a stream on its subject stores it.
+    await js.add_stream(name="B", subjects=["chain.>"])
+    await js.add_stream(name="A", subjects=["a.>"], republish={"src": "a.>", "dest": "chain.>"})
+    await js.publish("a.1", b"c")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10
+    while (await js.stream_info("B")).state.messages < 1:
+        assert loop.time() < deadline, "the republished copy was not stored by stream B"
+        await asyncio.sleep(0.02)
+    chained = await js.get_msg("B", 1)
+    seen["chained"] = (chained.subject, chained.headers["Nats-Stream"], chained.headers["Nats-Subject"])
     await nc.close()
     return seen
 
@@ -119,6 +131,7 @@ async def test_republish_on_one_node_headers_last_sequence_update_and_transform(
     assert seen["others"] == [("o.a", "2")]
     assert seen["transformed"] == [("tx.k", "tx.k")] and seen["stored_subject"] == "tx.k"
     assert (seen["x_config"].src, seen["x_config"].dest) == ("tx.>", "tx.>")
+    assert seen["chained"] == ("chain.1", "A", "a.1")
 
 
 async def test_republish_on_three_nodes_reaches_another_node_once_across_a_leader_change(tmp_path):

@@ -1,6 +1,10 @@
 """JetStream API values (layer L1): configs and their JSON shapes, shared by `meta`, `stream` and `server`.
 
 Field names are exactly the JetStream JSON API's, so code, JSON, CLI and docs line up (STYLE.md).
+
+Modules: `stream_config` (`StreamConfig`), `stream_transforms` (its `subject_transform` and `republish`
+defaults and checks), `subject_transform` (nats-server's subject transforms, compiled and applied),
+`consumer_config` / `consumer_checks` (`ConsumerConfig`), `account_limits`, `api_level` (ADR-44 levels).
 """
 
 from jsraft.jsapi.api_level import (

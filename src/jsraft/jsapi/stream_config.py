@@ -15,7 +15,7 @@ Invariants:
      decoded configs of the last `PARSE_MEMO_MAX` distinct requests are kept and shared: the same bytes
      give the same (identical) config; a failure is not kept and raises again each time.
 
-Imports: L0, L1 (`codec`, `subjects`), attrs. Reference: nats-server `server/stream.go` (StreamConfig,
+Imports: L0, L1 (`codec`, `subjects`, `jsapi.stream_transforms` for `republish` and `subject_transform`), attrs. Reference: nats-server `server/stream.go` (StreamConfig,
 checkStreamCfg), ADR-8 (JetStream API), docs.nats.io "Streams".
 """
 
@@ -32,6 +32,7 @@ from jsraft import limits
 from jsraft import subjects as subjectlib
 from jsraft.codec import structure, unstructure
 from jsraft.errors import BadRequest, InvalidConfig, InvalidJSON, InvalidSubject
+from jsraft.jsapi.stream_transforms import validate_transforms, with_transform_defaults
 
 DUPLICATE_WINDOW_DEFAULT_NS = 120 * 1_000_000_000  # nats-server: StreamDefaultDuplicatesWindow, 2 min
 REPLICAS_MAX = 5  # nats-server: StreamMaxReplicas
@@ -196,7 +197,9 @@ class StreamConfig:
             changes["allow_msg_ttl"] = True
             if not self.allow_rollup_hdrs:
                 changes["allow_rollup_hdrs"], changes["deny_purge"] = True, False
-        return attrs.evolve(self, **changes) if changes else self
+        config = attrs.evolve(self, **changes) if changes else self
+        transforms = with_transform_defaults(config)  # after `subjects` got its default
+        return attrs.evolve(config, **transforms) if transforms else config
 
     def validate(self) -> "StreamConfig":
         """Cross-field rules; raise `InvalidConfig` naming the problem. Returns self."""
@@ -208,8 +211,7 @@ class StreamConfig:
                                 "and max messages per subject to be set")
         if self.mirror is not None or self.sources:
             raise InvalidConfig("mirrors and sources are not supported by this server")
-        if self.republish is not None or self.subject_transform is not None:
-            raise InvalidConfig("republish and subject transforms are not supported by this server")
+        validate_transforms(self)
         _validate_marker_ttl(self)
         _validate_counter(self)
         _validate_schedules(self)
@@ -232,6 +234,8 @@ class StreamConfig:
         data["consumer_limits"] = {key: value for key, value in (data.get("consumer_limits") or {}).items() if value}
         if not data["metadata"]:
             del data["metadata"]
+        if self.republish is not None and not self.republish.headers_only:
+            del data["republish"]["headers_only"]  # nats-server: omitempty
         if self.persist_mode is PersistMode.default:
             del data["persist_mode"]
         return data

@@ -12,7 +12,8 @@ entries and the state machines, trio-free (moved out of `server/`, issue #13): `
 group's entries applied to its `StreamStateMachine` and consumers), `snapshot_pace` (its snapshots bounded
 by messages and bytes applied), `install_mark` (a leader's
 snapshot not yet repaired to, noted durably beside the store), `consumer_replica` (the consumers
-replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order),
+replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order), `republish` (a stream's
+`republish`: stored messages published again by their leader),
 `meta_adapter` (meta entries applied to `MetaStateMachine`), `advisories` (`AdvisoryLog`), `stream_events`
 (the event and advisory shapes a stream group publishes), `consumer_pull` / `consumer_push` (a consumer
 led: pull requests and push delivery, as ops and sends), `consumer_events` (consumer advisories and ack

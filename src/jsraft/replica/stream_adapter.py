@@ -48,9 +48,11 @@ Invariants:
   9. `pace` (replica/snapshot_pace.py) counts the messages and entry bytes applied since the last snapshot
      taken or restored here and asks for one past its bound, so a restart replays a bounded log whatever
      the entries' batching; the cycle's entry count still applies beside it.
+  10. `republisher` (replica/republish.py) sees each entry just before and just after the machine
+      applies it: what it republishes was stored by that very apply.
 
 Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, replica siblings (`consumer_replica`,
-`install_mark`, `snapshot_pace`). Reference: stream/machine.py "Lifecycle".
+`install_mark`, `snapshot_pace`, `republish`). Reference: stream/machine.py "Lifecycle".
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ from jsraft.errors import DamagedSequence, JsraftError
 from jsraft.raft.types import Entry, EntryType, SnapshotMeta
 from jsraft.replica.consumer_replica import ConsumerReplica
 from jsraft.replica.install_mark import InstallMark
+from jsraft.replica.republish import Republisher
 from jsraft.replica.snapshot_pace import SnapshotBound, SnapshotPace
 from jsraft.replica.state_machine import SnapshotUnavailable
 from jsraft.stream import (
@@ -114,6 +117,7 @@ class StreamAdapter:
         self._on_change = on_change
         self.consumers = ConsumerReplica(machine)  # the stream's consumers, applied at the same indexes
         self.pace = pace or SnapshotPace(SnapshotBound())  # invariant 9 (no bound: only counts)
+        self.republisher: Republisher | None = None  # the stream's `republish`, when the replica attaches it
         self._read_back_from = 1  # messages from here on were not read back by a snapshot yet (invariant 5)
 
     @property
@@ -154,7 +158,11 @@ class StreamAdapter:
             if entry.type is EntryType.NOOP:
                 self.noop_term = max(self.noop_term, entry.term)
             return None
+        republisher = self.republisher
+        pending = republisher.before(entry) if republisher is not None else None
         result = machine.apply(entry.index, entry.data)
+        if pending is not None:
+            republisher.after(pending, result)  # type: ignore[union-attr]  # invariant 10
         if isinstance(result, ApplyResult):
             msgs = result.last_seq - result.first_seq + 1 if result.kind is EntryKind.MSGS else 0
             self.pace.applied(msgs, len(entry.data))  # invariant 9

@@ -7,7 +7,7 @@ the stream's position), CONFIG, EXPIRE from `max_age` and DELETE for messages wh
 schedule.
 
 Checks per publish, in nats-server's order: sealed (10109), sizes (10097 headers, 10054 message and
-`max_msg_size`), subject, headers framing, duplicate `Nats-Msg-Id` within `duplicate_window` (answered
+`max_msg_size`), subject (then `subject_transform` applied: the rest sees the stored subject), headers framing, duplicate `Nats-Msg-Id` within `duplicate_window` (answered
 with the original's seq), `Nats-Expected-Stream` (10060), `-Last-Subject-Sequence` (10071),
 `-Last-Sequence` (10071), `-Last-Msg-Id` (10070), `Nats-Rollup` (10111), `Nats-TTL` (10166 when the
 stream does not allow TTLs, 10165 when invalid; ADR-43), `discard: new` limits (10077).
@@ -38,6 +38,7 @@ from typing import NamedTuple
 from jsraft import limits, subjects
 from jsraft.errors import DamagedSequence, JsraftError, NoMessageFound
 from jsraft.jsapi.stream_config import parse_stream_config
+from jsraft.jsapi.subject_transform import stored_subject
 from jsraft.store.base import StoredMsg, msg_size
 from jsraft.store.limits_check import check_purge_args
 from jsraft.stream import batches, counters, entries, schedules
@@ -166,6 +167,8 @@ class StreamLeader:
             return rejected(message_too_large())
         try:
             subjects.validate_published(subject)  # wildcard tokens stored literally, as nats-server
+            if config.subject_transform is not None:  # stored (and checked) under its transformed subject
+                subject = stored_subject(config.subject_transform.src, config.subject_transform.dest, subject)
             found = hdr.parse_headers(headers)
         except JsraftError as error:
             return rejected(bad_request(error.description))

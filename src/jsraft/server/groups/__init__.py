@@ -7,7 +7,8 @@ Modules: `meta_service` / `meta_members` (the meta group), `first_election` (a n
 `memory_stream` (a `storage: memory` replica's store, and when its lost messages are lost for good),
 `stream_options`, `stream_config_follow`, `stream_members`, `stream_audit`, `stream_expiry`,
 `stream_repair` / `repair_serve` / `repair_build` (repair, both sides, and its replacement store),
-`stream_handover` (whether a peer could lead in place of an unfit leader),
+`stream_handover` (whether a peer could lead in place of an unfit leader), `stream_republish` (a stream's
+`republish` wired to this node's leadership and client port),
 `stream_publish` / `publish_batch` (client publishes into streams), `consumer_service` (the consumers led
 with their stream; their pull and push leading and events are trio-free, in `jsraft.replica`),
 `consumer_acks` (the acks a consumer pass turns into ops), `handlers`

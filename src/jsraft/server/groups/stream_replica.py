@@ -60,6 +60,7 @@ from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
 from jsraft.server.groups.stream_options import StreamOptions, snapshot_pace
 from jsraft.server.groups.stream_repair import CallPeer, RepairWorker, no_peers
+from jsraft.server.groups.stream_republish import attach_republisher
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
@@ -89,8 +90,7 @@ class StreamReplica(ConfigFollowing):
                  offline_warnings: OfflineWarnings | None = None) -> None:
         self.node_id, self.name, self.group = node_id, name, group
         self.options = options or StreamOptions()
-        # Repairs (stream_repair) and audits (stream_audit): this replica's own tasks, over `$rpc`.
-        call_peer = call_peer or no_peers
+        call_peer = call_peer or no_peers  # repairs (stream_repair) and audits (stream_audit) go over `$rpc`
         advisories = advisories if advisories is not None else AdvisoryLog(node_id)
         self.repair = RepairWorker(self, call_peer=call_peer, advisories=advisories, options=self.options)
         self.audit = AuditRunner(self, call_peer=call_peer, advisories=advisories, options=self.options)
@@ -145,6 +145,7 @@ class StreamReplica(ConfigFollowing):
         pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
         self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
                                      install_mark=InstallMark(self.disk), pace=pace)
+        attach_republisher(self)  # the stream's `republish`, sent through the node's client port
         if lost:
             self.memory_loss.mark()  # before the replay: no entry may write into the lost store
         voters, every, raft = self.peers if self.bootstrap else None, self.options.snapshot_every_entries, self.raft_config
@@ -206,8 +207,7 @@ class StreamReplica(ConfigFollowing):
             self.leader = StreamLeader(self.machine, batch_budget=node_budget(self.runtime))
             if self.leader_since_ns is None:  # kept while Raft leadership is (an audit may rebuild the leader)
                 self.leader_since_ns = time.time_ns()
-            # Everything in the log has applied, and whatever of the old chain is still queued has a
-            # failed or lost predecessor (that is why the old leader went) and will be dropped.
+            # All the log applied; what is still queued of the old chain has a failed predecessor: dropped.
             self._chain = None
             self.runtime.ticker.release(self.group)  # the audit and expiry tasks' pauses end: a new term
         self.consumers.follow(self.leader)  # built and dropped with the StreamLeader (O(1) otherwise)

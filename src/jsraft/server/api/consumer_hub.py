@@ -33,7 +33,7 @@ Invariants:
   6. `publish_all(sends)` is `publish` of each in order, except that consecutive deliveries to one reply
      subject go to the client port as one run (`client_deliver`: matched once, one write for a batch).
 
-Imports: stdlib, L0, L1 (`raft` errors), trio, server siblings. Reference: nats-server `server/consumer.go`
+Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer.acks`), trio, server siblings. Reference: nats-server `server/consumer.go`
 (`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
 """
 
@@ -50,8 +50,7 @@ import trio
 from jsraft.consumer.acks import literal_ack_target
 from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.raft.errors import NotLeader
-from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription
-from jsraft.server.nats.client_subs import is_valid_subject
+from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription, is_valid_subject
 from jsraft.server.groups.consumer_acks import Ack
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_pull import Send

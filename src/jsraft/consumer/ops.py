@@ -250,31 +250,26 @@ class _Reader(BoundedReader):
     def __init__(self, data: bytes) -> None:
         super().__init__(data, MalformedConsumerOps, "consumer ops")
 
-    def seq(self) -> int:
-        (value,) = self.take(_U64)
-        if value == 0:
-            raise MalformedConsumerOps("stream sequence 0 in a consumer op")
-        return value
-
 
 def _read_seqs(reader: _Reader) -> tuple[int, ...]:
     (count,) = reader.take(_U32)
     if count > RECORDS_PER_OP_MAX:
         raise MalformedConsumerOps(f"{count} sequences in one consumer op")
-    return tuple(reader.seq() for _ in range(count))
+    seqs = struct.unpack(f"<{count}Q", reader.blob(count * _U64.size))  # one bounds check, one unpack
+    if 0 in seqs:
+        raise MalformedConsumerOps("stream sequence 0 in a consumer op")
+    return seqs
 
 
 def _read_delivered(reader: _Reader) -> tuple[Delivered, ...]:
     (count,) = reader.take(_U32)
     if count > RECORDS_PER_OP_MAX:
         raise MalformedConsumerOps(f"{count} records in one DELIVERED op")
-    records = []
-    for _ in range(count):
-        record = reader.take(_DELIVERED)
+    records = tuple(_DELIVERED.iter_unpack(reader.blob(count * _DELIVERED.size)))  # one bounds check
+    for record in records:
         if record[0] == 0 or record[1] == 0 or record[2] == 0:
             raise MalformedConsumerOps("DELIVERED record with a zero sequence or delivery count")
-        records.append(record)
-    return tuple(records)
+    return records
 
 
 def _read_state(reader: _Reader, name: str) -> StateOp:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
+from itertools import starmap
 
 import attrs
 
@@ -211,8 +212,7 @@ def _encode_one(op: Op) -> bytes:
     if isinstance(op, DeliveredOp):
         if len(op.records) > RECORDS_PER_OP_MAX:
             raise ValueError(f"more than {RECORDS_PER_OP_MAX} records in one op")
-        pack = _DELIVERED.pack
-        return b"".join([head, _U32.pack(len(op.records)), *(pack(*r) for r in op.records)])
+        return b"".join([head, _U32.pack(len(op.records)), *starmap(_DELIVERED.pack, op.records)])
     if isinstance(op, (AckOp, TermOp)):
         return head + _seqs(op.seqs)
     if isinstance(op, SkipOp):

@@ -154,8 +154,8 @@ def _plain(data: bytes, view: memoryview, at: int, length: int, seq: int) -> Sto
     payload_at = headers_at + headers_len
     if payload_at > end:
         return None
-    return StoredMsg(subject=data[start:headers_at].decode(), seq=seq, headers=data[headers_at:payload_at],
-                     payload=data[payload_at:end], timestamp_ns=timestamp_ns)
+    return StoredMsg(data[start:headers_at].decode(), seq, data[headers_at:payload_at], data[payload_at:end],
+                     timestamp_ns)  # positional: subject, seq, headers, payload, timestamp_ns
 
 
 def _plain_verifies(data: bytes, view: memoryview, at: int, length: int, seq: int) -> bool:

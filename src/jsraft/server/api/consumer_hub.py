@@ -33,8 +33,8 @@ Invariants:
   6. `publish_all(sends)` is `publish` of each in order, except that consecutive deliveries to one reply
      subject go to the client port as one run (`client_deliver`: matched once, one write for a batch).
 
-Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer.acks`), trio, server siblings. Reference: nats-server `server/consumer.go`
-(`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
+Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer.acks`), trio, server siblings. Reference:
+nats-server `server/consumer.go` (`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ def instrument(cluster: Any) -> dict[str, dict[str, int]]:
         seen = counts[node.name] = {"shortcut": 0, "general": 0}
 
         def shortcut(subject, reply, payload, _handler=clients._ack_handler, _seen=seen):
-            _seen["shortcut"] += 1
-            _handler(subject, reply, payload)
+            taken = _handler(subject, reply, payload)
+            _seen["shortcut"] += taken
+            return taken
 
         def general(sub, origin, subject, *rest, _dispatch=clients.dispatch_internal, _seen=seen):
             if subject.startswith(b"$JS.ACK."):

@@ -4,7 +4,8 @@ Owns: `ack_reply_subject` (`$JS.ACK.<stream>.<consumer>.<delivered>.<stream_seq>
 <timestamp_ns>.<pending>`; `ack_reply_prefix`, its part that is the same for one consumer),
 `parse_ack_subject` (that form, and the 12-token form with domain and account hash that newer servers
 and clients also use; `ack_target`, its three fields the leader's ack path
-needs, without building an `AckSubject`), `parse_ack_body` (`+ACK`/empty/`+OK`, `-NAK`
+needs, without building an `AckSubject`; `literal_ack_target`, the same for the form this leader hands
+out when its tokens also make a valid literal subject), `parse_ack_body` (`+ACK`/empty/`+OK`, `-NAK`
 with an optional delay as JSON `{"delay": ns}` or a Go duration, `+WPI`, `+NXT` with an optional pull
 request, `+TERM` with an optional reason) and `parse_go_duration`.
 
@@ -12,10 +13,13 @@ Invariants:
   1. `parse_ack_subject(ack_reply_subject(...))` returns the same fields.
   2. `ack_target(s)` is None exactly when `parse_ack_subject(s)` is, else its (stream, consumer,
      stream_seq); `parse_ack_body` of a plain ack (`+ACK`, `+OK`, empty) is the one value `PLAIN_ACK`.
-  3. Parsing never raises on client bytes: an unparsable subject or body gives None (nats-server ignores
+  3. `literal_ack_target(s)` is None or `ack_target(s)`; when it is not None, `s` is a valid literal
+     subject (`subjects.validate_literal` accepts it): the client port's ack shortcut takes such a
+     subject with no other check (server/nats `ClientServer` invariant 6).
+  4. Parsing never raises on client bytes: an unparsable subject or body gives None (nats-server ignores
      it); a NAK with an unparsable delay is a plain NAK (as nats-server treats it).
 
-Imports: stdlib, attrs. Reference: nats-server `server/consumer.go` (processAck, processNak,
+Imports: stdlib, attrs, L0 (`limits`). Reference: nats-server `server/consumer.go` (processAck, processNak,
 ackReplyInfo), ADR-15 (JetStream subject naming).
 """
 
@@ -26,6 +30,8 @@ import json
 import re
 
 import attrs
+
+from jsraft import limits
 
 ACK_PREFIX = "$JS.ACK."
 
@@ -76,6 +82,11 @@ def ack_reply_prefix(stream: str, consumer: str) -> str:
 # The 9-token form: stream, consumer, then delivered / stream seq / consumer seq / timestamp / pending, each
 # of ASCII digits only (`_ack_tokens` accepts exactly those: `str.isdigit` and `str.isascii`).
 _V1_ACK = re.compile(r"\$JS\.ACK\.([^.]+)\.([^.]+)\.[0-9]+\.([0-9]+)\.[0-9]+\.[0-9]+\.[0-9]+\Z")
+# The same, with stream and consumer tokens free of ASCII whitespace, `*` and `>` (re.ASCII): on an ASCII
+# subject within the length bound, every token is then non-empty, without whitespace and no wildcard —
+# a valid literal subject (invariant 3).
+_V1_ACK_LITERAL = re.compile(r"\$JS\.ACK\.([^.\s*>]+)\.([^.\s*>]+)\.[0-9]+\.([0-9]+)\.[0-9]+\.[0-9]+\.[0-9]+\Z",
+                             re.ASCII)
 
 
 def _ack_tokens(subject: str) -> tuple[list[str], str, str] | None:
@@ -121,6 +132,19 @@ def ack_target(subject: str) -> tuple[str, str, int] | None:
         return None
     rest = parsed[0]
     return rest[0], rest[1], int(rest[3])
+
+
+def literal_ack_target(subject: str) -> tuple[str, str, int] | None:
+    """`ack_target(subject)` when `subject` is a 9-token ack subject that is also a valid literal subject
+    (invariant 3): one match stands for the subject check and the parse of each ack; None otherwise
+    (then the caller takes the general way)."""
+    if len(subject) > limits.subject_bytes_max or not subject.isascii():
+        return None
+    match = _V1_ACK_LITERAL.match(subject)
+    if match is None:
+        return None
+    stream, consumer, seq = match.groups()
+    return stream, consumer, int(seq)
 
 
 _DURATION = re.compile(r"([0-9]*\.?[0-9]*)(ns|us|µs|μs|ms|s|m|h)")

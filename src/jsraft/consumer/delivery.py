@@ -239,33 +239,51 @@ class ConsumerLeader:
         config, entry = self.config, self.entry
         tracks_acks = config.ack_policy is not AckPolicy.none
         filters = list(config.filters) or None
+        last_per_subject = config.deliver_policy is DeliverPolicy.last_per_subject
         deadline_ns = now_ns + self.wait_ns(1)
         run: list = []  # read ahead by `_next_run`, last first: each is what `_next_message` would return
         ack_pending_max = config.max_ack_pending if tracks_acks and config.max_ack_pending > 0 else 0
-        deadlines = self.deadlines
-        while budget[0] > 0:
-            if ack_pending_max and ack_pending_max <= len(deadlines):
-                return
-            if not run:
-                room = ack_pending_max - len(deadlines) if ack_pending_max else budget[0]
-                run = _next_run(store, filters, self.next_seq, min(budget[0], room))
-            msg = run.pop() if run else _next_message(store, filters, self.next_seq)
-            if msg is None:
-                return
-            if (config.deliver_policy is DeliverPolicy.last_per_subject and msg.seq <= entry.start_last_seq
-                    and not is_last_at_start(store, msg.seq, msg.subject, entry.start_last_seq)):
-                self.next_seq = msg.seq + 1
-                self._skipped_to = msg.seq
+        deadlines, deliveries, prefix = self.deadlines, plan.deliveries, self.ack_prefix
+        count, bytes_left = budget  # `_emit`'s work, inline for each new message (the hot loop of a fetch)
+        cseq = self.next_consumer_seq
+        try:
+            while count > 0:
+                if ack_pending_max and ack_pending_max <= len(deadlines):
+                    return
+                if not run:
+                    room = ack_pending_max - len(deadlines) if ack_pending_max else count
+                    run = _next_run(store, filters, self.next_seq, min(count, room))
+                msg = run.pop() if run else _next_message(store, filters, self.next_seq)
+                if msg is None:
+                    return
+                seq = msg.seq
+                if last_per_subject and seq <= entry.start_last_seq and \
+                        not is_last_at_start(store, seq, msg.subject, entry.start_last_seq):
+                    self.next_seq = seq + 1
+                    self._skipped_to = seq
+                    remaining -= 1
+                    continue
+                headers, payload, ts = msg.headers, msg.payload, msg.timestamp_ns
+                size = msg_size(len(msg.subject), len(headers), len(payload))
+                if bytes_left is not None:
+                    if size > bytes_left:  # `_fits`
+                        plan.too_large = not deliveries
+                        return
+                    bytes_left -= size
+                if config.headers_only:
+                    headers, payload = headers_only(headers, len(payload)), b""
                 remaining -= 1
-                continue
-            size = msg_size(len(msg.subject), len(msg.headers), len(msg.payload))
-            if not self._fits(size, plan, budget):
-                return
-            remaining -= 1
-            self._emit(plan, records, budget, msg, 1, self.next_consumer_seq, now_ns, remaining, size)
-            self.next_seq, self.next_consumer_seq = msg.seq + 1, self.next_consumer_seq + 1
-            if tracks_acks:
-                deadlines[msg.seq] = deadline_ns
+                # acks.ack_reply_subject, with its constant part made once.
+                reply = f"{prefix}1.{seq}.{cseq}.{ts}.{remaining}"
+                deliveries.append(Delivery(seq, cseq, 1, msg.subject, headers, payload, ts, remaining, reply, size))
+                records.append((seq, cseq, 1, now_ns))
+                count -= 1
+                cseq += 1
+                self.next_seq, self.next_consumer_seq = seq + 1, cseq
+                if tracks_acks:
+                    deadlines[seq] = deadline_ns
+        finally:
+            budget[0], budget[1] = count, bytes_left
 
 
 def _next_run(store: StreamStore, filters: list[str] | None, seq: int, count: int) -> list:

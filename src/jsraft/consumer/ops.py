@@ -50,6 +50,7 @@ from __future__ import annotations
 import enum
 import struct
 from collections.abc import Sequence
+from itertools import starmap
 
 import attrs
 
@@ -211,8 +212,7 @@ def _encode_one(op: Op) -> bytes:
     if isinstance(op, DeliveredOp):
         if len(op.records) > RECORDS_PER_OP_MAX:
             raise ValueError(f"more than {RECORDS_PER_OP_MAX} records in one op")
-        pack = _DELIVERED.pack
-        return b"".join([head, _U32.pack(len(op.records)), *(pack(*r) for r in op.records)])
+        return b"".join([head, _U32.pack(len(op.records)), *starmap(_DELIVERED.pack, op.records)])
     if isinstance(op, (AckOp, TermOp)):
         return head + _seqs(op.seqs)
     if isinstance(op, SkipOp):
@@ -250,31 +250,26 @@ class _Reader(BoundedReader):
     def __init__(self, data: bytes) -> None:
         super().__init__(data, MalformedConsumerOps, "consumer ops")
 
-    def seq(self) -> int:
-        (value,) = self.take(_U64)
-        if value == 0:
-            raise MalformedConsumerOps("stream sequence 0 in a consumer op")
-        return value
-
 
 def _read_seqs(reader: _Reader) -> tuple[int, ...]:
     (count,) = reader.take(_U32)
     if count > RECORDS_PER_OP_MAX:
         raise MalformedConsumerOps(f"{count} sequences in one consumer op")
-    return tuple(reader.seq() for _ in range(count))
+    seqs = struct.unpack(f"<{count}Q", reader.blob(count * _U64.size))  # one bounds check, one unpack
+    if 0 in seqs:
+        raise MalformedConsumerOps("stream sequence 0 in a consumer op")
+    return seqs
 
 
 def _read_delivered(reader: _Reader) -> tuple[Delivered, ...]:
     (count,) = reader.take(_U32)
     if count > RECORDS_PER_OP_MAX:
         raise MalformedConsumerOps(f"{count} records in one DELIVERED op")
-    records = []
-    for _ in range(count):
-        record = reader.take(_DELIVERED)
+    records = tuple(_DELIVERED.iter_unpack(reader.blob(count * _DELIVERED.size)))  # one bounds check
+    for record in records:
         if record[0] == 0 or record[1] == 0 or record[2] == 0:
             raise MalformedConsumerOps("DELIVERED record with a zero sequence or delivery count")
-        records.append(record)
-    return tuple(records)
+    return records
 
 
 def _read_state(reader: _Reader, name: str) -> StateOp:

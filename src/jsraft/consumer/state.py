@@ -87,6 +87,12 @@ class ConsumerState:
                     released.append((self.delivered_stream_seq + 1, sseq))
                     self.delivered_consumer_seq, self.delivered_stream_seq = cseq, sseq
                 continue
+            if count == 1 and sseq > self.delivered_stream_seq and cseq > self.delivered_consumer_seq:
+                # The usual record, a first delivery of a new message: `_delivered_one`'s outcome for it
+                # (pending, both cursors moved; a count of 1 is never past `max_deliver`), without its call.
+                self.pending[sseq] = (cseq, ts)
+                self.delivered_consumer_seq, self.delivered_stream_seq = cseq, sseq
+                continue
             released.extend(self._delivered_one(sseq, cseq, count, ts, max_deliver))
         if ack_policy is AckPolicy.none or (lowest is not None and lowest not in self.pending):
             self._settle_floor()  # invariant 1: a delivery alone never moves it; a give-up of the lowest does

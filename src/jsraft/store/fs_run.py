@@ -49,6 +49,8 @@ _TIMESTAMP = struct.Struct("<Q")
 _HEADER = struct.Struct("<IIBQQ")  # length, CRC, kind, seq, timestamp (codec.records)
 _MSG_PREFIX = struct.Struct("<HI")  # a message body's subject and headers lengths
 _PLAIN_BYTES_MIN = HEADER_BYTES + _MSG_PREFIX.size
+_HEADER_AND_PREFIX = struct.Struct("<IIBQQHI")  # `_HEADER` then `_MSG_PREFIX`: the first _PLAIN_BYTES_MIN bytes
+_KIND_MSG = int(Kind.MSG)  # compared per record: a plain int, not an enum member looked up each time
 
 
 def load_run(store: "FileStore", start_seq: int, count_max: int,
@@ -140,21 +142,20 @@ def _spans(store: "FileStore", block, seq: int, count_max: int) -> list[tuple[in
 
 def _plain(data: bytes, view: memoryview, at: int, length: int, seq: int) -> StoredMsg | None:
     """The hot case, inline: a verified plain `MSG` record at `at` (the checks of
-    `message_record_verifies`, and a body `decode_message_body` accepts), or None for anything else."""
-    size, crc, kind, record_seq, timestamp_ns = _HEADER.unpack_from(data, at)
+    `message_record_verifies`, and a body `decode_message_body` accepts), or None for anything else.
+    The caller saw `length >= _PLAIN_BYTES_MIN`, so the header and the body's prefix are read at once."""
+    size, crc, kind, record_seq, timestamp_ns, subject_len, headers_len = _HEADER_AND_PREFIX.unpack_from(data, at)
     end = at + length
-    if size != length or record_seq != seq or kind != Kind.MSG or \
+    if size != length or record_seq != seq or kind != _KIND_MSG or \
             crc32c(view[at + 8 : end], crc32c(view[at : at + 4])) != crc:
         return None
-    start = at + HEADER_BYTES
-    subject_len, headers_len = _MSG_PREFIX.unpack_from(data, start)
-    start += _MSG_PREFIX.size
+    start = at + _PLAIN_BYTES_MIN
     headers_at = start + subject_len
     payload_at = headers_at + headers_len
     if payload_at > end:
         return None
-    return StoredMsg(subject=data[start:headers_at].decode(), seq=seq, headers=data[headers_at:payload_at],
-                     payload=data[payload_at:end], timestamp_ns=timestamp_ns)
+    return StoredMsg(data[start:headers_at].decode(), seq, data[headers_at:payload_at], data[payload_at:end],
+                     timestamp_ns)  # positional: subject, seq, headers, payload, timestamp_ns
 
 
 def _plain_verifies(data: bytes, view: memoryview, at: int, length: int, seq: int) -> bool:

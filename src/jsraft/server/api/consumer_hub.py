@@ -33,8 +33,8 @@ Invariants:
   6. `publish_all(sends)` is `publish` of each in order, except that consecutive deliveries to one reply
      subject go to the client port as one run (`client_deliver`: matched once, one write for a batch).
 
-Imports: stdlib, L0, L1 (`raft` errors), trio, server siblings. Reference: nats-server `server/consumer.go`
-(`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
+Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer.acks`), trio, server siblings. Reference:
+nats-server `server/consumer.go` (`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
 """
 
 from __future__ import annotations
@@ -42,14 +42,17 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import trio
 
+from jsraft.consumer.acks import literal_ack_target
 from jsraft.errors import BadRequest, JsraftError, StreamNotFound
 from jsraft.raft.errors import NotLeader
-from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription
+from jsraft.server.nats.client_server import ClientServer, InternalMsg, InternalSubscription, is_valid_subject
+from jsraft.server.groups.consumer_acks import Ack
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_pull import Send
 from jsraft.server.groups.consumer_service import ConsumerService
@@ -67,6 +70,8 @@ ACK_LANE_MAX = 65536
 ACKS_PER_BATCH = 1024
 COLLECT_PREFIX = "$JSRAFT.COLLECT."  # replies the embedded context's requests are collected on
 FETCH_BATCH_MAX = 4096
+# A `Send` as `ClientServer.deliver_as` takes it: (shown, reply, headers, payload), made in C for a whole run.
+_AS_DELIVERY = operator.itemgetter(4, 2, 3, 1)
 FETCH_EXPIRES_MAX_S = 1.0  # one `consumer.fetch` waits at most this long (below the router's attempt timeout)
 
 
@@ -76,7 +81,7 @@ class _Lane:
     __slots__ = ("items", "taken", "carried", "progress")
 
     def __init__(self) -> None:
-        self.items: list[tuple[str, str, bytes]] = []
+        self.items: list[Ack] = []
         self.taken = 0  # acks ever queued in this lane
         self.carried = 0  # of those, how many were handed to the leader (or dropped there)
         self.progress = trio.Event()  # set (and replaced) after each batch, and when the lane ends
@@ -149,8 +154,7 @@ class ConsumerHub:
             else:
                 while end < count and sends[end].shown is not None and sends[end].subject == send.subject:
                     end += 1
-                self.clients.deliver_as(send.subject, [(item.shown, item.reply, item.headers, item.payload)
-                                                       for item in sends[index:end]])  # type: ignore[misc]
+                self.clients.deliver_as(send.subject, list(map(_AS_DELIVERY, sends[index:end])))
             index = end
 
     def _local(self, stream: str) -> ConsumerService | None:
@@ -216,32 +220,43 @@ class ConsumerHub:
         msg.done()
         self._ack(msg.subject, msg.reply, msg.payload)
 
-    def _ack(self, subject: str, reply: str | None, payload: bytes) -> None:
+    def _ack(self, subject: str, reply: str | None, payload: bytes) -> bool:
         """One ack or flow-control answer, from `_on_ack` or straight from the client port's ack shortcut
-        (`ClientServer.set_ack_path`)."""
-        tokens = subject.split(".")
-        if tokens[1] == "FC":
-            stream = tokens[2] if len(tokens) == 5 else ""
+        (`ClientServer.set_ack_path`); False, and nothing taken, when `subject` is not a valid subject
+        (the port then routes it as any publish, which reaches nobody). An ack subject of the form this
+        node hands out is checked and parsed by one match (`literal_ack_target`), once for its way here
+        and through the leader's pass (consumer_acks)."""
+        target = literal_ack_target(subject)
+        if target is not None:
+            stream = target[0]
+        elif not is_valid_subject(subject):
+            return False
         else:
-            stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
-        item = (subject, reply or "", bytes(payload))
-        if not stream:
-            return
-        service = self._local(stream)
-        if service is not None and stream not in self._lanes:
-            service.on_acks([item], self.publish)
-            return
+            tokens = subject.split(".")
+            if tokens[1] == "FC":
+                stream = tokens[2] if len(tokens) == 5 else ""
+            else:
+                stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
+            if not stream:
+                return True
+        item = (subject, reply or "", bytes(payload), target)
+        if stream not in self._lanes:
+            service = self._local(stream)
+            if service is not None:
+                service.on_ack(item, self.publish)
+                return True
         lane = self._lanes.get(stream)
         if lane is None:
             lane = self._lanes[stream] = _Lane()
             if not self.clients.start_soon(self._run_lane, stream, lane):
                 del self._lanes[stream]
-                return
+                return True
         if len(lane.items) >= ACK_LANE_MAX:
             self.acks_dropped += 1  # invariant 4
-            return
+            return True
         lane.items.append(item)
         lane.taken += 1
+        return True
 
     async def _run_lane(self, stream: str, lane: "_Lane") -> None:
         """Invariant 2: one batch at a time, in order, until the lane is empty."""
@@ -253,9 +268,9 @@ class ConsumerHub:
                 if service is not None:
                     service.on_acks(batch, self.publish)
                 else:
-                    args = {"subjects": [s for s, _, _ in batch], "replies": [r for _, r, _ in batch]}
+                    args = {"subjects": [s for s, _, _, _ in batch], "replies": [r for _, r, _, _ in batch]}
                     try:
-                        await self.parts.call_stream(stream, "consumer.acks", args, [b for _, _, b in batch])
+                        await self.parts.call_stream(stream, "consumer.acks", args, [b for _, _, b, _ in batch])
                     except JsraftError as error:
                         self.acks_dropped += len(batch)
                         log.info("%d acks for stream %s dropped: %s", len(batch), stream, error)
@@ -283,7 +298,7 @@ class ConsumerHub:
         subjects, replies = list(args["subjects"]), list(args["replies"])
         if not len(subjects) == len(replies) == len(blobs):
             raise ValueError("consumer.acks: subjects, replies and bodies differ in number")
-        service.on_acks([(str(s), str(r), b) for s, r, b in zip(subjects, replies, blobs)], self.publish)
+        service.on_acks([(str(s), str(r), b, None) for s, r, b in zip(subjects, replies, blobs)], self.publish)
         return {}, []
 
     # --- The embedded context's requests, answered over `$rpc` ----------------------------------------------
@@ -340,7 +355,7 @@ class ConsumerHub:
         timeout_s = min(float(args.get("timeout_s") or 5.0), 10.0)
 
         def start(service: ConsumerService, reply: str) -> None:
-            service.on_acks([(str(args["subject"]), reply, blobs[0])], self.publish)
+            service.on_acks([(str(args["subject"]), reply, blobs[0], None)], self.publish)
 
         sent = await self._collect(str(args["stream"]), 1, timeout_s, start, bool)
         return {"confirmed": bool(sent)}, []

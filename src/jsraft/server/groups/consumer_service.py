@@ -26,7 +26,7 @@ Invariants:
      wakes the task, which sends) but by a push consumer that keeps up (consumer_push invariant 6): as
      a MSGS entry applies here, its messages go out before the entry's publishes are answered; the
      ops wait in `_applied_ops` for the task, which proposes them ahead of its own pass's.
-  4. Bounded: `ACKS_QUEUED_MAX` acks wait for a pass (beyond it an ack is dropped and counted: the
+  4. Bounded: `consumer_acks.ACKS_QUEUED_MAX` acks wait for a pass (beyond it one is dropped and counted: the
      message is redelivered, as for a lost ack in NATS), `OPS_PER_ENTRY` ops per entry.
   5. A reader that waits for `settled()` (consumer info) sees no cursor ahead of the messages sent and
      no ack handed in before it left out: a pass decides its deliveries (moving the cursors) before its
@@ -57,7 +57,7 @@ from jsraft.consumer.ops import Op
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
-from jsraft.server.groups.consumer_acks import NEEDS_STATE, Ack, take_acks
+from jsraft.server.groups.consumer_acks import Ack, AckQueue, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_events import ConsumerEvents
 from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
@@ -69,7 +69,6 @@ if TYPE_CHECKING:
     from jsraft.server.groups.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.consumers")
-ACKS_QUEUED_MAX = 65536
 OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
 BARRIER_TIMEOUT_S = 2.0
 Publish = Callable[[Send], Any]
@@ -89,8 +88,7 @@ class ConsumerService:
         # The node's consumer hub (set by the stream manager): push consumers publish through it without
         # any request, and ask it whether a deliver subject has a subscriber (consumer_push invariant 1).
         self.port: Any = None
-        self.acks_dropped = 0
-        self._acks: list[Ack] = []
+        self.acks = AckQueue(self.stream)  # handed in by the hub, taken by the next pass
         self._outbox: list[Send] = []  # invariant 3: sent by the task
         self._applied_ops: list[Op] = []  # invariant 3: decided as messages applied, proposed by the task
         self._unanswered: set[str] = set()  # consumers whose create answer is not out yet (invariant 6)
@@ -147,7 +145,7 @@ class ConsumerService:
             self._outbox.extend(status_send(reply, status) for reply, status in leading.queue.drain(LEADERSHIP_CHANGE))
         self.leading = {}
         self.built_for = None
-        self._acks.clear()  # not proposed: the new leader redelivers those messages (at-least-once)
+        self.acks.take()  # not proposed: the new leader redelivers those messages (at-least-once)
         self._applied_ops.clear()
         self.wake()
 
@@ -249,14 +247,14 @@ class ConsumerService:
             self.wake()
 
     def on_acks(self, acks: list[Ack], publish: Publish) -> None:
+        for ack in acks:
+            self.on_ack(ack, publish)
+
+    def on_ack(self, ack: Ack, publish: Publish) -> None:
+        """One ack from the hub, for the next pass (invariant 4: beyond the bound it is dropped and counted)."""
         self.publish = publish
-        room = ACKS_QUEUED_MAX - len(self._acks)
-        if room < len(acks):
-            self.acks_dropped += len(acks) - max(room, 0)
-            log.warning("stream %s: %d acks dropped: too many waiting", self.stream, len(acks) - max(room, 0))
-            acks = acks[:max(room, 0)]
-        self._acks.extend(acks)
-        self.wake()
+        if self.acks.put(ack):
+            self.wake()
 
     # --- The task ----------------------------------------------------------------------------------------
 
@@ -282,7 +280,7 @@ class ConsumerService:
         return min(dues + ([pause_end_ns] if pause_end_ns is not None else []), default=None)
 
     async def _turn(self) -> None:
-        if any(body.startswith(NEEDS_STATE) for _, _, body in self._acks):
+        if self.acks.needs_state:
             # A NAK delay or a progress note applies to a delivery the replicated state holds: let the
             # deliveries proposed so far commit first (the client may ack faster than the log commits).
             # Plain acks and terms need no wait: their ops follow the DELIVERED ops in the log anyway.
@@ -299,7 +297,7 @@ class ConsumerService:
         ops, self._applied_ops = self._applied_ops, []  # before this pass's: decided (and sent) earlier
         sends: list[Send] = []
         confirm: list[str] = []
-        acks, self._acks = self._acks, []
+        acks = self.acks.take()
         take_acks(acks, self.stream, self.leading, self.replica.store, self.events, now_ns, ops, sends, confirm)
         store = self.replica.store
         for leading in list(self.leading.values()):
@@ -380,7 +378,7 @@ class ConsumerService:
         """Wait (a bounded while) until the pass running now ended, and the next one too when acks wait for
         it (invariant 5), then until the last consumer proposal settled: a read after it sees it all."""
         with trio.move_on_after(BARRIER_TIMEOUT_S):
-            waiting = bool(self._acks or self._applied_ops)  # for the next pass to propose them
+            waiting = bool(self.acks.items or self._applied_ops)  # for the next pass to propose them
             wanted = self._passes_started + (1 if waiting else 0)
             if waiting:
                 self.wake()

@@ -40,12 +40,8 @@ def deliver_as(server: Any, subject: str, run: list[Delivery]) -> bool:
     forward = server.forward
     if len(run) > 1 and not result.queues and all(_takes_runs(sub) for sub in result.plain):
         delivered = bool(result.plain)
-        if delivered:
-            shown_bytes: dict[str, bytes] = {}  # a run's messages often share their subject
-            items = [(shown_bytes.get(shown) or shown_bytes.setdefault(shown, wire_text(shown)),
-                      wire_text(reply) if reply else None, headers, payload) for shown, reply, headers, payload in run]
-            for sub in result.plain:
-                sub.conn.deliver_run(sub, items)
+        for sub in result.plain:
+            sub.conn.deliver_run(sub, run)  # encodes and frames each message in one pass
         if forward is not None:
             for shown, reply, headers, payload in run:
                 if not forward(subject, reply, headers, payload, (), shown=shown):

@@ -133,24 +133,37 @@ class ConnOutbound:
         self._queued(size)
         return True
 
-    def deliver_run(self, sub: ClientSubscription, items: list[tuple[bytes, bytes | None, bytes | None, bytes]]) -> None:
-        """`deliver` of many messages to `sub` — (subject, reply, headers, payload) each — queued with one
-        `_queued` (invariants 1 and 4 hold for the run as a whole): the consumer hub's pull batches. The
-        caller has checked that nothing `deliver` does per message applies (`UNSUB <sid> <max>`, response
-        tracking)."""
-        if self.closed or not items:
+    def deliver_run(self, sub: ClientSubscription,
+                    run: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+        """`deliver` of many messages to `sub` — (subject, reply, headers, payload) each, as text: each
+        frame is encoded and built here, in one pass — queued with one `_queued` (invariants 1 and 4 hold
+        for the run as a whole): the consumer hub's pull batches. The caller has checked that nothing
+        `deliver` does per message applies (`UNSUB <sid> <max>`, response tracking)."""
+        if self.closed or not run:
             return
-        keep_headers, sid, out = self.headers, sub.sid_bytes, self._out
+        keep_headers, sid = self.headers, sub.sid_bytes
+        out: list[bytes] = []  # queued whole, after the last frame is built (an encoding error queues none)
+        subjects: dict[str, bytes] = {}  # a run's messages often share their subject
         size = sent = 0
-        for subject, reply, headers, payload in items:
+        for shown, reply, headers, payload in run:
+            subject = subjects.get(shown)
+            if subject is None:
+                subject = subjects[shown] = wire_text(shown)
             if headers is not None and not keep_headers:
                 headers = None  # as `deliver`: stripped for a client that did not ask for them
-            head = msg_head(subject, sid, reply, headers, len(payload))
-            body = len(payload) + (len(headers) if headers else 0)
-            out.extend((head, headers, payload, CRLF) if headers else (head, payload, CRLF))
+            if headers is None:
+                head = b"MSG %s %s %s %d\r\n" % (subject, sid, wire_text(reply), len(payload)) if reply else \
+                    b"MSG %s %s %d\r\n" % (subject, sid, len(payload))  # msg_head, inline
+                out += (head, payload, CRLF)
+                body = len(payload)
+            else:
+                head = msg_head(subject, sid, wire_text(reply) if reply else None, headers, len(payload))
+                out += (head, headers, payload, CRLF)
+                body = len(payload) + len(headers)
             size += len(head) + body + 2
             sent += body
-        count = len(items)
+        self._out += out
+        count = len(run)
         sub.delivered += count
         self.out_msgs += count
         self.out_bytes += sent

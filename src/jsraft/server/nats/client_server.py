@@ -34,7 +34,8 @@ Invariants:
   6. Ack shortcut (`set_ack_path`): a publish on `$JS.ACK.…` goes straight to the consumer hub's handler
      (no sublist match, `InternalMsg` or `forward`) only while the hub's subscription is the only one
      that could match, here or at a peer: `ack_rivals` counts the others, local and advertised by peers
-     (sublist observers on `sublist` and the routes' `remote`; `could_match_ack`). Else `route` as any.
+     (sublist observers on `sublist` and the routes' `remote`; `could_match_ack`), and only when the
+     subject is valid (the handler checks: it takes only those). Else `route` as any.
   7. With an `Authenticator` or `TlsContexts`, a client is accepted as `client_auth.accept_client` says:
      TLS first where configured, INFO with `auth_required`/`nonce`/`tls_required`, authentication first.
   8. Accounts: a client of an isolated account has its account's own sublist (`account_sublists`), and
@@ -194,7 +195,7 @@ class ClientServer:
         self.ack_rivals = 0  # invariant 6
         self.listeners: list[trio.SocketListener] = []  # bound already (`jsraft serve`): served, not bound
         self._ack_sub: InternalSubscription | None = None
-        self._ack_handler: Callable[[str, str | None, bytes], None] | None = None
+        self._ack_handler: Callable[[str, str | None, bytes], bool] | None = None
         self.sublist.observers.append(self.count_ack_rival)
 
     # --- Lifecycle --------------------------------------------------------------------------------------
@@ -247,9 +248,8 @@ class ClientServer:
         for hook in self.before_route:
             hook()
         if subject.startswith(ACK_PREFIX) and self._ack_handler is not None and not self.ack_rivals \
-                and self._nursery is not None and is_valid_subject(subject):
-            self._ack_handler(subject, reply, payload)  # invariant 6: only the hub's subscription matches
-            return True
+                and self._nursery is not None and self._ack_handler(subject, reply, payload):
+            return True  # invariant 6: only the hub's subscription matches; the handler checked the subject
         result = self.sublist.match(subject) if is_published_subject(subject) else None
         delivered, served = False, []  # served: queue groups a member here took: peers must not serve them
         if result is not None and (result.plain or result.queues):
@@ -309,8 +309,10 @@ class ClientServer:
 
     # --- The ack shortcut (invariant 6) ------------------------------------------------------------------
 
-    def set_ack_path(self, sub: InternalSubscription, handler: Callable[[str, str | None, bytes], None]) -> None:
-        """`handler(subject, reply, payload)` takes the acks `sub` would while it has no rival (invariant 6)."""
+    def set_ack_path(self, sub: InternalSubscription, handler: Callable[[str, str | None, bytes], bool]) -> None:
+        """`handler(subject, reply, payload)` takes the acks `sub` would while it has no rival (invariant 6).
+        It checks the subject itself (one parse of an ack does both), and returns False for one that is
+        not a valid subject, which `route` then routes as any publish (to nobody)."""
         if self._ack_sub is None and could_match_ack(sub.subject):
             self.ack_rivals -= 1  # counted when it was inserted: it is the one allowed
         self._ack_sub, self._ack_handler = sub, handler

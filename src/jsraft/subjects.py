@@ -78,6 +78,15 @@ def validate(subject: str, *, wildcards: bool = False) -> str:
     return subject
 
 
+def is_valid(subject: str, *, wildcards: bool = False) -> bool:
+    """Whether `validate` accepts `subject` (a literal subject, or a filter when `wildcards`)."""
+    try:
+        validate(subject, wildcards=wildcards)
+    except InvalidSubject:
+        return False
+    return True
+
+
 def is_literal(subject: str) -> bool:
     """True when `subject` contains no wildcard token."""
     return not any(token in ("*", ">") for token in subject.split("."))

@@ -106,6 +106,17 @@ def test_is_literal() -> None:
     assert not is_literal("*.b")
 
 
+@pytest.mark.parametrize("wildcards", [False, True])
+@pytest.mark.parametrize("subject", ["a.b", "a.*", "a.>", ">", "a..b", "a.>.b", "a b", "", "*.x", "x" * 300, 7])
+def test_is_valid_says_whether_validate_accepts(subject: object, wildcards: bool) -> None:
+    try:
+        validate(subject, wildcards=wildcards)  # type: ignore[arg-type]
+        accepted = True
+    except InvalidSubject:
+        accepted = False
+    assert subjects.is_valid(subject, wildcards=wildcards) is accepted  # type: ignore[arg-type]
+
+
 def test_validate_literal_cached_agrees_with_validate() -> None:
     for subject in ("orders.new", "orders.new", "a", "foo*"):
         assert subjects.validate_literal_cached(subject) == subject

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from jsraft import subjects as subjectlib
-from jsraft.errors import BadRequest, InvalidConfig, InvalidSubject
+from jsraft.errors import BadRequest, InvalidConfig
 from jsraft.jsapi.subject_transform import TransformError, compile_transform, validate_mapping
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def validate_transforms(config: "StreamConfig") -> None:
     """nats-server's checks of both, in its order and words (invariant 2)."""
     transform = config.subject_transform
     if transform is not None:
-        if transform.src and not _valid_filter(transform.src):
+        if transform.src and not subjectlib.is_valid(transform.src, wildcards=True):
             raise StreamTransformInvalidSource(f"stream transform source: invalid subject {transform.src}")
         try:
             validate_mapping(transform.src or "", transform.dest)
@@ -85,16 +85,9 @@ def validate_transforms(config: "StreamConfig") -> None:
                             f"to '{republish.dest}' not valid") from None
 
 
-def _valid_filter(subject: str) -> bool:
-    try:
-        subjectlib.validate(subject, wildcards=True)
-    except InvalidSubject:
-        return False
-    return True
-
 
 def _collide(a: str, b: str) -> bool:
     """nats-server's `SubjectsCollide`: some subject matches both (an invalid one collides with nothing)."""
-    if not _valid_filter(a) or not _valid_filter(b):
+    if not subjectlib.is_valid(a, wildcards=True) or not subjectlib.is_valid(b, wildcards=True):
         return False
     return subjectlib.overlaps(a, b)

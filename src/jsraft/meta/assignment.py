@@ -133,19 +133,12 @@ def lenient_subjects(name: str, config_raw: bytes) -> tuple[str, ...]:
     found: list[str] = []
     listed = data.get("subjects")
     for subject in listed if isinstance(listed, list) else ():
-        if isinstance(subject, str) and subject not in found and _valid_filter(subject):
+        if isinstance(subject, str) and subject not in found and subjectlib.is_valid(subject, wildcards=True):
             found.append(subject)
     if not found and data.get("mirror") is None and not data.get("sources"):
         found.append(name)
     return tuple(found)
 
-
-def _valid_filter(subject: str) -> bool:
-    try:
-        subjectlib.validate(subject, wildcards=True)
-    except JsraftError:
-        return False
-    return True
 
 
 def same_stream_config(assignment: StreamAssignment, config: StreamConfig | None, config_raw: bytes) -> bool:

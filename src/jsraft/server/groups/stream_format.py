@@ -42,16 +42,24 @@ Invariants:
      round less on a create's path. Recovery keeps an empty segment (`wal.log` invariant 5), so a crash
      before the first cycle leaves a valid empty log, as the tree without the segment did.
 
-Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), sibling `memory_stream`, `stream_options`.
+  9. A replica's files are opened in one worker-thread call (`open_files`): its store, then its group's
+     WAL (`runtime.persist.open_storage`), after asking whether a memory stream's `raft/` was there before
+     (`memory_stream` rule 2: the WAL's open makes it). A WAL that fails to open closes the store.
+
+Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), L4 (`runtime.persist`), sibling `memory_stream`,
+`stream_options`.
 Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from jsraft.disk.base import Disk
 from jsraft.jsapi import StreamConfig
+from jsraft.runtime import NodeRuntime
+from jsraft.runtime.persist import open_storage
 from jsraft.server.groups.memory_stream import is_memory, open_store
 from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
 from jsraft.wal import Wal
@@ -121,6 +129,29 @@ def open_replica_files(disk: Disk, group: str, config: StreamConfig, raw: bytes,
     # The index is trusted once it checks against the block tails (what it does not cover is scanned);
     # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
     return open_store(disk, config, replica_store_config(config, options))
+
+
+class ReplicaFiles(NamedTuple):
+    """What `StreamReplica.open` needs from the disk (invariant 9)."""
+
+    store: Any  # the stream's store, recovered
+    storage: Any  # `open_storage`'s answer for the group's WAL: `NodeRuntime.open_group`'s `storage`
+    memory_lost: bool  # a memory stream whose group ran here before: its messages are gone
+
+
+def open_files(disk: Disk, config: StreamConfig, open_store_fn: Callable[[], Any], runtime: NodeRuntime,
+               group: str, assigned_index: int) -> ReplicaFiles:
+    """Run in a worker thread (invariant 9): `open_store_fn()` (the store), then group `group`'s WAL under
+    `disk`'s `raft/` (`assigned_index`: `group_record`'s)."""
+    memory_lost = is_memory(config) and disk.exists(RAFT_DIR)
+    store = open_store_fn()
+    try:
+        storage = open_storage(disk.sub(RAFT_DIR), group, runtime.wal_segment_bytes, runtime.group_record,
+                               assigned_index)
+    except BaseException:
+        store.close()
+        raise
+    return ReplicaFiles(store, storage, memory_lost)
 
 
 def remove_format_leftovers(streams: Disk) -> list[str]:

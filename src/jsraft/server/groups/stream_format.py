@@ -37,8 +37,8 @@ Invariants:
      at another index) gets its `group` file rewritten and synced as in 5; `format_new_replica` reads
      the file to tell, so no caller's word decides it.
 
-  8. A file-backed stream's tree holds its WAL's first segment, header only (`Wal.make_first_segment`),
-     synced with the tree: the group's first Ready cycle then appends to a file whose name is durable,
+  8. A file-backed stream's tree holds its WAL's first segment, header only (`Wal.make_first_segment`'s,
+     written with the rest of the WAL's files by `wal.files.make_new_wal`), synced with the tree: the group's first Ready cycle then appends to a file whose name is durable,
      and fsyncs it without the `raft/wal/` directory fsync a new segment needs — one serial fsync
      round less on a create's path. Recovery keeps an empty segment (`wal.log` invariant 5), so a crash
      before the first cycle leaves a valid empty log, as the tree without the segment did.
@@ -71,7 +71,7 @@ from jsraft.runtime import NodeRuntime
 from jsraft.runtime.persist import open_storage
 from jsraft.server.groups.memory_stream import is_memory, open_store
 from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
-from jsraft.wal import Wal
+from jsraft.wal.files import make_new_wal
 
 FORMAT_PREFIX = ".format-"
 RAFT_DIR = "raft"
@@ -126,9 +126,9 @@ def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes, options: 
     tree.write_atomic("config.json", raw)
     if not is_memory(config):
         open_store(tree, config, replica_store_config(config, options)).close()
-        wal, _ = Wal.open(tree.sub(RAFT_DIR))
-        wal.make_first_segment()  # invariant 8: its name is made durable with the tree
-        wal.close()
+        # Invariant 8: the first segment's name is made durable with the tree. The files `Wal.open` and
+        # `make_first_segment` would make, without recovering an empty directory (`wal.files` invariant 4).
+        make_new_wal(tree.sub(RAFT_DIR))
 
 
 def open_replica_files(disk: Disk, group: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> Any:

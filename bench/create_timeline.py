@@ -39,7 +39,10 @@ STEPS = (
     ("jsraft.server.groups.meta_service", "MetaService.create_stream", "meta.create_stream"),
     ("jsraft.replica.meta_adapter", "MetaAdapter.apply", "meta.apply"),
     ("jsraft.server.groups.streams", "prepare_format", "format.prepare (thread)"),
-    ("jsraft.server.groups.streams", "format_new_replica", "format.rename (thread)"),
+    ("jsraft.server.groups.streams", "format_new_replica", "format.rename (thread)"),  # before `format_and_open`
+    ("jsraft.server.groups.stream_format", "format_new_replica", "format.rename (thread)"),
+    ("jsraft.runtime.node_runtime", "open_storage", "wal.open (thread)"),  # before `format_and_open`
+    ("jsraft.server.groups.stream_format", "open_storage", "wal.open (thread)"),
     ("jsraft.server.groups.streams", "open_replica_files", "store.open (thread)"),
     ("jsraft.server.groups.streams", "StreamManager._open", "streams.open"),
     ("jsraft.server.groups.stream_replica", "StreamReplica.open", "replica.open"),
@@ -83,6 +86,8 @@ def serve(out: str, argv: list[str]) -> None:
         *parents, attribute = path.split(".")
         for parent in parents:
             owner = getattr(owner, parent)
+        if not hasattr(owner, attribute):  # a step of another version of the code (the STEPS comments)
+            continue
         setattr(owner, attribute, _wrap(events, label, getattr(owner, attribute)))
 
     from jsraft.cli import main

@@ -1,10 +1,11 @@
-"""A new replica's format and the opening of its files and store share one worker-thread call (`streams`
-invariant 9).
+"""A new replica's format and the opening of its files, store and WAL share one worker-thread call
+(`streams` invariant 9, `stream_format` invariant 9).
 
 Method: one real node (`jsraft.open_node`, real files and fsync) and nats-py in an asyncio worker thread.
 The test counts the calls of `open_replica_files` made by the stream manager's combined call and by
 `StreamReplica.open` (which opens the store itself only when not handed one): after creates of a file
-and a memory stream, every store was opened by the manager, none by the replica, and each stream
+and a memory stream, every store was opened by the manager, none by the replica, the runtime's
+`open_group` made no worker-thread call of its own (the WAL came opened with the store), and each stream
 answers a publish. Then the manager's opening is made to refuse one stream with a `JsraftError` (as a
 store that cannot recover would): that create is not answered with a running stream (the error is
 logged, the replica not started, nothing registered), and the next create works, so the manager's
@@ -69,7 +70,15 @@ async def test_the_store_is_opened_on_the_formats_thread_and_a_refusal_starts_no
         return seen
 
     async with jsraft.open_node(single(tmp_path)) as node:
+        hops = []  # the runtime's own worker calls (`open_group`'s WAL open when not handed one)
+        run_in_worker = node.runtime._run_in_worker
+
+        async def counting(fn, *args):
+            hops.append(fn)
+            return await run_in_worker(fn, *args)
+        node.runtime._run_in_worker = counting
         seen = await in_asyncio(scenario, node.url, node, timeout_s=60)
+        assert hops == []
         assert seen == {"acks": [1, 1], "after": 1}
         assert calls["manager"] == ["FILE1", "MEM1", "BROKEN", "AFTER"]
         assert calls["replica"] == []

@@ -127,14 +127,14 @@ class NodeRuntime:
     async def open_group(self, name: str, *, voters: Sequence[str] | None, state_machine: StateMachine,
                          raft_config: RaftConfig | None = None, disk: Disk | None = None,
                          snapshot_every_entries: int | None = None, peers: Sequence[str] | None = None,
-                         proposals_in_flight_max: int | None = None, assigned_index: int | None = None) -> None:
-        """Open (recover, or create) group `name` on this node.
-
-        Storage is `disk` or `self.disk.sub(f"groups/{name}")`. `voters`: the initial members if the group
-        was never durably started here (`restore`), None for a member waiting to be added; `peers`: its voters
-        (default `voters`), asked for their term after a double loss (`raft.term_query`). `assigned_index`: the
-        meta index that assigned it here (None: meta). `snapshot_every_entries`: snapshot after that many applies.
-        """
+                         proposals_in_flight_max: int | None = None, assigned_index: int | None = None,
+                         storage: tuple[Wal, Recovered, bool] | None = None) -> None:
+        """Open (recover, or create) group `name` on this node. Storage is `disk` or `self.disk.sub(f"groups/{name}")`;
+        `storage`: `open_storage`'s answer for it from the caller's worker thread (a hop less), closed by the
+        caller if this raises. `voters`: the initial members if the group was never durably started here
+        (`restore`), None for a member waiting to be added; `peers`: its voters (default `voters`), asked for
+        their term after a double loss (`raft.term_query`). `assigned_index`: the meta index that assigned it
+        here (None: meta). `snapshot_every_entries`: snapshot after that many applies."""
         if not GROUP_NAME.fullmatch(name):  # one path component; never "." or ".."
             raise BadRequest(f"invalid raft group name {name!r}")
         if self._closed:
@@ -147,7 +147,7 @@ class NodeRuntime:
         try:
             # Recovery reads and may repair files: off the trio thread, like every other disk access.
             group_disk = disk if disk is not None else self.disk.sub(f"groups/{name}")
-            wal, recovered, formatted = await self._run_in_worker(
+            wal, recovered, formatted = storage or await self._run_in_worker(
                 open_storage, group_disk, name, self.wal_segment_bytes, self.group_record, assigned_index)
         finally:
             self._opening.discard(name)

@@ -3,24 +3,46 @@
 Owns: `SegmentFiles`, the base class of `log.Wal` that keeps which segment files are open (the active one
 and those waiting for their fsync), fsyncs them, makes a new WAL's first segment ahead, starts a new
 segment, reads through an open or a fresh handle, rewrites a segment with repaired entries, and removes a
-segment durably. `Wal` decides what to write and when to fsync; this only handles the files.
+segment durably. `Wal` decides what to write and when to fsync; this only handles the files. Also
+`make_new_wal`: a new WAL's files written ahead, for a directory built whole (invariant 4).
 
 Invariants:
   1. A segment file stays open while it is the active one or dirty (written since its last fsync).
   2. A new segment is created only for the index after the log's end, never over an existing file (an
      entry-less segment of that name that appends may not go to is removed first, after a checkpoint).
   3. Each removal is durable (directory fsync) before the next: a crash leaves a prefix, never a gap.
+  4. `make_new_wal` writes, into a directory with no WAL, the same files with the same bytes as
+     `Wal.open` followed by `make_first_segment` leave there (the zero hard state in both slots, empty
+     `snapshots/`, the first segment's header; tests/wal/test_make_new_wal.py compares them), without
+     the recovery an open makes of what is not there. Whoever opens the WAL later recovers it as any.
 
-Imports: L0, L1 (`disk` protocol, `raft.types`), siblings `format`, `segment`.
+Imports: L0, L1 (`disk` protocol, `raft.types`), siblings `format`, `hardstate`, `segment`.
 """
 
 from __future__ import annotations
 
 from jsraft.disk.base import Disk, DiskFile
 from jsraft.errors import invariant
-from jsraft.raft.types import Entry
-from jsraft.wal.format import SEGMENT_DATA_START, SEGMENT_FORMAT_VERSION, WAL_DIR, segment_name, segment_preamble
+from jsraft.raft.types import Entry, HardState
+from jsraft.wal.format import (
+    HARD_STATE_FILE, SEGMENT_DATA_START, SEGMENT_FORMAT_VERSION, SNAPSHOT_DIR, WAL_DIR, segment_name, segment_preamble,
+)
+from jsraft.wal.hardstate import HardStateFile
 from jsraft.wal.segment import Segment, new_segment_content, rebuild
+
+
+def make_new_wal(disk: Disk) -> None:
+    """Invariant 4: a new, empty WAL's files under `disk`, its first segment made (`make_first_segment`)."""
+    invariant(not any(disk.exists(name) for name in (HARD_STATE_FILE, WAL_DIR, SNAPSHOT_DIR)),
+              "a new WAL's files are written only where no WAL is")
+    disk.makedirs(WAL_DIR)
+    disk.makedirs(SNAPSHOT_DIR)
+    HardStateFile.create(disk, HardState())
+    handle = disk.open(f"{WAL_DIR}/{segment_name(1)}", create=True)
+    try:
+        handle.append(segment_preamble(1))
+    finally:
+        handle.close()
 
 
 class SegmentFiles:

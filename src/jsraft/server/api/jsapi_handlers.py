@@ -261,8 +261,10 @@ class JsApi:
                 lambda: meta.has_stream(name) and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
             info = await self.info(name, config_index=0 if created else None)
-            info["config"] = config_json(result["config"], self.parts.meta.stream(name).required_level,
-                                         self.parts.config.api_level)
+            assignment, answered = self.parts.meta.stream(name), result["config"].encode()
+            # The answered config is usually the assignment's: served from its parsed view, not decoded again.
+            info["config"] = config_json(answered, assignment.required_level, self.parts.config.api_level,
+                                         assignment.config if answered == assignment.config_raw else None)
             if not self.parts.config.clustered:
                 info.pop("cluster", None)  # a standalone nats-server's create/update answer has none
             return info

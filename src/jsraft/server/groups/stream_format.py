@@ -1,8 +1,9 @@
 """Formatting a new stream replica's directory in one durable step (layer L5).
 
 Owns: `format_new_replica`, which builds `streams/<name>/` for a stream this node opens with no directory
-for it yet, `prepare_format` (the same tree built ahead, invariant 5), `remove_format_leftovers`, and
-`open_replica_files` (a replica's identity files and store, opened on the format's worker thread). A
+for it yet, `prepare_format` (the same tree built ahead, invariant 5), `remove_format_leftovers`,
+`open_replica_files` (a replica's identity files and store), `open_files` (those and the group's WAL) and
+`format_and_open` (the format and `open_files` in the stream manager's one worker-thread call). A
 create used to make every name durable as it made it — a directory fsync after each file written and
 each directory created, 18 fsyncs for one stream directory (`bench/README.md`, "Stream create latency")
 — which on a loaded disk was most of a create's time. Here the whole tree is written through an unsynced
@@ -36,35 +37,52 @@ Invariants:
      at another index) gets its `group` file rewritten and synced as in 5; `format_new_replica` reads
      the file to tell, so no caller's word decides it.
 
-  8. A file-backed stream's tree holds its WAL's first segment, header only (`Wal.make_first_segment`),
-     synced with the tree: the group's first Ready cycle then appends to a file whose name is durable,
+  8. A file-backed stream's tree holds its WAL's first segment, header only (`Wal.make_first_segment`'s,
+     written with the rest of the WAL's files by `wal.files.make_new_wal`), synced with the tree: the group's first Ready cycle then appends to a file whose name is durable,
      and fsyncs it without the `raft/wal/` directory fsync a new segment needs — one serial fsync
      round less on a create's path. Recovery keeps an empty segment (`wal.log` invariant 5), so a crash
      before the first cycle leaves a valid empty log, as the tree without the segment did.
 
-Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), sibling `memory_stream`, `stream_options`.
+  9. A replica's files are opened in one worker-thread call (`open_files`): its store, then its group's
+     WAL (`runtime.persist.open_storage`), after asking whether a memory stream's `raft/` was there before
+     (`memory_stream` rule 2: the WAL's open makes it). A WAL that fails to open closes the store.
+ 10. `format_and_open` (the stream manager's one worker-thread call) runs the rename's `streams/` fsync
+     (invariant 1's) beside `open_files` and returns only once it succeeded: the replica's group opens,
+     and can make anything durable or send anything, only after the name is durable. Until then the
+     opens only read, or write what no fsync made durable (a fresh WAL's first hard-state record): a
+     crash leaves either no `<name>` or a tree no group ever ran from, as in invariant 1.
+
+Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), L4 (`runtime.persist`), sibling `memory_stream`,
+`stream_options`.
 Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from jsraft.disk.base import Disk
+from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
+from jsraft.runtime import NodeRuntime
+from jsraft.runtime.persist import open_storage
 from jsraft.server.groups.memory_stream import is_memory, open_store
 from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
-from jsraft.wal import Wal
+from jsraft.wal.files import make_new_wal
 
 FORMAT_PREFIX = ".format-"
 RAFT_DIR = "raft"
 
 
 def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes,
-                       options: StreamOptions, prepared: bool = False) -> bool:
+                       options: StreamOptions, prepared: bool = False, sync_parent: bool = True) -> bool:
     """Run in a worker thread: format `streams/<name>` for group `group` unless it exists (invariant 3).
     `prepared`: `prepare_format` built this config's tree under the temporary name and returned True, and
-    nothing touched it since (invariant 5). True when it formatted."""
+    nothing touched it since (invariant 5). `sync_parent=False`: the caller syncs `streams/` (invariant
+    10). True when it formatted."""
     if streams.exists(name):
         return False
     temp = f"{FORMAT_PREFIX}{name}"
@@ -74,7 +92,8 @@ def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamCo
         streams.unsynced().sub(temp).write_atomic("group", group.encode())
         streams.sync_tree(temp)  # every file and directory of the tree, once each (a clean one costs little)
     streams.rename(temp, name)
-    streams.sync_dir("")
+    if sync_parent:
+        streams.sync_dir("")
     return True
 
 
@@ -107,9 +126,9 @@ def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes, options: 
     tree.write_atomic("config.json", raw)
     if not is_memory(config):
         open_store(tree, config, replica_store_config(config, options)).close()
-        wal, _ = Wal.open(tree.sub(RAFT_DIR))
-        wal.make_first_segment()  # invariant 8: its name is made durable with the tree
-        wal.close()
+        # Invariant 8: the first segment's name is made durable with the tree. The files `Wal.open` and
+        # `make_first_segment` would make, without recovering an empty directory (`wal.files` invariant 4).
+        make_new_wal(tree.sub(RAFT_DIR))
 
 
 def open_replica_files(disk: Disk, group: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> Any:
@@ -121,6 +140,69 @@ def open_replica_files(disk: Disk, group: str, config: StreamConfig, raw: bytes,
     # The index is trusted once it checks against the block tails (what it does not cover is scanned);
     # what it vouches for is CRC-checked in the background (`run`: `verify_in_background`).
     return open_store(disk, config, replica_store_config(config, options))
+
+
+class ReplicaFiles(NamedTuple):
+    """What `StreamReplica.open` needs from the disk (invariant 9)."""
+
+    store: Any  # the stream's store, recovered
+    storage: Any  # `open_storage`'s answer for the group's WAL: `NodeRuntime.open_group`'s `storage`
+    memory_lost: bool  # a memory stream whose group ran here before: its messages are gone
+
+
+def open_files(disk: Disk, config: StreamConfig, open_store_fn: Callable[[], Any], runtime: NodeRuntime,
+               group: str, assigned_index: int) -> ReplicaFiles:
+    """Run in a worker thread (invariant 9): `open_store_fn()` (the store), then group `group`'s WAL under
+    `disk`'s `raft/` (`assigned_index`: `group_record`'s)."""
+    memory_lost = is_memory(config) and disk.exists(RAFT_DIR)
+    store = open_store_fn()
+    try:
+        storage = open_storage(disk.sub(RAFT_DIR), group, runtime.wal_segment_bytes, runtime.group_record,
+                               assigned_index)
+    except BaseException:
+        store.close()
+        raise
+    return ReplicaFiles(store, storage, memory_lost)
+
+
+def format_and_open(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes, options: StreamOptions,
+                    prepared: bool, open_store_fn: Callable[[], Any], runtime: NodeRuntime,
+                    assigned_index: int) -> tuple[bool, ReplicaFiles | JsraftError]:
+    """Run in a worker thread (invariant 10): `format_new_replica`, then `open_files` while the rename's
+    `streams/` fsync runs on another thread; returns once both did. The format (True when it formatted)
+    and the files, or the `JsraftError` that refused them."""
+    formatted = format_new_replica(streams, name=name, group=group, config=config, raw=raw, options=options,
+                                   prepared=prepared, sync_parent=False)
+    synced = _parent_syncs().submit(streams.sync_dir, "") if formatted else None
+    try:
+        files: ReplicaFiles | JsraftError = open_files(streams.sub(name), config, open_store_fn, runtime, group,
+                                                       assigned_index)
+    except JsraftError as error:
+        files = error
+    finally:
+        if synced is not None:
+            concurrent.futures.wait([synced])
+    if synced is not None and synced.exception() is not None:
+        if isinstance(files, ReplicaFiles):
+            files.store.close()
+            files.storage[0].close()
+        raise synced.exception()  # type: ignore[misc]
+    return formatted, files
+
+
+# Threads that run `format_and_open`'s `streams/` fsyncs; made on first use, kept for the process's life.
+_PARENT_SYNC_THREADS_MAX = 4
+_parent_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_parent_pool_lock = threading.Lock()
+
+
+def _parent_syncs() -> concurrent.futures.ThreadPoolExecutor:
+    global _parent_pool
+    with _parent_pool_lock:
+        if _parent_pool is None:
+            _parent_pool = concurrent.futures.ThreadPoolExecutor(_PARENT_SYNC_THREADS_MAX,
+                                                                 thread_name_prefix="jsraft-format-sync")
+        return _parent_pool
 
 
 def remove_format_leftovers(streams: Disk) -> list[str]:

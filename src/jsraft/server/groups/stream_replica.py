@@ -65,8 +65,8 @@ from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
 from jsraft.replica.stream_leading import leader_ready
-from jsraft.server.groups.memory_stream import MemoryLoss, is_memory, start_store_tasks
-from jsraft.server.groups.stream_format import open_replica_files
+from jsraft.server.groups.memory_stream import MemoryLoss, start_store_tasks
+from jsraft.server.groups.stream_format import ReplicaFiles, open_files, open_replica_files
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine
 from jsraft.stream.batches import node_budget
 
@@ -130,27 +130,27 @@ class StreamReplica(ConfigFollowing):
 
     # --- Opening and closing ----------------------------------------------------------------------
 
-    async def open(self, assigned_index: int = 0, store: Any = None) -> None:
-        """Write the identity files, recover the store, open the Raft group (`assigned_index`: group_record).
-        `store`: what `open_replica_files` returned for this replica on the caller's worker thread (the
-        stream manager's, right after the format: one thread hop where there were two), else opened here."""
-        # memory_stream rule 2: a memory replica over a group that ran here before lost its messages.
-        # (`open_replica_files` creates no `raft/`, so asking after it answers the same.)
-        lost = is_memory(self.config) and self.disk.exists("raft")
-        if store is None:
-            store = await trio.to_thread.run_sync(
-                lambda: open_replica_files(self.disk, self.group, self.config, self.raw, self.options))
-        self.store = store
-        self.machine = StreamStateMachine(self.store, self.config, self.raw)
-        pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
-        self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
-                                     install_mark=InstallMark(self.disk), pace=pace)
-        attach_republisher(self)  # the stream's `republish`, sent through the node's client port
-        if lost:
-            self.memory_loss.mark()  # before the replay: no entry may write into the lost store
-        voters, every, raft = self.peers if self.bootstrap else None, self.options.snapshot_every_entries, self.raft_config
-        await self.runtime.open_group(self.group, voters=voters, peers=self.peers, state_machine=self.adapter, raft_config=raft,
-                                      disk=self.disk.sub("raft"), assigned_index=assigned_index, snapshot_every_entries=every)
+    async def open(self, assigned_index: int = 0, files: ReplicaFiles | None = None) -> None:
+        """Recover the store and WAL (`files`: `stream_format.open_files`'s, else opened here), open the group."""
+        if files is None:
+            files = await trio.to_thread.run_sync(open_files, self.disk, self.config, lambda: open_replica_files(
+                self.disk, self.group, self.config, self.raw, self.options), self.runtime, self.group, assigned_index)
+        self.store, lost = files.store, files.memory_lost  # memory_stream rule 2: its messages are gone
+        try:  # the WAL is the group's once `open_group` returned; closed here if it never got there
+            self.machine = StreamStateMachine(self.store, self.config, self.raw)
+            pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
+            self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
+                                         install_mark=InstallMark(self.disk), pace=pace)
+            attach_republisher(self)  # the stream's `republish`, sent through the node's client port
+            if lost:
+                self.memory_loss.mark()  # before the replay: no entry may write into the lost store
+            await self.runtime.open_group(self.group, voters=self.peers if self.bootstrap else None, peers=self.peers,
+                                          state_machine=self.adapter, raft_config=self.raft_config,
+                                          disk=self.disk.sub("raft"), assigned_index=assigned_index,
+                                          snapshot_every_entries=self.options.snapshot_every_entries, storage=files.storage)
+        except BaseException:
+            files.storage[0].close()
+            raise
         if lost:
             self.memory_loss.mark()  # again: restoring this replica's own snapshot left a plan or none
         self.adapter.recovery_target = self.runtime.status(self.group).raft.last_index

@@ -35,9 +35,10 @@ Invariants:
      so it is usually made durable by the group's first Ready cycle with the bootstrap and the no-op. The
      replica's run loop would propose it a tick after the create was answered, and its cycles then fell
      on the next create's path. Its outcome is not awaited: if it fails, the run loop proposes it.
-  9. The format and the opening of the replica's files and store run in one worker-thread call, in that
-     order (a thread hop costs a wait for the interpreter on a busy node, twice per hop); a store that
-     refuses to open is logged and the replica not started, as when its own open refused it.
+  9. The format and the opening of the replica's files, store and WAL run in one worker-thread call
+     (`stream_format.format_and_open`: a thread hop costs a wait for the interpreter on a busy node, twice
+     per hop); a store or WAL that refuses to open is logged and the replica not started, as when its
+     own open refused it.
  10. `prepare` starts the preparation's thread itself (`trio.lowlevel.start_thread_soon`): from a spawned
      task it began, in about half of back-to-back creates, only after the meta entry's fsyncs, run inline
      on the trio thread by the ready loop (woken by the same proposal). A bug there raises in the open.
@@ -65,7 +66,7 @@ from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_repair import CallPeer
 from jsraft.server.groups.stream_format import (
-    format_new_replica, open_replica_files, prepare_format, remove_format_leftovers,
+    format_and_open, open_replica_files, prepare_format, remove_format_leftovers,
 )
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
@@ -254,20 +255,19 @@ class StreamManager:
         # A stream new to this node gets its directory formatted whole, with one fsync per file and per
         # directory (`stream_format`); the replica's open then finds every name it needs in place.
         prepared = await self._take_prepared(assignment)
-        formatted, store = await trio.to_thread.run_sync(self._format_and_open, assignment, prepared)
-        if isinstance(store, JsraftError):
-            log.error("stream %s: cannot open replica: %s", assignment.name, store)
+        formatted, files = await trio.to_thread.run_sync(self._format_and_open, assignment, prepared)
+        if isinstance(files, JsraftError):
+            log.error("stream %s: cannot open replica: %s", assignment.name, files)
             return
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
                                 disk=self.disk.sub(assignment.name), runtime=self.runtime,
                                 raft_config=self.raft_config(), config_index=assignment.config_index,
                                 bootstrap=assignment.peers_unchanged, options=self.options,
-                                call_peer=self.call_peer, advisories=self.advisories,
-                                offline_warnings=self.offline_warnings)
+                                call_peer=self.call_peer, advisories=self.advisories, offline_warnings=self.offline_warnings)
         replica.consumers.port = self.consumer_port
         try:
-            await replica.open(assigned_index=assignment.created_index, store=store)
+            await replica.open(assigned_index=assignment.created_index, files=files)
         except JsraftError as error:
             log.error("stream %s: cannot open replica: %s", assignment.name, error)
             return
@@ -280,17 +280,14 @@ class StreamManager:
             await self._config_first(replica)
 
     def _format_and_open(self, assignment: StreamAssignment, prepared: bool) -> tuple[bool, Any]:
-        """Run in a worker thread (invariant 9): the format (True when it formatted) and the replica's
-        files and store (`open_replica_files`), or the `JsraftError` that refused them."""
-        assert assignment.config is not None
-        formatted = format_new_replica(self.disk, name=assignment.name, group=assignment.group,
-                                       config=assignment.config, raw=assignment.config_raw,
-                                       options=self.options, prepared=prepared)
-        try:
-            return formatted, open_replica_files(self.disk.sub(assignment.name), assignment.group,
-                                                 assignment.config, assignment.config_raw, self.options)
-        except JsraftError as error:
-            return formatted, error
+        """Run in a worker thread (invariant 9): `stream_format.format_and_open`."""
+        name, group, config, raw = assignment.name, assignment.group, assignment.config, assignment.config_raw
+        assert config is not None
+        return format_and_open(self.disk, name=name, group=group, config=config, raw=raw, options=self.options,
+                               prepared=prepared, runtime=self.runtime, assigned_index=assignment.created_index,
+                               # After the format: `sub` makes the directory, which would pass for an existing one.
+                               open_store_fn=lambda: open_replica_files(self.disk.sub(name), group, config, raw,
+                                                                        self.options))
 
     async def _config_first(self, replica: StreamReplica) -> None:
         """Invariant 8: a new group that leads from its open gets its CONFIG entry into the log at once."""

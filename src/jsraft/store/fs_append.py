@@ -75,9 +75,12 @@ def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, 
     by_subject: dict[str, list[int]] = {}  # subject -> [count, first seq, last seq] in this run
     range_sums: list[list[int]] = []  # [range key, count, digest sum]: sequences are contiguous
     digest, total_bytes, index = store.digest, 0, start
+    subject, subject_bytes, run = None, b"", None  # the previous message's: a run mostly repeats one subject
     for index in range(start, len(msgs)):
-        seq, subject, headers, payload, timestamp_ns = msgs[index]
-        subject_bytes = subject.encode()
+        seq, next_subject, headers, payload, timestamp_ns = msgs[index]
+        if next_subject != subject:
+            subject, subject_bytes = next_subject, next_subject.encode()
+            run = None
         length = _MSG_FIXED_BYTES + len(subject_bytes) + len(headers) + len(payload)
         if position + length > limit and (offsets or block.last_seq >= block.first_seq):
             break
@@ -102,12 +105,12 @@ def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, 
             range_sums.append([key, 0, 0])
         range_sums[-1][1] += 1
         range_sums[-1][2] += term
-        run = by_subject.get(subject)
         if run is None:
-            by_subject[subject] = [1, seq, seq]
-        else:
-            run[0] += 1
-            run[2] = seq
+            run = by_subject.get(subject)
+            if run is None:
+                run = by_subject[subject] = [0, seq, seq]
+        run[0] += 1
+        run[2] = seq
     else:
         index = len(msgs)
     if offsets:

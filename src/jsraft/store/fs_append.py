@@ -69,9 +69,7 @@ def append_run(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, 
                                  f"the store at {store.last_seq}: an append would misplace its slots")
     position, limit = block.size, store.config.block_size
     parts: list[bytes] = []
-    offsets: list[int] = []
-    lengths: list[int] = []
-    crcs: list[int] = []
+    offsets, lengths, crcs = [], [], []  # the block's new slots
     by_subject: dict[str, list[int]] = {}  # subject -> [count, first seq, last seq] in this run
     range_sums: list[list[int]] = []  # [range key, count, digest sum]: sequences are contiguous
     digest, total_bytes, index = store.digest, 0, start

@@ -266,3 +266,39 @@ def test_held_run_stops_at_the_first_message_not_held_exactly(tmp_path, kind):
         assert store.held_run(1, changed, 900) == index
     assert store.held_run(1150, msgs[1149:] + [_msg(1201)[1:]]) == 51  # past the store's last sequence
     store.close()
+
+
+def test_a_store_of_large_messages_rewrites_its_index_every_few_rolls_and_a_crash_still_opens_from_it(tmp_path,
+                                                                                                    monkeypatch):
+    """Large messages make few slots, so the index's size alone would make it due at every roll and each
+    roll would rebuild it for every block (O(blocks) a roll). Its per-block work counts too
+    (`fs_append._index_due`): with 60 blocks it is rewritten every few rolls, and a crash opens from the
+    last one written, scanning at most about a sixteenth of the blocks past it, to the same state."""
+    root = str(tmp_path / "s")
+    config = StoreConfig(block_size=BLOCK_BYTES)
+    store = FileStore.open(OsDisk(root), config)
+    writes: list[int] = []  # the number of blocks at each index write
+    original = fs_index.index_bytes
+
+    def counted(target: FileStore) -> bytes:
+        writes.append(len(target.blocks))
+        return original(target)
+
+    payload = bytes(range(256)) * 12  # ~3 KiB: 21 messages a block
+    with monkeypatch.context() as patch:
+        patch.setattr(fs_index, "index_bytes", counted)
+        for start in range(1, 1261, 10):
+            store.append_batch([(seq, "big", b"", payload, seq) for seq in range(start, start + 10)])
+    store.sync()
+    state = store.state()
+    blocks = len(store.blocks)
+    assert blocks >= 60
+    late = [count for count in writes if count > 32]
+    assert late and len(late) <= (blocks - 32) // 2  # every roll would be one per block past the 32nd
+    store.files.abandon()
+    reopened = FileStore.open(OsDisk(root), config)
+    assert reopened.recovery_report["index"] == "used"
+    assert blocks - len(reopened.unverified) <= blocks // 16 + 2
+    assert reopened.state() == state == _full_scan(root, config)[0]
+    assert _verify_all(reopened) == 0 and reopened.state() == state
+    reopened.close()

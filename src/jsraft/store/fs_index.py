@@ -9,10 +9,10 @@ why.
 
 Invariants:
   1. The index is written only when everything it describes is durable (at `close` after `sync`, and at a
-     roll once the bytes sealed since the last one reach its own size, `fs_append.roll`; a deferred roll
-     builds it at the roll and its job writes it last, after the blocks' fsyncs and the new block's
-     rename), so it is never newer than the blocks it lists; one that is (a lost block write) fails the
-     size or tail check.
+     roll once the bytes sealed since the last one reach its own size and a sixteenth of a block per block
+     it lists, `fs_append._index_due`; a deferred roll builds it at the roll and its job writes it last,
+     after the blocks' fsyncs and the new block's rename), so it is never newer than the blocks it lists;
+     one that is (a lost block write) fails the size or tail check.
   2. Every block region an index vouches for is listed in `FileStore.unverified` until the background
      verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
   3. It carries every accounting group's totals and what each still owes (`fs_unreadable`): a store opened

@@ -29,6 +29,7 @@ from jsraft.errors import (
 from jsraft.store.base import UNLIMITED, Discard, StoreConfig, msg_size
 
 _U64_MAX = (1 << 64) - 1
+_UNSEEN = object()  # no subject equals it: the first message's subject is always validated
 
 
 class _Counts(Protocol):
@@ -115,10 +116,31 @@ def check_batch(store: _Counts, msgs: Sequence[tuple[int, str, bytes, bytes, int
     if config.discard == Discard.new:
         dry_run = DiscardNewCheck(config, store.msgs, store.bytes, store.subject_count, store.subject_sizes)
     expected = store.last_seq + 1
+    if dry_run is None:
+        _check_plain(config, expected, msgs)
+        return
     for seq, subject, headers, payload, timestamp_ns in msgs:
         if seq != expected:
             raise SequenceOutOfOrder(expected, seq)
         expected += 1
         subject_bytes = check_message(config, subject, headers, payload, timestamp_ns)
-        if dry_run is not None:
-            dry_run.add(subject, msg_size(len(subject_bytes), len(headers), len(payload)))
+        dry_run.add(subject, msg_size(len(subject_bytes), len(headers), len(payload)))
+
+
+def _check_plain(config: StoreConfig, expected: int, msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> None:
+    """`check_message` for every message of a batch with no dry run, in the same order, with the checks
+    inlined (every replica's apply runs this per message): a subject is validated once per batch."""
+    subject_seen: object = _UNSEEN
+    size_max = None if config.max_msg_size == UNLIMITED else config.max_msg_size
+    headers_max, payload_max = limits.headers_bytes_max, limits.payload_bytes_max
+    for seq, subject, headers, payload, timestamp_ns in msgs:
+        if seq != expected:
+            raise SequenceOutOfOrder(expected, seq)
+        expected += 1
+        if subject != subject_seen:
+            subjects.validate_published(subject)
+            subject_seen = subject
+        if not isinstance(timestamp_ns, int) or not 0 <= timestamp_ns <= _U64_MAX \
+                or len(headers) > headers_max or len(payload) > payload_max \
+                or size_max is not None and len(headers) + len(payload) > size_max:
+            check_message(config, subject, headers, payload, timestamp_ns)  # raises the precise error

@@ -1,11 +1,11 @@
 """`scripts/cluster.py up/down`: a 3-node cluster of real `jsraft serve` processes on loopback.
 
 Method: pick a base port in a high range whose client, cluster and monitor ports (P+i, P+2000+i, P+4000+i)
-are all free; run `cluster.py up`, check its output (one line per node, exactly), each node's `/healthz`
-and that every `/jsz` names the same meta leader; check a second `up` on the same directory is refused;
-run `cluster.py down` and check every process is gone. A process that `down` did not start (a pid in
-cluster.json running something else) must be left alone. Whatever happens, the test kills what it
-started.
+are all free; run `cluster.py up`, check its output (one line per node, exactly), each node's `/healthz`,
+that every `/jsz` names the same meta leader and every `/varz` shows a link to each other node; check a
+second `up` on the same directory is refused; run `cluster.py down` and check every process is gone. A
+process that `down` did not start (a pid in cluster.json running something else) must be left alone.
+Whatever happens, the test kills what it started.
 """
 
 from __future__ import annotations
@@ -101,6 +101,9 @@ def test_up_then_down(tmp_path):
         varz = get(monitors[1], "/varz")[1]
         assert (varz["server_name"], varz["port"], varz["cluster"]["port"]) == ("n2", base + 1, base + 2001)
         assert {peer["name"] for peer in varz["cluster"]["peers"]} == {"n1", "n3"}
+        for port in monitors:  # `up` waited for a full mesh: an R3 create can be placed at once
+            peers = get(port, "/varz")[1]["cluster"]["peers"]
+            assert len(peers) == 2 and all(peer["connected"] for peer in peers), (port, peers)
 
         again = cluster("up", "--nodes", "3", "--dir", str(directory), "--port", str(base))
         assert again.returncode == 2 and "still running" in again.stderr

@@ -9,7 +9,9 @@ Invariants:
   1. `up` refuses before starting anything when a planned port is already held, naming every such port
      and its role (exit 1), or when a cluster recorded in DIR still runs (exit 2).
   2. `up` reports success only when every node it started is alive, is the process listening on its own
-     client, cluster and monitoring ports, answers `/varz` with its own name, and every node's `/jsz`
+     client, cluster and monitoring ports, answers `/varz` with its own name and a connected link to every
+     other node (the meta leader places a replicated stream only on peers it has a link to: without this
+     an R3 create right after `up` could be refused with 10005 "peer offline"), and every node's `/jsz`
      names the same meta leader. Otherwise it stops what it started and exits 1.
   3. `down` signals only the processes `up` recorded that still run `jsraft serve` for their store
      directory (processes invariant 1).
@@ -98,6 +100,20 @@ def _impostors(nodes: list[dict[str, Any]]) -> list[str]:
     return wrong
 
 
+def _unlinked(nodes: list[dict[str, Any]]) -> list[str]:
+    """Each node's missing links to the others, from its `/varz` (invariant 2); empty when fully linked."""
+    missing = []
+    for node in nodes:
+        status, varz = get_json(f"http://127.0.0.1:{node['monitor_port']}/varz")
+        if status != 200 or not isinstance(varz, dict):
+            missing.append(f"{node['name']}'s /varz answered {status}")
+            continue
+        links = {peer["name"]: peer["connected"] for peer in varz["cluster"]["peers"]}
+        missing += [f"{node['name']} has no link to {other['name']}" for other in nodes
+                    if other is not node and not links.get(other["name"], False)]
+    return missing
+
+
 def wait_until_up(nodes: list[dict[str, Any]], processes: dict[str, subprocess.Popen], timeout_s: float) -> str:
     """The meta leader every node names, once invariant 2 holds; RuntimeError otherwise."""
     deadline = time.monotonic() + timeout_s
@@ -114,7 +130,7 @@ def wait_until_up(nodes: list[dict[str, Any]], processes: dict[str, subprocess.P
         # Agreed on a leader, and every node ready with its replicas current (its /healthz says so).
         if len(agreed) == 1 and None not in agreed and all(
                 get_json(f"http://127.0.0.1:{node['monitor_port']}/healthz")[0] == 200 for node in nodes):
-            problems = _impostors(nodes)
+            problems = _impostors(nodes) or _unlinked(nodes)
             if not problems:
                 return agreed.pop()
         time.sleep(POLL_S)

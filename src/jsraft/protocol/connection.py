@@ -27,7 +27,7 @@ from jsraft import limits
 from jsraft.protocol.errors import HeadersNotSupported, MalformedArguments
 from jsraft.protocol.events import Connect, Err, Info, Msg, Ok, Ping, Pong, Pub, Sub, Unsub
 from jsraft.protocol.reader import PendingPayload, Reader, parse_size
-from jsraft.protocol.wire import encode_client_event, encode_server_event, text_from_wire
+from jsraft.protocol.wire import SIZE_DIGITS_MAX, encode_client_event, encode_server_event, text_from_wire
 
 _PING, _PONG, _OK = Ping(), Pong(), Ok()
 
@@ -65,6 +65,32 @@ class ServerConnection(Reader):
         self.headers_enabled = False
         self._ops = {b"PUB": self._pub, b"HPUB": self._hpub, b"SUB": self._sub, b"UNSUB": self._unsub,
                      b"PING": self._ping, b"PONG": self._pong, b"CONNECT": self._connect}
+
+    def _next(self) -> Any:
+        # The hot path (every publish, every JetStream ack): a `PUB` whose control line and payload are both
+        # buffered is parsed in one pass, without the generic path's line copy, operation lookup and
+        # payload closure. Anything else — another operation, a payload still to come, any argument the
+        # generic path would refuse — falls through untouched to `Reader._next`, which parses the same bytes
+        # from the start: the events and errors are the generic path's (tests/protocol/test_pub_fast_path.py).
+        buffer, start = self._buffer, self._position
+        if self._pending is None and buffer.startswith(b"PUB ", start):
+            newline = buffer.find(b"\n", start)
+            if newline >= 0:
+                end = newline - 1 if buffer[newline - 1] == 13 else newline
+                if end - start - 4 <= self.max_control_line:  # the generic path's two length checks pass
+                    args = buffer[start + 4:end].split()
+                    count = len(args)
+                    raw = args[-1] if count == 2 or count == 3 else b""
+                    if raw.isdigit() and len(raw) <= SIZE_DIGITS_MAX:
+                        stop = newline + 1 + int(raw)
+                        if stop - newline - 1 <= self.max_payload and len(buffer) >= stop + 2 \
+                                and buffer[stop] == 13 and buffer[stop + 1] == 10:
+                            with memoryview(buffer) as view:
+                                body = bytes(view[newline + 1:stop])
+                            self._position = stop + 2
+                            return Pub(args[0].decode("utf-8", "surrogateescape"),
+                                       args[1].decode("utf-8", "surrogateescape") if count == 3 else None, body)
+        return Reader._next(self)
 
     def send(self, event: Any) -> bytes:
         """Bytes for a server event (INFO, MSG/HMSG, PING, PONG, +OK, -ERR); `LocalProtocolError` otherwise."""

@@ -72,10 +72,13 @@ async def raw(nc: Any, subject: str, body: Any = b"") -> dict[str, Any]:
 
 
 async def drain(sub: Any, batch: int = 20) -> list[Any]:
-    """Everything the consumer has now (nats-py's fetch ends at the stream's end with a 404)."""
+    """Everything the consumer has now (nats-py's fetch ends at the stream's end with a 404). A fetch that
+    gets nothing in time raises `nats.errors.TimeoutError` from its wait, or the plain `asyncio.TimeoutError`
+    (its base class) when its first answer came back with the deadline spent (nats-py 2.16 `_fetch_n`):
+    both mean "nothing now"."""
     try:
         return await sub.fetch(batch, timeout=3)
-    except nats.errors.TimeoutError:
+    except asyncio.TimeoutError:
         return []
 
 

@@ -148,7 +148,8 @@ def _side_threads() -> concurrent.futures.ThreadPoolExecutor:
 
 def side_by_side(steps: persist.Steps) -> None:
     """Run `steps` concurrently — the first on this thread, each other one on a kept thread (a group's
-    first cycle has three: its witness, its marker and its record, once in the group's life) — and return
+    first cycle has three: its witness, its marker and its record, once in the group's life; a new
+    stream's `stream_format.format_and_open` two: its opens and the `streams/` fsync) — and return
     once every one returned (invariant 5); raise the first error, an `InvariantViolation` before any
     other. The kept threads only run such steps, none of which waits for another step, so a full pool
     only delays them."""

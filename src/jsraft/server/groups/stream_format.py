@@ -59,8 +59,7 @@ Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync dire
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -68,7 +67,7 @@ from jsraft.disk.base import Disk
 from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
 from jsraft.runtime import NodeRuntime
-from jsraft.runtime.persist import open_storage
+from jsraft.runtime.persist import open_storage, side_by_side
 from jsraft.server.groups.memory_stream import is_memory, open_store
 from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
 from jsraft.wal.files import make_new_wal
@@ -169,40 +168,27 @@ def format_and_open(streams: Disk, *, name: str, group: str, config: StreamConfi
                     prepared: bool, open_store_fn: Callable[[], Any], runtime: NodeRuntime,
                     assigned_index: int) -> tuple[bool, ReplicaFiles | JsraftError]:
     """Run in a worker thread (invariant 10): `format_new_replica`, then `open_files` while the rename's
-    `streams/` fsync runs on another thread; returns once both did. The format (True when it formatted)
-    and the files, or the `JsraftError` that refused them."""
+    `streams/` fsync runs on a kept thread (`runtime.persist.side_by_side`); returns once both did. The
+    format (True when it formatted) and the files, or the `JsraftError` that refused them."""
     formatted = format_new_replica(streams, name=name, group=group, config=config, raw=raw, options=options,
                                    prepared=prepared, sync_parent=False)
-    synced = _parent_syncs().submit(streams.sync_dir, "") if formatted else None
+    opened: list[ReplicaFiles | JsraftError] = []
+
+    def open_step() -> None:
+        try:
+            opened.append(open_files(streams.sub(name), config, open_store_fn, runtime, group, assigned_index))
+        except JsraftError as error:
+            opened.append(error)
+
     try:
-        files: ReplicaFiles | JsraftError = open_files(streams.sub(name), config, open_store_fn, runtime, group,
-                                                       assigned_index)
-    except JsraftError as error:
-        files = error
-    finally:
-        if synced is not None:
-            concurrent.futures.wait([synced])
-    if synced is not None and synced.exception() is not None:
-        if isinstance(files, ReplicaFiles):
+        side_by_side((open_step, functools.partial(streams.sync_dir, "")) if formatted else (open_step,))
+    except BaseException:
+        files = opened[0] if opened else None
+        if isinstance(files, ReplicaFiles):  # opened, but the directory is not durable: nothing stays open
             files.store.close()
             files.storage[0].close()
-        raise synced.exception()  # type: ignore[misc]
-    return formatted, files
-
-
-# Threads that run `format_and_open`'s `streams/` fsyncs; made on first use, kept for the process's life.
-_PARENT_SYNC_THREADS_MAX = 4
-_parent_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_parent_pool_lock = threading.Lock()
-
-
-def _parent_syncs() -> concurrent.futures.ThreadPoolExecutor:
-    global _parent_pool
-    with _parent_pool_lock:
-        if _parent_pool is None:
-            _parent_pool = concurrent.futures.ThreadPoolExecutor(_PARENT_SYNC_THREADS_MAX,
-                                                                 thread_name_prefix="jsraft-format-sync")
-        return _parent_pool
+        raise
+    return formatted, opened[0]
 
 
 def remove_format_leftovers(streams: Disk) -> list[str]:

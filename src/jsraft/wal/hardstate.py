@@ -28,6 +28,17 @@ Writing in place would leave nothing valid if the write tore, so each write goes
 carries a sequence above every one written before (slots and WAL records share one counter); recovery takes
 the valid hard state with the highest sequence.
 
+One exception keeps damage visible (invariant 5). A bad slot the log does not cover is *evidence*: it may
+have held a newer term or vote than anything left (a lost vote: `recovery` decision 2), and what the
+replica does about it — turn repairing, fence its vote through the node record's ceiling — lives in the
+Raft core's next hard state, not in the one recovered. Overwriting that slot with the recovered state (a
+restate at open, a checkpoint before a cut) would erase the evidence before the response is durable: a
+crash in between, and the next open finds two good slots, an older vote, and votes again in the lost term
+(simulator, consumer app, seed 9 with commits announced lazily: `double-vote`). So while the file holds
+such evidence, a save with the recovered term, vote, fence and repairing flag goes over the good slot, in
+place (torn, it leaves no valid slot at all: a lost hard state, damage again, never a silent one); the first
+save that changes one of them — the replica's answer — replaces the evidence, as the alternation would.
+
 Invariants:
   1. Slot `i` only ever holds sequences `s` with `s % 2 == i`: writes alternate, and a write after a bad
      slot goes to the bad slot, so the last good state is never overwritten by the next write.
@@ -36,6 +47,9 @@ Invariants:
      slot is never "repaired" from guesses, only overwritten by the next save.
   4. Each slot record names its body version (`format`), so a version 1 file whose header and one slot the
      first save of this build rewrote (one fsync, in no guaranteed order) still reads right.
+  5. A slot marked as evidence (`keep_evidence`: damaged, and the log does not cover it) is not written
+     while the state saved has the vote fields of the one recovered with it; the first state that changes
+     them is written there, and ends the exception.
 
 Imports: L0, L1, attrs. Reference: DESIGN.md §4 (term and vote durable before use; two slots).
 """
@@ -100,6 +114,12 @@ def read_slots(disk: Disk) -> tuple[SlotRead, SlotRead, int]:
     return _read_slot(buffer, 0), _read_slot(buffer, 1), file_header_version(buffer, HARD_STATE_FILE_TYPE)
 
 
+def _vote_fields(hs: HardState) -> tuple[object, ...]:
+    """What a replica's answer to a lost vote changes (term, vote, fence, repairing): a save that changes
+    none of them (a commit hint, a lowered watermark before a cut) is not that answer (invariant 5)."""
+    return hs.current_term, hs.voted_for, hs.vote_fence_term, hs.repairing
+
+
 class HardStateFile:
     """The open hard-state file and which slot holds the newest state."""
 
@@ -116,6 +136,15 @@ class HardStateFile:
             (slot.sequence, index) for index, slot in enumerate(slots) if slot.hard_state is not None
         ) if any(self._valid) else (1, 1)
         self.sequence, self.newest_slot = best
+        # Invariant 5: the damaged slot kept as evidence, and the recovered state it is kept from.
+        self._evidence: tuple[int, HardState] | None = None
+
+    def keep_evidence(self, recovered: HardState) -> None:
+        """Invariant 5, for a file whose one bad slot the log does not cover (the caller's finding; a no-op
+        with two good slots or none): keep that slot until a state whose vote fields (`_vote_fields`) differ
+        from `recovered`'s is saved."""
+        if self._valid.count(True) == 1:
+            self._evidence = (self._valid.index(False), recovered)
 
     @staticmethod
     def create(disk: Disk, hs: HardState) -> "HardStateFile":
@@ -141,6 +170,12 @@ class HardStateFile:
         it; returns the sequence it was written with: the lowest above both the newest slot's and
         `at_least - 1` that has the slot's parity."""
         slot = 1 - self.newest_slot
+        if self._evidence is not None:
+            evidence, recovered = self._evidence
+            if _vote_fields(hs) == _vote_fields(recovered):
+                slot = 1 - evidence  # in place, over the good slot (invariant 5)
+            else:
+                self._evidence = None  # the response is what this write makes durable
         sequence = max(self.sequence + 1, at_least)
         sequence += sequence % 2 != slot
         invariant(sequence % 2 == slot, "hard-state slot parity: slot i holds sequences s with s % 2 == i")

@@ -190,7 +190,9 @@ def _load_witness(disk: Disk) -> _Witness:
 
 
 def _witness_findings(witness: _Witness, log_best: HardStateRecord | None, reasons: list[str]) -> bool:
-    """Decision 2 for the witness file: append its findings; True if the hard state counts as lost."""
+    """Decision 2 for the witness file: append its findings; True if the hard state counts as lost. A bad
+    slot the log does not cover stays in the file as evidence until a new state is saved (`hardstate`
+    invariant 5), so a crash before then finds the same damage again."""
     if witness.slots is None:
         reasons.append("hard-state file missing while log or snapshot data exists")
         return True
@@ -362,6 +364,9 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     reasons.extend([problem] if problem else [])
     hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
     sequence = max((found.sequence for found in (witness.newest, log_best) if found is not None), default=1)
+    if witness.hs_file is not None and not lost and not (log_best is not None and witness.newest is not None
+                                                         and log_best.sequence > witness.newest.sequence):
+        witness.hs_file.keep_evidence(hs)  # a bad slot the log does not cover, if any (`hardstate` inv. 5)
     hs_file, sequence, anchor, restate = _vouch_and_persist(disk, witness, hs, (best, log_best), scan, meta,
                                                             hs != stored or bool(covered), sequence, reasons)
     recovered = Recovered(

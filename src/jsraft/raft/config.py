@@ -52,6 +52,12 @@ class RaftConfig:
     uncommitted_entries_max: int = 8192
     committed_entries_per_ready_max: int = 1024
     pending_reads_max: int = 4096
+    # When a follower's acknowledgement (or the leader's own fsync) commits entries: True sends every
+    # follower an AppendEntries at once, empty if it lacks nothing, to tell it the new commit index (etcd's
+    # `bcastAppend`, nats-server's commit heartbeat); False lets the index travel with the next
+    # AppendEntries that carries entries, or the next heartbeat (`replication` invariant 5). Only the
+    # followers' apply waits for it; what is committed, and when, does not change.
+    prompt_commit: bool = True
 
     def validate(self) -> None:
         """Raise `InvalidConfig` if a field or a relation between fields is wrong."""

@@ -1,7 +1,8 @@
 """Log replication, leader side: sending AppendEntries, handling responses, committing (layer L1).
 
 Owns: `send_append` (one batch to one follower, within its in-flight window), `broadcast_append`,
-`broadcast_heartbeat`, `handle_append_entries_response` with fast back-off, and `maybe_commit`.
+`broadcast_heartbeat`, `handle_append_entries_response` with fast back-off, `maybe_commit` and
+`announce_commit`.
 
 Invariants:
   1. The leader counts only durable copies toward commit: a follower's match index comes from its
@@ -12,6 +13,12 @@ Invariants:
      most `max_entries_per_msg` entries and `max_bytes_per_msg` bytes (but at least one entry).
   4. A heartbeat carries `prev_log_index = match_index`, so it checks the follower still holds what it
      acknowledged: a repairing follower that lost entries rejects it and its match index regresses.
+  5. A new commit index reaches every follower (`announce_commit`): with `prompt_commit` at once, in an
+     AppendEntries that is empty if the follower lacks no entry; without, in the next AppendEntries that
+     carries entries or the next heartbeat (at most `heartbeat_ticks` later; a leader does not quiesce
+     before every live member was sent it, `quiesce` invariant 1). A commit that applies a membership
+     change is always announced at once: the members learn their configuration without waiting.
+     Commitment itself never waits for the announcement, and a follower's log is the same either way.
 
 Imports: L0. Reference: Raft paper §5.3; etcd-io/raft `raft.go` (`maybeSendAppend`, `handleAppendEntries`
 on the leader side).
@@ -71,6 +78,17 @@ def broadcast_append(node: RaftNode) -> None:
             send_all_pending(node, peer)
 
 
+def announce_commit(node: RaftNode, before: int) -> None:
+    """The commit index advanced from `before` (invariant 5): every follower gets the entries it lacks,
+    which carry the new index; an empty AppendEntries only with `prompt_commit`, or when the advance
+    committed a membership change."""
+    if node.config.prompt_commit or before < node.pending_conf_index <= node.log.commit_index:
+        broadcast_append(node)
+        return
+    for peer in peers(node):
+        send_all_pending(node, peer)
+
+
 def broadcast_heartbeat(node: RaftNode) -> None:
     for peer in peers(node):
         send_heartbeat(node, peer)
@@ -128,11 +146,12 @@ def _on_match_advanced(node: RaftNode, peer: str, progress: Progress) -> None:
     elif progress.state is ProgressState.SNAPSHOT and progress.match_index >= progress.pending_snapshot_index:
         progress.become_probe()
         progress.become_replicate()
+    before = node.log.commit_index
     if maybe_commit(node):
-        broadcast_append(node)
+        announce_commit(node, before)
     else:
         send_all_pending(node, peer)
-        if progress.sent_commit < min(node.log.commit_index, progress.match_index):
+        if node.config.prompt_commit and progress.sent_commit < min(node.log.commit_index, progress.match_index):
             send_append(node, peer, allow_empty=True)  # it has the entries but not the news
     node.send_timeout_now_if_caught_up(peer)
 

@@ -78,6 +78,17 @@ class SimConfig:
         return tuple(f"n{i}" for i in range(1, self.nodes + 1))
 
     @property
+    def prompt_commit(self) -> bool:
+        """`RaftConfig.prompt_commit` of the run's group, as production sets it for that group: off for a
+        stream group (the stream and consumer apps), on for the meta group; the register app, the core
+        alone, runs both, by the seed's parity."""
+        if self.app in ("stream", "consumer"):
+            return False
+        if self.app == "meta":
+            return True
+        return self.seed % 2 == 0
+
+    @property
     def spare_id(self) -> str:
         """The node a membership change adds (a blank learner, then a voter)."""
         return f"n{self.nodes + 1}"

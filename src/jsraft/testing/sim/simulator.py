@@ -102,6 +102,7 @@ class Simulation:
         self.trace.add(f"seed {config.seed}: {config.nodes} nodes, faults {','.join(sorted(config.faults))}, "
                        f"mutant {config.mutant or '-'}, atlas {self.atlas.describe()}, knobs {knobs}"
                 + (f", app {self.app.describe()}" if config.app != "register" else "")
+                + ("" if config.prompt_commit else ", commit announced lazily")
                 + (f", {self.storage_faults.describe()}" if self.storage_faults.active else ""))
         for node_id in config.node_ids:
             self._add_driver(node_id, bootstrap=config.node_ids).start()
@@ -111,7 +112,7 @@ class Simulation:
         raft_config = RaftConfig(
             node_id=node_id, election_ticks=config.election_ticks, heartbeat_ticks=config.heartbeat_ticks,
             snapshot_chunk_bytes=knobs.snapshot_chunk_bytes, max_entries_per_msg=knobs.max_entries_per_msg,
-            max_inflight_msgs=knobs.max_inflight_msgs)
+            max_inflight_msgs=knobs.max_inflight_msgs, prompt_commit=config.prompt_commit)
         corruptible = self.atlas.allows(node_id) or self.storage_faults.loses(node_id)
         setup = NodeSetup(node_id=node_id, raft_config=raft_config, node_class=self.node_class,
                           bootstrap_voters=bootstrap, corruptible=corruptible, segment_bytes=knobs.segment_bytes,

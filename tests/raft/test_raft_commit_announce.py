@@ -73,3 +73,17 @@ def test_a_membership_change_is_announced_at_once_even_when_lazy():
     sent = cluster.stabilize()
     assert leader.log.commit_index >= index and _commit_only(sent)
     assert cluster.nodes["n2"].log.commit_index >= index and cluster.nodes["n2"].conf.voters == ("n1", "n2")
+
+
+def test_a_new_leaders_first_commit_is_announced_at_once_even_when_lazy():
+    cluster = _settled(False)
+    leader = cluster.nodes["n1"]
+    leader.propose(b"x")
+    cluster.stabilize()
+    assert cluster.nodes["n3"].log.commit_index < leader.log.commit_index
+    leader.transfer_leadership("n2")
+    sent = cluster.stabilize()
+    n2 = cluster.nodes["n2"]
+    assert n2.role == "leader" and _commit_only(sent)
+    assert all(cluster.nodes[n].log.commit_index == n2.log.commit_index for n in ("n1", "n3"))
+    assert cluster.apps["n3"].values[-1:] == ["x"]

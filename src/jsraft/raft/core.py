@@ -316,9 +316,8 @@ class RaftNode(SafetyRules):
             return
         own = self.progress.get(self.id)
         index = self.rule_leader_own_match(self.log.stable_index, self.log.last_index)
-        before = self.log.commit_index
         if own is not None and own.maybe_update(index) and replication.maybe_commit(self):
-            replication.announce_commit(self, before)
+            replication.announce_commit(self)
 
     def pipelined_messages(self) -> list[Message]:
         """While a leader's `send_first` Ready is being persisted, the driver may step its followers'

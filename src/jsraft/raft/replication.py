@@ -17,7 +17,8 @@ Invariants:
      AppendEntries that is empty if the follower lacks no entry; without, in the next AppendEntries that
      carries entries or the next heartbeat (at most `heartbeat_ticks` later; a leader does not quiesce
      before every live member was sent it, `quiesce` invariant 1). A commit that applies a membership
-     change is always announced at once: the members learn their configuration without waiting.
+     change, and a leader's first commit of its term, are always announced at once: the members learn
+     their configuration, and that the term's leader is established, without waiting.
      Commitment itself never waits for the announcement, and a follower's log is the same either way.
 
 Imports: L0. Reference: Raft paper §5.3; etcd-io/raft `raft.go` (`maybeSendAppend`, `handleAppendEntries`
@@ -78,15 +79,34 @@ def broadcast_append(node: RaftNode) -> None:
             send_all_pending(node, peer)
 
 
-def announce_commit(node: RaftNode, before: int) -> None:
-    """The commit index advanced from `before` (invariant 5): every follower gets the entries it lacks,
-    which carry the new index; an empty AppendEntries only with `prompt_commit`, or when the advance
-    committed a membership change."""
-    if node.config.prompt_commit or before < node.pending_conf_index <= node.log.commit_index:
+def announce_commit(node: RaftNode) -> None:
+    """The commit index advanced (invariant 5): every follower gets the entries it lacks, which carry the
+    new index, and an empty AppendEntries if it is still owed the news (`_owes_commit`); with
+    `prompt_commit` every follower gets one at once, empty if it lacks nothing (etcd's `bcastAppend`)."""
+    if node.config.prompt_commit:
         broadcast_append(node)
         return
     for peer in peers(node):
-        send_all_pending(node, peer)
+        _tell_commit(node, peer)
+
+
+def _tell_commit(node: RaftNode, peer: str) -> None:
+    send_all_pending(node, peer)
+    if _owes_commit(node, node.progress[peer]):
+        send_append(node, peer, allow_empty=True)
+
+
+def _owes_commit(node: RaftNode, progress: Progress) -> bool:
+    """Must this follower be told the commit index now (invariant 5)? Only if it holds entries it was not
+    told are committed, and then: always with `prompt_commit`; without, only when what it was told
+    predates a membership change now committed, or this leader's first commit of its term."""
+    log = node.log
+    known = progress.sent_commit
+    if known >= min(log.commit_index, progress.match_index):
+        return False
+    if node.config.prompt_commit or known < node.pending_conf_index <= log.commit_index:
+        return True
+    return log.term_at(known) != node.current_term
 
 
 def broadcast_heartbeat(node: RaftNode) -> None:
@@ -146,13 +166,10 @@ def _on_match_advanced(node: RaftNode, peer: str, progress: Progress) -> None:
     elif progress.state is ProgressState.SNAPSHOT and progress.match_index >= progress.pending_snapshot_index:
         progress.become_probe()
         progress.become_replicate()
-    before = node.log.commit_index
     if maybe_commit(node):
-        announce_commit(node, before)
+        announce_commit(node)
     else:
-        send_all_pending(node, peer)
-        if node.config.prompt_commit and progress.sent_commit < min(node.log.commit_index, progress.match_index):
-            send_append(node, peer, allow_empty=True)  # it has the entries but not the news
+        _tell_commit(node, peer)  # what it lacks; an empty AppendEntries if it has the entries but is owed the news
     node.send_timeout_now_if_caught_up(peer)
 
 

@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--app", default="register", choices=APPS,
                         help="the replicated state machine: register (default), stream, meta or consumer (stream + consumers)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS) + sorted(APP_MUTANTS) + sorted(STORAGE_MUTANTS), default=None)
+    parser.add_argument("--commit", default="app", choices=("app", "prompt", "lazy"),
+                        help="how a leader announces a new commit: as production does for the app's group "
+                             "(default: lazy for stream and consumer, prompt otherwise), or always prompt/lazy")
     parser.add_argument("--steps", type=int, default=None, help="chaotic-phase ticks per seed")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--stop-at-first-failure", action="store_true")
@@ -58,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.mutant in APP_MUTANTS and APP_MUTANTS[args.mutant][0] != args.app:
         parser.error(f"--mutant {args.mutant} needs --app {APP_MUTANTS[args.mutant][0]}")
-    options: dict[str, object] = {"faults": parse_faults(args.faults), "mutant": args.mutant, "app": args.app}
+    options: dict[str, object] = {"faults": parse_faults(args.faults), "mutant": args.mutant, "app": args.app,
+                                  "commit": args.commit}
     if args.steps is not None:
         options["steps"] = args.steps
     configs = [config_for(seed, nodes=args.nodes, **options) for seed in range(args.start, args.start + args.seeds)]

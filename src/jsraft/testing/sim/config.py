@@ -64,12 +64,16 @@ class SimConfig:
     trace_events_max: int = 2000
     election_ticks: int = 10
     heartbeat_ticks: int = 2
+    # How the group's leader announces a new commit (`RaftConfig.prompt_commit`): "app" as production runs
+    # that app's group (`prompt_commit`), or "prompt" / "lazy" for any app.
+    commit: str = "app"
 
     def validate(self) -> None:
         invariant(self.nodes in NODE_COUNTS, f"nodes is one of {NODE_COUNTS}")
         invariant(self.faults <= set(FAULT_KINDS + OPT_IN_FAULT_KINDS), "fault kinds are known")
         invariant(self.steps >= 0 and self.liveness_ticks_max > 0, "step bounds are sane")
         invariant(self.app in ("register", "stream", "meta", "consumer"), "app is register, stream, meta or consumer")
+        invariant(self.commit in ("app", "prompt", "lazy"), "commit is app, prompt or lazy")
         if self.mutant in APP_MUTANTS:
             invariant(APP_MUTANTS[self.mutant][0] == self.app, f"mutant {self.mutant} needs its app")
 
@@ -79,14 +83,12 @@ class SimConfig:
 
     @property
     def prompt_commit(self) -> bool:
-        """`RaftConfig.prompt_commit` of the run's group, as production sets it for that group: off for a
-        stream group (the stream and consumer apps), on for the meta group; the register app, the core
-        alone, runs both, by the seed's parity."""
-        if self.app in ("stream", "consumer"):
-            return False
-        if self.app == "meta":
-            return True
-        return self.seed % 2 == 0
+        """`RaftConfig.prompt_commit` of the run's group: as `commit` says, and with "app" as production
+        sets it for that app's group — off for a stream group (the stream and consumer apps), on for the
+        meta group and for the register app (the core alone, with etcd's default)."""
+        if self.commit != "app":
+            return self.commit == "prompt"
+        return self.app not in ("stream", "consumer")
 
     @property
     def spare_id(self) -> str:

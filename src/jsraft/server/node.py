@@ -111,18 +111,11 @@ class Node:
                                    streams_pending=lambda: self.streams.pending)
         self._scope = trio.CancelScope()
 
-    def raft_config(self) -> RaftConfig:
-        """The meta group's: a new commit is announced at once (`RaftConfig.prompt_commit`), so every node
-        applies an assignment, and opens its replica, without waiting for a heartbeat."""
-        return RaftConfig(node_id=self.name, election_ticks=self.config.election_ticks, heartbeat_ticks=1)
-
-    def stream_raft_config(self) -> RaftConfig:
-        """A stream group's: its commit index reaches the followers with the next entries or heartbeat, not
-        in an AppendEntries of its own per commit (`RaftConfig.prompt_commit`): under a stream of sync
-        publishes that halves the messages and the followers' cycles, and only the followers' apply waits
-        (reads are served by the leader: `jsapi_direct` invariant 2)."""
+    def raft_config(self, *, prompt_commit: bool = True) -> RaftConfig:
+        """The meta group's; a stream group's with `prompt_commit=False`: its commit rides the next append or
+        heartbeat, reads being the leader's (`raft.replication` invariant 5, `RaftConfig.prompt_commit`)."""
         return RaftConfig(node_id=self.name, election_ticks=self.config.election_ticks, heartbeat_ticks=1,
-                          prompt_commit=False)
+                          prompt_commit=prompt_commit)
 
     async def run(self, *, task_status: trio.TaskStatus["Node"] = trio.TASK_STATUS_IGNORED) -> None:
         """Start everything, report `started(self)`, serve until cancelled (invariant 3)."""
@@ -189,7 +182,7 @@ class Node:
                                    tick_ms=config.tick_ms, group_record=record, send_beat=self._send_beat,
                                    liveness_ticks=config.election_ticks)
         self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
-                                     meta=self.meta, raft_config=self.stream_raft_config, tick_s=self.tick_s,
+                                     meta=self.meta, raft_config=lambda: self.raft_config(prompt_commit=False), tick_s=self.tick_s,
                                      options=StreamOptions.of(config),
                                      call_peer=lambda *args, **kwargs: self.rpc.call(*args, **kwargs))
         self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored,

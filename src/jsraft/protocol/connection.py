@@ -82,11 +82,15 @@ class ServerConnection(Reader):
                     count = len(args)
                     raw = args[-1] if count == 2 or count == 3 else b""
                     if raw.isdigit() and len(raw) <= SIZE_DIGITS_MAX:
-                        stop = newline + 1 + int(raw)
-                        if stop - newline - 1 <= self.max_payload and len(buffer) >= stop + 2 \
+                        size = int(raw)
+                        stop = newline + 1 + size
+                        if size <= self.max_payload and len(buffer) >= stop + 2 \
                                 and buffer[stop] == 13 and buffer[stop + 1] == 10:
-                            with memoryview(buffer) as view:
-                                body = bytes(view[newline + 1:stop])
+                            if size:
+                                with memoryview(buffer) as view:
+                                    body = bytes(view[newline + 1:stop])
+                            else:
+                                body = b""  # a JetStream ack: no view to make and release
                             self._position = stop + 2
                             return Pub(args[0].decode("utf-8", "surrogateescape"),
                                        args[1].decode("utf-8", "surrogateescape") if count == 3 else None, body)

@@ -90,7 +90,21 @@ async def _republished_to(nc: Any, name: str, subject: str) -> str | None:
         await sub.unsubscribe()
 
 
-async def play(url: str) -> dict[str, list[Any]]:
+async def _create(nc: Any, name: str, config: dict[str, Any], *, oracle: bool) -> Any:
+    """A stream create's answer. For the oracle (nats-server) only, an internal error (500: a CI run at load
+    ~3 saw nats-server answer one create `10049 error creating store for stream`) is asked again, twice at
+    most, after deleting what it may have left: the reference's own failure is not an answer to compare
+    with. jsraft's answers are taken as they come."""
+    answer = await _request(nc, f"$JS.API.STREAM.CREATE.{name}", config)
+    for _ in range(2 if oracle else 0):
+        if answer.get("error", {}).get("code") != 500:
+            break
+        await _request(nc, f"$JS.API.STREAM.DELETE.{name}")
+        answer = await _request(nc, f"$JS.API.STREAM.CREATE.{name}", config)
+    return answer
+
+
+async def play(url: str, *, oracle: bool = False) -> dict[str, list[Any]]:
     import nats
 
     nc = await nats.connect(url)
@@ -98,13 +112,13 @@ async def play(url: str) -> dict[str, list[Any]]:
     for i, (src, dest, subject) in enumerate(REPUBLISHED):
         name = f"R{i}"
         config = {"name": name, "subjects": ["foo.*" if src == ">" else src], "republish": {"src": src, "dest": dest}}
-        answer = await _request(nc, f"$JS.API.STREAM.CREATE.{name}", config)
+        answer = await _create(nc, name, config, oracle=oracle)
         out["republished"].append(answer.get("error") or await _republished_to(nc, name, subject))
         await _request(nc, f"$JS.API.STREAM.DELETE.{name}")
     for i, (stream_subjects, src, dest, subject) in enumerate(STORED):
         name = f"S{i}"
         config = {"name": name, "subjects": stream_subjects, "subject_transform": {"src": src, "dest": dest}}
-        answer = await _request(nc, f"$JS.API.STREAM.CREATE.{name}", config)
+        answer = await _create(nc, name, config, oracle=oracle)
         assert "error" not in answer, answer
         await _request(nc, subject, b"x")
         got = await _request(nc, f"$JS.API.STREAM.MSG.GET.{name}", {"seq": 1})
@@ -112,7 +126,7 @@ async def play(url: str) -> dict[str, list[Any]]:
         await _request(nc, f"$JS.API.STREAM.DELETE.{name}")
     for i, extra in enumerate(CONFIGS):
         name = f"E{i}"
-        answer = await _request(nc, f"$JS.API.STREAM.CREATE.{name}", {"name": name, "subjects": ["foo.*"], **extra})
+        answer = await _create(nc, name, {"name": name, "subjects": ["foo.*"], **extra}, oracle=oracle)
         if "error" in answer:
             out["configs"].append(answer["error"])
         else:
@@ -125,7 +139,7 @@ async def play(url: str) -> dict[str, list[Any]]:
 def test_transforms_and_republish_answer_as_nats_server(tmp_path):
     with servers.NatsServers(str(tmp_path / "nats"), nodes=1, sync_always=True) as nats_server, \
             servers.JsraftServers(str(tmp_path / "jsraft"), nodes=1) as jsraft_node:
-        expected = asyncio.run(asyncio.wait_for(play(nats_server.urls[0]), 120))
+        expected = asyncio.run(asyncio.wait_for(play(nats_server.urls[0], oracle=True), 120))
         got = asyncio.run(asyncio.wait_for(play(jsraft_node.urls[0]), 120))
     assert None not in expected["republished"]  # the oracle republished every case
     for kind in ("republished", "stored", "configs"):

@@ -181,8 +181,8 @@ class Node:
         self.runtime = NodeRuntime(self.name, disk, self.steady_clock, random.Random(), self._send_raft,
                                    tick_ms=config.tick_ms, group_record=record, send_beat=self._send_beat,
                                    liveness_ticks=config.election_ticks)
-        self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime,
-                                     meta=self.meta, raft_config=lambda: self.raft_config(prompt_commit=False), tick_s=self.tick_s,
+        self.streams = StreamManager(node_id=self.name, disk=disk.sub("streams"), runtime=self.runtime, meta=self.meta,
+                                     raft_config=lambda: self.raft_config(prompt_commit=False), tick_s=self.tick_s,
                                      options=StreamOptions.of(config),
                                      call_peer=lambda *args, **kwargs: self.rpc.call(*args, **kwargs))
         self.meta_adapter = MetaAdapter(self.meta, self.streams.on_applied, self.streams.on_restored,

@@ -189,17 +189,19 @@ def _load_witness(disk: Disk) -> _Witness:
                     header_ok=header_version != 0)
 
 
-def _witness_findings(witness: _Witness, log_best: HardStateRecord | None, reasons: list[str]) -> bool:
-    """Decision 2 for the witness file: append its findings; True if the hard state counts as lost. A bad
-    slot the log does not cover stays in the file as evidence until a new state is saved (`hardstate`
-    invariant 5), so a crash before then finds the same damage again."""
+def _witness_findings(witness: _Witness, log_best: HardStateRecord | None,
+                      reasons: list[str]) -> tuple[bool, bool]:
+    """Decision 2 for the witness file: append its findings; (the hard state counts as lost, a bad slot the
+    log does not cover is left). Such a slot stays in the file as evidence until a new state is saved
+    (`hardstate` invariant 5), so a crash before then finds the same damage again."""
     if witness.slots is None:
         reasons.append("hard-state file missing while log or snapshot data exists")
-        return True
+        return True, False
     if not witness.header_ok:
         reasons.append("hard-state file header damaged (slots are checked on their own; header rewritten)")
     good = witness.newest
     covered = good is not None and log_best is not None and log_best.sequence > good.sequence
+    uncovered = False
     for number, slot in enumerate(witness.slots):
         if slot.hard_state is None:
             if covered:
@@ -207,7 +209,8 @@ def _witness_findings(witness: _Witness, log_best: HardStateRecord | None, reaso
                                "in the log holds everything it could have held")
             else:
                 reasons.append(f"hard-state slot {number} {slot.problem}")
-    return good is None
+                uncovered = True
+    return good is None, uncovered
 
 
 def _term_at(scan: LogScan, meta: SnapshotMeta | None, index: int) -> int:
@@ -355,7 +358,7 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     cut = _apply_cut(disk, scan, reasons)
     covered += _drop_covered(scan, snap_index)
     log_best = _newest(covered_best, scan.hard_state)
-    lost = _witness_findings(witness, log_best, reasons)
+    lost, evidence = _witness_findings(witness, log_best, reasons)
     best = None if lost else _newest(witness.newest, log_best)
     stored = best.hard_state if best is not None else None
     reasons.extend(scan.reasons)
@@ -364,9 +367,8 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     reasons.extend([problem] if problem else [])
     hs = attrs.evolve(hs, repairing=hs.repairing or scan.corrupt or bool(snap.problems) or bool(problem))
     sequence = max((found.sequence for found in (witness.newest, log_best) if found is not None), default=1)
-    if witness.hs_file is not None and not lost and not (log_best is not None and witness.newest is not None
-                                                         and log_best.sequence > witness.newest.sequence):
-        witness.hs_file.keep_evidence(hs)  # a bad slot the log does not cover, if any (`hardstate` inv. 5)
+    if evidence and not lost and witness.hs_file is not None:
+        witness.hs_file.keep_evidence(hs)  # the bad slot the log does not cover (`hardstate` invariant 5)
     hs_file, sequence, anchor, restate = _vouch_and_persist(disk, witness, hs, (best, log_best), scan, meta,
                                                             hs != stored or bool(covered), sequence, reasons)
     recovered = Recovered(

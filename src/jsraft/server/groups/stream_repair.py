@@ -256,7 +256,7 @@ class RepairWorker:
         if adapter is None or machine is None:
             return "not open"
         self.note_audit(index, False)  # invariant 8: whatever this replica does about it, it is no source
-        if self.repaired_at_index > index:
+        if self.repaired_at_index >= index:  # ending at the audit's index, it may postdate the state audited
             return "repaired since"
         if machine.health is not Health.current or adapter.plan is not None or adapter.holding:
             return "already repairing"

@@ -6,7 +6,9 @@ the same fields otherwise; `parse_ack_body` of a plain ack is the shared `PLAIN_
 type. Delivery of an unfiltered consumer, which reads a run (`store.load_run`) and tries
 `store.load(next_seq)` before `load_next`, is compared with a leader whose store answers `load` with
 NoMessageFound and `load_run` with nothing always (so it goes the general way): same deliveries over interior deletes, and past a damaged sequence whose `load` raises
-`DamagedSequence` while `load_next` passes it over (as FileStore does once the record is detached).
+`DamagedSequence` while `load_next` passes it over (as FileStore does once the record is detached). A
+filtered consumer on a FileStore reads runs where its filters cover every subject of the block (counted
+reads) and delivers, over blocks of one subject and of several with deletes, what the general way does.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from hypothesis import given, settings
 
 from jsraft.consumer import ConsumerLeader, ack_reply_subject, parse_ack_body, parse_ack_subject
 from jsraft.consumer.acks import PLAIN_ACK, AckKind, ack_target
+from jsraft.disk import OsDisk
 from jsraft.errors import DamagedSequence, NoMessageFound
+from jsraft.store import StoreConfig
+from jsraft.store.filestore import FileStore
 
 T0 = 5_000 * SECOND
 _num = st.one_of(st.integers(min_value=0, max_value=2**64).map(str), st.sampled_from(["", "-1", "x", "１", "²", "1.5"]))
@@ -127,3 +132,79 @@ def test_a_damaged_sequence_is_passed_over_as_the_general_way_does():
     store = store_with(["a"] * 6)
     assert deliveries(DamagedAt(store, 3)) == deliveries(GeneralWay(DamagedAt(store, 3)))
     assert [s for s, _ in deliveries(DamagedAt(store, 3))] == [1, 2, 4, 5, 6]
+
+
+class CountingReads:
+    """A store that counts the calls the delivery makes: runs and message-by-message reads."""
+
+    def __init__(self, store) -> None:
+        self.store, self.runs, self.singles = store, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def load(self, seq):
+        self.singles += 1
+        return self.store.load(seq)
+
+    def load_next(self, filters, seq):
+        self.singles += 1
+        return self.store.load_next(filters, seq)
+
+    def load_run(self, seq, count, filters=None):
+        self.runs += 1
+        return self.store.load_run(seq, count, filters)
+
+
+def filtered_deliveries(store, filters: list[str], batch: int = 50) -> list[tuple[int, int]]:
+    cluster = Cluster(store)
+    cluster.create("C", ack_policy="explicit", filter_subjects=filters, max_ack_pending=10_000)
+    leader = ConsumerLeader("S", cluster.set.consumers["C"], T0)
+    out = []
+    while True:
+        plan = leader.next_deliveries(store, T0, batch)
+        if not plan.deliveries:
+            return out
+        out += [(d.stream_seq, d.consumer_seq) for d in plan.deliveries]
+        cluster.apply(*plan.ops)
+
+
+def file_store(tmp_path, subjects: list[str]):
+    store = FileStore.open(OsDisk(str(tmp_path)), StoreConfig.from_dict({"name": "S", "block_size": 64 * 1024}))
+    for i, subject in enumerate(subjects):
+        store.append(i + 1, subject, b"", b"p" * 200, T0 + i)
+    return store
+
+
+def test_a_filtered_consumer_reads_runs_where_its_filter_covers_the_block(tmp_path):
+    # nats-py's `pull_subscribe("orders.new", durable=...)` on a stream of that one subject: the pass
+    # reads by runs, as for an unfiltered consumer, not one `load_next` per message.
+    # (No interior deletes: `num_pending` would walk the store with `load_next`, which is counted too.)
+    store = file_store(tmp_path, ["orders.new"] * 700)
+    counting = CountingReads(store)
+    fast = filtered_deliveries(counting, ["orders.new"])
+    assert fast == filtered_deliveries(GeneralWay(store), ["orders.new"])
+    assert [s for s, _ in fast] == list(range(1, 701)) and len(store.blocks) == 3
+    # One run per plan of 50, a plan that ends with a block taking a second one; `load_next` only where a
+    # run stops at once (the end of the store).
+    assert counting.runs <= 700 // 50 + len(store.blocks) + 1 and counting.singles <= 2
+    store.close()
+
+
+def test_a_filtered_consumer_over_mixed_blocks_delivers_what_the_general_way_does(tmp_path):
+    # Blocks of one subject (a run), blocks of several (message by message), deletes in both.
+    subjects = ["a.x"] * 320 + ["a.x", "b.y", "a.z"] * 200 + ["b.y"] * 300 + ["a.x"] * 100
+    store = file_store(tmp_path, subjects)
+    for seq in (2, 319, 400, 401, 1000, 1200):
+        store.delete(seq)
+    assert len(store.blocks) > 3
+    for filters in (["a.x"], ["a.*"], ["b.y"], ["a.z", "b.y"], [">"]):
+        counting = CountingReads(store)
+        got = filtered_deliveries(counting, filters)
+        assert got == filtered_deliveries(GeneralWay(store), filters)
+        wanted = [seq for seq in range(1, len(subjects) + 1)
+                  if seq not in (2, 319, 400, 401, 1000, 1200)
+                  and any(f == ">" or f == subjects[seq - 1] or (f.endswith(".*") and
+                          subjects[seq - 1].startswith(f[:-1])) for f in filters)]
+        assert [s for s, _ in got] == wanted
+    store.close()

@@ -287,14 +287,20 @@ class ConsumerLeader:
 
 
 def _next_run(store: StreamStore, filters: list[str] | None, seq: int, count: int) -> list:
-    """For an unfiltered consumer, the next messages from `seq` in one store read (`load_run`), last
-    first; [] when the store has no batched read (a test double) or the run stops at once — then
-    `_next_message` takes the general way. Filtered consumers go message by message: a run over a
-    sparse filter would read spans of messages it does not deliver."""
+    """The next messages from `seq` in one store read (`load_run`), last first; [] when the store has no
+    batched read (a test double) or the run stops at once — then `_next_message` takes the general way.
+    A filtered consumer reads a run only where its filters match every subject stored there
+    (`store.covers`: nats-py's `pull_subscribe("orders.new", ...)` on a stream of that one subject, or a
+    wildcard over all of a stream's): elsewhere it goes message by message, since a run over a sparse
+    filter would read spans of messages it does not deliver, and `load_next` skips whole blocks."""
     load_run = getattr(store, "load_run", None)
-    if filters is not None or load_run is None or count <= 0:
+    if load_run is None or count <= 0:
         return []
-    run = load_run(seq, count)
+    if filters is not None:
+        covers = getattr(store, "covers", None)
+        if covers is None or not covers(filters, seq):
+            return []
+    run = load_run(seq, count, filters)
     run.reverse()
     return run
 

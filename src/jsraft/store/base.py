@@ -180,6 +180,13 @@ class StreamStore(Protocol):
         record, or the end of a block: ask `load_next` then), so `[]` says nothing about what follows."""
         ...
 
+    def covers(self, filters: str | Sequence[str], seq: int) -> bool:
+        """Whether every message stored around `seq` matches `filters` (a file store: every subject of the
+        block holding it), so a filtered `load_run` from `seq` reads no message it passes over. A hint for a
+        reader choosing between a run and `load_next` (a sparse filter reads less by `load_next`, which
+        skips blocks by their subjects); what a run returns never depends on it."""
+        ...
+
     def verify_run(self, start_seq: int, count_max: int) -> int:
         """The last sequence `load_run(start_seq, count_max)` would return, 0 when it would return none;
         a file store checks the records as `load_run` does without decoding them (a snapshot's read-back)."""

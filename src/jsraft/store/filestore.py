@@ -225,6 +225,7 @@ class FileStore(Accounting):
     # `deleted_ranges(first, last)`: the runs with no live message, from the block summaries (no read).
     deleted_ranges = fs_deleted.deleted_ranges
     verify_run = fs_run.verify_run  # `load_run`'s last sequence (0: none), its records checked, not decoded
+    covers = fs_run.covers  # every subject of the block holding a sequence matches the filters (a run's hint)
 
     def subject_first(self, subject: str) -> int:  # (`fs_remove` reaches `fs_ops` through this)
         return fs_ops.subject_first(self, subject)

@@ -23,6 +23,11 @@ Invariants:
      it reads the same span and runs the same checks on every record, only builds no message (a
      snapshot's read-back, `stream.apply_ops.read_back`, needs the verdict, not the messages).
 
+  5. `covers(store, filters, seq)` is a hint, never a verdict: it says a filtered run from `seq` would
+     read only messages it returns (every subject of that block matches, by the block's subject counts).
+     A run checks each message's subject against the filters whatever it says (invariant 1), so a count
+     that lagged a change could only cost a read, never serve a message the filters do not match.
+
 Imports: stdlib, crc32c, L0, L1 (`codec`, `subjects`), store siblings (`base`, `blocks`). Reference: nats-server
 `server/filestore.go` (`cacheLookup`: a block's records served from one buffer).
 """
@@ -73,6 +78,19 @@ def load_run(store: "FileStore", start_seq: int, count_max: int,
         if match is None or match(msg.subject):
             run.append(msg)
     return run
+
+
+def covers(store: "FileStore", filters: str | Sequence[str], seq: int) -> bool:
+    """Invariant 5: every subject the block holding `seq` (or the next live one) has messages on matches
+    `filters`. `FileStore.covers` is this function."""
+    block = store.files.block_for(max(seq, store.head, 1))
+    if block is None or not block.subjects:
+        return False
+    names = [filters] if isinstance(filters, str) else list(filters)
+    if ">" in names:
+        return True
+    match = subjectlib.FilterSet(names).matches
+    return all(match(subject) for subject in block.subjects)
 
 
 def verify_run(store: "FileStore", start_seq: int, count_max: int) -> int:

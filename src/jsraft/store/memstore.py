@@ -161,6 +161,10 @@ class MemStore:
                 break
         return run
 
+    def covers(self, filters: str | Sequence[str], seq: int) -> bool:
+        """Never: a filtered `load_run` here is `load_next` over and over, so a run saves nothing."""
+        return False
+
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
         self._check_open()
         names = [filters] if isinstance(filters, str) else [">"] if filters is None else filters

@@ -134,3 +134,60 @@ def test_a_block_whose_every_message_was_deleted_is_one_hole_with_its_neighbours
     first, last = first - 1, last + 1
     assert store.deleted_ranges(1, 200) == [(first, last)] == walked(store, 1, 200)
     store.close()
+
+
+def walked_count(store, first: int, last: int) -> int:
+    """The live messages in `[first, last]` by walking `load_next` (`num_pending`'s way before)."""
+    count, seq = 0, first
+    while seq <= last:
+        try:
+            seq = store.load_next(None, seq).seq
+        except NoMessageFound:
+            break
+        if seq > last:
+            break
+        count, seq = count + 1, seq + 1
+    return count
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(OPS, st.integers(0, 10_000), st.integers(0, 10_000))
+def test_count_live_equals_the_walk_after_any_program(tmp_path_factory, ops, a, b):
+    store = _store(tmp_path_factory.mktemp("s"))
+    try:
+        for op in ops:
+            state = store.state()
+            if op[0] == "put":
+                put_many(store, [("a", "b", "c")[i % 3] for i in range(op[1])], PAYLOAD)
+            elif op[0] == "skip":
+                store.skip(state.last_seq + 1, op[1])
+            elif op[0] == "delete" and state.last_seq:
+                start = state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1)
+                for seq in range(start, min(start + op[2], state.last_seq + 1)):
+                    store.delete(seq)
+            elif op[0] == "compact" and state.last_seq:
+                store.compact(state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1))
+            elif op[0] == "purge":
+                store.purge(subject=op[1])
+        state = store.state()
+        span = state.last_seq + 2
+        first, last = sorted((a % span, b % span))
+        assert store.count_live(first, last) == walked_count(store, first, last)
+        assert store.count_live(1, state.last_seq) == state.msgs
+        assert store.count_live(last + 1, last) == 0
+    finally:
+        store.close()
+
+
+def test_count_live_counts_a_repaired_record_and_raises_on_a_fault(tmp_path):
+    store = FileStore.open(OsDisk(str(tmp_path / "msgs")), StoreConfig(name="S"))
+    put_many(store, ["a"] * 10)
+    store.delete(7)
+    repaired_elsewhere(tmp_path, store, 4)  # live in the newest block (`moved`), a hole in its own
+    assert store.count_live(1, 10) == 9 == walked_count(store, 1, 10)
+    assert store.count_live(4, 4) == 1 and store.count_live(5, 7) == 2
+    store.fault_map.add(8, 8, FaultKind.missing)
+    with pytest.raises(DamagedSequence) as raised:
+        store.count_live(3, 9)
+    assert raised.value.seq == 8 and store.count_live(1, 7) == 6
+    store.close()

@@ -19,6 +19,10 @@ Invariants:
      filtered consumer it uses the store's per-subject counts (`subject_counts`) and walks at most the
      shorter side of `after_seq` (the leader calls it once per delivery batch and for every info) — and
      not at all when the filter matches every message in the store, which is then counted as unfiltered.
+     Unfiltered (or so counted) over a stream with interior deletes, a store that can count its live
+     messages in a range from its summaries (`count_live`: FileStore's block slots, no record read) is asked
+     instead of walked; a fault in the range makes it raise, and the walk (which counts a damaged record as
+     a message, invariant 3) answers then.
 
 Imports: L0, L1 (`jsapi`, `subjects`), L2 (`store`). Reference: nats-server `server/consumer.go`
 (selectStartingSeqNo, numPending / streamNumPending).
@@ -148,6 +152,12 @@ def num_pending(store: StreamStore, filters: Sequence[str], after_seq: int) -> i
         return state.msgs
     if not filters and state.num_deleted == 0:
         return state.last_seq - after_seq
+    count_live = getattr(store, "count_live", None)
+    if not filters and count_live is not None:
+        try:
+            return count_live(max(after_seq + 1, state.first_seq), state.last_seq)
+        except DamagedSequence:
+            pass  # the walk counts the damaged record as a message (invariant 3)
     wanted = list(filters) or None
     if after_seq >= state.first_seq and state.last_seq - after_seq <= after_seq - state.first_seq + 1:
         return _count_matching(store, wanted, after_seq + 1, state.last_seq)

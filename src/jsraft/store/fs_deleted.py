@@ -1,7 +1,8 @@
 """`deleted_ranges`: a `FileStore`'s interior deletes from its block summaries, reading no record (layer L2).
 
 Owns: the runs of sequences in `[first, last]` that hold no live message, as a stream snapshot's group
-state needs them (`stream.snapshot.group_state_of`). Before, that walked every live message with
+state needs them (`stream.snapshot.group_state_of`), and `count_live`, how many live messages such a range
+holds, as a consumer's `num_pending` needs it on every pull pass (`consumer.position`). Before, that walked every live message with
 `load_next` (a read, a CRC check and a decode each): 12 s for 200,000 messages under load, on the event
 loop, for every snapshot of a stream with a single interior delete — and snapshots come every 32,768
 messages since they are bounded by messages (replica/snapshot_pace.py).
@@ -15,6 +16,11 @@ Invariants:
      refuses the snapshot as before.
   3. Ranges are sorted, disjoint, maximal, inside `[first, last]`. Cost: a C-speed count per block with
      no hole, a Python pass over the slots of a block that has one.
+  4. `count_live(first, last)` is the number of sequences in `[first, last]` that invariant 1 calls live,
+     which is what walking `load_next` over the range counts; with a fault in the range it raises as
+     `deleted_ranges` does (2). Cost: one C-speed count of the range's slots per block, whatever the holes
+     (a walk read, checked and decoded every message: a pull pass over a stream with one interior delete
+     cost ~250 µs of server CPU per delivered message, for a consumer halfway through 30,000 messages).
 
 Imports: L0 (`errors`), store siblings (`blocks`). Must not read block files.
 """
@@ -53,6 +59,28 @@ def deleted_ranges(store: "FileStore", first: int, last: int) -> Ranges:
     if expected <= last:
         _add(holes, expected, last)
     return _without(holes, sorted(s for s in store.moved if first <= s <= last)) if store.moved else holes
+
+
+def count_live(store: "FileStore", first: int, last: int) -> int:
+    """The live messages with a sequence in `[first, last]` (invariant 4)."""
+    if last < first:
+        return 0
+    fault = next((f for f in store.fault_map.faults() if f.last >= first and f.first <= last), None)
+    if fault is not None:  # invariant 2
+        raise DamagedSequence(max(fault.first, first), str(fault.kind))
+    count = 0
+    for block in store.blocks:
+        if block.last_seq < first or block.last_seq < block.first_seq:
+            continue
+        if block.first_seq > last:
+            break
+        offsets, base = block.offsets, block.first_seq
+        start, stop = max(base, first) - base, min(block.last_seq, last) - base + 1
+        window = offsets if stop - start == len(offsets) else offsets[start:stop]
+        count += len(window) - window.count(0)
+    if store.moved:
+        count += sum(1 for seq in store.moved if first <= seq <= last)
+    return count
 
 
 def _block_holes(holes: Ranges, offsets, base: int, lo: int, hi: int) -> None:  # type: ignore[no-untyped-def]

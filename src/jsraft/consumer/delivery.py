@@ -19,6 +19,10 @@ Rules (nats-server `consumer.go` getNextMsg / checkPending / hasMaxDeliveries):
      finds damage ends the pass with that message still pending or not yet delivered: such a replica
      cannot tell a message that is gone from one it lost, so it waits for its repair (or hands its
      leadership over) instead of terminating or skipping a message its peers still hold.
+  7. The num_pending a pass puts in its reply subjects is `position.num_pending` above the cursor, exactly.
+     The leader keeps the count a pass ended with; the next pass, on the same store with the same filters
+     and cursor and no store `changes` since (base invariant 7), adds the messages appended since instead
+     of counting again (a filtered count walks the shorter side of the cursor: half the stream, per pass).
 After an election `ConsumerLeader.rebuild` starts from the replicated state: every pending message gets
 a fresh full deadline (a new leader cannot trust another node's clock), and delivery continues after
 `delivered`; deliveries the old leader sent but never committed are simply sent again (at-least-once).
@@ -99,6 +103,9 @@ class ConsumerLeader:
         self.deadlines = {seq: now_ns + self.wait_ns(self.delivery_count(seq)) for seq in state.pending}
         self.redeliver = {}
         self._skipped_to = 0
+        self._pending_at: tuple | None = None  # rule 7: (store, changes, last_seq, cursor, filters, count)
+        self._pending_key: tuple = ()
+        self._pending_left = 0
 
     def delivery_count(self, seq: int) -> int:
         return self.entry.state.redelivered.get(seq, 0) + 1
@@ -174,9 +181,12 @@ class ConsumerLeader:
         gone: list[int] = []
         # [messages, bytes] left; bytes None when unbounded (a budget spent to exactly 0 is not unbounded).
         budget: list = [max_msgs, max_bytes if max_bytes > 0 else None]
-        remaining = num_pending(store, self.config.filters, self.next_seq - 1)
+        remaining = self._num_pending(store)
         self._redeliveries(store, now_ns, plan, records, gone, budget, remaining)
+        self._pending_left = remaining
         self._new_messages(store, now_ns, plan, records, budget, remaining)
+        store_, changes, last, _, filters = self._pending_key
+        self._pending_at = (store_, changes, last, self.next_seq - 1, filters, self._pending_left)
         if records:
             plan.ops.append(DeliveredOp(name=self.entry.name, records=tuple(records)))
         if gone:
@@ -185,6 +195,16 @@ class ConsumerLeader:
             # Messages passed over (rule 3) move the replicated cursor too, so retention can drop them.
             plan.ops.append(SkipOp(name=self.entry.name, stream_seq=self._skipped_to))
         return plan
+
+    def _num_pending(self, store: StreamStore) -> int:
+        """Rule 7: the messages matching the filters above the cursor."""
+        filters, after = self.config.filters, self.next_seq - 1
+        last, changes, kept = store.state().last_seq, getattr(store, "changes", None), self._pending_at
+        self._pending_key = (store, changes, last, after, filters)
+        if (kept is not None and changes is not None and kept[0] is store and kept[1] == changes
+                and kept[2] <= last and kept[3] == after and kept[4] == filters):
+            return kept[5] + (num_pending(store, filters, kept[2]) if last > kept[2] else 0)
+        return num_pending(store, filters, after)
 
     def _fits(self, size: int, plan: DeliveryPlan, budget: list) -> bool:
         if budget[1] is not None and size > budget[1]:
@@ -284,6 +304,7 @@ class ConsumerLeader:
                     deadlines[seq] = deadline_ns
         finally:
             budget[0], budget[1] = count, bytes_left
+            self._pending_left = remaining
 
 
 def _next_run(store: StreamStore, filters: list[str] | None, seq: int, count: int) -> list:

@@ -16,6 +16,10 @@ Invariants (every implementation):
   5. Bad input (size, subject, sequence, config) raises before anything changes.
   6. A damaged or missing sequence is never served: `load` raises `DamagedSequence`, and `faults()`
      lists it until the caller replaces it (`repair`) or removes it.
+  7. `changes` grows with every call that may remove, replace, restore or detach a message — every one but
+     an append the limits removed nothing for, a skip, and reads that found nothing damaged. While it has
+     not moved, the live messages up to the old `last_seq` are the ones there were: a count a reader
+     kept of them (a consumer leader's `num_pending`) needs only the messages appended since.
 
 Imports: L0, L1, attrs.
 Reference: DESIGN.md §6; nats-server `server/store.go` (the StreamStore interface).
@@ -147,6 +151,7 @@ class StreamStore(Protocol):
     """A stream's messages. See the module docstring for the invariants every store keeps."""
 
     config: StoreConfig
+    changes: int  # invariant 7
 
     def append(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None: ...
 

@@ -83,6 +83,7 @@ class FileStore(Accounting):
         # Repair records' group (`fs_unreadable`): their bytes and per-subject counts, as a block keeps its own.
         self.moved_bytes = 0
         self.moved_subjects: dict[str, int] = {}
+        self.changes = 0  # base invariant 7: bumped by every public call below that may remove or restore
         # Group (block number, or `fs_unreadable.MOVED`) -> sequences detached because their record stopped
         # reading back, whose bytes and subject count the group still holds until it is settled.
         self.unaccounted: dict[int, list[int]] = {}
@@ -196,6 +197,7 @@ class FileStore(Accounting):
         """Drop `seq` from the in-memory maps (not from disk), reading its record (verified) for the
         accounting; `readable=False`, or no read verifying, leaves its bytes and subject count owed by its
         group until that is settled (`fs_unreadable`)."""
+        self.changes += 1
         fs_unreadable.detach(self, seq, where, readable)
 
     def load(self, seq: int) -> StoredMsg:
@@ -247,10 +249,12 @@ class FileStore(Accounting):
             return
         check_batch(self, msgs)
         self.touched = True
+        expected = self.msgs + len(msgs)  # fewer after the limits: they removed some (base invariant 7)
         # Limits apply per message; one pass after the batch removes the same, unless they interleave.
         for run in ([msgs[i:i + 1] for i in range(len(msgs))] if fs_remove.limits_interleave(self, msgs) else [msgs]):
             fs_append.append_all(self, run)
             fs_remove.enforce_limits(self, {m[1] for m in run})
+        self.changes += self.msgs != expected
 
     def skip(self, seq: int, count: int = 1) -> None:
         self._check_open()
@@ -261,11 +265,13 @@ class FileStore(Accounting):
 
     def delete(self, seq: int) -> bool:
         self._check_open()
+        self.changes += 1
         return fs_remove.delete_many(self, [seq]) == 1
 
     def erase(self, seq: int) -> bool:
         """Delete, then overwrite the record in place with an `ERASED` record of the same length."""
         self._check_open()
+        self.changes += 1
         where = self.locate(seq)
         if where is None:
             return False
@@ -287,6 +293,7 @@ class FileStore(Accounting):
 
     def purge(self, subject: str | None = None, seq: int | None = None, keep: int | None = None) -> int:
         self._check_open()
+        self.changes += 1
         return fs_ops.purge(self, subject, seq, keep)
 
     def compact(self, seq: int) -> int:
@@ -294,15 +301,18 @@ class FileStore(Accounting):
         self._check_open()
         if not isinstance(seq, int) or seq < 1:
             raise BadRequest(f"compact needs a sequence of at least 1, not {seq!r}")
+        self.changes += 1
         return fs_remove.compact(self, seq)
 
     def truncate(self, seq: int) -> None:
         self._check_open()
+        self.changes += 1
         fs_truncate.truncate(self, seq)
 
     def expire(self, cutoff_ns: int) -> int:
         self._check_open()
         stop = fs_ops.first_not_expired(self, cutoff_ns)
+        self.changes += bool(stop)
         return fs_remove.cut_head(self, stop) if stop else 0
 
     # --- Queries --------------------------------------------------------------------------------
@@ -352,15 +362,18 @@ class FileStore(Accounting):
 
     def scan(self) -> list[Fault]:
         self._check_open()
+        self.changes += 1
         recovery.scan_live(self)
         return self.faults()
 
     def repair(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
         self._check_open()
+        self.changes += 1
         fs_ops.repair(self, seq, subject, headers, payload, timestamp_ns)
 
     def repair_deleted(self, first: int, last: int) -> None:
         self._check_open()
+        self.changes += 1
         fs_ops.repair_deleted(self, first, last)
 
     def update_config(self, config: StoreConfig, *, enforce_limits: bool = True) -> None:
@@ -370,6 +383,7 @@ class FileStore(Accounting):
             raise InvalidConfig(f"a store's name cannot change ({self.config.name!r} -> {config.name!r})")
         self.config = config
         if enforce_limits:
+            self.changes += 1
             fs_remove.enforce_limits(self, set(self.psim))
 
     def sync(self) -> None:

@@ -73,6 +73,7 @@ class MemStore:
         self._bytes = self._digest = 0
         self._ranges: dict[int, list[int]] = {}  # digest range -> [live count, digest]
         self._closed = False
+        self.changes = 0  # base invariant 7: bumped by `_remove`, the one way a message leaves
 
     def append(self, seq: int, subject: str, headers: bytes, payload: bytes, timestamp_ns: int) -> None:
         self.append_batch(((seq, subject, headers, payload, timestamp_ns),))
@@ -332,6 +333,7 @@ class MemStore:
         entry = self._msgs.pop(seq, None)
         if entry is None:
             return False
+        self.changes += 1
         index = self._by_subject[entry.subject]
         del index[seq]
         if not index:

@@ -142,7 +142,7 @@ def test_a_filtered_pass_with_nothing_new_counts_nothing_again(tmp_path):
     cluster.apply(*plan.ops)
     counting.loads = 0
     plan = leader.next_deliveries(counting, T0, 10)
-    assert len(plan.deliveries) == 10 and counting.loads == 10  # one `load_next` per delivery, no walk
+    assert len(plan.deliveries) == 10 and counting.loads <= 10  # at most one `load_next` a delivery: no walk
     assert plan.deliveries[-1].num_pending == num_pending(store, ["k.a"], plan.deliveries[-1].stream_seq)
     cluster.apply(*plan.ops)
     store.delete(1999)  # a change: the next pass counts afresh

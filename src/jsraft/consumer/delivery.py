@@ -310,16 +310,17 @@ class ConsumerLeader:
 def _next_run(store: StreamStore, filters: list[str] | None, seq: int, count: int) -> list:
     """The next messages from `seq` in one store read (`load_run`), last first; [] when the store has no
     batched read (a test double) or the run stops at once — then `_next_message` takes the general way.
-    A filtered consumer reads a run only where its filters match every subject stored there
-    (`store.covers`: nats-py's `pull_subscribe("orders.new", ...)` on a stream of that one subject, or a
-    wildcard over all of a stream's): elsewhere it goes message by message, since a run over a sparse
-    filter would read spans of messages it does not deliver, and `load_next` skips whole blocks."""
+    A filtered consumer reads a run only where its filters match at least half of what is stored there
+    (`store.run_pays`: nats-py's `pull_subscribe("orders.new", ...)` on a stream of that one subject, a
+    wildcard over all of a stream's, one of two interleaved subjects): elsewhere it goes message by message,
+    since a run over a sparse filter would read spans of messages it does not deliver, and `load_next` skips
+    whole blocks."""
     load_run = getattr(store, "load_run", None)
     if load_run is None or count <= 0:
         return []
     if filters is not None:
-        covers = getattr(store, "covers", None)
-        if covers is None or not covers(filters, seq):
+        run_pays = getattr(store, "run_pays", None)
+        if run_pays is None or not run_pays(filters, seq):
             return []
     run = load_run(seq, count, filters)
     run.reverse()

@@ -185,11 +185,11 @@ class StreamStore(Protocol):
         record, or the end of a block: ask `load_next` then), so `[]` says nothing about what follows."""
         ...
 
-    def covers(self, filters: str | Sequence[str], seq: int) -> bool:
-        """Whether every message stored around `seq` matches `filters` (a file store: every subject of the
-        block holding it), so a filtered `load_run` from `seq` reads no message it passes over. A hint for a
-        reader choosing between a run and `load_next` (a sparse filter reads less by `load_next`, which
-        skips blocks by their subjects); what a run returns never depends on it."""
+    def run_pays(self, filters: str | Sequence[str], seq: int) -> bool:
+        """Whether a filtered `load_run` from `seq` reads at most twice the messages it returns: at least half
+        of the messages stored around `seq` match `filters` (a file store: of the block holding it, by its
+        subject counts). A hint for a reader choosing between a run and `load_next` (a sparse filter reads
+        less by `load_next`, which skips blocks by their subjects); what a run returns never depends on it."""
         ...
 
     def verify_run(self, start_seq: int, count_max: int) -> int:

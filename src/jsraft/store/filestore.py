@@ -228,7 +228,7 @@ class FileStore(Accounting):
     deleted_ranges = fs_deleted.deleted_ranges
     count_live = fs_deleted.count_live  # live messages in `[first, last]`, from the block summaries (no read)
     verify_run = fs_run.verify_run  # `load_run`'s last sequence (0: none), its records checked, not decoded
-    covers = fs_run.covers  # every subject of the block holding a sequence matches the filters (a run's hint)
+    run_pays = fs_run.run_pays  # most of the block holding a sequence matches the filters (a run's hint)
 
     def subject_first(self, subject: str) -> int:  # (`fs_remove` reaches `fs_ops` through this)
         return fs_ops.subject_first(self, subject)

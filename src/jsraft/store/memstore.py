@@ -162,7 +162,7 @@ class MemStore:
                 break
         return run
 
-    def covers(self, filters: str | Sequence[str], seq: int) -> bool:
+    def run_pays(self, filters: str | Sequence[str], seq: int) -> bool:
         """Never: a filtered `load_run` here is `load_next` over and over, so a run saves nothing."""
         return False
 

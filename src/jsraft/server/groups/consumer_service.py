@@ -186,8 +186,7 @@ class ConsumerService:
             except JsraftError:  # a damaged record: left to the task's pass, which meets it and says so
                 continue
             self._applied_ops.extend(ops)
-            for send in sends:
-                port.publish(send)
+            self._publish_many(sends, port.publish)
 
     def _leading_for(self, entry: Any, now_ns: int) -> Leading:
         return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0),
@@ -307,8 +306,7 @@ class ConsumerService:
                 if type(leading) is PushLeading:
                     served_ops, served = serve_push(leading, store, now_ns, self._interest(leading.deliver_subject))
                     if sends_before_proposal(leading):  # consumer_push invariant 5
-                        for send in served:
-                            self.publish(send)
+                        self._publish_many(served)
                         served = []
                 else:
                     served_ops, served = serve(leading, store, now_ns, getattr(self.port, "has_reply_interest", None))
@@ -328,18 +326,22 @@ class ConsumerService:
             except JsraftError as error:  # invariant 2
                 log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
                 sends = [send for send in sends if send.reply is None]  # statuses still go out
-        publish_all = getattr(self.port, "publish_all", None)
-        if publish_all is not None and self.publish == self.port.publish:
-            publish_all(sends)  # consumer_hub invariant 6: a fetch's deliveries matched and queued at once
+        self._publish_many(sends)
+        self.events.flush()
+
+    def _publish_many(self, sends: list[Send], publish: Callable[[Send], None] | None = None) -> None:
+        """`sends` in order through `publish` (the service's by default); as runs (consumer_hub invariant 6: a
+        fetch's batch, a push pass, matched and queued at once) when that is the port's own `publish`."""
+        publish = publish or self.publish
+        if getattr(self.port, "publish_all", None) is not None and publish == self.port.publish:
+            self.port.publish_all(sends)
         else:
             for send in sends:
-                self.publish(send)
-        self.events.flush()
+                publish(send)
 
     def _flush_outbox(self) -> None:
         outbox, self._outbox = self._outbox, []
-        for send in outbox:
-            self.publish(send)
+        self._publish_many(outbox)
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
         if not replies:

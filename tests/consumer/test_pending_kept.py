@@ -6,7 +6,8 @@ as they append), deletes, subject purges, head compactions, truncations and skip
 random sizes and acks, for consumers with no filter, a filter matching everything, and filters matching a
 part, and a fixed list of every kind of change between two passes. Every new delivery's `num_pending` must equal `position.num_pending` counted from scratch above that
 message at the time of the pass, and a pass after the store changed must not use the kept count (`changes`,
-store invariant 7). A direct check counts the store reads of a filtered pass with nothing appended since the
+store invariant 7); after every step, the count consumer info reports (`ConsumerLeader.num_pending`) is the
+fresh one too. A direct check counts the store reads of a filtered pass with nothing appended since the
 last: none (it walked the shorter side of the cursor on every pass before).
 """
 
@@ -70,6 +71,8 @@ def _program(store, filters, ops) -> None:
             if op[2] and plan.deliveries:
                 cluster.apply(AckOp(name="C", seqs=tuple(d.stream_seq for d in plan.deliveries)))
                 leader.forget([d.stream_seq for d in plan.deliveries])
+        # What consumer info reports (the leader's count above its live cursor), after every step.
+        assert leader.num_pending(store) == num_pending(store, filters, leader.next_seq - 1), op
 
 
 CONFIG = {"name": "S", "block_size": 64 * 1024, "max_msgs_per_subject": 25}

@@ -196,6 +196,11 @@ class ConsumerLeader:
             plan.ops.append(SkipOp(name=self.entry.name, stream_seq=self._skipped_to))
         return plan
 
+    def num_pending(self, store: StreamStore) -> int:
+        """The messages matching the filters above the cursor, as a pass would count them (rule 7): for
+        consumer info, which reports the leader's live cursor."""
+        return self._num_pending(store)
+
     def _num_pending(self, store: StreamStore) -> int:
         """Rule 7: the messages matching the filters above the cursor."""
         filters, after = self.config.filters, self.next_seq - 1

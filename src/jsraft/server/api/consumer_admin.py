@@ -109,7 +109,9 @@ def info_json(stream: str, entry: ConsumerEntry, leading: Leading | None, store:
         # nats-server reports no redeliveries for max_deliver 1: there are none to make.
         "num_redelivered": 0 if config.max_deliver == 1 else state.num_redelivered,
         "num_waiting": len(leading.queue) if leading is not None else 0,
-        "num_pending": num_pending(store, config.filters, cursor),
+        # The leader's kept count while it holds (delivery rule 7): a filtered count walks half the stream.
+        "num_pending": leading.leader.num_pending(store) if live and leading is not None else
+        num_pending(store, config.filters, cursor),
     }
     if cluster is not None:
         info["cluster"] = cluster

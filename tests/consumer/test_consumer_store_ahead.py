@@ -22,7 +22,7 @@ import random
 import pytest
 
 from jsraft.consumer import ConsumerSet, CreateOp, DeleteOp, DeliveredOp, decode_ops, encode_ops
-from jsraft.consumer.position import num_pending, start_position
+from jsraft.consumer.position import is_last_at_start, num_pending, start_position
 from jsraft.errors import DamagedSequence, NoMessageFound
 from jsraft.jsapi.consumer_config import parse_consumer_config
 from jsraft.jsapi.stream_config import parse_stream_config
@@ -293,3 +293,49 @@ def test_a_consumer_deletion_replayed_over_a_store_ahead_removes_no_later_messag
     restarted.apply(log)
     assert restarted.machine.store.state().agreement_key() == current.machine.store.state().agreement_key()
     assert restarted.consumers.consumers.key() == current.consumers.consumers.key()
+
+
+def _is_last_by_definition(store, seq: int, subject: str, start_last_seq: int) -> bool:
+    later = [s for s in range(seq + 1, start_last_seq + 1) if _live_subject(store, s) == subject]
+    return not later
+
+
+def _live_subject(store, seq: int):
+    try:
+        return store.load(seq).subject
+    except NoMessageFound:
+        return None
+
+
+@pytest.mark.parametrize("kind", ["mem", "file"])
+def test_is_last_at_start_is_the_definition(tmp_path, kind) -> None:
+    rng = random.Random(11)
+    for trial in range(40):
+        if kind == "mem":
+            store = MemStore()
+        else:
+            store = FileStore.open(OsDisk(str(tmp_path / str(trial))), StoreConfig(name="S", block_size=64 * 1024))
+        count = rng.randint(1, 60)
+        for seq in range(1, count + 1):
+            store.append(seq, rng.choice(SUBJECTS), b"", b"m", T0 + seq)
+        for seq in rng.sample(range(1, count + 1), k=rng.randint(0, count // 2)):
+            store.delete(seq)
+        for start_last_seq in {count, rng.randint(0, count), count // 2}:
+            for seq in range(1, count + 1):
+                subject = _live_subject(store, seq)
+                if subject is not None and seq <= start_last_seq:
+                    assert is_last_at_start(store, seq, subject, start_last_seq) == \
+                        _is_last_by_definition(store, seq, subject, start_last_seq), (trial, seq, start_last_seq)
+        store.close()
+
+
+def test_is_last_at_start_reads_no_later_message_when_the_subject_ended_before_the_start() -> None:
+    # A KV `keys()` (last_per_subject over every key) asked this of each key's every revision and found
+    # the next revision by scanning the stream: a minute of server CPU for 5,000 keys written twice.
+    store = _Counting()
+    for seq in range(1, 2001):
+        store.append(seq, f"k.{seq % 1000}", b"", b"m", T0 + seq)
+    _Counting.loads = 0
+    assert not is_last_at_start(store, 5, "k.5", 2000) and is_last_at_start(store, 1005, "k.5", 2000)
+    assert _Counting.loads == 0
+    assert is_last_at_start(store, 5, "k.5", 1000)  # its next one came after the start: looked for

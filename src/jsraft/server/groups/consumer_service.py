@@ -247,8 +247,10 @@ class ConsumerService:
             self.wake()
 
     def on_acks(self, acks: list[Ack], publish: Publish) -> None:
-        for ack in acks:
-            self.on_ack(ack, publish)
+        """`on_ack` of each of `acks`, in order, with one wake."""
+        self.publish = publish
+        if self.acks.put_all(acks):
+            self.wake()
 
     def on_ack(self, ack: Ack, publish: Publish) -> None:
         """One ack from the hub, for the next pass (invariant 4: beyond the bound it is dropped and counted)."""

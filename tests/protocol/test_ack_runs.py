@@ -7,12 +7,14 @@ spaces, a bare LF, a missing CRLF, a line past `max_control_line` — mixed with
 operations and random bytes, fed whole and split at generated points, to a `ServerConnection` with
 `ack_runs` and to one whose `_next` is `Reader._next` (the generic path alone). Each `AckRun` is
 replaced by a `Pub(subject, None, b"")` per subject; both must give the same events and the same error
-class. Runs have two acks at least and `ACK_RUN_MAX` at most. Then the shapes the server relies on:
+class. Runs have two acks at least and `ACK_RUN_MAX` at most. Each near miss is also put between plain
+acks and the bytes cut at every point, deterministically. Then the shapes the server relies on:
 a fetch's 500 acks and the pull behind them, the bound, and no run without `ack_runs`.
 """
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -48,10 +50,12 @@ def _feed(conn, chunks):
 
 _subjects = st.sampled_from([b"$JS.ACK.s.c.1.2.3.4.0", b"$JS.ACK.s.c.1.9.9.4.0", b"$JS.ACK.x", b"$JS.ACK.",
                              b"$JS.ACK.\xff", b"$JS.ACK." + b"a" * 16, b"$JS.ACKS.a", b"a"])
-_acks = st.builds(lambda subject, form: form % subject, _subjects, st.sampled_from(
-    [b"PUB %s 0\r\n\r\n"] * 6 + [b"PUB %s r 0\r\n\r\n", b"PUB %s 1\r\nx\r\n", b"PUB %s 00\r\n\r\n",
-                                 b"PUB  %s 0\r\n\r\n", b"PUB %s 0\n\r\n", b"PUB %s 0\r\n", b"PUB %s 0\r\n\n",
-                                 b"PUB %s\t0\r\n\r\n", b"pub %s 0\r\n\r\n", b"PUB %s 0 \r\n\r\n"]))
+_PLAIN = b"PUB %s 0\r\n\r\n"
+_NEAR_MISSES = [b"PUB %s r 0\r\n\r\n", b"PUB %s 1\r\nx\r\n", b"PUB %s 00\r\n\r\n", b"PUB  %s 0\r\n\r\n",
+                b"PUB %s 0\n\r\n", b"PUB %s 0\r\n", b"PUB %s 0\r\n\n", b"PUB %s\t0\r\n\r\n", b"pub %s 0\r\n\r\n",
+                b"PUB %s 0 \r\n\r\n", b"PUB %s r 0 0\r\n\r\n", b"HPUB %s 0 0\r\n\r\n", b"PUB %s 2\r\n\r\n\r\n"]
+_acks = st.builds(lambda subject, form: form % subject, _subjects,
+                  st.sampled_from([_PLAIN] * len(_NEAR_MISSES) + _NEAR_MISSES))
 _parts = st.one_of(*[_acks] * 8,
                    st.sampled_from([b"PING\r\n", b"PUB a 1\r\nx\r\n", b"SUB a 1\r\n", b"PUB", b"\r\n",
                                     b'CONNECT {"headers":true}\r\n', b"HPUB a 0 1\r\nx\r\n"]),
@@ -73,6 +77,17 @@ def test_a_run_flattened_is_what_the_generic_path_reads(parts, cuts, bounded):
         got, runs = _feed(ServerConnection(ack_runs=True, **bounds), pieces)
         assert got == expected
         assert all(2 <= size <= ACK_RUN_MAX for size in runs)
+
+
+@pytest.mark.parametrize("form", _NEAR_MISSES)
+@pytest.mark.parametrize("bounded", [False, True])
+def test_each_near_miss_in_a_run_is_read_as_the_generic_path_reads_it(form, bounded):
+    subject = b"$JS.ACK.s.c.1.2"
+    data = _PLAIN % subject + form % subject + _PLAIN % subject + _PLAIN % subject
+    bounds = _BOUNDS if bounded else {}
+    expected, _ = _feed(_GenericOnly(**bounds), [data])
+    for cut in range(len(data) + 1):
+        assert _feed(ServerConnection(ack_runs=True, **bounds), [data[:cut], data[cut:]])[0] == expected
 
 
 FETCH_ACKS = [f"$JS.ACK.S.CMPC.1.{i}.{i}.1764380000000000000.{500 - i}" for i in range(1, 501)]

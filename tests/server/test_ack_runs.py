@@ -126,7 +126,8 @@ async def test_a_pedantic_client_gets_each_acks_answers_in_its_place(tmp_path):
 
 
 async def test_permissions_are_checked_for_each_ack_of_a_run(tmp_path):
-    acker = Permissions(publish=SubjectPermission(allow=("$JS.ACK.>",), deny=("$JS.ACK.A.C.1.2.>", "$JS.ACK.A.C.1.4.>")),
+    denied = ("$JS.ACK.A.C.1.2.>", "$JS.ACK.A.C.1.4.>")  # the acks of stream seqs 2 and 4
+    acker = Permissions(publish=SubjectPermission(allow=("$JS.ACK.>",), deny=denied),
                         subscribe=SubjectPermission(allow=None, deny=()))
     users = (UserConfig(user="admin", password="admin-pw"),
              UserConfig(user="acker", password="acker-pw", permissions=acker))

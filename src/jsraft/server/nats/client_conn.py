@@ -114,8 +114,8 @@ class ClientConn(ConnSecurity, ConnOutbound):
         self._read_scope = trio.CancelScope()
         self._ping_scope = trio.CancelScope()
         self._last_in_s = trio.current_time()
-        self._handlers = {Pub: self._on_pub, AckRun: self._on_ack_run, Sub: self._on_sub, Unsub: self._on_unsub, Ping: self._on_ping,
-                          Pong: self._on_pong, Connect: self._on_connect}
+        self._handlers = {Pub: self._on_pub, AckRun: self._on_ack_run, Sub: self._on_sub, Unsub: self._on_unsub,
+                          Ping: self._on_ping, Pong: self._on_pong, Connect: self._on_connect}
 
     def __repr__(self) -> str:
         return f"cid:{self.cid} {self.peer}" + (f" {self.name!r}" if self.name else "")
@@ -272,7 +272,9 @@ class ClientConn(ConnSecurity, ConnOutbound):
             return
         subjects = event.subjects
         if self.perms is not None or self.verbose or self.pedantic:
-            subjects = [subject for subject in subjects if self._pub_checks(subject)]
+            # An answer that closes the connection (its outbound bound) ends the run there, as it would
+            # end the reading of separate events.
+            subjects = [subject for subject in subjects if not self.closed and self._pub_checks(subject)]
         self.server.stats.in_msgs += len(subjects)
         self.in_msgs += len(subjects)  # an ack's payload is empty: no bytes to count
         for subject in take(subjects):  # not a valid subject: routed as any publish, which reaches nobody

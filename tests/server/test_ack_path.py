@@ -21,7 +21,7 @@ from typing import Any
 import trio
 from nats.js.api import ConsumerConfig
 
-from jsraft.server.nats.client_server import could_match_ack
+from jsraft.server.nats.ack_shortcut import could_match_ack
 from nats_kit import nats_connect, until
 from test_consumers_nats import follower_connection, run_in_cluster, stream_leader
 
@@ -36,7 +36,8 @@ def test_could_match_ack():
 
 
 def instrument(cluster: Any) -> dict[str, dict[str, int]]:
-    """Per node: acks taken by the shortcut, ack subjects delivered the general way."""
+    """Per node: acks taken by the shortcut (one by one or as a client's run), ack subjects delivered the
+    general way."""
     counts: dict[str, dict[str, int]] = {}
     for node in cluster.running():
         clients = node.clients
@@ -47,12 +48,18 @@ def instrument(cluster: Any) -> dict[str, dict[str, int]]:
             _seen["shortcut"] += taken
             return taken
 
+        def shortcut_run(subjects, _handler=clients._ack_run_handler, _seen=seen):
+            refused = _handler(subjects)
+            _seen["shortcut"] += len(subjects) - len(refused)
+            return refused
+
         def general(sub, origin, subject, *rest, _dispatch=clients.dispatch_internal, _seen=seen):
             if subject.startswith(b"$JS.ACK."):
                 _seen["general"] += 1
             return _dispatch(sub, origin, subject, *rest)
 
         clients._ack_handler = shortcut
+        clients._ack_run_handler = shortcut_run
         clients.dispatch_internal = general
     return counts
 

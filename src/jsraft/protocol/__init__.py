@@ -17,14 +17,14 @@ from jsraft.protocol.errors import (
     ControlLineTooLong, HeadersNotSupported, LocalProtocolError, MalformedArguments, MalformedHeaders,
     PayloadTooLarge, ProtocolError, RemoteProtocolError, UnknownOperation,
 )
-from jsraft.protocol.events import NEED_DATA, Connect, Err, Info, Msg, Ok, Ping, Pong, Pub, Sub, Unsub
+from jsraft.protocol.events import NEED_DATA, AckRun, Connect, Err, Info, Msg, Ok, Ping, Pong, Pub, Sub, Unsub
 from jsraft.protocol.headers import NO_RESPONDERS_HEADERS, HeaderBlock, build_headers, parse_headers
 from jsraft.protocol.reader import MAX_CONTROL_LINE_DEFAULT, MAX_PAYLOAD_DEFAULT
 
 __all__ = [
-    "MAX_CONTROL_LINE_DEFAULT", "MAX_PAYLOAD_DEFAULT", "NEED_DATA", "NO_RESPONDERS_HEADERS", "ClientConnection",
-    "Connect", "ControlLineTooLong", "Err", "HeaderBlock", "HeadersNotSupported", "Info", "LocalProtocolError",
-    "MalformedArguments", "MalformedHeaders", "Msg", "Ok", "PayloadTooLarge", "Ping", "Pong", "ProtocolError",
-    "Pub", "RemoteProtocolError", "ServerConnection", "Sub", "Unsub", "UnknownOperation", "build_headers",
-    "parse_headers",
+    "MAX_CONTROL_LINE_DEFAULT", "MAX_PAYLOAD_DEFAULT", "NEED_DATA", "NO_RESPONDERS_HEADERS", "AckRun",
+    "ClientConnection", "Connect", "ControlLineTooLong", "Err", "HeaderBlock", "HeadersNotSupported", "Info",
+    "LocalProtocolError", "MalformedArguments", "MalformedHeaders", "Msg", "Ok", "PayloadTooLarge", "Ping", "Pong",
+    "ProtocolError", "Pub", "RemoteProtocolError", "ServerConnection", "Sub", "Unsub", "UnknownOperation",
+    "build_headers", "parse_headers",
 ]

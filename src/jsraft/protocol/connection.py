@@ -13,6 +13,11 @@ Invariants:
      `limits.payload_bytes_max`): its reader accepts MSGs up to it and `send` refuses PUBs over it.
   3. Argument counts are exact: PUB 2–3, HPUB 3–4, SUB 2–3, UNSUB 1–2, MSG 3–4, HMSG 4–5; an HPUB/HMSG
      whose header size exceeds its total size is malformed. Anything else is `MalformedArguments`.
+  4. A `ServerConnection` made with `ack_runs` reads consecutive `PUB $JS.ACK.<...> 0` with no reply
+     subject and an empty payload (JetStream acks as nats-py writes them, hundreds in one write) as one
+     `AckRun` of at most `ACK_RUN_MAX`: its subjects, each as a `Pub(subject, None, b"")`, are exactly
+     the events read without `ack_runs`, in order. Where a run ends depends on what was buffered (a run
+     never waits for more bytes); the flattened events do not (the reader's invariant 2).
 
 Imports: L0 (`limits`), stdlib, protocol siblings. Reference: nats-server `server/client.go`
 (`processPub`, `processHeaderPub`, `parseSub`, `processUnsub`, `processConnect`), nats-py `protocol/parser.py`.
@@ -25,11 +30,13 @@ from typing import Any
 
 from jsraft import limits
 from jsraft.protocol.errors import HeadersNotSupported, MalformedArguments
-from jsraft.protocol.events import Connect, Err, Info, Msg, Ok, Ping, Pong, Pub, Sub, Unsub
+from jsraft.protocol.events import AckRun, Connect, Err, Info, Msg, Ok, Ping, Pong, Pub, Sub, Unsub
 from jsraft.protocol.reader import PendingPayload, Reader, parse_size
 from jsraft.protocol.wire import SIZE_DIGITS_MAX, encode_client_event, encode_server_event, text_from_wire
 
 _PING, _PONG, _OK = Ping(), Pong(), Ok()
+ACK_RUN_MAX = 4096  # acks in one `AckRun` (invariant 4): a bound on the work one event hands on
+_ACK_PUB = b"PUB $JS.ACK."
 
 
 def _json_object(arg: bytes, what: str) -> dict[str, Any]:
@@ -60,9 +67,10 @@ def _sizes(header_raw: bytes, total_raw: bytes, line: bytes) -> tuple[int, int]:
 class ServerConnection(Reader):
     """The server's end of one client connection (module invariants 1 and 3)."""
 
-    def __init__(self, **bounds: int) -> None:
+    def __init__(self, *, ack_runs: bool = False, **bounds: int) -> None:
         super().__init__(**bounds)
         self.headers_enabled = False
+        self.ack_runs = ack_runs  # invariant 4
         self._ops = {b"PUB": self._pub, b"HPUB": self._hpub, b"SUB": self._sub, b"UNSUB": self._unsub,
                      b"PING": self._ping, b"PONG": self._pong, b"CONNECT": self._connect}
 
@@ -92,9 +100,37 @@ class ServerConnection(Reader):
                             else:
                                 body = b""  # a JetStream ack: no view to make and release
                             self._position = stop + 2
-                            return Pub(args[0].decode("utf-8", "surrogateescape"),
-                                       args[1].decode("utf-8", "surrogateescape") if count == 3 else None, body)
+                            subject = args[0].decode("utf-8", "surrogateescape")
+                            if not size and count == 2 and self.ack_runs and subject.startswith("$JS.ACK."):
+                                return self._ack_run(subject)
+                            return Pub(subject, args[1].decode("utf-8", "surrogateescape") if count == 3 else None,
+                                       body)
         return Reader._next(self)
+
+    def _ack_run(self, first: str) -> Any:
+        """Invariant 4: `first` (an ack just parsed) and the acks buffered right behind it, as one `AckRun`;
+        a lone `Pub` when none is. The run takes only what the one-pass parse above would take as such an
+        ack — `PUB $JS.ACK.<...> 0`, CRLF, CRLF, within `max_control_line` — and ends at anything else,
+        which the next call parses as usual."""
+        subjects = [first]
+        buffer, position = self._buffer, self._position
+        line_max = self.max_control_line
+        while len(subjects) < ACK_RUN_MAX and buffer.startswith(_ACK_PUB, position):
+            newline = buffer.find(b"\n", position)
+            if newline < 0:
+                break
+            end = newline - 1 if buffer[newline - 1] == 13 else newline
+            if end - position - 4 > line_max:
+                break
+            args = buffer[position + 4:end].split()
+            if len(args) != 2 or args[1] != b"0" or not buffer.startswith(b"\r\n", newline + 1):
+                break
+            subjects.append(args[0].decode("utf-8", "surrogateescape"))
+            position = newline + 3
+        if len(subjects) == 1:
+            return Pub(first, None, b"")
+        self._position = position
+        return AckRun(subjects)
 
     def send(self, event: Any) -> bytes:
         """Bytes for a server event (INFO, MSG/HMSG, PING, PONG, +OK, -ERR); `LocalProtocolError` otherwise."""

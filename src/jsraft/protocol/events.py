@@ -1,7 +1,8 @@
 """The events of the NATS client protocol: one class per operation (layer L4).
 
 Owns: the values the parsers return and the serializers take. Client to server: `Connect`, `Pub` (PUB,
-or HPUB when `headers` is not None), `Sub`, `Unsub`, `Ping`, `Pong`. Server to client: `Info`, `Msg` (MSG,
+or HPUB when `headers` is not None), `AckRun` (consecutive JetStream acks, only from a `ServerConnection`
+that asked for them), `Sub`, `Unsub`, `Ping`, `Pong`. Server to client: `Info`, `Msg` (MSG,
 or HMSG when `headers` is not None), `Ping`, `Pong`, `Ok`, `Err`. `NEED_DATA` is what `next_event()`
 returns when the buffer holds no complete event.
 
@@ -65,6 +66,25 @@ class Pub:
     headers: bytes | None = None
 
 
+class AckRun:
+    """Consecutive `PUB $JS.ACK.<...> 0` (no reply subject, empty payload): the JetStream acks a client
+    such as nats-py writes in one go, read as one event by a `ServerConnection` with `ack_runs`. The same
+    as `Pub(subject, None, b"")` for each of `subjects`, in order (two at least)."""
+
+    __slots__ = ("subjects",)
+
+    def __init__(self, subjects: list[str]) -> None:
+        self.subjects = subjects
+
+    def __repr__(self) -> str:
+        return f"AckRun({self.subjects!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is AckRun and other.subjects == self.subjects
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the attrs events
+
+
 @attrs.define
 class Sub:
     """`SUB <subject> [queue] <sid>`."""
@@ -115,6 +135,6 @@ class Err:
     message: str
 
 
-ClientEvent = Connect | Pub | Sub | Unsub | Ping | Pong
+ClientEvent = Connect | Pub | AckRun | Sub | Unsub | Ping | Pong
 ServerEvent = Info | Msg | Ping | Pong | Ok | Err
 Event = ClientEvent | ServerEvent

@@ -97,7 +97,7 @@ class ConsumerHub:
         self._collector_ids = itertools.count(1)
         clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
         acks = clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
-        clients.set_ack_path(acks, self._ack)  # a client's ack straight here while nothing else matches
+        clients.set_ack_path(acks, self._ack, self._ack_run)  # a client's acks here while nothing else matches
         # Flow-control answers take the acks' way to the leader (same lanes, same order, at most once).
         clients.subscribe_internal(FC_SUBJECT, self._on_ack, sync=True)
         clients.sublist.observers.append(self._on_subscription)
@@ -239,24 +239,52 @@ class ConsumerHub:
                 stream = tokens[2] if len(tokens) == 9 else tokens[4] if len(tokens) >= 12 else ""
             if not stream:
                 return True
-        item = (subject, reply or "", bytes(payload), target)
+        self._take(stream, [(subject, reply or "", bytes(payload), target)])
+        return True
+
+    def _ack_run(self, subjects: list[str]) -> list[str]:
+        """`_ack(subject, None, b"")` of each of a client's run of acks (`ClientServer.ack_run_path`), in
+        order; those it refused. A run of one stream's acks of the literal form goes to its service (or
+        lane) as one batch."""
+        refused: list[str] = []
+        stream, items = "", []  # the batch being gathered: consecutive acks of one stream
+        for subject in subjects:
+            target = literal_ack_target(subject)
+            if target is not None and target[0] == stream:
+                items.append((subject, "", b"", target))
+                continue
+            if items:
+                self._take(stream, items)
+            if target is not None:
+                stream, items = target[0], [(subject, "", b"", target)]
+                continue
+            stream, items = "", []
+            if not self._ack(subject, None, b""):
+                refused.append(subject)
+        if items:
+            self._take(stream, items)
+        return refused
+
+    def _take(self, stream: str, items: list[Ack]) -> None:
+        """Acks of `stream`, in order: to its service when this node leads it and no lane is busy with
+        earlier ones (invariant 2), else to its lane (invariant 4's bound)."""
         if stream not in self._lanes:
             service = self._local(stream)
             if service is not None:
-                service.on_ack(item, self.publish)
-                return True
+                service.on_acks(items, self.publish)
+                return
         lane = self._lanes.get(stream)
         if lane is None:
             lane = self._lanes[stream] = _Lane()
             if not self.clients.start_soon(self._run_lane, stream, lane):
                 del self._lanes[stream]
-                return True
-        if len(lane.items) >= ACK_LANE_MAX:
-            self.acks_dropped += 1  # invariant 4
-            return True
-        lane.items.append(item)
-        lane.taken += 1
-        return True
+                return
+        room = ACK_LANE_MAX - len(lane.items)
+        if len(items) > room:
+            self.acks_dropped += len(items) - max(room, 0)  # invariant 4
+            items = items[:max(room, 0)]
+        lane.items.extend(items)
+        lane.taken += len(items)
 
     async def _run_lane(self, stream: str, lane: "_Lane") -> None:
         """Invariant 2: one batch at a time, in order, until the lane is empty."""

@@ -69,6 +69,17 @@ class AckQueue:
             self.needs_state = True
         return True
 
+    def put_all(self, acks: list[Ack]) -> bool:
+        """`put` of each of `acks`, in order; False when every one was dropped."""
+        room = max(ACKS_QUEUED_MAX - len(self.items), 0)
+        taken = acks[:room] if len(acks) > room else acks
+        self.items.extend(taken)
+        for ack in acks[room:]:  # past the bound, the queue full now: `put` drops and counts each
+            self.put(ack)
+        if not self.needs_state and any(ack[2].startswith(NEEDS_STATE) for ack in taken):
+            self.needs_state = True
+        return bool(taken)
+
     def take(self) -> list[Ack]:
         items, self.items, self.needs_state = self.items, [], False
         return items

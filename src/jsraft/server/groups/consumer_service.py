@@ -246,8 +246,10 @@ class ConsumerService:
             self.wake()
 
     def on_acks(self, acks: list[Ack], publish: Publish) -> None:
-        for ack in acks:
-            self.on_ack(ack, publish)
+        """`on_ack` of each of `acks`, in order, with one wake."""
+        self.publish = publish
+        if self.acks.put_all(acks):
+            self.wake()
 
     def on_ack(self, ack: Ack, publish: Publish) -> None:
         """One ack from the hub, for the next pass (invariant 4: beyond the bound it is dropped and counted)."""
@@ -330,14 +332,12 @@ class ConsumerService:
         self.events.flush()
 
     def _publish_many(self, sends: list[Send], publish: Callable[[Send], None] | None = None) -> None:
-        """`sends` in order through `publish` (the service's by default); as runs (consumer_hub invariant 6: a
-        fetch's batch, a push pass, matched and queued at once) when that is the port's own `publish`."""
+        """`sends` in order via `publish` (default: the service's); as runs when it is the port's (hub invariant 6)."""
         publish = publish or self.publish
         if getattr(self.port, "publish_all", None) is not None and publish == self.port.publish:
-            self.port.publish_all(sends)
-        else:
-            for send in sends:
-                publish(send)
+            return self.port.publish_all(sends)
+        for send in sends:
+            publish(send)
 
     def _flush_outbox(self) -> None:
         outbox, self._outbox = self._outbox, []

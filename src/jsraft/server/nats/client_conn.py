@@ -30,6 +30,11 @@ Invariants:
   11. A read asks for at most `READ_BYTES_MAX` bytes: `READ_BYTES_MIN`, doubled after a read that filled
      it, halved after one that used under a quarter of it (nats-server's adaptive read buffer). A
      client streaming large messages then hands a stream many per read, hence per entry.
+  12. A run of JetStream acks read as one event (`AckRun`) is handled as each of its acks would be, in
+     order: permissions, `+OK` when `verbose`, the pedantic `-ERR`, the counters per ack. It goes to the
+     consumer hub as one call when the port's ack shortcut is open (`ClientServer.ack_run_path`), where
+     an ack answers nothing at once, so the checks' answers may all come first; else each ack is handled
+     as a `PUB` of its own, the bound of invariant 6 checked between them.
 
 Imports: stdlib, L0–L1 (`errors`, `subjects`), L4 (`protocol`), trio, server siblings (`client_out`, ...).
 Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `processUnsub`,
@@ -38,13 +43,16 @@ Reference: nats-server `server/client.go` (`processConnect`, `processSub`, `proc
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft.protocol import NEED_DATA, Connect, Ping, Pong, Pub, RemoteProtocolError, ServerConnection, Sub, Unsub
+from jsraft.protocol import (
+    NEED_DATA, AckRun, Connect, Ping, Pong, Pub, RemoteProtocolError, ServerConnection, Sub, Unsub,
+)
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import OK, PING, PONG
 from jsraft.server.nats.client_auth import ConnSecurity, err_line
@@ -80,7 +88,9 @@ class ClientConn(ConnSecurity, ConnOutbound):
         self.stream = stream
         self.cid = cid
         self.peer = peer
-        self.protocol = ServerConnection(max_control_line=options.max_control_line, max_payload=options.max_payload)
+        self.protocol = ServerConnection(ack_runs=True, max_control_line=options.max_control_line,
+                                         max_payload=options.max_payload)
+        self._acks_left: collections.deque[str] = collections.deque()  # of a run, one by one (invariant 12)
         self.subs: dict[str, ClientSubscription] = {}
         self.sublist = server.sublist  # its account's subscriptions (ClientServer invariant 8)
         self.verbose = self.pedantic = self.headers = self.no_responders = False
@@ -104,8 +114,8 @@ class ClientConn(ConnSecurity, ConnOutbound):
         self._read_scope = trio.CancelScope()
         self._ping_scope = trio.CancelScope()
         self._last_in_s = trio.current_time()
-        self._handlers = {Pub: self._on_pub, Sub: self._on_sub, Unsub: self._on_unsub, Ping: self._on_ping,
-                          Pong: self._on_pong, Connect: self._on_connect}
+        self._handlers = {Pub: self._on_pub, AckRun: self._on_ack_run, Sub: self._on_sub, Unsub: self._on_unsub,
+                          Ping: self._on_ping, Pong: self._on_pong, Connect: self._on_connect}
 
     def __repr__(self) -> str:
         return f"cid:{self.cid} {self.peer}" + (f" {self.name!r}" if self.name else "")
@@ -184,6 +194,9 @@ class ClientConn(ConnSecurity, ConnOutbound):
         try:
             while not self.closed and self._pending_connect is None \
                     and self.internal_inflight < INTERNAL_INFLIGHT_MAX:
+                if self._acks_left:  # the rest of a run handled one by one (invariant 12)
+                    self._on_pub(Pub(self._acks_left.popleft(), None, b""))
+                    continue
                 event = self.protocol.next_event()
                 if event is NEED_DATA:
                     return
@@ -231,18 +244,41 @@ class ClientConn(ConnSecurity, ConnOutbound):
         return trio.current_time() - self._last_in_s
 
     def _on_pub(self, event: Pub) -> None:
-        if self.perms is not None and not self._may_publish(event.subject):  # invariant 8
+        if (self.perms is not None or self.verbose or self.pedantic) and not self._pub_checks(event.subject):
             return
-        if self.verbose:
-            self.send(OK)
         self.server.stats.in_msgs += 1
         received = len(event.payload) + (len(event.headers) if event.headers else 0)
         self.server.stats.in_bytes += received
         self.in_msgs += 1  # /connz and /varz (monitor_views)
         self.in_bytes += received
-        if self.pedantic and not is_valid_subject(event.subject):
-            self.send(err_line(texts.ERR_INVALID_PUBLISH_SUBJECT))
         self.server.route(self, event.subject, event.reply, event.headers, event.payload)
+
+    def _pub_checks(self, subject: str) -> bool:
+        """A publish's permission (invariant 8: False, refused, after its `-ERR`), then `+OK` for a
+        `verbose` client and `-ERR 'Invalid Publish Subject'` for a `pedantic` one (the publish still goes)."""
+        if self.perms is not None and not self._may_publish(subject):
+            return False
+        if self.verbose:
+            self.send(OK)
+        if self.pedantic and not is_valid_subject(subject):
+            self.send(err_line(texts.ERR_INVALID_PUBLISH_SUBJECT))
+        return True
+
+    def _on_ack_run(self, event: AckRun) -> None:
+        """Invariant 12: the acks of `event`, each as `_on_pub` would take it."""
+        take = self.server.ack_run_path(self)
+        if take is None:
+            self._acks_left.extend(event.subjects)  # `_process_events` hands them to `_on_pub`
+            return
+        subjects = event.subjects
+        if self.perms is not None or self.verbose or self.pedantic:
+            # An answer that closes the connection (its outbound bound) ends the run there, as it would
+            # end the reading of separate events.
+            subjects = [subject for subject in subjects if not self.closed and self._pub_checks(subject)]
+        self.server.stats.in_msgs += len(subjects)
+        self.in_msgs += len(subjects)  # an ack's payload is empty: no bytes to count
+        for subject in take(subjects):  # not a valid subject: routed as any publish, which reaches nobody
+            self.server.route(self, subject, None, None, b"")
 
     def _on_sub(self, event: Sub) -> None:
         if not is_valid_subject(event.subject, wildcards=True) or \

@@ -31,11 +31,13 @@ Invariants:
      stream-subject and direct-get subscriptions and serves its own clients, so serving a peer's
      message again would answer a request twice or store a publish twice — and is never forwarded
      again, so a message crosses at most one link (the nodes form a full mesh, as nats-server routes do).
-  6. Ack shortcut (`set_ack_path`): a publish on `$JS.ACK.…` goes straight to the consumer hub's handler
-     (no sublist match, `InternalMsg` or `forward`) only while the hub's subscription is the only one
-     that could match, here or at a peer: `ack_rivals` counts the others, local and advertised by peers
-     (sublist observers on `sublist` and the routes' `remote`; `could_match_ack`), and only when the
-     subject is valid (the handler checks: it takes only those). Else `route` as any.
+  6. Ack shortcut (`set_ack_path`, `ack_shortcut.AckShortcut`): a publish on `$JS.ACK.…` goes straight to
+     the consumer hub's handler (no sublist match, `InternalMsg` or `forward`) only while the hub's
+     subscription is the only one that could match, here or at a peer: `ack_rivals` counts the others,
+     local and advertised by peers (sublist observers on `sublist` and the routes' `remote`;
+     `could_match_ack`), and only when the subject is valid (the handler checks: it takes only those).
+     Else `route` as any. A connection's run of acks (`AckRun`) takes it as one call (`ack_run_path`)
+     exactly when each of its acks would.
   7. With an `Authenticator` or `TlsContexts`, a client is accepted as `client_auth.accept_client` says:
      TLS first where configured, INFO with `auth_required`/`nonce`/`tls_required`, authentication first.
   8. Accounts: a client of an isolated account has its account's own sublist (`account_sublists`), and
@@ -61,6 +63,7 @@ from jsraft import limits, subjects
 from jsraft.jsapi.api_level import API_LEVEL, version_for_level
 from jsraft.protocol import errors as texts
 from jsraft.protocol.wire import wire_text
+from jsraft.server.nats.ack_shortcut import ACK_PREFIX, AckShortcut
 from jsraft.server.nats.auth import Authenticator
 from jsraft.server.nats.client_accept import accept_client
 from jsraft.server.nats.client_deliver import Delivery, deliver_as as deliver_run
@@ -132,15 +135,6 @@ class InternalMsg:
             self.server.internal_finished(self.origin)
 
 
-ACK_PREFIX = "$JS.ACK."
-
-
-def could_match_ack(subject: str) -> bool:
-    """Whether a subscription on `subject` could match a `$JS.ACK.…` subject (never False when it can)."""
-    tokens = subject.split(".", 2)
-    return tokens[0] == ">" or tokens[0] in ("$JS", "*") and len(tokens) > 1 and tokens[1] in ("ACK", "*", ">")
-
-
 Handler = Callable[[InternalMsg], Awaitable[None]]
 # (subject, reply, headers, payload, queue groups served on this node) -> whether any peer was sent it
 Forward = Callable[[str, str | None, bytes | None, bytes, Collection[str]], bool]
@@ -166,7 +160,7 @@ class InternalSubscription:
         return self.server.dispatch_internal(self, origin, subject, reply, headers, payload)
 
 
-class ClientServer:
+class ClientServer(AckShortcut):
     def __init__(self, options: ClientOptions, *, server_id: str, server_name: str,
                  rng: random.Random | None = None, authenticator: Authenticator | None = None,
                  tls: TlsContexts | None = None) -> None:
@@ -192,11 +186,8 @@ class ClientServer:
         self._internal_inflight = 0
         self._internal_last = trio.Event()
         self._internal_last.set()
-        self.ack_rivals = 0  # invariant 6
         self.listeners: list[trio.SocketListener] = []  # bound already (`jsraft serve`): served, not bound
-        self._ack_sub: InternalSubscription | None = None
-        self._ack_handler: Callable[[str, str | None, bytes], bool] | None = None
-        self.sublist.observers.append(self.count_ack_rival)
+        self.init_ack_shortcut()  # invariant 6
 
     # --- Lifecycle --------------------------------------------------------------------------------------
 
@@ -306,25 +297,6 @@ class ClientServer:
             if members[(start + offset) % len(members)].deliver(origin, subject, reply, headers, payload):
                 return True
         return False
-
-    # --- The ack shortcut (invariant 6) ------------------------------------------------------------------
-
-    def set_ack_path(self, sub: InternalSubscription, handler: Callable[[str, str | None, bytes], bool]) -> None:
-        """`handler(subject, reply, payload)` takes the acks `sub` would while it has no rival (invariant 6).
-        It checks the subject itself (one parse of an ack does both), and returns False for one that is
-        not a valid subject, which `route` then routes as any publish (to nobody)."""
-        if self._ack_sub is None and could_match_ack(sub.subject):
-            self.ack_rivals -= 1  # counted when it was inserted: it is the one allowed
-        self._ack_sub, self._ack_handler = sub, handler
-
-    def count_ack_rival(self, sub: Any, added: bool) -> None:
-        """Sublist observer (this port's, the routes' `remote`): count the shortcut's rivals (invariant 6)."""
-        if sub is self._ack_sub:
-            if not added:
-                self._ack_sub = self._ack_handler = None  # gone: every ack goes through `route`
-            return
-        if could_match_ack(sub.subject):
-            self.ack_rivals += 1 if added else -1
 
     # --- Internal subscriptions -------------------------------------------------------------------------
 

@@ -16,6 +16,10 @@ over three streams:
   part    `f.a` and `f.b` alternating, the consumer on `f.a`: half of them;
   delete  as `all`, with message 5 deleted before the consumer starts (one interior delete).
 
+And a KV bucket (`--kv-keys` keys, history 2, every key written twice): `kv.keys()` (an ordered consumer,
+last per subject, over every key), then `kv.watch("k1")` and 200 `kv.put("k1", ...)`, each awaited until the
+watcher has the new value (the round trip a KV user sees).
+
 Printed per case and system: the median msgs/s over the rounds and the server's CPU per message received
 (user + system of the server process over the timed part, psutil). `--baseline-src DIR` adds
 `jsraft_baseline`, the same `jsraft serve` run with `PYTHONPATH=DIR` (another checkout's code), in the same
@@ -23,6 +27,7 @@ rounds. A run whose consumer misses a message or takes longer than `--cap-s` is 
 
     .venv/bin/python bench/consumer_patterns.py --msgs 30000 --rounds 3
     .venv/bin/python bench/consumer_patterns.py --msgs 30000 --rounds 3 --baseline-src /work/main/src --json
+    .venv/bin/python bench/consumer_patterns.py --patterns kv --kv-keys 5000 --rounds 3   # the KV cases alone
 
 Imports: stdlib, psutil, nats-py, sibling `create_latency` (server start and CPU), which imports jsraft's
 `cli.local_cluster` through `nats_servers` only for ports.
@@ -43,7 +48,8 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from create_latency import BASELINE, server_cpu_s, start  # noqa: E402
 
-PATTERNS = ("pull", "ordered")
+PATTERNS = ("pull", "ordered", "kv")
+WATCH_PUTS = 200
 STREAMS = ("all", "part", "delete")
 SYSTEMS = ("jsraft", "nats_always")
 
@@ -115,6 +121,44 @@ async def one_case(url: str, pids: dict[str, int], pattern: str, kind: str, coun
     return {"msgs_per_s": want / elapsed, "cpu_us_per_msg": cpu / want * 1e6}
 
 
+async def kv_case(url: str, pids: dict[str, int], keys: int, cap_s: float) -> dict[str, Any]:
+    """`keys()` over `keys` keys written twice, then a watch of one key and `WATCH_PUTS` puts to it."""
+    import nats
+
+    nc = await nats.connect(url, max_reconnect_attempts=0)
+    try:
+        js = nc.jetstream(timeout=cap_s)
+        kv = await js.create_key_value(bucket="B", history=2)
+        pending = []
+        for _ in range(2):
+            for i in range(keys):
+                pending.append(await js.publish_async(f"$KV.B.k{i}", b"v"))
+                if len(pending) >= 256:
+                    await asyncio.gather(*pending)
+                    pending = []
+        await asyncio.gather(*pending)
+        cpu0, began = server_cpu_s(pids), time.perf_counter()
+        listed = await kv.keys()
+        keys_s, keys_cpu = time.perf_counter() - began, server_cpu_s(pids) - cpu0
+        if sorted(listed) != sorted(f"k{i}" for i in range(keys)):
+            return {"failed": f"keys() listed {len(listed)} keys ({len(set(listed))} distinct) of {keys}"}
+        watcher = await kv.watch("k1")
+        while await watcher.updates(timeout=cap_s) is not None:
+            pass  # the current value, then the end of the initial ones
+        cpu0, began = server_cpu_s(pids), time.perf_counter()
+        for i in range(WATCH_PUTS):
+            await kv.put("k1", b"x%d" % i)
+            entry = await watcher.updates(timeout=cap_s)
+            if entry is None or entry.value != b"x%d" % i:
+                return {"failed": f"put {i}: the watcher got {entry and entry.value!r}"}
+        watch_s, watch_cpu = time.perf_counter() - began, server_cpu_s(pids) - cpu0
+        await watcher.stop()
+    finally:
+        await nc.close()
+    return {"keys_ms": keys_s * 1000, "keys_cpu_ms": keys_cpu * 1000,
+            "watch_ms": watch_s / WATCH_PUTS * 1000, "watch_cpu_ms": watch_cpu / WATCH_PUTS * 1000}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--msgs", type=int, default=30_000)
@@ -122,11 +166,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patterns", default=",".join(PATTERNS))
     parser.add_argument("--streams", default=",".join(STREAMS))
     parser.add_argument("--cap-s", type=float, default=120.0, help="longest a consumer may take")
+    parser.add_argument("--kv-keys", type=int, default=5_000)
     parser.add_argument("--baseline-src", help="another checkout's src/ to run as jsraft_baseline")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     systems = SYSTEMS + ((BASELINE,) if args.baseline_src else ())
-    cases = [(p, s) for p in args.patterns.split(",") for s in args.streams.split(",")]
+    patterns = args.patterns.split(",")
+    cases = [(p, s) for p in patterns if p != "kv" for s in args.streams.split(",")] + \
+        ([("kv", "bucket")] if "kv" in patterns else [])
     samples: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="consumer-patterns-") as root:
         for round_ in range(args.rounds):
@@ -134,8 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                 for pattern, kind in cases:
                     servers = start(system, 1, os.path.join(root, f"r{round_}-{pattern}-{kind}"), args.baseline_src)
                     try:
-                        result = asyncio.run(one_case(servers.urls[0], servers.pids, pattern, kind, args.msgs,
-                                                      args.cap_s))
+                        result = asyncio.run(kv_case(servers.urls[0], servers.pids, args.kv_keys, args.cap_s)
+                                             if pattern == "kv" else
+                                             one_case(servers.urls[0], servers.pids, pattern, kind, args.msgs, args.cap_s))
                     finally:
                         servers.stop()
                     samples.setdefault((pattern, kind, system), []).append(result)
@@ -143,11 +191,15 @@ def main(argv: list[str] | None = None) -> int:
     for (pattern, kind, system), runs in samples.items():
         ok = [r for r in runs if "failed" not in r]
         figure = {"runs": len(runs), "failed": [r["failed"] for r in runs if "failed" in r]}
-        if ok:
-            figure["msgs_per_s"] = round(statistics.median(r["msgs_per_s"] for r in ok))
-            figure["cpu_us_per_msg"] = round(statistics.median(r["cpu_us_per_msg"] for r in ok), 1)
-            figure["each_msgs_per_s"] = [round(r["msgs_per_s"]) for r in ok]
+        for key in (ok[0] if ok else {}):
+            figure[key] = round(statistics.median(r[key] for r in ok), 1)
+            figure[f"each_{key}"] = [round(r[key], 1) for r in ok]
         figures[f"{pattern} {kind} {system}"] = figure
+        if pattern == "kv":
+            print(f"kv       keys()  {system:16s} {figure.get('keys_ms', 'FAILED')!s:>8} ms ({figure.get('keys_cpu_ms', '-')}"
+                  f" ms CPU); watch round trip {figure.get('watch_ms', '-')} ms ({figure.get('watch_cpu_ms', '-')} ms CPU)"
+                  f"  {figure['failed'] or ''}", flush=True)
+            continue
         print(f"{pattern:8s} {kind:7s} {system:16s} {figure.get('msgs_per_s', 'FAILED')!s:>8} msgs/s  "
               f"{figure.get('cpu_us_per_msg', '-')!s:>7} µs CPU/msg  {figure['failed'] or ''}", flush=True)
     if args.json:

@@ -265,3 +265,66 @@ def test_update_config_refuses_invalid(make_store, bad: dict) -> None:
     assert error.value.err_code == 10052
     assert store.state() == before_state
     assert store.config == before_config
+
+
+# --- A KV bucket's pattern: many subjects, a history limit, discard new ----------------------------------
+
+
+class _CountingReads:
+    """Counts `checked_record` reads of a FileStore (`fs_ops`), the cost of finding a subject's messages."""
+
+    def __init__(self, monkeypatch) -> None:
+        from jsraft.store import fs_ops
+
+        self.reads, original = 0, fs_ops.checked_record
+
+        def counted(store, seq):
+            self.reads += 1
+            return original(store, seq)
+
+        monkeypatch.setattr(fs_ops, "checked_record", counted)
+
+
+def test_a_kv_bucket_history_limit_finds_a_keys_oldest_without_scanning_the_others(make_store, monkeypatch) -> None:
+    # A put to a key at its history limit removes the key's oldest revision; the store found that revision
+    # (and, for discard new, its size) by reading every record from the head: 5,000 keys made each put a
+    # scan of the bucket (a KV watch round trip of 63 ms). Now the first is looked for from the removed
+    # revision on, and the size only when max_bytes asks for it.
+    store = make_store({"name": "KV", "max_msgs_per_subject": 2, "discard": "new"})
+    keys = [f"k.{i}" for i in range(300)]
+    put_many(store, keys)
+    for round_ in range(3):
+        put(store, "k.7", b"v%d" % round_)
+    counting = _CountingReads(monkeypatch)
+    for round_ in range(3, 40):
+        put(store, "k.7", b"v%d" % round_)
+    assert [store.load(seq).payload for seq in live_seqs(store) if store.load(seq).subject == "k.7"] == [b"v38", b"v39"]
+    assert store.subject_counts("k.7") == {"k.7": 2} and store.state().msgs == 301
+    assert counting.reads <= 2 * 37  # a few reads a put, not one per key (300 keys)
+    assert_consistent(store)
+
+
+def test_discard_new_sizes_the_evicted_message_only_for_max_bytes(make_store) -> None:
+    store = make_store({"name": "S", "max_msgs_per_subject": 1, "discard": "new", "max_bytes": 3 * ONE})
+    put_many(store, ["a", "b"])
+    put(store, "a", b"y")  # replaces "a": the bytes stay within max_bytes
+    refused(store, MaxBytesExceeded, "c", b"x" * 40)
+    assert [m for m in live_seqs(store)] == [2, 3]
+
+
+def test_a_subjects_unknown_first_is_written_to_the_index_as_unknown(tmp_path) -> None:
+    # The bound below which a subject has nothing (`fs_accounting` invariant 3) is never written to the index:
+    # a reader of the index finds 0 ("look from the head"), as before bounds existed.
+    from jsraft.disk import OsDisk
+    from jsraft.store.filestore import FileStore
+    from jsraft.store.fs_index import _read_index, index_bytes
+
+    store = FileStore.open(OsDisk(str(tmp_path)), StoreConfig(name="S", max_msgs_per_subject=1))
+    put_many(store, ["a", "b", "a"])
+    assert store.psim["a"][1] < 0  # its first (1) removed: unknown, nothing of it below 2
+    assert _read_index(index_bytes(store))[0]["psim"]["a"] == [1, 0, 3]
+    assert store.subject_first("a") == 3 and store.psim["a"][1] == 3
+    store.close()
+    reopened = FileStore.open(OsDisk(str(tmp_path)), StoreConfig(name="S", max_msgs_per_subject=1))
+    assert reopened.subject_first("a") == 3 and reopened.load(3).subject == "a"
+    reopened.close()

@@ -334,6 +334,8 @@ class FileStore(Accounting):
     def subject_counts(self, subject_filter: str = ">") -> dict[str, int]:
         self._check_open()
         subjectlib.validate(subject_filter, wildcards=True)
+        if subjectlib.is_literal(subject_filter):  # one lookup, not a match against every subject
+            return {subject_filter: self.psim[subject_filter][0]} if subject_filter in self.psim else {}
         return {s: e[0] for s, e in self.psim.items() if subjectlib.matches(subject_filter, s)}
 
     def state(self) -> StoreState:
@@ -345,7 +347,7 @@ class FileStore(Accounting):
         first_ts = last_ts = 0
         if self.msgs:
             first_ts = fs_ops.timestamp_of(self, first)
-            last_ts = fs_ops.timestamp_of(self, fs_ops.last_matching(self, ">"))
+            last_ts = fs_ops.timestamp_of(self, fs_remove.last_live(self))  # not one lookup per subject
         return StoreState(
             first_seq=first, last_seq=self.last_seq, msgs=self.msgs, bytes=self.bytes,
             num_deleted=span - self.msgs if self.msgs else 0, num_subjects=len(self.psim),

@@ -11,6 +11,9 @@ Invariants:
   2. A record detached because it no longer reads back leaves the count and digests at once (its content
      CRC is known), `bytes` and its subject count once its group is settled (`fs_unreadable`): from then
      on the totals cover exactly the live messages, and a repair adds the message like any other.
+  3. `psim[s]` is `[count, first, last]`: `first` is the subject's first live sequence when positive; 0
+     or negative when unknown — 0: look from the head; `-b`: no live message of `s` lies below `b`, so
+     `subject_first` looks from `b`. Only known values reach the index file (`fs_index`): a bound is 0 there.
 
 Imports: L1 (`codec`), L2 (`store.base`). Reference: DESIGN.md §3 (state tuple), §8.
 """
@@ -51,8 +54,8 @@ class Accounting:
             self.psim[subject] = [1, seq, seq]
         else:
             entry[0] += 1
-            if entry[1] and seq < entry[1]:
-                entry[1] = seq
+            if (entry[1] > 0 and seq < entry[1]) or (entry[1] < 0 and seq < -entry[1]):
+                entry[1] = seq  # below a known first, or below the bound of an unknown one: the first
             if entry[2] and seq > entry[2]:
                 entry[2] = seq
 
@@ -82,6 +85,8 @@ class Accounting:
             del self.psim[subject]
             return
         if entry[1] == seq:
-            entry[1] = 0  # recomputed lazily by `subject_first`
+            # Unknown now, but nothing of the subject lives below `seq + 1`: `subject_first` looks from there
+            # (a KV key's oldest revision removed by its history limit: the scan starts past it, not at the head).
+            entry[1] = -(seq + 1)
         if entry[2] == seq:
             entry[2] = 0

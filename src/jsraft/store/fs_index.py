@@ -53,6 +53,12 @@ def _tail_crc(buffer_tail: bytes) -> int:
     return crc32c(buffer_tail)
 
 
+def _psim_for_index(psim: dict[str, list[int]]) -> dict[str, list[int]]:
+    """The per-subject entries as the index keeps them: an unknown first's bound (`fs_accounting` invariant
+    3: negative) written as 0, the unknown it was before bounds existed, so any reader of the index reads it."""
+    return {s: e if e[1] >= 0 else [e[0], 0, e[2]] for s, e in psim.items()}
+
+
 def write_index(store: "FileStore") -> None:
     """Write the fast-recovery summary (atomically). Recovery re-checks it against the block tails."""
     store.disk.write_atomic(INDEX_NAME, index_bytes(store))
@@ -75,7 +81,7 @@ def index_bytes(store: "FileStore") -> bytes:
         "version": _INDEX_VERSION, "head": store.head, "touched": store.touched, "lowest_block": store.lowest_block,
         "last_seq": store.last_seq, "msgs": store.msgs, "bytes": store.bytes, "digest": store.digest,
         "ranges": {str(k): v for k, v in store.ranges.items()},
-        "range_counts": {str(k): v for k, v in store.range_counts.items()}, "psim": store.psim,
+        "range_counts": {str(k): v for k, v in store.range_counts.items()}, "psim": _psim_for_index(store.psim),
         "moved": {str(k): list(v) for k, v in store.moved.items()}, "faults": store.fault_map.to_json(),
         "moved_bytes": store.moved_bytes, "moved_subjects": store.moved_subjects,
         "unaccounted": {str(k): sorted(v) for k, v in store.unaccounted.items()},

@@ -104,8 +104,8 @@ def subject_first(store: "FileStore", subject: str) -> int:
     entry = store.psim.get(subject)
     if entry is None:
         return 0
-    if not entry[1]:
-        entry[1] = _find(store, lambda s: s == subject, store.head, subject_hint=subject)
+    if entry[1] <= 0:  # unknown: from the head (0) or from a bound below which it has nothing (< 0)
+        entry[1] = _find(store, lambda s: s == subject, max(store.head, -entry[1]), subject_hint=subject)
     return entry[1]
 
 
@@ -179,7 +179,11 @@ def next_matching(store: "FileStore", filters: str | Sequence[str] | None, start
     if filter_set is None:
         seqs = live_seqs_between_first(store, start)
         return seqs
-    return _find(store, filter_set.matches, start)
+    # One literal subject (a KV key's watch, a consumer on one subject): a block is skipped by one lookup in
+    # its subject counts, not by matching each of its subjects (thousands in a KV bucket's block).
+    items = [filters] if isinstance(filters, str) else list(filters)
+    hint = items[0] if len(items) == 1 and subjectlib.is_literal(items[0]) else None
+    return _find(store, filter_set.matches, start, hint)
 
 
 def live_seqs_between_first(store: "FileStore", start: int) -> int:

@@ -54,6 +54,21 @@ def first_live(store: "FileStore") -> int:
     return first_live_first_of(store, min(store.moved) if store.moved else 0)
 
 
+def last_live(store: "FileStore") -> int:
+    """Highest live sequence, or 0 when the store holds no message: the newest natural slot in use, or a
+    repaired record's (`moved`) above it — as `first_live`, from the slots, reading no record."""
+    if store.msgs <= 0:
+        return 0
+    natural = 0
+    for block in reversed(store.files.blocks):
+        offsets = block.offsets
+        index = next((i for i in range(len(offsets) - 1, -1, -1) if offsets[i]), -1)
+        if index >= 0:
+            natural = block.first_seq + index
+            break
+    return max([natural, *(s for s in store.moved if s >= store.head)])
+
+
 def first_live_first_of(store: "FileStore", natural: int) -> int:
     candidates = [s for s in store.moved if s >= store.head]
     best = min([natural] + candidates) if natural else min(candidates, default=0)

@@ -83,11 +83,14 @@ class DiscardNewCheck:
         at_limit = per_max != UNLIMITED and count >= per_max
         if at_limit and config.discard_new_per_subject:
             raise MaxMsgsPerSubjectExceeded(f"subject {subject!r} is at max_msgs_per_subject {per_max}")
-        if at_limit and subject not in self._evictions:
-            # A chained list iterator also sees the sizes appended to `pending` later.
-            self._evictions[subject] = itertools.chain(self._subject_sizes(subject), pending)
+        evicted = 0
+        if at_limit and config.max_bytes != UNLIMITED:  # only max_bytes needs the evicted size: a read
+            if subject not in self._evictions:
+                # A chained list iterator also sees the sizes appended to `pending` later.
+                self._evictions[subject] = itertools.chain(self._subject_sizes(subject), pending)
+            evicted = next(self._evictions[subject])
         new_msgs = self._msgs + (0 if at_limit else 1)
-        new_bytes = self._bytes + size - (next(self._evictions[subject]) if at_limit else 0)
+        new_bytes = self._bytes + size - evicted
         if config.max_msgs != UNLIMITED and new_msgs > config.max_msgs:
             raise MaxMsgsExceeded(f"stream is at max_msgs {config.max_msgs}")
         if config.max_bytes != UNLIMITED and new_bytes > config.max_bytes:

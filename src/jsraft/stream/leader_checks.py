@@ -87,7 +87,8 @@ class DiscardNew:
         self._totals: tuple[int, int] | None = None
 
     def admit(self, subject: str, size: int) -> tuple[int, int] | ApiError:
-        """`(net msgs, net bytes)` this message adds once stored, or the refusal."""
+        """`(net msgs, net bytes)` this message adds once stored, or the refusal. Net bytes subtract what a
+        replacement evicts only under `max_bytes`, the one limit that reads them; else they are its size."""
         if not self.active:
             return 1, size
         config, per_max = self.config, self.config.max_msgs_per_subject
@@ -96,15 +97,17 @@ class DiscardNew:
             self._totals = (state.msgs, state.bytes)
         stored_msgs, stored_bytes = self._totals
         msgs, total_bytes = stored_msgs + self.inflight.msgs, stored_bytes + self.inflight.bytes
-        evicted = 0
+        evicted, evicts = 0, False
         if per_max != UNLIMITED:
             stored = self.store.subject_counts(subject).get(subject, 0)
             added = stored + self.inflight.subject_count(subject)
             if added >= per_max:
                 if config.discard_new_per_subject:
                     return store_failed("maximum messages per subject exceeded")
-                evicted = self._evicted_size(subject, stored, added - per_max)
-        net_msgs = 0 if evicted else 1
+                evicts = True
+                if config.max_bytes != UNLIMITED:  # only max_bytes needs its size: a read of the subject's oldest
+                    evicted = self._evicted_size(subject, stored, added - per_max)
+        net_msgs = 0 if evicts else 1
         if config.max_msgs != UNLIMITED and msgs + net_msgs > config.max_msgs:
             return store_failed("maximum messages exceeded")
         if config.max_bytes != UNLIMITED and total_bytes + size - evicted > config.max_bytes:

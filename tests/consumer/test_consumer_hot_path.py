@@ -106,9 +106,10 @@ class DamagedAt:
         return [msg for msg in run if msg.seq < self.damaged] if seq <= self.damaged else run
 
 
-def deliveries(store, batch: int = 3) -> list[tuple[int, int]]:
+def deliveries(store, batch: int = 3, **fields) -> list[tuple[int, int]]:
+    """(stream seq, consumer seq) of every delivery of a new explicit-ack consumer with `fields`, `batch` a pass."""
     cluster = Cluster(store)
-    cluster.create("C", ack_policy="explicit")
+    cluster.create("C", ack_policy="explicit", **fields)
     leader = ConsumerLeader("S", cluster.set.consumers["C"], T0)
     out = []
     while True:
@@ -157,16 +158,7 @@ class CountingReads:
 
 
 def filtered_deliveries(store, filters: list[str], batch: int = 50) -> list[tuple[int, int]]:
-    cluster = Cluster(store)
-    cluster.create("C", ack_policy="explicit", filter_subjects=filters, max_ack_pending=10_000)
-    leader = ConsumerLeader("S", cluster.set.consumers["C"], T0)
-    out = []
-    while True:
-        plan = leader.next_deliveries(store, T0, batch)
-        if not plan.deliveries:
-            return out
-        out += [(d.stream_seq, d.consumer_seq) for d in plan.deliveries]
-        cluster.apply(*plan.ops)
+    return deliveries(store, batch, filter_subjects=filters, max_ack_pending=10_000)
 
 
 def file_store(tmp_path, subjects: list[str]):

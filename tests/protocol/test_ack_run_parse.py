@@ -15,20 +15,13 @@ a fetch's 500 acks and the pull behind them, the bound, and no run without `ack_
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+
+from test_pub_fast_path import _BOUNDS, _PROPERTY, _GenericOnly
 
 from jsraft.protocol import NEED_DATA, AckRun, Pub, RemoteProtocolError, ServerConnection
 from jsraft.protocol.connection import ACK_RUN_MAX
-from jsraft.protocol.reader import Reader
-
-_PROPERTY = settings(max_examples=400, derandomize=True, deadline=None, database=None)
-_BOUNDS = {"max_control_line": 24, "max_payload": 16}
-
-
-class _GenericOnly(ServerConnection):
-    def _next(self):
-        return Reader._next(self)
 
 
 def _feed(conn, chunks):

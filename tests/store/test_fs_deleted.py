@@ -58,25 +58,30 @@ OPS = st.lists(st.one_of(
 ), min_size=1, max_size=25)
 
 
+def _run(store: FileStore, ops) -> None:
+    """Apply a program drawn from `OPS`."""
+    for op in ops:
+        state = store.state()
+        if op[0] == "put":
+            put_many(store, [("a", "b", "c")[i % 3] for i in range(op[1])], PAYLOAD)
+        elif op[0] == "skip":
+            store.skip(state.last_seq + 1, op[1])
+        elif op[0] == "delete" and state.last_seq:
+            start = state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1)
+            for seq in range(start, min(start + op[2], state.last_seq + 1)):
+                store.delete(seq)
+        elif op[0] == "compact" and state.last_seq:
+            store.compact(state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1))
+        elif op[0] == "purge":
+            store.purge(subject=op[1])
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(OPS)
 def test_deleted_ranges_equal_the_walk_after_any_program(tmp_path_factory, ops):
     store = _store(tmp_path_factory.mktemp("s"))
     try:
-        for op in ops:
-            state = store.state()
-            if op[0] == "put":
-                put_many(store, [("a", "b", "c")[i % 3] for i in range(op[1])], PAYLOAD)
-            elif op[0] == "skip":
-                store.skip(state.last_seq + 1, op[1])
-            elif op[0] == "delete" and state.last_seq:
-                start = state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1)
-                for seq in range(start, min(start + op[2], state.last_seq + 1)):
-                    store.delete(seq)
-            elif op[0] == "compact" and state.last_seq:
-                store.compact(state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1))
-            elif op[0] == "purge":
-                store.purge(subject=op[1])
+        _run(store, ops)
         state = store.state()
         if not state.msgs:
             return
@@ -155,20 +160,7 @@ def walked_count(store, first: int, last: int) -> int:
 def test_count_live_equals_the_walk_after_any_program(tmp_path_factory, ops, a, b):
     store = _store(tmp_path_factory.mktemp("s"))
     try:
-        for op in ops:
-            state = store.state()
-            if op[0] == "put":
-                put_many(store, [("a", "b", "c")[i % 3] for i in range(op[1])], PAYLOAD)
-            elif op[0] == "skip":
-                store.skip(state.last_seq + 1, op[1])
-            elif op[0] == "delete" and state.last_seq:
-                start = state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1)
-                for seq in range(start, min(start + op[2], state.last_seq + 1)):
-                    store.delete(seq)
-            elif op[0] == "compact" and state.last_seq:
-                store.compact(state.first_seq + op[1] % max(1, state.last_seq - state.first_seq + 1))
-            elif op[0] == "purge":
-                store.purge(subject=op[1])
+        _run(store, ops)
         state = store.state()
         span = state.last_seq + 2
         first, last = sorted((a % span, b % span))

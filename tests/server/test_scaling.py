@@ -60,8 +60,12 @@ async def test_scale_a_stream_from_r1_to_r3_and_back(tmp_path):
             gone = [name for name in cluster.names if name != keeper]
 
             def files_gone(name: str) -> bool:
-                directory = tmp_path / name / "streams" / "S"
-                return not directory.exists() or not any(directory.iterdir())
+                # The node removes the directory from a worker thread, so it can
+                # vanish between any two looks: one listing, and its absence counts.
+                try:
+                    return not any((tmp_path / name / "streams" / "S").iterdir())
+                except FileNotFoundError:
+                    return True
             await cluster.wait_until(
                 lambda: all("S" not in cluster.node(name).streams.replicas and files_gone(name) for name in gone),
                 20, what="the removed replicas closed and their files removed")

@@ -24,6 +24,10 @@ Invariants:
   5. Construct a `StreamLeader` only once the machine has applied every entry of earlier terms (the new
      term's no-op committed and applied); drop it when leadership is lost. Its in-flight state is then
      either applied or gone with the term.
+  6. A leader built `alone` (its group's only voter, no learner) proposes no audit, requested or not, while
+     its stream was never written to (last sequence 0, empty state, no fault): a verdict is a majority of
+     the voters' reports, a single voter is its own, so the audit could only agree. It cost each new R1
+     stream a Ready cycle at its create (the audit after the replay of its empty log, `stream_repair`).
 
 Imports: L0, L1 (`subjects`, `jsapi`), `stream` below it; no clock: `now_ns` is an argument.
 Reference: nats-server `server/stream.go` (`processJetStreamMsg`), `server/jetstream_cluster.go`
@@ -56,6 +60,7 @@ from jsraft.stream.outcomes import (
 )
 
 AUDIT_INTERVAL_NS_DEFAULT = 5_000_000_000  # DESIGN §8: "every few seconds"
+_NEVER_WRITTEN = (0, 0, 0, 0, 0, 0)  # (machine last_seq, then first_seq, last_seq, msgs, bytes, digest): an untouched stream
 
 
 class Decision(NamedTuple):
@@ -70,11 +75,11 @@ class LeaderProposal(NamedTuple):
 
 class StreamLeader:
     def __init__(self, machine: StreamStateMachine, *, audit_interval_ns: int = AUDIT_INTERVAL_NS_DEFAULT,
-                 batch_budget: batches.NodeBudget | None = None) -> None:
+                 batch_budget: batches.NodeBudget | None = None, alone: bool = False) -> None:
         self.machine = machine
         self.inflight = InFlight()
         self.audit_interval_ns = audit_interval_ns
-        self._next_audit_id = machine.last_audit_id + 1
+        self._next_audit_id, self._alone = machine.last_audit_id + 1, alone  # `alone`: invariant 6
         self._last_audit_ns: int | None = None  # None: audit at once (a new leader follows a recovery)
         self._audited: tuple[int, ...] | None = None  # what the last audit proposed here covered
         self._expire_cutoff_ns = 0  # cut-off of the last EXPIRE proposed
@@ -382,6 +387,9 @@ class StreamLeader:
         if self._last_audit_ns is not None and now_ns - self._last_audit_ns < self.audit_interval_ns:
             return None
         covered = (self.machine.last_seq, *self.machine.store.state().agreement_key())
+        if self._alone and covered == _NEVER_WRITTEN and not self.machine.store.faults():
+            self._last_audit_ns, self._audited = now_ns, covered  # invariant 6: as if audited now
+            return None
         if self._last_audit_ns is not None and covered == self._audited:
             self._last_audit_ns = now_ns
             return None

@@ -204,7 +204,8 @@ class StreamReplica(ConfigFollowing):
                 self._fail_queue(NotLeader(self.runtime.leader_id(self.group)))
         elif self.leader is None and self._leader_ready():
             assert self.machine is not None
-            self.leader = StreamLeader(self.machine, batch_budget=node_budget(self.runtime))
+            raft = self.runtime.status(self.group).raft  # `alone`: `leader` invariant 6
+            self.leader = StreamLeader(self.machine, batch_budget=node_budget(self.runtime), alone=raft.voters == (self.node_id,) and not raft.learners)
             if self.leader_since_ns is None:  # kept while Raft leadership is (an audit may rebuild the leader)
                 self.leader_since_ns = time.time_ns()
             # All the log applied; what is still queued of the old chain has a failed predecessor: dropped.

@@ -4,7 +4,7 @@ simulator both ask here before they build a `StreamLeader`.
 Owns: `leader_ready`, the conditions of stream_replica invariant 1 — the node is the group's Raft leader,
 its term's NOOP applied on this replica (so every entry of earlier terms applied too), every entry in its
 log applied, and the stream machine can lead (current, fault-free, not replaying); and `alone_voter`, the
-`StreamLeader`'s `alone` (stream/leader.py invariant 6).
+`alone` of `StreamLeader.audit_due` (stream/leader.py invariant 6; `server.groups.stream_audit` asks).
 
 Invariants:
   1. A `StreamLeader` built when `leader_ready` is false could decide from a state that misses entries
@@ -28,5 +28,5 @@ def leader_ready(*, is_leader: bool, noop_term: int, current_term: int, applied_
 
 def alone_voter(status: Status, node_id: str) -> bool:
     """Whether `node_id` is its group's only voter and the group has no learner: no other replica's
-    report could ever be judged against its own (`StreamLeader`'s `alone`)."""
+    report could be judged against its own (`StreamLeader.audit_due`'s `alone`)."""
     return status.voters == (node_id,) and not status.learners

@@ -64,7 +64,7 @@ from jsraft.server.groups.stream_republish import attach_republisher
 from jsraft.replica.stream_events import leader_elected
 from jsraft.server.groups.versioning import OfflineWarnings, StoppedWatch
 from jsraft.server.groups.stream_members import check_members, loop_may_sleep
-from jsraft.replica.stream_leading import alone_voter, leader_ready
+from jsraft.replica.stream_leading import leader_ready
 from jsraft.server.groups.memory_stream import MemoryLoss, start_store_tasks
 from jsraft.server.groups.stream_format import ReplicaFiles, open_files, open_replica_files
 from jsraft.stream import ApiError, ApplyResult, PubOutcome, StreamLeader, StreamStateMachine
@@ -183,11 +183,11 @@ class StreamReplica(ConfigFollowing):
         except JsraftError:
             return None
 
-    def _ready_status(self) -> Any:  # the group's Raft status when a `StreamLeader` may be built now, else None
+    def _leader_ready(self) -> bool:
         status = self.runtime.status(self.group).raft
-        return status if self.adapter is not None and leader_ready(
+        return self.adapter is not None and leader_ready(
             is_leader=status.role is Role.LEADER, noop_term=self.adapter.noop_term, current_term=status.current_term,
-            applied_index=status.applied_index, last_index=status.last_index, machine=self.machine) else None
+            applied_index=status.applied_index, last_index=status.last_index, machine=self.machine)
 
     def _follow_leadership(self) -> None:
         """Drop or build the StreamLeader (invariant 1); called every tick and before each decision."""
@@ -202,9 +202,9 @@ class StreamReplica(ConfigFollowing):
             self.leader_since_ns = None
             if self._queue:
                 self._fail_queue(NotLeader(self.runtime.leader_id(self.group)))
-        elif self.leader is None and (ready := self._ready_status()) is not None:
+        elif self.leader is None and self._leader_ready():
             assert self.machine is not None
-            self.leader = StreamLeader(self.machine, batch_budget=node_budget(self.runtime), alone=alone_voter(ready, self.node_id))
+            self.leader = StreamLeader(self.machine, batch_budget=node_budget(self.runtime))
             if self.leader_since_ns is None:  # kept while Raft leadership is (an audit may rebuild the leader)
                 self.leader_since_ns = time.time_ns()
             # All the log applied; what is still queued of the old chain has a failed predecessor: dropped.

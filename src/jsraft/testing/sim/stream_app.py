@@ -304,7 +304,7 @@ class StreamReplica:
     # --- Leading ------------------------------------------------------------------------------
 
     def stream_leader(self) -> StreamLeader | None:
-        """This node's `StreamLeader`, built under production's conditions (`StreamReplica._ready_status`)."""
+        """This node's `StreamLeader`, built under production's conditions (`StreamReplica._leader_ready`)."""
         node = self.driver.node
         if node is None or node.role != "leader":
             self.leader = None

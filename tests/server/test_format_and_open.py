@@ -58,7 +58,7 @@ def test_the_rename_is_synced_beside_the_opens_and_durable_before_the_call_retur
         opened.append(store)
         return store
     formatted, files = format_and_open(streams, name="ORDERS", group=GROUP, config=config, raw=raw,
-                                       options=OPTIONS, prepared=False, open_store_fn=open_store,
+                                       prepared=False, open_store_fn=open_store,
                                        runtime=RUNTIME, assigned_index=5)
     events.append("returned")
     assert formatted and isinstance(files, ReplicaFiles)
@@ -112,7 +112,7 @@ def test_a_failed_streams_fsync_fails_the_call_and_closes_what_it_opened(tmp_pat
         store.close = close
         return store
     with pytest.raises(OSError, match="injected"):
-        format_and_open(streams, name="ORDERS", group=GROUP, config=config, raw=raw, options=OPTIONS,
+        format_and_open(streams, name="ORDERS", group=GROUP, config=config, raw=raw,
                         prepared=False, open_store_fn=open_store, runtime=RUNTIME, assigned_index=5)
     assert sorted(closed) == ["store", "wal"]
     monkeypatch.undo()

@@ -6,7 +6,7 @@ show (`drop`: nothing unsynced; `torn`: a random prefix of each unsynced change;
 page kept or lost). Checked: a format that returned survives a power cut complete; a crash at each step of
 a format (an injected `OSError` there, then a power cut) leaves either no stream directory — the leftover
 is removed and the format runs again — or the complete one, never a partial tree under the stream's name;
-a memory stream gets no `raft/` (its presence means "ran before"); an existing directory is left alone;
+a formatted tree holds no store index and no `raft/snapshots/`; a memory stream gets no `raft/` (its presence means "ran before"); an existing directory is left alone;
 the quarantine sweep does not take a leftover for a stream; a tree prepared ahead (`prepare_format`, while the
 create's meta entry commits) has no name until formatted, and is then complete after a power cut; one
 prepared with its group's name (invariant 7) is renamed with no second sync round, and a crash at the
@@ -36,7 +36,7 @@ OPTIONS = StreamOptions(block_bytes=64 * 1024)
 
 def _format(streams: OsDisk, raw: bytes = RAW) -> bool:
     config, raw = parse_stream_config(raw)
-    return format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw, options=OPTIONS)
+    return format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw)
 
 
 def _assert_complete(streams: OsDisk) -> None:
@@ -68,6 +68,20 @@ def test_a_returned_format_survives_a_power_cut(tmp_path, mode, seed):
     assert _format(streams)
     power_cut(root, mode, seed)
     _assert_complete(OsDisk(root).sub("streams"))
+
+
+def test_a_formatted_tree_holds_only_what_the_open_needs(tmp_path):
+    """Eight names, each an inode the kernel allocates on the create's path (`bench/README.md`, "R1 stream
+    create"): no store index (written at the store's first close) and no `raft/snapshots/` (made by the
+    first snapshot)."""
+    streams = OsDisk(str(tmp_path / "node")).sub("streams")
+    assert _format(streams)
+    tree = streams.sub("ORDERS")
+    assert tree.listdir("") == ["config.json", "group", "msgs", "raft"]
+    assert tree.listdir("msgs") == ["00000001.blk"]
+    assert tree.listdir("raft") == ["hardstate", "wal"]
+    assert len(tree.listdir("raft/wal")) == 1
+    _assert_complete(streams)
 
 
 class Crash(Exception):
@@ -156,7 +170,7 @@ def test_the_quarantine_sweep_ignores_a_format_leftover(tmp_path):
 
 def _prepare(streams: OsDisk, group: str | None = None) -> bool:
     config, raw = parse_stream_config(RAW)
-    return prepare_format(streams, name="ORDERS", config=config, raw=raw, options=OPTIONS, group=group)
+    return prepare_format(streams, name="ORDERS", config=config, raw=raw, group=group)
 
 
 @pytest.mark.parametrize("mode", ["drop", "torn", "pages"])
@@ -176,7 +190,7 @@ def test_a_prepared_tree_is_never_a_stream_directory_until_formatted(tmp_path, m
     assert streams.listdir("") == []
     assert _prepare(streams)
     config, raw = parse_stream_config(RAW)
-    assert format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw, options=OPTIONS,
+    assert format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw,
                               prepared=True)
     _assert_complete(streams)
     power_cut(root, mode, 4)
@@ -192,7 +206,7 @@ def test_preparing_leaves_an_existing_directory_alone(tmp_path):
 
 def _format_prepared(streams: OsDisk) -> bool:
     config, raw = parse_stream_config(RAW)
-    return format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw, options=OPTIONS,
+    return format_new_replica(streams, name="ORDERS", group=GROUP, config=config, raw=raw,
                               prepared=True)
 
 

@@ -202,6 +202,28 @@ def test_audits_are_scheduled_by_interval_and_on_request(mem_maker):
     assert decode_entry(group.leader.audit_due(NOW + 13 * SECOND)).audit_id == 3
 
 
+def test_a_lone_voter_over_a_stream_never_written_proposes_no_audit(mem_maker):
+    """`leader` invariant 6: the only voter of its group (no learner) would judge an audit of an
+    untouched stream with itself as the majority; none is proposed, requested or not, while the caller
+    says the group is `alone`. Periodic audits come an interval after the first change; with other
+    replicas (a member added since), or once written to, a leader audits as before."""
+    group = _group(mem_maker)
+    leader = group.leader
+    assert leader.audit_due(NOW, alone=True) is None and leader.audit_due(NOW + 6 * SECOND, alone=True) is None
+    assert not leader.audit_owed()
+    leader.request_audit()  # as after the replay of the new group's empty log
+    assert leader.audit_due(NOW + 7 * SECOND, alone=True) is None and not leader.audit_owed()
+    leader.request_audit()
+    assert decode_entry(leader.audit_due(NOW + 8 * SECOND)).audit_id == 1  # not alone any more: at once
+    fresh = StreamLeader(group.machines["a"])
+    assert fresh.audit_due(NOW, alone=True) is None  # its task's first turn: the interval starts
+    group.leader = fresh
+    group.publish([pub("orders.a")])
+    assert fresh.audit_owed() and fresh.audit_due(NOW + SECOND, alone=True) is None
+    assert decode_entry(fresh.audit_due(NOW + 6 * SECOND, alone=True)).audit_id == 1  # periodic, after the change
+    assert decode_entry(StreamLeader(group.machines["a"]).audit_due(NOW, alone=True)).audit_id == 1  # written: at once
+
+
 def test_delete_and_purge_proposals_respect_deny_and_sealed(mem_maker):
     denied = _group(mem_maker, deny_delete=True, deny_purge=True)
     denied.publish([pub("orders.a")])

@@ -3,17 +3,19 @@ simulator both ask here before they build a `StreamLeader`.
 
 Owns: `leader_ready`, the conditions of stream_replica invariant 1 — the node is the group's Raft leader,
 its term's NOOP applied on this replica (so every entry of earlier terms applied too), every entry in its
-log applied, and the stream machine can lead (current, fault-free, not replaying).
+log applied, and the stream machine can lead (current, fault-free, not replaying); and `alone_voter`, the
+`alone` of `StreamLeader.audit_due` (stream/leader.py invariant 6; `server.groups.stream_audit` asks).
 
 Invariants:
   1. A `StreamLeader` built when `leader_ready` is false could decide from a state that misses entries
      the group committed: the conditions are written once, here.
 
-Imports: L3 (`stream`). Never trio, time, os or the server layer.
+Imports: L1 (`raft` status), L3 (`stream`). Never trio, time, os or the server layer.
 """
 
 from __future__ import annotations
 
+from jsraft.raft.status import Status
 from jsraft.stream import StreamStateMachine
 
 
@@ -22,3 +24,9 @@ def leader_ready(*, is_leader: bool, noop_term: int, current_term: int, applied_
     """Invariant 1: may this replica build a `StreamLeader` now?"""
     return (is_leader and noop_term == current_term and applied_index >= last_index and machine is not None
             and machine.can_lead)
+
+
+def alone_voter(status: Status, node_id: str) -> bool:
+    """Whether `node_id` is its group's only voter and the group has no learner: no other replica's
+    report could be judged against its own (`StreamLeader.audit_due`'s `alone`)."""
+    return status.voters == (node_id,) and not status.learners

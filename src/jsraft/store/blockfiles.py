@@ -14,6 +14,12 @@ Invariants:
      to the set of files (`create`, `create_pending`, `remove`, `forget`) settles first, so a file is never
      removed, reopened by its name or rewritten while a job still works on it. A job that failed fails
      every later `settle()`: what the store holds on disk is then unknown.
+  5. `make_new_store` writes, into an empty directory, the first block file `FileStore.open` would create
+     there, byte for byte (`block_preamble(1, 1)`), and nothing else: not the index a `close()` adds, which
+     only shortens a recovery and is written at the store's first close (`recovery` invariant 3: a store
+     without one is scanned, here one header). For a stream directory built whole and synced as one tree
+     (`server.groups.stream_format` invariant 4): no store opened, closed and opened again, one file less.
+     Whoever opens the store later recovers it as any (tests/store/test_make_new_store.py).
 """
 
 from __future__ import annotations
@@ -28,6 +34,18 @@ from jsraft.store.blocks import Block, block_name, block_preamble
 
 _HANDLES_MAX = 16
 PENDING_SUFFIX = ".new.tmp"  # ends in ".tmp": recovery removes a leftover (a crash before its rename)
+
+
+def make_new_store(disk: Disk) -> None:
+    """Invariant 5: a new, empty store's files under `disk` (its first block, header only)."""
+    invariant(not disk.listdir(""), "a new store's files are written only into an empty directory")
+    handle = disk.open(block_name(1), create=True)
+    try:
+        handle.append(block_preamble(1, 1))
+        handle.sync()  # through an `unsynced()` view (the tree's format) a no-op: its `sync_tree` syncs it
+    finally:
+        handle.close()
+    disk.sync_dir("")
 
 
 def pending_name(number: int) -> str:

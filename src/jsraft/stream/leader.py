@@ -24,6 +24,10 @@ Invariants:
   5. Construct a `StreamLeader` only once the machine has applied every entry of earlier terms (the new
      term's no-op committed and applied); drop it when leadership is lost. Its in-flight state is then
      either applied or gone with the term.
+  6. No audit is proposed, requested or not, while the caller says the group is `alone` (its only voter
+     is this one, no learner, as its membership is at that call) and the stream was never written to (last
+     sequence 0, empty state, no fault): a verdict is a majority of the voters' reports, a single voter is
+     its own, so the audit could only agree. It cost each new R1 stream a Ready cycle at its create.
 
 Imports: L0, L1 (`subjects`, `jsapi`), `stream` below it; no clock: `now_ns` is an argument.
 Reference: nats-server `server/stream.go` (`processJetStreamMsg`), `server/jetstream_cluster.go`
@@ -56,6 +60,7 @@ from jsraft.stream.outcomes import (
 )
 
 AUDIT_INTERVAL_NS_DEFAULT = 5_000_000_000  # DESIGN §8: "every few seconds"
+_NEVER_WRITTEN = (0, 0, 0, 0, 0, 0)  # (machine last_seq, then first_seq, last_seq, msgs, bytes, digest): an untouched stream
 
 
 class Decision(NamedTuple):
@@ -373,15 +378,18 @@ class StreamLeader:
         come: the task that proposes it must not sleep through the group's quiescence meanwhile."""
         return (self.machine.last_seq, *self.machine.store.state().agreement_key()) != self._audited
 
-    def audit_due(self, now_ns: int) -> bytes | None:
+    def audit_due(self, now_ns: int, *, alone: bool = False) -> bytes | None:
         """An AUDIT entry to propose now, or None. Periodic audits skip a stream whose state tuple (and
         last sequence) did not change since the last audit proposed here: every replica's tuple is
         computed from the entries it applied, so with none applied there is nothing new to compare — an
         idle stream would otherwise cost an entry and an fsync on every replica each interval. A
-        requested audit (after a recovery, a repair, a new leader) always runs."""
+        requested audit (after a recovery, a repair, a new leader) always runs, unless `alone` (invariant 6)."""
         if self._last_audit_ns is not None and now_ns - self._last_audit_ns < self.audit_interval_ns:
             return None
         covered = (self.machine.last_seq, *self.machine.store.state().agreement_key())
+        if alone and covered == _NEVER_WRITTEN and not self.machine.store.faults():
+            self._last_audit_ns, self._audited = now_ns, covered  # invariant 6: as if audited now
+            return None
         if self._last_audit_ns is not None and covered == self._audited:
             self._last_audit_ns = now_ns
             return None

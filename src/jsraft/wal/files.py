@@ -12,8 +12,8 @@ Invariants:
      entry-less segment of that name that appends may not go to is removed first, after a checkpoint).
   3. Each removal is durable (directory fsync) before the next: a crash leaves a prefix, never a gap.
   4. `make_new_wal` writes, into a directory with no WAL, the same files with the same bytes as
-     `Wal.open` followed by `make_first_segment` leave there (the zero hard state in both slots, empty
-     `snapshots/`, the first segment's header; tests/wal/test_make_new_wal.py compares them), without
+     `Wal.open` followed by `make_first_segment` leave there (the zero hard state in both slots, `wal/`
+     with the first segment's header, no `snapshots/` yet; tests/wal/test_make_new_wal.py compares them), without
      the recovery an open makes of what is not there. Whoever opens the WAL later recovers it as any.
 
 Imports: L0, L1 (`disk` protocol, `raft.types`), siblings `format`, `hardstate`, `segment`.
@@ -35,8 +35,7 @@ def make_new_wal(disk: Disk) -> None:
     """Invariant 4: a new, empty WAL's files under `disk`, its first segment made (`make_first_segment`)."""
     invariant(not any(disk.exists(name) for name in (HARD_STATE_FILE, WAL_DIR, SNAPSHOT_DIR)),
               "a new WAL's files are written only where no WAL is")
-    disk.makedirs(WAL_DIR)
-    disk.makedirs(SNAPSHOT_DIR)
+    disk.makedirs(WAL_DIR)  # `snapshots/` comes with the first snapshot (`snapshots` invariant 5)
     HardStateFile.create(disk, HardState())
     handle = disk.open(f"{WAL_DIR}/{segment_name(1)}", create=True)
     try:

@@ -6,7 +6,8 @@ the old one is lost; what else it decides (`repairing`, rewriting damaged slots,
 snapshot covers once the hard state they may hold is persisted) `Wal` writes as it opens (`Opened`).
 
 Decisions, in order:
-  1. No hard-state file, no segment, no snapshot: a new WAL; create it.
+  1. No hard-state file, no segment, no snapshot: a new WAL; create it (`wal/` and the hard state; the
+     `snapshots/` directory comes with the first snapshot, `snapshots` invariant 5).
   2. Hard state: the valid one with the highest sequence among the two slots of the witness file
      (`hardstate`) and the `WAL_HARD_STATE` records of the segments (`scan` R6; a torn last record is cut
      with the torn tail under R1, so the cycle's record before it is used). A bad slot is damage only if
@@ -48,7 +49,7 @@ from jsraft.disk.base import Disk
 from jsraft.errors import invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal.format import (
-    ANCHOR_NONE, HARD_STATE_FILE, SEGMENT_FILE_TYPE, SNAPSHOT_DIR, TEMP_SUFFIX, WAL_DIR, LogEnd, parse_segment_name,
+    ANCHOR_NONE, HARD_STATE_FILE, SEGMENT_FILE_TYPE, TEMP_SUFFIX, WAL_DIR, LogEnd, parse_segment_name,
     read_checked,
 )
 from jsraft.wal.hardstate import HardStateFile, SlotRead, read_slots
@@ -336,8 +337,7 @@ def recover(disk: Disk) -> tuple[Opened, Recovered]:
     """Open (or create) the WAL under `disk`; see the module docstring for the order of decisions."""
     reasons: list[str] = []
     fresh = not disk.exists(HARD_STATE_FILE) and not list_segments(disk) and not list_snapshots(disk)
-    disk.makedirs(WAL_DIR)
-    disk.makedirs(SNAPSHOT_DIR)
+    disk.makedirs(WAL_DIR)  # `snapshots/` waits for the first snapshot (`snapshots` invariant 5)
     if fresh:
         HardStateFile.create(disk, HardState())
     witness = _load_witness(disk)

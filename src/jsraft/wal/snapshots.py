@@ -10,6 +10,12 @@ Invariants:
   3. An unreadable newest snapshot is reported, never skipped silently: the caller marks the replica
      repairing even when an older snapshot can still be used.
   4. The two newest snapshots are kept, so a damaged newest one still leaves a verified older one.
+  5. `snapshots/` is made (durably: `Disk.makedirs` syncs its parent) by the first `save_snapshot`, not
+     when the WAL is made or opened: a group that never snapshots never has one, which saves every new
+     stream an inode and an fsync on its create's path (`bench/README.md`, "R1 stream create"). A missing
+     `snapshots/` reads as "no snapshot", exactly as an empty one did (a WAL of an older build has one):
+     a lost directory that held a snapshot is found as it was before, when the open made it again empty —
+     its presence never vouched for anything.
 
 Imports: L0, L1, attrs. Reference: DESIGN.md §3, §4 (an unreadable snapshot puts the replica in repairing).
 """

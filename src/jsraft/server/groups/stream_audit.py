@@ -43,6 +43,7 @@ from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.replica.audit_wish import AuditWish
+from jsraft.replica.stream_leading import alone_voter
 from jsraft.server.groups.stream_expiry import IDLE_TICKS, run_expiry
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.stream import (
@@ -192,7 +193,10 @@ class AuditRunner:
         if self._requested:
             self._requested = False
             leader.request_audit()
-        entry = leader.audit_due(int(trio.current_time() * 1e9))
+        # Whether this replica is its group's only voter matters only to a stream never written to (`leader`
+        # invariant 6): the group's status is built only then, and at every turn, so a member added since counts.
+        alone = leader.machine.last_seq == 0 and alone_voter(replica.runtime.status(replica.group).raft, replica.node_id)
+        entry = leader.audit_due(int(trio.current_time() * 1e9), alone=alone)
         if entry is not None:
             try:
                 await self._propose(entry)

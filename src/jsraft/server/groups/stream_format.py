@@ -19,8 +19,10 @@ Invariants:
      record never named its group (`group_record.add` runs when the group opens, after the rename):
      removing one loses nothing. One is removed before its name is formatted again, and at startup.
   3. An existing `<name>` directory is never touched: a replica that ran before recovers from it.
-  4. The tree holds what the replica's own open would have made (the same openers make it): `config.json`
-     and `group`; for a file-backed stream its `msgs/` store and its `raft/` WAL directory. A memory
+  4. The tree holds what the replica's own open would have made: `config.json` and `group`; for a
+     file-backed stream its `msgs/` store's first block (`store.blockfiles.make_new_store`, the bytes
+     `FileStore.open` writes in an empty directory; no index, which only shortens a recovery and comes
+     with the store's first close) and its `raft/` WAL directory (`wal.files.make_new_wal`). A memory
      stream's `raft/` is left to its open: its presence means "this replica ran before" (memory_stream
      rule 2).
   5. A tree may be prepared ahead (`prepare_format`), while the create's meta entry is being made
@@ -52,7 +54,7 @@ Invariants:
      opens only read, or write what no fsync made durable (a fresh WAL's first hard-state record): a
      crash leaves either no `<name>` or a tree no group ever ran from, as in invariant 1.
 
-Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`wal`), L4 (`runtime.persist`), sibling `memory_stream`,
+Imports: stdlib, L0, L1 (`disk`, `jsapi`), L2 (`store`, `wal`), L4 (`runtime.persist`), sibling `memory_stream`,
 `stream_options`.
 Reference: DESIGN §3 (file replacement is write-temp, fsync, rename, fsync directory — here for a tree).
 """
@@ -68,8 +70,9 @@ from jsraft.errors import JsraftError
 from jsraft.jsapi import StreamConfig
 from jsraft.runtime import NodeRuntime
 from jsraft.runtime.persist import open_storage, side_by_side
-from jsraft.server.groups.memory_stream import is_memory, open_store
+from jsraft.server.groups.memory_stream import STORE_DIR, is_memory, open_store
 from jsraft.server.groups.stream_options import StreamOptions, replica_store_config
+from jsraft.store.blockfiles import make_new_store
 from jsraft.wal.files import make_new_wal
 
 FORMAT_PREFIX = ".format-"
@@ -77,7 +80,7 @@ RAFT_DIR = "raft"
 
 
 def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes,
-                       options: StreamOptions, prepared: bool = False, sync_parent: bool = True) -> bool:
+                       prepared: bool = False, sync_parent: bool = True) -> bool:
     """Run in a worker thread: format `streams/<name>` for group `group` unless it exists (invariant 3).
     `prepared`: `prepare_format` built this config's tree under the temporary name and returned True, and
     nothing touched it since (invariant 5). `sync_parent=False`: the caller syncs `streams/` (invariant
@@ -86,7 +89,7 @@ def format_new_replica(streams: Disk, *, name: str, group: str, config: StreamCo
         return False
     temp = f"{FORMAT_PREFIX}{name}"
     if not prepared:
-        _build(streams, temp, config, raw, options)
+        _build(streams, temp, config, raw)
     if not (prepared and _named(streams, temp, group)):
         streams.unsynced().sub(temp).write_atomic("group", group.encode())
         streams.sync_tree(temp)  # every file and directory of the tree, once each (a clean one costs little)
@@ -101,7 +104,7 @@ def _named(streams: Disk, temp: str, group: str) -> bool:
     return streams.exists(f"{temp}/group") and streams.read_file(f"{temp}/group") == group.encode()
 
 
-def prepare_format(streams: Disk, *, name: str, config: StreamConfig, raw: bytes, options: StreamOptions,
+def prepare_format(streams: Disk, *, name: str, config: StreamConfig, raw: bytes,
                    group: str | None = None) -> bool:
     """Run in a worker thread while the create's meta entry is being made durable: build and sync the
     tree for `config` under the temporary name, with its `group` file when the entry's index (the
@@ -110,21 +113,24 @@ def prepare_format(streams: Disk, *, name: str, config: StreamConfig, raw: bytes
     if streams.exists(name):
         return False
     temp = f"{FORMAT_PREFIX}{name}"
-    _build(streams, temp, config, raw, options)
+    _build(streams, temp, config, raw)
     if group is not None:
         streams.unsynced().sub(temp).write_atomic("group", group.encode())
     streams.sync_tree(temp)
     return True
 
 
-def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes, options: StreamOptions) -> None:
+def _build(streams: Disk, temp: str, config: StreamConfig, raw: bytes) -> None:
     """The tree under `temp` (invariant 4), unsynced, without its `group` file."""
     if streams.exists(temp):
         streams.remove_tree(temp)  # invariant 2: an earlier format that crashed before its rename
     tree = streams.unsynced().sub(temp)
     tree.write_atomic("config.json", raw)
     if not is_memory(config):
-        open_store(tree, config, replica_store_config(config, options)).close()
+        # Invariant 4: the first block `FileStore.open` would make, without opening and closing a store (the
+        # replica's open recovers it, and `replica_store_config` is checked there); no index (`store.blockfiles`
+        # invariant 5).
+        make_new_store(tree.sub(STORE_DIR))
         # Invariant 8: the first segment's name is made durable with the tree. The files `Wal.open` and
         # `make_first_segment` would make, without recovering an empty directory (`wal.files` invariant 4).
         make_new_wal(tree.sub(RAFT_DIR))
@@ -164,14 +170,13 @@ def open_files(disk: Disk, config: StreamConfig, open_store_fn: Callable[[], Any
     return ReplicaFiles(store, storage, memory_lost)
 
 
-def format_and_open(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes, options: StreamOptions,
-                    prepared: bool, open_store_fn: Callable[[], Any], runtime: NodeRuntime,
+def format_and_open(streams: Disk, *, name: str, group: str, config: StreamConfig, raw: bytes, prepared: bool, open_store_fn: Callable[[], Any], runtime: NodeRuntime,
                     assigned_index: int) -> tuple[bool, ReplicaFiles | JsraftError]:
     """Run in a worker thread (invariant 10): `format_new_replica`, then `open_files` while the rename's
     `streams/` fsync runs on a kept thread (`runtime.persist.side_by_side`); returns once both did. The
     format (True when it formatted) and the files, or the `JsraftError` that refused them."""
-    formatted = format_new_replica(streams, name=name, group=group, config=config, raw=raw, options=options,
-                                   prepared=prepared, sync_parent=False)
+    formatted = format_new_replica(streams, name=name, group=group, config=config, raw=raw, prepared=prepared,
+                                   sync_parent=False)
     opened: list[ReplicaFiles | JsraftError] = []
 
     def open_step() -> None:

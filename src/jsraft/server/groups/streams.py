@@ -177,8 +177,7 @@ class StreamManager:
             with contextlib.suppress(trio.RunFinishedError):  # if stopped: a leftover (stream_format 2)
                 token.run_sync_soon(self._prepared_done, name, prepared, result)
         trio.lowlevel.start_thread_soon(  # invariant 10
-            lambda: prepare_format(self.disk, name=name, config=config, raw=raw, options=self.options,
-                                   group=group), deliver, name=f"jsraft-prepare {name}")
+            lambda: prepare_format(self.disk, name=name, config=config, raw=raw, group=group), deliver, name=f"jsraft-prepare {name}")
 
     def _prepared_done(self, name: str, prepared: _Prepared, result: Any) -> None:
         """On the trio thread: the preparation of `name` ended (invariant 7)."""
@@ -283,8 +282,7 @@ class StreamManager:
         """Run in a worker thread (invariant 9): `stream_format.format_and_open`."""
         name, group, config, raw = assignment.name, assignment.group, assignment.config, assignment.config_raw
         assert config is not None
-        return format_and_open(self.disk, name=name, group=group, config=config, raw=raw, options=self.options,
-                               prepared=prepared, runtime=self.runtime, assigned_index=assignment.created_index,
+        return format_and_open(self.disk, name=name, group=group, config=config, raw=raw, prepared=prepared, runtime=self.runtime, assigned_index=assignment.created_index,
                                # After the format: `sub` makes the directory, which would pass for an existing one.
                                open_store_fn=lambda: open_replica_files(self.disk.sub(name), group, config, raw,
                                                                         self.options))

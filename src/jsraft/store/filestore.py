@@ -61,6 +61,7 @@ _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
 
 class FileStore(Accounting):
     """Use `FileStore.open(disk, config)`; the constructor alone does not recover."""
+    copies_payloads = True  # append_batch and repair copy a payload they keep: it may be a view (machine.apply)
 
     def __init__(self, disk: Disk, config: StoreConfig, background: Background | None = None) -> None:
         self.config = config.validate()

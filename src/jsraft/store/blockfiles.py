@@ -142,11 +142,19 @@ class BlockFiles:
         self.blocks.remove(block)
         del self.by_number[block.number]
 
-    def append(self, data: bytes) -> int:
-        """Append bytes to the newest block; return the offset they start at."""
+    def append(self, data: bytes | list) -> int:
+        """Append bytes (or a list of pieces: their join) to the newest block; return the offset they start
+        at. Pieces go to a file that writes them as they are (`append_parts`) unjoined."""
         block = self.newest()
-        offset = self.handle(block.number).append(data)
-        block.size = offset + len(data)
+        handle = self.handle(block.number)
+        gather = getattr(handle, "append_parts", None) if type(data) is list else None
+        if gather is not None:
+            offset = gather(data)
+            block.size = offset + sum(len(part) for part in data)
+        else:
+            data = b"".join(data) if type(data) is list else data
+            offset = handle.append(data)
+            block.size = offset + len(data)
         self._cache.pop(block.number, None)
         return offset
 

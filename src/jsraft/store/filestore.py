@@ -137,8 +137,8 @@ class FileStore(Accounting):
         number = self.files.newest().number + 1 if self.files.blocks else self.lowest_block
         return self.files.create(number, self.last_seq + 1)
 
-    def write_records(self, data: bytes) -> int:
-        """Append framed records to the newest block; return the offset they start at."""
+    def write_records(self, data: bytes | list) -> int:
+        """Append framed records (bytes, or a list of pieces: their join) to the newest block; return where."""
         invariant(not self.read_only, "a read-only store never writes")
         self._dirty = True
         return self.files.append(data)

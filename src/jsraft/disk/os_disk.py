@@ -18,7 +18,7 @@ import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from jsraft.disk.base import check_relative
+from jsraft.disk.base import IOV_PARTS_MAX, check_relative
 from jsraft.errors import invariant
 from jsraft.disk.shadow import ShadowTracker, tracker_for
 
@@ -37,9 +37,6 @@ def _sync_pool() -> ThreadPoolExecutor:
 
 def _shadow_from_env() -> bool:
     return os.environ.get("JSRAFT_TEST_SHADOW_DISK", "") not in ("", "0")
-
-
-IOV_PARTS_MAX = 1024  # Linux's IOV_MAX: the most buffers one `pwritev` takes
 
 
 class OsFile:

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from jsraft import limits
-from jsraft.disk.base import Disk, DiskFile
+from jsraft.disk.base import Disk, DiskFile, append_pieces
 from jsraft.errors import invariant
 from jsraft.store.blocks import Block, block_name, block_preamble
 
@@ -144,17 +144,16 @@ class BlockFiles:
 
     def append(self, data: bytes | list) -> int:
         """Append bytes (or a list of pieces: their join) to the newest block; return the offset they start
-        at. Pieces go to a file that writes them as they are (`append_parts`) unjoined."""
+        at. Large pieces go to a file that writes them as they are unjoined (`disk.base.append_pieces`)."""
         block = self.newest()
         handle = self.handle(block.number)
-        gather = getattr(handle, "append_parts", None) if type(data) is list else None
-        if gather is not None:
-            offset = gather(data)
-            block.size = offset + sum(len(part) for part in data)
+        if type(data) is list:
+            length = sum(len(part) for part in data)
+            offset = append_pieces(handle, data, length)
         else:
-            data = b"".join(data) if type(data) is list else data
+            length = len(data)
             offset = handle.append(data)
-            block.size = offset + len(data)
+        block.size = offset + length
         self._cache.pop(block.number, None)
         return offset
 

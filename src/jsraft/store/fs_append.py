@@ -48,8 +48,6 @@ _MSG_FIXED_BYTES = HEADER_BYTES + 6  # a MSG record without its subject, headers
 # of it, for a few more CRC calls (a loss on small payloads, where the copies cost less than the calls).
 _PIECEWISE_PAYLOAD_BYTES = 2048
 _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
-_GATHER_BYTES_MIN = 64 << 10  # a run this large is written from its pieces, unjoined
-_GATHER_PARTS_MAX = 1024  # Linux's IOV_MAX (disk.os_disk.IOV_PARTS_MAX)
 
 
 def append_all(store: "FileStore", msgs: Sequence[tuple[int, str, bytes, bytes, int]]) -> None:
@@ -135,9 +133,7 @@ def _commit_run(store: "FileStore", block: Block, last_seq: int, parts: list[byt
     store.bytes += total_bytes
     store.digest = digest & _U64
     store.last_seq = last_seq
-    # A large run goes to the file as its pieces (one vectored write: its payloads are not copied again).
-    large = len(parts) <= _GATHER_PARTS_MAX and sum(lengths) >= _GATHER_BYTES_MIN
-    store.write_records(parts if large else b"".join(parts))
+    store.write_records(parts)  # a large run's pieces are written unjoined (`disk.base.append_pieces`)
 
 
 def _commit_indexes(store: "FileStore", block: Block, by_subject: dict[str, list[int]],

@@ -55,7 +55,7 @@ def append_pieces(file: DiskFile, pieces: list, length: int) -> int:
     pieces as they are (`append_parts`) and the write is large enough for the copy to matter."""
     gather = getattr(file, "append_parts", None)
     if gather is not None and length >= GATHER_BYTES_MIN and len(pieces) <= IOV_PARTS_MAX:
-        return gather(pieces)
+        return gather(pieces, length)
     return file.append(b"".join(pieces))
 
 

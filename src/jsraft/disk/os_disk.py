@@ -74,11 +74,11 @@ class OsFile:
         self.pwrite(offset, data)
         return offset
 
-    def append_parts(self, parts: list) -> int:
-        """`append(b"".join(parts))` without the join: one vectored write (at most `IOV_PARTS_MAX` parts)."""
+    def append_parts(self, parts: list, length: int) -> int:
+        """`append(b"".join(parts))` (`length`: their total) without the join: one vectored write (at most
+        `IOV_PARTS_MAX` parts)."""
         invariant(len(parts) <= IOV_PARTS_MAX, "a vectored write takes at most IOV_PARTS_MAX parts")
         offset = self._size
-        length = sum(len(part) for part in parts)
         written = os.pwritev(self._fd, parts, offset)
         if written < length:  # a short write is legal; finish it rather than lose the tail
             self.pwrite(offset + written, memoryview(b"".join(parts))[written:])

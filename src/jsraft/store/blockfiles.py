@@ -142,13 +142,12 @@ class BlockFiles:
         self.blocks.remove(block)
         del self.by_number[block.number]
 
-    def append(self, data: bytes | list) -> int:
+    def append(self, data: bytes | list, length: int = 0) -> int:
         """Append bytes (or a list of pieces: their join) to the newest block; return the offset they start
-        at. Large pieces go to a file that writes them as they are unjoined (`disk.base.append_pieces`)."""
+        at (`length`: the pieces' total). Large pieces are written unjoined (`disk.base.append_pieces`)."""
         block = self.newest()
         handle = self.handle(block.number)
         if type(data) is list:
-            length = sum(len(part) for part in data)
             offset = append_pieces(handle, data, length)
         else:
             length = len(data)

@@ -137,11 +137,11 @@ class FileStore(Accounting):
         number = self.files.newest().number + 1 if self.files.blocks else self.lowest_block
         return self.files.create(number, self.last_seq + 1)
 
-    def write_records(self, data: bytes | list) -> int:
-        """Append framed records (bytes, or a list of pieces: their join) to the newest block; return where."""
+    def write_records(self, data: bytes | list, length: int = 0) -> int:
+        """Append framed records (bytes, or pieces: their join, `length` bytes) to the newest block; return where."""
         invariant(not self.read_only, "a read-only store never writes")
         self._dirty = True
-        return self.files.append(data)
+        return self.files.append(data, length)
 
     def read_record(self, block: Block, offset: int, length: int) -> bytes:
         return self.files.read(block, offset, length)

@@ -107,3 +107,15 @@ def test_purge_refuses_seq_with_keep():
     data[2] |= entries.PURGE_KEEP
     with pytest.raises(MalformedEntry, match="seq with keep|carries"):
         decode_entry(bytes(data))
+
+
+def test_msgs_payloads_are_views_of_the_entry_only_when_asked():
+    """Invariant 5: `payload_views` gives each payload as a view of the entry's bytes (no copy), equal to
+    the copy the default decode makes; every other field is decoded alike."""
+    data = encode_entry(MsgsBatch(5, [("a.b", b"NATS/1.0\r\n\r\n", b"x" * 3000, 1, "", 0), ("a.c", b"", b"yz", 2, "id", 0)]))
+    copied, viewed = decode_entry(data), decode_entry(data, payload_views=True)
+    assert viewed == copied and viewed.first_seq == 5
+    assert all(type(m[2]) is bytes for m in copied.msgs)
+    assert all(type(m[2]) is memoryview and m[2].obj is data for m in viewed.msgs)
+    assert [bytes(m[2]) for m in viewed.msgs] == [b"x" * 3000, b"yz"]
+    assert all(type(m[1]) is bytes for m in viewed.msgs)  # headers are kept by more than the store: copied

@@ -13,6 +13,7 @@ from stream_kit import NOW, Group, config_json, make_machine, pub
 
 from jsraft.errors import InvariantViolation, NoMessageFound
 from jsraft.store.base import StoreConfig
+from jsraft.store.filestore import FileStore
 from jsraft.store.memstore import MemStore
 from jsraft.stream import entries
 from jsraft.stream.drift import FindingKind
@@ -245,3 +246,17 @@ def test_a_store_whose_last_sequence_left_the_log_cannot_be_snapshotted(maker):
     with pytest.raises(StreamNotHealthy):
         machine.snapshot()
     assert machine.health is Health.drifted and machine.findings[-1].kind is FindingKind.sequence_mismatch
+
+
+def test_a_store_that_copies_payloads_gets_them_as_views_and_holds_the_same_bytes(maker):
+    """`FileStore.copies_payloads`: the apply hands it views of the entry; a MemStore, which keeps what it
+    is given, gets bytes. Either way the stored messages are the published ones, after a reopen too."""
+    group = _group(maker)
+    appended: list = []
+    store = group.machines["b"].store
+    original = store.append_batch
+    store.append_batch = lambda msgs: (appended.extend(m[3] for m in msgs), original(msgs))[1]
+    group.publish([pub("orders.a", b"p" * 5000), pub("orders.b", b"q")])
+    assert [type(p) for p in appended] == [memoryview if isinstance(store, FileStore) else bytes] * 2
+    assert [group.machines["b"].store.load(seq).payload for seq in (1, 2)] == [b"p" * 5000, b"q"]
+    assert len(_keys(group)) == 1

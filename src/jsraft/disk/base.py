@@ -45,6 +45,20 @@ class DiskFile(Protocol):
     def close(self) -> None: ...
 
 
+# A write of pieces this large goes to a file that takes pieces (`OsFile.append_parts`) unjoined.
+GATHER_BYTES_MIN = 64 << 10
+IOV_PARTS_MAX = 1024  # Linux's IOV_MAX: the most pieces one vectored write takes
+
+
+def append_pieces(file: DiskFile, pieces: list, length: int) -> int:
+    """`file.append(b"".join(pieces))` (`length`: their total), without the join when the file writes
+    pieces as they are (`append_parts`) and the write is large enough for the copy to matter."""
+    gather = getattr(file, "append_parts", None)
+    if gather is not None and length >= GATHER_BYTES_MIN and len(pieces) <= IOV_PARTS_MAX:
+        return gather(pieces, length)
+    return file.append(b"".join(pieces))
+
+
 class Disk(Protocol):
     def open(self, path: str, *, create: bool = False) -> DiskFile: ...
 

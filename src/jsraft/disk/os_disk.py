@@ -18,7 +18,8 @@ import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from jsraft.disk.base import check_relative
+from jsraft.disk.base import IOV_PARTS_MAX, check_relative
+from jsraft.errors import invariant
 from jsraft.disk.shadow import ShadowTracker, tracker_for
 
 SYNC_THREADS_MAX = 16  # `sync_tree`'s concurrent fsyncs
@@ -71,6 +72,19 @@ class OsFile:
     def append(self, data: bytes) -> int:
         offset = self._size
         self.pwrite(offset, data)
+        return offset
+
+    def append_parts(self, parts: list, length: int) -> int:
+        """`append(b"".join(parts))` (`length`: their total) without the join: one vectored write (at most
+        `IOV_PARTS_MAX` parts)."""
+        invariant(len(parts) <= IOV_PARTS_MAX, "a vectored write takes at most IOV_PARTS_MAX parts")
+        offset = self._size
+        written = os.pwritev(self._fd, parts, offset)
+        if written < length:  # a short write is legal; finish it rather than lose the tail
+            self.pwrite(offset + written, memoryview(b"".join(parts))[written:])
+        self._size = max(self._size, offset + length)
+        if self._shadow is not None:
+            self._shadow.on_write(self._number, offset, offset + length)
         return offset
 
     def truncate(self, length: int) -> None:

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from jsraft import limits
-from jsraft.disk.base import Disk, DiskFile
+from jsraft.disk.base import Disk, DiskFile, append_pieces
 from jsraft.errors import invariant
 from jsraft.store.blocks import Block, block_name, block_preamble
 
@@ -160,11 +160,17 @@ class BlockFiles:
         self.blocks.remove(block)
         del self.by_number[block.number]
 
-    def append(self, data: bytes) -> int:
-        """Append bytes to the newest block; return the offset they start at."""
+    def append(self, data: bytes | list, length: int = 0) -> int:
+        """Append bytes (or a list of pieces: their join) to the newest block; return the offset they start
+        at (`length`: the pieces' total). Large pieces are written unjoined (`disk.base.append_pieces`)."""
         block = self.newest()
-        offset = self.handle(block.number).append(data)
-        block.size = offset + len(data)
+        handle = self.handle(block.number)
+        if type(data) is list:
+            offset = append_pieces(handle, data, length)
+        else:
+            length = len(data)
+            offset = handle.append(data)
+        block.size = offset + length
         self._cache.pop(block.number, None)
         return offset
 

@@ -61,6 +61,7 @@ _RANGE_SHIFT = DIGEST_RANGE_SEQS.bit_length() - 1
 
 class FileStore(Accounting):
     """Use `FileStore.open(disk, config)`; the constructor alone does not recover."""
+    copies_payloads = True  # append_batch and repair copy a payload they keep: it may be a view (machine.apply)
 
     def __init__(self, disk: Disk, config: StoreConfig, background: Background | None = None) -> None:
         self.config = config.validate()
@@ -136,11 +137,11 @@ class FileStore(Accounting):
         number = self.files.newest().number + 1 if self.files.blocks else self.lowest_block
         return self.files.create(number, self.last_seq + 1)
 
-    def write_records(self, data: bytes) -> int:
-        """Append framed records to the newest block; return the offset they start at."""
+    def write_records(self, data: bytes | list, length: int = 0) -> int:
+        """Append framed records (bytes, or pieces: their join, `length` bytes) to the newest block; return where."""
         invariant(not self.read_only, "a read-only store never writes")
         self._dirty = True
-        return self.files.append(data)
+        return self.files.append(data, length)
 
     def read_record(self, block: Block, offset: int, length: int) -> bytes:
         return self.files.read(block, offset, length)

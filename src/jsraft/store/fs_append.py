@@ -133,7 +133,7 @@ def _commit_run(store: "FileStore", block: Block, last_seq: int, parts: list[byt
     store.bytes += total_bytes
     store.digest = digest & _U64
     store.last_seq = last_seq
-    store.write_records(b"".join(parts))
+    store.write_records(parts, sum(lengths))  # a large run's pieces are written unjoined (`disk.base.append_pieces`)
 
 
 def _commit_indexes(store: "FileStore", block: Block, by_subject: dict[str, list[int]],

@@ -22,6 +22,8 @@ Invariants:
      `IndexError` or `UnicodeDecodeError` escapes, and trailing bytes are an error.
   3. Sequences in a MSGS entry are contiguous from `first_seq` (explicit: the leader assigned them).
   4. Kind numbers are durable: never reuse or renumber one.
+  5. A decoded value holds no view of the entry's bytes, except a MSGS entry's payloads decoded with
+     `payload_views` (for a store that copies what it keeps before the apply returns: no copy here).
 
 The MSGS encoder is the hot path (DESIGN §12): one `struct.pack` per message and one `bytes.join` per
 entry; no attrs value per message.
@@ -238,13 +240,15 @@ def entry_kind(data: bytes | memoryview) -> EntryKind:
         raise MalformedEntry(f"unknown stream entry kind {kind}") from None
 
 
-def decode_entry(data: bytes | memoryview) -> Entry:
-    """Decode and check one entry; raise `MalformedEntry` (with the reason) on anything malformed."""
+def decode_entry(data: bytes | memoryview, *, payload_views: bool = False) -> Entry:
+    """Decode and check one entry; raise `MalformedEntry` (with the reason) on anything malformed.
+    `payload_views`: a MSGS entry's payloads are read-only views of `data`, not copies (invariant 5)."""
     kind = entry_kind(data)
     body = memoryview(data)[_ENVELOPE.size :]
-    decoder = _DECODERS[kind]
     try:
-        return decoder(body)
+        if kind is EntryKind.MSGS:
+            return _decode_msgs(body, payload_views)
+        return _DECODERS[kind](body)
     except (struct.error, UnicodeDecodeError, IndexError, ValueError) as error:
         raise MalformedEntry(f"{kind.name} entry does not decode: {error}") from None
 
@@ -255,7 +259,7 @@ def _exact(body: memoryview, layout: struct.Struct, what: str) -> tuple:
     return layout.unpack_from(body, 0)
 
 
-def _decode_msgs(body: memoryview) -> MsgsBatch:
+def _decode_msgs(body: memoryview, views: bool = False) -> MsgsBatch:
     if len(body) < _MSGS_HEAD.size:
         raise MalformedEntry("MSGS entry shorter than its header")
     first_seq, count = _MSGS_HEAD.unpack_from(body, 0)
@@ -293,7 +297,8 @@ def _decode_msgs(body: memoryview) -> MsgsBatch:
             headers = bytes(body[position : position + headers_len])
         else:
             headers = b""
-        append((subject, headers, bytes(body[position + headers_len : stop]), timestamp_ns, msg_id, flags))
+        payload = body[position + headers_len : stop]
+        append((subject, headers, payload if views else bytes(payload), timestamp_ns, msg_id, flags))
         position = stop
     if position != end:
         raise MalformedEntry(f"MSGS entry has {end - position} trailing bytes")

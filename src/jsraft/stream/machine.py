@@ -95,7 +95,8 @@ class StreamStateMachine:
             return ApplyResult(index, None)
         invariant(index == self.applied_index + 1, f"stream entries apply in order: {index} after {self.applied_index}")
         try:
-            entry = decode_entry(data)
+            # A store that copies the payloads it keeps takes them as views of `data` (entries invariant 5).
+            entry = decode_entry(data, payload_views=getattr(self.store, "copies_payloads", False))
         except MalformedEntry as error:
             # Every replica holds the same committed bytes and refuses them alike: report, do not crash.
             self.applied_index = index

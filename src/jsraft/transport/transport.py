@@ -58,7 +58,8 @@ from jsraft.transport.peer import DUPLICATE_REASON, Peer, PeerStatus
 from jsraft.transport.seeds import add_peer
 from jsraft.transport.send_queue import SendQueue
 from jsraft.transport.wire import (
-    FrameKind, Hello, check_hello, check_name, data_frame_bytes, encode_frame, encode_group,
+    GATHER_FRAME_BYTES_MIN, FrameKind, GatheredFrame, Hello, check_hello, check_name, data_frame_bytes,
+    encode_frame_parts, encode_group,
 )
 
 log = logging.getLogger("jsraft.transport")
@@ -163,7 +164,8 @@ class Transport:
 
     def send_parts(self, to_node: str, group: str, parts: Sequence[bytes | bytearray | memoryview], *,
                    headroom: float = 0.0) -> bool:
-        """`send` of the payload `b"".join(parts)`, joined only into the frame itself (one copy)."""
+        """`send` of the payload `b"".join(parts)`, joined only into the frame itself (one copy), or, for a
+        large frame of `bytes` parts, not at all: the link's writer sends its pieces (`GatheredFrame`)."""
         peer = self._peers.get(to_node)
         if peer is None:
             self.dropped_unknown += 1
@@ -175,7 +177,9 @@ class Transport:
         if peer.link is None or not peer.queue.has_room(size, headroom):
             peer.counters.dropped += 1
             return False
-        queued = peer.queue.put(encode_frame(FrameKind.DATA, prefix, *parts))
+        frame = encode_frame_parts(FrameKind.DATA, (prefix, *parts))  # a large one is not joined (wire)
+        queued = peer.queue.put(GatheredFrame(frame) if size >= GATHER_FRAME_BYTES_MIN
+                                and all(type(part) is bytes for part in parts) else b"".join(frame))
         invariant(queued, "has_room() held and nothing ran in between")
         return True
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import enum
 import struct
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 import attrs
@@ -107,12 +107,37 @@ class Hello:
 
 def encode_frame(kind: FrameKind, *parts: bytes | bytearray | memoryview) -> bytes:
     """One frame whose body is the concatenation of `parts`, copied once."""
+    return b"".join(encode_frame_parts(kind, parts))
+
+
+def encode_frame_parts(kind: FrameKind, parts: Sequence[bytes | bytearray | memoryview]) -> list:
+    """`encode_frame`'s bytes before the join: its header, then `parts` themselves (none copied)."""
     length = FRAME_HEADER_BYTES + sum(len(part) for part in parts)
     invariant(length <= 0xFFFFFFFF, "a frame length fits in u32")
     crc = crc32c(_KIND.pack(kind), crc32c(_LENGTH.pack(length)))
     for part in parts:
         crc = crc32c(part, crc)
-    return b"".join((FRAME_HEADER.pack(length, crc, kind), *parts))
+    return [FRAME_HEADER.pack(length, crc, kind), *parts]
+
+
+# From this size on a DATA frame of immutable pieces is queued as a `GatheredFrame`: a leader's AppendEntries
+# of large messages is framed for each follower without copying its entries (only CRC'd).
+GATHER_FRAME_BYTES_MIN = 64 << 10
+
+
+class GatheredFrame:
+    """A frame kept as its pieces (`encode_frame_parts`) until the socket takes them: a large frame is
+    written with one vectored send and never joined. `len()` is the frame's length in bytes. The pieces
+    must not change until it is written (entries' data: immutable bytes)."""
+
+    __slots__ = ("parts", "length")
+
+    def __init__(self, parts: list) -> None:
+        self.parts = parts
+        self.length = sum(len(part) for part in parts)
+
+    def __len__(self) -> int:
+        return self.length
 
 
 PING_FRAME = encode_frame(FrameKind.PING)

@@ -5,7 +5,7 @@ files; its driver calls `append`, `sync`, `save_hard_state`, `truncate_from`, `r
 `compact`, and reads with `entries`/`term`.
 
 How each change is made durable, and why:
-  - `append` writes one buffer per call (per segment touched) and no fsync; `sync` then fsyncs each touched
+  - `append` makes one write per call and segment touched (a large one unjoined), no fsync; `sync` fsyncs each touched
     segment, oldest first, then the `wal/` directory if a segment was created: group commit.
   - `save_hard_state` appends a `WAL_HARD_STATE` record after the cycle's entries, so the segment's fsync
     makes both durable together (a torn cycle loses both; recovery cuts it and uses its predecessor); each
@@ -50,7 +50,7 @@ import bisect
 
 import attrs
 
-from jsraft.disk.base import Disk, DiskFile
+from jsraft.disk.base import Disk, DiskFile, append_pieces
 from jsraft.errors import CorruptRecord, invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
@@ -191,7 +191,7 @@ class Wal(SegmentFiles):
         while position < len(entries):
             segment = self._writable_segment(entries[position].index)
             room = self._segment_bytes - segment.size
-            parts, lengths = [], []  # each record as its two pieces (joined once by `_write`), its length
+            parts, lengths = [], []  # each record as its two pieces (joined at most once by `_write`), its length
             while position < len(entries) and (not lengths or room > 0):
                 entry = entries[position]
                 invariant(entry.index == entries[0].index + position, "appended indexes must be contiguous")
@@ -206,7 +206,7 @@ class Wal(SegmentFiles):
 
     def _write(self, segment: Segment, parts: list[bytes], lengths: list[int], entries: list[Entry]) -> None:
         name = segment.name or ""
-        offset = self._handles[name].append(b"".join(parts))
+        offset = append_pieces(self._handles[name], parts, sum(lengths))  # a large write is not joined
         for length, entry in zip(lengths, entries):
             segment.add(offset, length, entry.term)
             offset += length

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
+import trio.testing
 
 from jsraft.protocol import NEED_DATA, ClientConnection, Connect, Err, Info, Ping, Pong, RemoteProtocolError
 from jsraft.server import NodeConfig
@@ -45,6 +46,37 @@ async def until(predicate: Callable[[], bool], what: str, timeout_s: float = DEA
     while not trio.from_thread.run_sync(predicate):
         assert loop.time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.005)
+
+
+def held_handler(node: Any, subject: str, note: Callable[[Any], Any]) -> list[Any]:
+    """Subscribe a sync internal handler on `subject` that notes each message (`note(msg)`, into the
+    caller's list) and holds it, unanswered, until the test calls its `done()`: the list of held messages."""
+    held: list[Any] = []
+
+    def handler(msg: Any) -> None:
+        note(msg)
+        held.append(msg)
+
+    node.clients.subscribe_internal(subject, handler, sync=True)
+    return held
+
+
+async def release_within_bound(held: list[Any], conn: Any, total: int, bound: int, what: str) -> None:
+    """`total` messages sent in one read reach `held_handler`'s list at most `bound` at a time: wait for each
+    bound's worth, check that nothing past it started (every task blocked) and that the connection counts
+    exactly those in flight, then release them and wait for the next."""
+    released = 0
+    while released < total:
+        target = min(released + bound, total)
+        with trio.fail_after(DEADLINE_S):
+            while len(held) < target:
+                await trio.sleep(0.005)
+        await trio.testing.wait_all_tasks_blocked()  # nothing past the bound starts while it is full
+        assert len(held) == target, f"{len(held) - released} {what} in handlers at once"
+        assert conn.internal_inflight == target - released
+        for msg in held[released:]:
+            msg.done()
+        released = target
 
 
 def interest(node: Any, subject: str) -> int:

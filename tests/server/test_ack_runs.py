@@ -16,13 +16,12 @@ import json
 from typing import Any
 
 import trio
-import trio.testing
 
 import jsraft
 from jsraft.protocol import Err, Msg, Ok
 from jsraft.server.nats.client_conn import INTERNAL_INFLIGHT_MAX
 from jsraft.server.settings.auth_config import ClientAuthConfig, Permissions, SubjectPermission, UserConfig
-from nats_kit import DEADLINE_S, RawClient, errors_in, single
+from nats_kit import DEADLINE_S, RawClient, errors_in, held_handler, release_within_bound, single
 
 OPTIONS = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True, "protocol": 1}
 COUNT = 6
@@ -162,32 +161,16 @@ async def test_a_subscriber_to_acks_receives_every_ack_of_a_run(tmp_path):
 
 async def test_a_run_taking_the_general_way_stops_at_the_in_flight_bound(tmp_path):
     async with jsraft.open_node(single(tmp_path)) as node:
-        held: list = []
         seen: list[str] = []
-
-        def handler(msg) -> None:  # a sync internal handler (a rival of the shortcut): answers via msg.done()
-            seen.append(msg.subject)
-            held.append(msg)
-
-        node.clients.subscribe_internal("$JS.ACK.held.>", handler, sync=True)
+        # A sync internal handler (a rival of the shortcut): answers via msg.done().
+        held = held_handler(node, "$JS.ACK.held.>", lambda msg: seen.append(msg.subject))
         client = await RawClient.connect(node.client_address, OPTIONS)
         await client.round_trip()
         conn = next(iter(node.clients.clients.values()))
         total = 3 * INTERNAL_INFLIGHT_MAX
         subjects = [f"$JS.ACK.held.{i}" for i in range(total)]
         await client.send(acks(subjects))
-        released = 0
-        while released < total:
-            target = min(released + INTERNAL_INFLIGHT_MAX, total)
-            with trio.fail_after(DEADLINE_S):
-                while len(held) < target:
-                    await trio.sleep(0.005)
-            await trio.testing.wait_all_tasks_blocked()  # nothing past the bound starts while it is full
-            assert len(held) == target, f"{len(held) - released} acks in handlers at once"
-            assert conn.internal_inflight == target - released
-            for msg in held[released:]:
-                msg.done()
-            released = target
+        await release_within_bound(held, conn, total, INTERNAL_INFLIGHT_MAX, "acks")
         assert seen == subjects, "every ack handled once, in order"
         await client.round_trip()
 

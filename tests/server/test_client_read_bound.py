@@ -11,11 +11,10 @@ pure function, checked on its own.
 from __future__ import annotations
 
 import trio
-import trio.testing
 
 import jsraft
 from jsraft.server.nats.client_conn import INTERNAL_INFLIGHT_MAX, READ_BYTES_MAX, READ_BYTES_MIN, next_read_bytes
-from nats_kit import DEADLINE_S, RawClient, single
+from nats_kit import DEADLINE_S, RawClient, held_handler, release_within_bound, single
 
 HEADERS = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True, "protocol": 1}
 PUBLISHES = 3 * INTERNAL_INFLIGHT_MAX
@@ -29,31 +28,15 @@ async def _poll(predicate, what: str) -> None:
 
 async def test_one_read_of_many_publishes_stops_at_the_in_flight_bound(tmp_path):
     async with jsraft.open_node(single(tmp_path)) as node:
-        held: list = []
         seen: list[bytes] = []
-
-        def handler(msg) -> None:  # a sync internal handler: it answers later, via msg.done()
-            seen.append(msg.payload)
-            held.append(msg)
-
-        node.clients.subscribe_internal("held.x", handler, sync=True)
+        # A sync internal handler: it answers later, via msg.done().
+        held = held_handler(node, "held.x", lambda msg: seen.append(msg.payload))
         client = await RawClient.connect(node.client_address, HEADERS)
         await client.round_trip()
         conn = next(iter(node.clients.clients.values()))
         # ~40 KiB: on loopback one read brings all of it, well over the bound.
         await client.send(b"".join(b"PUB held.x %d\r\n%d\r\n" % (len(b"%d" % i), i) for i in range(PUBLISHES)))
-        released = 0
-        while released < PUBLISHES:
-            target = min(released + INTERNAL_INFLIGHT_MAX, PUBLISHES)
-            await _poll(lambda: len(held) >= target, "the handlers to fill up to the bound")
-            assert len(held) == target, f"{len(held) - released} publishes in handlers at once"
-            assert conn.internal_inflight == len(held) - released
-            # Nothing past the bound is started while it is full.
-            await trio.testing.wait_all_tasks_blocked()
-            assert len(held) - released <= INTERNAL_INFLIGHT_MAX
-            for msg in held[released:]:
-                msg.done()
-            released = len(held)
+        await release_within_bound(held, conn, PUBLISHES, INTERNAL_INFLIGHT_MAX, "publishes")
         assert seen == [b"%d" % i for i in range(PUBLISHES)], "every publish handled once, in order"
         await _poll(lambda: conn.internal_inflight == 0, "every handler released")
         await client.round_trip()  # the connection is still served

@@ -139,7 +139,8 @@ class OsDisk:
 
     def _full(self, path: str) -> str:
         rel = self._rel(path)
-        return os.path.join(self._top, rel) if rel else self._top
+        # `_top` is absolute and normal, `rel` relative and normal: `os.path.join` without its checks.
+        return (f"{self._top}/{rel}" if self._top != "/" else f"/{rel}") if rel else self._top
 
     def sub(self, path: str) -> "OsDisk":
         if not self.read_only:
@@ -197,7 +198,7 @@ class OsDisk:
 
     def open(self, path: str, *, create: bool = False) -> OsFile:
         full = self._full(path)
-        existed = os.path.exists(full)
+        existed = self._shadow is not None and os.path.exists(full)  # only the shadow tracker asks
         if self.read_only:
             if create:
                 raise PermissionError(f"read-only disk: cannot create {path}")

@@ -260,7 +260,7 @@ class JsApi:
             await self.parts.runtime.progress.until(
                 lambda: meta.has_stream(name) and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
-            info = await self.info(name, config_index=0 if created else None)
+            info = await self.info(name, config_index=0 if created else None, with_config=False)
             assignment, answered = self.parts.meta.stream(name), result["config"].encode()
             # The answered config is usually the assignment's: served from its parsed view, not decoded again.
             info["config"] = config_json(answered, assignment.required_level, self.parts.config.api_level,
@@ -279,11 +279,15 @@ class JsApi:
                     or (replica is not None and replica.leader_id() is not None))
         await self.parts.runtime.progress.until(known, GROUP_WAIT_S)
 
-    async def info(self, name: str, subjects_filter: str = "", *, config_index: int | None = None) -> dict[str, Any]:
+    async def info(self, name: str, subjects_filter: str = "", *, config_index: int | None = None,
+                   with_config: bool = True) -> dict[str, Any]:
+        """`with_config` False: the leader leaves `config` out (the caller serves its own: `_settled_info`)."""
         assignment = await online(self.parts, name)  # its config version: read-your-writes (jsapi_stream 6)
-        result, _ = await self.parts.call_stream(name, "jsapi.stream_info", {
-            "subjects_filter": subjects_filter,
-            "config_index": assignment.config_index if config_index is None else config_index})
+        args: dict[str, Any] = {"subjects_filter": subjects_filter,
+                                "config_index": assignment.config_index if config_index is None else config_index}
+        if not with_config:
+            args["config"] = False  # a peer of an older build sends it anyway: replaced all the same
+        result, _ = await self.parts.call_stream(name, "jsapi.stream_info", args)
         return dict(result)
 
     async def stream_info(self, request: ApiRequest) -> dict[str, Any]:

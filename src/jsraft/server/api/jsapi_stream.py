@@ -24,6 +24,8 @@ Invariants:
      replicas' standing (each peer's `replica.state`) is collected only on a clustered node, the only one
      that serves it (a standalone nats-server's info names just its leader): a create's answer on one
      node asks nothing more.
+  8. A stream info asked with `"config": false` carries `"config": null`: the asker replaces it with the
+     config it was answered (`JsApi._settled_info`), so it is not served twice for one answer.
 
 Imports: stdlib, L0, L1 (`jsapi`, `raft` status and errors), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsStreamInfoRequest`, `jsMsgGetRequest`,
@@ -191,8 +193,9 @@ class LeaderSide:
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
         info = {
+            # Left out when the asker serves the config it was answered (a create's or update's: invariant 8).
             "config": config_json(assignment.config_raw, assignment.required_level, config.api_level,
-                                  assignment.config),
+                                  assignment.config) if args.get("config", True) else None,
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),

@@ -53,7 +53,7 @@ import trio
 
 from jsraft import subjects
 from jsraft.errors import InvalidConfig, JsraftError
-from jsraft.jsapi import listed_metadata
+from jsraft.jsapi import listed_metadata, parse_stream_config
 from jsraft.meta import StreamOffline
 from jsraft.server.nats.client_server import ClientServer, InternalMsg
 from jsraft.server.api.consumer_admin import ConsumerAdmin
@@ -224,7 +224,10 @@ class JsApi:
             raise InvalidConfig("stream configuration for create can not be sealed")
         if config.mirror_direct and config.mirror is None:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
-        await self.account.check_stream(config.with_defaults().validate(), create=True)
+        # `config.with_defaults().validate()`, through the parse the meta leader's apply makes of the same
+        # bytes and name (`meta.assignment.parse_config`): its memo then has it (stream_config invariant 4).
+        checked, _ = parse_stream_config(raw, expected_name=request.name)
+        await self.account.check_stream(checked, create=True)
         await meta_barrier(self.parts)  # `did_create` is true only for a stream no node had created
         existed = self.parts.meta.has_stream(request.name)
         result, _ = await self.parts.call_meta("stream.create", {"name": request.name}, [raw])

@@ -39,7 +39,9 @@ def run_concurrently(calls: list[Callable[[], None]]) -> None:
     """Run `calls` at once — the first on this thread, the others on the process's kept sync threads (at
     most `SYNC_THREADS_MAX`; more wait their turn) — and return once every one returned; raise the error
     of the first that failed, in the list's order. One lock per run, no future per call: a new stream's
-    tree is eleven fsyncs, and a thread pool's futures cost it more CPU than the fsyncs' own Python."""
+    tree is eleven fsyncs, and a thread pool's futures cost it more CPU than the fsyncs' own Python. The
+    kept threads are shared (`runtime.persist.side_by_side` runs its steps here too): a call run this way
+    must never wait for another one, or a full set of threads could wait for calls queued behind them."""
     errors: list[BaseException | None] = [None] * len(calls)
     left = [len(calls) - 1]
     count_lock, all_done = threading.Lock(), threading.Lock()

@@ -131,6 +131,8 @@ async def _config_applied(replica: StreamReplica, config_index: int) -> None:
     proposes it as soon as its own meta state has it: stream_replica invariant 5). A replica that closes
     or stops meanwhile (an update this node cannot run stops it: stream_replica invariant 6) will never
     apply it: `NotLeader` at once, and whoever leads next answers."""
+    if replica.machine is not None and replica.machine.config_meta_index >= config_index:
+        return  # applied already (a create's info asks for index 0): no deadline to set up
     with trio.move_on_after(CONFIG_WAIT_S):
         if replica.machine is not None and replica.machine.config_meta_index < config_index:
             # Propose it now rather than at the replica's next tick (up to 100 ms: most of a new

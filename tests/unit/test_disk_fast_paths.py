@@ -76,6 +76,7 @@ def test_run_concurrently_runs_more_calls_than_kept_threads() -> None:
 
     run_concurrently([lambda i=i: call(i) for i in range(3 * SYNC_THREADS_MAX)])
     assert sorted(done) == list(range(3 * SYNC_THREADS_MAX))
+    run_concurrently([])  # nothing to run: returns
 
 
 def test_run_concurrently_raises_the_first_error_in_order_after_every_call_returned() -> None:

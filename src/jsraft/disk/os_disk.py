@@ -42,6 +42,8 @@ def run_concurrently(calls: list[Callable[[], None]]) -> None:
     tree is eleven fsyncs, and a thread pool's futures cost it more CPU than the fsyncs' own Python. The
     kept threads are shared (`runtime.persist.side_by_side` runs its steps here too): a call run this way
     must never wait for another one, or a full set of threads could wait for calls queued behind them."""
+    if not calls:
+        return
     errors: list[BaseException | None] = [None] * len(calls)
     left = [len(calls) - 1]
     count_lock, all_done = threading.Lock(), threading.Lock()

@@ -6,8 +6,8 @@ empty, dotted names), with and without a leading or trailing slash: the fast pat
 change an answer. `run_concurrently` (what `sync_tree` runs its fsyncs with) is checked with real threads:
 its calls run at the same time (a barrier that every call must reach, with a deadline: one after another
 it breaks), more calls than kept threads all run, and an error is raised only once every call returned —
-the first in the list's order. A tree written through an unsynced view survives a shadow-mode power cut
-once `sync_tree` ran, and only then.
+the first in the list's order; runs from several threads at once all end. A tree written through an
+unsynced view survives a shadow-mode power cut once `sync_tree` ran, and only then.
 """
 
 from __future__ import annotations
@@ -117,3 +117,23 @@ def test_a_tree_survives_a_power_cut_once_sync_tree_ran(tmp_path: Path) -> None:
     for file in ("config.json", "msgs/1.blk", "raft/wal/1.seg"):
         assert Path(root, "streams/T1", file).read_bytes() == file.encode()
         assert not os.path.exists(os.path.join(root, "streams/T2", file))
+
+
+def test_run_concurrently_from_several_threads_at_once_runs_every_call() -> None:
+    """Concurrent trees (several preparations at once) share the kept threads: every call of every run ends."""
+    done: list[tuple[int, int]] = []
+    lock = threading.Lock()
+
+    def caller(c: int) -> None:
+        def call(i: int) -> None:
+            with lock:
+                done.append((c, i))
+        run_concurrently([lambda i=i: call(i) for i in range(SYNC_THREADS_MAX)])
+
+    callers = [threading.Thread(target=caller, args=(c,)) for c in range(6)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(timeout=10)
+    assert not any(thread.is_alive() for thread in callers)
+    assert sorted(done) == [(c, i) for c in range(6) for i in range(SYNC_THREADS_MAX)]

@@ -108,3 +108,56 @@ def test_the_vote_ceiling_is_written_a_step_above_and_only_when_passed(tmp_path)
     assert record.vote_ceiling("S-NEVER") == 0
     record.discard("S-A-3")
     assert GroupRecord.open(disk, node_existed=True).vote_ceiling("S-A-3") == 0
+
+
+def _body(path) -> dict:
+    from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, read_record
+    data = path.read_bytes()
+    view = read_record(data, FILE_HEADER_BYTES)
+    return data[view.offset + HEADER_BYTES: view.offset + view.length]
+
+
+def test_the_record_is_the_sorted_json_of_its_groups_and_ceilings_byte_for_byte(tmp_path):
+    """Invariant 5: after every kind of change, in any order, the body is what `json.dumps(sort_keys=True)`
+    makes of the record (names out of order, and ones JSON escapes), and a reopened record writes the same."""
+    import json
+    import random
+
+    disk = OsDisk(str(tmp_path))
+    record = GroupRecord.open(disk, node_existed=False)
+    rng = random.Random(7)
+    names = [f"S-{rng.randrange(10**6)}-{i}" for i in range(60)] + ["$meta", 'S-"q"-1', "S-é-2", "S-a\\b-3"]
+    rng.shuffle(names)
+    groups: set[str] = set()
+    ceilings: dict[str, int] = {}
+
+    def expected(floor=None) -> bytes:
+        return json.dumps({"version": 2, "groups": sorted(groups), "unknown_through_meta_index": floor,
+                           "vote_ceilings": ceilings}, sort_keys=True).encode()
+
+    assert _body(tmp_path / GROUP_RECORD_FILE) == expected()
+    for step, name in enumerate(names):
+        if step % 3 == 0:
+            record.add(name)
+        else:
+            record.started(name, term=step)
+            ceilings[name] = step + VOTE_CEILING_STEP
+        groups.add(name)
+        if step % 5 == 4:
+            record.cover_term(name, step + 100)
+            ceilings[name] = step + 100 + VOTE_CEILING_STEP
+        if step % 7 == 6:
+            gone = sorted(groups)[step % len(groups)]
+            record.discard(gone)
+            groups.discard(gone)
+            ceilings.pop(gone, None)
+        assert _body(tmp_path / GROUP_RECORD_FILE) == expected(), step
+    reopened = GroupRecord.open(disk, node_existed=True)
+    reopened.add("S-after-reopen")
+    groups.add("S-after-reopen")
+    assert _body(tmp_path / GROUP_RECORD_FILE) == expected()
+    lost = GroupRecord.open(OsDisk(str(tmp_path / "lost")), node_existed=True)
+    lost.set_lost_floor(40)
+    lost.started("S-b", term=3)
+    groups, ceilings = {"S-b"}, {"S-b": 3 + VOTE_CEILING_STEP}
+    assert _body(tmp_path / "lost" / GROUP_RECORD_FILE) == expected(40)

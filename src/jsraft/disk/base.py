@@ -17,6 +17,8 @@ from typing import Protocol
 
 def check_relative(path: str) -> str:
     """Normalize a relative path; refuse absolute paths and escapes from the root."""
+    if path and path[0] not in "/." and path[-1] != "/" and "//" not in path and "/." not in path:
+        return path  # no empty, "." or ".." component and no leading or trailing "/": normal already
     if path.startswith("/"):
         raise ValueError(f"disk paths are relative to the disk root: {path!r}")
     normal = posixpath.normpath(path) if path else "."

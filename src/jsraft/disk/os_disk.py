@@ -13,26 +13,69 @@ copy of each synced byte range.
 
 from __future__ import annotations
 
+import functools
 import os
+import queue
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 
 from jsraft.disk.base import IOV_PARTS_MAX, check_relative
 from jsraft.errors import invariant
 from jsraft.disk.shadow import ShadowTracker, tracker_for
 
 SYNC_THREADS_MAX = 16  # `sync_tree`'s concurrent fsyncs
-_SYNC_POOL: list[ThreadPoolExecutor] = []
-_SYNC_POOL_LOCK = threading.Lock()
+_SYNC_JOBS: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+_SYNC_THREADS: list[threading.Thread] = []  # kept for the process's life, started as many as were needed
+_SYNC_THREADS_LOCK = threading.Lock()
 
 
-def _sync_pool() -> ThreadPoolExecutor:
-    """The process's one pool for `sync_tree` (made on first use; idle between trees)."""
-    with _SYNC_POOL_LOCK:
-        if not _SYNC_POOL:
-            _SYNC_POOL.append(ThreadPoolExecutor(SYNC_THREADS_MAX, thread_name_prefix="jsraft-sync-tree"))
-        return _SYNC_POOL[0]
+def _sync_thread() -> None:
+    while True:
+        _SYNC_JOBS.get()()  # a job never raises (`run_concurrently` keeps its error)
+
+
+def run_concurrently(calls: list[Callable[[], None]]) -> None:
+    """Run `calls` at once — the first on this thread, the others on the process's kept sync threads (at
+    most `SYNC_THREADS_MAX`; more wait their turn) — and return once every one returned; raise the error
+    of the first that failed, in the list's order. One lock per run, no future per call: a new stream's
+    tree is eleven fsyncs, and a thread pool's futures cost it more CPU than the fsyncs' own Python. The
+    kept threads are shared (`runtime.persist.side_by_side` runs its steps here too): a call run this way
+    must never wait for another one, or a full set of threads could wait for calls queued behind them."""
+    if not calls:
+        return
+    errors: list[BaseException | None] = [None] * len(calls)
+    left = [len(calls) - 1]
+    count_lock, all_done = threading.Lock(), threading.Lock()
+    all_done.acquire()
+
+    def call(i: int) -> None:
+        try:
+            calls[i]()
+        except BaseException as error:  # raised on the calling thread, once every call returned
+            errors[i] = error
+
+    def other(i: int) -> None:
+        call(i)
+        with count_lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            all_done.release()
+
+    with _SYNC_THREADS_LOCK:
+        while len(_SYNC_THREADS) < min(len(calls) - 1, SYNC_THREADS_MAX):
+            thread = threading.Thread(target=_sync_thread, name=f"jsraft-sync-tree_{len(_SYNC_THREADS)}", daemon=True)
+            thread.start()
+            _SYNC_THREADS.append(thread)
+    for i in range(1, len(calls)):
+        _SYNC_JOBS.put(functools.partial(other, i))
+    call(0)
+    if len(calls) > 1:
+        all_done.acquire()
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def _shadow_from_env() -> bool:
@@ -139,7 +182,8 @@ class OsDisk:
 
     def _full(self, path: str) -> str:
         rel = self._rel(path)
-        return os.path.join(self._top, rel) if rel else self._top
+        # `_top` is absolute and normal, `rel` relative and normal: `os.path.join` without its checks.
+        return (f"{self._top}/{rel}" if self._top != "/" else f"/{rel}") if rel else self._top
 
     def sub(self, path: str) -> "OsDisk":
         if not self.read_only:
@@ -166,11 +210,11 @@ class OsDisk:
         (the name of `path` in its parent is the caller's to sync). The fsyncs run concurrently: the file
         system's journal then commits them together (on ext4, 5–9× faster than one after another on a
         loaded disk); this returns once every one returned, and raises the first that failed."""
-        jobs = []
+        jobs: list[Callable[[], None]] = []
         for directory, _, files in os.walk(self._full(path)):
-            jobs += [(os.path.join(directory, name), False) for name in files]
-            jobs.append((directory, True))
-        list(_sync_pool().map(lambda job: self._fsync_path(*job), jobs))
+            jobs += [functools.partial(self._fsync_path, f"{directory}/{name}", False) for name in files]
+            jobs.append(functools.partial(self._fsync_path, directory, True))
+        run_concurrently(jobs)
 
     def _fsync_path(self, full: str, is_dir: bool) -> None:
         if is_dir:
@@ -197,7 +241,7 @@ class OsDisk:
 
     def open(self, path: str, *, create: bool = False) -> OsFile:
         full = self._full(path)
-        existed = os.path.exists(full)
+        existed = self._shadow is not None and os.path.exists(full)  # only the shadow tracker asks
         if self.read_only:
             if create:
                 raise PermissionError(f"read-only disk: cannot create {path}")

@@ -62,12 +62,16 @@ Invariants:
   3. Names leave the record only when their group's data is deleted on purpose (`discard`).
   4. Safe to call from several threads (`open_storage` runs on a worker thread per opening group, and
      `started` on the cycle's worker thread): one lock serialises every change and its write.
+  5. The record's body is the JSON `json.dumps(..., sort_keys=True)` makes of it, byte for byte; it is
+     written from the names' and ceilings' JSON kept sorted as they change (`_SortedJson`), not encoded
+     and sorted whole on every write (O(groups) Python work on each new stream's first cycle).
 
 Imports: stdlib, L0, L1 (`codec`, `disk`), L2 (`wal.format` headers).
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import threading
@@ -94,6 +98,9 @@ class GroupRecord:
         self._disk = disk
         self._names = names
         self._ceilings: dict[str, int] = dict(ceilings or {})
+        # The record's two lists as JSON text, kept sorted as they change: a write joins them (invariant 5).
+        self._groups_json = _SortedJson({name: json.dumps(name) for name in names})
+        self._ceilings_json = _SortedJson({name: f"{json.dumps(name)}: {term}" for name, term in self._ceilings.items()})
         self.unknown_through_meta_index = unknown_through_meta_index
         self._generation = generation
         self._lock = threading.Lock()
@@ -142,9 +149,7 @@ class GroupRecord:
 
     def _write(self) -> None:
         self._generation += 1
-        body = json.dumps({"version": _VERSION, "groups": sorted(self._names),
-                           "unknown_through_meta_index": self.unknown_through_meta_index,
-                           "vote_ceilings": self._ceilings}, sort_keys=True)
+        body = _body(self._groups_json.joined(), self.unknown_through_meta_index, self._ceilings_json.joined())
         self._disk.write_atomic(GROUP_RECORD_FILE, file_header(GROUP_RECORD_FILE_TYPE)
                                 + encode_record(Kind.GROUP_RECORD, self._generation, 0, body.encode()))
 
@@ -194,7 +199,7 @@ class GroupRecord:
         with self._lock:
             changed = self._raise_ceiling(name, term)
             if name not in self._names:
-                self._names.add(name)
+                self._add_name(name)
                 changed = True
             if changed:
                 self._write()
@@ -215,13 +220,18 @@ class GroupRecord:
         if term <= self._ceilings.get(name, 0):
             return False
         self._ceilings[name] = term + VOTE_CEILING_STEP
+        self._ceilings_json.put(name, f"{json.dumps(name)}: {term + VOTE_CEILING_STEP}")
         return True
+
+    def _add_name(self, name: str) -> None:
+        self._names.add(name)
+        self._groups_json.put(name, json.dumps(name))
 
     def add(self, name: str) -> None:
         """Record `name` durably (invariant 1); a no-op when it is there."""
         with self._lock:
             if name not in self._names:
-                self._names.add(name)
+                self._add_name(name)
                 self._write()
 
     def discard(self, name: str) -> None:
@@ -230,8 +240,38 @@ class GroupRecord:
             if name in self._names or name in self._ceilings:
                 self._names.discard(name)
                 self._ceilings.pop(name, None)
+                self._groups_json.discard(name)
+                self._ceilings_json.discard(name)
                 self._write()
 
     def names(self) -> list[str]:
         with self._lock:
             return sorted(self._names)
+
+
+def _body(groups: str, floor: int | None, ceilings: str) -> str:
+    """The record's JSON: the bytes `json.dumps({"version", "groups": sorted names, "unknown_through_meta_index",
+    "vote_ceilings"}, sort_keys=True)` makes (invariant 5), from the two lists' joined text."""
+    return (f'{{"groups": [{groups}], "unknown_through_meta_index": {json.dumps(floor)}, '
+            f'"version": {_VERSION}, "vote_ceilings": {{{ceilings}}}}}')
+
+
+class _SortedJson:
+    """JSON fragments (a list item, or an object's `"key": value`) by key, joined in key order — the order
+    `sort_keys` gives — without sorting or encoding every key again on each write."""
+
+    def __init__(self, fragments: dict[str, str]) -> None:
+        self._keys = sorted(fragments)
+        self._fragments = fragments
+
+    def put(self, key: str, fragment: str) -> None:
+        if key not in self._fragments:
+            bisect.insort(self._keys, key)
+        self._fragments[key] = fragment
+
+    def discard(self, key: str) -> None:
+        if self._fragments.pop(key, None) is not None:
+            del self._keys[bisect.bisect_left(self._keys, key)]
+
+    def joined(self) -> str:
+        return ", ".join(map(self._fragments.__getitem__, self._keys))

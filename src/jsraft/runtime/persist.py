@@ -41,9 +41,7 @@ Reference: DESIGN §2, §12; bench/README.md "The sync publish path" (what the i
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -51,6 +49,7 @@ import attrs
 import trio
 
 from jsraft.disk.base import Disk
+from jsraft.disk.os_disk import run_concurrently
 from jsraft.errors import InvariantViolation
 from jsraft.replica import persist
 from jsraft.replica.persist import GROUP_MARKER, Work
@@ -131,28 +130,13 @@ def _nothing_else_to_run() -> bool:
     return stats.tasks_runnable == 0 and stats.run_sync_soon_queue_size == 0
 
 
-# Threads that run the other steps of `side_by_side`; made on first use, kept for the process's life.
-SIDE_BY_SIDE_THREADS_MAX = 8
-_side_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_side_pool_lock = threading.Lock()
-
-
-def _side_threads() -> concurrent.futures.ThreadPoolExecutor:
-    global _side_pool
-    with _side_pool_lock:
-        if _side_pool is None:
-            _side_pool = concurrent.futures.ThreadPoolExecutor(SIDE_BY_SIDE_THREADS_MAX,
-                                                               thread_name_prefix="jsraft-started")
-        return _side_pool
-
-
 def side_by_side(steps: persist.Steps) -> None:
     """Run `steps` concurrently — the first on this thread, each other one on a kept thread (a group's
     first cycle has three: its witness, its marker and its record, once in the group's life; a new
     stream's `stream_format.format_and_open` two: its opens and the `streams/` fsync) — and return
     once every one returned (invariant 5); raise the first error, an `InvariantViolation` before any
-    other. The kept threads only run such steps, none of which waits for another step, so a full pool
-    only delays them."""
+    other. The kept threads are `disk.os_disk.run_concurrently`'s: they only run such steps and
+    `sync_tree`'s fsyncs, none of which waits for another, so a full set only delays them."""
     errors: list[BaseException] = []
 
     def run(step: Callable[[], None]) -> None:
@@ -160,9 +144,7 @@ def side_by_side(steps: persist.Steps) -> None:
             step()
         except BaseException as error:  # re-raised on the calling thread below, once every step ended
             errors.append(error)
-    others = [_side_threads().submit(run, step) for step in steps[1:]]
-    run(steps[0])
-    concurrent.futures.wait(others)
+    run_concurrently([functools.partial(run, step) for step in steps])
     if errors:
         raise next((error for error in errors if isinstance(error, InvariantViolation)), errors[0])
 

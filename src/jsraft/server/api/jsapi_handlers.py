@@ -53,7 +53,7 @@ import trio
 
 from jsraft import subjects
 from jsraft.errors import InvalidConfig, JsraftError
-from jsraft.jsapi import listed_metadata
+from jsraft.jsapi import listed_metadata, parse_stream_config
 from jsraft.meta import StreamOffline
 from jsraft.server.nats.client_server import ClientServer, InternalMsg
 from jsraft.server.api.consumer_admin import ConsumerAdmin
@@ -224,7 +224,10 @@ class JsApi:
             raise InvalidConfig("stream configuration for create can not be sealed")
         if config.mirror_direct and config.mirror is None:
             raise InvalidConfig("stream has no mirror but does have mirror direct")
-        await self.account.check_stream(config.with_defaults().validate(), create=True)
+        # `config.with_defaults().validate()`, through the parse the meta leader's apply makes of the same
+        # bytes and name (`meta.assignment.parse_config`): its memo then has it (stream_config invariant 4).
+        checked, _ = parse_stream_config(raw, expected_name=request.name)
+        await self.account.check_stream(checked, create=True)
         await meta_barrier(self.parts)  # `did_create` is true only for a stream no node had created
         existed = self.parts.meta.has_stream(request.name)
         result, _ = await self.parts.call_meta("stream.create", {"name": request.name}, [raw])
@@ -260,7 +263,7 @@ class JsApi:
             await self.parts.runtime.progress.until(
                 lambda: meta.has_stream(name) and meta.stream(name).config_index >= version, float("inf"))
             await self._local_group_known(name)
-            info = await self.info(name, config_index=0 if created else None)
+            info = await self.info(name, config_index=0 if created else None, with_config=False)
             assignment, answered = self.parts.meta.stream(name), result["config"].encode()
             # The answered config is usually the assignment's: served from its parsed view, not decoded again.
             info["config"] = config_json(answered, assignment.required_level, self.parts.config.api_level,
@@ -279,11 +282,15 @@ class JsApi:
                     or (replica is not None and replica.leader_id() is not None))
         await self.parts.runtime.progress.until(known, GROUP_WAIT_S)
 
-    async def info(self, name: str, subjects_filter: str = "", *, config_index: int | None = None) -> dict[str, Any]:
+    async def info(self, name: str, subjects_filter: str = "", *, config_index: int | None = None,
+                   with_config: bool = True) -> dict[str, Any]:
+        """`with_config` False: the leader leaves `config` out (the caller serves its own: `_settled_info`)."""
         assignment = await online(self.parts, name)  # its config version: read-your-writes (jsapi_stream 6)
-        result, _ = await self.parts.call_stream(name, "jsapi.stream_info", {
-            "subjects_filter": subjects_filter,
-            "config_index": assignment.config_index if config_index is None else config_index})
+        args: dict[str, Any] = {"subjects_filter": subjects_filter,
+                                "config_index": assignment.config_index if config_index is None else config_index}
+        if not with_config:
+            args["config"] = False  # a peer of an older build sends it anyway: replaced all the same
+        result, _ = await self.parts.call_stream(name, "jsapi.stream_info", args)
         return dict(result)
 
     async def stream_info(self, request: ApiRequest) -> dict[str, Any]:

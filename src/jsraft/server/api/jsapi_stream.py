@@ -24,6 +24,8 @@ Invariants:
      replicas' standing (each peer's `replica.state`) is collected only on a clustered node, the only one
      that serves it (a standalone nats-server's info names just its leader): a create's answer on one
      node asks nothing more.
+  8. A stream info asked with `"config": false` carries `"config": null`: the asker replaces it with the
+     config it was answered (`JsApi._settled_info`), so it is not served twice for one answer.
 
 Imports: stdlib, L0, L1 (`jsapi`, `raft` status and errors), L3 (`meta` errors), trio, server siblings.
 Reference: nats-server `server/jetstream_api.go` (`jsStreamInfoRequest`, `jsMsgGetRequest`,
@@ -129,6 +131,8 @@ async def _config_applied(replica: StreamReplica, config_index: int) -> None:
     proposes it as soon as its own meta state has it: stream_replica invariant 5). A replica that closes
     or stops meanwhile (an update this node cannot run stops it: stream_replica invariant 6) will never
     apply it: `NotLeader` at once, and whoever leads next answers."""
+    if replica.machine is not None and replica.machine.config_meta_index >= config_index:
+        return  # applied already (a create's info asks for index 0): no deadline to set up
     with trio.move_on_after(CONFIG_WAIT_S):
         if replica.machine is not None and replica.machine.config_meta_index < config_index:
             # Propose it now rather than at the replica's next tick (up to 100 ms: most of a new
@@ -191,8 +195,9 @@ class LeaderSide:
             counts = replica.store.subject_counts(str(args["subjects_filter"]))
             subjects = dict(sorted(counts.items())[:SUBJECTS_MAX])
         info = {
+            # Left out when the asker serves the config it was answered (a create's or update's: invariant 8).
             "config": config_json(assignment.config_raw, assignment.required_level, config.api_level,
-                                  assignment.config),
+                                  assignment.config) if args.get("config", True) else None,
             "created": rfc3339(assignment.created_ns),
             "state": state_json(state, first_ts_ns, last_ts_ns, len(replica.adapter.consumers.entries),
                                 subjects),

@@ -39,7 +39,8 @@ Invariants:
      its messages, so its next consumer info does not ask for the old consumer.
   7. A pull consumer's pass goes in runs (consumer_pull invariant 6): each run's ops are proposed and
      then its messages sent to the socket at once, before the next run is read; with no scheduling
-     point between runs, their proposals reach one Ready cycle. At most `RUNS_PER_PASS` runs a pass.
+     point between runs (a free proposal permit and lock take none), their proposals normally reach one
+     Ready cycle. `RUNS_PER_PASS` runs are sent so; the pass's last goes with its other sends.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -64,7 +65,7 @@ from jsraft.server.groups.consumer_acks import Ack, AckQueue, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.server.groups.consumer_proposals import ConsumerProposals
 from jsraft.replica.consumer_events import ConsumerEvents
-from jsraft.replica.consumer_pull import DELIVER_BATCH_MAX, RUN_FIRST, Leading, Send, serve_run, status_send
+from jsraft.replica.consumer_pull import RUN_FIRST, RUN_GROWTH, Leading, Send, serve_run, status_send
 from jsraft.replica.consumer_push import PushLeading, keeps_up, make_leading, sends_before_proposal, serve_push
 from jsraft.stream import StreamLeader
 
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
     from jsraft.server.groups.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.consumers")
-RUNS_PER_PASS = 32  # runs of one pull consumer in a pass (invariant 7); then the next pass goes on
+RUNS_PER_PASS = 4  # runs sent at once in a pass (invariant 7: 32, 128, 512, 2,048), then its last and the next pass
 Publish = Callable[[Send], Any]
 
 
@@ -325,7 +326,7 @@ class ConsumerService(ConsumerProposals):
                             self.events.flush()
                             return  # invariant 2: the StreamLeader is dropped, the next pass follows
                         ops, sends, confirm = [], [], []
-                        run = min(2 * run, DELIVER_BATCH_MAX)
+                        run *= RUN_GROWTH
                         served_ops, served, more = serve_run(leading, store, now_ns, interest, run)
                     if more:
                         self.wake()

@@ -91,9 +91,10 @@ def _ack_bytes(subjects):
     return b"".join(b"PUB %s 0\r\n\r\n" % subject.encode() for subject in subjects)
 
 
-def test_a_fetchs_acks_are_one_run_and_the_pull_behind_them_a_pub():
+@pytest.mark.parametrize("between", [b" ", b"  ", b"\t"])  # nats-py writes its empty reply as a second space
+def test_a_fetchs_acks_are_one_run_and_the_pull_behind_them_a_pub(between):
     conn = ServerConnection(ack_runs=True)
-    conn.receive_data(_ack_bytes(FETCH_ACKS) + PULL)
+    conn.receive_data(b"".join(b"PUB %s%s0\r\n\r\n" % (s.encode(), between) for s in FETCH_ACKS) + PULL)
     events = conn.events()
     assert events[0] == AckRun(FETCH_ACKS)
     assert events[1:] == [Pub("$JS.API.CONSUMER.MSG.NEXT.S.CMPC", "_INBOX.a.b", b'{"batch":500}')]
@@ -114,3 +115,15 @@ def test_without_ack_runs_every_ack_is_a_pub():
     conn = ServerConnection()
     conn.receive_data(_ack_bytes(FETCH_ACKS[:3]))
     assert conn.events() == [Pub(subject, None, b"") for subject in FETCH_ACKS[:3]]
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_an_ack_at_max_control_line_stays_in_the_run_and_one_byte_over_is_the_generic_error(over):
+    bounds = _BOUNDS  # max_control_line 24: "<subject> 0" of 24 bytes is the longest control line allowed
+    long_subject = "$JS.ACK." + "x" * (14 + over)
+    assert len(long_subject) + 2 == bounds["max_control_line"] + over
+    data = _ack_bytes(["$JS.ACK.a", "$JS.ACK.b", long_subject, "$JS.ACK.c"])
+    expected, _ = _feed(_GenericOnly(**bounds), [data])
+    got, runs = _feed(ServerConnection(ack_runs=True, **bounds), [data])
+    assert got == expected
+    assert runs == ([4] if not over else [2])  # within the bound it is read in the run; over it, not

@@ -1,6 +1,8 @@
 """A client connection's outbound half (`server.nats.client_out.ConnOutbound`): bytes queued while the
 writer sleeps leave from the caller at once (its invariant 4), a burst after them goes out in one write
-of the writer's, the order is kept, and a send the socket takes only in part leaves the rest queued.
+of the writer's, the order is kept, and a send the socket takes only in part leaves the rest queued. A
+consumer pass's run (`deliver_run(..., now=True)`) leaves at once whenever nothing is queued or in
+flight, even with the writer awake, and otherwise waits behind what is.
 
 Method: `ConnOutbound` mixed into a minimal connection that owns a real `trio.SocketStream`, one end of a
 connected TCP pair on loopback; the test reads the other end with a plain non-blocking socket. "At once"
@@ -18,6 +20,7 @@ import attrs
 import trio
 
 from jsraft.server.nats.client_out import ConnOutbound
+from jsraft.server.nats.client_subs import ClientSubscription
 
 
 @attrs.define
@@ -26,9 +29,23 @@ class _Options:
     write_deadline_s: float = 10.0
 
 
+@attrs.define
+class _Stats:
+    out_msgs: int = 0
+    out_bytes: int = 0
+
+
+@attrs.define
+class _Server:
+    stats: _Stats = attrs.Factory(_Stats)
+
+
 class _Conn(ConnOutbound):
+    headers = True
+    out_msgs = out_bytes = 0
+
     def __init__(self, stream: trio.SocketStream) -> None:
-        self.options, self.stream, self.closed = _Options(), stream, False
+        self.options, self.stream, self.closed, self.server = _Options(), stream, False, _Server()
         self.closes: list[str] = []
         self._flushed = trio.Event()
         self.init_outbound()
@@ -113,5 +130,56 @@ async def test_what_the_socket_does_not_take_stays_queued_in_order():
         assert 0 < conn.pending_bytes < len(big)  # a part left at once, the rest is the writer's
         conn.send(b"after")
         assert await _read_until(peer, len(big) + 5, 30) == big + b"after"
+        nursery.cancel_scope.cancel()
+    peer.close()
+
+
+def _run(tag: str) -> list[tuple[str, str | None, bytes | None, bytes]]:
+    return [("s.x", f"$JS.ACK.S.C.1.{n}.{n}.1.0", None, tag.encode()) for n in range(3)]
+
+
+def _frames(sid: bytes, run: list) -> bytes:
+    return b"".join(b"MSG s.x %s %s %d\r\n%s\r\n" % (sid, reply.encode(), len(payload), payload)
+                    for _, reply, _, payload in run)
+
+
+async def test_a_consumer_run_sent_now_leaves_at_once_while_the_writer_is_awake():
+    conn, peer = await _pair()
+    sub = ClientSubscription(conn, "7", "_INBOX.x", None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        await _writer_parked(conn)
+        conn.send(b"first\r\n")  # at once; the writer is woken and no longer idle (it has not run since)
+        assert conn._out == [] and not conn._writer_idle
+        one, two, three = _run("one"), _run("two"), _run("three")
+        conn.deliver_run(sub, one, now=True)  # nothing queued, nothing in flight: from the caller
+        assert conn._out == [] and conn.pending_bytes == 0
+        conn.deliver_run(sub, two)  # a plain run waits for the writer ...
+        conn.deliver_run(sub, three, now=True)  # ... and a `now` run behind it keeps the order
+        assert conn.pending_bytes == len(_frames(b"7", two)) + len(_frames(b"7", three))
+        expected = b"first\r\n" + _frames(b"7", one) + _frames(b"7", two) + _frames(b"7", three)
+        assert await _read_until(peer, len(expected)) == expected
+        nursery.cancel_scope.cancel()
+    peer.close()
+    assert sub.delivered == 9 and conn.out_msgs == 9 and conn.closes == []
+
+
+async def test_a_consumer_run_sent_now_waits_while_the_writer_has_bytes_in_flight():
+    conn, peer = await _pair()
+    conn.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    sub = ClientSubscription(conn, "7", "_INBOX.x", None)
+    big = bytes(range(256)) * (4 << 10)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        await _writer_parked(conn)
+        conn.send(big)  # a part at once, the rest to the writer, which blocks on the full socket
+        with trio.fail_after(10):
+            while not (conn._inflight_bytes and not conn._out):
+                await trio.lowlevel.checkpoint()
+        run = _run("late")
+        conn.deliver_run(sub, run, now=True)
+        assert conn._out and conn._out_bytes == len(_frames(b"7", run))  # queued behind the bytes in flight
+        expected = big + _frames(b"7", run)
+        assert await _read_until(peer, len(expected), 30) == expected
         nursery.cancel_scope.cancel()
     peer.close()

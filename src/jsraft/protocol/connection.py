@@ -26,6 +26,7 @@ Imports: L0 (`limits`), stdlib, protocol siblings. Reference: nats-server `serve
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from jsraft import limits
@@ -36,7 +37,10 @@ from jsraft.protocol.wire import SIZE_DIGITS_MAX, encode_client_event, encode_se
 
 _PING, _PONG, _OK = Ping(), Pong(), Ok()
 ACK_RUN_MAX = 4096  # acks in one `AckRun` (invariant 4): a bound on the work one event hands on
-_ACK_PUB = b"PUB $JS.ACK."
+# The form of an ack a run takes after its first (invariant 4): spaces or tabs between the parts (nats-py
+# writes its empty reply as a second space), CRLF line and payload ends, the subject a token
+# `bytes.split()` keeps whole. Any other form ends the run and is parsed the general way (same events).
+_ACK_LINE = re.compile(rb"PUB[ \t]+(\$JS\.ACK\.[^ \t\n\r\x0b\x0c]+)[ \t]+0\r\n\r\n")
 
 
 def _json_object(arg: bytes, what: str) -> dict[str, Any]:
@@ -109,24 +113,22 @@ class ServerConnection(Reader):
 
     def _ack_run(self, first: str) -> Any:
         """Invariant 4: `first` (an ack just parsed) and the acks buffered right behind it, as one `AckRun`;
-        a lone `Pub` when none is. The run takes only what the one-pass parse above would take as such an
-        ack — `PUB $JS.ACK.<...> 0`, CRLF, CRLF, within `max_control_line` — and ends at anything else,
-        which the next call parses as usual."""
+        a lone `Pub` when none is. The run takes only acks of `_ACK_LINE`'s form within `max_control_line`
+        (one match each), which the one-pass parse above would take as such an ack, and ends at anything
+        else, which the next call parses as usual."""
         subjects = [first]
         buffer, position = self._buffer, self._position
-        line_max = self.max_control_line
-        while len(subjects) < ACK_RUN_MAX and buffer.startswith(_ACK_PUB, position):
-            newline = buffer.find(b"\n", position)
-            if newline < 0:
+        line_max = self.max_control_line + 8  # "PUB " and the three CRLF-ended parts around the arguments
+        match = _ACK_LINE.match
+        while len(subjects) < ACK_RUN_MAX:
+            found = match(buffer, position)
+            if found is None:
                 break
-            end = newline - 1 if buffer[newline - 1] == 13 else newline
-            if end - position - 4 > line_max:
+            end = found.end()
+            if end - position > line_max:
                 break
-            args = buffer[position + 4:end].split()
-            if len(args) != 2 or args[1] != b"0" or not buffer.startswith(b"\r\n", newline + 1):
-                break
-            subjects.append(args[0].decode("utf-8", "surrogateescape"))
-            position = newline + 3
+            subjects.append(found.group(1).decode("utf-8", "surrogateescape"))
+            position = end
         if len(subjects) == 1:
             return Pub(first, None, b"")
         self._position = position

@@ -31,7 +31,8 @@ Invariants:
      info then waits for the pass that takes them: consumer_service invariant 5), as a client's acks
      and its next info travel one route in order on nats-server.
   6. `publish_all(sends)` is `publish` of each in order, except that consecutive deliveries to one reply
-     subject go to the client port as one run (`client_deliver`: matched once, one write for a batch).
+     subject go to the client port as one run (`client_deliver`: matched once, one write for a batch);
+     with `now`, a run goes to a client's socket at once (`ConnOutbound.deliver_run`).
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer.acks`), trio, server siblings. Reference:
 nats-server `server/consumer.go` (`processNextMsgReq`, `processAck`), ADR-15 (JetStream subjects).
@@ -142,7 +143,7 @@ class ConsumerHub:
         else:
             self.clients.publish(send.subject, send.payload, reply=send.reply, headers=send.headers)
 
-    def publish_all(self, sends: list[Send]) -> None:
+    def publish_all(self, sends: list[Send], now: bool = False) -> None:
         """`publish` of each of `sends`, in order; a run of deliveries to one reply subject as one run of
         `ClientServer.deliver_as` (invariant 6)."""
         index, count = 0, len(sends)
@@ -154,7 +155,7 @@ class ConsumerHub:
             else:
                 while end < count and sends[end].shown is not None and sends[end].subject == send.subject:
                     end += 1
-                self.clients.deliver_as(send.subject, list(map(_AS_DELIVERY, sends[index:end])))
+                self.clients.deliver_as(send.subject, list(map(_AS_DELIVERY, sends[index:end])), now)
             index = end
 
     def _local(self, stream: str) -> ConsumerService | None:

@@ -37,6 +37,10 @@ Invariants:
   6. A consumer created here delivers nothing before its create is answered (`hold` .. `release`): a
      client that subscribed first (nats-py's ordered consumer after a reset) learns the new name before
      its messages, so its next consumer info does not ask for the old consumer.
+  7. A pull consumer's pass goes in runs (consumer_pull invariant 6): each run's ops are proposed and
+     then its messages sent to the socket at once, before the next run is read; with no scheduling
+     point between runs (a free proposal permit and lock take none), their proposals normally reach one
+     Ready cycle. `RUNS_PER_PASS` runs are sent so; the pass's last goes with its other sends.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -52,25 +56,24 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from jsraft import subjects
-from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp, encode_ops
+from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp
 from jsraft.consumer.ops import Op
 from jsraft.errors import JsraftError
 from jsraft.raft.errors import NotLeader
 from jsraft.runtime.proposals import Proposal
 from jsraft.server.groups.consumer_acks import Ack, AckQueue, take_acks
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
+from jsraft.server.groups.consumer_proposals import ConsumerProposals
 from jsraft.replica.consumer_events import ConsumerEvents
-from jsraft.replica.consumer_pull import Leading, Send, serve, status_send
+from jsraft.replica.consumer_pull import RUN_FIRST, RUN_GROWTH, Leading, Send, serve_run, status_send
 from jsraft.replica.consumer_push import PushLeading, keeps_up, make_leading, sends_before_proposal, serve_push
 from jsraft.stream import StreamLeader
-from jsraft.stream.entries import encode_consumer
 
 if TYPE_CHECKING:
     from jsraft.server.groups.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.consumers")
-OPS_PER_ENTRY = 1024  # below consumer.ops.OPS_PER_ENTRY_MAX: several entries for a very busy pass
-BARRIER_TIMEOUT_S = 2.0
+RUNS_PER_PASS = 4  # runs sent at once in a pass (invariant 7: 32, 128, 512, 2,048), then its last and the next pass
 Publish = Callable[[Send], Any]
 
 
@@ -78,7 +81,7 @@ def _drop(send: Send) -> None:
     log.debug("consumer message to %s not sent: no client port attached", send.subject)
 
 
-class ConsumerService:
+class ConsumerService(ConsumerProposals):
     def __init__(self, replica: "StreamReplica") -> None:
         self.replica = replica
         self.stream = replica.name
@@ -311,7 +314,22 @@ class ConsumerService:
                         self._publish_many(served)
                         served = []
                 else:
-                    served_ops, served = serve(leading, store, now_ns, getattr(self.port, "has_reply_interest", None))
+                    interest = getattr(self.port, "has_reply_interest", None)
+                    run = RUN_FIRST
+                    served_ops, served, more = serve_run(leading, store, now_ns, interest, run)
+                    for _ in range(RUNS_PER_PASS):  # invariant 7
+                        if not more:
+                            break
+                        ops += served_ops
+                        sends += served
+                        if not await self._propose_and_send(ops, sends, confirm, now=True):
+                            self.events.flush()
+                            return  # invariant 2: the StreamLeader is dropped, the next pass follows
+                        ops, sends, confirm = [], [], []
+                        run *= RUN_GROWTH
+                        served_ops, served, more = serve_run(leading, store, now_ns, interest, run)
+                    if more:
+                        self.wake()
             except JsraftError as error:  # a damaged record met on the way: the repair worker sees it too
                 log.warning("stream %s: consumer %s not served: %s", self.stream, leading.name, error)
                 continue
@@ -322,78 +340,18 @@ class ConsumerService:
                 log.info("stream %s: consumer %s inactive: deleting it", self.stream, leading.name)
                 leading.deleting = True
                 ops.append(DeleteOp(name=leading.name))
-        if ops:
-            try:
-                await self.propose(ops, self._confirmer(confirm))
-            except JsraftError as error:  # invariant 2
-                log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
-                sends = [send for send in sends if send.reply is None]  # statuses still go out
-        self._publish_many(sends)
+        await self._propose_and_send(ops, sends, confirm)
         self.events.flush()
 
-    def _publish_many(self, sends: list[Send], publish: Callable[[Send], None] | None = None) -> None:
-        """`sends` in order via `publish` (default: the service's); as runs when it is the port's (hub invariant 6)."""
+    def _publish_many(self, sends: list[Send], publish: Callable[[Send], None] | None = None, now: bool = False) -> None:
+        """`sends` in order via `publish` (default: the service's); as runs when it is the port's (hub
+        invariant 6), and then at once with `now` (ClientConn invariant 10)."""
         publish = publish or self.publish
         if getattr(self.port, "publish_all", None) is not None and publish == self.port.publish:
-            return self.port.publish_all(sends)
+            return self.port.publish_all(sends, now=now)
         for send in sends:
             publish(send)
 
     def _flush_outbox(self) -> None:
         outbox, self._outbox = self._outbox, []
         self._publish_many(outbox)
-
-    def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
-        if not replies:
-            return None
-
-        def settled(proposal: Proposal) -> None:  # from the ready loop: record and wake (invariant 3)
-            if proposal.error is None:
-                self._outbox.extend(Send(reply, b"") for reply in replies)
-                self.wake()
-
-        return settled
-
-    # --- Proposals -----------------------------------------------------------------------------------------
-
-    async def propose(self, ops: list[Op], on_settled: Callable[[Proposal], None] | None = None) -> Proposal:
-        """Submit `ops` as CONSUMER entries through the replica's chain; the last entry's proposal.
-        `NotLeader` when not leading; any failure drops the replica's `StreamLeader` (invariant 2)."""
-        entries = [encode_consumer(encode_ops(ops[i:i + OPS_PER_ENTRY])) for i in range(0, len(ops), OPS_PER_ENTRY)]
-        replica = self.replica
-        async with replica._propose_lock:
-            if not self.active:
-                raise NotLeader(replica.leader_id())
-            proposal: Proposal | None = None
-            for position, entry in enumerate(entries):
-                last = position == len(entries) - 1
-                try:
-                    proposal = await replica._submit(entry, on_settled if last else None)
-                except JsraftError:
-                    replica.leader = None
-                    raise
-        assert proposal is not None
-        self._last = proposal
-        return proposal
-
-    async def settled(self) -> None:
-        """Wait (a bounded while) until the pass running now ended, and the next one too when acks wait for
-        it (invariant 5), then until the last consumer proposal settled: a read after it sees it all."""
-        with trio.move_on_after(BARRIER_TIMEOUT_S):
-            waiting = bool(self.acks.items or self._applied_ops)  # for the next pass to propose them
-            wanted = self._passes_started + (1 if waiting else 0)
-            if waiting:
-                self.wake()
-            while self._passes_ended < wanted:
-                await self._pass_ended.wait()
-            await self._proposals_settled()
-
-    async def _proposals_settled(self) -> None:
-        last = self._last
-        if last is None:
-            return
-        with trio.move_on_after(BARRIER_TIMEOUT_S):
-            try:
-                await self.replica.runtime.outcome(self.replica.group, last)
-            except JsraftError:
-                pass

@@ -31,9 +31,9 @@ from jsraft.server.nats.client_subs import ClientSubscription, is_valid_subject
 Delivery = tuple[str, str | None, bytes | None, bytes]
 
 
-def deliver_as(server: Any, subject: str, run: list[Delivery]) -> bool:
+def deliver_as(server: Any, subject: str, run: list[Delivery], now: bool = False) -> bool:
     """Deliver `run` to `subject`'s subscribers here and at the peers (module invariants); True when any
-    message reached anyone."""
+    message reached anyone. `now`: a run queued on a connection goes to its socket at once."""
     if not run or not is_valid_subject(subject):
         return False
     result = server.sublist.match(subject)
@@ -41,7 +41,7 @@ def deliver_as(server: Any, subject: str, run: list[Delivery]) -> bool:
     if len(run) > 1 and not result.queues and all(_takes_runs(sub) for sub in result.plain):
         delivered = bool(result.plain)
         for sub in result.plain:
-            sub.conn.deliver_run(sub, run)  # encodes and frames each message in one pass
+            sub.conn.deliver_run(sub, run, now)  # encodes and frames each message in one pass
         if forward is not None:
             for shown, reply, headers, payload in run:
                 if not forward(subject, reply, headers, payload, (), shown=shown):

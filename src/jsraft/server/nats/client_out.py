@@ -22,7 +22,9 @@ Invariants (ClientConn's 1, 2, 9 and 10):
      queued): a sync publisher's PubAck leaves without waiting for the writer's wake-up (issue #18,
      bench/README.md "The sync publish path"). The writer is woken either way and is from then on not
      idle, so the bytes queued after it (an async publisher's burst of acks) go out in one write of its
-     own, and bytes leave in the order they were queued.
+     own, and bytes leave in the order they were queued. A `deliver_run(..., now=True)` (a consumer
+     pass's run, consumer_service invariant 7) is sent the same way whenever nothing else is queued or
+     in flight, even while the writer is awake: the next run is read only after this one left.
 
 Imports: stdlib, L4 (`protocol` wire and headers), trio.
 Reference: nats-server `server/client.go` (`queueOutbound`, `flushOutbound`).
@@ -78,14 +80,14 @@ class ConnOutbound:
         self._out.append(data)
         self._queued(len(data))
 
-    def _queued(self, size: int) -> None:
+    def _queued(self, size: int, now: bool = False) -> None:
         self._out_bytes += size
         if self._out_bytes + self._inflight_bytes > self.options.pending_bytes_max:
             self._slow_consumer(f"MaxPending of {self.options.pending_bytes_max} Exceeded")
             return
         # Invariant 4; plain TCP only (checked each time: a connection may be upgraded to TLS).
-        if self._out_bytes == size and self._writer_idle and not self.closed and \
-                type(self.stream) is trio.SocketStream:
+        if self._out_bytes == size and (self._writer_idle or (now and not self._inflight_bytes)) and \
+                not self.closed and type(self.stream) is trio.SocketStream:
             self._send_now()
         self._wake.set()
 
@@ -134,10 +136,10 @@ class ConnOutbound:
         return True
 
     def deliver_run(self, sub: ClientSubscription,
-                    run: list[tuple[str, str | None, bytes | None, bytes]]) -> None:
+                    run: list[tuple[str, str | None, bytes | None, bytes]], now: bool = False) -> None:
         """`deliver` of many messages to `sub` — (subject, reply, headers, payload) each, as text: each
         frame is encoded and built here, in one pass — queued with one `_queued` (invariants 1 and 4 hold
-        for the run as a whole): the consumer hub's pull batches. The caller has checked that nothing
+        for the run as a whole; `now`: invariant 4's last case): the consumer hub's pull batches. The caller has checked that nothing
         `deliver` does per message applies (`UNSUB <sid> <max>`, response tracking)."""
         if self.closed or not run:
             return
@@ -169,7 +171,7 @@ class ConnOutbound:
         self.out_bytes += sent
         self.server.stats.out_msgs += count
         self.server.stats.out_bytes += sent
-        self._queued(size)
+        self._queued(size, now)
 
     def send_no_responders(self, reply: str) -> None:
         """The 503 status message on `reply`, to this client's subscription that matches it (if any)."""

@@ -264,12 +264,13 @@ class ClientServer(AckShortcut):
                 served.append(members[0].queue)
         return delivered, served
 
-    def deliver_as(self, subject: str, run: list[Delivery]) -> bool:
+    def deliver_as(self, subject: str, run: list[Delivery], now: bool = False) -> bool:
         """Publish from the node to `subject`'s subscribers (here and, through `forward`, at peers) a run of
         messages, each seen as a message on its `shown` subject with its own reply: a JetStream delivery
         goes to the pull request's reply subject and carries the stream message's own subject, as
-        nats-server's `deliverMsg` sends it (`client_deliver`: one match and one write for a fetch's batch)."""
-        return deliver_run(self, subject, run)
+        nats-server's `deliverMsg` sends it (`client_deliver`: one match and one write for a fetch's batch;
+        `now`: written to each client's socket at once)."""
+        return deliver_run(self, subject, run, now)
 
     def deliver_routed(self, subject: str, subject_bytes: bytes, reply: bytes | None, headers: bytes | None,
                        payload: bytes, queues: Collection[str]) -> bool:

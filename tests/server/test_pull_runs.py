@@ -1,0 +1,62 @@
+"""A fetch's messages leave in growing runs, each after its DELIVERED op was proposed (consumer_service
+invariant 7, consumer_pull invariant 6): the client gets the first 32 messages of a 500-message fetch
+(then 128, then 340) while the node reads the rest, as nats-server's per-message delivery loop sends them.
+
+Method: a real node (`jsraft.open_node`, free ports, files), a raw client (`nats_kit.RawClient`) that
+publishes 500 messages to stream `A`, creates a durable pull consumer `C` (explicit ack) and fetches 500.
+The client port's `deliver_as` is wrapped to note, for each run handed to it, its length, whether it was
+to leave at once, and the consumer service's last proposal at that moment: each run sent at once must
+follow a proposal of its own. Every message must arrive once, in stream order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsraft
+from jsraft.protocol import Msg, Ok
+from nats_kit import RawClient, single
+
+OPTIONS = {"verbose": False, "pedantic": False, "headers": True, "no_responders": True, "protocol": 1}
+COUNT = 500
+
+
+async def request(client: RawClient, subject: str, body: dict[str, Any]) -> dict[str, Any]:
+    payload = json.dumps(body).encode()
+    await client.send(b"PUB %s _INBOX.api %d\r\n%s\r\n" % (subject.encode(), len(payload), payload))
+    return json.loads((await client.expect(Msg, skip=(Ok,))).payload)
+
+
+def note_runs(node: Any) -> list[tuple[int, bool, object]]:
+    runs: list[tuple[int, bool, object]] = []
+    deliver_as = node.clients.deliver_as
+    service = node.streams.replicas["A"].consumers
+
+    def noted(subject: str, run: list, now: bool = False) -> bool:
+        runs.append((len(run), now, service._last))
+        return deliver_as(subject, run, now)
+
+    node.clients.deliver_as = noted
+    return runs
+
+
+async def test_a_large_fetch_leaves_in_growing_runs_each_proposed_before_it_is_sent(tmp_path):
+    async with jsraft.open_node(single(tmp_path)) as node:
+        client = await RawClient.connect(node.client_address, OPTIONS)
+        await client.send(b"SUB _INBOX.api 1\r\nSUB _INBOX.fetch 2\r\n")
+        assert "error" not in await request(client, "$JS.API.STREAM.CREATE.A", {"name": "A", "subjects": ["a"]})
+        await client.send(b"".join(b"PUB a _INBOX.api 4\r\nm%03d\r\n" % i for i in range(COUNT)))
+        assert [json.loads((await client.expect(Msg, skip=(Ok,))).payload)["seq"] for _ in range(COUNT)] == \
+            list(range(1, COUNT + 1))
+        config = {"durable_name": "C", "ack_policy": "explicit", "ack_wait": 30_000_000_000}
+        assert "error" not in await request(client, "$JS.API.CONSUMER.CREATE.A.C", {"stream_name": "A", "config": config})
+        runs = note_runs(node)
+        pull = json.dumps({"batch": COUNT, "expires": 10_000_000_000}).encode()
+        await client.send(b"PUB $JS.API.CONSUMER.MSG.NEXT.A.C _INBOX.fetch %d\r\n%s\r\n" % (len(pull), pull))
+        got = [(await client.expect(Msg, skip=(Ok,))) for _ in range(COUNT)]
+        assert [msg.payload for msg in got] == [b"m%03d" % i for i in range(COUNT)]
+        assert [msg.reply.split(".")[5] for msg in got] == [str(seq) for seq in range(1, COUNT + 1)]
+        assert [(size, now) for size, now, _ in runs] == [(32, True), (128, True), (340, False)]
+        proposals = [proposal for _, _, proposal in runs]
+        assert None not in proposals and len({id(p) for p in proposals}) == len(proposals)  # one each, before it

@@ -1,12 +1,14 @@
-"""A fetch's messages leave in growing runs, each after its DELIVERED op was proposed (consumer_service
-invariant 7, consumer_pull invariant 6): the client gets the first 32 messages of a 500-message fetch
-(then 128, then 340) while the node reads the rest, as nats-server's per-message delivery loop sends them.
+"""A fetch's messages leave in growing runs, written as they are read, their DELIVERED ops in the pass's one
+proposal (consumer_service invariant 7, consumer_pull invariant 6): the client gets the first 32 messages
+of a 500-message fetch (then 128, then 340) while the node reads the rest, as nats-server's per-message
+delivery loop sends them.
 
 Method: a real node (`jsraft.open_node`, free ports, files), a raw client (`nats_kit.RawClient`) that
 publishes 500 messages to stream `A`, creates a durable pull consumer `C` (explicit ack) and fetches 500.
 The client port's `deliver_as` is wrapped to note, for each run handed to it, its length, whether it was
-to leave at once, and the consumer service's last proposal at that moment: each run sent at once must
-follow a proposal of its own. Every message must arrive once, in stream order.
+to leave at once, and the consumer service's last proposal at that moment: the runs sent at once go
+before the pass's proposal, the last run after it, and the pass makes one proposal. Every message must
+arrive once, in stream order, and consumer info must then count all 500 delivered.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def note_runs(node: Any) -> list[tuple[int, bool, object]]:
     return runs
 
 
-async def test_a_large_fetch_leaves_in_growing_runs_each_proposed_before_it_is_sent(tmp_path):
+async def test_a_large_fetch_leaves_in_growing_runs_sent_as_read_with_one_proposal(tmp_path):
     async with jsraft.open_node(single(tmp_path)) as node:
         client = await RawClient.connect(node.client_address, OPTIONS)
         await client.send(b"SUB _INBOX.api 1\r\nSUB _INBOX.fetch 2\r\n")
@@ -58,5 +60,7 @@ async def test_a_large_fetch_leaves_in_growing_runs_each_proposed_before_it_is_s
         assert [msg.payload for msg in got] == [b"m%03d" % i for i in range(COUNT)]
         assert [msg.reply.split(".")[5] for msg in got] == [str(seq) for seq in range(1, COUNT + 1)]
         assert [(size, now) for size, now, _ in runs] == [(32, True), (128, True), (340, False)]
-        proposals = [proposal for _, _, proposal in runs]
-        assert None not in proposals and len({id(p) for p in proposals}) == len(proposals)  # one each, before it
+        before, _, after = [proposal for _, _, proposal in runs]
+        assert before is runs[1][2] and after is not before and after is not None  # one proposal, after the runs
+        info = await request(client, "$JS.API.CONSUMER.INFO.A.C", {})
+        assert info["delivered"]["stream_seq"] == COUNT and info["num_ack_pending"] == COUNT

@@ -51,18 +51,15 @@ class ConsumerProposals:
     wake: Any
     _publish_many: Any
 
-    async def _propose_and_send(self, ops: list[Op], sends: list[Send], confirm: list[str], now: bool = False) -> bool:
-        """Propose `ops`, then send `sends` (only the statuses if the proposal failed: invariant 2, then
-        False); `now`: deliveries go to the socket at once (invariant 7)."""
-        proposed = True
+    async def _propose_and_send(self, ops: list[Op], sends: list[Send], confirm: list[str]) -> None:
+        """Propose `ops`, then send `sends` (only the statuses if the proposal failed: invariant 2)."""
         if ops:
             try:
                 await self.propose(ops, self._confirmer(confirm))
             except JsraftError as error:  # invariant 2
                 log.info("stream %s: consumer ops not proposed: %s", self.stream, error)
-                sends, proposed = [send for send in sends if send.reply is None], False  # statuses still go out
-        self._publish_many(sends, now=now)
-        return proposed
+                sends = [send for send in sends if send.reply is None]  # statuses still go out
+        self._publish_many(sends)
 
     def _confirmer(self, replies: list[str]) -> Callable[[Proposal], None] | None:
         if not replies:

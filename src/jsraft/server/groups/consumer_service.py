@@ -12,9 +12,11 @@ the leader raises; the task publishes them, and its timer also wakes when a paus
 
 Proposals share the replica's proposal chain (its `_propose_lock` and `_submit`, stream_replica
 invariant 2), so CONSUMER entries enter the stream log in the order they were decided, between the
-publishes. A pass proposes its ops *before* it sends any message: an ack can only follow its message's
-DELIVERED op in the log (DESIGN §7) — but a push consumer with ack none or flow control sends as the
-pass decides (consumer_push invariant 5).
+publishes. A pass proposes its ops *before* it sends what they decided — but a push consumer with ack
+none or flow control sends as the pass decides (consumer_push invariant 5), and a pull pass sends its
+runs as it reads them (invariant 7). Either way an ack can only follow its message's DELIVERED op in the
+log (DESIGN §7): acks become ops only at the start of a pass (`take_acks`), and a pass proposes its ops
+before it ends.
 
 Invariants:
   1. `leading` is non-empty only while `built_for` is the replica's current `StreamLeader`; every
@@ -37,10 +39,11 @@ Invariants:
   6. A consumer created here delivers nothing before its create is answered (`hold` .. `release`): a
      client that subscribed first (nats-py's ordered consumer after a reset) learns the new name before
      its messages, so its next consumer info does not ask for the old consumer.
-  7. A pull consumer's pass goes in runs (consumer_pull invariant 6): each run's ops are proposed and
-     then its messages sent to the socket at once, before the next run is read; with no scheduling
-     point between runs (a free proposal permit and lock take none), their proposals normally reach one
-     Ready cycle. `RUNS_PER_PASS` runs are sent so; the pass's last goes with its other sends.
+  7. A pull consumer's pass goes in runs (consumer_pull invariant 6): each run's messages go to the
+     client's socket at once, before the next run is read, and their ops join the pass's one proposal at
+     its end (one CONSUMER entry a pass, as without runs). An ack of them is taken by a later pass, after
+     that proposal; if it fails, they are delivered again (invariant 2: at-least-once). `RUNS_PER_PASS`
+     runs are sent so; the pass's last goes with its other sends.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -321,11 +324,7 @@ class ConsumerService(ConsumerProposals):
                         if not more:
                             break
                         ops += served_ops
-                        sends += served
-                        if not await self._propose_and_send(ops, sends, confirm, now=True):
-                            self.events.flush()
-                            return  # invariant 2: the StreamLeader is dropped, the next pass follows
-                        ops, sends, confirm = [], [], []
+                        self._publish_many(served, now=True)
                         run *= RUN_GROWTH
                         served_ops, served, more = serve_run(leading, store, now_ns, interest, run)
                     if more:

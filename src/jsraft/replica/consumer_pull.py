@@ -5,9 +5,10 @@ Owns: per consumer, the `ConsumerLeader` (consumer/delivery.py) and the `Waiting
 of this leader, when the consumer was last active (ephemeral `inactive_threshold`) and last delivered and
 acked to (consumer info's `last_active`); and the pass that turns waiting requests into what to send —
 messages to each request's reply subject with their `$JS.ACK...` reply subject, then `404`/`408`/`409`
-statuses — and the ops to propose (DELIVERED, TERM, SKIP). The service (`consumer_service`) proposes the
-ops *before* it sends anything, so an ack of a delivered message always follows its DELIVERED op in the
-log. No trio, no I/O: time is an argument; what to send is returned.
+statuses — and the ops to propose (DELIVERED, TERM, SKIP). The service (`consumer_service`) proposes a
+pass's ops before the pass ends and takes acks only at the start of a pass, so an ack of a delivered
+message always follows its DELIVERED op in the log. No trio, no I/O: time is an argument; what to send
+is returned.
 
 Invariants:
   1. Requests are served in arrival order (FIFO); a request is answered once with a terminal status, or
@@ -22,7 +23,7 @@ Invariants:
      client unsubscribed): when there is something to deliver, such a request is dropped unanswered and
      the message stays pending (`num_pending` counts it), as nats-server's `getNextWaiting` does.
   6. `serve_run` hands over at most `budget` messages and says whether requests were left waiting for
-     more: the service proposes and sends each run before it reads the next, so a fetch's first messages
+     more: the service sends each run before it reads the next, so a fetch's first messages
      reach the client while the rest are read (as nats-server's per-message delivery loop), and the
      client parses them meanwhile. Only a pass's last run ends requests for want of messages (no_wait
      `404`): a run that stopped on its budget does not.
@@ -52,7 +53,7 @@ DELIVER_BATCH_MAX = 256  # messages per plan (a DELIVERED op stays far below REC
 RUN_FIRST = 32  # messages in a pass's first run (invariant 6): ~0.3 ms here, ~1.3 ms of nats-py's parse.
 RUN_GROWTH = 4  # each next run is this many times the last: this loop reads a message in ~5-7 us, nats-py
 # parses one in ~40, so the next run is ready before the last is parsed, with few runs (each costs a
-# proposal and a write: 32 + 128 + 340 for a fetch of 500)
+# write and a call: 32 + 128 + 340 for a fetch of 500)
 
 
 class Send(NamedTuple):

@@ -1,6 +1,6 @@
 """A fetch's messages leave in growing runs, written as they are read, their DELIVERED ops in the pass's one
-proposal (consumer_service invariant 7, consumer_pull invariant 6): the client gets the first 32 messages
-of a 500-message fetch (then 128, then 340) while the node reads the rest, as nats-server's per-message
+proposal (consumer_service invariant 7, consumer_pull invariant 6): the client gets the first 128 messages
+of a 500-message fetch (then 372) while the node reads the rest, as nats-server's per-message
 delivery loop sends them.
 
 Method: a real node (`jsraft.open_node`, free ports, files), a raw client (`nats_kit.RawClient`) that
@@ -59,8 +59,28 @@ async def test_a_large_fetch_leaves_in_growing_runs_sent_as_read_with_one_propos
         got = [(await client.expect(Msg, skip=(Ok,))) for _ in range(COUNT)]
         assert [msg.payload for msg in got] == [b"m%03d" % i for i in range(COUNT)]
         assert [msg.reply.split(".")[5] for msg in got] == [str(seq) for seq in range(1, COUNT + 1)]
-        assert [(size, now) for size, now, _ in runs] == [(32, True), (128, True), (340, False)]
-        before, _, after = [proposal for _, _, proposal in runs]
-        assert before is runs[1][2] and after is not before and after is not None  # one proposal, after the runs
+        assert [(size, now) for size, now, _ in runs] == [(128, True), (372, False)]
+        before, after = [proposal for _, _, proposal in runs]
+        assert after is not before and after is not None  # one proposal, after the run sent at once
         info = await request(client, "$JS.API.CONSUMER.INFO.A.C", {})
         assert info["delivered"]["stream_seq"] == COUNT and info["num_ack_pending"] == COUNT
+
+
+async def test_a_fetch_of_up_to_the_first_run_leaves_in_one_write_as_a_burst(tmp_path):
+    # nats-py's test_pull_subscribe_limits counts on it: its 50-message pending limit must drop part of a
+    # fetch of 100 that arrives at once.
+    async with jsraft.open_node(single(tmp_path)) as node:
+        client = await RawClient.connect(node.client_address, OPTIONS)
+        await client.send(b"SUB _INBOX.api 1\r\nSUB _INBOX.fetch 2\r\n")
+        assert "error" not in await request(client, "$JS.API.STREAM.CREATE.A", {"name": "A", "subjects": ["a"]})
+        await client.send(b"".join(b"PUB a _INBOX.api 4\r\nm%03d\r\n" % i for i in range(100)))
+        for _ in range(100):
+            await client.expect(Msg, skip=(Ok,))
+        config = {"durable_name": "C", "ack_policy": "explicit", "ack_wait": 30_000_000_000}
+        assert "error" not in await request(client, "$JS.API.CONSUMER.CREATE.A.C", {"stream_name": "A", "config": config})
+        runs = note_runs(node)
+        pull = json.dumps({"batch": 100, "expires": 10_000_000_000}).encode()
+        await client.send(b"PUB $JS.API.CONSUMER.MSG.NEXT.A.C _INBOX.fetch %d\r\n%s\r\n" % (len(pull), pull))
+        got = [(await client.expect(Msg, skip=(Ok,))) for _ in range(100)]
+        assert [msg.payload for msg in got] == [b"m%03d" % i for i in range(100)]
+        assert [(size, now) for size, now, _ in runs] == [(100, False)]

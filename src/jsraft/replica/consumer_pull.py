@@ -23,7 +23,7 @@ Invariants:
      client unsubscribed): when there is something to deliver, such a request is dropped unanswered and
      the message stays pending (`num_pending` counts it), as nats-server's `getNextWaiting` does.
   6. `serve_run` hands over at most `budget` messages and says whether requests were left waiting for
-     more: the service sends each run before it reads the next, so a fetch's first messages
+     more: the service sends each run before it reads the next, so a large fetch's first messages
      reach the client while the rest are read (as nats-server's per-message delivery loop), and the
      client parses them meanwhile. Only a pass's last run ends requests for want of messages (no_wait
      `404`): a run that stopped on its budget does not.
@@ -50,10 +50,13 @@ MAX_DELIVERIES_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"
 ADVISORY_PREFIX = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
 SERVE_ROUNDS_MAX = 256  # plans made in one pass of one consumer: bounds the work of a pass
 DELIVER_BATCH_MAX = 256  # messages per plan (a DELIVERED op stays far below RECORDS_PER_OP_MAX)
-RUN_FIRST = 32  # messages in a pass's first run (invariant 6): ~0.3 ms here, ~1.3 ms of nats-py's parse.
+# Messages in a pass's first run (invariant 6): ~0.8 ms here, ~5 ms of nats-py's parse. A fetch of up to
+# this many leaves in one write, as the burst nats-server's loop sends: clients' pending limits count on
+# it (nats-py's test_pull_subscribe_limits: a 50-message limit must drop part of a fetch of 100).
+RUN_FIRST = 128
 RUN_GROWTH = 4  # each next run is this many times the last: this loop reads a message in ~5-7 us, nats-py
 # parses one in ~40, so the next run is ready before the last is parsed, with few runs (each costs a
-# write and a call: 32 + 128 + 340 for a fetch of 500)
+# write and a call: 128 + 372 for a fetch of 500)
 
 
 class Send(NamedTuple):

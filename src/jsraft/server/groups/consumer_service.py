@@ -76,7 +76,7 @@ if TYPE_CHECKING:
     from jsraft.server.groups.stream_replica import StreamReplica
 
 log = logging.getLogger("jsraft.server.consumers")
-RUNS_PER_PASS = 4  # runs sent at once in a pass (invariant 7: 32, 128, 512, 2,048), then its last and the next pass
+RUNS_PER_PASS = 4  # runs sent at once in a pass (invariant 7: 128, 512, 2,048, 8,192), then its last and the next pass
 Publish = Callable[[Send], Any]
 
 

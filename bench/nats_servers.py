@@ -10,7 +10,10 @@ on 127.0.0.1, each with its own fresh store directory:
 
 Both expose `urls` (client URLs, first node first), `pids` ({name: pid}) and `stop()`, and are context
 managers. Readiness is polled with deadlines: nats-server's `/healthz` on every node, then (clustered)
-until every node's `/jsz` names the same meta leader; `cluster.py up` does the same for jsraft. Every
+until every node's `/jsz` names the same meta leader and an R3 (RN) probe stream can be placed: a meta leader
+that agrees with everyone can still answer 400/10005 "no suitable peers for placement, peer offline" for a
+moment, until it has heard from every peer (`selectPeerGroup` in nats-server's `jetstream_cluster.go`),
+which failed a benchmark's R3 warm-up. `cluster.py up` waits for jsraft's health and meta leader. Every
 process started here is stopped here, by its own pid (SIGTERM, then SIGKILL after a deadline).
 
 `one_jsraft_serve(work, env)` is a single `jsraft serve` started directly (not through `cluster.py`), for the
@@ -31,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -136,6 +140,7 @@ class NatsServers:
         self.client_ports: dict[str, int] = {}
         self.monitor_ports: dict[str, int] = {}
         self.logs: dict[str, str] = {}
+        self.placement_retries = 0  # probes answered "peer offline" (or 503) before one was placed
 
     @property
     def urls(self) -> list[str]:
@@ -194,12 +199,62 @@ class NatsServers:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nats-server cluster: no agreed JetStream meta leader after {timeout_s:g}s")
             time.sleep(POLL_S)
+        if self.nodes > 1:
+            self._wait_placement(deadline)
         for name in self.names:  # the durability mode took effect
             _, varz = get_json(f"http://127.0.0.1:{self.monitor_ports[name]}/varz")
             config = ((varz or {}).get("jetstream") or {}).get("config") or {}
             if bool(config.get("sync_always")) != self.sync_always:
                 raise RuntimeError(f"nats-server {name}: sync_always is {config.get('sync_always')!r}, "
                                    f"wanted {self.sync_always}")
+
+    def _wait_placement(self, deadline: float) -> None:
+        """Until the meta leader places a stream on every node: a probe stream of `nodes` replicas created
+        through the first node, then deleted; a 10005 answer ("peer offline") is asked again until
+        `deadline`. Run by nats-py on a thread of its own, so a caller inside an event loop can wait too."""
+        outcome: list[BaseException | None] = [None]
+
+        def run() -> None:
+            try:
+                import asyncio
+                asyncio.run(self._probe(deadline))
+            except BaseException as error:  # re-raised on the caller's thread
+                outcome[0] = error
+        thread = threading.Thread(target=run, name="nats-placement-probe", daemon=True)
+        thread.start()
+        thread.join()
+        if outcome[0] is not None:
+            raise outcome[0]
+
+    async def _probe(self, deadline: float) -> None:
+        import asyncio
+
+        import nats
+        from nats.js.api import StorageType, StreamConfig
+        from nats.js.errors import APIError
+
+        nc = await nats.connect(self.urls[0], allow_reconnect=False)
+        try:
+            js = nc.jetstream()
+            last: BaseException | None = None
+            while time.monotonic() < deadline:
+                try:
+                    await js.add_stream(StreamConfig(name="PLACEMENT_PROBE", subjects=["placement.probe"],
+                                                     num_replicas=self.nodes, storage=StorageType.FILE))
+                except (APIError, asyncio.TimeoutError) as error:
+                    placing = isinstance(error, asyncio.TimeoutError) or getattr(error, "err_code", None) == 10005 \
+                        or getattr(error, "code", None) == 503
+                    if not placing:
+                        raise
+                    self.placement_retries += 1
+                    last = error
+                    await asyncio.sleep(POLL_S)
+                    continue
+                await js.delete_stream("PLACEMENT_PROBE")
+                return
+            raise RuntimeError(f"nats-server cluster: an R{self.nodes} stream could not be placed: {last!r}")
+        finally:
+            await nc.close()
 
     def stop(self, timeout_s: float = 15.0) -> None:
         for proc in self.procs.values():

@@ -69,12 +69,13 @@ def write(tmp_path, text: str, name: str = "server.conf"):
 
 
 def test_a_full_nats_server_file(tmp_path, caplog):
-    (tmp_path / "extra.conf").write_text("write_deadline: 5s\n")
+    (tmp_path / "extra.conf").write_text("write_deadline: 5s\nlame_duck_duration: \"30s\"\nlame_duck_grace_period: 2.5\n")
     with caplog.at_level(logging.WARNING, logger="jsraft.config"):
         config = NodeConfig.from_file(write(tmp_path, FULL))
     assert (config.name, config.client_host, config.client_port, config.monitor_port) == ("n1", "127.0.0.1", 4333, 8333)
     assert config.store_dir == str(tmp_path / "data") and config.max_payload == 2 << 20
     assert config.client_ping_interval_ms == 30_000 and config.client_write_deadline_ms == 5000
+    assert (config.lame_duck_duration_ms, config.lame_duck_grace_period_ms) == (30_000, 2_500)
     assert (config.cluster_name, config.cluster_host, config.cluster_port) == ("east", "127.0.0.1", 6333)
     assert config.peers == {"n2": "127.0.0.1:6334", "n3": "127.0.0.1:6335"}
     assert config.cluster_secret == "route:route-secret-value"
@@ -105,6 +106,10 @@ def test_a_full_nats_server_file(tmp_path, caplog):
     ("port: $NOT_DEFINED_ANYWHERE_XYZ", "variable $NOT_DEFINED_ANYWHERE_XYZ is not defined"),
     ("cluster { name: x", "not closed"),
     ("https_port: 8443", "https_port needs a tls"),
+    ("lame_duck_duration: 5s\nlame_duck_grace_period: 5s", "lame duck grace period (5000 ms) should be strictly "
+     "lower than lame duck duration (5000 ms)"),
+    ("lame_duck_grace_period: \"3m\"", "lame duck grace period (180000 ms) should be strictly lower"),
+    ("lame_duck_duration: soon", "lame_duck_duration: 'soon' is not a duration"),
 ])
 def test_unsafe_or_malformed_files_are_refused(tmp_path, text, message):
     with pytest.raises(InvalidConfig, match=".*") as raised:

@@ -30,6 +30,8 @@ Invariants:
      a private directory removed when it stops (`serve_store`), as nats-server without `-js` stores nothing.
   8. The client socket `jsraft` bound before importing the node (`cli.early_listen`) is served only if the
      configuration asks for its host and port; otherwise it is closed and the node binds its own.
+  9. SIGUSR2: lame duck mode (`server.ops.lame_duck`: no new client, clients told, leaderships handed over,
+     clients closed over `lame_duck_duration`), then a stop as on SIGTERM, which meanwhile stops it at once.
 
 Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -57,6 +59,7 @@ from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
 from jsraft.server.nats import jwt_auth, tls as nats_tls
+from jsraft.server.ops.lame_duck import lame_duck
 
 log = logging.getLogger("jsraft.serve")
 
@@ -217,13 +220,14 @@ def config_from_args(args: argparse.Namespace) -> NodeConfig:
 
 
 _LEVELS = {"DEBUG": "DBG", "INFO": "INF", "WARNING": "WRN", "ERROR": "ERR", "CRITICAL": "FTL"}
+_OWN_LOGGERS = (log.name, "jsraft.server.lame_duck")  # lines as nats-server's own, at INFO by default
 
 
 class _NatsFormatter(logging.Formatter):
     """nats-server's line: `[pid] 2006/01/02 15:04:05.000000 [INF] message` (other loggers name themselves)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage() if record.name == log.name else f"{record.name}: {record.getMessage()}"
+        message = record.getMessage() if record.name in _OWN_LOGGERS else f"{record.name}: {record.getMessage()}"
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
         stamp = self.formatTime(record, "%Y/%m/%d %H:%M:%S") + f".{int(record.msecs * 1000):06d}"
@@ -231,14 +235,15 @@ class _NatsFormatter(logging.Formatter):
 
 
 def setup_logging(level: str | None) -> None:
-    """`level` None: `serve`'s own lines (startup, readiness, stop) and every warning, as nats-server's
-    default; a level: every logger at it."""
+    """`level` None: `serve`'s own lines (startup, readiness, lame duck mode, stop) and every warning, as
+    nats-server's default; a level: every logger at it."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_NatsFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel((level or "warning").upper())
-    log.setLevel((level or "info").upper())
+    for name in _OWN_LOGGERS:
+        logging.getLogger(name).setLevel((level or "info").upper())
 
 
 def _leaf(error: BaseException) -> BaseException:
@@ -291,7 +296,7 @@ def _monitor(node: Node, config: NodeConfig) -> Any:
 async def serve(config: NodeConfig, ports_file_dir: str | None = None,
                 client_socket: socket.socket | None = None) -> None:
     """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariants 2, 4)."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2) as signals:
         log_startup(config)
         node = Node(config)
         await node.prepare()  # a foreign store directory fails here, before any listener opens
@@ -327,15 +332,9 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None,
                 ports_file = write_ports_file(ports_file_dir, node.url, monitor_url, node.cluster_address)
             log.info("Server is ready")
             try:
-                async for signum in signals:
-                    if signum == signal.SIGHUP:  # invariant 5
-                        log.info("Trapped SIGHUP signal: reloading TLS certificates")
-                        node.reload_tls()
-                        if monitor is not None:
-                            monitor.reload_tls()
-                        continue
-                    log.info("Trapped %s signal: stopping", signal.Signals(signum).name)
-                    break
+                stop = trio.Event()
+                nursery.start_soon(_watch_signals, signals, node, monitor, stop)
+                await stop.wait()
                 if monitor is not None:
                     monitor.mark_stopped()
                 node.stop()
@@ -346,6 +345,30 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None,
                     with contextlib.suppress(OSError):
                         os.unlink(ports_file)
     log.info("node %s stopped cleanly (stores closed)", config.name)
+
+
+async def _watch_signals(signals: Any, node: Node, monitor: Any, stop: trio.Event) -> None:
+    """SIGHUP reloads (invariant 5); SIGUSR2 starts lame duck mode once, `stop` set when done (invariant 9)."""
+    async def lame_duck_then_stop() -> None:
+        await lame_duck(node.monitor_parts, node.runtime.transfer_leadership, node.cluster_urls.leave)
+        log.info("Lame duck mode done: stopping")
+        stop.set()
+    lame = False
+    async with trio.open_nursery() as nursery:
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                log.info("Trapped SIGHUP signal: reloading TLS certificates")
+                node.reload_tls()
+                if monitor is not None:
+                    monitor.reload_tls()
+            elif signum == signal.SIGUSR2:
+                log.info("Trapped SIGUSR2 signal%s", ": already in lame duck mode" if lame else "")
+                if not lame:
+                    lame = True
+                    nursery.start_soon(lame_duck_then_stop)
+            else:  # invariant 2
+                log.info("Trapped %s signal: stopping", signal.Signals(signum).name)
+                return stop.set()
 
 
 def log_startup(config: NodeConfig) -> None:

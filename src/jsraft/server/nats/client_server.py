@@ -43,6 +43,9 @@ Invariants:
   8. Accounts: a client of an isolated account has its account's own sublist (`account_sublists`), and
      its publishes reach only that (`client_auth.route_isolated`): never another account, an internal
      subscription (JetStream serves the main account) or a peer (routes carry the main account only).
+  9. Lame duck mode (`server.ops.lame_duck`): after `stop_accepting` the listening sockets are closed and no
+     client is accepted again; the connected ones are served on. After `enter_lame_duck` every INFO carries
+     `"ldm": true` (nats-server's lame duck notice) and is sent again to each handshaken client.
 
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
 Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
@@ -187,6 +190,8 @@ class ClientServer(AckShortcut):
         self._internal_last = trio.Event()
         self._internal_last.set()
         self.listeners: list[trio.SocketListener] = []  # bound already (`jsraft serve`): served, not bound
+        self._accepting = trio.CancelScope()
+        self.lame_duck = False  # INFO's `ldm` (invariant 9)
         self.init_ack_shortcut()  # invariant 6
 
     # --- Lifecycle --------------------------------------------------------------------------------------
@@ -198,11 +203,30 @@ class ClientServer(AckShortcut):
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await nursery.start(trio.serve_listeners, self._serve_client, listeners)
+                await nursery.start(self._accept, listeners)
                 log.info("NATS clients on nats://%s:%d (max_payload %d)", *self.address, self.options.max_payload)
                 task_status.started(self.address)
         finally:
             self._nursery = None  # closed: `start_soon` and internal dispatch say no from now on
+
+    async def _accept(self, listeners: list[Any], *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
+        """Accept until `stop_accepting` (invariant 9) or cancelled; connections live in the server's nursery."""
+        try:
+            with self._accepting:
+                await trio.serve_listeners(self._serve_client, listeners, handler_nursery=self._nursery,
+                                           task_status=task_status)
+        finally:
+            for listener in listeners:
+                listener.socket.close()  # a client dialing now is refused, not left waiting in the backlog
+
+    def stop_accepting(self) -> None:
+        """Invariant 9: no new client from now on; the connected ones stay."""
+        self._accepting.cancel()
+
+    def enter_lame_duck(self) -> None:
+        """Invariant 9: INFO says `"ldm": true` from now on, and goes again to every handshaken client."""
+        self.lame_duck = True
+        self.announce_info()
 
     async def _serve_client(self, stream: trio.SocketStream) -> None:
         await accept_client(self, stream)  # TLS, INFO, then the connection (invariant 7)
@@ -213,7 +237,8 @@ class ClientServer(AckShortcut):
                 "proto": 1, "host": host, "port": port, "headers": True, "max_payload": self.options.max_payload,
                 "jetstream": True, "client_id": conn.cid, "client_ip": conn.peer.rpartition(":")[0],
                 **security_info(self, conn),
-                **({"connect_urls": list(self.connect_urls)} if self.connect_urls is not None else {})}
+                **({"connect_urls": list(self.connect_urls)} if self.connect_urls is not None else {}),
+                **({"ldm": True} if self.lame_duck else {})}
 
     def announce_info(self) -> None:
         """Send INFO again to every client past its handshake (`cluster_urls` invariant 4): the cluster's

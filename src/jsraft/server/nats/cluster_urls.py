@@ -18,6 +18,10 @@ Invariants:
   5. Every linked node counts, configured or met by route gossip (`Node.route_peers`), and a link that
      comes or goes refreshes at once (`wake`), not only every `refresh_s`: a client learns of a node
      that joined within a round trip, as from nats-server.
+  6. Lame duck mode (`server.ops.lame_duck`): a node in it advertises no URL of its own (to its clients and
+     to peers that ask) and tells each linked peer (`leave`), which drops its URL at once and asks it no
+     more until its link goes down (a node back after that is a new process) — what nats-server's LDM
+     INFO to routes does, so clients told to move are not sent back to it.
 
 Imports: stdlib, L0, trio, server siblings (the client server, under TYPE_CHECKING). Reference: nats-server `server/route.go`
 (`addConnectURLsAndSendINFOToClients`).
@@ -56,6 +60,7 @@ class ClusterUrls:
         self.refresh_s = refresh_s
         self.peer_urls: dict[str, str] = {}  # connected peer -> its client host:port
         self.connect_urls: list[str] | None = None  # None: not clustered, INFO has no key (invariant 2)
+        self.lame_duck_peers: set[str] = set()  # linked peers in lame duck mode (invariant 6)
         self._wake = trio.Event()
 
     def wake(self) -> None:
@@ -64,11 +69,13 @@ class ClusterUrls:
 
     def register(self, table: dict[str, Any]) -> None:
         table["node.client_url"] = self.client_url
+        table["node.lame_duck"] = self._peer_lame_duck
 
     def own_url(self) -> str:
-        """This node's client `host:port`, or "" when it is bound to a wildcard host (invariant 3)."""
+        """This node's client `host:port`, or "" when it is bound to a wildcard host (invariant 3) or in lame
+        duck mode (invariant 6)."""
         address = self.client_address()
-        if address is None or address[0] in _WILDCARD_HOSTS:
+        if address is None or address[0] in _WILDCARD_HOSTS or self.clients.lame_duck:
             return ""
         host = f"[{address[0]}]" if ":" in address[0] else address[0]
         return f"{host}:{address[1]}"
@@ -86,18 +93,44 @@ class ClusterUrls:
             with trio.move_on_after(self.refresh_s):
                 await self._wake.wait()
 
-    async def refresh(self) -> None:
+    async def refresh(self, *, announce: bool = True) -> None:
         online = self.route_peers()
-        self.peer_urls = {peer: url for peer, url in self.peer_urls.items() if peer in online}  # invariant 1
+        self.lame_duck_peers &= online  # invariant 6: a link that went down forgets it
+        self.peer_urls = {peer: url for peer, url in self.peer_urls.items()
+                          if peer in online and peer not in self.lame_duck_peers}  # invariants 1, 6
         async with trio.open_nursery() as nursery:
-            for peer in sorted(online - set(self.peer_urls)):
+            for peer in sorted(online - set(self.peer_urls) - self.lame_duck_peers):
                 nursery.start_soon(self._ask, peer)
         own = self.own_url()
         urls = ([own] if own else []) + [self.peer_urls[peer] for peer in sorted(self.peer_urls)]
         if urls != self.connect_urls:
             self.connect_urls = urls
             self.clients.connect_urls = urls
-            self.clients.announce_info()
+            if announce:
+                self.clients.announce_info()
+
+    async def leave(self) -> None:
+        """This node entered lame duck mode (invariant 6): INFO's list without its own URL (the caller
+        announces it), and every linked peer told, together, each for at most `ASK_TIMEOUT_S`."""
+        if not self.enabled:
+            return
+        await self.refresh(announce=False)
+
+        async def tell(peer: str) -> None:
+            try:
+                await self.ask_peer(peer, "node.lame_duck", {"name": self.clients.server_name},
+                                    timeout_s=ASK_TIMEOUT_S)
+            except JsraftError:
+                pass  # down, or of a build without lame duck mode: its list drops us when the link goes
+        async with trio.open_nursery() as nursery:
+            for peer in sorted(self.route_peers()):
+                nursery.start_soon(tell, peer)
+
+    async def _peer_lame_duck(self, args: dict[str, Any], blobs: list[bytes]) -> tuple[Any, tuple[()]]:
+        """A peer entered lame duck mode: its URL leaves the list now (invariant 6)."""
+        self.lame_duck_peers.add(str(args.get("name") or ""))
+        self.wake()
+        return {"ok": True}, ()
 
     async def _ask(self, peer: str) -> None:
         """Ask `peer` for its client URL; a peer that has none yet (linked before its client listener was

@@ -76,6 +76,11 @@ class NodeConfig:
     client_ping_interval_ms: int = 120_000
     client_pings_out_max: int = 2
     client_write_deadline_ms: int = 10_000
+    # Lame duck mode (SIGUSR2, `server.ops.lame_duck`): how long the node takes to close its clients, and
+    # how long it waits after telling them before it starts (nats-server: lame_duck_duration, 2 min, and
+    # lame_duck_grace_period, 10 s; the grace period must be shorter).
+    lame_duck_duration_ms: int = 120_000
+    lame_duck_grace_period_ms: int = 10_000
     # The monitoring HTTP listener (`server.ops.monitor`), started by `jsraft serve`; None: no monitor.
     monitor_host: str = "127.0.0.1"
     monitor_port: int | None = None
@@ -241,3 +246,6 @@ class NodeConfig:
         if min(self.client_ping_interval_ms, self.client_pings_out_max, self.client_write_deadline_ms) < 1:
             raise InvalidConfig("node config: client_ping_interval_ms, client_pings_out_max and "
                                 "client_write_deadline_ms must be at least 1")
+        if self.lame_duck_grace_period_ms < 0 or self.lame_duck_duration_ms <= self.lame_duck_grace_period_ms:
+            raise InvalidConfig(f"node config: lame duck grace period ({self.lame_duck_grace_period_ms} ms) should be "
+                                f"strictly lower than lame duck duration ({self.lame_duck_duration_ms} ms)")

@@ -4,11 +4,11 @@ Owns: `node_fields(conf, where)`, turning the map `nats_conf` parsed into the JS
 `NodeConfig.from_dict` decodes, plus a list of notes about what jsraft does not do. Covered: server name,
 `listen`/`host`/`port`, `http`/`http_port`/`https_port`, `jetstream { store_dir, domain … }`, `cluster { name,
 listen, routes, authorization, tls }`, `authorization { … }` (a user, a token, `users` with permissions,
-`default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one
-JetStream serves; that account's `jetstream { max_mem … }` limits, `account_limits`), `no_auth_user`,
-`tls { … }`, operator mode (`operator` — a JWT or a file holding one — or `trusted_keys`, `resolver: MEMORY`,
-`resolver_preload { ACCOUNT_KEY: JWT }`; see `trust_fields`), `max_payload`, `max_pending`, `ping_interval`,
-`ping_max`, `write_deadline`, `ports_file_dir` (where `NodeConfig` has the field).
+`default_permissions`, `timeout`), `accounts` (each account's users; see `accounts_users` for which one JetStream
+serves; that account's `jetstream { max_mem … }` limits, `account_limits`), `no_auth_user`, `tls { … }`, operator
+mode (`operator` — a JWT or a file holding one — or `trusted_keys`, `resolver: MEMORY`, `resolver_preload {
+ACCOUNT_KEY: JWT }`; see `trust_fields`), `max_payload`, `max_pending`, `ping_interval`, `ping_max`,
+`write_deadline`, `lame_duck_duration`/`_grace_period`, `ports_file_dir` (where `NodeConfig` has the field).
 
 Invariants:
   1. Nothing is ignored silently: a key jsraft does not act on is named in a note (logged as a warning),
@@ -43,10 +43,9 @@ _OPERATOR_KEYS = ("operator", "operators", "roots", "root", "root_operators", "r
 _RESOLVER_KEYS = ("resolver", "account_resolver", "accounts_resolver")
 _MEMORY_RESOLVER = re.compile(r"(?i)\s*(MEM|MEMORY)\s*")
 _JWT_PREFIX = "eyJ"  # nats-server's jwtPrefix: an operator value that is not a file but a JWT
-_IGNORED_TOP = ("debug", "trace", "logtime", "log_file", "pid_file", "syslog", "max_connections",
-                "max_control_line", "max_subscriptions", "lame_duck_duration", "websocket", "leafnodes",
-                "gateway", "mqtt", "server_tags", "max_traced_msg_len", "connect_error_reports",
-                "reconnect_error_reports", "disable_sublist_cache", "no_header_support")
+_IGNORED_TOP = ("debug", "trace", "logtime", "log_file", "pid_file", "syslog", "max_connections", "max_control_line",
+                "max_subscriptions", "websocket", "leafnodes", "gateway", "mqtt", "server_tags", "max_traced_msg_len",
+                "connect_error_reports", "reconnect_error_reports", "disable_sublist_cache", "no_header_support")
 
 
 def duration_ms(value: Any, where: str) -> int:
@@ -349,6 +348,7 @@ _HANDLERS: dict[str, Handler] = {
     "ping_interval": _simple("client_ping_interval_ms", lambda v: duration_ms(v, "ping_interval")),
     "ping_max": _simple("client_pings_out_max"),
     "write_deadline": _simple("client_write_deadline_ms", lambda v: duration_ms(v, "write_deadline")),
+    **{k: _simple(f"{k}_ms", lambda v, k=k: duration_ms(v, k)) for k in ("lame_duck_duration", "lame_duck_grace_period")},
 }
 
 

@@ -3,13 +3,14 @@
 # and print its pass/fail counts.
 #
 # Usage: scripts/interop/run_natspy_suite.sh <path-to-fetched-nats.py> [--against jsraft|nats-server]
-#            [--ref v2.15.0] [--tests js|auth|<file under nats/>]... [--netns] [-- extra pytest arguments]
+#            [--ref v2.15.0] [--tests js|auth|core|<file under nats/>]... [--netns] [-- extra pytest arguments]
 #
 # --tests (repeatable) picks what runs: js (the default) is tests/test_js.py; auth is the authentication,
 # token, NKeys, TLS and cluster-discovery cases of tests/test_client.py plus tests/test_client_nkeys.py;
-# anything else is a test file (or pytest node id) relative to the exported nats/ directory. --netns runs
-# the tests (and so every server they start) in a network namespace of their own (`unshare -n`, loopback
-# only), so the suite's fixed ports cannot clash with another run on the machine.
+# core is the core-NATS client suites (tests/test_client.py, test_client_async_await.py, test_client_v2.py,
+# test_micro_service.py, test_compatibility.py); anything else is a test file (or pytest node id)
+# relative to the exported nats/ directory. --netns runs the tests (and so every server they start) in a
+# network namespace of their own (`unshare -n`, loopback only), so the suite's fixed ports cannot clash.
 # <path-to-fetched-nats.py> is a checkout or a git directory of the public nats-io/nats.py repository.
 # The suite is exported at --ref (default v2.15.0) into a temporary directory outside this repository and
 # run from there with a client virtualenv of its own (nats-py of the same version, pytest, pytest-asyncio;
@@ -21,7 +22,7 @@
 # the temporary directory is removed at the end (set KEEP=1 to keep it).
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 source_repo=$1; shift
 against=jsraft
@@ -51,6 +52,8 @@ for t in "${tests[@]}"; do
         js) targets+=(tests/test_js.py) ;;
         auth) for c in "${auth_classes[@]}"; do targets+=("tests/test_client.py::$c"); done
               targets+=(tests/test_client_nkeys.py) ;;
+        core) targets+=(tests/test_client.py tests/test_client_async_await.py tests/test_client_v2.py
+                        tests/test_micro_service.py tests/test_compatibility.py) ;;
         *) targets+=("$t") ;;
     esac
 done

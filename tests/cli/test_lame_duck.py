@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from jsraft.cli import serve_process
+from jsraft.cli.serve_process import serve_pids
 from tests.cli.test_serve import free_ports, poll
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="SIGUSR2 is POSIX")
@@ -22,12 +24,12 @@ pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="SIGUSR2 
 DEADLINE_S = 30.0
 
 
-def start(tmp_path, duration: str, grace: str) -> tuple[subprocess.Popen, int]:
+def start(tmp_path, duration: str, grace: str, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     port, = free_ports(1)
     conf = tmp_path / "ldm.conf"
     conf.write_text(f'port: {port}\njetstream {{ store_dir: "{tmp_path / "store"}" }}\n'
                     f'lame_duck_duration: "{duration}"\nlame_duck_grace_period: "{grace}"\n')
-    process = subprocess.Popen([sys.executable, "-m", "jsraft", "serve", "-c", str(conf)],
+    process = subprocess.Popen([sys.executable, "-m", "jsraft", "serve", "-c", str(conf), *extra],
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     poll(lambda: connects(port) or process.poll() is not None, DEADLINE_S, "the client port open")
     assert process.poll() is None, process.communicate()[1]
@@ -130,3 +132,55 @@ def test_sigterm_in_lame_duck_mode_stops_at_once(tmp_path):
     assert returncode == 0 and time.monotonic() - began < 15, stderr  # not the minute of grace
     assert "Trapped SIGTERM signal: stopping" in stderr and "stopped cleanly (stores closed)" in stderr
     assert "Closing existing clients" not in stderr
+
+
+def test_signal_command_and_pid_file_as_nats_servers_helm_prestop_uses_them(tmp_path):
+    """`jsraft serve -P FILE` (or `pid_file`) writes the pid; `jsraft serve -sl=ldm=FILE` — the NATS Helm
+    chart's preStop hook, `nats-server -sl=ldm=/var/run/nats/nats.pid` — puts that node in lame duck mode;
+    `-sl reopen=PID` (SIGUSR1) and `-sl reload=PID` (SIGHUP) leave it running; the pid file goes at the stop."""
+    import nats
+
+    pid_file = tmp_path / "nats.pid"
+    process, port = start(tmp_path, duration="2s", grace="500ms", extra=("-P", str(pid_file)))
+    poll(lambda: pid_file.exists(), DEADLINE_S, "the pid file")
+    assert pid_file.read_text() == f"{process.pid}\n"
+    assert process.pid in serve_pids(), {pid: open(f"/proc/{pid}/cmdline").read() for pid in serve_pids()}
+
+    def signal_command(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "jsraft", "serve", *args], capture_output=True, text=True,
+                              timeout=DEADLINE_S)
+    unknown = signal_command("--signal", "explode=1")
+    assert unknown.returncode == 2 and "unknown signal 'explode'" in unknown.stderr
+    missing = signal_command("-sl", f"ldm={tmp_path / 'nope.pid'}")
+    assert missing.returncode == 1 and "No such file" in missing.stderr
+
+    async def scenario() -> None:
+        told = asyncio.Event()
+
+        async def lame() -> None:
+            told.set()
+        client = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False, lame_duck_mode_cb=lame)
+        for command in (f"reopen={process.pid}", f"reload={pid_file}"):
+            assert signal_command("--signal", command).returncode == 0
+        # A signal is delivered before the process runs user code again: an answer after it means it lived.
+        assert (await client.jetstream().account_info()).streams == 0 and process.poll() is None
+        assert signal_command(f"-sl=ldm={pid_file}").returncode == 0  # Go's one-dash form, as the Helm chart
+        await asyncio.wait_for(told.wait(), 5)
+        await client.close()
+    asyncio.run(scenario())
+    returncode, stderr = finish(process)
+    assert returncode == 0, stderr
+    for line in ("Trapped SIGUSR1 signal: no log file to reopen", "Trapped SIGHUP signal",
+                 "Entering lame duck mode", "stopped cleanly (stores closed)"):
+        assert line in stderr, (line, stderr)
+    assert not pid_file.exists()
+
+
+@pytest.mark.parametrize("running, status, words", [
+    ([], 1, "no jsraft serve process running"),
+    ([4242, 4343], 1, "several jsraft serve processes running (4242, 4343): name one"),
+])
+def test_signal_without_a_target_needs_exactly_one_node(monkeypatch, capsys, running, status, words):
+    monkeypatch.setattr(serve_process, "serve_pids", lambda: running)
+    assert serve_process.signal_command("ldm") == status
+    assert words in capsys.readouterr().err

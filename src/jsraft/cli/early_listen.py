@@ -9,8 +9,8 @@ about a second) finds it listening, and gets the server's INFO as soon as the no
 
 Invariants:
   1. Best effort, never an error: any argument this scan does not understand, a config file (`-c`, which
-     may set the port), a host that is not a literal IP address, or a bind that fails gives None, and the
-     node binds its port itself as before (and names a port it cannot have).
+     may set the port), `--signal` (no node starts), a host that is not a literal IP address, or a bind that
+     fails gives None, and the node binds its port itself as before (and names a port it cannot have).
   2. The socket is used only when the node's configuration asks for exactly that host and port (`-p -1`:
      port 0); otherwise it is closed before the node binds.
 
@@ -30,13 +30,14 @@ DEFAULT_HOST, DEFAULT_PORT = "127.0.0.1", 4222  # NodeConfig's defaults
 def _scan(args: list[str]) -> tuple[str, int] | None:
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("-c", "--config", "-config")
+    parser.add_argument("-sl", "--signal", "-signal")  # signals a running node: binds nothing
     parser.add_argument("-a", "--client-host", "--addr", "--net", "-addr", "-net", dest="host")
     parser.add_argument("-p", "--client-port", "--port", "-port", dest="port", type=int)
     try:
         known, _ = parser.parse_known_args(args)
     except (argparse.ArgumentError, SystemExit, ValueError):
         return None
-    if known.config is not None:
+    if known.config is not None or known.signal is not None:
         return None
     host = known.host if known.host is not None else DEFAULT_HOST
     port = known.port if known.port is not None else DEFAULT_PORT

@@ -31,7 +31,9 @@ Invariants:
   8. The client socket `jsraft` bound before importing the node (`cli.early_listen`) is served only if the
      configuration asks for its host and port; otherwise it is closed and the node binds its own.
   9. SIGUSR2: lame duck mode (`server.ops.lame_duck`: no new client, clients told, leaderships handed over,
-     clients closed over `lame_duck_duration`), then a stop as on SIGTERM, which meanwhile stops it at once.
+     clients closed over `lame_duck_duration`), then a stop as on SIGTERM, which meanwhile stops it at once;
+     SIGUSR1 changes nothing (`serve_process` invariant 1). `-P/--pid` (`pid_file`) writes the process id.
+ 10. `-sl/--signal CMD[=PID|PIDFILE]` starts no node: it signals a running one (`serve_process.signal_command`).
 
 Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -53,13 +55,13 @@ import trio
 
 from jsraft import __version__
 from jsraft.cli.early_listen import EarlyListener
+from jsraft.cli.serve_process import HANDLED, PidFile, signal_command, watch_signals
 from jsraft.cli.serve_routes import parse_cluster, parse_routes
 from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
 from jsraft.server.nats import jwt_auth, tls as nats_tls
-from jsraft.server.ops.lame_duck import lame_duck
 
 log = logging.getLogger("jsraft.serve")
 
@@ -67,7 +69,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 RANDOM_PORT = -1  # nats-server's `-p -1`: any free port
 # flag dest -> NodeConfig field, for flags that map one to one
 _FIELDS = ("name", "store_dir", "client_host", "client_port", "cluster_port", "monitor_host", "monitor_port",
-           "cluster_name", "tick_ms", "election_ticks", "test_hooks")
+           "cluster_name", "tick_ms", "election_ticks", "test_hooks", "pid_file")
 
 
 def _flag(parser: argparse.ArgumentParser, spellings: tuple[str, ...], go_names: tuple[str, ...] = (),
@@ -113,6 +115,9 @@ def add_parser(sub: Any) -> None:
                        help="serve the chaos test hooks under /test/ on the monitor port (tests only)")
     _flag(serve, ("--ports_file_dir",), ("ports_file_dir",), dest="ports_file_dir", metavar="DIR",
           help="write nats-server's ports file (nats-server_<pid>.ports) there once ready")
+    _flag(serve, ("-P", "--pid"), ("pid",), dest="pid_file", metavar="FILE", help="write the process id there")
+    _flag(serve, ("-sl", "--signal"), ("signal",), dest="signal", metavar="CMD[=PID|PIDFILE]",
+          help="send a running jsraft serve a signal (ldm, stop, quit, term, reopen, reload) and exit")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
                        help="every logger at this level (default: the startup lines, then warnings only)")
     _add_api_level_flag(serve)
@@ -256,6 +261,8 @@ def _leaf(error: BaseException) -> BaseException:
 def cmd_serve(args: argparse.Namespace, early: EarlyListener | None = None) -> int:
     """Run `serve`; `early` is the client socket bound before the imports, used if the configuration asks
     for its address (invariant 8)."""
+    if args.signal is not None:  # invariant 10
+        return signal_command(args.signal)
     try:
         config = config_from_args(args)
         nats_tls.check_tls_files(config)  # invariant 1: a bad certificate file is a configuration error
@@ -296,10 +303,12 @@ def _monitor(node: Node, config: NodeConfig) -> Any:
 async def serve(config: NodeConfig, ports_file_dir: str | None = None,
                 client_socket: socket.socket | None = None) -> None:
     """Run the node (and its monitor, if configured) until SIGTERM or SIGINT (invariants 2, 4)."""
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2) as signals:
+    with trio.open_signal_receiver(*HANDLED) as signals, contextlib.ExitStack() as cleanup:
         log_startup(config)
         node = Node(config)
         await node.prepare()  # a foreign store directory fails here, before any listener opens
+        if config.pid_file:  # written once the store is ours, removed however this ends (invariant 9)
+            cleanup.callback(PidFile(config.pid_file).write().remove)
         if client_socket is not None:  # the client listener serves it (invariant 8)
             node.clients.listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(client_socket))]
         monitor = _monitor(node, config)
@@ -333,7 +342,7 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None,
             log.info("Server is ready")
             try:
                 stop = trio.Event()
-                nursery.start_soon(_watch_signals, signals, node, monitor, stop)
+                nursery.start_soon(watch_signals, signals, node, monitor, stop)
                 await stop.wait()
                 if monitor is not None:
                     monitor.mark_stopped()
@@ -345,30 +354,6 @@ async def serve(config: NodeConfig, ports_file_dir: str | None = None,
                     with contextlib.suppress(OSError):
                         os.unlink(ports_file)
     log.info("node %s stopped cleanly (stores closed)", config.name)
-
-
-async def _watch_signals(signals: Any, node: Node, monitor: Any, stop: trio.Event) -> None:
-    """SIGHUP reloads (invariant 5); SIGUSR2 starts lame duck mode once, `stop` set when done (invariant 9)."""
-    async def lame_duck_then_stop() -> None:
-        await lame_duck(node.monitor_parts, node.runtime.transfer_leadership, node.cluster_urls.leave)
-        log.info("Lame duck mode done: stopping")
-        stop.set()
-    lame = False
-    async with trio.open_nursery() as nursery:
-        async for signum in signals:
-            if signum == signal.SIGHUP:
-                log.info("Trapped SIGHUP signal: reloading TLS certificates")
-                node.reload_tls()
-                if monitor is not None:
-                    monitor.reload_tls()
-            elif signum == signal.SIGUSR2:
-                log.info("Trapped SIGUSR2 signal%s", ": already in lame duck mode" if lame else "")
-                if not lame:
-                    lame = True
-                    nursery.start_soon(lame_duck_then_stop)
-            else:  # invariant 2
-                log.info("Trapped %s signal: stopping", signal.Signals(signum).name)
-                return stop.set()
 
 
 def log_startup(config: NodeConfig) -> None:

@@ -43,8 +43,8 @@ Invariants:
   8. Accounts: a client of an isolated account has its account's own sublist (`account_sublists`), and
      its publishes reach only that (`client_auth.route_isolated`): never another account, an internal
      subscription (JetStream serves the main account) or a peer (routes carry the main account only).
-  9. Lame duck mode (`server.ops.lame_duck`): after `stop_accepting` the listening sockets are closed and no
-     client is accepted again; the connected ones are served on. After `enter_lame_duck` every INFO carries
+  9. Lame duck mode (`server.ops.lame_duck`): once `stop_accepting` returned the listening sockets are closed
+     and no client is accepted again; the connected ones are served on. After `enter_lame_duck` every INFO carries
      `"ldm": true` (nats-server's lame duck notice) and is sent again to each handshaken client.
 
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
@@ -191,6 +191,7 @@ class ClientServer(AckShortcut):
         self._internal_last.set()
         self.listeners: list[trio.SocketListener] = []  # bound already (`jsraft serve`): served, not bound
         self._accepting = trio.CancelScope()
+        self._accept_done: trio.Event | None = None  # set once the listening sockets are closed
         self.lame_duck = False  # INFO's `ldm` (invariant 9)
         self.init_ack_shortcut()  # invariant 6
 
@@ -211,6 +212,7 @@ class ClientServer(AckShortcut):
 
     async def _accept(self, listeners: list[Any], *, task_status: trio.TaskStatus[Any] = trio.TASK_STATUS_IGNORED) -> None:
         """Accept until `stop_accepting` (invariant 9) or cancelled; connections live in the server's nursery."""
+        self._accept_done = trio.Event()
         try:
             with self._accepting:
                 await trio.serve_listeners(self._serve_client, listeners, handler_nursery=self._nursery,
@@ -218,10 +220,14 @@ class ClientServer(AckShortcut):
         finally:
             for listener in listeners:
                 listener.socket.close()  # a client dialing now is refused, not left waiting in the backlog
+            self._accept_done.set()
 
-    def stop_accepting(self) -> None:
-        """Invariant 9: no new client from now on; the connected ones stay."""
+    async def stop_accepting(self) -> None:
+        """Invariant 9: no new client from now on (the listening sockets closed when this returns); the
+        connected ones stay."""
         self._accepting.cancel()
+        if self._accept_done is not None:
+            await self._accept_done.wait()
 
     def enter_lame_duck(self) -> None:
         """Invariant 9: INFO says `"ldm": true` from now on, and goes again to every handshaken client."""

@@ -18,8 +18,8 @@ The caller then stops the node as on SIGTERM (`jsraft serve`: stores closed, exi
 serves on: its connected clients' requests, and its part in every Raft group as a voter.
 
 Invariants:
-  1. Steps 1–2 happen before any `await`: a client that connects after the signal is refused, and every
-     handshaken client gets the notice.
+  1. Step 2 comes only once step 1 is done: a client told can no longer come back here (a dial is refused),
+     and every client past its handshake is told.
   2. A leadership handover never goes to a voter that is not connected, and an unfinished one does not stop
      the mode: the node stops as a follower would (its groups elect again, as after any stop).
   3. Each client is closed once, in the order it connected; the mode returns only when all were.
@@ -55,7 +55,7 @@ async def lame_duck(parts: "MonitorParts", transfer: Callable[[str, str], None],
     """Steps 1–4 (module docstring); returns when the node may stop."""
     config, clients, rng = parts.config, parts.clients, rng or random.Random()
     log.info("Entering lame duck mode, stop accepting new clients")
-    clients.stop_accepting()  # step 1
+    await clients.stop_accepting()  # step 1: the listening sockets are closed when it returns
     clients.lame_duck = True
     await leave()  # step 2: INFO without this node's URL, the peers told
     clients.announce_info()

@@ -81,6 +81,8 @@ class NodeConfig:
     # lame_duck_grace_period, 10 s; the grace period must be shorter).
     lame_duck_duration_ms: int = 120_000
     lame_duck_grace_period_ms: int = 10_000
+    # `jsraft serve` writes its process id there (nats-server's `pid_file`, `-P`); None: nowhere.
+    pid_file: str | None = None
     # The monitoring HTTP listener (`server.ops.monitor`), started by `jsraft serve`; None: no monitor.
     monitor_host: str = "127.0.0.1"
     monitor_port: int | None = None

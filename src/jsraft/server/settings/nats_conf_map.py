@@ -43,7 +43,7 @@ _OPERATOR_KEYS = ("operator", "operators", "roots", "root", "root_operators", "r
 _RESOLVER_KEYS = ("resolver", "account_resolver", "accounts_resolver")
 _MEMORY_RESOLVER = re.compile(r"(?i)\s*(MEM|MEMORY)\s*")
 _JWT_PREFIX = "eyJ"  # nats-server's jwtPrefix: an operator value that is not a file but a JWT
-_IGNORED_TOP = ("debug", "trace", "logtime", "log_file", "pid_file", "syslog", "max_connections", "max_control_line",
+_IGNORED_TOP = ("debug", "trace", "logtime", "log_file", "syslog", "max_connections", "max_control_line",
                 "max_subscriptions", "websocket", "leafnodes", "gateway", "mqtt", "server_tags", "max_traced_msg_len",
                 "connect_error_reports", "reconnect_error_reports", "disable_sublist_cache", "no_header_support")
 

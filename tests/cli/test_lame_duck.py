@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ import pytest
 
 from jsraft.cli import serve_process
 from jsraft.cli.serve_process import serve_pids
-from tests.cli.test_serve import free_ports, poll
+from tests.cli.test_serve import _accepts as connects, free_ports, poll
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGUSR2"), reason="SIGUSR2 is POSIX")
 
@@ -34,14 +33,6 @@ def start(tmp_path, duration: str, grace: str, extra: tuple[str, ...] = ()) -> t
     poll(lambda: connects(port) or process.poll() is not None, DEADLINE_S, "the client port open")
     assert process.poll() is None, process.communicate()[1]
     return process, port
-
-
-def connects(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-        return True
-    except OSError:
-        return False
 
 
 def finish(process: subprocess.Popen) -> tuple[int, str]:

@@ -47,7 +47,7 @@ async def test_lame_duck_hands_over_its_leaderships_tells_and_closes_its_clients
             raw = await RawClient.connect(duck.client_address, {"verbose": False, "pedantic": False, "protocol": 1})
             await raw.round_trip()  # past its handshake: it is told
             began = trio.current_time()
-            await lame_duck(duck.monitor_parts, duck.runtime.transfer_leadership, duck.cluster_urls.leave)
+            await lame_duck(duck.monitor_parts, duck.online, duck.runtime.transfer_leadership, duck.cluster_urls.leave)
             assert trio.current_time() - began >= GRACE_MS / 1000  # the client was closed after the grace period
 
             assert not duck.runtime.is_leader(META_GROUP) and not duck.runtime.is_leader(group)

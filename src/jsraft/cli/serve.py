@@ -46,7 +46,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import sys
 from typing import Any

@@ -44,8 +44,8 @@ Invariants:
      its publishes reach only that (`client_auth.route_isolated`): never another account, an internal
      subscription (JetStream serves the main account) or a peer (routes carry the main account only).
   9. Lame duck mode (`server.ops.lame_duck`): once `stop_accepting` returned the listening sockets are closed
-     and no client is accepted again; the connected ones are served on. After `enter_lame_duck` every INFO carries
-     `"ldm": true` (nats-server's lame duck notice) and is sent again to each handshaken client.
+     and no client is accepted again; the connected ones are served on. With `lame_duck` set every INFO
+     carries `"ldm": true` (nats-server's lame duck notice; the caller sends it again with `announce_info`).
 
 Imports: stdlib, L0–L1 (`subjects`), L4 (`protocol`), attrs, trio, server siblings.
 Reference: nats-server `server/client.go` (`processMsgResults`), `server/server.go` (`Info`).
@@ -228,11 +228,6 @@ class ClientServer(AckShortcut):
         self._accepting.cancel()
         if self._accept_done is not None:
             await self._accept_done.wait()
-
-    def enter_lame_duck(self) -> None:
-        """Invariant 9: INFO says `"ldm": true` from now on, and goes again to every handshaken client."""
-        self.lame_duck = True
-        self.announce_info()
 
     async def _serve_client(self, stream: trio.SocketStream) -> None:
         await accept_client(self, stream)  # TLS, INFO, then the connection (invariant 7)

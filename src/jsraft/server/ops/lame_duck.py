@@ -1,13 +1,13 @@
 """Lame duck mode: a node leaves gracefully before it stops — `jsraft serve` on SIGUSR2, as nats-server (L5).
 
-Owns: `lame_duck(parts, transfer, leave)`, the steps nats-server's `lameDuckMode` takes, in this order:
+Owns: `lame_duck(parts, online, transfer, leave)`, the steps nats-server's `lameDuckMode` takes, in this order:
   1. No new client: the client listener closes (`ClientServer.stop_accepting`); connected clients stay.
   2. The clients are told: INFO with `"ldm": true` to each of them (nats-py's `lame_duck_mode_cb`, nats.js's
      `ldm` status), without this node's URL in `connect_urls`; the linked peers drop that URL from the
      INFO they send too (`leave`: `ClusterUrls.leave`, its invariant 6), so a client that moves is not
      sent back here.
   3. Every Raft group this node leads (the meta group, its streams') hands its leadership to a connected
-     voter (`hand_over`, through `transfer`: `NodeRuntime.transfer_leadership`), and the node waits until they moved, at most `HANDOVER_ELECTION_TIMEOUTS`
+     voter (`online`: `Node.online`; `hand_over`, through `transfer`: `NodeRuntime.transfer_leadership`), and the node waits until they moved, at most `HANDOVER_ELECTION_TIMEOUTS`
      election timeouts. A single voter's group stays (nothing to hand over); one whose other voters are all
      away, or whose handover did not complete in time, is logged.
   4. After the grace period (`lame_duck_grace_period_ms`, counted from step 2) the clients are closed one
@@ -50,8 +50,8 @@ HANDOVER_ELECTION_TIMEOUTS = 4  # how long step 3 waits for the leaderships to m
 CLOSE_INTERVAL_MAX_S = 1.0  # step 4: at most this long between two closes (nats-server: a second)
 
 
-async def lame_duck(parts: "MonitorParts", transfer: Callable[[str, str], None], leave: Callable[[], Awaitable[None]],
-                    *, rng: random.Random | None = None) -> None:
+async def lame_duck(parts: "MonitorParts", online: Callable[[], set[str]], transfer: Callable[[str, str], None],
+                    leave: Callable[[], Awaitable[None]], *, rng: random.Random | None = None) -> None:
     """Steps 1–4 (module docstring); returns when the node may stop."""
     config, clients, rng = parts.config, parts.clients, rng or random.Random()
     log.info("Entering lame duck mode, stop accepting new clients")
@@ -61,23 +61,17 @@ async def lame_duck(parts: "MonitorParts", transfer: Callable[[str, str], None],
     clients.announce_info()
     told = trio.current_time()
     tick_s = config.tick_ms / 1000
-    still = await hand_over(parts, transfer, HANDOVER_ELECTION_TIMEOUTS * config.election_ticks * tick_s, tick_s, rng)
+    timeout_s = HANDOVER_ELECTION_TIMEOUTS * config.election_ticks * tick_s
+    still = await hand_over(parts, online(), transfer, timeout_s, tick_s, rng)
     if still:
         log.warning("lame duck mode: still leading %s: the handover did not complete", ", ".join(still))
     await close_clients(parts, told, rng)
 
 
-def online(parts: "MonitorParts") -> set[str]:
-    """This node and its connected configured peers (`Node.online`)."""
-    return {parts.name} | {peer for peer, status in parts.peer_links().items()
-                           if status.connected and peer in parts.config.peers}
-
-
-async def hand_over(parts: "MonitorParts", transfer: Callable[[str, str], None], timeout_s: float, poll_s: float,
-                    rng: random.Random) -> list[str]:
-    """Step 3: each group this node leads asks a connected voter to take over; those of them still led
+async def hand_over(parts: "MonitorParts", connected: set[str], transfer: Callable[[str, str], None],
+                    timeout_s: float, poll_s: float, rng: random.Random) -> list[str]:
+    """Step 3: each group this node leads asks a voter in `connected` to take over; those of them still led
     here once all moved or `timeout_s` passed (invariant 2)."""
-    connected = online(parts)
     moving: list[str] = []
     for group in parts.group_names():
         try:

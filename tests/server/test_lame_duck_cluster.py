@@ -1,7 +1,8 @@
 """Lame duck mode on a three-node cluster (`server.ops.lame_duck`): the node leading the meta group and a
 stream hands both leaderships to its peers, tells its client (INFO `"ldm": true`, without its own URL),
-leaves the `connect_urls` its peers advertise, refuses new clients, closes the one it has after the grace
-period; the stream goes on through the others with nothing lost.
+leaves the `connect_urls` its peers advertise, stands aside in every Raft group (an observer: it never stands
+for election again), refuses new clients, closes the one it has after the grace period; the stream goes on
+through the others with nothing lost.
 
 Method: three real nodes in one process (`jsraft.testing.cluster.Cluster`, real TCP on loopback), a raw
 client on the node going lame duck. Every wait polls with a deadline.
@@ -47,10 +48,14 @@ async def test_lame_duck_hands_over_its_leaderships_tells_and_closes_its_clients
             raw = await RawClient.connect(duck.client_address, {"verbose": False, "pedantic": False, "protocol": 1})
             await raw.round_trip()  # past its handshake: it is told
             began = trio.current_time()
-            await lame_duck(duck.monitor_parts, duck.online, duck.runtime.transfer_leadership, duck.cluster_urls.leave)
+            await lame_duck(duck.monitor_parts, duck.online, duck.runtime, duck.cluster_urls.leave)
             assert trio.current_time() - began >= GRACE_MS / 1000  # the client was closed after the grace period
 
             assert not duck.runtime.is_leader(META_GROUP) and not duck.runtime.is_leader(group)
+            # It stands aside (`raft.core` invariant 6): none of its groups takes a leadership back.
+            assert all(duck.runtime.status(name).raft.observer for name in duck.runtime.group_names())
+            assert not any(node.runtime.status(name).raft.observer for node in others
+                           for name in node.runtime.group_names())
             events = await raw.read_to_eof()
             infos = [event.options for event in events if isinstance(event, Info)]
             assert infos and infos[0]["ldm"] is True, events

@@ -21,6 +21,10 @@ Invariants:
      AppendEntries may leave before that fsync (`Ready.send_first`, `pipelined_messages`), and its
      followers' acknowledgements may be stepped meanwhile, so commit still needs a majority of fsynced
      copies.
+  6. An `observer` (nats-server's observer mode, for a node in lame duck mode) never stands for election —
+     no pre-vote, campaign or TimeoutNow of its own — in a group that has another voter; it still votes,
+     replicates and acknowledges, and a leadership it holds stays until handed over. A single voter keeps
+     campaigning: no one else could lead its group.
 
 Imports: L0, attrs (through siblings), stdlib. Never trio, socket, time, threading or module-level random.
 Reference: Raft paper Fig. 2; etcd-io/raft `raft.go`, `rawnode.go`.
@@ -86,6 +90,8 @@ class RaftNode(SafetyRules):
         self.progress: dict[str, Progress] = {}
         self.lead_transferee: str | None = None
         self.pending_conf_index = 0
+        # Invariant 6: set by the driver for lame duck mode (`server.ops.lame_duck`), never by a message.
+        self.observer = False
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
         self.randomized_election_ticks = config.election_ticks + rng.randrange(config.election_ticks)
@@ -345,8 +351,9 @@ class RaftNode(SafetyRules):
                          repairing=self.repairing, vote_fence_term=self.vote_fence_term)
 
     def is_promotable(self) -> bool:
-        """May this replica campaign: a voter, not repairing (rule 3)."""
-        return self.id in self.conf.voters and self.rule_may_campaign()
+        """May this replica campaign: a voter, not repairing (rule 3), not an observer beside other voters (6)."""
+        return (self.id in self.conf.voters and self.rule_may_campaign()
+                and not (self.observer and len(self.conf.voters) > 1))
 
     def append_as_leader(self, entries: list[Entry]) -> None:
         invariant(self.role is Role.LEADER, "only the leader appends its own entries")

@@ -233,6 +233,7 @@ def build_status(node: RaftNode) -> Status:
         voters=node.conf.voters,
         learners=node.conf.learners,
         reachable_followers=_reachable_followers(node),
+        observer=node.observer,
     )
 
 

@@ -47,3 +47,4 @@ class Status:
     # caught-up first (ties by name) — where a leader that must hand over sends its leadership, instead
     # of to a peer that is paused or cut off. Empty on every other role.
     reachable_followers: tuple[str, ...] = ()
+    observer: bool = False  # lame duck mode: stands for election in no group with another voter (core 6)

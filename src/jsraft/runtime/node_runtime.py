@@ -2,8 +2,8 @@
 
 Owns: the group table, the ready loop with its group commit, and the public API the server and the
 transport use (`open_group`, `deliver`, `deliver_beat`, `propose`, `submit`, `outcome`, `propose_conf_change`,
-`transfer_leadership`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`, `is_leader`,
-`close_group`, `run`). The one ticker for all groups is `self.ticker` (`ticker.Ticker`: `wait_awake`).
+`transfer_leadership`, `stand_aside`, `request_snapshot`, `accept_data_loss`, `status`, `leader_id`,
+`is_leader`, `close_group`, `run`). The one ticker for all groups is `self.ticker` (`ticker.Ticker`: `wait_awake`).
 Per-group inputs are in `group`; the cycle itself (what is persisted, sent and applied, in which order)
 is `replica.cycle.GroupCycle`, shared with the simulator; `persist` runs its disk half on worker threads.
 
@@ -99,10 +99,7 @@ class NodeRuntime:
         invariant(tick_ms >= 1, "tick_ms is at least 1")
         invariant(proposals_in_flight_max >= 1 and inbox_messages_max >= 1, "bounds are positive")
         invariant(fsync_threads_max >= 1, "at least one fsync thread")
-        self.node_id = node_id
-        self.disk = disk
-        self.clock = clock
-        self.tick_ms = tick_ms
+        self.node_id, self.disk, self.clock, self.tick_ms = node_id, disk, clock, tick_ms
         self.proposals_in_flight_max, self.inbox_messages_max = proposals_in_flight_max, inbox_messages_max
         self.fsync_threads_max, self.wal_segment_bytes = fsync_threads_max, wal_segment_bytes
         self._workers = None if run_in_worker else WorkerThreads(f"jsraft-fsync-{node_id}", fsync_threads_max)
@@ -118,7 +115,7 @@ class NodeRuntime:
         # Groups with an input or a finished cycle since the ready loop looked: a cycle is O(active groups).
         self._dirty: dict[str, Group] = {}
         self._opening: set[str] = set()
-        self._closed = self._running = False
+        self._closed = self._running = self.observer = False  # observer: `stand_aside`
         self._wakeup = trio.Event()
         self.progress = Progress()  # set after every cycle: what waits for applies and leaders wakes then
 
@@ -170,6 +167,7 @@ class NodeRuntime:
         restored = prepare(recovered, state_machine, voters=members[0], formatted=formatted,  # members: voters, peers
                            vote_ceiling=vote_ceiling(self.group_record, name), peers=members[1])
         node = RaftNode(config, random.Random(self._rng.getrandbits(64)), restored)
+        node.observer = self.observer
         if recovered.reasons:
             log.warning("group %s: recovery findings: %s", name, "; ".join(recovered.reasons))
         book = ProposalBook(proposals_in_flight_max or self.proposals_in_flight_max)
@@ -265,21 +263,21 @@ class NodeRuntime:
 
     def transfer_leadership(self, group_name: str, to: str) -> None:
         """Ask this node, the leader, to hand `group_name`'s leadership to voter `to`."""
-        group = self._group(group_name)
-        group.transfer_leadership(to)
-        self._wake(group)
+        self._wake(self._group(group_name), lambda group: group.transfer_leadership(to))
 
     def campaign(self, group_name: str) -> None:
         """Have this node stand for election in `group_name` now (a new group's named first leader)."""
-        group = self._group(group_name)
-        group.campaign()
-        self._wake(group)
+        self._wake(self._group(group_name), Group.campaign)
 
     def request_snapshot(self, group_name: str) -> None:
         """Snapshot the state machine and compact the log at the next cycle (when the core allows)."""
-        group = self._group(group_name)
-        group.request_snapshot()
-        self._wake(group)
+        self._wake(self._group(group_name), Group.request_snapshot)
+
+    def stand_aside(self) -> None:
+        """Lame duck mode: every core here, and each opened later, is an observer (`raft.core` invariant 6)."""
+        self.observer = True
+        for group in self._groups.values():
+            group.node.observer = True
 
     async def accept_data_loss(self, group_name: str) -> tuple[GroupStatus, GroupStatus] | None:
         """Rule 4's operator override, between cycles (`Group.accept_data_loss`); the next cycle persists it."""
@@ -298,7 +296,9 @@ class NodeRuntime:
         """Whether this node leads `group_name` now; O(1). Raises `GroupNotFound`."""
         return self._group(group_name).node.role is Role.LEADER
 
-    def _wake(self, group: Group) -> None:  # an input: look at it next cycle, tick it if it was quiesced
+    def _wake(self, group: Group, act: Callable[[Group], None] | None = None) -> None:  # an input (`act`'s
+        if act is not None:  # first): look at the group next cycle, tick it if it was quiesced
+            act(group)
         self._mark(group)
         self.ticker.wake(group)
 

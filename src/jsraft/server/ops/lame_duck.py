@@ -1,21 +1,26 @@
 """Lame duck mode: a node leaves gracefully before it stops — `jsraft serve` on SIGUSR2, as nats-server (L5).
 
-Owns: `lame_duck(parts, online, transfer, leave)`, the steps nats-server's `lameDuckMode` takes, in this order:
+Owns: `lame_duck(parts, online, runtime, leave)`, the steps nats-server's `lameDuckMode` takes, in this order:
   1. No new client: the client listener closes (`ClientServer.stop_accepting`); connected clients stay.
   2. The clients are told: INFO with `"ldm": true` to each of them (nats-py's `lame_duck_mode_cb`, nats.js's
      `ldm` status), without this node's URL in `connect_urls`; the linked peers drop that URL from the
      INFO they send too (`leave`: `ClusterUrls.leave`, its invariant 6), so a client that moves is not
      sent back here.
-  3. Every Raft group this node leads (the meta group, its streams') hands its leadership to a connected
-     voter (`online`: `Node.online`; `hand_over`, through `transfer`: `NodeRuntime.transfer_leadership`), and the node waits until they moved, at most `HANDOVER_ELECTION_TIMEOUTS`
-     election timeouts. A single voter's group stays (nothing to hand over); one whose other voters are all
-     away, or whose handover did not complete in time, is logged.
+  3. The node stands aside (`NodeRuntime.stand_aside`, nats-server's observer mode: `raft.core` invariant 6):
+     from now on none of its Raft groups, nor one opened later, stands for election while another voter
+     could lead it, so a leadership handed over does not come back if its new holder fails. Then every
+     group this node leads (the meta group, its streams') hands its leadership to a connected voter
+     (`online`: `Node.online`; `hand_over`, through `NodeRuntime.transfer_leadership`), and the node waits
+     until they moved, at most `HANDOVER_ELECTION_TIMEOUTS` election timeouts. A single voter's group stays
+     (nothing to hand over, and it still campaigns); one whose other voters are all away, or whose
+     handover did not complete in time, is logged.
   4. After the grace period (`lame_duck_grace_period_ms`, counted from step 2) the clients are closed one
      by one over the rest of `lame_duck_duration_ms`: between half and all of (duration - grace) / clients
      apart, at most a second, so they do not all reconnect elsewhere at once. With no client left it
      returns at once.
 The caller then stops the node as on SIGTERM (`jsraft serve`: stores closed, exit 0). Until then the node
-serves on: its connected clients' requests, and its part in every Raft group as a voter.
+serves on: its connected clients' requests, and its part in every Raft group as a voter that does not
+stand.
 
 Invariants:
   1. Step 2 comes only once step 1 is done: a client told can no longer come back here (a dial is refused),
@@ -24,7 +29,7 @@ Invariants:
      the mode: the node stops as a follower would (its groups elect again, as after any stop).
   3. Each client is closed once, in the order it connected; the mode returns only when all were.
 
-Imports: stdlib, L0, L1 (`raft` status), trio, sibling `monitor_parts` (types only).
+Imports: stdlib, L0, L1 (`raft` status), L4 (`runtime`, types only), trio, sibling `monitor_parts` (types only).
 Reference: nats-server `server/server.go` (`lameDuckMode`, `sendLDMToClients`), `server/raft.go`
 (`transferRaftLeaders`); ADR-5 (lame duck notification).
 """
@@ -42,6 +47,7 @@ from jsraft.errors import JsraftError
 from jsraft.raft.status import Role
 
 if TYPE_CHECKING:
+    from jsraft.runtime import NodeRuntime
     from jsraft.server.ops.monitor_parts import MonitorParts
 
 log = logging.getLogger("jsraft.server.lame_duck")
@@ -50,7 +56,7 @@ HANDOVER_ELECTION_TIMEOUTS = 4  # how long step 3 waits for the leaderships to m
 CLOSE_INTERVAL_MAX_S = 1.0  # step 4: at most this long between two closes (nats-server: a second)
 
 
-async def lame_duck(parts: "MonitorParts", online: Callable[[], set[str]], transfer: Callable[[str, str], None],
+async def lame_duck(parts: "MonitorParts", online: Callable[[], set[str]], runtime: "NodeRuntime",
                     leave: Callable[[], Awaitable[None]], *, rng: random.Random | None = None) -> None:
     """Steps 1–4 (module docstring); returns when the node may stop."""
     config, clients, rng = parts.config, parts.clients, rng or random.Random()
@@ -62,7 +68,8 @@ async def lame_duck(parts: "MonitorParts", online: Callable[[], set[str]], trans
     told = trio.current_time()
     tick_s = config.tick_ms / 1000
     timeout_s = HANDOVER_ELECTION_TIMEOUTS * config.election_ticks * tick_s
-    still = await hand_over(parts, online(), transfer, timeout_s, tick_s, rng)
+    runtime.stand_aside()  # step 3, before any handover: a leadership handed over is not taken back
+    still = await hand_over(parts, online(), runtime.transfer_leadership, timeout_s, tick_s, rng)
     if still:
         log.warning("lame duck mode: still leading %s: the handover did not complete", ", ".join(still))
     await close_clients(parts, told, rng)

@@ -1,7 +1,7 @@
 """Lame duck mode on a three-node cluster (`server.ops.lame_duck`): the node leading the meta group and a
 stream hands both leaderships to its peers, tells its client (INFO `"ldm": true`, without its own URL),
 leaves the `connect_urls` its peers advertise, stands aside in every Raft group (an observer: it never stands
-for election again), refuses new clients, closes the one it has after the grace period; the stream goes on
+for election again) and is placed no new replica, refuses new clients, closes the one it has after the grace period; the stream goes on
 through the others with nothing lost.
 
 Method: three real nodes in one process (`jsraft.testing.cluster.Cluster`, real TCP on loopback), a raw
@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 import trio
 
+from jsraft.meta import ClusterNoPeers
 from jsraft.protocol import Info
 from jsraft.server.groups.meta_service import META_GROUP
 from jsraft.server.ops.lame_duck import lame_duck
@@ -71,3 +72,10 @@ async def test_lame_duck_hands_over_its_leaderships_tells_and_closes_its_clients
             assert second.seq == first.seq + 1
             await cluster.wait_until(lambda: cluster.replica_store(duck_name, "S").state().last_seq == second.seq,
                                      DEADLINE_S, what="the duck still replicates")
+
+            # No new replica is placed on the duck (meta_service invariant 5): two fit on the others, three not.
+            await survivor.add_stream(name="TWO", subjects=["two.>"], num_replicas=2)
+            assert duck_name not in others[0].meta.stream("TWO").peers
+            with pytest.raises(ClusterNoPeers) as refused:
+                await survivor.add_stream(name="THREE", subjects=["three.>"], num_replicas=3)
+            assert refused.value.err_code == 10005

@@ -45,7 +45,8 @@ HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.
 async def watch_signals(signals: Any, node: Any, monitor: Any, stop: trio.Event) -> None:
     """Invariant 1, for the node `jsraft serve` runs (`signals`: trio's receiver of `HANDLED`)."""
     async def lame_duck_then_stop() -> None:
-        await lame_duck(node.monitor_parts, node.online, node.runtime, node.cluster_urls.leave)
+        await lame_duck(node.monitor_parts, lambda: node.online() - node.cluster_urls.lame_ducks(), node.runtime,
+                        node.cluster_urls.leave)
         log.info("Lame duck mode done: stopping")
         stop.set()
     lame = False

@@ -196,8 +196,7 @@ class Node:
             open_membership=bool(config.seed_routes))
         call_peer = partial(_call_peer, self)  # the request layer is built after the parts that use it
         self.meta_service = MetaService(node_id=self.name, voters=config.voters(), runtime=self.runtime,
-                                        meta=self.meta, adapter=self.meta_adapter, online=self.online,
-                                        tick_s=self.tick_s,
+                                        meta=self.meta, adapter=self.meta_adapter, online=self.online, tick_s=self.tick_s,
                                         snapshot_every_entries=config.meta_snapshot_every_entries or None,
                                         storage_uuid=str(self.identity.storage_uuid),
                                         online_uuids=self.online_storage_uuids, call_peer=call_peer)
@@ -228,6 +227,7 @@ class Node:
                                         enabled=config.clustered or bool(config.seed_routes),
                                         refresh_s=0.2 if config.test_mode else 1.0)
         self.cluster_urls.register(self.handlers.table)  # node.client_url
+        self.meta_service.lame_ducks = self.cluster_urls.lame_ducks  # no new replica there (meta_service 5)
         # Interest and messages between nodes; a short digest interval in tests bounds a lost interest frame.
         self.routes = Routes(self.name, self.clients, self.transport.send,
                              digest_interval_s=0.2 if config.test_mode else 1.0)

@@ -24,6 +24,10 @@ Invariants:
      and a named first leader that opened ahead of its peers campaigns before they have the group, so
      its first votes may be lost and the election then waits a tick (one run each, load 10–16: R3
      creates 112 ms median with R3 preparation against `main`'s 74; limited to R1, 111 against 114).
+  5. A node in lame duck mode (`lame_ducks`: `ClusterUrls.lame_ducks`) gets no new replica: placement — a
+     create, a scale-up, the spare for a peer removed — and the meta leadership handed on at a server
+     remove see the online nodes without it, as nats-server leaves a server in lame duck mode out (its
+     shutdown event marks it offline). The replicas it has stay: a node on its way out is not drained.
 
 Imports: stdlib, L0, L1 (`raft`), L3 (`meta`), L4 (`runtime`), trio, server siblings.
 Reference: meta/machine.py "How the runtime drives it"; DESIGN.md §5.
@@ -79,6 +83,7 @@ class MetaService:
         # `StreamManager.prepare`: build a stream's directory ahead while its create entry is made durable
         # (name, config bytes, the group's name when known).
         self.prepare_stream: Callable[[str, bytes, str | None], None] | None = None
+        self.lame_ducks: Callable[[], Collection[str]] = tuple  # the nodes in lame duck mode (invariant 5)
         self._led_term = 0  # the term this node last led in (to abandon proposals when it ends)
         self._peers_term = 0  # the term in which the configured peers were last registered
         self.members = MetaMembers(node_id=node_id, storage_uuid=storage_uuid, group=META_GROUP, runtime=runtime,
@@ -178,7 +183,7 @@ class MetaService:
 
     async def create_stream(self, name: str, raw: bytes) -> StreamAssignment:
         await self.wait_ready()
-        proposal = self.meta.propose_create_stream(name, raw, now_ns=time.time_ns(), online=self.online())
+        proposal = self.meta.propose_create_stream(name, raw, now_ns=time.time_ns(), online=self.placeable())
         if proposal.in_flight:
             return await self._wait_stream(name)
         entry, prepare = proposal.entry, self.prepare_stream
@@ -197,7 +202,7 @@ class MetaService:
 
     async def update_stream(self, name: str, raw: bytes) -> StreamAssignment:
         await self.wait_ready()
-        proposal = self.meta.propose_update_stream(name, raw, online=self.online())
+        proposal = self.meta.propose_update_stream(name, raw, online=self.placeable())
         if proposal.in_flight:
             return await self._wait_stream(name)
         applied = await self._propose(proposal)
@@ -210,7 +215,7 @@ class MetaService:
         """Move stream `name` off `peer` (a spare takes its place, else the set shrinks); the stream's
         leader then changes the group's membership to the new set (`stream_members`)."""
         await self.wait_ready()
-        proposal = self.meta.propose_stream_peer_remove(name, peer, online=self.online())
+        proposal = self.meta.propose_stream_peer_remove(name, peer, online=self.placeable())
         applied = await self._propose(proposal)
         invariant(applied is not None and applied.stream is not None, "an applied update carries its assignment")
         return applied.stream
@@ -226,7 +231,7 @@ class MetaService:
         if peer not in voters and peer not in self.meta.peers():
             raise ClusterServerNotMember()
         if peer == self.node_id:
-            others = sorted(voter for voter in voters if voter != peer and voter in self.online())
+            others = sorted(voter for voter in voters if voter != peer and voter in self.placeable())
             if not others:
                 raise ClusterNoPeers("no other voter is online to take over the meta group")
             self.runtime.transfer_leadership(META_GROUP, others[0])
@@ -235,7 +240,11 @@ class MetaService:
             await self.runtime.propose_conf_change(META_GROUP, ConfChange(type=ConfChangeType.REMOVE_NODE,
                                                                           node_id=peer))
         if peer in self.meta.peers():
-            await self._propose(self.meta.propose_peer_remove(peer, online=self.online()))
+            await self._propose(self.meta.propose_peer_remove(peer, online=self.placeable()))
+
+    def placeable(self) -> set[str]:
+        """The online nodes that may take a new replica or the meta leadership (invariant 5)."""
+        return set(self.online()) - set(self.lame_ducks())
 
     async def delete_stream(self, name: str) -> None:
         await self.wait_ready()

@@ -22,6 +22,8 @@ Invariants:
      to peers that ask) and tells each linked peer (`leave`), which drops its URL at once and asks it no
      more until its link goes down (a node back after that is a new process) — what nats-server's LDM
      INFO to routes does, so clients told to move are not sent back to it.
+  7. `lame_ducks()`: the linked peers in lame duck mode and this node once it entered it — what the meta
+     leader places no new replica on (`meta_service` invariant 5) and a lame duck hands no leadership to.
 
 Imports: stdlib, L0, trio, server siblings (the client server, under TYPE_CHECKING). Reference: nats-server `server/route.go`
 (`addConnectURLsAndSendINFOToClients`).
@@ -108,6 +110,10 @@ class ClusterUrls:
             self.clients.connect_urls = urls
             if announce:
                 self.clients.announce_info()
+
+    def lame_ducks(self) -> set[str]:
+        """Invariant 7."""
+        return self.lame_duck_peers | ({self.clients.server_name} if self.clients.lame_duck else set())
 
     async def leave(self) -> None:
         """This node entered lame duck mode (invariant 6): INFO's list without its own URL (the caller

@@ -1,7 +1,8 @@
 """Lame duck mode of a real `jsraft serve` (SIGUSR2), seen by nats-py: what nats-py's own
 `ClientLameDuckModeTest` expects of nats-server (its `lame_duck_mode_cb` fires, the connection stays until
 the server closes it), plus what an operator relies on — no new connection is accepted, the clients are
-closed only after the grace period, the node then stops cleanly with its stream intact, a second SIGUSR2
+closed only after the grace period, its stream takes writes meanwhile but no new stream is created, the
+node then stops cleanly with its stream intact, a second SIGUSR2
 changes nothing and SIGTERM still stops it at once. Every wait polls with a deadline."""
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def finish(process: subprocess.Popen) -> tuple[int, str]:
 
 def test_sigusr2_tells_the_clients_refuses_new_ones_then_closes_them_and_stops(tmp_path):
     import nats
+    import nats.js.errors
 
-    process, port = start(tmp_path, duration="3s", grace="1s")
+    process, port = start(tmp_path, duration="4s", grace="2s")  # the grace period leaves room for the writes below
     url = f"nats://127.0.0.1:{port}"
     seen: dict[str, float] = {}
 
@@ -72,6 +74,12 @@ def test_sigusr2_tells_the_clients_refuses_new_ones_then_closes_them_and_stops(t
             await asyncio.sleep(0.01)
         assert not connects(port), "a new connection was accepted in lame duck mode"
         assert all(client.is_connected for client in clients)  # kept until the server closes them
+        # Its streams take writes on; a new one is placed nowhere (meta_service invariant 5), as nats-server,
+        # which stops JetStream in lame duck mode, creates none either.
+        await js.publish("keep.0", b"during")
+        with pytest.raises(nats.js.errors.BadRequestError) as refused:
+            await js.add_stream(name="NEW", subjects=["new.>"])
+        assert refused.value.err_code == 10005, refused.value
         process.send_signal(signal.SIGUSR2)  # a second signal changes nothing
         while not {"closed a", "closed b"} <= set(seen):
             assert time.monotonic() - seen["signal"] < DEADLINE_S, seen
@@ -80,14 +88,14 @@ def test_sigusr2_tells_the_clients_refuses_new_ones_then_closes_them_and_stops(t
     returncode, stderr = finish(process)
     assert returncode == 0, stderr
     for name in ("a", "b"):  # not before the grace period, within the duration (and a margin)
-        assert 1.0 <= seen[f"closed {name}"] - seen["signal"] < 3.0 + 2.0, seen
+        assert 2.0 <= seen[f"closed {name}"] - seen["signal"] < 4.0 + 2.0, seen
     for line in ("Trapped SIGUSR2 signal", "Entering lame duck mode, stop accepting new clients",
                  "Trapped SIGUSR2 signal: already in lame duck mode", "Closing existing clients",
                  "Lame duck mode done: stopping", "stopped cleanly (stores closed)"):
         assert line in stderr, (line, stderr)
     assert "WRN" not in stderr, stderr  # a standalone node has no leadership to hand over, and says nothing
 
-    process, port = start(tmp_path, duration="3s", grace="1s")  # the same store, reopened: all 20 there
+    process, port = start(tmp_path, duration="3s", grace="1s")  # the same store, reopened: all 21 there
 
     async def read_back() -> int:
         client = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
@@ -96,7 +104,7 @@ def test_sigusr2_tells_the_clients_refuses_new_ones_then_closes_them_and_stops(t
         finally:
             await client.close()
     try:
-        assert asyncio.run(read_back()) == 20
+        assert asyncio.run(read_back()) == 21
     finally:
         process.send_signal(signal.SIGTERM)
         assert finish(process)[0] == 0
@@ -104,6 +112,7 @@ def test_sigusr2_tells_the_clients_refuses_new_ones_then_closes_them_and_stops(t
 
 def test_sigterm_in_lame_duck_mode_stops_at_once(tmp_path):
     import nats
+    import nats.js.errors
 
     process, port = start(tmp_path, duration="2m", grace="1m")
 
@@ -130,6 +139,7 @@ def test_signal_command_and_pid_file_as_nats_servers_helm_prestop_uses_them(tmp_
     chart's preStop hook, `nats-server -sl=ldm=/var/run/nats/nats.pid` — puts that node in lame duck mode;
     `-sl reopen=PID` (SIGUSR1) and `-sl reload=PID` (SIGHUP) leave it running; the pid file goes at the stop."""
     import nats
+    import nats.js.errors
 
     pid_file = tmp_path / "nats.pid"
     process, port = start(tmp_path, duration="2s", grace="500ms", extra=("-P", str(pid_file)))

@@ -1,5 +1,12 @@
-"""Shared steps of the 3-node interop scenarios (counters, schedules, batches): a JetStream API call, the
-wait for a stream leader, and the wait until a new stream takes publishes through every node.
+"""Shared steps of the 3-node interop scenarios (counters, schedules, batches): a JetStream API call, an
+R3 stream's create, the wait for a stream leader, and the wait until a new stream takes publishes through
+every node.
+
+nats-server's meta leader can answer an R3 create with 400/10005 "no suitable peers for placement, peer
+offline" when it has not heard from a peer within its window — even after the cluster placed a probe stream
+at startup (`bench/nats_servers.py`), when the other system's three processes start beside it on a loaded
+machine (seen in CI: `test_batches_cluster.py`, 2026-11-29). `create_stream` asks again on exactly that
+answer until its deadline; any other answer, jsraft's included, is returned as it is.
 
 A stream just created on three nodes does not take publishes on every node at once: nats-server 2.15.1
 answers "no responders" on a node whose interest in the stream's subjects has not arrived yet (seen under
@@ -23,6 +30,22 @@ DEADLINE_S = 30.0
 async def api(nc, subject: str, body: dict | None = None, timeout: float = 5.0) -> dict:
     msg = await nc.request(subject, json.dumps(body).encode() if body is not None else b"", timeout=timeout)
     return json.loads(msg.data)
+
+
+PEER_OFFLINE = "no suitable peers for placement, peer offline"
+
+
+async def create_stream(nc, config: dict) -> dict:
+    """`STREAM.CREATE` of `config`; asked again while the answer is nats-server's transient 10005 "peer
+    offline" (module docstring), for at most `DEADLINE_S`."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        answer = await api(nc, f"$JS.API.STREAM.CREATE.{config['name']}", config, timeout=20)
+        error = answer.get("error") or {}
+        if error.get("err_code") != 10005 or error.get("description") != PEER_OFFLINE:
+            return answer
+        assert time.monotonic() < deadline, f"{config['name']}: still {error} after {DEADLINE_S} s"
+        await asyncio.sleep(0.1)
 
 
 async def until_leader(nc, stream: str, not_this: str | None = None) -> str:

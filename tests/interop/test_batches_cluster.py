@@ -18,7 +18,7 @@ import json
 
 import pytest
 from bench_servers import needs_nats_server, servers
-from cluster_kit import api, ready_on_every_node, until_leader
+from cluster_kit import api, create_stream, ready_on_every_node, until_leader
 
 pytestmark = needs_nats_server
 nats = pytest.importorskip("nats")
@@ -41,8 +41,8 @@ async def _scenario(urls: list[str]) -> dict:
     conns = [await nats.connect(url) for url in urls]
     try:
         nc = conns[0]
-        created = await api(nc, "$JS.API.STREAM.CREATE.ATM", {"name": "ATM", "subjects": ["atm.>"],
-                                                               "allow_atomic": True, "num_replicas": 3})
+        created = await create_stream(nc, {"name": "ATM", "subjects": ["atm.>"], "allow_atomic": True,
+                                           "num_replicas": 3})
         assert "error" not in created, created
         leader = await until_leader(nc, "ATM")
         await ready_on_every_node(conns, "atm.ready")

@@ -22,7 +22,7 @@ import json
 
 import pytest
 from bench_servers import needs_nats_server, servers
-from cluster_kit import ready_on_every_node, until_leader
+from cluster_kit import create_stream, ready_on_every_node, until_leader
 
 pytestmark = needs_nats_server
 nats = pytest.importorskip("nats")
@@ -39,7 +39,7 @@ async def _scenario(urls: list[str]) -> dict:
     try:
         nc = conns[0]
         create = {"name": "CNT", "subjects": ["cnt.>"], "allow_msg_counter": True, "num_replicas": 3}
-        answer = json.loads((await nc.request("$JS.API.STREAM.CREATE.CNT", json.dumps(create).encode(), timeout=20)).data)
+        answer = await create_stream(nc, create)
         assert "error" not in answer, answer
         leader = await until_leader(nc, "CNT")
         await ready_on_every_node(conns, "cnt.hits")

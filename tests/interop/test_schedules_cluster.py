@@ -20,7 +20,7 @@ import time
 
 import pytest
 from bench_servers import needs_nats_server, servers
-from cluster_kit import api, ready_on_every_node, until_leader
+from cluster_kit import api, create_stream, ready_on_every_node, until_leader
 
 pytestmark = needs_nats_server
 nats = pytest.importorskip("nats")
@@ -47,8 +47,8 @@ async def _scenario(urls: list[str]) -> dict:
     conns = [await nats.connect(url) for url in urls]
     try:
         nc = conns[0]
-        created = await api(nc, "$JS.API.STREAM.CREATE.SCH", {"name": "SCH", "subjects": ["sch.>"],
-                                                               "allow_msg_schedules": True, "num_replicas": 3})
+        created = await create_stream(nc, {"name": "SCH", "subjects": ["sch.>"], "allow_msg_schedules": True,
+                                           "num_replicas": 3})
         assert "error" not in created, created
         await until_leader(nc, "SCH")
         await ready_on_every_node(conns, "sch.ready")

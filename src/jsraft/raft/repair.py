@@ -234,6 +234,7 @@ def build_status(node: RaftNode) -> Status:
         learners=node.conf.learners,
         reachable_followers=_reachable_followers(node),
         observer=node.observer,
+        lead_transferee=node.lead_transferee if node.role is Role.LEADER else None,
     )
 
 

@@ -48,3 +48,6 @@ class Status:
     # of to a peer that is paused or cut off. Empty on every other role.
     reachable_followers: tuple[str, ...] = ()
     observer: bool = False  # lame duck mode: stands for election in no group with another voter (core 6)
+    # On a leader: the voter its leadership is being handed to, until the core drops the transfer (done, or
+    # not done within an election timeout: a caller that still wants it asks again). None otherwise.
+    lead_transferee: str | None = None

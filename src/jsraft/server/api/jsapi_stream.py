@@ -275,15 +275,20 @@ class LeaderSide:
         return {"success": True}, ()
 
     async def _step_down(self, group: str, args: dict[str, Any]) -> None:
-        """Hand `group`'s leadership to a chosen voter and wait until it moved (invariant 3)."""
-        target = self._target(self.parts.runtime.status(group).raft.voters, args)
-        try:
-            self.parts.runtime.transfer_leadership(group, target)
-        except JsraftError as error:
-            raise RaftGeneral(error.description) from None
+        """Hand `group`'s leadership to a chosen voter and wait until it moved (invariant 3). The core drops a
+        transfer not done within an election timeout (Raft §3.10: its target was still catching up, say a
+        replica created a moment ago, or the TimeoutNow was lost); while this leader still leads, it is
+        asked again, until the stepdown's own bound."""
+        runtime = self.parts.runtime
+        target = self._target(runtime.status(group).raft.voters, args)
         timeout_s = STEPDOWN_ELECTION_TIMEOUTS * self.parts.config.election_ticks * self.parts.tick_s
         with trio.move_on_after(timeout_s):
-            while self.parts.runtime.status(group).raft.role is Role.LEADER:
+            while (raft := runtime.status(group).raft).role is Role.LEADER:
+                if raft.lead_transferee is None:  # not asked yet, or dropped by the core
+                    try:
+                        runtime.transfer_leadership(group, target)
+                    except JsraftError as error:
+                        raise RaftGeneral(error.description) from None
                 await trio.sleep(self.parts.tick_s / 2)
             return
         raise RaftGeneral(f"leadership transfer to {target} did not complete")

@@ -11,7 +11,8 @@ Owns: `lame_duck(parts, online, runtime, leave)`, the steps nats-server's `lameD
      could lead it, so a leadership handed over does not come back if its new holder fails. Then every
      group this node leads (the meta group, its streams') hands its leadership to a connected voter
      (`online`: `Node.online`; `hand_over`, through `NodeRuntime.transfer_leadership`), and the node waits
-     until they moved, at most `HANDOVER_ELECTION_TIMEOUTS` election timeouts. A single voter's group stays
+     until they moved, at most `HANDOVER_ELECTION_TIMEOUTS` election timeouts, asking again for a handover
+     the core dropped after an election timeout (Raft §3.10). A single voter's group stays
      (nothing to hand over, and it still campaigns); one whose other voters are all away, or whose
      handover did not complete in time, is logged.
   4. After the grace period (`lame_duck_grace_period_ms`, counted from step 2) the clients are closed one
@@ -79,7 +80,7 @@ async def hand_over(parts: "MonitorParts", connected: set[str], transfer: Callab
                     timeout_s: float, poll_s: float, rng: random.Random) -> list[str]:
     """Step 3: each group this node leads asks a voter in `connected` to take over; those of them still led
     here once all moved or `timeout_s` passed (invariant 2)."""
-    moving: list[str] = []
+    moving: dict[str, str] = {}  # group -> the voter asked to take it over
     for group in parts.group_names():
         try:
             status = parts.status(group).raft
@@ -98,11 +99,27 @@ async def hand_over(parts: "MonitorParts", connected: set[str], transfer: Callab
         except JsraftError as error:  # closed meanwhile, or a transfer already under way
             log.info("lame duck mode: %s's leadership not handed over: %s", group, error)
             continue
-        moving.append(group)
+        moving[group] = target
     with trio.move_on_after(timeout_s):
         while any(_leads(parts, group) for group in moving):
             await trio.sleep(poll_s)
+            for group, target in moving.items():  # one the core dropped (not done in an election timeout)
+                _ask_again(parts, group, target, transfer)
     return [group for group in moving if _leads(parts, group)]
+
+
+def _ask_again(parts: "MonitorParts", group: str, target: str, transfer: Callable[[str, str], None]) -> None:
+    """A handover the core dropped — its target was still catching up, or the TimeoutNow was lost — is asked
+    for again while this node still leads the group."""
+    try:
+        status = parts.status(group).raft
+    except JsraftError:  # closed: it leads nothing
+        return
+    if status.role is Role.LEADER and status.lead_transferee is None:
+        try:
+            transfer(group, target)
+        except JsraftError as error:
+            log.info("lame duck mode: %s's leadership not handed over: %s", group, error)
 
 
 def _leads(parts: "MonitorParts", group: str) -> bool:

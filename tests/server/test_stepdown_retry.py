@@ -1,0 +1,91 @@
+"""A leadership handover the Raft core dropped is asked for again: the stepdown API
+(`$JS.API.STREAM.LEADER.STEPDOWN`, `jsapi_stream` invariant 3) and lame duck mode's handover
+(`lame_duck.hand_over`).
+
+The core gives up a transfer that has not happened within an election timeout (Raft §3.10): its target
+was still catching up — a replica created a moment ago — or the TimeoutNow that starts its election was
+lost. A stepdown asked for right then used to answer 10041 "leadership transfer to X did not complete"
+although the target came up to date a moment later (a CI run of `tests/testing/test_chaos_procs.py`).
+
+Method: three real nodes in one process (`jsraft.testing.cluster.Cluster`, real TCP on loopback). The
+target's node loses the first TimeoutNow of the group (its `runtime.deliver` drops it), so the first
+transfer cannot complete and the core drops it after an election timeout; the leadership must still move
+to that target within the caller's bound. Every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import trio
+
+from jsraft.raft import TimeoutNow
+from jsraft.server.groups.meta_service import META_GROUP
+from jsraft.server.ops.lame_duck import hand_over
+from jsraft.testing.cluster import Cluster
+from nats_kit import DEADLINE_S, in_asyncio, nats_connect
+
+TICK_MS, ELECTION_TICKS = 20, 10
+
+
+def lose_first_timeout_now(node, group: str) -> list[TimeoutNow]:
+    """Make `node` drop the first TimeoutNow of `group`; returns the list of every one that reached it
+    (the dropped one first)."""
+    seen: list[TimeoutNow] = []
+    deliver = node.runtime.deliver
+
+    def lossy(group_name, message):
+        if group_name == group and isinstance(message, TimeoutNow):
+            seen.append(message)
+            if len(seen) == 1:
+                return False  # lost on the way
+        return deliver(group_name, message)
+
+    node.runtime.deliver = lossy
+    return seen
+
+
+async def test_a_stream_stepdown_asks_again_when_its_first_transfer_is_dropped(tmp_path):
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
+            await cluster.wait_for_meta_leader()
+            await cluster.wait_ready()
+            first = cluster.node("n1")
+            await first.jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
+            group = first.streams.replicas["S"].group
+            leader = await cluster.wait_until(lambda: first.streams.replicas["S"].leader_id(), DEADLINE_S)
+            target = next(name for name in cluster.names if name != leader)
+            seen = lose_first_timeout_now(cluster.node(target), group)
+
+            async def stepdown(url):
+                nc = await nats_connect(url)
+                try:
+                    answer = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.S",
+                                              json.dumps({"placement": {"preferred": target}}).encode(), timeout=10)
+                    return json.loads(answer.data)
+                finally:
+                    await nc.close()
+
+            answer = await in_asyncio(stepdown, cluster.node(leader).url)
+            assert answer == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}
+            await cluster.wait_until(lambda: cluster.node(target).runtime.is_leader(group), DEADLINE_S,
+                                     what=f"{target} leads S")
+            assert len(seen) >= 2  # the first was lost, and the transfer was asked for again
+
+
+async def test_a_lame_duck_handover_asks_again_when_its_first_transfer_is_dropped(tmp_path):
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
+            leader = await cluster.wait_for_meta_leader()
+            await cluster.wait_ready()
+            target = next(name for name in cluster.names if name != leader)
+            seen = lose_first_timeout_now(cluster.node(target), META_GROUP)
+            node = cluster.node(leader)
+            election_timeout_s = ELECTION_TICKS * TICK_MS / 1000
+            still = await hand_over(node.monitor_parts, {target}, node.runtime.transfer_leadership,
+                                    4 * election_timeout_s, TICK_MS / 1000, random.Random(7))
+            assert still == []
+            await cluster.wait_until(lambda: cluster.node(target).runtime.is_leader(META_GROUP), DEADLINE_S,
+                                     what=f"{target} leads the meta group")
+            assert len(seen) >= 2

@@ -1,6 +1,6 @@
 """A leadership handover the Raft core dropped is asked for again: the stepdown API
 (`$JS.API.STREAM.LEADER.STEPDOWN`, `jsapi_stream` invariant 3) and lame duck mode's handover
-(`lame_duck.hand_over`).
+(`lame_duck.hand_over`); and a stepdown without a preferred server hands over to a follower that answers.
 
 The core gives up a transfer that has not happened within an election timeout (Raft §3.10): its target
 was still catching up — a replica created a moment ago — or the TimeoutNow that starts its election was
@@ -10,7 +10,9 @@ although the target came up to date a moment later (a CI run of `tests/testing/t
 Method: three real nodes in one process (`jsraft.testing.cluster.Cluster`, real TCP on loopback). The
 target's node loses the first TimeoutNow of the group (its `runtime.deliver` drops it), so the first
 transfer cannot complete and the core drops it after an election timeout; the leadership must still move
-to that target within the caller's bound. Every wait polls with a deadline.
+to that target within the caller's bound. For the choice of target, one follower's node drops every message
+of the stream's group (its node stays up and connected): eight stepdowns in a row must each pick the other
+one (a random pick among both fails one of them with probability 1 - 2**-8). Every wait polls with a deadline.
 """
 
 from __future__ import annotations
@@ -89,3 +91,43 @@ async def test_a_lame_duck_handover_asks_again_when_its_first_transfer_is_droppe
             await cluster.wait_until(lambda: cluster.node(target).runtime.is_leader(META_GROUP), DEADLINE_S,
                                      what=f"{target} leads the meta group")
             assert len(seen) >= 2
+
+
+async def test_a_stream_stepdown_picks_a_follower_that_answers(tmp_path):
+    """Without a preferred server the new leader is a voter that answered the leader lately (nats-server's
+    `StepDown`: a peer heard from within three heartbeats), not one whose node is up while its replica
+    hears nothing: eight stepdowns in a row, each one picked among a live and a deaf follower."""
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
+            await cluster.wait_for_meta_leader()
+            await cluster.wait_ready()
+            first = cluster.node("n1")
+            await first.jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
+            group = first.streams.replicas["S"].group
+            leader = await cluster.wait_until(lambda: first.streams.replicas["S"].leader_id(), DEADLINE_S)
+            deaf = next(name for name in cluster.names if name != leader)
+            node = cluster.node(deaf)
+            deliver = node.runtime.deliver
+            node.runtime.deliver = lambda name, message: False if name == group else deliver(name, message)
+            live = [name for name in cluster.names if name != deaf]
+
+            def only_live_answers() -> bool:
+                status = cluster.node(leader).runtime.status(group).raft
+                return status.reachable_followers == tuple(name for name in live if name != leader)
+
+            await cluster.wait_until(only_live_answers, DEADLINE_S, what="the deaf follower dropped from the answers")
+
+            async def stepdown(url):
+                nc = await nats_connect(url)
+                try:
+                    return json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.S", b"", timeout=10)).data)
+                finally:
+                    await nc.close()
+
+            for _ in range(8):
+                answer = await in_asyncio(stepdown, cluster.node(leader).url)
+                assert answer.get("success") is True, answer
+                leader = next(name for name in live if name != leader)
+                await cluster.wait_until(lambda: cluster.node(leader).runtime.is_leader(group), DEADLINE_S,
+                                         what=f"{leader} leads S")
+                await cluster.wait_until(only_live_answers, DEADLINE_S, what="the new leader hears its live follower")

@@ -47,7 +47,7 @@ from jsraft.errors import InvalidSubject, JsraftError, NoMessageFound
 from jsraft.jsapi import StreamConfig, parse_stream_config, served_metadata, validate_stream_name
 from jsraft.meta import ClusterNoPeers, StreamOffline
 from jsraft.raft.errors import NotLeader
-from jsraft.raft.status import Role
+from jsraft.raft.status import Role, Status
 from jsraft.server.api.bulk_get import pack_chunk
 from jsraft.server.api.direct_batch import read_chunk, read_multi_last
 from jsraft.server.errors import NoLeader
@@ -280,7 +280,7 @@ class LeaderSide:
         replica created a moment ago, or the TimeoutNow was lost); while this leader still leads, it is
         asked again, until the stepdown's own bound."""
         runtime = self.parts.runtime
-        target = self._target(runtime.status(group).raft.voters, args)
+        target = self._target(runtime.status(group).raft, args)
         timeout_s = STEPDOWN_ELECTION_TIMEOUTS * self.parts.config.election_ticks * self.parts.tick_s
         with trio.move_on_after(timeout_s):
             while (raft := runtime.status(group).raft).role is Role.LEADER:
@@ -293,10 +293,13 @@ class LeaderSide:
             return
         raise RaftGeneral(f"leadership transfer to {target} did not complete")
 
-    def _target(self, voters: Sequence[str], args: dict[str, Any]) -> str:
-        """The new leader: the preferred server, or a connected voter matching the placement
-        (nats-server `getStepDownPreferredPlacement`; jsraft nodes carry no tags)."""
-        others = sorted(voter for voter in voters if voter != self.parts.name)
+    def _target(self, status: Status, args: dict[str, Any]) -> str:
+        """The new leader: the preferred server, or a connected voter matching the placement (nats-server
+        `getStepDownPreferredPlacement`; jsraft nodes carry no tags) — one that answered this leader lately
+        (`Status.reachable_followers`) when there is such a one, as nats-server's `StepDown` picks a peer
+        heard from within three heartbeats: a voter whose node is up but whose replica does not answer
+        would never take the leadership."""
+        others = sorted(voter for voter in status.voters if voter != self.parts.name)
         preferred = str(args.get("preferred") or "")
         if preferred:
             if preferred == self.parts.name:
@@ -306,6 +309,8 @@ class LeaderSide:
             return preferred
         online = self.parts.online()
         candidates = [voter for voter in others if voter in online]
+        heard = [voter for voter in candidates if voter in status.reachable_followers]
+        candidates = heard or candidates
         cluster = str(args.get("cluster") or "")
         if (cluster and cluster != self.parts.config.cluster_name) or args.get("tags"):
             candidates = []

@@ -1,6 +1,7 @@
 """A leadership handover the Raft core dropped is asked for again: the stepdown API
 (`$JS.API.STREAM.LEADER.STEPDOWN`, `jsapi_stream` invariant 3) and lame duck mode's handover
-(`lame_duck.hand_over`); and a stepdown without a preferred server hands over to a follower that answers.
+(`lame_duck.hand_over`); and a stepdown without a preferred server, or a lame duck's handover, goes to a
+follower that answers.
 
 The core gives up a transfer that has not happened within an election timeout (Raft §3.10): its target
 was still catching up — a replica created a moment ago — or the TimeoutNow that starts its election was
@@ -12,7 +13,8 @@ target's node loses the first TimeoutNow of the group (its `runtime.deliver` dro
 transfer cannot complete and the core drops it after an election timeout; the leadership must still move
 to that target within the caller's bound. For the choice of target, one follower's node drops every message
 of the stream's group (its node stays up and connected): eight stepdowns in a row must each pick the other
-one (a random pick among both fails one of them with probability 1 - 2**-8). Every wait polls with a deadline.
+one (a random pick among both fails one of them with probability 1 - 2**-8); the same for eight lame duck
+handovers of the meta group. Every wait polls with a deadline.
 """
 
 from __future__ import annotations
@@ -131,3 +133,34 @@ async def test_a_stream_stepdown_picks_a_follower_that_answers(tmp_path):
                 await cluster.wait_until(lambda: cluster.node(leader).runtime.is_leader(group), DEADLINE_S,
                                          what=f"{leader} leads S")
                 await cluster.wait_until(only_live_answers, DEADLINE_S, what="the new leader hears its live follower")
+
+
+async def test_a_lame_duck_hands_over_to_a_follower_that_answers(tmp_path):
+    """Lame duck mode's handover among connected voters picks one that answered lately: one follower's node
+    drops every message of the meta group; eight handovers in a row (each from the last one's new leader,
+    with both others connected) must each pick the live one."""
+    async with trio.open_nursery() as nursery:
+        async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
+            leader = await cluster.wait_for_meta_leader()
+            await cluster.wait_ready()
+            deaf = next(name for name in cluster.names if name != leader)
+            node = cluster.node(deaf)
+            deliver = node.runtime.deliver
+            node.runtime.deliver = lambda name, message: False if name == META_GROUP else deliver(name, message)
+            live = [name for name in cluster.names if name != deaf]
+            election_timeout_s = ELECTION_TICKS * TICK_MS / 1000
+            rng = random.Random(11)
+
+            def only_live_answers() -> bool:
+                status = cluster.node(leader).runtime.status(META_GROUP).raft
+                return status.reachable_followers == tuple(name for name in live if name != leader)
+
+            for _ in range(8):
+                await cluster.wait_until(only_live_answers, DEADLINE_S, what=f"{leader} hears only its live follower")
+                parts = cluster.node(leader)
+                still = await hand_over(parts.monitor_parts, set(cluster.names) - {leader},
+                                        parts.runtime.transfer_leadership, 4 * election_timeout_s, TICK_MS / 1000, rng)
+                assert still == []
+                leader = next(name for name in live if name != leader)
+                await cluster.wait_until(lambda: cluster.node(leader).runtime.is_leader(META_GROUP), DEADLINE_S,
+                                         what=f"{leader} leads the meta group")

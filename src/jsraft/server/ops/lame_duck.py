@@ -9,10 +9,11 @@ Owns: `lame_duck(parts, online, runtime, leave)`, the steps nats-server's `lameD
   3. The node stands aside (`NodeRuntime.stand_aside`, nats-server's observer mode: `raft.core` invariant 6):
      from now on none of its Raft groups, nor one opened later, stands for election while another voter
      could lead it, so a leadership handed over does not come back if its new holder fails. Then every
-     group this node leads (the meta group, its streams') hands its leadership to a connected voter
-     (`online`: `Node.online`; `hand_over`, through `NodeRuntime.transfer_leadership`), and the node waits
-     until they moved, at most `HANDOVER_ELECTION_TIMEOUTS` election timeouts, asking again for a handover
-     the core dropped after an election timeout (Raft §3.10). A single voter's group stays
+     group this node leads (the meta group, its streams') hands its leadership to a connected voter, one
+     that answered the leader lately when there is one (`Status.reachable_followers`, as nats-server's
+     `StepDown`; `online`: `Node.online`; `hand_over`, through `NodeRuntime.transfer_leadership`), and the
+     node waits until they moved, at most `HANDOVER_ELECTION_TIMEOUTS` election timeouts, asking again for
+     a handover the core dropped after an election timeout (Raft §3.10). A single voter's group stays
      (nothing to hand over, and it still campaigns); one whose other voters are all away, or whose
      handover did not complete in time, is logged.
   4. After the grace period (`lame_duck_grace_period_ms`, counted from step 2) the clients are closed one
@@ -93,7 +94,8 @@ async def hand_over(parts: "MonitorParts", connected: set[str], transfer: Callab
                     log.warning("lame duck mode: %s stays led here: none of its voters %s is connected", group,
                                 ", ".join(others))
                 continue
-            target = rng.choice(targets)
+            heard = [voter for voter in targets if voter in status.reachable_followers]  # answered lately
+            target = rng.choice(heard or targets)
             log.info("lame duck mode: handing %s's leadership to %s", group, target)
             transfer(group, target)
         except JsraftError as error:  # closed meanwhile, or a transfer already under way

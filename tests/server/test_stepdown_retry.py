@@ -33,6 +33,9 @@ from nats_kit import DEADLINE_S, in_asyncio, nats_connect
 TICK_MS, ELECTION_TICKS = 20, 10
 
 
+HANDOVER_S = 4 * ELECTION_TICKS * TICK_MS / 1000  # lame duck mode's bound: four election timeouts
+
+
 def lose_first_timeout_now(node, group: str) -> list[TimeoutNow]:
     """Make `node` drop the first TimeoutNow of `group`; returns the list of every one that reached it
     (the dropped one first)."""
@@ -50,28 +53,45 @@ def lose_first_timeout_now(node, group: str) -> list[TimeoutNow]:
     return seen
 
 
+def go_deaf(node, group: str) -> None:
+    """`node` drops every message of `group` from now on; the node itself stays up and connected."""
+    deliver = node.runtime.deliver
+    node.runtime.deliver = lambda name, message: False if name == group else deliver(name, message)
+
+
+async def stream_s(cluster) -> tuple[str, str]:
+    """Stream S, R3, created through n1: its group and its leader."""
+    first = cluster.node("n1")
+    await first.jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
+    group = first.streams.replicas["S"].group
+    return group, await cluster.wait_until(lambda: first.streams.replicas["S"].leader_id(), DEADLINE_S)
+
+
+async def stepdown(url: str, body: bytes = b"") -> dict:
+    """`$JS.API.STREAM.LEADER.STEPDOWN.S` through nats-py (run with `in_asyncio`): the answer."""
+    nc = await nats_connect(url)
+    try:
+        return json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.S", body, timeout=10)).data)
+    finally:
+        await nc.close()
+
+
+def hears_only(cluster, leader: str, group: str, live: list[str]) -> bool:
+    """`leader`'s followers that answered lately are exactly the live ones."""
+    status = cluster.node(leader).runtime.status(group).raft
+    return status.reachable_followers == tuple(name for name in live if name != leader)
+
+
 async def test_a_stream_stepdown_asks_again_when_its_first_transfer_is_dropped(tmp_path):
     async with trio.open_nursery() as nursery:
         async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
             await cluster.wait_for_meta_leader()
             await cluster.wait_ready()
-            first = cluster.node("n1")
-            await first.jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
-            group = first.streams.replicas["S"].group
-            leader = await cluster.wait_until(lambda: first.streams.replicas["S"].leader_id(), DEADLINE_S)
+            group, leader = await stream_s(cluster)
             target = next(name for name in cluster.names if name != leader)
             seen = lose_first_timeout_now(cluster.node(target), group)
-
-            async def stepdown(url):
-                nc = await nats_connect(url)
-                try:
-                    answer = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.S",
-                                              json.dumps({"placement": {"preferred": target}}).encode(), timeout=10)
-                    return json.loads(answer.data)
-                finally:
-                    await nc.close()
-
-            answer = await in_asyncio(stepdown, cluster.node(leader).url)
+            body = json.dumps({"placement": {"preferred": target}}).encode()
+            answer = await in_asyncio(stepdown, cluster.node(leader).url, body)
             assert answer == {"type": "io.nats.jetstream.api.v1.stream_leader_stepdown_response", "success": True}
             await cluster.wait_until(lambda: cluster.node(target).runtime.is_leader(group), DEADLINE_S,
                                      what=f"{target} leads S")
@@ -86,9 +106,8 @@ async def test_a_lame_duck_handover_asks_again_when_its_first_transfer_is_droppe
             target = next(name for name in cluster.names if name != leader)
             seen = lose_first_timeout_now(cluster.node(target), META_GROUP)
             node = cluster.node(leader)
-            election_timeout_s = ELECTION_TICKS * TICK_MS / 1000
-            still = await hand_over(node.monitor_parts, {target}, node.runtime.transfer_leadership,
-                                    4 * election_timeout_s, TICK_MS / 1000, random.Random(7))
+            still = await hand_over(node.monitor_parts, {target}, node.runtime.transfer_leadership, HANDOVER_S,
+                                    TICK_MS / 1000, random.Random(7))
             assert still == []
             await cluster.wait_until(lambda: cluster.node(target).runtime.is_leader(META_GROUP), DEADLINE_S,
                                      what=f"{target} leads the meta group")
@@ -103,36 +122,18 @@ async def test_a_stream_stepdown_picks_a_follower_that_answers(tmp_path):
         async with Cluster.start(nursery, 3, tmp_path, tick_ms=TICK_MS, election_ticks=ELECTION_TICKS) as cluster:
             await cluster.wait_for_meta_leader()
             await cluster.wait_ready()
-            first = cluster.node("n1")
-            await first.jetstream().add_stream(name="S", subjects=["s.>"], num_replicas=3)
-            group = first.streams.replicas["S"].group
-            leader = await cluster.wait_until(lambda: first.streams.replicas["S"].leader_id(), DEADLINE_S)
+            group, leader = await stream_s(cluster)
             deaf = next(name for name in cluster.names if name != leader)
-            node = cluster.node(deaf)
-            deliver = node.runtime.deliver
-            node.runtime.deliver = lambda name, message: False if name == group else deliver(name, message)
+            go_deaf(cluster.node(deaf), group)
             live = [name for name in cluster.names if name != deaf]
-
-            def only_live_answers() -> bool:
-                status = cluster.node(leader).runtime.status(group).raft
-                return status.reachable_followers == tuple(name for name in live if name != leader)
-
-            await cluster.wait_until(only_live_answers, DEADLINE_S, what="the deaf follower dropped from the answers")
-
-            async def stepdown(url):
-                nc = await nats_connect(url)
-                try:
-                    return json.loads((await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.S", b"", timeout=10)).data)
-                finally:
-                    await nc.close()
-
             for _ in range(8):
+                await cluster.wait_until(lambda: hears_only(cluster, leader, group, live), DEADLINE_S,
+                                         what=f"{leader} hears only its live follower")
                 answer = await in_asyncio(stepdown, cluster.node(leader).url)
                 assert answer.get("success") is True, answer
                 leader = next(name for name in live if name != leader)
                 await cluster.wait_until(lambda: cluster.node(leader).runtime.is_leader(group), DEADLINE_S,
                                          what=f"{leader} leads S")
-                await cluster.wait_until(only_live_answers, DEADLINE_S, what="the new leader hears its live follower")
 
 
 async def test_a_lame_duck_hands_over_to_a_follower_that_answers(tmp_path):
@@ -144,22 +145,15 @@ async def test_a_lame_duck_hands_over_to_a_follower_that_answers(tmp_path):
             leader = await cluster.wait_for_meta_leader()
             await cluster.wait_ready()
             deaf = next(name for name in cluster.names if name != leader)
-            node = cluster.node(deaf)
-            deliver = node.runtime.deliver
-            node.runtime.deliver = lambda name, message: False if name == META_GROUP else deliver(name, message)
+            go_deaf(cluster.node(deaf), META_GROUP)
             live = [name for name in cluster.names if name != deaf]
-            election_timeout_s = ELECTION_TICKS * TICK_MS / 1000
             rng = random.Random(11)
-
-            def only_live_answers() -> bool:
-                status = cluster.node(leader).runtime.status(META_GROUP).raft
-                return status.reachable_followers == tuple(name for name in live if name != leader)
-
             for _ in range(8):
-                await cluster.wait_until(only_live_answers, DEADLINE_S, what=f"{leader} hears only its live follower")
-                parts = cluster.node(leader)
-                still = await hand_over(parts.monitor_parts, set(cluster.names) - {leader},
-                                        parts.runtime.transfer_leadership, 4 * election_timeout_s, TICK_MS / 1000, rng)
+                await cluster.wait_until(lambda: hears_only(cluster, leader, META_GROUP, live), DEADLINE_S,
+                                         what=f"{leader} hears only its live follower")
+                node = cluster.node(leader)
+                still = await hand_over(node.monitor_parts, set(cluster.names) - {leader},
+                                        node.runtime.transfer_leadership, HANDOVER_S, TICK_MS / 1000, rng)
                 assert still == []
                 leader = next(name for name in live if name != leader)
                 await cluster.wait_until(lambda: cluster.node(leader).runtime.is_leader(META_GROUP), DEADLINE_S,

@@ -19,7 +19,8 @@ applied below:
   R4 log matching: indexes are contiguous (a record below the expected index is junk) and terms
      non-decreasing; each entry's `prev_term` must equal the term of the entry before it. A break marks
      both entries faulty, because a locally valid but stale record (a rolled-back write) can sit on either
-     side of it.
+     side of it. R4b: across faulty indexes too (the core refuses falling terms): an entry below the term of
+     entries accepted before the gap is faulty, and so is every accepted entry of a higher term (sim seed 30169).
   R5 the snapshot covers everything at or below its index: damage there is irrelevant, and the first
      entry after it chains to the snapshot's term.
   R6 hard-state records (segment format 2) are accepted where they lie; junk before one is corruption like
@@ -153,6 +154,7 @@ class _Walk:
         self.torn: TornCut | None = None
         self.expected: int | None = None
         self.prev_term = 0  # term of index `expected - 1` when known and trusted, else 0
+        self.term_floor = snap_term  # the highest term of an entry accepted so far (R4b)
         self.max_term = snap_term
 
     def problem(self, index: int, text: str) -> None:
@@ -233,15 +235,26 @@ class _Walk:
                 self.faulty.add(index - 1)
                 self.entries.pop(index - 1, None)
                 self.set_term(index - 1, 0)
+                self.refloor()
             self.problem(
                 index,
                 f"log matching broken between {index - 1} and {index} "
                 f"(term {term}, prev_term {prev_claim}, previous term {prev})",
             )
             self.prev_term = 0
+        elif not prev and term < self.term_floor and index > self.snap_index:
+            self.problem(index, f"term {term} at {index} below term {self.term_floor} before faulty indexes")
+            self.faulty.add(index)
+            segment.terms[-1] = 0
+            for above in [other for other, accepted in self.entries.items() if accepted.term > term]:
+                self.faulty.add(above)
+                self.entries.pop(above)
+                self.set_term(above, 0)
+            self.refloor()
         else:
             if index > self.snap_index:
                 self.entries[index] = entry
+                self.term_floor = max(self.term_floor, term)
             self.prev_term = term
         self.expected = index + 1
         return True
@@ -285,9 +298,14 @@ class _Walk:
         for index in range(first_stale, last_stale + 1):
             self.entries.pop(index, None)
             self.faulty.discard(index)
+        self.refloor()
         self.expected = first_stale
         trusted = self.snap_term if end.index == self.snap_index else self.trusted_term(end.index)
         self.prev_term = trusted if trusted and end.term in (0, trusted) else 0
+
+    def refloor(self) -> None:
+        """R4b's floor again, after entries were taken out (rare: only on damage; O(entries))."""
+        self.term_floor = max((entry.term for entry in self.entries.values()), default=self.snap_term)
 
     def trusted_term(self, index: int) -> int:
         """Term of a good `index` walked so far; 0 if faulty or unknown."""

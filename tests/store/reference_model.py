@@ -230,6 +230,12 @@ class ModelStore:
             raise NoMessageFound()
         return self.msgs[found[-1]]
 
+    def last_matching_seq(self, subject_filter: str = ">") -> int:
+        try:
+            return self.load_last(subject_filter).seq
+        except NoMessageFound:
+            return 0
+
     def load_next(self, filters, start_seq: int) -> StoredMsg:
         if filters is None:
             names = [">"]

@@ -29,7 +29,7 @@ from jsraft.store import StoreConfig
 from jsraft.store.base import FaultKind
 from jsraft.store.blocks import block_name
 from jsraft.store.filestore import FileStore
-from jsraft.store.fs_run import RUN_BYTES_MAX
+from jsraft.store.fs_run import DENSITY_SUBJECTS_MAX, RUN_BYTES_MAX
 
 SMALL_BLOCKS = {"name": "S", "block_size": 64 * 1024}
 
@@ -186,6 +186,27 @@ def test_a_damaged_record_in_the_middle_ends_the_run_and_load_settles_it(tmp_pat
     assert [m.seq for m in store.load_run(1, 10)] == [1, 2, 3, 4]
 
 
+def test_last_matching_seq_is_load_lasts_seq_without_the_read(tmp_path):
+    """`last_matching_seq` answers from the subject index: for a record that does not verify, the seq
+    `load_last`'s `DamagedSequence` names (consumer `position` invariant 3), and nothing is read."""
+    store = _file_store(tmp_path)
+    put_many(store, ["a", "b", "a", "b", "c"])
+    store.sync()
+    _flip(tmp_path, store, 4)
+    assert [store.last_matching_seq(f) for f in ("a", "b", "c", ">", "d", "*")] == [3, 4, 5, 5, 0, 5]
+    assert store.faults() == []  # no record was read
+    for subject_filter in ("a", "b", "c", ">", "*", "b"):  # "b" again once the read detached 4
+        answered = store.last_matching_seq(subject_filter)
+        try:
+            seq = store.load_last(subject_filter).seq
+        except DamagedSequence as error:
+            seq = error.seq
+        assert answered == seq
+    assert [(f.first, f.last) for f in store.faults()] == [(4, 4)] and store.last_matching_seq("b") == 2
+    with pytest.raises(NoMessageFound):
+        store.load_last("d")
+
+
 def test_a_faulted_sequence_ends_the_run(tmp_path):
     store = _file_store(tmp_path)
     put_many(store, ["a"] * 10)
@@ -240,10 +261,23 @@ def test_run_pays_where_most_of_the_block_matches(make_store):
         assert read_by_runs(store, 1, 256, filters)[0] == general_way(store, 1, filters)
 
 
-def test_run_pays_counts_no_block_of_many_subjects(make_store):
+def test_run_pays_samples_a_block_of_many_subjects(make_store):
+    """Of a KV-like block (more subjects than `DENSITY_SUBJECTS_MAX`) the first that many subjects are
+    counted: a filter on the whole bucket (`keys()`) reads runs, one key's watch does not. A sample can
+    mislead (here `a.*` matches its first 64 subjects and then none): a run then reads more than it
+    delivers, and still delivers exactly what the general way does."""
     store = make_store(SMALL_BLOCKS)
     put_many(store, [f"kv.{i}" for i in range(200)])
     if isinstance(store, FileStore):
-        assert len(store.blocks[0].subjects) == 200
-        assert not store.run_pays(["kv.*"], 1)  # a KV block: not counted, message by message
-        assert store.run_pays([">"], 1)
+        assert len(store.blocks[0].subjects) == 200 > DENSITY_SUBJECTS_MAX
+        assert store.run_pays(["kv.*"], 1) and store.run_pays([">"], 1)
+        assert not store.run_pays(["kv.7"], 1) and not store.run_pays(["kv.7", "kv.150"], 1)
+    for filters in (["kv.*"], ["kv.7"], ["kv.7", "kv.150"]):
+        assert read_by_runs(store, 1, 256, filters)[0] == general_way(store, 1, filters)
+    mixed = make_store(SMALL_BLOCKS)
+    put_many(mixed, [f"a.{i}" for i in range(DENSITY_SUBJECTS_MAX)] + [f"b.{i}" for i in range(136)])
+    if isinstance(mixed, FileStore):
+        assert len(mixed.blocks[0].subjects) == 200
+        assert mixed.run_pays(["a.*"], 1)  # misled: 64 of 200 match
+    for filters in (["a.*"], ["b.*"], ["b.7"]):
+        assert read_by_runs(mixed, 1, 256, filters)[0] == general_way(mixed, 1, filters)

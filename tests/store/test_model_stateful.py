@@ -190,6 +190,7 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def read(self, subject_filter: str, filters: list[str], offset: int) -> None:
         self.both("load_last", subject_filter)
+        self.both("last_matching_seq", subject_filter)
         self.both("load_next", filters, self.first_seq() + offset)
         self.both("load_next", subject_filter, self.first_seq() + offset)
         self.both("subject_counts", subject_filter)

@@ -42,7 +42,13 @@ def _filters_or_all(filters: Sequence[str]) -> Sequence[str]:
 
 
 def _last_seq(store: StreamStore, subject_filter: str) -> int:
-    """The seq of the last message matching `subject_filter`, 0 when none (invariant 3)."""
+    """The seq of the last message matching `subject_filter`, 0 when none (invariant 3), from the store's
+    subject index: a `last_per_subject` start asks it of every subject and its delivery of every message,
+    and reading each record only for its seq was most of a KV `keys()` (a store without that lookup, a test
+    double, is asked for the record)."""
+    last_matching_seq = getattr(store, "last_matching_seq", None)
+    if last_matching_seq is not None:
+        return last_matching_seq(subject_filter)
     try:
         return store.load_last(subject_filter).seq
     except NoMessageFound:

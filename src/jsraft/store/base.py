@@ -174,6 +174,11 @@ class StreamStore(Protocol):
 
     def load_last(self, subject_filter: str = ">") -> StoredMsg: ...
 
+    def last_matching_seq(self, subject_filter: str = ">") -> int:
+        """`load_last`'s sequence (0 when nothing matches) without reading its record: the same answer for
+        a record that would fail verification, whose sequence the store still knows."""
+        ...
+
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
         """The first live message at or after `start_seq` matching any filter (None or ">" = all)."""
         ...

@@ -40,14 +40,7 @@ from jsraft.errors import BadRequest, DamagedSequence, InvalidConfig, NoMessageF
 from jsraft.store import (
     fs_append, fs_deleted, fs_index, fs_ops, fs_remove, fs_run, fs_truncate, fs_unreadable, recovery,
 )
-from jsraft.store.base import (
-    DIGEST_RANGE_SEQS,
-    Background,
-    Fault,
-    StoreConfig,
-    StoredMsg,
-    StoreState,
-)
+from jsraft.store.base import DIGEST_RANGE_SEQS, Background, Fault, StoreConfig, StoredMsg, StoreState
 from jsraft.store.blockfiles import BlockFiles
 from jsraft.store.blocks import Block, message_body, message_record_verifies
 from jsraft.store.faultmap import FaultMap
@@ -319,11 +312,14 @@ class FileStore(Accounting):
     # --- Queries --------------------------------------------------------------------------------
 
     def load_last(self, subject_filter: str = ">") -> StoredMsg:
-        self._check_open()
-        seq = fs_ops.last_matching(self, subject_filter)
+        seq = self.last_matching_seq(subject_filter)
         if not seq:
             raise NoMessageFound(f"no message found for subject {subject_filter!r}")
         return self.load(seq)
+
+    def last_matching_seq(self, subject_filter: str = ">") -> int:
+        self._check_open()
+        return fs_ops.last_matching(self, subject_filter)  # the subject index's: no record is read
 
     def load_next(self, filters: str | Sequence[str] | None, start_seq: int) -> StoredMsg:
         self._check_open()

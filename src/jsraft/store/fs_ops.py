@@ -157,6 +157,8 @@ def _find_last(store: "FileStore", match, subject_hint: str | None = None) -> in
 
 
 def last_matching(store: "FileStore", subject_filter: str) -> int:
+    if subject_filter in store.psim:  # a stored subject: literal and valid (a last_per_subject pass asks per message)
+        return subject_last(store, subject_filter)
     subjectlib.validate(subject_filter, wildcards=True)
     if subjectlib.is_literal(subject_filter):
         return subject_last(store, subject_filter)

@@ -126,16 +126,18 @@ class MemStore:
         return len(msgs)
 
     def load_last(self, subject_filter: str = ">") -> StoredMsg:
+        seq = self.last_matching_seq(subject_filter)
+        if not seq:
+            raise NoMessageFound(f"no message matches {subject_filter!r}")
+        return self._stored(seq)
+
+    def last_matching_seq(self, subject_filter: str = ">") -> int:
         self._check_open()
         subjects.validate(subject_filter, wildcards=True)
         if subject_filter == ">":  # the stream's last message, without visiting every subject
-            seq = next(reversed(self._msgs), None)
-        else:
-            names = self._subjects_matching(subject_filter)
-            seq = max((next(reversed(self._by_subject[name])) for name in names), default=None)
-        if seq is None:
-            raise NoMessageFound(f"no message matches {subject_filter!r}")
-        return self._stored(seq)
+            return next(reversed(self._msgs), 0)
+        names = self._subjects_matching(subject_filter)
+        return max((next(reversed(self._by_subject[name])) for name in names), default=0)
 
     def verify_run(self, start_seq: int, count_max: int) -> int:
         """`load_run`'s last sequence (nothing to verify in memory)."""

@@ -2,7 +2,9 @@
 writer sleeps leave from the caller at once (its invariant 4), a burst after them goes out in one write
 of the writer's, the order is kept, and a send the socket takes only in part leaves the rest queued. A
 consumer pass's run (`deliver_run(..., now=True)`) leaves at once whenever nothing is queued or in
-flight, even with the writer awake, and otherwise waits behind what is.
+flight, even with the writer awake, and otherwise waits behind what is. What stayed queued is noted for the
+end of the Ready cycle (invariant 5), whose flush sends it from there — a PubAck queued right after a push
+delivery woke the writer — unless the writer holds bytes in flight.
 
 Method: `ConnOutbound` mixed into a minimal connection that owns a real `trio.SocketStream`, one end of a
 connected TCP pair on loopback; the test reads the other end with a plain non-blocking socket. "At once"
@@ -38,6 +40,7 @@ class _Stats:
 @attrs.define
 class _Server:
     stats: _Stats = attrs.Factory(_Stats)
+    unflushed: set = attrs.Factory(set)  # what `ClientServer.flush_queued` sends at a cycle's end
 
 
 class _Conn(ConnOutbound):
@@ -181,5 +184,44 @@ async def test_a_consumer_run_sent_now_waits_while_the_writer_has_bytes_in_fligh
         assert conn._out and conn._out_bytes == len(_frames(b"7", run))  # queued behind the bytes in flight
         expected = big + _frames(b"7", run)
         assert await _read_until(peer, len(expected), 30) == expected
+        nursery.cancel_scope.cancel()
+    peer.close()
+
+
+async def test_what_a_cycle_left_queued_leaves_at_its_end_not_at_the_writers_turn():
+    conn, peer = await _pair()
+    sub = ClientSubscription(conn, "7", "_INBOX.x", None)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        await _writer_parked(conn)
+        push = _run("push")
+        conn.deliver_run(sub, push)  # a push consumer that keeps up, as its entry applies: at once
+        assert conn._out == [] and not conn._writer_idle and conn.server.unflushed == set()
+        conn.send(b"+PUBACK\r\n")  # the entry's PubAck: the writer is awake, so it waits ...
+        assert conn._out == [b"+PUBACK\r\n"] and conn.server.unflushed == {conn}
+        conn.flush_queued()  # ... until the cycle's end flushes it, with no scheduling point in between:
+        assert conn._out == [] and conn.pending_bytes == 0  # the caller sent it, not the writer
+        expected = _frames(b"7", push) + b"+PUBACK\r\n"
+        assert await _read_until(peer, len(expected)) == expected
+        nursery.cancel_scope.cancel()
+    peer.close()
+    assert conn.closes == []
+
+
+async def test_the_cycle_flush_leaves_bytes_behind_those_in_flight():
+    conn, peer = await _pair()
+    conn.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    big = bytes(range(256)) * (4 << 10)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn._write_loop)
+        await _writer_parked(conn)
+        conn.send(big)
+        with trio.fail_after(10):
+            while not (conn._inflight_bytes and not conn._out):
+                await trio.lowlevel.checkpoint()
+        conn.send(b"after")
+        conn.flush_queued()  # the writer holds bytes in flight: these must follow them, not jump ahead
+        assert conn._out == [b"after"]
+        assert await _read_until(peer, len(big) + 5, 30) == big + b"after"
         nursery.cancel_scope.cancel()
     peer.close()

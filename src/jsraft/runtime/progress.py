@@ -12,6 +12,10 @@ Invariants:
   2. Every wait is bounded (`until`'s `recheck_s`): a state that changed outside a cycle (a replica
      registered by the stream manager after its group's cycle ran) is seen at most that much later,
      never missed for good.
+  3. `notify` first runs the `after_cycle` callbacks, on the trio thread, before any task runs again: the
+     client port sends what the cycle's applies queued for its connections (`ClientServer.flush_queued`),
+     so a PubAck queued behind a push consumer's delivery to the same client leaves with the cycle, not
+     at its writer task's next turn. A callback must not block or raise.
 
 Imports: trio, stdlib.
 """
@@ -26,9 +30,12 @@ import trio
 class Progress:
     def __init__(self) -> None:
         self._event = trio.Event()
+        self.after_cycle: list[Callable[[], None]] = []  # invariant 3
 
     def notify(self) -> None:
-        """A cycle ended (invariant 1): wake every waiter."""
+        """A cycle ended (invariant 1): run `after_cycle` (invariant 3), then wake every waiter."""
+        for callback in self.after_cycle:
+            callback()
         self._event.set()
         self._event = trio.Event()
 

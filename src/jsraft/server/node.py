@@ -209,6 +209,7 @@ class Node:
                              deadline_s=10.0, attempt_timeout_s=2.0 if config.test_mode else 5.0)
         self.clients: ClientServer = client_service(config, self.identity.storage_uuid, local=local,
                                                     router=self.router, rpc=self.rpc, call_stream=self.call_stream)
+        self.runtime.progress.after_cycle.append(self.clients.flush_queued)  # a cycle's answers leave with it
         # `msg.publish_batch`, served at a stream's leader; queued as its frame is read (rpc invariant 5).
         self.handlers.table[publish_batch.METHOD] = partial(publish_batch.publish_batch, local)
         self.rpc.starters[publish_batch.METHOD] = partial(publish_batch.start_publish_batch, local)
@@ -232,8 +233,7 @@ class Node:
         self.routes = Routes(self.name, self.clients, self.transport.send,
                              digest_interval_s=0.2 if config.test_mode else 1.0)
         if config.seed_routes:
-            route_gossip.install(self.name, self.transport, self.routes, lambda: self.cluster_address,
-                                 self.route_peers)
+            route_gossip.install(self.name, self.transport, self.routes, lambda: self.cluster_address, self.route_peers)
         self.monitor_parts = self._monitor_parts()
 
     def _monitor_parts(self) -> MonitorParts:

@@ -25,6 +25,13 @@ Invariants (ClientConn's 1, 2, 9 and 10):
      own, and bytes leave in the order they were queued. A `deliver_run(..., now=True)` (a consumer
      pass's run, consumer_service invariant 7) is sent the same way whenever nothing else is queued or
      in flight, even while the writer is awake: the next run is read only after this one left.
+  5. Bytes that invariant 4 left queued are noted in the server's `unflushed`, and at the end of every
+     Ready cycle (`runtime.progress` invariant 3) `flush_queued` sends each noted connection's queue from
+     there in one non-blocking write whenever nothing of it is in flight, before the writer's turn: a
+     cycle's answers leave with the cycle. A push consumer that keeps up is sent its messages as their
+     entry applies, before the entry's PubAcks (consumer_push invariant 6); on the same connection that
+     send woke the writer, and the PubAck waited for the writer's turn behind the rest of the cycle. The
+     writer, when it runs, finds nothing and sleeps; the order is kept as in invariant 4.
 
 Imports: stdlib, L4 (`protocol` wire and headers), trio.
 Reference: nats-server `server/client.go` (`queueOutbound`, `flushOutbound`).
@@ -89,6 +96,8 @@ class ConnOutbound:
         if self._out_bytes == size and (self._writer_idle or (now and not self._inflight_bytes)) and \
                 not self.closed and type(self.stream) is trio.SocketStream:
             self._send_now()
+        else:
+            self.server.unflushed.add(self)  # invariant 5
         self._wake.set()
 
     def _send_now(self) -> None:
@@ -106,6 +115,12 @@ class ConnOutbound:
         self._out_bytes -= sent
         if sent < len(chunk):
             self._out.append(chunk[sent:])
+
+    def flush_queued(self) -> None:
+        """Invariant 5: what is queued leaves now in one non-blocking send, unless the writer holds bytes
+        in flight (they must go first) or the connection is closed or not plain TCP."""
+        if self._out and not self._inflight_bytes and not self.closed and type(self.stream) is trio.SocketStream:
+            self._send_now()
 
     def deliver(self, sub: ClientSubscription, subject: bytes, reply: bytes | None, headers: bytes | None,
                 payload: bytes) -> bool:

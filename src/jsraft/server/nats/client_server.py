@@ -193,7 +193,13 @@ class ClientServer(AckShortcut):
         self._accepting = trio.CancelScope()
         self._accept_done: trio.Event | None = None  # set once the listening sockets are closed
         self.lame_duck = False  # INFO's `ldm` (invariant 9)
+        self.unflushed: set[ClientConn] = set()  # client_out invariant 5
         self.init_ack_shortcut()  # invariant 6
+
+    def flush_queued(self) -> None:  # at the end of each Ready cycle (`runtime.progress` 3; client_out 5)
+        unflushed, self.unflushed = self.unflushed, set()
+        for conn in unflushed:
+            conn.flush_queued()
 
     # --- Lifecycle --------------------------------------------------------------------------------------
 
@@ -383,8 +389,7 @@ class ClientServer(AckShortcut):
         else:
             origin.internal_done()
 
-    async def _run_internal(self, handler: Handler, msg: InternalMsg, previous: trio.Event,
-                            mine: trio.Event) -> None:
+    async def _run_internal(self, handler: Handler, msg: InternalMsg, previous: trio.Event, mine: trio.Event) -> None:
         try:
             await previous.wait()
             mine.set()  # no checkpoint between this and the handler's first: the next one starts after

@@ -16,7 +16,9 @@ Invariants:
      with the first segment's header, no `snapshots/` yet; tests/wal/test_make_new_wal.py compares them), without
      the recovery an open makes of what is not there. Whoever opens the WAL later recovers it as any.
 
-Imports: L0, L1 (`disk` protocol, `raft.types`), siblings `format`, `hardstate`, `segment`.
+`keep_faulty`: what a re-read of an open log may not un-fault (`log.Wal` invariant 6).
+
+Imports: L0, L1 (`disk` protocol, `raft.types`), siblings `format`, `hardstate`, `scan`, `segment`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from jsraft.wal.format import (
     HARD_STATE_FILE, SEGMENT_DATA_START, SEGMENT_FORMAT_VERSION, SNAPSHOT_DIR, WAL_DIR, segment_name, segment_preamble,
 )
 from jsraft.wal.hardstate import HardStateFile
+from jsraft.wal.scan import LogScan
 from jsraft.wal.segment import Segment, new_segment_content, rebuild
 
 
@@ -160,3 +163,13 @@ class SegmentFiles:
             if handle is not None:
                 handle.close()
         self._disk.write_atomic(f"{WAL_DIR}/{name}", content)
+
+
+def keep_faulty(scan: LogScan, faulty: set[int]) -> None:
+    """`log.Wal` invariant 6: every index of `faulty` that `scan` holds stays faulty in it, its term unknown."""
+    for index in faulty - scan.faulty:
+        for segment in scan.segments:
+            if segment.first <= index <= segment.last:
+                scan.faulty.add(index)
+                segment.terms[index - segment.first] = 0
+                break

@@ -39,6 +39,9 @@ Invariants:
   5. A segment holding only its header (made ahead by `make_first_segment`, or rolled and not yet
      written) is a valid, empty segment: recovery keeps it, and appends continue in it. Its name is
      durable before any record in it is (a `wal/` fsync, or the caller's tree sync), as for any segment.
+  6. `faulty()` shrinks only by `replace`, `truncate_from` and `compact`: a re-read keeps any other faulty
+     index faulty, term unknown, though it may read good now; the core repairs it with the leader's copy,
+     of any term (sim register seed 31003: a misread 136 of term 74 read good, then `replace` refused 83).
 
 Imports: L0, L1 (`codec`, `raft.types`, `disk` protocol), attrs. Reference: DESIGN.md §2 (group commit),
 §4 (storage faults); etcd-io/raft `Storage`.
@@ -54,7 +57,7 @@ from jsraft.disk.base import Disk, DiskFile, append_pieces
 from jsraft.errors import CorruptRecord, invariant
 from jsraft.raft.types import Entry, HardState, SnapshotMeta
 from jsraft.wal import snapshots
-from jsraft.wal.files import SegmentFiles
+from jsraft.wal.files import SegmentFiles, keep_faulty
 from jsraft.wal.format import (
     ANCHOR_NONE, SEGMENT_FILE_TYPE, SEGMENT_FORMAT_VERSION, WAL_DIR, LogEnd, encode_entry_parts, encode_wal_hard_state,
     read_checked,
@@ -320,24 +323,21 @@ class Wal(SegmentFiles):
             group = groups.get(id(segment))
             if group:
                 self._rewrite(segment, group)
-        self._reload()
+        self._reload(self._faulty - set(by_index))
         self._restate()
 
-    def _reload(self) -> None:
-        """Re-read every segment with recovery's rules (no cuts: nothing found while running is torn)."""
+    def _reload(self, faulty: set[int]) -> None:
+        """Re-read every segment with recovery's rules (no cuts: nothing found while running is torn);
+        `faulty` stays so (`files.keep_faulty`: invariant 6)."""
         for handle in self._handles.values():
             handle.close()
         self._handles.clear()
         read = self._disk.read_file
         files = [(name, first, read_checked(read, f"{WAL_DIR}/{name}", SEGMENT_FILE_TYPE))
                  for first, name in list_segments(self._disk)]
-        scan = scan_log(
-            files,
-            snap_index=self._snap_index,
-            snap_term=self._snap_term,
-            watermark=self._hs.acked_watermark,
-            allow_torn=False,
-        )
+        scan = scan_log(files, snap_index=self._snap_index, snap_term=self._snap_term,
+                        watermark=self._hs.acked_watermark, allow_torn=False)
+        keep_faulty(scan, faulty)
         if scan.last_index != self._last_index:
             raise CorruptRecord(
                 f"log changed while open: re-read ends at {scan.last_index}, not {self._last_index}"

@@ -5,9 +5,9 @@ Owns: `truncate` (a cut that records the repairing flag first) and the one step 
 node runs (`replica.persist.write_work`: the runtime's and the simulator's), bridging two gaps between
 what the core knows and what the WAL knows:
 
-  1. The WAL may now read an entry as good with the same term (a transient read error at recovery made it
-     look damaged): the record on disk already is this entry (one (index, term) names one entry), so it
-     is not rewritten.
+  1. An entry the WAL holds good with the same term is not rewritten (one (index, term) names one entry).
+     An entry it holds faulty stays faulty until rewritten here, even if it would read good now (a
+     transient misread at recovery): `Wal` invariant 6, so the leader's copy, of whatever term, goes in.
   2. The WAL knows a faulty entry's term only as its successor's record claims it. If the leader's copy
      has another term, that successor is not in the leader's log (Log Matching), so it and everything
      after it are an uncommitted divergent suffix. The core keeps it for now (raft `append` invariant 2:

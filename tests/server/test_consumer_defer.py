@@ -10,7 +10,10 @@ oldest becoming due, or a reader's barrier (`settled`, the flag), proposes them 
 consumer's DELIVERED op is never held (an ack of it must follow it in the log). The end-to-end effect (one
 CONSUMER entry per window instead of one per publish, and a consumer info that still counts every delivery)
 is `test_an_ordered_consumer_makes_one_consumer_entry_per_window_and_its_info_counts_all` below, on a real
-node through nats-py.
+node through nats-py. What a failover does to deliveries whose ops were still held — the new leader delivers
+them again, and nats-py's ordered consumer, seeing a sequence it already had, recreates itself from its
+last one — is `test_an_ordered_consumer_gets_every_message_once_across_a_leader_kill`: three nodes, the
+stream leader killed right after the deliveries (inside the window), every message once, in order.
 """
 
 from __future__ import annotations
@@ -160,3 +163,51 @@ async def test_an_ordered_consumer_makes_one_consumer_entry_per_window_and_its_i
     assert len(delivered_entries) <= windows + 2, (len(delivered_entries), elapsed)
     assert sum(len(op.records) for ops in delivered_entries for op in ops if type(op) is DeliveredOp) == 40
     assert (delivered, pending) == (40, 0)
+
+
+async def test_an_ordered_consumer_gets_every_message_once_across_a_leader_kill(tmp_path):
+    import asyncio
+
+    import nats.errors
+    import nats.js.errors
+    from nats_kit import nats_connect
+    from test_consumers_nats import follower_connection, run_in_cluster, stream_leader
+
+    UNAVAILABLE = (nats.errors.TimeoutError, nats.errors.NoRespondersError, asyncio.TimeoutError,
+                   nats.js.errors.ServiceUnavailableError)
+
+    async def scenario(cluster: Any, url: str) -> Any:
+        admin = await nats_connect(url)
+        await admin.jetstream(timeout=10).add_stream(name="O", subjects=["o.*"], num_replicas=3)
+        await admin.close()
+        nc, leader = await follower_connection(cluster, "O")
+        js = nc.jetstream(timeout=15)
+        sub = await js.subscribe("o.x", ordered_consumer=True, idle_heartbeat=0.3)
+        for i in range(1, 11):
+            await js.publish("o.x", b"%d" % i)
+        got = [await sub.next_msg(timeout=10) for _ in range(10)]
+        trio.from_thread.run(cluster.kill, leader)  # within the window: the DELIVERED ops may be held
+        for i in range(11, 21):
+            # While the group elects a publish may go unanswered: sent again with its message id, which
+            # the stream's duplicate window keeps from being stored twice.
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    await js.publish("o.x", b"%d" % i, headers={"Nats-Msg-Id": f"m{i}"})
+                    break
+                except UNAVAILABLE:
+                    assert time.monotonic() < deadline, f"publish {i} never answered"
+        deadline = time.monotonic() + 30
+        while len(got) < 20 and time.monotonic() < deadline:
+            try:
+                got.append(await sub.next_msg(timeout=1))
+            except nats.errors.TimeoutError:  # while nats-py's ordered consumer recreates itself
+                continue
+        now_leading = trio.from_thread.run_sync(stream_leader, cluster, "O")
+        await nc.close()
+        return [m.data for m in got], [m.metadata.sequence.stream for m in got], (leader, now_leading)
+
+    data, seqs, (before, after) = await run_in_cluster(tmp_path, scenario)
+    assert after not in (None, before)  # the messages after the kill came through a new leader
+    assert data == [b"%d" % i for i in range(1, 21)]  # every message once, in order, across the reset
+    assert seqs == list(range(1, 21))

@@ -23,6 +23,10 @@ Rules (nats-server `consumer.go` getNextMsg / checkPending / hasMaxDeliveries):
      The leader keeps the count a pass ended with; the next pass, on the same store with the same filters
      and cursor and no store `changes` since (base invariant 7), adds the messages appended since instead
      of counting again (a filtered count walks the shorter side of the cursor: half the stream, per pass).
+  8. With `ack_policy: none` a pass's DELIVERED op carries only its last record: such a consumer keeps no
+     pending messages, only its cursors, and the last record of a pass (whose records rise in both
+     sequences) sets them to where all of them would, releasing the same stream range
+     (`ConsumerState.apply_delivered`) — the rest was a record per message to encode, replicate and apply.
 After an election `ConsumerLeader.rebuild` starts from the replicated state: every pending message gets
 a fresh full deadline (a new leader cannot trust another node's clock), and delivery continues after
 `delivered`; deliveries the old leader sent but never committed are simply sent again (at-least-once).
@@ -188,7 +192,8 @@ class ConsumerLeader:
         store_, changes, last, _, filters = self._pending_key
         self._pending_at = (store_, changes, last, self.next_seq - 1, filters, self._pending_left)
         if records:
-            plan.ops.append(DeliveredOp(name=self.entry.name, records=tuple(records)))
+            kept = records[-1:] if self.config.ack_policy is AckPolicy.none else records  # rule 8
+            plan.ops.append(DeliveredOp(name=self.entry.name, records=tuple(kept)))
         if gone:
             plan.ops.append(TermOp(name=self.entry.name, seqs=tuple(gone)))
         if self._skipped_to > max((r[0] for r in records), default=0):

@@ -85,7 +85,12 @@ class ConsumerProposals:
                     return []
                 self._deferred_since_ns = now_ns
             if now_ns - self._deferred_since_ns < DEFER_DELIVERED_NS:
-                self._deferred.extend(ops)
+                for op in ops:  # one op per consumer: its latest record sets its cursors (delivery rule 8)
+                    held = next((i for i, other in enumerate(self._deferred) if other.name == op.name), None)
+                    if held is None:
+                        self._deferred.append(op)
+                    else:
+                        self._deferred[held] = DeliveredOp(name=op.name, records=op.records[-1:])
                 return []
         self._flush_deferred = False
         ops, self._deferred = self._deferred + ops, []

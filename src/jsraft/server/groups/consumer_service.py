@@ -50,7 +50,8 @@ Invariants:
      entry of their own after every pass (`ConsumerProposals._defer`): with a KV watcher or an ordered
      consumer on a stream each publish was followed by such an entry, a Ready cycle and its fsyncs of
      its own, which the next publish waited behind (nats-py's put + watch: 1.7 ms a put against 1.0
-     without the watcher; 3.4 fsyncs a put against 2). They go into the log first with whatever is
+     without the watcher; 3.4 fsyncs a put against 2). One op per consumer is held, its latest record
+     (which sets its cursors: consumer `delivery` rule 8). They go into the log first with whatever is
      proposed next (any op: `propose` takes them first, so the log keeps their order and a consumer's
      DELETE or a later pass's ops never overtake them), when a reader waits (`settled`: consumer info
      sees them), or when the oldest is due (the service's timer). No ack can refer to them, so nothing

@@ -173,3 +173,26 @@ def test_rebuild_after_election_gives_fresh_deadlines_and_continues_after_delive
 def test_no_budget_no_delivery(count):
     cluster, leader = setup(["a"])
     assert leader.next_deliveries(cluster.store, T0, count).deliveries == []
+
+
+def test_an_ack_none_pass_records_its_last_delivery_only_and_the_state_is_the_same():
+    """Rule 8: an ack-none consumer's DELIVERED op carries the pass's last record; applied, it leaves the
+    state (cursors, ack floor, nothing pending) where every record of the pass would have; an explicit-ack
+    consumer's op still has one record per message (each one is pending)."""
+    from jsraft.consumer import DeliveredOp
+
+    cluster, leader = setup(["a", "b", "a", "a", "b"], ack_policy="none")
+    plan = leader.next_deliveries(cluster.store, T0, 10)
+    assert seqs(plan) == [(1, 1, 1), (2, 2, 1), (3, 3, 1), (4, 4, 1), (5, 5, 1)]
+    (op,) = plan.ops
+    assert type(op) is DeliveredOp and [record[:3] for record in op.records] == [(5, 5, 1)]
+    every = Cluster(store_with(["a", "b", "a", "a", "b"]))
+    every.create("C", ack_policy="none")
+    every.apply(DeliveredOp(name="C", records=tuple((s, s, 1, T0) for s in range(1, 6))))
+    commit(cluster, plan)
+    for state in (cluster.state("C"), every.state("C")):
+        assert (state.delivered_stream_seq, state.delivered_consumer_seq, state.ack_floor_stream_seq,
+                state.ack_floor_consumer_seq, state.pending) == (5, 5, 5, 5, {})
+    explicit, leader = setup(["a", "b", "a"])
+    (op,) = leader.next_deliveries(explicit.store, T0, 10).ops
+    assert [record[:3] for record in op.records] == [(1, 1, 1), (2, 2, 1), (3, 3, 1)]

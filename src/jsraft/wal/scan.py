@@ -48,8 +48,7 @@ import attrs
 
 from jsraft.codec.records import FILE_HEADER_BYTES, HEADER_BYTES, Kind, RecordView, scan_records
 from jsraft.errors import CorruptRecord
-from jsraft.raft.types import Entry
-from jsraft.raft.types import HardState
+from jsraft.raft.types import Entry, HardState
 from jsraft.wal.format import (
     SEGMENT_DATA_START,
     SEGMENT_FILE_TYPE,
@@ -295,6 +294,8 @@ class _Walk:
         if segment.first > first_stale:
             return  # they reach into an earlier segment, which no write does: left as found (corrupt)
         segment.cut_from(first_stale)
+        if end.index in self.faulty:
+            self.set_term(end.index, 0)  # its term was a claim of the stale record after it, cut now
         for index in range(first_stale, last_stale + 1):
             self.entries.pop(index, None)
             self.faulty.discard(index)
@@ -303,8 +304,7 @@ class _Walk:
         trusted = self.snap_term if end.index == self.snap_index else self.trusted_term(end.index)
         self.prev_term = trusted if trusted and end.term in (0, trusted) else 0
 
-    def refloor(self) -> None:
-        """R4b's floor again, after entries were taken out (rare: only on damage; O(entries))."""
+    def refloor(self) -> None:  # R4b's floor again, after entries were taken out (rare: on damage; O(entries))
         self.term_floor = max((entry.term for entry in self.entries.values()), default=self.snap_term)
 
     def trusted_term(self, index: int) -> int:

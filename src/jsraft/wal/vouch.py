@@ -121,4 +121,9 @@ def cut_log(disk: Disk, scan: LogScan, keep: int) -> int:
     scan.entries = [entry for entry in scan.entries if entry.index <= keep]
     scan.faulty = {index for index in scan.faulty if index <= keep}
     scan.last_index = keep
+    if keep in scan.faulty and segment is not None and segment.first <= keep:
+        # A faulty entry's term is only what its successor's record claimed; that record is gone now, so
+        # the claim is too (`Wal.truncate_from` does the same): kept, it would refuse the leader's copy
+        # of another term in `replace` (sim register seed 36245: a stale tail cut above a faulty 22).
+        segment.terms[keep - segment.first] = 0
     return removed

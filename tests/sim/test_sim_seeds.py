@@ -60,3 +60,15 @@ def test_a_replica_that_lost_everything_repairs_only_past_a_commit_of_the_leader
     # (`leader-completeness`). Rule 3 now waits for the leader to commit an entry of its own term.
     result = run_seed(config_for(1602), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"
+
+
+def test_session_25_storage_seeds() -> None:
+    """Three seeds of ranges first run in session 25 (`--faults all --nodes mixed`), each a node that stopped
+    on a storage rule (an InvariantViolation, "crash"): stream 30169 — after a rollback and a flip at rest its
+    log came back 12..13 of term 4, 14 faulty, 15..16 of term 2, which the core refused (`wal.scan` R4b);
+    register 31003 — a re-read un-faulted an entry misread at recovery, and `replace` refused the leader's
+    copy of another term (`Wal` invariant 6); register 36245 — a stale tail cut left the faulty entry below
+    it claiming the cut record's term, and `replace` refused the leader's (`vouch.cut_log`)."""
+    for seed, app in ((30169, "stream"), (31003, "register"), (36245, "register")):
+        result = run_seed(config_for(seed, nodes="mixed", app=app), replay_failures=False)
+        assert result.ok, f"{app} seed {seed}: [{result.invariant}] {result.detail}"

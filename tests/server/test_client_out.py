@@ -167,18 +167,25 @@ async def test_a_consumer_run_sent_now_leaves_at_once_while_the_writer_is_awake(
     assert sub.delivered == 9 and conn.out_msgs == 9 and conn.closes == []
 
 
+async def _writer_holding_bytes(conn: _Conn) -> bytes:
+    """Send 1 MiB through a 4 KiB socket buffer: a part leaves at once, the rest goes to the writer, which
+    blocks on the full socket with it in flight. Returns what was sent."""
+    conn.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    big = bytes(range(256)) * (4 << 10)
+    await _writer_parked(conn)
+    conn.send(big)
+    with trio.fail_after(10):
+        while not (conn._inflight_bytes and not conn._out):
+            await trio.lowlevel.checkpoint()
+    return big
+
+
 async def test_a_consumer_run_sent_now_waits_while_the_writer_has_bytes_in_flight():
     conn, peer = await _pair()
-    conn.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     sub = ClientSubscription(conn, "7", "_INBOX.x", None)
-    big = bytes(range(256)) * (4 << 10)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._write_loop)
-        await _writer_parked(conn)
-        conn.send(big)  # a part at once, the rest to the writer, which blocks on the full socket
-        with trio.fail_after(10):
-            while not (conn._inflight_bytes and not conn._out):
-                await trio.lowlevel.checkpoint()
+        big = await _writer_holding_bytes(conn)
         run = _run("late")
         conn.deliver_run(sub, run, now=True)
         assert conn._out and conn._out_bytes == len(_frames(b"7", run))  # queued behind the bytes in flight
@@ -210,15 +217,9 @@ async def test_what_a_cycle_left_queued_leaves_at_its_end_not_at_the_writers_tur
 
 async def test_the_cycle_flush_leaves_bytes_behind_those_in_flight():
     conn, peer = await _pair()
-    conn.stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    big = bytes(range(256)) * (4 << 10)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn._write_loop)
-        await _writer_parked(conn)
-        conn.send(big)
-        with trio.fail_after(10):
-            while not (conn._inflight_bytes and not conn._out):
-                await trio.lowlevel.checkpoint()
+        big = await _writer_holding_bytes(conn)
         conn.send(b"after")
         conn.flush_queued()  # the writer holds bytes in flight: these must follow them, not jump ahead
         assert conn._out == [b"after"]

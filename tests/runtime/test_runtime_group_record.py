@@ -32,14 +32,13 @@ import trio
 from record_kit import open_member, run_cycle
 from runtime_harness import GROUP, Cluster, RecordingDisk, eventually
 
-from jsraft.codec.records import Kind, encode_record
+from jsraft.codec.records import FILE_HEADER, FILE_MAGIC, Kind, encode_record
 from jsraft.disk import OsDisk, power_cut
 from jsraft.raft import AppendEntries, RaftNode, RequestVote, RequestVoteResponse
 from jsraft.raft.config import RaftConfig, RestoredState
 from jsraft.replica import GroupCycle
 from jsraft.runtime.group_record import GROUP_RECORD_FILE, GROUP_RECORD_FILE_TYPE, GroupRecord
 from jsraft.runtime.persist import Job, persist_jobs
-from jsraft.wal.format import file_header
 
 VOTERS = ("n1", "n2", "n3")
 CHECKED_PER_NODE = 8  # messages checked per sender, from its first
@@ -102,7 +101,7 @@ async def test_the_send_check_fails_when_the_group_is_never_recorded(autojump_cl
 
 
 async def test_the_send_check_fails_when_the_ceiling_is_never_raised(autojump_clock, monkeypatch):
-    monkeypatch.setattr(GroupRecord, "_raise_ceiling", lambda self, name, term: False)
+    monkeypatch.setattr(GroupRecord, "_raise_ceiling", lambda self, name, term: None)
     async with trio.open_nursery() as nursery:
         checked, problems = await _sends_only_when_recorded(nursery)
     assert checked > 10 and len(problems) == checked and all("ceiling" in p for p in problems)
@@ -264,7 +263,7 @@ def test_a_version_1_record_is_read_and_the_open_covers_the_recovered_term(tmp_p
     # The same node under the previous release: its record has version 1 and no ceilings.
     disk = OsDisk(root)
     body = json.dumps({"version": 1, "groups": [GROUP], "unknown_through_meta_index": None}).encode()
-    disk.write_atomic(GROUP_RECORD_FILE, file_header(GROUP_RECORD_FILE_TYPE)
+    disk.write_atomic(GROUP_RECORD_FILE, FILE_HEADER.pack(FILE_MAGIC, 1, GROUP_RECORD_FILE_TYPE)  # format 1: one record
                       + encode_record(Kind.GROUP_RECORD, 1, 0, body))
     old = GroupRecord.open(disk, node_existed=True)
     assert not old.lost and old.recorded(GROUP) and old.vote_ceiling(GROUP) == 0

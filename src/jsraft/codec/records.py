@@ -65,7 +65,8 @@ class Kind(enum.IntEnum):
     SNAPSHOT = 19  # a=last included index, b=last included term
     WAL_HARD_STATE = 20  # a=hard-state sequence, b=current term; a WAL segment's hard-state record (format v2)
     # Node (`runtime.group_record`).
-    GROUP_RECORD = 24  # a=generation, b=0; body = JSON: the groups this storage started
+    GROUP_RECORD = 24  # a=generation, b=0 (the whole record) or 1 (one change); body = JSON (started groups)
+    GROUP_RECORD_MARK = 25  # a=mark sequence, b=end offset of the record's journal it vouches for; no body
 
 
 _KNOWN_KINDS = frozenset(int(k) for k in Kind)

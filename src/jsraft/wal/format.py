@@ -66,13 +66,15 @@ from jsraft.codec.records import FILE_HEADER, FILE_HEADER_BYTES, FILE_MAGIC, HEA
 from jsraft.errors import BadFileFormat, CorruptRecord, invariant
 from jsraft.raft.types import ConfState, Entry, EntryType, HardState, SnapshotMeta
 
-FORMAT_VERSION = 1  # snapshot (and the node's group record, which borrows these helpers)
+FORMAT_VERSION = 1  # snapshot
+GROUP_RECORD_FORMAT_VERSION = 2  # the node's record of started groups (which borrows these helpers): 2 a journal
 SEGMENT_FORMAT_VERSION = 4  # segments: 2 adds WAL_HARD_STATE records, 3 their vote fence, 4 their log end
 HARD_STATE_FORMAT_VERSION = 3  # the hard-state file: 2 adds the vote fence term, 3 the log end
 HARD_STATE_BODY_VERSION = 3  # the HARD_STATE body this build writes (1 and 2 are still read)
 SEGMENT_FILE_TYPE = 16
 HARD_STATE_FILE_TYPE = 18
 SNAPSHOT_FILE_TYPE = 19
+GROUP_RECORD_FILE_TYPE = 24  # `runtime.group_record`'s `groups.rec`
 # A header version further ahead of this build than this is damage (a flipped bit), never a newer format.
 VERSION_STEPS_AHEAD_MAX = 8
 
@@ -139,6 +141,8 @@ def parse_snapshot_name(name: str) -> tuple[int, int] | None:
 def _version_of(file_type: int) -> int:
     if file_type == SEGMENT_FILE_TYPE:
         return SEGMENT_FORMAT_VERSION
+    if file_type == GROUP_RECORD_FILE_TYPE:
+        return GROUP_RECORD_FORMAT_VERSION
     return HARD_STATE_FORMAT_VERSION if file_type == HARD_STATE_FILE_TYPE else FORMAT_VERSION
 
 

@@ -68,8 +68,8 @@ class CeilinglessRecord(GroupRecord):
     query it restored fenced only through term 1 (issue #14: a node that voted in T could be repaired by a
     lower-term leader, or vote in T again); now it asks every voter for the term first (`raft.term_query`)."""
 
-    def _raise_ceiling(self, name: str, term: int) -> bool:
-        return False
+    def _raise_ceiling(self, name: str, term: int) -> int | None:
+        return None
 
 
 class NodeStorage:

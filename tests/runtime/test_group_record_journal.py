@@ -27,7 +27,9 @@ import pytest
 from jsraft.codec.records import FILE_HEADER, FILE_MAGIC, Kind, encode_record
 from jsraft.disk import OsDisk, power_cut
 from jsraft.runtime import group_record
-from jsraft.runtime.group_record import GROUP_RECORD_FILE, GROUP_RECORD_FILE_TYPE, JOURNAL_START, MARK_SLOT_BYTES, GroupRecord
+from jsraft.runtime.group_record import (
+    GROUP_RECORD_FILE, GROUP_RECORD_FILE_TYPE, JOURNAL_START, MARK_SLOT_BYTES, GroupRecord,
+)
 from jsraft.testing.simdisk import SimDisk
 
 

@@ -5,7 +5,8 @@ Method: one fresh single node per system (jsraft via `scripts/cluster.py`; nats-
 the same `jsraft serve` with `PYTHONPATH=DIR`), each with one nats-py connection creating R1 streams
 (`js.add_stream(name=..., subjects=[...])`, file storage) one after the other, `--streams` in all, in blocks
 of `--block`. The systems take turns block by block, so every system's block k runs in the same minutes
-under the same load. Per system and block: the median create (request to answer) and the server's CPU per
+under the same load. Per system and block: the median and the longest create (request to answer; the
+longest shows a pause of the whole server, such as a full garbage collection) and the server's CPU per
 create (user + system of its processes over the block, psutil). Nothing is retried: a create that fails
 fails the run. A cost that grows with the number of streams shows as a rising column.
 
@@ -62,6 +63,7 @@ def run(root: str, streams: int, block: int, systems: list[str], baseline_src: s
                 cpu = server_cpu_s(running[system].pids) - began
                 rows[system].append({"streams": first + count,
                                      "median_ms": round(statistics.median(seconds) * 1000, 2),
+                                     "max_ms": round(max(seconds) * 1000, 1),
                                      "server_cpu_ms": round(cpu / count * 1000, 2)})
     finally:
         for servers in running.values():
@@ -88,12 +90,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{result['date']}, load {result['loadavg']}: median ms / server CPU ms per create, by streams created")
-    print("streams  " + "  ".join(f"{system:>22}" for system in systems))
+    print(f"{result['date']}, load {result['loadavg']}: median ms / longest ms / server CPU ms per create, "
+          "by streams created")
+    print("streams  " + "  ".join(f"{system:>26}" for system in systems))
     for i, row in enumerate(result["systems"][systems[0]]):
-        cells = [f"{result['systems'][s][i]['median_ms']:>10} / {result['systems'][s][i]['server_cpu_ms']:<9}"
+        cells = [" / ".join(str(result["systems"][s][i][key]) for key in ("median_ms", "max_ms", "server_cpu_ms"))
                  for s in systems]
-        print(f"{row['streams']:>7}  " + "  ".join(f"{cell:>22}" for cell in cells))
+        print(f"{row['streams']:>7}  " + "  ".join(f"{cell:>26}" for cell in cells))
     return 0
 
 

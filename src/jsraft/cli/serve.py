@@ -34,8 +34,10 @@ Invariants:
      clients closed over `lame_duck_duration`), then a stop as on SIGTERM, which meanwhile stops it at once;
      SIGUSR1 changes nothing (`serve_process` invariant 1). `-P/--pid` (`pid_file`) writes the process id.
  10. `-sl/--signal CMD[=PID|PIDFILE]` starts no node: it signals a running one (`serve_process.signal_command`).
+ 11. The process's full garbage collections freeze what survived them (`runtime.gc_freeze`, installed
+     before the node starts): their pauses no longer grow with the number of streams.
 
-Imports: stdlib, L0, L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
+Imports: stdlib, L0, L4 (`runtime.gc_freeze`), L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from jsraft.errors import InvalidConfig, JsraftError
 from jsraft.server import Node, NodeConfig
 from jsraft.server.nats.client_server import NATS_VERSION
 from jsraft.server.nats import jwt_auth, tls as nats_tls
+from jsraft.runtime import gc_freeze
 
 log = logging.getLogger("jsraft.serve")
 
@@ -274,6 +277,7 @@ def cmd_serve(args: argparse.Namespace, early: EarlyListener | None = None) -> i
         return EXIT_USAGE
     setup_logging(args.log_level)
     client_socket = early.take(config.client_host, config.client_port) if early is not None else None
+    gc_freeze.install()  # full collections that do not grow with the streams (runtime.gc_freeze)
     try:
         trio.run(serve, config, args.ports_file_dir, client_socket)
     except BaseException as raised:  # noqa: BLE001 — reported below, or re-raised if not ours

@@ -12,7 +12,8 @@ worker-thread batching of a cycle's disk half), `proposals` (backpressure and wa
 directory never bootstraps again), `progress` (wakes waiters after every cycle), `ticker` (the one tick
 pass over the awake groups), `quiesce` (idle groups stop ticking; the per-peer node beat and liveness),
 `workers` (the persistent fsync threads the cycles' disk half runs on), `locks` (`FastLock`: a free
-acquire that is not a scheduling point), `clock`, `errors`.
+acquire that is not a scheduling point), `gc_freeze` (a `jsraft serve` process's full collections freeze
+what survived them), `clock`, `errors`.
 
 Imports: L0–L3½ and trio. Never `transport`: the transport calls `NodeRuntime.deliver` and is called
 through the `send` function the runtime is given.

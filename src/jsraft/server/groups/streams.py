@@ -70,6 +70,7 @@ from jsraft.server.groups.stream_format import (
 )
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
+from jsraft.runtime import gc_freeze
 from jsraft.stream.entries import encode_config
 
 log = logging.getLogger("jsraft.server.groups.streams")
@@ -313,6 +314,7 @@ class StreamManager:
         if done is not None:
             await done.wait()
         await replica.close()
+        gc_freeze.released()  # its objects' cycles are garbage now (gc_freeze rule 2)
 
     async def _update(self, replica: StreamReplica, assignment: StreamAssignment) -> None:
         replica.peers, replica.leaving = assignment.peers, False

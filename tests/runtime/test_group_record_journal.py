@@ -47,47 +47,56 @@ def _journal_with_changes(disk: Any, count: int) -> GroupRecord:
 # --- Cost -------------------------------------------------------------------------------------------------
 
 
-class _CountingDisk:
-    """Delegates to an `OsDisk`, counting the bytes written through `write_atomic` and open files."""
+class _HookedDisk:
+    """Delegates to a disk, calling `before(kind, nbytes)` ahead of every whole-file rewrite ("rewrite"),
+    write to an open file ("pwrite") and fsync of one ("sync"): what counts bytes, and what cuts the power."""
 
-    def __init__(self, inner: OsDisk) -> None:
-        self.inner, self.written, self.rewrites = inner, 0, 0
+    def __init__(self, inner: Any, before: Any) -> None:
+        self.inner, self.before = inner, before
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def write_atomic(self, path: str, data: bytes) -> None:
-        self.written += len(data)
-        self.rewrites += 1
+        self.before("rewrite", len(data))
         self.inner.write_atomic(path, data)
 
     def open(self, path: str, *, create: bool = False) -> Any:
-        counter, handle = self, self.inner.open(path, create=create)
+        before, handle = self.before, self.inner.open(path, create=create)
 
-        class _Counted:
+        class _File:
             def __getattr__(self, name: str) -> Any:
                 return getattr(handle, name)
 
             def pwrite(self, offset: int, data: bytes) -> None:
-                counter.written += len(data)
+                before("pwrite", len(data))
                 handle.pwrite(offset, data)
 
-        return _Counted()
+            def sync(self) -> None:
+                before("sync", 0)
+                handle.sync()
+
+        return _File()
 
 
 def test_a_change_costs_bounded_bytes_whatever_the_number_of_groups(tmp_path):
-    disk = _CountingDisk(OsDisk(str(tmp_path)))
-    record = GroupRecord.open(disk, node_existed=False)
+    counts = {"written": 0, "rewrites": 0}
+
+    def count(kind: str, nbytes: int) -> None:
+        counts["written"] += nbytes
+        counts["rewrites"] += kind == "rewrite"
+
+    record = GroupRecord.open(_HookedDisk(OsDisk(str(tmp_path)), count), node_existed=False)
     per_thousand = []
     for thousand in range(3):
-        before = disk.written
+        before = counts["written"]
         for i in range(1000):
             record.started(f"S-STREAM-{thousand}-{i}", term=1)
-        per_thousand.append((disk.written - before) / 1000)
+        per_thousand.append((counts["written"] - before) / 1000)
     # One change: its record (~60 bytes) and its mark (32); the rewrites add a constant factor on average.
     assert max(per_thousand) < 400, per_thousand
     assert per_thousand[2] < 1.5 * per_thousand[0] + 50, f"grows with the groups: {per_thousand}"
-    assert disk.rewrites <= 12, disk.rewrites
+    assert counts["rewrites"] <= 12, counts
     assert GroupRecord.open(OsDisk(str(tmp_path)), node_existed=True).names() == record.names()
 
 
@@ -204,38 +213,6 @@ class _Cut(Exception):
     """The power failed at this fsync (before it, or, for a whole-file rewrite, before the rewrite)."""
 
 
-class _CuttingDisk:
-    """Delegates to a disk; the `countdown`-th sync (or rewrite) raises `_Cut` instead of happening."""
-
-    def __init__(self, inner: Any, countdown: int) -> None:
-        self.inner, self.countdown = inner, countdown
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def _tick(self) -> None:
-        self.countdown -= 1
-        if self.countdown == 0:
-            raise _Cut()
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        self._tick()
-        self.inner.write_atomic(path, data)
-
-    def open(self, path: str, *, create: bool = False) -> Any:
-        disk, handle = self, self.inner.open(path, create=create)
-
-        class _File:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(handle, name)
-
-            def sync(self) -> None:
-                disk._tick()
-                handle.sync()
-
-        return _File()
-
-
 def _operations(rng: random.Random, count: int) -> list[tuple[str, str, int]]:
     names = [f"S-{i}" for i in range(count // 2 + 2)]
     ops = []
@@ -273,7 +250,15 @@ def _model(ops: list[tuple[str, str, int]]) -> tuple[list[str], dict[str, int]]:
 def _crash_run(seed: int, make_disk, crash) -> None:
     rng = random.Random(seed)
     ops = _operations(rng, 40)
-    disk = _CuttingDisk(make_disk(), countdown=rng.randrange(1, 120))
+    countdown = [rng.randrange(1, 120)]  # the countdown-th fsync or rewrite is where the power fails
+
+    def cut(kind: str, nbytes: int) -> None:
+        if kind != "pwrite":
+            countdown[0] -= 1
+            if countdown[0] == 0:
+                raise _Cut()
+
+    disk = _HookedDisk(make_disk(), cut)
     done = 0
     try:
         record = GroupRecord.open(disk, node_existed=False)

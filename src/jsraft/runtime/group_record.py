@@ -63,8 +63,8 @@ Invariants:
      order. A change is appended and fsynced, then a mark (`Kind.GROUP_RECORD_MARK`: a sequence number and
      the journal's end) is written to the slot its sequence picks and fsynced: the mark vouches for every
      byte before that end. So a change costs two fsyncs and a few dozen bytes whatever the number of
-     groups (the whole record rewritten at each change cost O(groups): 4 ms a stream create at 10,000
-     streams, `bench/README.md` "Scale").
+     groups (the whole record rewritten at each change cost O(groups): 14% of the node's trio thread
+     during creates at 3,000 streams, `bench/README.md` "Create cost as streams accumulate").
   3. Read back: the newest valid mark's end is where the durable journal ends. A record that does not
      verify before that end (a flipped bit, a cut tail), no valid mark at all, or a bad file header is
      damage: the record is never trusted and never silently replaced by an empty one — it counts as lost

@@ -13,6 +13,9 @@ one adds only a `perf_counter` pair per wrapped call.
     .venv/bin/python bench/create_timeline.py --creates 50 --kind stream
     PYTHONPATH=/work/main/src .venv/bin/python bench/create_timeline.py --creates 50   # another checkout
 
+The work directory (the store, `events.json`, `serve.log`: a few MiB) is removed at the end, also when the
+run fails; `--keep` keeps it and prints its path.
+
 Imports: stdlib, nats-py in the driver; jsraft only in the `--serve` child.
 """
 
@@ -24,6 +27,7 @@ import functools
 import inspect
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -170,32 +174,58 @@ def main() -> None:
     parser.add_argument("--show", type=int, default=-1, help="also list every step of this create (0-based)")
     parser.add_argument("--skip", type=int, default=5, help="first creates left out (warm-up)")
     parser.add_argument("--last", type=int, default=0, help="report only the last N creates (0: all after --skip)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (store, events.json, "
+                        "serve.log) and print its path")
     args = parser.parse_args()
     work = tempfile.mkdtemp(prefix="jsraft-create-timeline-")
-    port, out = _free_port(), os.path.join(work, "events.json")
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", out, "-p", str(port), "-js",
-                             "-sd", os.path.join(work, "store"), "--name", "n1"],
-                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "serve.log"), "w"))
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit(f"server did not start: see {work}/serve.log")
-                time.sleep(0.05)
-        latencies = asyncio.run(_drive(port, args.kind, args.creates, args.gap_ms / 1000))
+        events, latencies = run(work, args)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        # The store, events.json and serve.log are a few MiB a run: left in /tmp they pile up, run after run.
+        if args.keep:
+            print(f"kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"{args.kind}: client median {statistics.median(latencies[args.skip:]):.2f} ms, load {os.getloadavg()[0]:.1f}")
-    with open(out) as file:
-        events = json.load(file)
     report(events, args.skip, args.last)
     if args.show >= 0:
         show(events, args.show)
+
+
+def run(work: str, args: argparse.Namespace) -> tuple[list, list[float]]:
+    """One `--serve` child with its store under `work`, driven by `--creates` creates: its events, the latencies."""
+    port, out, log_path = _free_port(), os.path.join(work, "events.json"), os.path.join(work, "serve.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", out, "-p", str(port), "-js",
+                                 "-sd", os.path.join(work, "store"), "--name", "n1"],
+                                stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        _wait_listening(proc, port, log_path)
+        latencies = asyncio.run(_drive(port, args.kind, args.creates, args.gap_ms / 1000))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # the work directory is removed next: no child may still write there
+            proc.kill()
+            proc.wait()
+    with open(out) as file:
+        return json.load(file), latencies
+
+
+def _wait_listening(proc: subprocess.Popen, port: int, log_path: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                # The work directory goes with the failure (unless --keep): say what the server said here.
+                with open(log_path) as log:
+                    tail = log.read()[-4000:]
+                raise SystemExit(f"server did not start; the end of its serve.log:\n{tail}")
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":

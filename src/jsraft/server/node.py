@@ -64,7 +64,7 @@ from jsraft.server.nats.routes import Routes
 from jsraft.server.groups.rpc import RPC_GROUP, Rpc
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_publish import client_service
-from jsraft.server.groups.stream_lookup import LocalStreams, require_stream, stream_for_subject
+from jsraft.server.groups.stream_lookup import LocalStreams, require_stream
 from jsraft.server.groups.streams import StreamManager
 from jsraft.server.nats.cluster_urls import ClusterUrls
 from jsraft.server.groups.versioning import log_banner
@@ -364,7 +364,7 @@ class Node:
         require_stream(self.meta, name, args)
 
     def stream_for_subject(self, subject: str) -> str:
-        return stream_for_subject(self.meta, subject)
+        return self.api_parts.stream_for_subject(subject)
 
     def group_names(self) -> list[str]:
         return [name for name in self.runtime.group_names() if name != META_GROUP]

@@ -26,7 +26,7 @@ from jsraft.meta import MetaStateMachine
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.runtime import NodeRuntime
 from jsraft.server.groups.router import Local
-from jsraft.server.groups.stream_lookup import CallMeta, CallPeer, CallStream, LocalStreams, stream_for_subject
+from jsraft.server.groups.stream_lookup import CallMeta, CallPeer, CallStream, LocalStreams
 from jsraft.server.settings.config import NodeConfig
 
 
@@ -59,4 +59,5 @@ class ApiParts:
         return self.config.tick_ms / 1000
 
     def stream_for_subject(self, subject: str) -> str:
-        return stream_for_subject(self.local.meta, subject)
+        """The stream that takes a publish on `subject`, in O(tokens) (`stream_lookup` invariant 3)."""
+        return self.local.stream_for_subject(subject)

@@ -15,9 +15,11 @@ with their stream; their pull and push leading and events are trio-free, in `jsr
 barrier), `consumer_acks` (the acks a consumer pass turns into ops), `handlers`
 (what a request does), `rpc` (request/response over the transport),
 `router` (to the leader), `stream_lookup` (a stream found on this node: `LocalStreams`,
-`require_stream`, the call signatures the services take instead of `Node`), `consumer_errors` (the consumer errors the leader and the API raise),
+`require_stream`, the stream a publish subject belongs to, the call signatures the services take instead
+of `Node`), `consumer_errors` (the consumer errors the leader and the API raise),
 `versioning` (API levels and offline assets: what this node cannot run, and why).
 
 Imports: L0–L4 (and the deterministic replica core, `jsraft.replica`), trio, `jsraft.server.settings`,
-`jsraft.server.errors`, the NATS face (`stream_publish` opens the client port). Never `api` or `ops`.
+`jsraft.server.errors`, the NATS face (`stream_publish` opens the client port; `stream_lookup` finds a
+publish's stream with its subject trie, `nats.sublist`). Never `api` or `ops`.
 """

@@ -10,7 +10,8 @@ decoders; golden bytes pin the format against the two drifting together. Then:
      re-encode to themselves, and replaying the same history today writes them again;
   3. random damage to real snapshot documents (a field dropped, added or of another JSON kind, a record
      duplicated or moved, the version or the blob count changed), framed with a good CRC: `decode_state`
-     and the reference both accept, with the same state, or both refuse, with the same message.
+     and the reference both accept, with the same state, or both refuse, with the same message; and the
+     document check's fast path accepts exactly what the converter accepts.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hypothesis import given, settings
 from meta_helpers import NODES5, commit, config, create, new_cluster
 
 from jsraft.jsapi import API_LEVEL
-from jsraft.meta import CreateStream, MalformedMetaSnapshot, MetaStateMachine, encode_entry, wire
+from jsraft.meta import CreateStream, MalformedMetaSnapshot, MetaStateMachine, encode_entry, snapshot_document, wire
 from jsraft.meta.assignment import ConsumerAssignment, StreamAssignment
 from jsraft.meta.placement import PeerInfo
 from jsraft.meta.snapshot import decode_state, encode_state, state_digest
@@ -197,6 +198,36 @@ def _damage(data, doc: dict[str, Any]) -> None:
         target[key], target[other] = target[other], target[key]
 
 
+# One value of every JSON kind, and the ones a lax check confuses: a bool for an int, 1.0 for 1, "1".
+_EVERY_KIND = [None, True, False, 0, 1, -1, 1.0, "", "1", [], ["n1"], [1], {}, {"name": "n1"}]
+
+
+def test_every_field_dropped_retyped_or_joined_by_another_is_judged_as_the_converter_judges_it():
+    """Exhaustive over the golden documents' records: `check_document` against the reference's checks."""
+    for version, base, _, _ in _BASES:
+        for path in _containers(base):
+            if not isinstance(_at(base, path), dict):
+                continue
+            variants = [("extra", 1)] + [(key, value) for key in _at(base, path) for value in [..., *_EVERY_KIND]]
+            for key, value in variants:
+                doc = copy.deepcopy(base)
+                if value is ...:
+                    del _at(doc, path)[key]
+                else:
+                    _at(doc, path)[key] = value
+                expected = reference.check_document(doc, version)
+                assert snapshot_document._exact_shape(doc, version) == (expected is None), (path, key, value)
+                assert _check_document(doc, version) == expected, (path, key, value)
+
+
+def _check_document(doc: dict[str, Any], version: int) -> str | None:
+    try:
+        snapshot_document.check_document(doc, version, wire.Reader(b"", MalformedMetaSnapshot, "meta snapshot").fail)
+    except MalformedMetaSnapshot as error:
+        return str(error)
+    return None
+
+
 def _outcome(decode, data: bytes) -> tuple[str, Any]:
     try:
         state = decode(data)
@@ -216,5 +247,6 @@ def test_damaged_documents_are_judged_as_the_reference_judged_them(data):
         version = 3 - version
     if blobs and data.draw(st.integers(0, 9)) == 0:
         blobs.pop()
+    assert snapshot_document._exact_shape(doc, version) == (reference.check_document(doc, version) is None), doc
     frame = _frame(version, doc, blobs, applied_index)
     assert _outcome(lambda b: decode_state(b, api_level=API_LEVEL), frame) == _outcome(reference.decode_state, frame)

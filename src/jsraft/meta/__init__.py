@@ -2,9 +2,10 @@
 
 Modules: `machine` (MetaStateMachine, the public face), `entries` (log entry kinds and encoding),
 `assignment` (stream/consumer assignments, offline loading), `placement`, `rules` (checks shared by
-leader and apply), `leader` (proposals and in-flight accounting), `apply`, `state`, `snapshot`, `wire`
-(canonical JSON + blobs), `quarantine` (unknown local stream directories), `reconcile` (stream groups
-after a snapshot restore), `errors`.
+leader and apply), `leader` (proposals and in-flight accounting), `apply`, `state`, `snapshot` (the
+snapshot frame) with `snapshot_document` (its JSON document), `wire` (canonical JSON + blobs),
+`quarantine` (unknown local stream directories), `reconcile` (stream groups after a snapshot restore),
+`errors`.
 
 Deterministic and synchronous: no trio, socket, time, threading or module-level random (DESIGN §1).
 Reference: DESIGN.md §5 and §9.

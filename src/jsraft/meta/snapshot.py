@@ -10,7 +10,15 @@ or removed (`MetaState.storage_uuids` / `removed_servers`), sorted by name. A st
 is written as version 1, byte for byte as before, so version 1 snapshots keep their encoding. The blobs
 are the raw configs in document order (each stream's config, then its consumers'). Group names are not
 stored: they are `entries.group_name(name, created_index)`. Offline-ness is not stored: it is decided
-again by the loading node's API level.
+again by the loading node's API level. The document's schema, its encoding and its shape check are
+`snapshot_document`'s; this module owns the frame and what the records mean.
+
+Decoding checks, in this order: the frame and CRC; the JSON is canonical (`wire.unpack`); the document has
+exactly the declared fields and kinds (`snapshot_document.check_document`); every record passes the entry
+rules; one blob per asset; every created_index in 1..applied_index; and last, the state re-encodes to the
+very bytes given, which is what refuses unsorted or repeated names, a version 2 without servers, and any
+other second spelling of a state (invariant 1). That re-encode writes JSON directly, so it costs about as
+much as one `encode_state`.
 
 Invariants:
   1. Canonical: equal states encode to equal bytes, and `encode_state(decode_state(b)) == b`.
@@ -20,7 +28,7 @@ Invariants:
      effective changes agree even if one also applied a refused entry; it is what the chaos checker
      compares across replicas.
 
-Imports: L0, L1 (`codec`), crc32c, attrs, `meta.*`. Reference: DESIGN.md §3 (formats), §5.
+Imports: L0, crc32c, `meta.*`. Reference: DESIGN.md §3 (formats), §5.
 """
 
 from __future__ import annotations
@@ -28,11 +36,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-import attrs
 from crc32c import crc32c
 
-from jsraft.codec import structure, unstructure
-from jsraft.errors import JsraftError
 from jsraft.meta import wire
 from jsraft.meta.assignment import load_consumer, load_stream
 from jsraft.meta.entries import (
@@ -46,6 +51,7 @@ from jsraft.meta.entries import (
 )
 from jsraft.meta.errors import MalformedMetaSnapshot
 from jsraft.meta.placement import PeerInfo
+from jsraft.meta.snapshot_document import Document, check_document, encode_document
 from jsraft.meta.state import MetaState
 
 MAGIC = b"JSMS"
@@ -54,95 +60,22 @@ _VERSIONS = (1, 2)
 _CRC_BYTES = 4
 
 
-@attrs.frozen(kw_only=True)
-class _ConsumerRecord:
-    name: str
-    created_ns: int
-    created_index: int
-    required_level: int
-
-
-@attrs.frozen(kw_only=True)
-class _StreamRecord:
-    name: str
-    peers: tuple[str, ...]
-    created_ns: int
-    created_index: int
-    required_level: int
-    consumers: tuple[_ConsumerRecord, ...]
-    config_index: int = 0
-    peers_index: int = 0
-
-
-@attrs.frozen(kw_only=True)
-class _PeerRecord:
-    peer: str
-    cluster: str | None
-    tags: tuple[str, ...]
-
-
-@attrs.frozen(kw_only=True)
-class _ServerRecord:
-    peer: str
-    storage_uuid: str  # "" only for a removed server whose storage was never seen
-    removed: bool
-
-
-@attrs.frozen(kw_only=True)
-class _Document:
-    peers: tuple[_PeerRecord, ...]
-    streams: tuple[_StreamRecord, ...]
-
-
-@attrs.frozen(kw_only=True)
-class _DocumentV2:
-    peers: tuple[_PeerRecord, ...]
-    streams: tuple[_StreamRecord, ...]
-    servers: tuple[_ServerRecord, ...]
-
-
-def _servers(state: MetaState) -> tuple[_ServerRecord, ...]:
-    records = [_ServerRecord(peer=p, storage_uuid=u, removed=False) for p, u in state.storage_uuids.items()]
-    records += [_ServerRecord(peer=p, storage_uuid=u, removed=True) for p, u in state.removed_servers.items()]
-    return tuple(sorted(records, key=lambda record: record.peer))
-
-
-def _document(state: MetaState) -> tuple[dict[str, Any], list[bytes]]:
-    blobs: list[bytes] = []
-    streams: list[_StreamRecord] = []
-    for assignment in state.all_streams():
-        blobs.append(assignment.config_raw)
-        consumers = []
-        for consumer in state.stream_consumers(assignment.name):
-            blobs.append(consumer.config_raw)
-            consumers.append(_ConsumerRecord(
-                name=consumer.name, created_ns=consumer.created_ns, created_index=consumer.created_index,
-                required_level=consumer.required_level))
-        streams.append(_StreamRecord(
-            name=assignment.name, peers=assignment.peers, created_ns=assignment.created_ns,
-            created_index=assignment.created_index, required_level=assignment.required_level,
-            consumers=tuple(consumers), config_index=assignment.config_index,
-            peers_index=assignment.peers_index))
-    peers = tuple(_PeerRecord(peer=p, cluster=state.peers[p].cluster, tags=state.peers[p].tags)
-                  for p in sorted(state.peers))
-    servers = _servers(state)
-    document = (_DocumentV2(peers=peers, streams=tuple(streams), servers=servers) if servers
-                else _Document(peers=peers, streams=tuple(streams)))
-    return wire.json_value(unstructure(document)), blobs
+def _payload(state: MetaState) -> tuple[int, bytes]:
+    """The format version `state` is written in and its packed document and blobs."""
+    version, body, blobs = encode_document(state)
+    return version, wire.pack_canonical(body, blobs)
 
 
 def encode_state(state: MetaState) -> bytes:
-    doc, blobs = _document(state)
-    version = 2 if "servers" in doc else 1
-    body = MAGIC + bytes((version,)) + state.applied_index.to_bytes(8, "little")
-    body += wire.pack(doc, blobs)
+    version, payload = _payload(state)
+    body = MAGIC + bytes((version,)) + state.applied_index.to_bytes(8, "little") + payload
     return body + crc32c(body).to_bytes(_CRC_BYTES, "little")
 
 
 def state_digest(state: MetaState) -> int:
     """A 64-bit digest of the state without `applied_index` (invariant 3)."""
-    doc, blobs = _document(state)
-    return int.from_bytes(hashlib.blake2b(wire.pack(doc, blobs), digest_size=8).digest(), "little")
+    _, payload = _payload(state)
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little")
 
 
 def decode_state(data: bytes | memoryview, *, api_level: int) -> MetaState:
@@ -161,13 +94,8 @@ def decode_state(data: bytes | memoryview, *, api_level: int) -> MetaState:
     applied_index = reader.u64()
     doc, blobs = wire.unpack(reader)
     reader.done()
-    try:
-        document = structure(doc, _Document if version == 1 else _DocumentV2, where="meta snapshot")
-    except JsraftError as error:
-        raise reader.fail(error.description) from None
-    if wire.json_value(unstructure(document)) != doc:
-        raise reader.fail("document is not canonical (a field is missing)")
-    state = _build(document, blobs, reader, api_level)
+    check_document(doc, version, reader.fail)
+    state = _build(doc, blobs, reader, api_level)
     state.applied_index = applied_index
     if any(not 0 < index <= applied_index for index in _created_indexes(state)):
         raise reader.fail(f"an asset's created_index is not in 1..{applied_index}")
@@ -181,43 +109,47 @@ def _created_indexes(state: MetaState) -> list[int]:
     return indexes + [c.created_index for consumers in state.consumers.values() for c in consumers.values()]
 
 
-def _build(document: _Document | _DocumentV2, blobs: list[bytes], reader: wire.Reader, api_level: int) -> MetaState:
-    """Check every record with the entry rules, then fill a state whose assets load at `api_level`."""
-    expected = sum(1 + len(s.consumers) for s in document.streams)
+def _build(doc: Document, blobs: list[bytes], reader: wire.Reader, api_level: int) -> MetaState:
+    """Check every record with the entry rules, then fill a state whose assets load at `api_level`.
+    `doc` passed `check_document`: every field is there and of its declared JSON kind."""
+    expected = sum(1 + len(s["consumers"]) for s in doc["streams"])
     if len(blobs) != expected:
         raise reader.fail(f"{len(blobs)} config blobs for {expected} assets")
     state = MetaState(api_level)
-    for record in document.peers:
-        _check(PeerAdd(peer=record.peer, cluster=record.cluster, tags=record.tags), reader)
-        state.peers[record.peer] = PeerInfo(cluster=record.cluster, tags=record.tags)
+    for record in doc["peers"]:
+        peer, cluster, tags = record["peer"], record["cluster"], tuple(record["tags"])
+        _check(PeerAdd(peer=peer, cluster=cluster, tags=tags), reader)
+        state.peers[peer] = PeerInfo(cluster=cluster, tags=tags)
     position = 0
-    for s in document.streams:
-        _check(CreateStream(name=s.name, peers=s.peers, created_ns=s.created_ns,
-                            required_level=s.required_level), reader)
-        state.streams[s.name] = load_stream(
-            s.name, blobs[position], peers=s.peers, group=group_name(s.name, s.created_index),
-            created_ns=s.created_ns, created_index=s.created_index, required_level=s.required_level,
-            api_level=api_level, config_index=s.config_index, peers_index=s.peers_index)
-        state.consumers[s.name] = {}
+    for s in doc["streams"]:
+        name, peers, created_ns, created_index = s["name"], tuple(s["peers"]), s["created_ns"], s["created_index"]
+        _check(CreateStream(name=name, peers=peers, created_ns=created_ns, required_level=s["required_level"]),
+               reader)
+        state.streams[name] = load_stream(
+            name, blobs[position], peers=peers, group=group_name(name, created_index), created_ns=created_ns,
+            created_index=created_index, required_level=s["required_level"], api_level=api_level,
+            config_index=s["config_index"], peers_index=s["peers_index"])
+        state.consumers[name] = consumers = {}
         position += 1
-        for c in s.consumers:
-            _check(CreateConsumer(stream=s.name, name=c.name, created_ns=c.created_ns,
-                                  required_level=c.required_level), reader)
-            state.consumers[s.name][c.name] = load_consumer(
-                s.name, c.name, blobs[position], created_ns=c.created_ns, created_index=c.created_index,
-                required_level=c.required_level, api_level=api_level)
+        for c in s["consumers"]:
+            _check(CreateConsumer(stream=name, name=c["name"], created_ns=c["created_ns"],
+                                  required_level=c["required_level"]), reader)
+            consumers[c["name"]] = load_consumer(
+                name, c["name"], blobs[position], created_ns=c["created_ns"], created_index=c["created_index"],
+                required_level=c["required_level"], api_level=api_level)
             position += 1
-    for server in getattr(document, "servers", ()):
+    for server in doc.get("servers", ()):
         _check_server(server, reader)
-        (state.removed_servers if server.removed else state.storage_uuids)[server.peer] = server.storage_uuid
+        (state.removed_servers if server["removed"] else state.storage_uuids)[server["peer"]] = server["storage_uuid"]
     return state
 
 
-def _check_server(server: _ServerRecord, reader: wire.Reader) -> None:
-    if server.removed and not server.storage_uuid:
-        problem = name_problem(server.peer, "peer id")  # removed before its storage was ever seen
+def _check_server(server: Document, reader: wire.Reader) -> None:
+    peer, storage_uuid = server["peer"], server["storage_uuid"]
+    if server["removed"] and not storage_uuid:
+        problem = name_problem(peer, "peer id")  # removed before its storage was ever seen
     else:
-        problem = entry_problem(PeerSeen(peer=server.peer, storage_uuid=server.storage_uuid))
+        problem = entry_problem(PeerSeen(peer=peer, storage_uuid=storage_uuid))
     if problem is not None:
         raise reader.fail(problem)
 

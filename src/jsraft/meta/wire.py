@@ -11,7 +11,8 @@ extend with a version bump; the blobs carry stream and consumer configs exactly 
 Invariants:
   1. Canonical: `pack(*unpack(b)) == b` for every `b` that unpacks. The JSON must be exactly what
      `canonical_json` produces (sorted keys, no spaces, ASCII), so one state has one encoding and
-     replicas can compare bytes and digests.
+     replicas can compare bytes and digests. `pack_canonical` takes JSON already written so by its
+     caller (`snapshot_document`, whose tests hold it to `canonical_json`); `unpack` checks it again.
   2. `unpack` consumes its input exactly (no trailing bytes) and raises only the error class it is given.
 
 Imports: L0, stdlib. Reference: RFC 8785 (JSON canonicalization; this is a simpler subset: no floats).
@@ -52,7 +53,12 @@ def json_value(value: Any) -> Any:
 
 
 def pack(doc: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
-    body = canonical_json(doc)
+    return pack_canonical(canonical_json(doc), blobs)
+
+
+def pack_canonical(body: bytes, blobs: Sequence[bytes] = ()) -> bytes:
+    """`pack` of a document its caller has already written as `canonical_json` would (invariant 1 is then
+    the caller's to keep: `meta.snapshot_document` writes its large documents without building dicts)."""
     parts = [_U32.pack(len(body)), body, _U32.pack(len(blobs))]
     for blob in blobs:
         parts.append(_U32.pack(len(blob)))

@@ -237,6 +237,16 @@ def _outcome(decode, data: bytes) -> tuple[str, Any]:
                         state.removed_servers, state.applied_index)
 
 
+def _reference_outcome(data: bytes) -> tuple[str, Any]:
+    """The reference's verdict, but for the one document it let through that `MetaState.check` then crashed
+    on (a server listed as a member and as removed), which `decode_state` now refuses."""
+    verdict, state = _outcome(reference.decode_state, data)
+    twice = sorted(set(state[4]) & set(state[5])) if verdict == "accepted" else []
+    if twice:
+        return "refused", f"meta snapshot: server {twice[0]!r} is listed both as a member and as removed"
+    return verdict, state
+
+
 @settings(max_examples=400)
 @given(st.data())
 def test_damaged_documents_are_judged_as_the_reference_judged_them(data):
@@ -249,4 +259,4 @@ def test_damaged_documents_are_judged_as_the_reference_judged_them(data):
         blobs.pop()
     assert snapshot_document._exact_shape(doc, version) == (reference.check_document(doc, version) is None), doc
     frame = _frame(version, doc, blobs, applied_index)
-    assert _outcome(lambda b: decode_state(b, api_level=API_LEVEL), frame) == _outcome(reference.decode_state, frame)
+    assert _outcome(lambda b: decode_state(b, api_level=API_LEVEL), frame) == _reference_outcome(frame)

@@ -15,10 +15,10 @@ again by the loading node's API level. The document's schema, its encoding and i
 
 Decoding checks, in this order: the frame and CRC; the JSON is canonical (`wire.unpack`); the document has
 exactly the declared fields and kinds (`snapshot_document.check_document`); every record passes the entry
-rules; one blob per asset; every created_index in 1..applied_index; and last, the state re-encodes to the
-very bytes given, which is what refuses unsorted or repeated names, a version 2 without servers, and any
-other second spelling of a state (invariant 1). That re-encode writes JSON directly, so it costs about as
-much as one `encode_state`.
+rules; one blob per asset; no server both a member and removed; every created_index in 1..applied_index;
+and last, the state re-encodes to the very bytes given, which is what refuses unsorted or repeated names,
+a version 2 without servers, and any other second spelling of a state (invariant 1). That re-encode
+writes JSON directly, so it costs about as much as one `encode_state`.
 
 Invariants:
   1. Canonical: equal states encode to equal bytes, and `encode_state(decode_state(b)) == b`.
@@ -140,7 +140,12 @@ def _build(doc: Document, blobs: list[bytes], reader: wire.Reader, api_level: in
             position += 1
     for server in doc.get("servers", ()):
         _check_server(server, reader)
-        (state.removed_servers if server["removed"] else state.storage_uuids)[server["peer"]] = server["storage_uuid"]
+        peer, removed = server["peer"], server["removed"]
+        if peer in (state.storage_uuids if removed else state.removed_servers):
+            # The final re-encode cannot see this one (members sort before removed servers of the same name),
+            # and `MetaState` invariant 4 forbids it: `MetaStateMachine.restore` would crash on its check.
+            raise reader.fail(f"server {peer!r} is listed both as a member and as removed")
+        (state.removed_servers if removed else state.storage_uuids)[peer] = server["storage_uuid"]
     return state
 
 

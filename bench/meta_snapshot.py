@@ -14,8 +14,9 @@ sends it, peers rotated so each node is preferred leader of a third), each with 
 built the way `decode_state` builds one (`assignment.load_stream` / `load_consumer`), so it needs nothing
 but `jsraft.meta`, and runs against any checkout (`PYTHONPATH=<checkout>/src`). Then everything built is
 frozen (`gc.collect(); gc.freeze()`, as `jsraft serve` freezes what survives full collections), and each
-of the three calls runs `--rounds` times after a `gc.collect()`, timed with `perf_counter`; the median
-(min, max) is reported. Every size also checks `encode_state(decode_state(b)) == b` once, untimed.
+of the three calls runs `--rounds` times after a `gc.collect()`, timed with `perf_counter` (the median, min
+and max are reported) and with `process_time` (the median: on shared cores the process's CPU time moves
+less than its wall time). Every size also checks `encode_state(decode_state(b)) == b` once, untimed.
 
     .venv/bin/python bench/meta_snapshot.py --streams 1000,2000,5000,10000 [--rounds 5] [--json]
 
@@ -69,14 +70,17 @@ def build_state(streams: int) -> MetaState:
 
 
 def _timed_ms(call: Callable[[], object], rounds: int) -> dict[str, float]:
-    seconds = []
+    """Wall time (what the node's other work waits) and this process's CPU time (steadier when other jobs
+    share the cores: it leaves out the time the process waited for one)."""
+    seconds, cpu_seconds = [], []
     for _ in range(rounds):
         gc.collect()
-        began = time.perf_counter()
+        began, cpu_began = time.perf_counter(), time.process_time()
         call()
         seconds.append(time.perf_counter() - began)
+        cpu_seconds.append(time.process_time() - cpu_began)
     return {"median": round(statistics.median(seconds) * 1000, 2), "min": round(min(seconds) * 1000, 2),
-            "max": round(max(seconds) * 1000, 2)}
+            "max": round(max(seconds) * 1000, 2), "cpu_median": round(statistics.median(cpu_seconds) * 1000, 2)}
 
 
 def measure(streams: int, rounds: int) -> dict[str, Any]:
@@ -104,12 +108,12 @@ def run(sizes: list[int], rounds: int) -> dict[str, Any]:
 
 
 def _table(result: dict[str, Any]) -> str:
-    lines = [f"{result['date']}, medians of {result['rounds']} rounds (min-max), load "
+    lines = [f"{result['date']}, wall ms: median of {result['rounds']} rounds (min-max) [CPU ms median], load "
              f"{result['loadavg'][0]:.2f} -> {result['loadavg'][1]:.2f}",
              "| streams | snapshot bytes | encode_state ms | state_digest ms | decode_state ms |",
              "|---|---|---|---|---|"]
     for row in result["rows"]:
-        cells = [f"{row[key]['median']} ({row[key]['min']}-{row[key]['max']})"
+        cells = [f"{row[key]['median']} ({row[key]['min']}-{row[key]['max']}) [{row[key]['cpu_median']}]"
                  for key in ("encode_ms", "digest_ms", "decode_ms")]
         lines.append(f"| {row['streams']:,} | {row['snapshot_bytes']:,} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """The meta snapshot encoder and decoder as they were before they wrote JSON directly (commit 8255a82).
 
-What for: tests/meta/test_snapshot_format.py holds today's `meta.snapshot` to these, byte for byte and
+What for: tests/meta/test_meta_snapshot_format.py holds today's `meta.snapshot` to these, byte for byte and
 refusal for refusal. This is `meta/snapshot.py` at 8255a82, trimmed: attrs records, the converter's
 `unstructure`, `wire.json_value` and `wire.pack` to encode; strict structuring, the canonical-document
 check, the entry rules, the created_index range and a re-encode to decode (the frame checks in front of

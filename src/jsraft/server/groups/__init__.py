@@ -12,7 +12,8 @@ Modules: `meta_service` / `meta_members` (the meta group), `first_election` (a n
 `stream_publish` / `publish_batch` (client publishes into streams), `consumer_service` (the consumers led
 with their stream; their pull and push leading and events are trio-free, in `jsraft.replica`),
 `consumer_proposals` (how a consumer pass proposes its ops and sends what they decided, and the info
-barrier), `consumer_acks` (the acks a consumer pass turns into ops), `handlers`
+barrier), `consumer_acks` (the acks a consumer pass turns into ops), `interest_waits` (the push
+consumers led on this node waiting for a subscriber, which a new client subscription wakes), `handlers`
 (what a request does), `rpc` (request/response over the transport),
 `router` (to the leader), `stream_lookup` (a stream found on this node: `LocalStreams`,
 `require_stream`, the stream a publish subject belongs to, the call signatures the services take instead

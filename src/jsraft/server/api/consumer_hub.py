@@ -7,7 +7,9 @@ acks' lanes), and getting each to the leader of its stream: straight into the lo
 when this node leads, else over `$rpc` (`consumer.next`, `consumer.acks`, served here too). It also
 gives every service the node's `publish` — deliveries, statuses and double-ack answers go out through
 the client port, and cluster interest routing (`routes`) takes them to the requester's node — and, for
-push consumers, `has_interest` (does a client subscription here or at a peer match a deliver subject);
+push consumers, `has_interest` (does a client subscription here or at a peer match a deliver subject)
+and `waits`, the node's `InterestWaits` (push consumers led here waiting for a subscriber: those a new
+client subscription matches are woken, at a cost in proportion to them, not to the streams open here);
 each stream replica's `ConsumerService.port` is this hub, so push deliveries need no request. It serves
 the embedded JetStream context's pulls and double acks (`consumer.fetch`, `consumer.ack_sync`), whose
 answers are collected here (`_collectors`, by reply subject) and returned over `$rpc` instead.
@@ -57,6 +59,7 @@ from jsraft.server.groups.consumer_acks import Ack
 from jsraft.server.groups.consumer_errors import ConsumerNotFound
 from jsraft.replica.consumer_pull import Send
 from jsraft.server.groups.consumer_service import ConsumerService
+from jsraft.server.groups.interest_waits import InterestWaits
 
 if TYPE_CHECKING:
     from jsraft.server.api.api_parts import ApiParts
@@ -96,6 +99,7 @@ class ConsumerHub:
         self._lanes: dict[str, _Lane] = {}
         self._collectors: dict[str, Callable[[Send], None]] = {}
         self._collector_ids = itertools.count(1)
+        self.waits = InterestWaits()  # kept by each service of the node (consumer_service invariant 9)
         clients.subscribe_internal(NEXT_SUBJECT, self._on_next, sync=True)
         acks = clients.subscribe_internal(ACK_SUBJECT, self._on_ack, sync=True)
         clients.set_ack_path(acks, self._ack, self._ack_run)  # a client's acks here while nothing else matches
@@ -112,12 +116,12 @@ class ConsumerHub:
         """A client subscribed here: wake each consumer service with a push consumer waiting for
         interest on that subject, so it delivers now rather than at its next look (up to
         `INTEREST_POLL_NS`). nats-py subscribes a push consumer's deliver subject only after creating
-        it; nats-server starts delivering at that subscription."""
-        if not added or type(sub) is InternalSubscription:
+        it; nats-server starts delivering at that subscription. Only the waiting consumers are looked at."""
+        if not added or not self.waits or type(sub) is InternalSubscription:
             return
-        for replica in self.parts.local.replicas.values():
-            if replica.consumers.awaits_interest(sub.subject):
-                replica.consumers.wake()
+        replicas = self.parts.local.replicas
+        for service in self.waits.matching(sub.subject, lambda s: replicas.get(s.stream) is s.replica):
+            service.wake()
 
     def has_interest(self, subject: str) -> bool:
         """Whether a client subscription here or at a peer matches `subject` (push consumers deliver

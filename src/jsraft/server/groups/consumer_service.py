@@ -57,6 +57,10 @@ Invariants:
      sees them), or when the oldest is due (the service's timer). No ack can refer to them, so nothing
      waits on them; a leader that fails first leaves the new one to deliver those messages again (the
      at-least-once of invariant 2; nats-server keeps an ordered consumer in memory on one server only).
+  9. The node's `InterestWaits` (the hub's `waits`) holds this service's push consumers without
+     interest, and only while the replica is open: each leader `_leading_for` makes is noted and
+     watched (its every change of interest is noted), each change of `leading`'s membership resyncs the
+     service's entries (`_note_waits()`), and the task's end (the replica closed) forgets them.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`consumer`, `stream`), trio, server siblings.
 Reference: DESIGN.md §7; nats-server `server/consumer.go` (processAck, processNak, processTerm).
@@ -71,7 +75,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from jsraft import subjects
 from jsraft.consumer import CONSUMER_DELETED, LEADERSHIP_CHANGE, ApplyResult, DeleteOp
 from jsraft.consumer.ops import Op
 from jsraft.errors import JsraftError
@@ -159,6 +162,7 @@ class ConsumerService(ConsumerProposals):
         self._applied_ops.clear()  # decided by the dropped StreamLeader's bookkeeping: delivered again
         self._deferred.clear()
         self.built_for = leader
+        self._note_waits()  # invariant 9: the dropped table's consumers no longer wait here
         self.events.on_elected(self.leading, now_ns)
         self.wake()
 
@@ -166,6 +170,7 @@ class ConsumerService(ConsumerProposals):
         for leading in self.leading.values():
             self._outbox.extend(status_send(reply, status) for reply, status in leading.queue.drain(LEADERSHIP_CHANGE))
         self.leading = {}
+        self._note_waits()  # invariant 9
         self.built_for = None
         self.acks.take()  # not proposed: the new leader redelivers those messages (at-least-once)
         self._applied_ops.clear()
@@ -189,6 +194,8 @@ class ConsumerService(ConsumerProposals):
                 gone = self.leading.pop(name, None)
                 if gone is not None:
                     self._outbox.extend(status_send(r, s) for r, s in gone.queue.drain(CONSUMER_DELETED))
+            if applied.created or applied.updated or applied.deleted:
+                self._note_waits()  # invariant 9: consumers created, replaced or deleted
             self.events.on_applied(applied, consumers, self.now_ns())
             self.wake()
         elif any(len(leading.queue) or type(leading) is PushLeading for leading in self.leading.values()):
@@ -212,20 +219,29 @@ class ConsumerService(ConsumerProposals):
             self._publish_many(sends, port.publish)
 
     def _leading_for(self, entry: Any, now_ns: int) -> Leading:
-        return make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0),
-                            nonce=lambda: os.urandom(6).hex())
+        """The one factory of this service's leaders: a push one is noted waiting and watched (invariant 9)."""
+        leading = make_leading(self.stream, entry, now_ns, burst_bytes=max(self.replica.config.max_msg_size, 0),
+                               nonce=lambda: os.urandom(6).hex())
+        if type(leading) is PushLeading:
+            leading.watch = self._note_waits
+            self._note_waits(leading)
+        return leading
+
+    def _note_waits(self, leading: PushLeading | None = None) -> None:
+        """Invariant 9: `leading` was made or its interest changed; without it, `leading`'s membership changed."""
+        waits = getattr(self.port, "waits", None)  # the node's registry (the hub's); none once the replica closed
+        if waits is None or self.replica.closed:
+            return
+        if leading is None:
+            waits.sync(self)
+        else:
+            waits.note(self, leading)
 
     def _interest(self, subject: str) -> bool:
         return self.port is not None and self.port.has_interest(subject)
 
     def wake(self) -> None:
         self._wake.set()
-
-    def awaits_interest(self, subscribed: str) -> bool:
-        """Whether a push consumer led here has no interest yet and `subscribed` (a new client
-        subscription's subject) matches its deliver subject."""
-        return any(type(leading) is PushLeading and not leading.interest
-                   and subjects.matches(subscribed, leading.deliver_subject) for leading in self.leading.values())
 
     def hold(self, name: str) -> None:
         self._unanswered.add(name)  # consumer `name`, created now, delivers nothing before its answer (invariant 6)
@@ -241,6 +257,7 @@ class ConsumerService(ConsumerProposals):
         if leading is not None and entry is not None and entry.config is not None:
             self.leading[name] = self._leading_for(entry, self.now_ns())
             self.leading[name].queue = leading.queue
+            self._note_waits()  # invariant 9: the replaced leader no longer waits
         self.wake()
 
     def require(self, name: str | None = None) -> Leading | None:
@@ -283,20 +300,24 @@ class ConsumerService(ConsumerProposals):
     # --- The task ----------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        while True:
-            event = self._wake
-            due_ns = self._next_due_ns()
-            if due_ns is None:
-                await event.wait()
-            else:
-                with trio.move_on_after(max(due_ns - self.now_ns(), 0) / 1e9):
+        try:
+            while True:
+                event = self._wake
+                due_ns = self._next_due_ns()
+                if due_ns is None:
                     await event.wait()
-            self._wake = trio.Event()
-            self._passes_started += 1
-            await self._turn()
-            self._passes_ended += 1
-            self._pass_ended.set()
-            self._pass_ended = trio.Event()
+                else:
+                    with trio.move_on_after(max(due_ns - self.now_ns(), 0) / 1e9):
+                        await event.wait()
+                self._wake = trio.Event()
+                self._passes_started += 1
+                await self._turn()
+                self._passes_ended += 1
+                self._pass_ended.set()
+                self._pass_ended = trio.Event()
+        finally:
+            if (waits := getattr(self.port, "waits", None)) is not None:
+                waits.forget(self)  # invariant 9: the replica closed (its tasks end only then)
 
     def _next_due_ns(self) -> int | None:
         dues = [due for leading in self.leading.values() if (due := leading.next_due_ns()) is not None]

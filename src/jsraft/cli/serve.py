@@ -36,6 +36,8 @@ Invariants:
  10. `-sl/--signal CMD[=PID|PIDFILE]` starts no node: it signals a running one (`serve_process.signal_command`).
  11. The process's full garbage collections freeze what survived them (`runtime.gc_freeze`, installed
      before the node starts): their pauses no longer grow with the number of streams.
+ 12. The soft open-file limit is raised to the hard one before the node opens a file
+     (`serve_process.raise_open_file_limit`), as nats-server's Go runtime does.
 
 Imports: stdlib, L0, L4 (`runtime.gc_freeze`), L5 (`server`), `cli.serve_store`, `cli.serve_routes`, trio. Reference: nats-server command-line flags; DESIGN.md §10.
 """
@@ -56,7 +58,7 @@ import trio
 
 from jsraft import __version__
 from jsraft.cli.early_listen import EarlyListener
-from jsraft.cli.serve_process import HANDLED, PidFile, signal_command, watch_signals
+from jsraft.cli.serve_process import HANDLED, PidFile, raise_open_file_limit, signal_command, watch_signals
 from jsraft.cli.serve_routes import parse_cluster, parse_routes
 from jsraft.cli.serve_store import DEFAULT_STORE_DIR, PRIVATE_PREFIX, jetstream_asked, with_defaults
 from jsraft.errors import InvalidConfig, JsraftError
@@ -278,6 +280,8 @@ def cmd_serve(args: argparse.Namespace, early: EarlyListener | None = None) -> i
     setup_logging(args.log_level)
     client_socket = early.take(config.client_host, config.client_port) if early is not None else None
     gc_freeze.install()  # full collections that do not grow with the streams (runtime.gc_freeze)
+    soft, hard = raise_open_file_limit()  # invariant 12
+    log.debug("open-file limit %d (hard %d)", soft, hard)
     try:
         trio.run(serve, config, args.ports_file_dir, client_socket)
     except BaseException as raised:  # noqa: BLE001 — reported below, or re-raised if not ours

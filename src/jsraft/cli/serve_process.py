@@ -1,9 +1,10 @@
-"""The process around `jsraft serve`'s node: its signals, its pid file, and nats-server's `--signal` (L6).
+"""The process around `jsraft serve`'s node: its signals, its pid file, nats-server's `--signal`, and its
+open-file limit (L6).
 
 Owns: `watch_signals` (what each signal does to a running node), `PidFile` (nats-server's `pid_file` /
-`-P`: the process id, written at start and removed at a clean stop), and `signal_command` (nats-server's
+`-P`: the process id, written at start and removed at a clean stop), `signal_command` (nats-server's
 `-sl/--signal CMD[=PID|PIDFILE]`: send a running node one of its signals, as the NATS Helm chart's preStop
-hook does with `nats-server -sl=ldm=/var/run/nats/nats.pid`).
+hook does with `nats-server -sl=ldm=/var/run/nats/nats.pid`), and `raise_open_file_limit`.
 
 Invariants:
   1. SIGTERM and SIGINT stop the node (`stop` set); SIGHUP reloads the certificates; SIGUSR2 starts lame
@@ -16,6 +17,12 @@ Invariants:
   3. `signal_command` sends exactly one signal to exactly one process, or none: a PID, else the pid read from
      a file, else the one `jsraft serve` process running (none or several is an error naming them); an
      unknown command is a usage error (exit 2), a process it cannot find or signal an error (exit 1).
+  4. `raise_open_file_limit` sets the soft RLIMIT_NOFILE to the hard limit (capped at
+     `OPEN_FILES_SOFT_MAX`), never lowers it, and never fails the start: a limit it cannot change is logged
+     and left as it was. Why: every stream replica holds open descriptors (its WAL segment, hard-state
+     slot and store block: three for an R1 stream), so the common default soft limit of 1,024 would stop a
+     node at about 330 streams; nats-server gets the same raise from Go's runtime, which sets the soft limit
+     to the hard one at the start of every program since Go 1.19.
 
 Imports: stdlib, trio, L5 (`server.ops.lame_duck`). Reference: nats-server `main.go` (`-sl`, `-P`),
 `server/signal.go` (`ProcessSignal`, the command -> signal table), `server/service.go`.
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import sys
 from typing import Any
@@ -40,6 +48,9 @@ SIGNAL_COMMANDS = {"stop": signal.SIGKILL, "quit": signal.SIGINT, "term": signal
                    "reopen": signal.SIGUSR1, "reload": signal.SIGHUP, "ldm": signal.SIGUSR2}
 _SIGNAL_FLAGS = (b"-sl", b"--signal", b"-signal", b"--sl")
 HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# Invariant 4's cap, for a hard limit of "unlimited" (or one in the billions): Go's runtime caps the same way
+# on some systems, and a soft limit that large only makes the kernel's per-process file table bigger.
+OPEN_FILES_SOFT_MAX = 1 << 20
 
 
 async def watch_signals(signals: Any, node: Any, monitor: Any, stop: trio.Event) -> None:
@@ -140,3 +151,16 @@ def serve_pids() -> list[int]:
         if b"serve" in argv and b"jsraft" in names and not signalling:
             found.append(int(entry))
     return sorted(found)
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Invariant 4: the soft open-file limit raised to the hard one; returns (soft, hard) as they are after."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = OPEN_FILES_SOFT_MAX if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_SOFT_MAX)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError) as error:
+            log.warning("open-file limit left at %d (hard %d): %s", soft, hard, error)
+    return soft, hard

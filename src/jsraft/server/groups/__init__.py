@@ -4,6 +4,7 @@ audit and expiry, and the request layer between nodes.
 Modules: `meta_service` / `meta_members` (the meta group), `first_election` (a new group's first leader),
 `streams` (`StreamManager`: the stream replicas this node runs), `stream_replica` (one stream group),
 `stream_format` (a new replica's directory, formatted whole with one fsync per file and directory),
+`replica_descriptors` (the file descriptors a replica holds, the headroom a create needs, and running out),
 `memory_stream` (a `storage: memory` replica's store, and when its lost messages are lost for good),
 `stream_options`, `stream_config_follow`, `stream_members`, `stream_audit`, `stream_expiry`,
 `stream_repair` / `repair_serve` / `repair_build` (repair, both sides, and its replacement store),

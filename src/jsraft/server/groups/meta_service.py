@@ -28,6 +28,11 @@ Invariants:
      create, a scale-up, the spare for a peer removed — and the meta leadership handed on at a server
      remove see the online nodes without it, as nats-server leaves a server in lame duck mode out (its
      shutdown event marks it offline). The replicas it has stay: a node on its way out is not drained.
+  6. A create that places a replica on this node is refused with 10023 (`InsufficientResources`, nats-server's
+     answer) before it is proposed when this node lacks the file descriptors for one more replica
+     (`replica_descriptors.check_room`), so running out never takes the node's clients with it; its
+     proposal is cancelled, so the meta log never hears of it. Replicas placed on other nodes are theirs
+     to survive (`streams` invariant 11).
 
 Imports: stdlib, L0, L1 (`raft`), L3 (`meta`), L4 (`runtime`), trio, server siblings.
 Reference: meta/machine.py "How the runtime drives it"; DESIGN.md §5.
@@ -42,7 +47,7 @@ from typing import Any
 
 import trio
 
-from jsraft.errors import JsraftError, invariant
+from jsraft.errors import InsufficientResources, JsraftError, invariant
 from jsraft.meta import (
     META_SNAPSHOT_ENTRIES, Applied, ClusterNoPeers, ClusterServerNotMember, CreateStream, MetaStateMachine,
     Proposal, StreamAssignment, group_name,
@@ -56,6 +61,7 @@ from jsraft.server.errors import NoLeader
 from jsraft.server.groups.first_election import FirstElection
 from jsraft.replica.meta_adapter import MetaAdapter
 from jsraft.server.groups.meta_members import MetaMembers
+from jsraft.server.groups.replica_descriptors import check_room
 
 log = logging.getLogger("jsraft.server.meta")
 
@@ -187,6 +193,12 @@ class MetaService:
         if proposal.in_flight:
             return await self._wait_stream(name)
         entry, prepare = proposal.entry, self.prepare_stream
+        if isinstance(entry, CreateStream) and self.node_id in entry.peers:
+            try:
+                check_room()  # invariant 6
+            except InsufficientResources:
+                self.meta.cancel_proposal(proposal.data or b"")
+                raise
         on_log: Callable[[int], None] | None = None
         if isinstance(entry, CreateStream) and list(entry.peers) == [self.node_id] and prepare is not None:
             def on_log(index: int) -> None:

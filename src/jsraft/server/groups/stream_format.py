@@ -3,7 +3,8 @@
 Owns: `format_new_replica`, which builds `streams/<name>/` for a stream this node opens with no directory
 for it yet, `prepare_format` (the same tree built ahead, invariant 5), `remove_format_leftovers`,
 `open_replica_files` (a replica's identity files and store), `open_files` (those and the group's WAL) and
-`format_and_open` (the format and `open_files` in the stream manager's one worker-thread call). A
+`format_and_open` (the format and `open_files` in the stream manager's one worker-thread call), and
+`remove_replica_dir` (a deleted or departed replica's directory, `streams` invariant 2). A
 create used to make every name durable as it made it — a directory fsync after each file written and
 each directory created, 18 fsyncs for one stream directory (`bench/README.md`, "Stream create latency")
 — which on a loaded disk was most of a create's time. Here the whole tree is written through an unsynced
@@ -206,3 +207,15 @@ def remove_format_leftovers(streams: Disk) -> list[str]:
     if leftovers:
         streams.sync_dir("")
     return leftovers
+
+
+def remove_replica_dir(streams: Disk, name: str, group: str, group_record: Any) -> None:
+    """Run in a worker thread: remove `streams/<name>` if its `group` file names `group` (`streams`
+    invariant 2: otherwise it belongs to another incarnation of the name), and forget the group in the
+    node's `group_record`: deleted on purpose, it starts as a new member if this node is given it again."""
+    if not streams.exists(f"{name}/group") or streams.read_file(f"{name}/group").decode() != group:
+        return
+    streams.remove_tree(name)
+    streams.sync_dir("")
+    if group_record is not None:
+        group_record.discard(group)

@@ -42,6 +42,10 @@ Invariants:
  10. `prepare` starts the preparation's thread itself (`trio.lowlevel.start_thread_soon`): from a spawned
      task it began, in about half of back-to-back creates, only after the meta entry's fsyncs, run inline
      on the trio thread by the ready loop (woken by the same proposal). A bug there raises in the open.
+ 11. Running out of file descriptors while a replica is prepared, formatted or opened fails that replica
+     alone (`replica_descriptors` 1): what it opened is closed, a half-made tree is left to `stream_format`
+     2 (a renamed `<name>` is complete: the next open recovers it), one ERROR is logged, and the stream
+     stays unopened here until the next start (not retried: a limit does not rise by itself).
 
 Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
@@ -65,8 +69,9 @@ from jsraft.runtime import NodeRuntime
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_repair import CallPeer
+from jsraft.server.groups.replica_descriptors import log_not_opened, out_of_descriptors
 from jsraft.server.groups.stream_format import (
-    format_and_open, open_replica_files, prepare_format, remove_format_leftovers,
+    format_and_open, open_replica_files, prepare_format, remove_format_leftovers, remove_replica_dir,
 )
 from jsraft.server.groups.stream_replica import StreamReplica
 from jsraft.server.groups.versioning import OfflineWarnings, offline_advisory
@@ -254,10 +259,16 @@ class StreamManager:
             return
         # A stream new to this node gets its directory formatted whole, with one fsync per file and per
         # directory (`stream_format`); the replica's open then finds every name it needs in place.
-        prepared = await self._take_prepared(assignment)
-        formatted, files = await trio.to_thread.run_sync(self._format_and_open, assignment, prepared)
+        try:
+            prepared = await self._take_prepared(assignment)
+            formatted, files = await trio.to_thread.run_sync(self._format_and_open, assignment, prepared)
+        except OSError as error:
+            if not out_of_descriptors(error):
+                raise
+            log_not_opened(assignment.name, error)  # invariant 11
+            return
         if isinstance(files, JsraftError):
-            log.error("stream %s: cannot open replica: %s", assignment.name, files)
+            log_not_opened(assignment.name, files)
             return
         replica = StreamReplica(node_id=self.node_id, name=assignment.name, group=assignment.group,
                                 config=assignment.config, raw=assignment.config_raw, peers=assignment.peers,
@@ -268,8 +279,11 @@ class StreamManager:
         replica.consumers.port = self.consumer_port
         try:
             await replica.open(assigned_index=assignment.created_index, files=files)
-        except JsraftError as error:
-            log.error("stream %s: cannot open replica: %s", assignment.name, error)
+        except (JsraftError, OSError) as error:
+            files.store.close()  # its open closed the WAL (invariant 11: the replica keeps nothing open)
+            if isinstance(error, OSError) and not out_of_descriptors(error):
+                raise
+            log_not_opened(assignment.name, error)
             return
         self.replicas[assignment.name] = replica
         assert self._nursery is not None
@@ -350,7 +364,7 @@ class StreamManager:
             return  # re-added (or replaced) meanwhile
         del self.replicas[assignment.name]
         await self._stop(replica)
-        await trio.to_thread.run_sync(self._remove_dir, assignment.name, assignment.group)
+        await self._drop(assignment.name, assignment.group)  # the replica is out of the table: removes the directory
         log.info("stream %s: replica left the group and was removed from this node", assignment.name)
 
     async def _delete(self, assignment: StreamAssignment) -> None:
@@ -362,7 +376,7 @@ class StreamManager:
         if replica is not None and replica.group == group:
             del self.replicas[name]
             await self._stop(replica)
-        await trio.to_thread.run_sync(self._remove_dir, name, group)
+        await trio.to_thread.run_sync(remove_replica_dir, self.disk, name, group, self.runtime.group_record)
 
     async def _restored(self, replaced: list[tuple[str, str]]) -> None:
         """Invariant 4: bring the replicas and directories in line with a restored meta snapshot."""
@@ -376,17 +390,6 @@ class StreamManager:
             await self._leave(assignment)
         for assignment in plan.open:
             await self._open(assignment)
-
-    def _remove_dir(self, name: str, group: str) -> None:
-        if not self.disk.exists(f"{name}/group"):
-            return
-        if self.disk.read_file(f"{name}/group").decode() != group:
-            return  # invariant 2: the directory belongs to another incarnation of the name
-        self.disk.remove_tree(name)
-        self.disk.sync_dir("")
-        if self.runtime.group_record is not None:
-            # Deleted on purpose: if this node is given the group again, it starts it as a new member.
-            self.runtime.group_record.discard(group)
 
     async def close_all(self, *, clean: bool) -> None:
         """At node shutdown, after the runtime stopped (it closed every group itself)."""

@@ -1,0 +1,113 @@
+"""File descriptors and stream replicas (layer L5): how many one replica holds, whether this node has room
+for another, and what a replica that ran out of them does to the node (nothing but its own failure).
+
+Owns: `DESCRIPTORS_PER_REPLICA` (what one stream replica keeps open, from its parts), the reserve kept for
+client connections (`client_reserve`), the headroom arithmetic (`has_room`) and its check against this
+process (`check_room`, raising `InsufficientResources`, nats-server's 10023), and how an `OSError` from
+running out of descriptors is told from other ones (`out_of_descriptors`) and logged (`log_not_opened`).
+
+Invariants:
+  1. Running out of descriptors (EMFILE: this process's limit; ENFILE: the system's) while a replica is
+     prepared, formatted or opened fails that replica alone: the stream manager logs it once here, with
+     the limit and the remedy, and the node serves everything else. No other errno is treated so: an
+     EIO or ENOSPC, and above all a failed fsync, still stops the node (a node must not go on as if data
+     were durable when the disk said it is not).
+  2. A create that would leave fewer than `client_reserve(limit)` descriptors free once its replica is
+     open is refused up front (`check_room`), so that clients can still connect and the node's own
+     files (snapshots, temporary files, directory fsyncs) can still be opened. Without `/proc/self/fd`
+     the count is unknown and nothing is refused: invariant 1 is the only guard there.
+  3. `DESCRIPTORS_PER_REPLICA` is the one place the count lives; it is the file-backed replica's (a
+     memory stream keeps no block open and takes one less), so the check errs on the side of refusing.
+
+Imports: stdlib, L0 (`errors`).
+Reference: nats-server `JSInsufficientResourcesErr`; `stream_format` (what a half-made replica leaves).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import resource
+
+from jsraft.errors import InsufficientResources
+
+log = logging.getLogger("jsraft.server.groups.streams")
+
+# What an open stream replica keeps open between cycles: its WAL's active segment (`Wal`'s handle), its
+# WAL's `raft/hardstate` file, and its file store's active message block.
+WAL_SEGMENT_DESCRIPTORS = 1
+HARD_STATE_DESCRIPTORS = 1
+STORE_BLOCK_DESCRIPTORS = 1
+DESCRIPTORS_PER_REPLICA = WAL_SEGMENT_DESCRIPTORS + HARD_STATE_DESCRIPTORS + STORE_BLOCK_DESCRIPTORS
+
+# Kept free for what is not a replica: every client connection and route is a socket, and the node opens
+# files for a moment (snapshots, atomic writes, directory fsyncs). A node at its limit that refuses new
+# clients looks dead to its users, so creates stop well before: 64, or 5% of a large limit.
+CLIENT_RESERVE_MIN = 64
+CLIENT_RESERVE_PERCENT = 5
+
+OUT_OF_DESCRIPTORS = frozenset({errno.EMFILE, errno.ENFILE})
+PROC_FDS = "/proc/self/fd"
+
+
+def client_reserve(limit: int) -> int:
+    """Descriptors kept free for clients and short-lived files under a soft limit of `limit` (invariant 2)."""
+    return max(CLIENT_RESERVE_MIN, limit * CLIENT_RESERVE_PERCENT // 100)
+
+
+def has_room(*, open_count: int, needed: int, limit: int) -> bool:
+    """Whether `needed` more descriptors fit beside `open_count` under `limit`, leaving the reserve."""
+    return open_count + needed + client_reserve(limit) <= limit
+
+
+def open_limit() -> int:
+    """This process's soft `RLIMIT_NOFILE` (what `ulimit -n` shows)."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def open_count() -> int | None:
+    """Descriptors this process has open, None where `/proc/self/fd` does not exist (invariant 2). Past
+    the limit the count itself cannot be taken: the limit is returned, which has no room."""
+    if not os.path.isdir(PROC_FDS):
+        return None
+    try:
+        return len(os.listdir(PROC_FDS))
+    except OSError as error:
+        if error.errno in OUT_OF_DESCRIPTORS:
+            return open_limit()
+        raise
+
+
+def check_room(replicas: int = 1) -> None:
+    """Raise `InsufficientResources` unless `replicas` more replicas fit under the limit (invariant 2)."""
+    limit = open_limit()
+    count = open_count()
+    if count is None or limit == resource.RLIM_INFINITY:
+        return
+    if not has_room(open_count=count, needed=replicas * DESCRIPTORS_PER_REPLICA, limit=limit):
+        log.warning("stream create refused: %d file descriptors open of a limit of %d, %d kept for clients; "
+                    "raise the open-file limit (ulimit -n) to create more streams", count, limit,
+                    client_reserve(limit))
+        raise InsufficientResources()
+
+
+def out_of_descriptors(error: BaseException) -> bool:
+    """Whether `error` says this process or the system ran out of file descriptors (invariant 1)."""
+    return isinstance(error, OSError) and error.errno in OUT_OF_DESCRIPTORS
+
+
+def log_not_opened(name: str, error: BaseException) -> None:
+    """The one ERROR line for a replica that could not be opened: for want of descriptors (invariant 1),
+    with the limits and the remedy, or for an operating error (a `JsraftError`)."""
+    if not out_of_descriptors(error):
+        log.error("stream %s: cannot open replica: %s", name, error)
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    log.error("stream %s: replica not opened on this node, out of file descriptors (%s; open-file limit %s, "
+              "hard limit %s): raise the open-file limit (ulimit -n) and restart the server to open it",
+              name, error, _shown(soft), _shown(hard))
+
+
+def _shown(limit: int) -> str:
+    return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)

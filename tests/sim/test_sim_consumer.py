@@ -65,6 +65,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from jsraft.consumer import ConsumerLeader, DeliveredOp, encode_ops
 from jsraft.consumer.machine import ConsumerSet
 from jsraft.consumer.ops import CreateOp
@@ -214,3 +216,26 @@ def test_an_unfit_leader_hands_over_only_to_a_voter_that_can_lead() -> None:
         result = run_seed(config_for(seed, nodes="mixed", app="consumer", faults=FOUND_WITH),
                           replay_failures=False)
         assert result.ok, f"seed {seed}: [{result.invariant}] {result.detail}"
+
+
+@pytest.mark.xfail(strict=True, reason="open bug: a snapshot of an unjudged store survives a restart (below)")
+def test_a_store_an_audit_found_drifted_is_not_laundered_by_its_own_snapshot_and_a_restart() -> None:
+    """Open bug, found in session 27 (`--app consumer --faults all --nodes mixed`, seed 49983 of 7,000 new
+    seeds), pinned here until it is fixed: strict, so the fix turns this test red and its author removes
+    the mark.
+
+    n2 caught up at t=362 *unverified* (the leader moved on meanwhile; `stream/audit.py` `on_repaired`:
+    "the next audit decides"), holding 58 messages where the group holds 55. As leader it proposed AUDIT
+    103 and, in the same tick, compacted through 104: `StreamAdapter.snapshot_ready()` asks only that the
+    machine be current, and the leader's own verdict (from its followers' reports, `AuditRunner._judge`)
+    came just after — n2 found itself drifted and stepped down, but its snapshot at 104 already vouched
+    for the drifted store. n2 crashed (t=642) and restarted (t=651): its own snapshot and its store agree,
+    so recovery found nothing, the drift (and `AuditStanding`) lived only in memory, and n2 led term 46
+    and served its store as a catch-up source: n1 and n4 fetched it, verified against n2's snapshot
+    (`verified True`), and the checker's AUDIT 107 found n1 with 58 messages (3 work-queue removals
+    resurrected). What a fix needs (not built): no own snapshot while the store is unjudged (an
+    unverified repair with no agreeing verdict since, and a leader's AUDIT whose verdict is pending), and
+    the audit standing — drifted, or repaired unverified — kept durable across a restart, so recovery
+    starts such a replica repairing and it neither leads nor serves as a source."""
+    result = run_seed(config_for(49983, nodes="mixed", app="consumer"), replay_failures=False)
+    assert result.ok, f"[{result.invariant}] {result.detail}"

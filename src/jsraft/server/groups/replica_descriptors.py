@@ -2,8 +2,9 @@
 for another, and what a replica that ran out of them does to the node (nothing but its own failure).
 
 Owns: `DESCRIPTORS_PER_REPLICA` (what one stream replica keeps open, from its parts), the reserve kept for
-client connections (`client_reserve`), the headroom arithmetic (`has_room`) and its check against this
-process (`check_room`, raising `InsufficientResources`, nats-server's 10023), and how an `OSError` from
+client connections (`client_reserve`), the headroom arithmetic (`has_room`) and its checks against this
+process (`shortage`; `check_room` for a create, raising `InsufficientResources`, nats-server's 10023;
+`check_open_room` for an open), and how an `OSError` from
 running out of descriptors is told from other ones (`out_of_descriptors`) and logged (`log_not_opened`).
 
 Invariants:
@@ -13,8 +14,9 @@ Invariants:
      EIO or ENOSPC, and above all a failed fsync, still stops the node (a node must not go on as if data
      were durable when the disk said it is not).
   2. A create that would leave fewer than `client_reserve(limit)` descriptors free once its replica is
-     open is refused up front (`check_room`), so that clients can still connect and the node's own
-     files (snapshots, temporary files, directory fsyncs) can still be opened. Without `/proc/self/fd`
+     open is refused up front (`check_room`), and a replica is not opened then either (`check_open_room`:
+     at a start with more replicas than the limit allows), so that clients can still connect and the
+     node's own files (snapshots, temporary files, directory fsyncs) can still be opened. Without `/proc/self/fd`
      the count is unknown and nothing is refused: invariant 1 is the only guard there.
   3. `DESCRIPTORS_PER_REPLICA` is the one place the count lives; it is the file-backed replica's (a
      memory stream keeps no block open and takes one less), so the check errs on the side of refusing.
@@ -79,17 +81,34 @@ def open_count() -> int | None:
         raise
 
 
-def check_room(replicas: int = 1) -> None:
-    """Raise `InsufficientResources` unless `replicas` more replicas fit under the limit (invariant 2)."""
+def shortage(replicas: int = 1) -> str | None:
+    """Why `replicas` more replicas do not fit under the limit (invariant 2), or None when they do."""
     limit = open_limit()
     count = open_count()
     if count is None or limit == resource.RLIM_INFINITY:
-        return
-    if not has_room(open_count=count, needed=replicas * DESCRIPTORS_PER_REPLICA, limit=limit):
-        log.warning("stream create refused: %d file descriptors open of a limit of %d, %d kept for clients; "
-                    "raise the open-file limit (ulimit -n) to create more streams", count, limit,
-                    client_reserve(limit))
+        return None
+    if has_room(open_count=count, needed=replicas * DESCRIPTORS_PER_REPLICA, limit=limit):
+        return None
+    return (f"{count} file descriptors open of a limit of {limit}, {client_reserve(limit)} kept for clients, "
+            f"{DESCRIPTORS_PER_REPLICA} more per replica")
+
+
+def check_room() -> None:
+    """A create's check (invariant 2): raise `InsufficientResources` unless one more replica fits."""
+    short = shortage()
+    if short is not None:
+        log.warning("stream create refused: %s; raise the open-file limit (ulimit -n) to create more streams",
+                    short)
         raise InsufficientResources()
+
+
+def check_open_room() -> None:
+    """An open's check (invariant 2), run before a replica opens anything: `OSError(EMFILE)` unless one more
+    replica fits, so the stream manager treats it as having run out (invariant 1) while clients still can
+    connect: a node that opens replicas up to its very limit (at a start) would refuse every client."""
+    short = shortage()
+    if short is not None:
+        raise OSError(errno.EMFILE, f"not opened to keep descriptors for clients: {short}")
 
 
 def out_of_descriptors(error: BaseException) -> bool:

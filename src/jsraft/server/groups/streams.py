@@ -42,10 +42,10 @@ Invariants:
  10. `prepare` starts the preparation's thread itself (`trio.lowlevel.start_thread_soon`): from a spawned
      task it began, in about half of back-to-back creates, only after the meta entry's fsyncs, run inline
      on the trio thread by the ready loop (woken by the same proposal). A bug there raises in the open.
- 11. Running out of file descriptors while a replica is prepared, formatted or opened fails that replica
-     alone (`replica_descriptors` 1): what it opened is closed, a half-made tree is left to `stream_format`
-     2 (a renamed `<name>` is complete: the next open recovers it), one ERROR is logged, and the stream
-     stays unopened here until the next start (not retried: a limit does not rise by itself).
+ 11. Running out of file descriptors (or an open that would eat the client reserve: `replica_descriptors` 1,
+     2) while a replica is prepared, formatted or opened fails that replica alone: what it opened is closed,
+     a half-made tree is left to `stream_format` 2 (a renamed `<name>` is complete), one ERROR is logged,
+     and it stays unopened here until the next start (not retried: a limit does not rise by itself).
 
 Imports: stdlib, L0, L1, L3 (`meta`, `stream.entries`), L4 (`runtime`), trio, server siblings.
 """
@@ -69,7 +69,7 @@ from jsraft.runtime import NodeRuntime
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_repair import CallPeer
-from jsraft.server.groups.replica_descriptors import log_not_opened, out_of_descriptors
+from jsraft.server.groups.replica_descriptors import check_open_room, log_not_opened, out_of_descriptors
 from jsraft.server.groups.stream_format import (
     format_and_open, open_replica_files, prepare_format, remove_format_leftovers, remove_replica_dir,
 )
@@ -105,8 +105,7 @@ class StreamManager:
         self.disk = disk  # <store_dir>/streams
         self.runtime = runtime
         self.meta = meta
-        self.raft_config = raft_config
-        self.tick_s = tick_s
+        self.raft_config, self.tick_s = raft_config, tick_s
         self.replicas: dict[str, StreamReplica] = {}
         self._run_done: dict[str, trio.Event] = {}  # group -> set once that replica's tasks all ended
         # ("open" | "leave" | "delete", StreamAssignment) or ("restored", the replaced (stream, group) pairs)
@@ -294,9 +293,10 @@ class StreamManager:
             await self._config_first(replica)
 
     def _format_and_open(self, assignment: StreamAssignment, prepared: bool) -> tuple[bool, Any]:
-        """Run in a worker thread (invariant 9): `stream_format.format_and_open`."""
+        """Run in a worker thread (invariant 9): `stream_format.format_and_open`, if there is room (11)."""
         name, group, config, raw = assignment.name, assignment.group, assignment.config, assignment.config_raw
         assert config is not None
+        check_open_room()
         return format_and_open(self.disk, name=name, group=group, config=config, raw=raw, prepared=prepared, runtime=self.runtime, assigned_index=assignment.created_index,
                                # After the format: `sub` makes the directory, which would pass for an existing one.
                                open_store_fn=lambda: open_replica_files(self.disk.sub(name), group, config, raw,

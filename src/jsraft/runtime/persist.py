@@ -20,7 +20,8 @@ Invariants:
      records a group with durable state at once; one with nothing durable is recorded by the cycle after
      its first durable cycle (`started_fn`, `group_record` decisions 4, 5). It also covers the recovered
      hard state's term with the record's vote-term ceiling before the group opens (`group_record`
-     decision 6: a crash between a WAL fsync and the ceiling's write, or a version-1 record).
+     decision 6: a crash between a WAL fsync and the ceiling's write, or a version-1 record). If the
+     record fails, the WAL it opened is closed before the error goes on: a caller gets nothing to close.
   5. Step 3's writes of a group's first durable cycle — its WAL's witness, its marker and its entry on
      the node's record of started groups — run side by side (`side_by_side`, `replica.persist` step 3
      and invariant 4), the witness on the job's thread and the others on kept threads (no thread is
@@ -184,11 +185,15 @@ def open_storage(disk: Disk, name: str, segment_bytes: int, record: GroupRecord 
     """Run in a worker thread: recover group `name`'s WAL under `disk`; also whether the group was
     durably started here (`restore`'s `formatted`: its marker, or the node's record, invariant 4)."""
     wal, recovered = Wal.open(disk, segment_bytes=segment_bytes)
-    formatted = disk.exists(GROUP_MARKER)
-    if record is not None:
-        formatted = record.on_open(name, formatted=formatted, empty=recovered_empty(recovered),
-                                   assigned_index=assigned_index)
-        record.cover_term(name, persist.vote_term(recovered.hard_state))
+    try:
+        formatted = disk.exists(GROUP_MARKER)
+        if record is not None:
+            formatted = record.on_open(name, formatted=formatted, empty=recovered_empty(recovered),
+                                       assigned_index=assigned_index)
+            record.cover_term(name, persist.vote_term(recovered.hard_state))
+    except BaseException:  # the record's write failed (out of descriptors, say): nothing stays open
+        wal.close()
+        raise
     return wal, recovered, formatted
 
 

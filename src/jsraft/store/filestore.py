@@ -97,7 +97,11 @@ class FileStore(Accounting):
         removed or created): for offline verification. `use_index=False` scans and verifies every record."""
         store = cls(disk, config or StoreConfig(), None if read_only else background)
         store.read_only = read_only
-        recovery.recover(store, use_index=use_index)
+        try:
+            recovery.recover(store, use_index=use_index)
+        except BaseException:  # out of descriptors at its third block, say: the two opened are closed
+            store.files.close()
+            raise
         # Opening does not apply `config`'s limits. A crash can keep appended messages and lose the unsynced
         # tombstones that enforced limits on them, but the limits in force when they were written are the
         # log's knowledge, not the store's: `config` may be an earlier one (a snapshot's) or a later one, and

@@ -30,7 +30,7 @@ Invariants:
      shutdown event marks it offline). The replicas it has stay: a node on its way out is not drained.
   6. A create that places a replica on this node is refused with 10023 (`InsufficientResources`, nats-server's
      answer) before it is proposed when this node lacks the file descriptors for one more replica
-     (`replica_descriptors.check_room`), so running out never takes the node's clients with it; its
+     (`replica_descriptors.Headroom.check_room`), so running out never takes the node's clients with it; its
      proposal is cancelled, so the meta log never hears of it. Replicas placed on other nodes are theirs
      to survive (`streams` invariant 11).
 
@@ -61,7 +61,7 @@ from jsraft.server.errors import NoLeader
 from jsraft.server.groups.first_election import FirstElection
 from jsraft.replica.meta_adapter import MetaAdapter
 from jsraft.server.groups.meta_members import MetaMembers
-from jsraft.server.groups.replica_descriptors import check_room
+from jsraft.server.groups.replica_descriptors import Headroom
 
 log = logging.getLogger("jsraft.server.meta")
 
@@ -90,6 +90,7 @@ class MetaService:
         # (name, config bytes, the group's name when known).
         self.prepare_stream: Callable[[str, bytes, str | None], None] | None = None
         self.lame_ducks: Callable[[], Collection[str]] = tuple  # the nodes in lame duck mode (invariant 5)
+        self.headroom = Headroom()  # whether this node has the descriptors for one more replica (invariant 6)
         self._led_term = 0  # the term this node last led in (to abandon proposals when it ends)
         self._peers_term = 0  # the term in which the configured peers were last registered
         self.members = MetaMembers(node_id=node_id, storage_uuid=storage_uuid, group=META_GROUP, runtime=runtime,
@@ -195,7 +196,7 @@ class MetaService:
         entry, prepare = proposal.entry, self.prepare_stream
         if isinstance(entry, CreateStream) and self.node_id in entry.peers:
             try:
-                check_room()  # invariant 6
+                self.headroom.check_room()  # invariant 6
             except InsufficientResources:
                 self.meta.cancel_proposal(proposal.data or b"")
                 raise

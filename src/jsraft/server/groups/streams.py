@@ -69,7 +69,7 @@ from jsraft.runtime import NodeRuntime
 from jsraft.replica.advisories import AdvisoryLog
 from jsraft.server.groups.stream_options import StreamOptions
 from jsraft.server.groups.stream_repair import CallPeer
-from jsraft.server.groups.replica_descriptors import check_open_room, log_not_opened, out_of_descriptors
+from jsraft.server.groups.replica_descriptors import Headroom, log_not_opened, out_of_descriptors
 from jsraft.server.groups.stream_format import (
     format_and_open, open_replica_files, prepare_format, remove_format_leftovers, remove_replica_dir,
 )
@@ -103,8 +103,8 @@ class StreamManager:
         self.offline_warnings = OfflineWarnings()  # streams and consumers this node loaded offline
         self.consumer_port: Any = None  # the node's consumer hub, given to each replica's consumers (push)
         self.disk = disk  # <store_dir>/streams
-        self.runtime = runtime
-        self.meta = meta
+        self.runtime, self.meta = runtime, meta
+        self.headroom = Headroom()  # whether one more replica leaves clients their descriptors (invariant 11)
         self.raft_config, self.tick_s = raft_config, tick_s
         self.replicas: dict[str, StreamReplica] = {}
         self._run_done: dict[str, trio.Event] = {}  # group -> set once that replica's tasks all ended
@@ -296,7 +296,7 @@ class StreamManager:
         """Run in a worker thread (invariant 9): `stream_format.format_and_open`, if there is room (11)."""
         name, group, config, raw = assignment.name, assignment.group, assignment.config, assignment.config_raw
         assert config is not None
-        check_open_room()
+        self.headroom.check_open_room()
         return format_and_open(self.disk, name=name, group=group, config=config, raw=raw, prepared=prepared, runtime=self.runtime, assigned_index=assignment.created_index,
                                # After the format: `sub` makes the directory, which would pass for an existing one.
                                open_store_fn=lambda: open_replica_files(self.disk.sub(name), group, config, raw,

@@ -364,7 +364,7 @@ class StreamManager:
             return  # re-added (or replaced) meanwhile
         del self.replicas[assignment.name]
         await self._stop(replica)
-        await self._drop(assignment.name, assignment.group)  # the replica is out of the table: removes the directory
+        await trio.to_thread.run_sync(remove_replica_dir, self.disk, assignment.name, assignment.group, self.runtime.group_record)
         log.info("stream %s: replica left the group and was removed from this node", assignment.name)
 
     async def _delete(self, assignment: StreamAssignment) -> None:

@@ -177,15 +177,6 @@ class StoreLocked(JsraftError):
     default_description = "store directory is in use by another process"
 
 
-class InsufficientResources(JsraftError):
-    """This node lacks what a new asset would hold open (file descriptors): nats-server's
-    `JSInsufficientResourcesErr`, so a client sees the same answer."""
-
-    err_code = 10023
-    http_code = 503
-    default_description = "insufficient resources"
-
-
 class UnknownConfigField(InvalidConfig):
     """Strict decoding met a field this version does not know."""
 

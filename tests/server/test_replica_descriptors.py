@@ -13,7 +13,7 @@ import errno
 
 import pytest
 
-from jsraft.errors import InsufficientResources
+from jsraft.meta.errors import InsufficientResources
 from jsraft.server.groups import replica_descriptors as rd
 
 

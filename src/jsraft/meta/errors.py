@@ -40,7 +40,8 @@ class ClusterNoPeers(BadRequest):
 
 
 class InsufficientResources(JsraftError):
-    """JSInsufficientResourcesErr: more replicas than the cluster has peers."""
+    """JSInsufficientResourcesErr: more replicas than the cluster has peers, or a node without the file
+    descriptors a new replica would hold open (`server.groups.replica_descriptors`)."""
 
     err_code = 10023
     http_code = 503

@@ -47,7 +47,8 @@ from typing import Any
 
 import trio
 
-from jsraft.errors import InsufficientResources, JsraftError, invariant
+from jsraft.errors import JsraftError, invariant
+from jsraft.meta.errors import InsufficientResources
 from jsraft.meta import (
     META_SNAPSHOT_ENTRIES, Applied, ClusterNoPeers, ClusterServerNotMember, CreateStream, MetaStateMachine,
     Proposal, StreamAssignment, group_name,

@@ -23,7 +23,7 @@ Invariants:
   4. A refusal is decided on a fresh count of the process's descriptors (`Headroom`): an estimate (the last
      count plus what was let in since) only lets in, and only while far from the limit.
 
-Imports: stdlib, L0 (`errors`).
+Imports: stdlib, L3 (`meta.errors`: `InsufficientResources`, the 10023 that placement raises too).
 Reference: nats-server `JSInsufficientResourcesErr`; `stream_format` (what a half-made replica leaves).
 """
 
@@ -35,7 +35,7 @@ import os
 import resource
 from collections.abc import Callable
 
-from jsraft.errors import InsufficientResources
+from jsraft.meta.errors import InsufficientResources
 
 log = logging.getLogger("jsraft.server.groups.streams")
 

@@ -10,8 +10,8 @@ the leader's answer to a catch-up request (served, or refused when the request i
 applied or for another stream), whether a voter can take over from an unfit leader and which one the
 leader picks (or none: it stays), and that a finished catch-up survives a power failure (a FileStore on a
 `SimDisk`, crashed right after `finish_session`). Repair sources: a source is refused, with a stable code
-that crosses the wire, while not current or while the latest audit verdict it knows of says its store
-disagreed (unless repaired since). A follower whose store cut its head beyond the group's refills a
+that crosses the wire, while not current or while its store is unjudged (a disagreeing verdict or an
+unverified repair, with no agreeing verdict above it or verified repair since). A follower whose store cut its head beyond the group's refills a
 store built beside the old one (`store.swap.BesideBuild`): failing midway leaves the old store as it
 was and readable; finishing swaps the verified store in, and a power failure after that keeps it.
 """
@@ -24,6 +24,7 @@ import pytest
 
 from jsraft.jsapi.stream_config import parse_stream_config
 from jsraft.replica import stream_repair as decide
+from jsraft.replica.judgement import Judgement
 from jsraft.replica.stream_leading import leader_ready
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.store.filestore import FileStore
@@ -163,26 +164,32 @@ def test_the_successor_is_the_most_caught_up_voter_that_said_it_can_lead_or_none
 
 
 def test_only_a_verified_source_serves_and_says_why_not_with_a_stable_code():
-    """Invariant 6: current, fault-free, and not outvoted at the latest audit it knows of (unless repaired
-    since); the refusal's code crosses the wire."""
+    """Invariant 7: current, fault-free, and its store not unjudged (`Judgement`: no disagreeing verdict and
+    no unverified repair since its last agreeing verdict or verified repair); the refusal's code crosses
+    the wire."""
     log = Log()
     log.msgs(10)
-    standing = decide.AuditStanding()
-    assert decide.source_refusal(log.leader, standing, repaired_at_index=0) is None  # no verdict known yet
-    standing = standing.after(5, True)
-    assert decide.source_refusal(log.leader, standing, repaired_at_index=0) is None
-    standing = standing.after(7, False)  # its store disagreed with the majority at the audit at 7
-    refusal = decide.source_refusal(log.leader, standing, repaired_at_index=3)
+    judgement = Judgement()
+    assert decide.source_refusal(log.leader, judgement) is None  # no verdict known yet
+    assert judgement.verdict(5, True) and decide.source_refusal(log.leader, judgement) is None
+    assert judgement.verdict(7, False)  # its store disagreed with the majority at the audit at 7
+    refusal = decide.source_refusal(log.leader, judgement)
     assert refusal is not None and refusal.code == RefusalCode.source_disagreed
-    assert standing.after(6, True) == standing  # an older verdict changes nothing
-    assert decide.source_refusal(log.leader, standing, repaired_at_index=7) is not None
-    assert decide.source_refusal(log.leader, standing, repaired_at_index=8) is None  # repaired since
-    assert decide.source_refusal(log.leader, standing.after(9, True), repaired_at_index=0) is None
+    assert judgement.verdict(6, True) and decide.source_refusal(log.leader, judgement) is not None  # older
+    assert judgement.verdict(7, True) and decide.source_refusal(log.leader, judgement) is not None  # not above
+    judgement.repaired(8, verified=False)  # repaired since, but the session could not verify it
+    refusal = decide.source_refusal(log.leader, judgement)
+    assert refusal is not None and refusal.code == RefusalCode.source_unjudged
+    assert not judgement.verdict(8, False)  # about the store before that repair: stale
+    assert judgement.verdict(9, True) and decide.source_refusal(log.leader, judgement) is None
+    assert judgement.verdict(10, False) and decide.source_refusal(log.leader, judgement) is not None
+    judgement.repaired(11, verified=True)  # a verified repair judges the store by itself
+    assert decide.source_refusal(log.leader, judgement) is None
     assert decode_catchup(encode_refusal(refusal)) == refusal
     with pytest.raises(MalformedCatchup):
         decode_catchup(encode_refusal(CatchupRefusal(reason="x", code="no_such_code")))
     log.leader.mark_drifted(Finding(kind=FindingKind.audit_mismatch))
-    refusal = decide.source_refusal(log.leader, decide.AuditStanding(), repaired_at_index=0)
+    refusal = decide.source_refusal(log.leader, Judgement())
     assert refusal is not None and refusal.code == RefusalCode.source_not_current
 
 

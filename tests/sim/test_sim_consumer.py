@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 from jsraft.consumer import ConsumerLeader, DeliveredOp, encode_ops
 from jsraft.consumer.machine import ConsumerSet
@@ -218,39 +217,34 @@ def test_an_unfit_leader_hands_over_only_to_a_voter_that_can_lead() -> None:
         assert result.ok, f"seed {seed}: [{result.invariant}] {result.detail}"
 
 
-@pytest.mark.xfail(strict=True, reason="open bug: a snapshot of an unjudged store survives a restart (below)")
 def test_a_store_an_audit_found_drifted_is_not_laundered_by_its_own_snapshot_and_a_restart() -> None:
-    """Open bug, found in session 27 (`--app consumer --faults all --nodes mixed`, seed 49983 of 7,000 new
-    seeds), pinned here until it is fixed: strict, so the fix turns this test red and its author removes
-    the mark.
+    """Regression, found in session 27 (`--app consumer --faults all --nodes mixed`, seed 49983 of 7,000 new
+    seeds; fixed in session 28).
 
-    n2 caught up at t=362 *unverified* (the leader moved on meanwhile; `stream/audit.py` `on_repaired`:
-    "the next audit decides"), holding 58 messages where the group holds 55. As leader it proposed AUDIT
-    103 and, in the same tick, compacted through 104: `StreamAdapter.snapshot_ready()` asks only that the
-    machine be current, and the leader's own verdict (from its followers' reports, `AuditRunner._judge`)
-    came just after — n2 found itself drifted and stepped down, but its snapshot at 104 already vouched
-    for the drifted store. n2 crashed (t=642) and restarted (t=651): its own snapshot and its store agree,
-    so recovery found nothing, the drift (and `AuditStanding`) lived only in memory, and n2 led term 46
-    and served its store as a catch-up source: n1 and n4 fetched it, verified against n2's snapshot
-    (`verified True`), and the checker's AUDIT 107 found n1 with 58 messages (3 work-queue removals
-    resurrected). What a fix needs (not built): no own snapshot while the store is unjudged (an
-    unverified repair with no agreeing verdict since, and a leader's AUDIT whose verdict is pending), and
-    the audit standing — drifted, or repaired unverified — kept durable across a restart, so recovery
-    starts such a replica repairing and it neither leads nor serves as a source."""
+    n2 caught up at t=362 *unverified* (the leader moved on meanwhile), holding 58 messages where the group
+    holds 55. As leader it proposed AUDIT 103 and, in the same tick, compacted through 104: nothing kept a
+    replica from snapshotting a store no audit had confirmed, and the leader's own verdict came just
+    after. n2 found itself drifted and stepped down, but its snapshot at 104 already stated the drifted
+    store as the group's. It crashed (t=642) and restarted (t=651): its own snapshot and its store agreed,
+    the drift had lived only in memory, and n2 led term 46 and served its store: n1 and n4 fetched it,
+    verified against n2's snapshot, and the checker's AUDIT 107 found n1 with 58 messages (3 work-queue
+    removals resurrected). The fix (replica/judgement.py): a store left unverified by a repair, or found
+    disagreeing by a verdict, is unjudged — durably, across restarts — until an agreeing verdict above
+    that index or a verified repair; meanwhile it takes no snapshot of its own and serves no repair."""
     result = run_seed(config_for(49983, nodes="mixed", app="consumer"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 
-@pytest.mark.xfail(strict=True, reason="open: an unverified replica's confirming audit never comes (below)")
 def test_a_replica_restarted_on_a_damaged_disk_is_settled_by_an_audit_in_the_end() -> None:
-    """Open, found in session 27 (`--app consumer --faults all --nodes mixed`, seed 51287; it fails on the
-    session's starting commit too), pinned until it is fixed: strict, so the fix turns this test red.
+    """Regression, found in session 27 (`--app consumer --faults all --nodes mixed`, seed 51287; fixed in
+    session 28).
 
     A coordinated power failure at t=1196 restarts every node; n5's disk is in the fault atlas, so its
-    store is unverified until an audit confirms it (DESIGN §8: "an audit after every recovery"). Through
-    the whole liveness phase (probes every 60 ticks, leader n2, n5 current at the leader's index) no audit
-    settles n5 and the run ends `liveness`: "its store awaits an audit's confirmation". Not analysed
-    further this session; the same family as the seed above (what a replica knows of its audits), so its
-    fix belongs with that one."""
+    store is unverified until an audit confirms it. n5's WAL held an uncommitted tail when it opened, and
+    its replay's target was that tail's last index; the new leader's entries replaced the tail and the
+    stream went idle below it, so n5 stayed `replaying` for good: it reported no audit (only a current
+    machine outside the replay reports), and the run ended `liveness` ("its store awaits an audit's
+    confirmation"). The fix (`StreamAdapter.bound_recovery`): a log that falls below the target lowers it
+    — entries never committed were never applied, so the store holds nothing of them."""
     result = run_seed(config_for(51287, nodes="mixed", app="consumer"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"

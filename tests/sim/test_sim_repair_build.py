@@ -49,11 +49,11 @@ def test_a_follower_that_needs_a_fresh_store_builds_it_beside_and_swaps_it_in():
     store.compact(store.state().last_seq - 1)  # all but the last two: the group's head goes with them
     follower.machine.mark_drifted(Finding(kind=FindingKind.audit_mismatch, detail="an audit outvoted it"))
     # The leader's latest verdict says its own store disagreed: no repair from it until a later one.
-    leader.repair.standing = leader.repair.standing.after(1 << 40, False)
+    leader.adapter.judgement.verdict(1 << 40, False)
     _running(sim, 2_000, lambda: f"{leader.node_id} refused (source_disagreed)" in sim.trace.render())
     assert follower.machine.health is Health.drifted and follower.repair.build is None  # nothing built yet
 
-    leader.repair.standing = leader.repair.standing.after(1 << 41, True)
+    leader.adapter.judgement.verdict(1 << 41, True)
     _running(sim, 20_000, lambda: "beside the old one for the repair" in sim.trace.render())
     _running(sim, 20_000, lambda: "the replacement store verified and is swapped in" in sim.trace.render())
     assert follower.machine.health is Health.current and not follower.repair.build.active

@@ -11,7 +11,8 @@ repair worker and audit runner and the simulator all run. Modules: `cycle`, `per
 entries and the state machines, trio-free (moved out of `server/`, issue #13): `stream_adapter` (a stream
 group's entries applied to its `StreamStateMachine` and consumers), `snapshot_pace` (its snapshots bounded
 by messages and bytes applied), `install_mark` (a leader's
-snapshot not yet repaired to, noted durably beside the store), `consumer_replica` (the consumers
+snapshot not yet repaired to, noted durably beside the store), `judgement` (whether a replica's store awaits
+an audit's confirmation, durably), `consumer_replica` (the consumers
 replicated in a stream's log), `publish_pipeline` (publishes decided, batched and answered in order), `republish` (a stream's
 `republish`: stored messages published again by their leader),
 `meta_adapter` (meta entries applied to `MetaStateMachine`), `advisories` (`AdvisoryLog`), `stream_events`

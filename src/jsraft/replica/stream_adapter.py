@@ -26,7 +26,11 @@ Invariants:
      `DEFERRED_BYTES_MAX` bytes the plan is abandoned: the held entries apply (a machine under repair only
      moves its position) and a fresh resync starts from a newer snapshot.
   3. `finish_recovery()` is called once, when the machine reached the log's last index at open time
-     (`recovery_target`): only then is a store still ahead of the log truly ahead.
+     (`recovery_target`): only then is a store still ahead of the log truly ahead. A log truncated below
+     that target since (a new leader's entries replaced an uncommitted tail) lowers it (`bound_recovery`):
+     entries that were never committed were never applied, so the store holds nothing of them; without
+     it, an idle stream's replica stayed replaying — reporting no audit, taking no snapshot, serving no
+     repair — until the log grew past the old tail (simulator `--app consumer` seed 51287).
   4. `noop_term`: as in `meta_adapter` — a StreamLeader is built only once its term's NOOP applied.
   5. `snapshot()` is offered (`snapshot_ready()`) only while the machine is current, fault-free, not
      replaying and holds nothing back, and it fsyncs the store first (DESIGN §2: the store is durable
@@ -50,9 +54,13 @@ Invariants:
      the entries' batching; the cycle's entry count still applies beside it.
   10. `republisher` (replica/republish.py) sees each entry just before and just after the machine
       applies it: what it republishes was stored by that very apply.
+  11. No snapshot of its own while the store is unjudged (`judgement`, replica/judgement.py: a repair
+      left unverified, a disagreeing verdict): the snapshot would state the store's tuple as the group's.
+      A leader's snapshot (InstallSnapshot) or a resync that finds the store already equal to it judges
+      the store, as a verified repair does.
 
 Imports: L0, L1 (`raft.types`), L3 (`stream`), attrs, stdlib, replica siblings (`consumer_replica`,
-`install_mark`, `snapshot_pace`, `republish`). Reference: stream/machine.py "Lifecycle".
+`install_mark`, `judgement`, `snapshot_pace`, `republish`). Reference: stream/machine.py "Lifecycle".
 """
 
 from __future__ import annotations
@@ -66,7 +74,8 @@ import attrs
 from jsraft.errors import DamagedSequence, JsraftError
 from jsraft.raft.types import Entry, EntryType, SnapshotMeta
 from jsraft.replica.consumer_replica import ConsumerReplica
-from jsraft.replica.install_mark import InstallMark
+from jsraft.replica.install_mark import IndexMark, InstallMark
+from jsraft.replica.judgement import Judgement
 from jsraft.replica.republish import Republisher
 from jsraft.replica.snapshot_pace import SnapshotBound, SnapshotPace
 from jsraft.replica.state_machine import SnapshotUnavailable
@@ -100,9 +109,10 @@ def _ignore(*_: object) -> None:
 class StreamAdapter:
     def __init__(self, machine: StreamStateMachine, *, on_audit: Callable[[AuditReport], None] = _ignore,
                  on_change: Callable[[], None] = _ignore, install_mark: InstallMark | None = None,
-                 pace: SnapshotPace | None = None) -> None:
+                 audit_mark: IndexMark | None = None, pace: SnapshotPace | None = None) -> None:
         self.machine = machine
         self.install_mark = install_mark  # None: nothing durable beside the store (tests, memory-only)
+        self.judgement = Judgement(audit_mark)  # invariant 11
         self.noop_term = 0
         self.recovery_target: int | None = None  # set once the group is open; None: not known yet
         self.plan: PendingPlan | None = None
@@ -206,6 +216,12 @@ class StreamAdapter:
         self._unmark()  # invariant 8: the store holds the snapshot's state, before any later entry applies
         self._release_deferred()
 
+    def bound_recovery(self, log_last_index: int) -> None:
+        """The Raft log's last index now: below the replay's target, the target falls to it (invariant 3)."""
+        if self.recovery_target is not None and log_last_index < self.recovery_target:
+            self.recovery_target = log_last_index
+            self.check_recovery()
+
     def check_recovery(self) -> None:
         target = self.recovery_target
         machine = self.machine
@@ -221,6 +237,8 @@ class StreamAdapter:
     def snapshot_ready(self) -> bool:
         machine = self.machine
         if self.hold_after is not None or self._deferred or self._resync is not None:
+            return False
+        if self.judgement.unjudged:  # invariant 11
             return False
         if machine.replaying or not machine.can_lead:
             return False
@@ -330,6 +348,9 @@ class StreamAdapter:
         self.generation += 1
         if plan.is_empty:
             self.plan, self.hold_after = None, None  # the store already holds the group's state
+            if not recovering:  # invariant 11: compared with the leader's snapshot, strictly
+                same = self.machine.store.state().agreement_key() == plan.group.agreement_key()
+                self.judgement.repaired(self.machine.applied_index, verified=same)
             self._unmark()  # invariant 8
             self._release_deferred()
         else:

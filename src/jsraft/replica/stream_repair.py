@@ -5,8 +5,8 @@ Owns: the deterministic half of DESIGN §8's repair — which job a replica's re
 (`next_job`), the catch-up session that carries out a pending plan (`open_session`, `finish_session`),
 when a drift episode is over (`is_whole`), when a replica must hand its Raft leadership away
 (`unfit_to_lead`) and to whom (`can_take_over`, `successor`), whether this replica may serve as a repair
-source (`source_refusal`, from what it knows of its latest audit: `AuditStanding`), and the stream leader's
-answer to one catch-up request (`answer_catchup`). The
+source (`source_refusal`, from what it knows of its store: the adapter's `Judgement`), and the stream
+leader's answer to one catch-up request (`answer_catchup`). The
 transports stay with their callers: production's `server.stream_repair.RepairWorker` (trio, `$rpc` to the
 stream leader, backoff) and `server.repair_serve`; the simulator (`testing.sim.stream_repair`) asks the
 simulated leader between two steps.
@@ -40,14 +40,18 @@ Invariants:
      unfit successor either; it asks again after an election timeout, when a voter may have become able
      (a replay ended, a peer came back).
   7. Only a verified source serves (`source_refusal`, asked before a snapshot or a chunk is served): a
-     replica that is current and fault-free and whose store did not disagree with the majority at the
-     latest audit it knows the verdict of — unless a repair ended after that audit. Anything else is
-     refused with a stable `RefusalCode`; the requester waits and asks again.
+     replica that is current and fault-free and whose store is not unjudged (replica/judgement.py: no
+     disagreeing verdict and no unverified repair since its last agreeing verdict or verified repair).
+     Anything else is refused with a stable `RefusalCode`; the requester waits and asks again.
   8. A replacement store built for the session (`install`) is swapped in only by `finish_session`, after
      the session ended verified (or with its verification left to the audit, catchup invariant 4) and the
      built store is durable, and before any held entry is applied to it.
+  9. `finish_session` tells the adapter's `Judgement` how the repair ended (verified, or left to an
+     audit) before it releases anything: an unverified store is unjudged — durably — before an entry
+     after the plan's index applies or a snapshot of its own can be taken.
 
-Imports: L0, L2 (`store` values), L3 (`stream`), stdlib, attrs. Never trio, time, os or the server layer.
+Imports: L0, L2 (`store` values), L3 (`stream`), stdlib, replica sibling (`judgement`). Never trio, time, os or
+the server layer.
 """
 
 from __future__ import annotations
@@ -56,9 +60,8 @@ import enum
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-import attrs
-
 from jsraft.errors import invariant
+from jsraft.replica.judgement import Judgement
 from jsraft.store.base import StreamStore
 from jsraft.stream import (
     CatchupChunk, CatchupRefusal, CatchupRequest, Health, RefusalCode, StreamStateMachine, serve_catchup,
@@ -72,6 +75,7 @@ class RepairAdapter(Protocol):
     machine: StreamStateMachine
     plan: Any  # PendingPlan | None
     generation: int
+    judgement: Judgement
 
     @property
     def holding(self) -> bool: ...
@@ -122,6 +126,7 @@ def finish_session(adapter: RepairAdapter, session: CatchupSession, generation: 
         return False
     machine = adapter.machine
     machine.store.sync()
+    index = adapter.plan.index if adapter.plan is not None else machine.applied_index
     if install is not None:
         state = machine.store.state()
         invariant(result.verified is not False and state.agreement_key() == result.state.agreement_key(),
@@ -129,6 +134,7 @@ def finish_session(adapter: RepairAdapter, session: CatchupSession, generation: 
         machine.replace_store(install(repr(state.agreement_key()).encode()))
         invariant(machine.store.state().agreement_key() == state.agreement_key(),
                   "the swapped-in store reopens as it was built")
+    adapter.judgement.repaired(index, verified=result.verified is True)  # invariant 9
     adapter.release()
     return True
 
@@ -160,21 +166,7 @@ def successor(reachable: Sequence[str], can_lead: Mapping[str, bool]) -> str | N
     return next((peer for peer in reachable if can_lead.get(peer) is True), None)
 
 
-@attrs.frozen(kw_only=True)
-class AuditStanding:
-    """What this replica knows of its store at the latest audit whose verdict it learned (as the leader
-    that judged it, or from the leader's resync order)."""
-
-    index: int = 0
-    agreed: bool | None = None  # None: no verdict known
-
-    def after(self, index: int, agreed: bool) -> "AuditStanding":
-        """The standing once the verdict of the audit at `index` is known (an older verdict changes nothing)."""
-        return AuditStanding(index=index, agreed=agreed) if index >= self.index else self
-
-
-def source_refusal(machine: StreamStateMachine, standing: AuditStanding, *,
-                   repaired_at_index: int) -> CatchupRefusal | None:
+def source_refusal(machine: StreamStateMachine, judgement: Judgement) -> CatchupRefusal | None:
     """Invariant 7: None when this replica may serve a repair (snapshot or catch-up), else why not."""
     if machine.health is not Health.current or machine.replaying:
         return CatchupRefusal(reason=f"the source's replica is {machine.health}", code=RefusalCode.source_not_current)
@@ -182,10 +174,13 @@ def source_refusal(machine: StreamStateMachine, standing: AuditStanding, *,
     if faults:
         return CatchupRefusal(reason=f"the source's store has {len(faults)} faults, from {faults[0].first}",
                               code=RefusalCode.source_faulty)
-    if standing.agreed is False and repaired_at_index <= standing.index:
+    if judgement.disagreed:
         return CatchupRefusal(reason=f"the source's store disagreed with the majority at the audit at index "
-                                     f"{standing.index} and was not repaired since",
+                                     f"{judgement.awaiting} and was not repaired since",
                               code=RefusalCode.source_disagreed)
+    if judgement.unjudged:
+        return CatchupRefusal(reason=f"the source's store awaits an audit's confirmation since index "
+                                     f"{judgement.awaiting}", code=RefusalCode.source_unjudged)
     return None
 
 

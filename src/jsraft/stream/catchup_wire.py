@@ -88,8 +88,9 @@ class RefusalCode:
     source_not_current = "source_not_current"  # its replica is drifted, repairing or replaying
     source_faulty = "source_faulty"  # its store lists faults (in the requested ranges, or at all)
     source_disagreed = "source_disagreed"  # its store disagreed with the majority at its latest audit
+    source_unjudged = "source_unjudged"  # its store awaits an audit's confirmation (an unverified repair)
     ALL = frozenset({refused, not_leader, no_stream, behind_snapshot, source_not_current, source_faulty,
-                     source_disagreed})
+                     source_disagreed, source_unjudged})
 
 
 @attrs.frozen(kw_only=True)

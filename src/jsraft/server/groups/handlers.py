@@ -5,14 +5,15 @@ Owns: the request methods and their JSON shapes: admin methods served by the met
 (`msg.publish`, `msg.get`, `msg.delete`, `stream.purge`, `stream.info`), repairs and audits
 (`stream.snapshot`, `stream.catchup`, `stream.audit_request` served by the stream leader,
 `stream.audit_report` collected by it, `stream.resync` sent by it to a replica an audit found
-disagreeing; see `stream_repair`, `stream_audit`), member queries (`replica.state`), and the meta
+disagreeing, `stream.audit_agreed` to one awaiting a verdict that agreed; see `stream_repair`, `stream_audit`), member queries (`replica.state`), and the meta
 leader's notice to a removed server (`meta.removed`, see `meta_members`).
 
 Invariants:
   1. A method that needs a leader raises `NotLeader(hint)` on any other node; it never forwards
      (rpc invariant 4): the caller's router retries at the hinted leader.
   2. Nothing here changes replicated state except through a Raft proposal (meta or stream):
-     `stream.resync` only makes this replica distrust, and then repair, its own store.
+     `stream.resync` only makes this replica distrust, and then repair, its own store;
+     `stream.audit_agreed` only lets it trust its store again (replica/judgement.py).
   3. A method that awaits after finding its replica looks again before reading the store: a replica
      closed meanwhile answers `StreamNotFound` if a delete closed it, `NotLeader` otherwise, never
      `StoreClosed` (a `stream_info` racing the stream's delete).
@@ -66,6 +67,7 @@ class Handlers:
             "replica.state": self.replica_state, "stream.snapshot": self.stream_snapshot,
             "stream.catchup": self.stream_catchup, "stream.audit_report": self.stream_audit_report,
             "stream.audit_request": self.stream_audit_request, "stream.resync": self.stream_resync,
+            "stream.audit_agreed": self.stream_audit_agreed,
         }
 
     async def handle(self, from_node: str, method: str, args: dict[str, Any], blobs: list[bytes]) -> Result:
@@ -181,7 +183,8 @@ class Handlers:
         return {}, (await serve_catchup_request(self._replica(args), blobs[0]),)
 
     async def stream_audit_report(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
-        self._replica(args).audit.collect(str(args["replica"]), report_from_json(args["report"]))
+        self._replica(args).audit.collect(str(args["replica"]), report_from_json(args["report"]),
+                                          awaiting=args.get("awaiting") is True)
         return {}, ()
 
     async def stream_audit_request(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
@@ -193,6 +196,10 @@ class Handlers:
     async def stream_resync(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
         outcome = self._replica(args).repair.on_audit_order(int(args["index"]), args["expected"], args["found"])
         return {"outcome": outcome}, ()
+
+    async def stream_audit_agreed(self, args: dict[str, Any], blobs: list[bytes]) -> Result:
+        self._replica(args).repair.note_audit(int(args["index"]), True)
+        return {}, ()
 
     # --- Any member -----------------------------------------------------------------------------------------
 

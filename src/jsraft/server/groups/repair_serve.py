@@ -9,8 +9,8 @@ Invariants:
      and catch-up only once it applied at least the snapshot index the request is for: a leader behind
      that index could not tell "deleted" from "not yet written".
   2. Anything else is answered with a refusal or an error the requester retries on; never a guess.
-  3. Only a verified source serves (`replica.stream_repair.source_refusal`: current, fault-free, and not
-     outvoted at its latest known audit since its last repair); otherwise `stream.snapshot` raises
+  3. Only a verified source serves (`replica.stream_repair.source_refusal`: current, fault-free, and its
+     store not unjudged — replica/judgement.py); otherwise `stream.snapshot` raises
      `RepairSourceRefused` and `stream.catchup` answers a refusal, each with a stable `RefusalCode`.
 
 Imports: L1 (`raft` errors), L3 (`stream`), L3½ (`replica.stream_repair`: `answer_catchup`, `source_refusal`),
@@ -68,8 +68,7 @@ async def serve_catchup_request(replica: "StreamReplica", blob: bytes) -> bytes:
 
 
 def _source_refusal(replica: "StreamReplica") -> CatchupRefusal | None:
-    """Invariant 3, with what the repair worker knows of this replica's latest audit."""
-    if replica.machine is None:
+    """Invariant 3, with what this replica knows of its store (the adapter's `Judgement`)."""
+    if replica.machine is None or replica.adapter is None:
         return CatchupRefusal(reason="the stream is not open here", code=RefusalCode.source_not_current)
-    repair = replica.repair
-    return source_refusal(replica.machine, repair.standing, repaired_at_index=repair.repaired_at_index)
+    return source_refusal(replica.machine, replica.adapter.judgement)

@@ -6,9 +6,11 @@ Owns (DESIGN §8, "while running"):
     collecting the state tuples the replicas computed at that entry's index (`stream.audit_report`);
     judging them (`stream.audit.judge_audit`) once every voter answered or `audit_report_timeout_s`
     passed; recording the verdict's advisories; telling a follower that disagrees with the majority to
-    resync (`stream.resync`); and, when the leader itself disagrees, marking itself drifted, dropping its
+    resync (`stream.resync`), and one whose report said its store awaits a verdict that it agreed
+    (`stream.audit_agreed`); and, when the leader itself disagrees, marking itself drifted, dropping its
     `StreamLeader` and handing the leadership to a replica that agreed;
-  - on every replica: sending its report for each AUDIT it applied to the leader;
+  - on every replica: sending its report for each AUDIT it applied to the leader, and asking for audits
+    while its store is unjudged (replica/judgement.py);
   - the per-replica status shown in stream info (`describe`): `current`, `lag`, `repairing` or
     `drifted`, the lag in entries, the last audit index and whether the replica agreed at it.
 
@@ -26,6 +28,11 @@ Invariants:
      message, so the publishes decided meanwhile need not wait a commit round behind it (they did, on
      every stream every `audit_interval_s`; with the disk stalled, an R1 `persist_mode: async` stream's
      publishes waited for the stall behind its audit).
+  6. Every verdict reaches the `Judgement` of each replica that awaits one: the leader's own directly; a
+     follower's that agreed when its report said it awaits one (`stream.audit_agreed`), that disagreed
+     always (`stream.resync`). A verdict that does not arrive (no majority, a lost message) is made up
+     for by asking again: while unjudged, a replica that reported an audit wants another, at most every
+     `REASK_S` or twice the report timeout, whichever is longer.
 
 Imports: stdlib, L0, L1 (`raft` errors), L3 (`stream`), trio, server siblings.
 Reference: DESIGN.md §8; stream/audit.py.
@@ -62,6 +69,7 @@ JUDGED_MAX = 16
 OUTBOX_MAX = 64
 _NEVER_NS = 1 << 62
 ASK_EVERY_S = 0.5
+REASK_S = 2.0  # invariant 6: an unjudged replica asks again this long after it reported an audit
 
 
 def report_json(report: AuditReport) -> dict[str, Any]:
@@ -96,6 +104,7 @@ class AuditRunner:
         self._judged: collections.OrderedDict[int, tuple[int, int, int, int, int] | None] = collections.OrderedDict()
         self._outbox: collections.deque[tuple[str | None, str, dict[str, Any]]] = collections.deque(maxlen=OUTBOX_MAX)
         self._outbox_event = trio.Event()
+        self._awaiting: set[str] = set()  # leader: followers whose latest report said they await a verdict
 
     # --- Inputs --------------------------------------------------------------------------------------
 
@@ -103,11 +112,16 @@ class AuditRunner:
         """The adapter applied an AUDIT entry here (current machine, not replaying): report it."""
         self.last_audit_index = max(self.last_audit_index, report.index)
         self._wish.on_reported(report.index)
+        adapter = self.replica.adapter
+        awaiting = adapter is not None and adapter.judgement.unjudged
+        if awaiting and not self._wish.wanted:  # invariant 6: if no verdict comes, another audit will
+            self._wish.want(report.index)
+            self._next_ask_s = trio.current_time() + max(REASK_S, 2 * self.options.audit_report_timeout_s)
         if self.replica.leader is not None:
             self.collect(self.replica.node_id, report)
         else:
             self._send(None, "stream.audit_report", {"stream": self.replica.name, "replica": self.replica.node_id,
-                                                     "report": report_json(report)})
+                                                     "report": report_json(report), "awaiting": awaiting})
 
     def request(self) -> None:
         """An audit was asked for (`stream.audit_request`): the leader proposes one at its next turn."""
@@ -124,12 +138,13 @@ class AuditRunner:
 
     async def _ask_for_audit(self) -> None:
         replica = self.replica
+        now_s = trio.current_time()
         if replica.leader is not None:
-            self._requested = True
-            self._wish.drop()
+            if now_s >= self._next_ask_s:  # paced too when it asks again while unjudged (invariant 6)
+                self._requested = True
+                self._wish.drop()
             return
         leader = replica.leader_id()
-        now_s = trio.current_time()
         if leader is None or leader == replica.node_id or now_s < self._next_ask_s:
             return
         self._next_ask_s = now_s + ASK_EVERY_S
@@ -237,9 +252,13 @@ class AuditRunner:
 
     # --- Judging (leader) ----------------------------------------------------------------------------
 
-    def collect(self, name: str, report: AuditReport) -> None:
+    def collect(self, name: str, report: AuditReport, *, awaiting: bool = False) -> None:
         if self.board is None or name not in self.replica.peers:
             return  # not leading (a stale sender), or not a member
+        if awaiting:
+            self._awaiting.add(name)
+        else:
+            self._awaiting.discard(name)
         index = report.index
         if index in self._judged:
             self._judge_late(name, report)
@@ -291,8 +310,12 @@ class AuditRunner:
             # A repaired replica records its own repaired advisory, with what it fetched (stream_repair).
             if advisory.type != DRIFT_REPAIRED_ADVISORY:
                 self.advisories.record(advisory)
-        if self.replica.node_id in verdict.agreeing:  # stream_repair invariant 8: a verified source
-            self.replica.repair.note_audit(verdict.index, True)
+        for name in verdict.agreeing:  # invariant 6
+            if name == self.replica.node_id:
+                self.replica.repair.note_audit(verdict.index, True)  # stream_repair invariant 8
+            elif name in self._awaiting:
+                self._awaiting.discard(name)
+                self._send(name, "stream.audit_agreed", {"stream": self.replica.name, "index": verdict.index})
         for name in verdict.drifted:
             found = reports[name].agreement_key()
             args = {"stream": self.replica.name, "index": verdict.index, "expected": list(verdict.majority or ()),

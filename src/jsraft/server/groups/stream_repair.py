@@ -31,12 +31,11 @@ Invariants:
   7. A repair that needs a fresh store refills one built beside the old store (`ReplacementStore`,
      store/swap.py); the old store is put back when the session fails, is interrupted or is replaced, and
      the new one is swapped in only by `finish_session`, verified (replica.stream_repair invariant 8).
-  8. `standing` is what this replica knows of its latest audit (the verdicts this node judged as leader,
-     the resync orders it was sent): `repair_serve` serves only as a verified source with it.
+  8. The verdicts this replica learns (as leader, or sent by one) go to the adapter's `Judgement`
+     (replica/judgement.py): `repair_serve` serves only as a verified source by it.
 
 Imports: stdlib, L0, L1 (`raft` status), L2 (`store`), L3 (`stream`), L3½ (`replica.stream_repair`: every
-repair decision), attrs, trio, server siblings.
-Reference: DESIGN.md §6 (range catch-up), §8; stream/catchup.py.
+repair decision), attrs, trio, server siblings. Reference: DESIGN.md §6 (range catch-up), §8; stream/catchup.py.
 """
 
 from __future__ import annotations
@@ -127,7 +126,6 @@ class RepairWorker:
         self._last_transfer_s = float("-inf")
         self._wakeup = trio.Event()
         self.replacement = ReplacementStore(replica)  # a fresh store the session refills (invariant 7)
-        self.standing = decide.AuditStanding()  # this store at its latest known audit verdict (invariant 8)
 
     def wake(self) -> None:
         self._wakeup.set()
@@ -183,11 +181,13 @@ class RepairWorker:
     # --- Episodes and advisories -------------------------------------------------------------------
 
     def _note_recovered(self) -> None:
-        """The WAL replay after the open ended: ask for an audit (DESIGN §8: "and after every recovery"),
-        which settles what the replay cannot see (a changed message the log no longer holds)."""
+        """The WAL replay after the open ended (its target falls with a truncated log: stream_adapter inv. 3):
+        ask for an audit (DESIGN §8), which settles what the replay cannot see (a changed message)."""
         adapter, machine = self.replica.adapter, self.replica.machine
         if self._recovery_noted or adapter is None or machine is None or adapter.recovery_target is None:
             return
+        if machine.replaying and adapter.recovery_target > adapter.applied_index:
+            adapter.bound_recovery(self.replica.runtime.status(self.replica.group).raft.last_index)
         if not machine.replaying and not adapter.holding:
             self._recovery_noted = True
             self.replica.audit.request_soon()
@@ -345,7 +345,8 @@ class RepairWorker:
 
     def note_audit(self, index: int, agreed: bool) -> None:
         """The verdict of the audit at `index` on this replica's store (invariant 8)."""
-        self.standing = self.standing.after(index, agreed)
+        if self.replica.adapter is not None:
+            self.replica.adapter.judgement.verdict(index, agreed)
 
     async def _step_down_if_unfit(self) -> None:
         """Invariant 4."""
@@ -387,8 +388,7 @@ class RepairWorker:
         return health
 
     def describe(self) -> dict[str, Any]:
-        """For `replica.state`: the repair's standing and what the current episode found (with a plan
-        restored since this task last looked)."""
+        """For `replica.state`: the repair's standing and the current episode's findings (a new plan's too)."""
         adapter = self.replica.adapter
         findings = list(self.episode.findings) if self.episode is not None else []
         if adapter is not None and adapter.plan is not None:

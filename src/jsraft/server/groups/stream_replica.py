@@ -54,7 +54,7 @@ from jsraft.server.groups.consumer_service import ConsumerService
 from jsraft.server.errors import RemoteError, StreamRestoreRace
 from jsraft.server.groups.first_election import FirstElection
 from jsraft.replica.publish_pipeline import BatchAnswers, Done, InFlightBatches, Queued
-from jsraft.replica.install_mark import InstallMark
+from jsraft.replica.install_mark import AuditMark, InstallMark
 from jsraft.replica.stream_adapter import StreamAdapter
 from jsraft.server.groups.stream_audit import AuditRunner
 from jsraft.server.groups.stream_config_follow import ConfigFollowing
@@ -140,7 +140,7 @@ class StreamReplica(ConfigFollowing):
             self.machine = StreamStateMachine(self.store, self.config, self.raw)
             pace = snapshot_pace(self.options, lambda: self.runtime.request_snapshot(self.group))
             self.adapter = StreamAdapter(self.machine, on_audit=self.audit.on_applied_report, on_change=self.repair.wake,
-                                         install_mark=InstallMark(self.disk), pace=pace)
+                                         install_mark=InstallMark(self.disk), audit_mark=AuditMark(self.disk), pace=pace)
             attach_republisher(self)  # the stream's `republish`, sent through the node's client port
             if lost:
                 self.memory_loss.mark()  # before the replay: no entry may write into the lost store

@@ -147,7 +147,7 @@ class StreamChecker:
                 self.audits[status] += 1
                 if status == "vouched":
                     self._judge(replica.node_id, report)
-                    replica.repair.standing = replica.repair.standing.after(report.index, True)  # a verified source
+                    replica.adapter.judgement.verdict(report.index, True)  # the leader's agreeing verdict
                 elif status == "unverified":
                     self._settle(replica, report)
 
@@ -168,7 +168,7 @@ class StreamChecker:
         what the leader's audit judgment finds: the replica is marked drifted, and resynced."""
         index, key = report.index, report.agreement_key()
         reference = self.reference_reports[index].agreement_key()
-        replica.repair.standing = replica.repair.standing.after(index, key == reference)  # repair_serve inv. 3
+        replica.adapter.judgement.verdict(index, key == reference)  # as the leader's verdict reaches it
         if key == reference:
             self.unverified.discard(replica.node_id)
             return

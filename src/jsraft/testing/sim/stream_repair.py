@@ -3,8 +3,12 @@
 Owns: the transport of a repair between two simulator steps — what production's
 `server.stream_repair.RepairWorker` does over `$rpc`, with every decision taken by the same functions
 (`jsraft.replica.stream_repair`: which job next, the catch-up session and its plan, the release of the
-held entries, when a leader is unfit) and the same adapter (`server.stream_adapter.StreamAdapter`:
-`begin_resync`, `plan`, `release`). Per simulator step and running replica, `step`:
+held entries, when a leader is unfit, whether a source may serve by its `Judgement`) and the same
+adapter (`server.stream_adapter.StreamAdapter`: `begin_resync`, `plan`, `release`, `bound_recovery`). Per
+simulator step and running replica, `step`:
+  - lowers the replay's target to the log's last index (as `RepairWorker._note_recovered`);
+  - asks for an audit while the replica wants one (`AuditWish`), paced as production: every
+    `ASK_EVERY_TICKS`, and `REASK_TICKS` after a report that left its store unjudged;
   - hands the Raft leadership away when the replica leads but cannot serve (`unfit_to_lead`), to the
     reachable voter `successor` picks among those that say they can serve (`can_take_over`, read on the
     peer over a two-way link as production's `replica.state` RPC), or stays when none can; at most once
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
 
 RETRY_TICKS = 10
 ASK_EVERY_TICKS = 50  # production's `ASK_EVERY_S` (0.5 s) at 10 ms per tick
+REASK_TICKS = 400  # production's `REASK_S` or twice the report timeout: an unjudged replica asks again
 ROUNDS_MAX = 100_000
 
 
@@ -76,15 +81,20 @@ class RepairState:
     # Ask the stream leader for an audit until this replica reported one (`AuditRunner.request_soon`).
     wish: AuditWish = attrs.Factory(AuditWish)
     next_ask_tick: int = 0
+    reask: bool = False  # it reported an audit while unjudged and wants another: pace it (`REASK_TICKS`)
     build: BesideBuild | None = None  # a replacement store built beside the old one (`ReplacementStore`)
-    standing: decide.AuditStanding = attrs.Factory(decide.AuditStanding)  # RepairWorker.standing
     repaired_at_index: int = 0  # the applied index at which the last episode ended
 
 
 def step(sim: Simulation, replica: StreamReplica) -> None:
     state = replica.repair
+    node = replica.driver.node
+    if node is not None and replica.machine.replaying:
+        replica.adapter.bound_recovery(node.log.last_index)  # as `RepairWorker._note_recovered`
     _hand_over_if_unfit(sim, replica)
     _note_episode(replica)
+    if state.reask:
+        state.reask, state.next_ask_tick = False, sim.clock.now + REASK_TICKS
     if state.wish.due(current=replica.machine.health is Health.current):
         _ask_for_audit(sim, replica)
     if sim.clock.now < state.next_tick:
@@ -101,8 +111,7 @@ def step(sim: Simulation, replica: StreamReplica) -> None:
             _drop_session(replica)
         state.next_tick = sim.clock.now + RETRY_TICKS
         return
-    refusal = decide.source_refusal(source.machine, source.repair.standing,
-                                    repaired_at_index=source.repair.repaired_at_index)
+    refusal = decide.source_refusal(source.machine, source.adapter.judgement)
     if refusal is not None:  # repair_serve invariant 3: only a verified source serves
         _failed(sim, replica, f"{source.node_id} refused ({refusal.code}): {refusal.reason}")
         return
@@ -133,7 +142,7 @@ def _ask_for_audit(sim: Simulation, replica: StreamReplica) -> None:
     every `ASK_EVERY_TICKS` until this replica reported an audit (`AuditWish`)."""
     state = replica.repair
     own = replica.stream_leader()
-    if own is None and sim.clock.now < state.next_ask_tick:
+    if sim.clock.now < state.next_ask_tick:  # production paces its own leader's asks too (stream_audit inv. 6)
         return
     source = replica if own is not None else _leader(sim, replica)
     if source is None:
@@ -303,13 +312,14 @@ def _done(sim: Simulation, replica: StreamReplica, session: CatchupSession) -> N
     assert result is not None
     index = adapter.plan.index if adapter.plan is not None else adapter.machine.applied_index
     build = state.build if state.build is not None and state.build.active else None
+    if adapter.generation == state.generation:  # it finishes: the checker learns it before the held AUDITs report
+        replica.app.checker.on_caught_up(replica.node_id, state.source_index, verified=result.verified is True)
     if not decide.finish_session(adapter, session, state.generation,
                                  install=build.install if build is not None else None):
         _drop_session(replica)
         return
     if build is not None:
         replica.trace("the replacement store verified and is swapped in")
-    replica.app.checker.on_caught_up(replica.node_id, state.source_index, verified=result.verified is True)
     replica.app.checker.repairs += 1
     replica.trace(f"caught up to snapshot {index} from {state.source_id} ({state.requests} requests): fetched "
                   f"{result.fetched_msgs}, deleted {result.deleted_seqs}, reset {result.reset}, verified "

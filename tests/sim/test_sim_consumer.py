@@ -72,6 +72,7 @@ from jsraft.consumer.ops import CreateOp
 from jsraft.consumer.retention import removable
 from jsraft.errors import DamagedSequence
 from jsraft.jsapi.stream_config import Retention, parse_stream_config
+from jsraft.replica.judgement import Judgement
 from jsraft.store.base import StoreConfig
 from jsraft.store.memstore import MemStore
 from jsraft.stream import store_config_for
@@ -235,6 +236,16 @@ def test_a_store_an_audit_found_drifted_is_not_laundered_by_its_own_snapshot_and
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 
+def test_without_the_unjudged_mark_the_seed_above_resurrects_removed_messages(monkeypatch) -> None:
+    """The control: with `Judgement` never marking a store (what a replica knew before: a disagreement in
+    memory only), seed 49983 fails as it was found. Either half of the fix alone (no snapshot while
+    unjudged; the mark read back at open) passes it."""
+    monkeypatch.setattr(Judgement, "_await", lambda self, index: None)
+    result = run_seed(config_for(49983, nodes="mixed", app="consumer"), replay_failures=False)
+    assert not result.ok and result.invariant == "stream-audit", (result.invariant, result.detail)
+    assert "at AUDIT 107 n1 reports" in result.detail
+
+
 def test_a_replica_restarted_on_a_damaged_disk_is_settled_by_an_audit_in_the_end() -> None:
     """Regression, found in session 27 (`--app consumer --faults all --nodes mixed`, seed 51287; fixed in
     session 28).
@@ -245,6 +256,9 @@ def test_a_replica_restarted_on_a_damaged_disk_is_settled_by_an_audit_in_the_end
     stream went idle below it, so n5 stayed `replaying` for good: it reported no audit (only a current
     machine outside the replay reports), and the run ended `liveness` ("its store awaits an audit's
     confirmation"). The fix (`StreamAdapter.bound_recovery`): a log that falls below the target lowers it
-    — entries never committed were never applied, so the store holds nothing of them."""
+    — entries never committed were never applied, so the store holds nothing of them. On the code it was
+    found on, that fix alone made the seed pass; with the unjudged mark (the seed above) the run takes
+    another path and passes without it too, so the mechanism's own tests are tests/server/test_judgement.py
+    and tests/server/test_replay_target.py."""
     result = run_seed(config_for(51287, nodes="mixed", app="consumer"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"

@@ -5,12 +5,14 @@ files. Each case writes a store, leaves its files the way a crash or a disk leav
 than the blocks, one newer than them, one whose CRC fails, one whose totals contradict each other, a
 flipped byte in a block the index covers), reopens it, and compares the state tuple (first, last, count,
 bytes, digest) with what a full verifying scan (`use_index=False`) of the same files finds, and what the
-report and the log say. The background verifier runs for real: `read_region` reads the block file,
+report and the log say; and a close that cannot write its index for want of descriptors or space, which
+still closes (any other error still fails it). The background verifier runs for real: `read_region` reads the block file,
 `settle` checks it, and the async loop runs under trio with a worker thread.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 
@@ -302,3 +304,42 @@ def test_a_store_of_large_messages_rewrites_its_index_every_few_rolls_and_a_cras
     assert reopened.state() == state == _full_scan(root, config)[0]
     assert _verify_all(reopened) == 0 and reopened.state() == state
     reopened.close()
+
+
+@pytest.mark.parametrize("code", ["EMFILE", "ENOSPC"])
+def test_a_close_without_descriptors_or_space_for_its_index_still_closes(tmp_path, monkeypatch, caplog, code):
+    """fs_index invariant 4: the close succeeds, the blocks are durable, the index is the older one, and the
+    next open (checking that index against the tails, scanning the rest) holds every message."""
+    root = str(tmp_path / "store")
+    store, config = _written(root)
+    before = store.state()
+    disk = store.disk
+
+    def no_room(path: str, data: bytes) -> None:
+        raise OSError(getattr(errno, code), os.strerror(getattr(errno, code)), path)
+
+    monkeypatch.setattr(disk, "write_atomic", no_room)
+    with caplog.at_level(logging.WARNING, logger="jsraft.store.index"):
+        store.close()
+    assert "its index was not written at close" in caplog.text
+    monkeypatch.undo()
+    reopened = FileStore.open(OsDisk(root), config)
+    try:
+        assert reopened.state() == before and not reopened.faults()
+        assert reopened.state() == _full_scan(root, config)[0]
+    finally:
+        reopened.close()
+
+
+def test_any_other_error_writing_the_index_at_close_is_not_swallowed(tmp_path, monkeypatch):
+    store, _ = _written(str(tmp_path / "store"))
+
+    def broken(path: str, data: bytes) -> None:
+        raise OSError(errno.EIO, "I/O error", path)
+
+    monkeypatch.setattr(store.disk, "write_atomic", broken)
+    with pytest.raises(OSError) as raised:
+        store.close()
+    assert raised.value.errno == errno.EIO
+    monkeypatch.undo()
+    store.files.close()

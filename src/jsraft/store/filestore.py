@@ -114,7 +114,7 @@ class FileStore(Accounting):
             return
         if not self.read_only:
             self.sync()
-            fs_index.write_index(self)
+            fs_index.write_index_at_close(self)  # fs_index invariant 4
         self._closed = True
         self.files.close()
 

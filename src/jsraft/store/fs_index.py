@@ -17,10 +17,16 @@ Invariants:
      verifier (`fs_verify`) has read it: trust at open, every record read and CRC-checked soon after.
   3. It carries every accounting group's totals and what each still owes (`fs_unreadable`): a store opened
      from it settles a record detached before the index exactly as the store that wrote it would have.
+  4. Only the index's write at `close` may fail without failing the close, and only for want of
+     descriptors or space (EMFILE, ENFILE, ENOSPC, EDQUOT), after the blocks were synced: an index left
+     older (or a `.tmp` half written) is what a crash before the close leaves, which recovery handles
+     (the tails check, or a full scan). A node at its descriptor limit used to stop when it closed a
+     stream (a delete) because the close could not open the index's temporary file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import struct
@@ -47,6 +53,7 @@ SLOT_BYTES = 12  # the index's bytes per sequence of the store: offset, length a
 _U32 = struct.Struct("<I")
 _U64 = (1 << 64) - 1
 log = logging.getLogger("jsraft.store.index")
+_SKIPPABLE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOSPC, errno.EDQUOT})  # invariant 4
 
 
 def _tail_crc(buffer_tail: bytes) -> int:
@@ -62,6 +69,18 @@ def _psim_for_index(psim: dict[str, list[int]]) -> dict[str, list[int]]:
 def write_index(store: "FileStore") -> None:
     """Write the fast-recovery summary (atomically). Recovery re-checks it against the block tails."""
     store.disk.write_atomic(INDEX_NAME, index_bytes(store))
+
+
+def write_index_at_close(store: "FileStore") -> None:
+    """The index at `close` (invariant 4): skipped, with a warning, when the process is out of descriptors
+    or the disk out of space — it only speeds the next open, which then scans the blocks."""
+    try:
+        write_index(store)
+    except OSError as error:
+        if error.errno not in _SKIPPABLE:
+            raise
+        log.warning("store %s: its index was not written at close (%s): the next open scans its blocks",
+                    store.config.name, error)
 
 
 def index_bytes(store: "FileStore") -> bytes:

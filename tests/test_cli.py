@@ -1,8 +1,8 @@
 """`jsraft check` and `jsraft demo`, run as a user runs them: the real console entry point in a subprocess.
 
 Method: build stores on disk, damage some, run `python -m jsraft check ...`, and assert on exit codes
-(0 clean, 1 damage, 2 usage), the JSON report's keys and the ranges it names, and that checking changes
-nothing on disk (the bytes of every file are the same before and after).
+(0 clean, 1 damage, 2 usage), the JSON report's keys and the ranges it names, a replica that awaits an audit
+(its `audit_pending` mark: named, not damage), and that checking changes nothing on disk (the bytes of every file are the same before and after).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 import pytest
 
 from jsraft.disk import OsDisk
+from jsraft.replica.install_mark import AuditMark
 from jsraft.store import StoreConfig
 from jsraft.store.blocks import block_name
 from jsraft.store.filestore import FileStore
@@ -76,6 +77,22 @@ def test_check_names_damage_and_changes_nothing(tmp_path):
     assert _digest_tree(root) == before, "check must not change anything on disk"
     text = _run("check", root)
     assert text.returncode == 1 and "DAMAGED 777..777 (corrupt)" in text.stdout
+
+
+def test_check_says_which_replica_awaits_an_audit_and_changes_nothing(tmp_path):
+    root = str(tmp_path / "data")
+    _make_store(os.path.join(root, "streams", "ORDERS", "msgs"), count=10)
+    _make_store(os.path.join(root, "streams", "EVENTS", "msgs"), count=10)
+    AuditMark(OsDisk(os.path.join(root, "streams", "ORDERS"))).set(42)  # what an unverified repair leaves
+    before = _digest_tree(root)
+    result = _run("check", root, "--json")
+    assert result.returncode == 0, result.stderr  # not damage: the next audit decides
+    report = {s["name"]: s for s in json.loads(result.stdout)["streams"]}
+    assert report["ORDERS"]["awaits_audit_since"] == 42 and report["EVENTS"]["awaits_audit_since"] is None
+    text = _run("check", root)
+    assert text.returncode == 0 and "awaits an audit's confirmation since index 42" in text.stdout
+    assert text.stdout.count("awaits an audit") == 1
+    assert _digest_tree(root) == before, "check must not change anything on disk"
 
 
 @pytest.mark.parametrize("args", [["check"], ["check", "/nonexistent/jsraft"], ["frobnicate"]])

@@ -1,13 +1,15 @@
 """`jsraft check DIR`: offline verification of a store directory, a node data directory, or a directory of
 node data directories (what `jsraft demo --dir D` and `jsraft cluster up --dir D` leave) (layer L6).
 
-Owns: finding the stores under a directory and checking each one read-only.
+Owns: finding the stores under a directory and checking each one read-only; and saying which stream
+replica's store awaits an audit's confirmation (`replica/judgement.py`'s mark beside it): not damage, but
+that replica serves no repair and takes no snapshot of its own until an audit agrees with it.
 
 Invariants:
   1. Nothing on disk changes: every store is opened read-only and closed.
   2. Exit 0 clean, 1 damage found, 2 usage error (no such directory, no store under it).
 
-Imports: stdlib, click, L1 (`disk`), L2 (`store`).
+Imports: stdlib, click, L1 (`disk`), L2 (`store`), L3½ (`replica.install_mark`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import os
 import click
 
 from jsraft.disk import OsDisk
+from jsraft.replica.install_mark import AuditMark
 from jsraft.store import StoreConfig
 from jsraft.store.blocks import parse_block_name
 from jsraft.store.filestore import FileStore
@@ -78,8 +81,17 @@ def check_store(name: str, directory: str) -> dict:
     return {
         "name": name, "first_seq": state.first_seq, "last_seq": state.last_seq, "msgs": state.msgs,
         "bytes": state.bytes, "digest": f"{state.digest:016x}", "faults": faults,
-        "torn_tail_bytes": torn,
+        "torn_tail_bytes": torn, "awaits_audit_since": _awaits_audit(directory),
     }
+
+
+def _awaits_audit(directory: str) -> int | None:
+    """The index since which the replica's store awaits an audit's confirmation (its stream directory's
+    `audit_pending`, a mark that does not read counting as set at 0), None when it does not."""
+    stream_dir = os.path.dirname(os.path.abspath(directory))
+    if not os.path.basename(os.path.abspath(directory)).startswith("msgs"):
+        return None
+    return AuditMark(OsDisk(stream_dir, read_only=True)).pending(damaged=0)
 
 
 @click.command("check")
@@ -107,5 +119,8 @@ def check(dir: str, as_json: bool) -> int:  # noqa: A002 — the argument's name
                 click.echo(f"  DAMAGED {fault['first']}..{fault['last']} ({fault['kind']})")
             if r["torn_tail_bytes"]:
                 click.echo(f"  torn tail: {r['torn_tail_bytes']} unsynced bytes would be cut on open")
+            if r["awaits_audit_since"] is not None:
+                click.echo(f"  awaits an audit's confirmation since index {r['awaits_audit_since']} (a repair it "
+                           f"could not verify, or an audit it disagreed with): it serves no repair until one agrees")
         click.echo("clean" if not damaged else "damage found: these sequences must be repaired from a peer")
     return EXIT_DAMAGED if damaged else EXIT_CLEAN

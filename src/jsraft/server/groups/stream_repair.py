@@ -186,8 +186,8 @@ class RepairWorker:
         adapter, machine = self.replica.adapter, self.replica.machine
         if self._recovery_noted or adapter is None or machine is None or adapter.recovery_target is None:
             return
-        if machine.replaying and adapter.recovery_target > adapter.applied_index:
-            adapter.bound_recovery(self.replica.runtime.status(self.replica.group).raft.last_index)
+        if machine.replaying and adapter.recovery_target > adapter.applied_index and (raft := self._raft()) is not None:
+            adapter.bound_recovery(raft.last_index)
         if not machine.replaying and not adapter.holding:
             self._recovery_noted = True
             self.replica.audit.request_soon()
@@ -353,12 +353,9 @@ class RepairWorker:
         replica, machine = self.replica, self.replica.machine
         if machine is None or not self._unfit() or replica.memory_loss.lost:
             return  # a replay alone ends by itself; memory_stream rule 5 decides after a memory loss
-        try:
-            status = replica.runtime.status(replica.group).raft
-        except JsraftError:
-            return
-        election_timeout_s = replica.raft_config.election_ticks * self.options.tick_s
-        if status.role is not Role.LEADER or trio.current_time() - self._last_transfer_s < election_timeout_s:
+        status, election_timeout_s = self._raft(), replica.raft_config.election_ticks * self.options.tick_s
+        if (status is None or status.role is not Role.LEADER
+                or trio.current_time() - self._last_transfer_s < election_timeout_s):
             return
         self._last_transfer_s = trio.current_time()  # it asks, too, at most once per election timeout
         target = await choose_successor(self.call_peer, replica.name, status.reachable_followers,
@@ -379,13 +376,15 @@ class RepairWorker:
         """Invariant 6: the state machine's health, but repairing while the Raft log repairs."""
         replica = self.replica
         health = replica.machine.health if replica.machine is not None else Health.repairing
-        if health is Health.current:
-            try:
-                if replica.runtime.status(replica.group).raft.repairing or replica.store.faults():
-                    return Health.repairing
-            except JsraftError:
-                pass
-        return health
+        raft = self._raft() if health is Health.current else None
+        return Health.repairing if raft is not None and (raft.repairing or replica.store.faults()) else health
+
+    def _raft(self) -> Any:
+        """This replica's Raft status; None while its group is not open (opening or closing)."""
+        try:
+            return self.replica.runtime.status(self.replica.group).raft
+        except JsraftError:
+            return None
 
     def describe(self) -> dict[str, Any]:
         """For `replica.state`: the repair's standing and the current episode's findings (a new plan's too)."""

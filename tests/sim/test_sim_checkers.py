@@ -190,6 +190,26 @@ def test_an_ack_that_a_current_leader_lacks_is_caught() -> None:
         checker.on_ack(2, 3, b"c1-1", [("n2", stub("leader", 4, entries((1, 1, b""))))])
 
 
+def test_a_deposed_leader_elected_before_a_later_commit_need_not_hold_it() -> None:
+    """Simulator stream seed 55626: entry 75/6, on n2 only, was committed in term 9 (n2 led again) while n3,
+    cut off, still led term 8 without it. Raft's Leader Completeness is about the terms after the commit:
+    the first replica that applied the entry did so in term 9, and only leaders from term 9 on must hold it."""
+    checker = SafetyChecker()
+    entry = Entry(index=2, term=6, data=b"c1-1")
+    checker.on_apply("n2", entry, 1, current_term=9)  # committed by n2 as the leader of term 9
+    deposed = stub("leader", 8, entries((1, 1, b"")))
+    checker.on_ack(2, 6, b"c1-1", [("n3", deposed)])
+    with expect("leader-completeness"):  # a leader of the commit's term, or a later one, must hold it
+        checker.after_step([("n4", stub("leader", 10, entries((1, 1, b""))))])
+
+
+def test_an_ack_that_a_leader_of_the_commit_term_lacks_is_caught() -> None:
+    checker = SafetyChecker()
+    checker.on_apply("n1", Entry(index=2, term=6, data=b"c1-1"), 1, current_term=9)
+    with expect("leader-completeness"):
+        checker.on_ack(2, 6, b"c1-1", [("n2", stub("leader", 9, entries((1, 1, b""))))])
+
+
 # --- durability ------------------------------------------------------------------------------------
 
 

@@ -281,10 +281,12 @@ def test_a_leaders_snapshot_is_not_compacted_into_the_wal_before_the_store_is_du
     assert result.ok, f"[{result.invariant}] {result.detail}"
 
 
-@pytest.mark.parametrize("seed", [10313, 10601, 10562])
+@pytest.mark.parametrize("seed", [10313, 10601, 10562, 55626])
 def test_stream_seeds_found_by_the_sweep_pass(seed: int) -> None:
     """10313, 10601: a leader's snapshot installed, the node crashed before its repair, and the restart took
     it for its own (tests/server/test_install_mark.py); 10562: a transient read flip of a WAL segment's
-    version byte stopped a restarting node (tests/wal/test_wal_header_flip.py)."""
+    version byte stopped a restarting node (tests/wal/test_wal_header_flip.py); 55626: the checker, not the
+    code — a deposed leader of term 8 lacked an entry of term 6 committed later, in term 9
+    (tests/sim/test_sim_checkers.py)."""
     result = run_seed(config_for(seed, nodes="mixed", app="stream"), replay_failures=False)
     assert result.ok, f"[{result.invariant}] {result.detail}"

@@ -15,7 +15,13 @@ Checks (names from `violation.INVARIANTS`):
                         replica (a replica that cannot vouch for its state there passes no digest);
                         `on_install`: a snapshot's digest equals the digest replicas had there.
   leader-completeness   `after_step` (a new leader) and `on_ack` (a new ack): every leader of a term at or
-                        above an acknowledged entry's term holds it (or a snapshot covering it).
+                        above an acknowledged entry's term holds it (or a snapshot covering it) — at an
+                        ack, every leader of a term at or above the one the entry was committed in (the
+                        current term of the first replica that applied it, which is the committing
+                        leader's or later): a deposed leader elected before an older term's entry was
+                        committed need not hold it (Raft's Leader Completeness is about the terms after
+                        the commit; simulator stream seed 55626: 75/6, on n2 only, was committed in
+                        term 9 while n3, cut off, still led term 8 without it).
   double-vote           `on_message`: a node grants at most one candidate per term, across restarts; a
                         candidate's own RequestVote is its vote for itself in that term.
   repairing-vote        `on_message`: a vote or pre-vote granted by a repairing node (by its own flag in
@@ -53,6 +59,7 @@ class SafetyChecker:
         self.digests: dict[int, int] = {}
         self.votes: dict[tuple[str, int], str] = {}
         self.acked: dict[bytes, tuple[int, int]] = {}
+        self.commit_term: dict[int, int] = {}  # index -> the current term of the first replica that applied it
         self._seen_leaders: dict[str, int] = {}  # node -> term we last checked it as leader in
         self.checks = 0
 
@@ -100,9 +107,10 @@ class SafetyChecker:
             raise Violation("double-vote", f"{node_id} voted for {granted} and then for {candidate} "
                                            f"in term {term}")
 
-    def on_apply(self, node_id: str, entry: Entry, digest: int | None) -> None:
+    def on_apply(self, node_id: str, entry: Entry, digest: int | None, *, current_term: int = 0) -> None:
         self.checks += 1
         mine = (entry.term, entry.type, entry.data)
+        self.commit_term.setdefault(entry.index, max(current_term, entry.term))
         known = self.applied.setdefault(entry.index, mine)
         if known != mine:
             raise Violation("state-machine-safety", f"{node_id} applied {_show(entry.index, mine)}, another "
@@ -130,7 +138,8 @@ class SafetyChecker:
                                                     f"but term {applied[0]} was applied at {meta.index}")
 
     def on_ack(self, index: int, term: int, value: bytes, leaders: list[tuple[str, RaftNode]]) -> None:
-        """A client write was acknowledged: it must be applied, and every current leader must hold it."""
+        """A client write was acknowledged: it must be applied, and every current leader of a term at or
+        above its commit must hold it (a deposed one elected before the commit need not)."""
         applied = self.applied.get(index)
         if applied is None or applied[0] != term or applied[2] != value:
             raise Violation("state-machine-safety", f"ack of {value!r} at {index}/{term}, but "
@@ -138,8 +147,10 @@ class SafetyChecker:
         if value in self.acked:
             raise Violation("acked-lost", f"{value!r} acknowledged twice ({self.acked[value]} and {index})")
         self.acked[value] = (index, term)
+        committed_in = self.commit_term.get(index, term)
         for node_id, node in leaders:
-            self._check_holds(node_id, node, [(value, (index, term))])
+            if node.current_term >= committed_in:
+                self._check_holds(node_id, node, [(value, (index, term))])
 
     # --- Whole-cluster checks -----------------------------------------------------------------------
 

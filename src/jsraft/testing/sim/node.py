@@ -102,7 +102,7 @@ class SimMachine:
         driver = self.driver
         for entry in entries:
             digest = driver.replica.apply(entry)
-            driver.checker.on_apply(driver.node_id, entry, digest)
+            driver.checker.on_apply(driver.node_id, entry, digest, current_term=driver.node.current_term)
         return [None] * len(entries)
 
     def prepare_install(self, meta: SnapshotMeta) -> None:

@@ -75,3 +75,14 @@ def test_a_leading_replica_drops_its_wish() -> None:
     wish.want(5)
     wish.drop()
     assert not wish.wanted
+
+
+def test_a_report_while_unjudged_keeps_the_wish_for_another_audit():
+    """Invariant 5: the verdict on an unjudged store may never come; the wish stays until another audit."""
+    wish = AuditWish()
+    wish.want(10)
+    wish.taken(12)
+    assert wish.on_reported(13, unjudged=True) and wish.wanted and wish.after_index == 13
+    wish.taken(13)
+    assert not wish.on_reported(14) and not wish.wanted  # judged by then: the wish is answered
+    assert not wish.on_reported(15, unjudged=False) and not wish.wanted

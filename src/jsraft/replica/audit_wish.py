@@ -26,6 +26,10 @@ Invariants:
      index has not reached), and such an audit — one already in flight when the catch-up ended — used to
      end the wish while the replica stayed unjudged (simulator `--app consumer` seeds 398, 986). So only
      an audit reported after a leader took the request since the last `want` answers the wish.
+  5. A report made while the store is unjudged (replica/judgement.py) leaves the wish wanted: the verdict
+     may never come (no majority reported, a lost message), and only another audit makes up for it. The
+     caller asks for that one later than for a first one (production's `REASK_S`, the simulator's
+     `REASK_TICKS`): usually the verdict comes first.
 
 Imports: stdlib, attrs. Never trio, time or the server layer. Reference: DESIGN.md §8.
 """
@@ -59,10 +63,15 @@ class AuditWish:
         if self.after_index is not None:
             self.after_index = max(self.after_index, leader_applied_index)
 
-    def on_reported(self, index: int) -> None:
-        """This replica reported the AUDIT at `index` (invariant 2)."""
+    def on_reported(self, index: int, *, unjudged: bool = False) -> bool:
+        """This replica reported the AUDIT at `index` (invariant 2). True when it wants another at once
+        because its store is still unjudged (invariant 5): the caller paces that ask."""
         if self.after_index is not None and self.asked and index > self.after_index:
             self.after_index = None
+        if unjudged and self.after_index is None:
+            self.want(index)
+            return True
+        return False
 
     def drop(self) -> None:
         """This replica leads: it applies the audit it proposes itself."""

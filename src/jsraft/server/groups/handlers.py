@@ -5,8 +5,9 @@ Owns: the request methods and their JSON shapes: admin methods served by the met
 (`msg.publish`, `msg.get`, `msg.delete`, `stream.purge`, `stream.info`), repairs and audits
 (`stream.snapshot`, `stream.catchup`, `stream.audit_request` served by the stream leader,
 `stream.audit_report` collected by it, `stream.resync` sent by it to a replica an audit found
-disagreeing, `stream.audit_agreed` to one awaiting a verdict that agreed; see `stream_repair`, `stream_audit`), member queries (`replica.state`), and the meta
-leader's notice to a removed server (`meta.removed`, see `meta_members`).
+disagreeing, `stream.audit_agreed` to one awaiting a verdict that agreed; see `stream_repair`,
+`stream_audit`), member queries (`replica.state`), and the meta leader's notice to a removed server
+(`meta.removed`, see `meta_members`).
 
 Invariants:
   1. A method that needs a leader raises `NotLeader(hint)` on any other node; it never forwards

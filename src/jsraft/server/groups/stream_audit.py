@@ -111,11 +111,9 @@ class AuditRunner:
     def on_applied_report(self, report: AuditReport) -> None:
         """The adapter applied an AUDIT entry here (current machine, not replaying): report it."""
         self.last_audit_index = max(self.last_audit_index, report.index)
-        self._wish.on_reported(report.index)
         adapter = self.replica.adapter
         awaiting = adapter is not None and adapter.judgement.unjudged
-        if awaiting and not self._wish.wanted:  # invariant 6: if no verdict comes, another audit will
-            self._wish.want(report.index)
+        if self._wish.on_reported(report.index, unjudged=awaiting):  # invariant 6: if no verdict comes
             self._next_ask_s = trio.current_time() + max(REASK_S, 2 * self.options.audit_report_timeout_s)
         if self.replica.leader is not None:
             self.collect(self.replica.node_id, report)

@@ -212,13 +212,10 @@ class StreamReplica:
         """Production's `AuditRunner.on_applied_report`: a reported audit answers the audit wish, and a replica
         whose store is still unjudged wants another (stream_audit invariant 6; the checker's verdict comes
         after the step)."""
-        wish = self.repair.wish
-        wish.on_reported(report.index)
+        if self.repair.wish.on_reported(report.index, unjudged=self.adapter.judgement.unjudged):
+            self.repair.reask = True  # paced by `stream_repair.step`
         self.app.checker.on_audit(self, report)  # also an AUDIT applied from held entries (`release`)
         self._classified = report.index
-        if self.adapter.judgement.unjudged and not wish.wanted:
-            wish.want(report.index)
-            self.repair.reask = True  # paced by `stream_repair.step`
 
     @property
     def machine(self) -> StreamStateMachine:
